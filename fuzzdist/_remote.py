@@ -1,0 +1,103 @@
+"""Carry an exception from a rank process to the driver without losing its identity.
+
+Worker side: :func:`capture` turns an exception into a plain picklable record.
+Driver side: :func:`rebuild` turns the record back into an exception of the
+original type (or a :class:`RemoteException` standing in for it) whose
+traceback ends at the remote raising site, so Hypothesis (which tells bugs
+apart by type and raising location) sees remote bugs as distinct.
+"""
+
+from __future__ import annotations
+
+import pickle
+import traceback
+from dataclasses import dataclass
+from functools import lru_cache
+
+
+@dataclass(frozen=True)
+class RemoteRecord:
+    type_name: str  # "module.Qualname" of the original exception type
+    message: str
+    traceback: str  # formatted remote traceback
+    filename: str | None  # remote raising site: last frame of the traceback
+    lineno: int | None
+    funcname: str | None
+    pickled: bytes | None  # the exception itself, where it pickles
+
+
+class RemoteException(Exception):
+    """Stands in for a remote exception whose type could not be rebuilt in the driver."""
+
+    def __init__(self, remote_type: str, message: str) -> None:
+        super().__init__(message)
+        self.remote_type = remote_type
+
+
+def capture(exc: BaseException) -> RemoteRecord:
+    frames = traceback.extract_tb(exc.__traceback__)
+    last = frames[-1] if frames else None
+    try:
+        pickled = pickle.dumps(exc)
+    except Exception:  # unpicklable payloads (locks, tensors on a dead device...)
+        pickled = None
+    cls = type(exc)
+    return RemoteRecord(
+        type_name=f"{cls.__module__}.{cls.__qualname__}",
+        message=_safe_str(exc),
+        traceback="".join(traceback.format_exception(cls, exc, exc.__traceback__)),
+        filename=last.filename if last else None,
+        lineno=last.lineno if last else None,
+        funcname=last.name if last else None,
+        pickled=pickled,
+    )
+
+
+def rebuild(record: RemoteRecord) -> BaseException:
+    """The remote exception, re-raised once so its traceback ends at the remote site."""
+    exc: BaseException | None = None
+    if record.pickled is not None:
+        try:
+            exc = pickle.loads(record.pickled)
+        except Exception:
+            exc = None
+    if not isinstance(exc, BaseException):
+        exc = RemoteException(record.type_name, record.message)
+    exc.__traceback__ = None
+    if record.filename and record.lineno:
+        try:
+            _raiser(record.filename, record.lineno, record.funcname or "<remote>")(exc)
+        except BaseException as raised:  # noqa: B036 - we re-raise exactly what we passed in
+            exc = raised
+    # The remote exception's own chain did not travel; don't let the driver's invent one.
+    exc.__context__ = None
+    exc.__cause__ = None
+    return exc
+
+
+@lru_cache(maxsize=1024)
+def _raiser(filename: str, lineno: int, funcname: str):
+    """A function whose ``raise`` statement sits at ``filename:lineno``.
+
+    Compiled once per site: the code object claims the remote file and line,
+    which is all a traceback (and Hypothesis) looks at.
+    """
+    if lineno >= 2:  # 'def' one line above, so the 'raise' lands on lineno
+        source = "\n" * (lineno - 2) + "def _raise(exc):\n    raise exc\n"
+    else:
+        source = "def _raise(exc): raise exc\n"
+    namespace: dict = {}
+    exec(compile(source, filename, "exec"), namespace)
+    fn = namespace["_raise"]
+    names = {"co_name": funcname}
+    if hasattr(fn.__code__, "co_qualname"):  # Python >= 3.11
+        names["co_qualname"] = funcname
+    fn.__code__ = fn.__code__.replace(**names)
+    return fn
+
+
+def _safe_str(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception:
+        return f"<unprintable {type(exc).__name__}>"

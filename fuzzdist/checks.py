@@ -1,0 +1,43 @@
+"""Helpers properties use to compare what a rank saw with what it should have seen.
+
+Comparisons are bitwise: NaN equals NaN with the same payload, -0.0 differs
+from 0.0.  Expected values are always computed independently of the
+operation under test (from the drawn spec and seed), never from its output.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import torch
+
+
+def raw_bytes(t: torch.Tensor) -> bytes:
+    """The tensor's values as bytes, in logical (row-major) order, whatever its layout or device."""
+    flat = t.detach().to("cpu").contiguous().reshape(-1)
+    if flat.is_complex():
+        flat = torch.view_as_real(flat).reshape(-1)
+    return flat.view(torch.uint8).numpy().tobytes()
+
+
+def fingerprint(t: torch.Tensor) -> tuple:
+    """(shape, dtype, digest of the values): equal iff the tensors are bitwise equal."""
+    return (tuple(t.shape), str(t.dtype), hashlib.blake2b(raw_bytes(t), digest_size=16).hexdigest())
+
+
+def first_difference(actual: torch.Tensor, expected: torch.Tensor) -> str | None:
+    """None if bitwise equal, else a one-line description of the first difference."""
+    if tuple(actual.shape) != tuple(expected.shape) or actual.dtype != expected.dtype:
+        return (f"got shape {tuple(actual.shape)} {actual.dtype}, "
+                f"expected {tuple(expected.shape)} {expected.dtype}")
+    a, e = raw_bytes(actual), raw_bytes(expected)
+    if a == e:
+        return None
+    itemsize = max(1, len(a) // max(1, actual.numel()))
+    byte = next(i for i, (x, y) in enumerate(zip(a, e)) if x != y)
+    index = byte // itemsize
+    flat_a = actual.detach().to("cpu").contiguous().reshape(-1)
+    flat_e = expected.detach().to("cpu").contiguous().reshape(-1)
+    count = int(sum(1 for i in range(0, len(a), itemsize) if a[i:i + itemsize] != e[i:i + itemsize]))
+    return (f"{count} of {actual.numel()} elements differ; first at flat index {index}: "
+            f"got {flat_a[index].item()!r}, expected {flat_e[index].item()!r}")

@@ -1,0 +1,148 @@
+"""The failures a rank pool reports, as exceptions Hypothesis can shrink and tell apart.
+
+Hypothesis tells bugs apart by exception type and raising location (and the
+same for the exception's ``__context__``).  A :class:`RankError` is always
+raised from the same line of the pool, so on its own every remote bug would
+look like one bug.  It is therefore raised *from* a rebuilt copy of the
+remote exception whose traceback ends at the remote raising site (see
+``_remote.py``): two different remote bugs give two different
+``__context__`` origins, hence two distinct failures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+
+class FuzzdistError(Exception):
+    """Base class of every error fuzzdist raises itself."""
+
+
+class CapabilityError(FuzzdistError):
+    """This machine cannot run what was asked (no GPU, too few GPUs, missing feature).
+
+    The pytest plugin turns it into a skip with the same message.
+    """
+
+
+class PoolStartupError(FuzzdistError):
+    """The rank processes could not be started or could not form a process group."""
+
+
+class RankFailure(AssertionError):
+    """An example failed on one or more ranks.
+
+    Subclasses :class:`AssertionError` so that pytest and Hypothesis treat it
+    as a test failure.  ``ranks`` lists the ranks involved, in order.
+    """
+
+    def __init__(self, message: str, ranks: Sequence[int]) -> None:
+        super().__init__(message)
+        self.ranks: list[int] = sorted(ranks)
+
+
+class RankError(RankFailure):
+    """``fn`` raised on one or more ranks.
+
+    ``tracebacks[r]`` is rank r's formatted remote traceback, ``exc_types[r]``
+    the qualified name of the type it raised and ``exceptions[r]`` the
+    exception itself, rebuilt in the driver where it could be unpickled.
+    ``stragglers`` are ranks that had not finished when the pool gave up
+    waiting for them (usually blocked in a collective a failed rank never
+    joined); ``straggler_stacks`` holds their Python stacks.
+    """
+
+    def __init__(
+        self,
+        ranks: Sequence[int],
+        tracebacks: Mapping[int, str],
+        exc_types: Mapping[int, str],
+        exceptions: Mapping[int, BaseException],
+        stragglers: Sequence[int] = (),
+        straggler_stacks: Mapping[int, str] | None = None,
+    ) -> None:
+        self.tracebacks = dict(tracebacks)
+        self.exc_types = dict(exc_types)
+        self.exceptions = dict(exceptions)
+        self.stragglers = sorted(stragglers)
+        self.straggler_stacks = dict(straggler_stacks or {})
+        ranks = sorted(ranks)
+        head = ", ".join(f"rank {r}: {_first_line(exceptions[r])}" for r in ranks)
+        parts = [f"{_plural(ranks)} raised ({head})"]
+        for r in ranks:
+            parts.append(f"\n--- rank {r} traceback ---\n{tracebacks[r].rstrip()}")
+        if self.stragglers:
+            parts.append(
+                f"\n{_plural(self.stragglers)} still running after the failure "
+                "(probably waiting in a collective the failed rank never joined); "
+                "the pool was restarted."
+            )
+            for r in self.stragglers:
+                stack = self.straggler_stacks.get(r, "(no stack captured)")
+                parts.append(f"\n--- rank {r} stack ---\n{stack.rstrip()}")
+        super().__init__("\n".join(parts), ranks)
+
+
+class RankTimeout(RankFailure):
+    """The example ran past the pool's timeout.
+
+    ``ranks`` are the ranks still inside ``fn``; ``stacks[r]`` is rank r's
+    Python stack (all threads) at the moment of the timeout, from faulthandler.
+    """
+
+    def __init__(self, ranks: Sequence[int], timeout: float, stacks: Mapping[int, str]) -> None:
+        self.timeout = timeout
+        self.stacks = dict(stacks)
+        parts = [
+            f"{_plural(ranks)} still running after the {timeout:g}s timeout; "
+            "the pool was restarted. Raise the timeout "
+            "(RankPool(timeout=...) or --fuzzdist-timeout) if the example is just slow."
+        ]
+        for r in sorted(ranks):
+            parts.append(f"\n--- rank {r} stack ---\n{self.stacks.get(r, '(no stack captured)').rstrip()}")
+        super().__init__("\n".join(parts), ranks)
+
+
+class RankCrash(RankFailure):
+    """A rank process died during the example.
+
+    ``exit_codes[r]`` is rank r's exit code (negative: killed by a signal),
+    ``causes[r]`` a readable form ("SIGSEGV", "exit code 3") and
+    ``stacks[r]`` the stack faulthandler wrote on a fatal signal, if any.
+    """
+
+    def __init__(self, ranks: Sequence[int], exit_codes: Mapping[int, int], stacks: Mapping[int, str]) -> None:
+        self.exit_codes = dict(exit_codes)
+        self.causes = {r: describe_exit(code) for r, code in self.exit_codes.items()}
+        self.stacks = dict(stacks)
+        head = ", ".join(f"rank {r} ({self.causes[r]})" for r in sorted(ranks))
+        parts = [f"rank process died: {head}; the pool was restarted."]
+        for r in sorted(ranks):
+            if self.stacks.get(r):
+                parts.append(f"\n--- rank {r} stack at the fatal signal ---\n{self.stacks[r].rstrip()}")
+        super().__init__("\n".join(parts), ranks)
+
+
+def describe_exit(code: int) -> str:
+    """'SIGSEGV' for a death by signal 11, 'exit code 3' for ``os._exit(3)``."""
+    import signal
+
+    if code < 0:
+        try:
+            return signal.Signals(-code).name
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit code {code}"
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    name = getattr(exc, "remote_type", None) or type(exc).__name__
+    return f"{name}: {text[0]}" if text else name
+
+
+def _plural(ranks: Sequence[int]) -> str:
+    ranks = sorted(ranks)
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    return "ranks " + ", ".join(map(str, ranks))

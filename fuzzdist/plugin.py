@@ -1,0 +1,160 @@
+"""fuzzdist's pytest plugin (entry point ``pytest11``).
+
+Gives tests a ``rank_pool`` fixture: a :class:`~fuzzdist.RankPool` shared by
+every test of the session that asks for the same world size, backend,
+device and timeout.  A test picks its pool with the ``fuzzdist`` marker::
+
+    @pytest.mark.fuzzdist(world_size=2, device=["cpu", "cuda"])
+    @given(...)
+    def test_something(rank_pool, ...):
+        rank_pool.run(check, ...)
+
+A list of devices or world sizes parametrizes the test.  What the machine
+can't run (no GPU, too few GPUs) is skipped with the reason, before any
+rank process starts.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import pytest
+
+from fuzzdist import profiles
+from fuzzdist.capabilities import missing_gpus
+from fuzzdist.errors import CapabilityError
+from fuzzdist.pool import DEFAULT_TIMEOUT, RankPool
+
+
+@dataclass(frozen=True)
+class PoolKey:
+    world_size: int
+    backend: str
+    device: str
+    timeout: float
+
+    def __str__(self) -> str:
+        return f"{self.device}-w{self.world_size}" + ("" if self.backend == "gloo" else f"-{self.backend}")
+
+
+class PoolCache:
+    """One RankPool per PoolKey, started on first use and closed at the end of the session."""
+
+    def __init__(self) -> None:
+        self._pools: dict[PoolKey, RankPool] = {}
+
+    def get(self, key: PoolKey) -> RankPool:
+        pool = self._pools.get(key)
+        if pool is None:
+            pool = RankPool(key.world_size, key.backend, key.device, key.timeout)
+            self._pools[key] = pool
+        return pool.start()
+
+    def close(self) -> None:
+        for pool in self._pools.values():
+            pool.close()
+        self._pools.clear()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("fuzzdist", "fuzzdist: property testing of torch.distributed")
+    group.addoption("--fuzzdist-world-size", type=int, default=2, metavar="N",
+                    help="ranks per pool for properties that don't pin a world size (default 2)")
+    group.addoption("--fuzzdist-timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
+                    help=f"per-example timeout on the ranks; a hang past it is a RankTimeout "
+                         f"(default {DEFAULT_TIMEOUT:g})")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "gpu: needs at least one CUDA GPU")
+    config.addinivalue_line("markers", "multi_gpu(n=2): needs at least n CUDA GPUs")
+    config.addinivalue_line(
+        "markers",
+        "fuzzdist(world_size=None, backend='gloo', device='cpu', timeout=None): the rank pool(s) "
+        "the test's rank_pool fixture gets; a list of world sizes or devices parametrizes the test",
+    )
+    profiles.register()
+    if not config.getoption("hypothesis_profile", None):
+        # No profile chosen: the deadline must be off (the pool's timeout is the deadline).
+        from hypothesis import settings
+
+        settings.load_profile("ci" if os.environ.get("CI") else "dev")
+    config._fuzzdist_pools = PoolCache()  # type: ignore[attr-defined]
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    pools = getattr(config, "_fuzzdist_pools", None)
+    if pools is not None:
+        pools.close()
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    import torch
+    from hypothesis import settings
+
+    cuda = torch.cuda.device_count() if torch.backends.cuda.is_built() else 0
+    return (f"fuzzdist: torch {torch.__version__}, {cuda} CUDA device(s), "
+            f"hypothesis profile {settings._current_profile!r}, "
+            f"world size {config.getoption('fuzzdist_world_size')}, "
+            f"timeout {config.getoption('fuzzdist_timeout'):g}s")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "rank_pool" not in metafunc.fixturenames:
+        return
+    marker = metafunc.definition.get_closest_marker("fuzzdist")
+    options = dict(marker.kwargs) if marker else {}
+    config = metafunc.config
+    unknown = set(options) - {"world_size", "backend", "device", "timeout"}
+    if unknown:
+        raise pytest.UsageError(f"{metafunc.definition.nodeid}: unknown fuzzdist marker arguments "
+                                f"{sorted(unknown)}; use world_size, backend, device, timeout")
+    world_sizes = _as_list(options.get("world_size") or config.getoption("fuzzdist_world_size"))
+    devices = _as_list(options.get("device", "cpu"))
+    backend = options.get("backend", "gloo")
+    timeout = float(options.get("timeout") or config.getoption("fuzzdist_timeout"))
+    params = []
+    for device in devices:
+        for world_size in world_sizes:
+            key = PoolKey(int(world_size), backend, device, timeout)
+            marks = [pytest.mark.gpu] if device == "cuda" else []
+            params.append(pytest.param(key, id=str(key), marks=marks))
+    metafunc.parametrize("rank_pool", params, indirect=True, scope="session")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("gpu") is not None:
+        reason = missing_gpus(1)
+        if reason:
+            pytest.skip(f"gpu property {reason}")
+    marker = item.get_closest_marker("multi_gpu")
+    if marker is not None:
+        n = marker.kwargs.get("n", marker.args[0] if marker.args else 2)
+        reason = missing_gpus(n)
+        if reason:
+            pytest.skip(f"multi_gpu property {reason}")
+
+
+@pytest.fixture(scope="session")
+def rank_pools(request: pytest.FixtureRequest) -> PoolCache:
+    """Every rank pool of the session, by PoolKey: ``rank_pools.get(PoolKey(2, "gloo", "cpu", 30.0))``."""
+    return request.config._fuzzdist_pools  # type: ignore[attr-defined]
+
+
+@pytest.fixture(scope="session")
+def rank_pool(request: pytest.FixtureRequest, rank_pools: PoolCache) -> RankPool:
+    """The session's RankPool for this test's ``fuzzdist`` marker (default: 2 CPU ranks over gloo)."""
+    key = getattr(request, "param", None)
+    if key is None:  # used outside pytest_generate_tests' parametrization (e.g. by another fixture)
+        key = PoolKey(request.config.getoption("fuzzdist_world_size"), "gloo", "cpu",
+                      request.config.getoption("fuzzdist_timeout"))
+    try:
+        return rank_pools.get(key)
+    except CapabilityError as exc:
+        pytest.skip(str(exc))
+
+
+def _as_list(value: object) -> list:
+    return list(value) if isinstance(value, (list, tuple)) else [value]
