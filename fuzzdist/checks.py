@@ -12,12 +12,22 @@ import hashlib
 import torch
 
 
-def raw_bytes(t: torch.Tensor) -> bytes:
-    """The tensor's values as bytes, in logical (row-major) order, whatever its layout or device."""
+def _byte_view(t: torch.Tensor) -> torch.Tensor:
     flat = t.detach().to("cpu").contiguous().reshape(-1)
     if flat.is_complex():
         flat = torch.view_as_real(flat).reshape(-1)
-    return flat.view(torch.uint8).numpy().tobytes()
+    return flat.view(torch.uint8)
+
+
+def bitwise_equal(actual: torch.Tensor, expected: torch.Tensor) -> bool:
+    """Same shape, dtype and bytes (NaN == NaN with the same payload; -0.0 != 0.0)."""
+    return (tuple(actual.shape) == tuple(expected.shape) and actual.dtype == expected.dtype
+            and torch.equal(_byte_view(actual), _byte_view(expected)))
+
+
+def raw_bytes(t: torch.Tensor) -> bytes:
+    """The tensor's values as bytes, in logical (row-major) order, whatever its layout or device."""
+    return _byte_view(t).numpy().tobytes()
 
 
 def fingerprint(t: torch.Tensor) -> tuple:
@@ -30,9 +40,9 @@ def first_difference(actual: torch.Tensor, expected: torch.Tensor) -> str | None
     if tuple(actual.shape) != tuple(expected.shape) or actual.dtype != expected.dtype:
         return (f"got shape {tuple(actual.shape)} {actual.dtype}, "
                 f"expected {tuple(expected.shape)} {expected.dtype}")
-    a, e = raw_bytes(actual), raw_bytes(expected)
-    if a == e:
+    if bitwise_equal(actual, expected):  # the fast path: a C comparison, no copies to bytes
         return None
+    a, e = raw_bytes(actual), raw_bytes(expected)
     itemsize = max(1, len(a) // max(1, actual.numel()))
     byte = next(i for i, (x, y) in enumerate(zip(a, e)) if x != y)
     index = byte // itemsize

@@ -1,0 +1,178 @@
+"""What the rank pool costs per example, against what can't be avoided.
+
+Run:  python bench/pool_overhead.py [--examples 1500] [--rounds 3] [--json FILE]
+
+Measured in one run, on 2 CPU ranks over gloo, in microseconds per example
+(the median of --rounds interleaved rounds):
+
+  a  Hypothesis alone: the broadcast property's strategies drawn with an
+     empty test body.
+  b  a raw 2-rank gloo loop doing the same broadcast and check on the same
+     examples, with no pool and no Hypothesis: the unavoidable
+     collective cost.
+  c  the broadcast property through fuzzdist's pool under Hypothesis.
+  d  torch's own MultiProcContinuousTest doing the same check, per test,
+     its start-up excluded: (T(1000 tests) - T(10 tests)) / 990
+     (bench/_torch_harness.py, in a subprocess).
+
+and the start-up time of the pool and of (d).  It prints c/(a+b) (what
+fuzzdist adds over the unavoidable cost; target <= 1.3) and c/d (the cost of
+a checked input through fuzzdist against a fixed test in torch's harness;
+target < 1).  a and c draw the same examples (derandomized), and b replays
+exactly those examples.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "properties"))
+
+import test_broadcast as prop  # noqa: E402  (the property under measurement)
+from hypothesis import Phase, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from fuzzdist import RankPool  # noqa: E402
+
+WORLD_SIZE = 2
+EXAMPLE = st.tuples(prop.SPECS, st.integers(0, WORLD_SIZE - 1), prop.SEEDS)
+
+
+def _hypothesis_run(n: int, body) -> tuple[float, list]:
+    """Run ``body`` under Hypothesis for n generated examples; (seconds, the examples)."""
+    seen: list = []
+
+    @settings(max_examples=n, database=None, derandomize=True, deadline=None,
+              phases=[Phase.generate], suppress_health_check=list(__import__("hypothesis").HealthCheck))
+    @given(example=EXAMPLE)
+    def run(example):
+        seen.append(example)
+        body(example)
+
+    start = time.perf_counter()
+    run()
+    return time.perf_counter() - start, seen
+
+
+def measure_a(n: int) -> tuple[float, list]:
+    seconds, seen = _hypothesis_run(n, lambda example: None)
+    return seconds / len(seen) * 1e6, seen
+
+
+def measure_c(pool: RankPool, n: int) -> float:
+    def body(example):
+        assert pool.run(prop.broadcast_and_check, *example) == [None] * WORLD_SIZE
+
+    seconds, seen = _hypothesis_run(n, body)
+    return seconds / len(seen) * 1e6
+
+
+def _raw_rank(rank: int, store_path: str, examples: list, queue) -> None:
+    import torch
+    import torch.distributed as dist
+
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // WORLD_SIZE))
+    dist.init_process_group("gloo", store=dist.FileStore(store_path, WORLD_SIZE), rank=rank,
+                            world_size=WORLD_SIZE)
+    ctx = _RawContext(rank)
+    prop.broadcast_and_check(ctx, *examples[0])  # warm-up
+    dist.barrier()
+    start = time.perf_counter()
+    for example in examples:  # the same broadcast and check as the property's rank function
+        assert prop.broadcast_and_check(ctx, *example) is None
+    queue.put(time.perf_counter() - start)
+    dist.destroy_process_group()
+
+
+class _RawContext:
+    def __init__(self, rank: int) -> None:
+        import torch
+
+        self.rank, self.world_size, self.device, self.group = rank, WORLD_SIZE, torch.device("cpu"), None
+
+
+def measure_b(examples: list, tmpdir: str) -> float:
+    context = mp.get_context("spawn")
+    queue = context.Queue()
+    store = os.path.join(tmpdir, f"raw-store-{time.monotonic_ns()}")
+    procs = [context.Process(target=_raw_rank, args=(r, store, examples, queue)) for r in range(WORLD_SIZE)]
+    for p in procs:
+        p.start()
+    seconds = max(queue.get(timeout=600) for _ in procs)
+    for p in procs:
+        p.join(30)
+    return seconds / len(examples) * 1e6
+
+
+def measure_d() -> dict:
+    out = subprocess.run([sys.executable, str(HERE / "_torch_harness.py"), "--json"],
+                         capture_output=True, text=True, timeout=600, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--examples", type=int, default=1500, help="examples per measurement")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; medians are reported")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args()
+
+    import tempfile
+
+    import torch
+
+    tmpdir = tempfile.mkdtemp(prefix="fuzzdist-bench-")
+    start = time.perf_counter()
+    pool = RankPool(WORLD_SIZE, timeout=60).start()
+    pool_startup = time.perf_counter() - start
+    a_runs, b_runs, c_runs = [], [], []
+    try:
+        measure_c(pool, 50)  # warm-up
+        for round_ in range(args.rounds):
+            a, examples = measure_a(args.examples)
+            b = measure_b(examples, tmpdir)
+            c = measure_c(pool, args.examples)
+            a_runs.append(a), b_runs.append(b), c_runs.append(c)
+            print(f"round {round_ + 1}: a={a:.0f}us b={b:.0f}us c={c:.0f}us ({len(examples)} examples)",
+                  file=sys.stderr)
+    finally:
+        pool.close()
+    d = measure_d()
+    a, b, c = (statistics.median(x) for x in (a_runs, b_runs, c_runs))
+    figures = {
+        "a_hypothesis_alone_us": round(a, 1),
+        "b_raw_gloo_loop_us": round(b, 1),
+        "c_fuzzdist_pool_us": round(c, 1),
+        "d_torch_harness_per_test_us": round(d["per_test_us"], 1),
+        "pool_startup_s": round(pool_startup, 2),
+        "torch_harness_startup_s": round(d["startup_s"], 2),
+        "c_over_a_plus_b": round(c / (a + b), 3),
+        "c_over_d": round(c / d["per_test_us"], 3),
+        "examples_per_round": args.examples,
+        "rounds": args.rounds,
+        "torch": torch.__version__,
+        "cpus": os.cpu_count(),
+    }
+    width = max(map(len, figures))
+    for key, value in figures.items():
+        print(f"{key:<{width}}  {value}")
+    verdict = []
+    verdict.append("c/(a+b) <= 1.3: " + ("yes" if figures["c_over_a_plus_b"] <= 1.3 else "NO"))
+    verdict.append("c < d: " + ("yes" if figures["c_over_d"] < 1 else "NO"))
+    print("; ".join(verdict))
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,131 @@
+"""The pytest plugin: pools per marker, shared across tests, precise skips, options, profiles."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+HAS_GPU = torch.cuda.is_available()
+
+RANK_FNS = '''
+import os
+def info(ctx):
+    return (ctx.rank, ctx.world_size, os.getpid())
+def fail_on_1(ctx, n):
+    if ctx.rank == 1 and n >= 3:
+        raise ValueError(f"planted: n={n}")
+'''
+
+
+@pytest.fixture
+def suite(pytester):
+    pytester.makepyfile(rankfns=RANK_FNS)
+    return pytester
+
+
+@pytest.mark.skipif(HAS_GPU, reason="checks the skip reason on a machine without a GPU")
+def test_device_list_parametrizes_and_cuda_skips_with_reason(suite):
+    suite.makepyfile(test_prop='''
+import pytest, rankfns
+@pytest.mark.fuzzdist(device=["cpu", "cuda"])
+def test_p(rank_pool):
+    assert [r[0] for r in rank_pool.run(rankfns.info)] == [0, 1]
+''')
+    result = suite.runpytest("-rs", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(["*SKIPPED*gpu property needs CUDA*"])
+
+
+def test_world_size_option_and_shared_pool(suite):
+    suite.makepyfile(test_prop='''
+import rankfns
+PIDS = []
+def test_a(rank_pool):
+    out = rank_pool.run(rankfns.info)
+    assert [r[:2] for r in out] == [(0, 3), (1, 3), (2, 3)]
+    PIDS.append([r[2] for r in out])
+def test_b(rank_pool):
+    PIDS.append([r[2] for r in rank_pool.run(rankfns.info)])
+    assert PIDS[0] == PIDS[1], "the pool was not reused across tests"
+''')
+    suite.runpytest("--fuzzdist-world-size=3", "-p", "no:cacheprovider").assert_outcomes(passed=2)
+
+
+def test_marker_world_sizes_parametrize(suite):
+    suite.makepyfile(test_prop='''
+import pytest, rankfns
+@pytest.mark.fuzzdist(world_size=[1, 3])
+def test_p(rank_pool):
+    assert len(rank_pool.run(rankfns.info)) == rank_pool.world_size
+''')
+    result = suite.runpytest("-v", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*test_p?cpu-w1?*PASSED*", "*test_p?cpu-w3?*PASSED*"])
+
+
+@pytest.mark.skipif(torch.cuda.device_count() >= 8, reason="machine has 8 GPUs")
+def test_gpu_markers_skip_with_precise_reason(suite):
+    suite.makepyfile(test_prop='''
+import pytest
+@pytest.mark.multi_gpu(n=8)
+def test_needs_8():
+    pass
+@pytest.mark.gpu
+def test_needs_1():
+    pass
+''')
+    result = suite.runpytest("-rs", "-p", "no:cacheprovider")
+    if HAS_GPU:
+        result.assert_outcomes(passed=1, skipped=1)
+    else:
+        result.assert_outcomes(skipped=2)
+        result.stdout.fnmatch_lines(["*gpu property needs CUDA*"])
+    result.stdout.fnmatch_lines(["*multi_gpu property needs*"])
+
+
+def test_failing_property_is_shrunk_and_names_the_rank(suite):
+    suite.makepyfile(test_prop='''
+import rankfns
+from hypothesis import given, strategies as st
+@given(n=st.integers(0, 1000))
+def test_p(rank_pool, n):
+    rank_pool.run(rankfns.fail_on_1, n)
+''')
+    result = suite.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*rank 1 raised*planted: n=3*", "*n=3,*"])
+
+
+def test_bad_marker_argument_is_a_usage_error(suite):
+    suite.makepyfile(test_prop='''
+import pytest
+@pytest.mark.fuzzdist(worldsize=2)
+def test_p(rank_pool):
+    pass
+''')
+    result = suite.runpytest("-p", "no:cacheprovider")
+    result.stdout.fnmatch_lines(["*unknown fuzzdist marker arguments*worldsize*"])
+    assert result.ret != 0
+
+
+def test_profiles_are_registered_and_deadline_is_off(suite):
+    suite.makepyfile(test_prop='''
+from hypothesis import settings
+def test_profile():
+    assert settings._current_profile == "ci"
+    assert settings.default.deadline is None
+    assert settings.default.max_examples == 20
+    for name in ("ci", "dev", "campaign", "replay"):
+        assert settings.get_profile(name).deadline is None
+''')
+    suite.runpytest("--hypothesis-profile=ci", "-p", "no:cacheprovider").assert_outcomes(passed=1)
+
+
+def test_default_profile_has_no_deadline(suite, monkeypatch):
+    monkeypatch.delenv("CI", raising=False)
+    suite.makepyfile(test_prop='''
+from hypothesis import settings
+def test_profile():
+    assert settings._current_profile == "dev" and settings.default.deadline is None
+''')
+    suite.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=1)
