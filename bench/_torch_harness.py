@@ -92,11 +92,47 @@ def _expected(seed: int):
     return torch.randn(_NUMEL, generator=g, dtype=torch.float32)
 
 
+_EXAMPLES_ENV = "FUZZDIST_TORCH_HARNESS_EXAMPLES"
+_examples_cache: list = []
+
+
+def _property_examples() -> list:
+    """The broadcast property's examples (spec, src, seed), pickled by bench/pool_overhead.py.
+
+    When the variable is set, every test runs the property's own rank function
+    on one of them, so torch's harness does exactly the check fuzzdist does.
+    """
+    path = os.environ.get(_EXAMPLES_ENV)
+    if path and not _examples_cache:
+        import pickle
+
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "properties"))
+        with open(path, "rb") as f:
+            _examples_cache.extend(pickle.load(f))
+    return _examples_cache
+
+
+class _Ctx:
+    def __init__(self, rank: int, world_size: int) -> None:
+        import torch
+
+        self.rank, self.world_size, self.device, self.group = rank, world_size, torch.device("cpu"), None
+
+
 def _make_test(seed: int):
     def test(self):
         import torch
         import torch.distributed as dist
 
+        examples = _property_examples()
+        if examples:
+            import test_broadcast
+
+            diff = test_broadcast.broadcast_and_check(_Ctx(self.rank, self.world_size),
+                                                      *examples[seed % len(examples)])
+            if diff is not None:
+                raise AssertionError(f"rank {self.rank}: {diff}")
+            return
         if self.rank == 0:
             t = _expected(seed)
         else:

@@ -13,7 +13,8 @@ Measured in one run, on 2 CPU ranks over gloo, in microseconds per example
   c  the broadcast property through fuzzdist's pool under Hypothesis.
   d  torch's own MultiProcContinuousTest doing the same check, per test,
      its start-up excluded: (T(1000 tests) - T(10 tests)) / 990
-     (bench/_torch_harness.py, in a subprocess).
+     (bench/_torch_harness.py, in a subprocess); test i runs the property's
+     rank function on example i of the same examples.
 
 and the start-up time of the pool and of (d).  It prints c/(a+b) (what
 fuzzdist adds over the unavoidable cost; target <= 1.3) and c/d (the cost of
@@ -114,9 +115,16 @@ def measure_b(examples: list, tmpdir: str) -> float:
     return seconds / len(examples) * 1e6
 
 
-def measure_d() -> dict:
+def measure_d(examples: list, tmpdir: str) -> dict:
+    """torch's harness, each test running the property's rank function on one of the examples."""
+    import pickle
+
+    path = os.path.join(tmpdir, "examples.pkl")
+    with open(path, "wb") as f:
+        pickle.dump(examples, f)
+    env = dict(os.environ, FUZZDIST_TORCH_HARNESS_EXAMPLES=path)
     out = subprocess.run([sys.executable, str(HERE / "_torch_harness.py"), "--json"],
-                         capture_output=True, text=True, timeout=600, check=True)
+                         capture_output=True, text=True, timeout=600, check=True, env=env)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -147,7 +155,7 @@ def main() -> None:
                   file=sys.stderr)
     finally:
         pool.close()
-    d = measure_d()
+    d = measure_d(examples, tmpdir)
     a, b, c = (statistics.median(x) for x in (a_runs, b_runs, c_runs))
     figures = {
         "a_hypothesis_alone_us": round(a, 1),

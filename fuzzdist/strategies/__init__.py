@@ -1,0 +1,57 @@
+"""Hypothesis strategies for what breaks torch.distributed code.
+
+Every strategy runs in the driver and yields small picklable values (plain
+values, ``torch.dtype`` objects and frozen dataclasses of them) that travel
+to the rank processes by pickle. Large tensors are never drawn: a
+``TensorSpec`` is, and every rank builds the same tensor from it with
+``spec.materialize(device, seed)``.
+
+Strategies and what they shrink to:
+
+* ``shapes()``: tensor shapes under a byte budget -> ``(1,)``
+* ``dtypes()``: dtypes usable on a device -> ``torch.float32``
+* ``tensor_specs()``: ``TensorSpec`` -> ``TensorSpec((1,), torch.float32)``
+* ``world_sizes()``: -> 1 (``min_size``)
+* ``source_ranks(world_size)``: -> 0
+* ``rank_subsets(world_size)``: -> ``(0,)``
+* ``allocator_modes(device)``: -> ``SharingStrategyMode("file_descriptor")``
+  on CPU, ``CudaAllocatorMode()`` (no change) on CUDA
+* ``completion_orders(n)``: ``CompletionOrder`` -> in-order completion
+* ``ddp_configs(world_size)``: ``DDPConfig`` -> one 1->1 layer, batch 1 on
+  every rank, DDP defaults, one SGD step
+"""
+
+from fuzzdist.strategies._allocator import (
+    AllocatorMode,
+    CudaAllocatorMode,
+    SharingStrategyMode,
+    allocator_modes,
+)
+from fuzzdist.strategies._completion import CompletionOrder, completion_orders
+from fuzzdist.strategies._ddp import DDPConfig, ddp_configs
+from fuzzdist.strategies._dtypes import DTYPE_KINDS, dtypes, supported_dtypes
+from fuzzdist.strategies._ranks import rank_subsets, source_ranks, world_sizes
+from fuzzdist.strategies._shapes import shapes
+from fuzzdist.strategies._tensors import LAYOUTS, PATTERNS, TensorSpec, tensor_specs
+
+__all__ = [
+    "DTYPE_KINDS",
+    "LAYOUTS",
+    "PATTERNS",
+    "AllocatorMode",
+    "CompletionOrder",
+    "CudaAllocatorMode",
+    "DDPConfig",
+    "SharingStrategyMode",
+    "TensorSpec",
+    "allocator_modes",
+    "completion_orders",
+    "ddp_configs",
+    "dtypes",
+    "rank_subsets",
+    "shapes",
+    "source_ranks",
+    "supported_dtypes",
+    "tensor_specs",
+    "world_sizes",
+]
