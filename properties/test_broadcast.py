@@ -20,9 +20,9 @@ SPECS = fst.tensor_specs(shapes=fst.shapes(max_bytes=MAX_BYTES), dtypes=st.sampl
 SEEDS = st.integers(0, 2**32 - 1)
 
 
-def broadcast_and_check(ctx, spec, src, seed):
+def broadcast_and_check(ctx, spec, src, seed, broadcast=dist.broadcast):
     """On every rank: broadcast ``spec``'s tensor from ``src``; None if this rank holds exactly
-    the source's values, else what differs."""
+    the source's values, else what differs.  ``broadcast`` is swappable so tests can plant bugs."""
     if ctx.rank == src:
         tensor = spec.materialize(ctx.device, seed)
         expected = tensor.clone()  # the source must keep its own values too
@@ -31,7 +31,7 @@ def broadcast_and_check(ctx, spec, src, seed):
         # it, while the source builds its tensor.
         expected = spec.materialize(ctx.device, seed)
         tensor = torch.zeros(spec.shape, dtype=spec.dtype, device=ctx.device)
-    dist.broadcast(tensor, src, group=ctx.group)
+    broadcast(tensor, src, group=ctx.group)
     return first_difference(tensor, expected)
 
 

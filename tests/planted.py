@@ -1,0 +1,31 @@
+"""Planted bugs: faulty stand-ins for torch.distributed operations, each wrong only for some inputs."""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+
+def broadcast_corrupting_large(tensor, src, group=None):
+    """A broadcast that flips one byte of the last element on receivers, for 3 or more elements."""
+    dist.broadcast(tensor, src, group=group)
+    if dist.get_rank(group) != src and tensor.numel() >= 3:
+        flat = tensor.reshape(-1)
+        last = flat[-1:].clone()
+        if last.is_complex():
+            last = torch.view_as_real(last)
+        last.view(torch.uint8)[..., 0] ^= 1
+        flat[-1:] = torch.view_as_complex(last) if flat.is_complex() else last
+
+
+def broadcast_from_rank_0(tensor, src, group=None):
+    """A broadcast that ignores its source and always sends rank 0's tensor."""
+    dist.broadcast(tensor, 0, group=group)
+
+
+def broadcast_dropping_doubles(tensor, src, group=None):
+    """A broadcast that leaves float64 receivers untouched (silently drops the dtype)."""
+    if tensor.dtype == torch.float64:
+        dist.barrier(group=group)
+        return
+    dist.broadcast(tensor, src, group=group)
