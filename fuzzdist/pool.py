@@ -317,17 +317,19 @@ class RankPool:
                 pass
         stacks: dict[int, str] = {}
         deadline = time.monotonic() + _STACK_WAIT
+        last = {r: "" for r in ranks}
         waiting = set(ranks)
         while waiting and time.monotonic() < deadline:
+            time.sleep(0.05)
             for r in list(waiting):
+                # faulthandler writes one thread at a time: done once the file stops growing.
                 text = _read(self._ranks[r].stack_path)
-                # faulthandler writes in one go from the signal handler; a stack ends with a frame line.
-                if text and text.rstrip().splitlines()[-1].lstrip().startswith("File"):
+                if text and text == last[r]:
                     stacks[r] = text
                     waiting.discard(r)
-            time.sleep(0.01)
+                last[r] = text
         for r in waiting:
-            stacks[r] = _read(self._ranks[r].stack_path) or "(the rank did not answer the stack-dump signal)"
+            stacks[r] = last[r] or "(the rank did not answer the stack-dump signal)"
         return stacks
 
     def _receive(self, rank: int, is_sentinel: bool) -> tuple | None:
