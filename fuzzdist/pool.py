@@ -279,12 +279,11 @@ class RankPool:
 
     def _conclude(self, out: _Outcome) -> list[Any]:
         if out.dead:
-            codes = {r: self._ranks[r].process.exitcode for r in out.dead}
-            # exitcode is None for a rank whose pipe broke but which is not yet reaped
-            for r, code in codes.items():
-                if code is None:
-                    self._ranks[r].process.join(_KILL_WAIT)
-                    codes[r] = self._ranks[r].process.exitcode if self._ranks[r].process.exitcode is not None else -9
+            codes = {}
+            for r in out.dead:
+                process = self._ranks[r].process
+                process.join(_KILL_WAIT)  # a rank whose pipe broke may not be reaped yet
+                codes[r] = process.exitcode if process.exitcode is not None else -signal.SIGKILL
             stacks = {r: _read(self._ranks[r].crash_path) for r in out.dead}
             self._restart()
             raise RankCrash(sorted(out.dead), codes, stacks)
