@@ -7,6 +7,10 @@ error and the pytest plugin turns it into a skip reason.
 
 from __future__ import annotations
 
+import functools
+import subprocess
+import sys
+
 import torch
 
 DEVICES = ("cpu", "cuda")
@@ -98,3 +102,121 @@ def _backend_available(dist, name: str) -> bool:
         except Exception:
             return False
     return bool(getattr(dist, f"is_{name}_available", lambda: False)())
+
+
+# -- probes for the GPU properties ------------------------------------------------
+# Each answers None when the capability is there, else why not.  The `needs`
+# marker (see plugin.py) turns them into skip reasons before any rank runs.
+
+_PIDFD_PROBE = r"""
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+pid, fd = int(sys.argv[1]), int(sys.argv[2])
+pidfd = libc.syscall(434, pid, 0)          # pidfd_open
+if pidfd < 0:
+    print("pidfd_open", os.strerror(ctypes.get_errno())); sys.exit()
+got = libc.syscall(438, pidfd, fd, 0)      # pidfd_getfd
+print("ok" if got >= 0 else "pidfd_getfd " + os.strerror(ctypes.get_errno()))
+"""
+
+_HOLDER = "import os, sys; fd = os.open(os.devnull, os.O_RDONLY); print(fd, flush=True); sys.stdin.read()"
+
+
+@functools.lru_cache(maxsize=None)
+def missing_pidfd_getfd() -> str | None:
+    """Can one process take another's file descriptor with pidfd_getfd?
+
+    CUDA IPC of expandable segments needs it, between sibling processes as
+    rank processes are; containers that restrict ptrace refuse it
+    ("pidfd_getfd: Operation not permitted").  Probed for real between two
+    sibling processes, in at most a few seconds.
+    """
+    if not sys.platform.startswith("linux"):
+        return "needs pidfd_getfd, which only Linux has"
+    try:
+        holder = subprocess.Popen([sys.executable, "-c", _HOLDER], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True)
+    except OSError as exc:
+        return f"could not start the pidfd_getfd probe: {exc}"
+    try:
+        fd = holder.stdout.readline().strip()
+        probe = subprocess.run([sys.executable, "-c", _PIDFD_PROBE, str(holder.pid), fd],
+                               capture_output=True, text=True, timeout=30)
+        answer = probe.stdout.strip() or probe.stderr.strip()[-200:]
+    except (subprocess.TimeoutExpired, OSError) as exc:
+        answer = f"probe failed: {exc}"
+    finally:
+        holder.kill()
+        holder.wait(5)
+    if answer == "ok":
+        return None
+    return (f"needs pidfd_getfd between sibling processes (expandable-segment CUDA IPC), but {answer}; "
+            "allow ptrace between the user's processes (container: --cap-add SYS_PTRACE) "
+            "or run without expandable segments")
+
+
+def missing_peer_access(world_size: int) -> str | None:
+    """Can every pair of the GPUs that world_size ranks use access each other's memory?"""
+    reason = missing_gpus(1)
+    if reason:
+        return reason
+    count = torch.cuda.device_count()
+    used = sorted({r % count for r in range(world_size)})
+    for i in used:
+        for j in used:
+            if i != j and not torch.cuda.can_device_access_peer(i, j):
+                return f"needs peer access between GPUs {i} and {j}, which this node does not allow"
+    return None
+
+
+def missing_cupy() -> str | None:
+    try:
+        import cupy
+    except ImportError as exc:
+        return f"needs cupy ({exc}); install fuzzdist[gpu] or the cupy build for your CUDA"
+    try:
+        cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # cupy without a usable driver
+        return f"needs a working cupy, but it can't see a GPU: {exc}"
+    return None
+
+
+def missing_block_current_stream() -> str | None:
+    import torch.distributed as dist
+
+    work = getattr(dist.distributed_c10d, "Work", None) or getattr(dist, "_Work", None)
+    if work is None or not hasattr(work, "block_current_stream"):
+        return f"needs Work.block_current_stream, which torch {torch.__version__} does not have"
+    return None
+
+
+def missing_expandable_segments() -> str | None:
+    """Can this torch turn expandable segments on at run time?"""
+    reason = missing_gpus(1)
+    if reason:
+        return reason
+    memory = torch.cuda.memory
+    if not (hasattr(torch._C, "_accelerator_setAllocatorSettings") or hasattr(memory, "_set_allocator_settings")):
+        return f"needs run-time allocator settings, which torch {torch.__version__} does not have"
+    return None
+
+
+PROBES = {
+    "cuda": lambda: missing_gpus(1),
+    "pidfd_getfd": missing_pidfd_getfd,
+    "cupy": missing_cupy,
+    "block_current_stream": missing_block_current_stream,
+    "expandable_segments": missing_expandable_segments,
+}
+
+
+def missing(*names: str) -> str | None:
+    """The first reason any of the named capabilities is missing, or None.  See PROBES."""
+    unknown = [n for n in names if n not in PROBES]
+    if unknown:
+        raise ValueError(f"unknown capabilities {unknown}; known: {', '.join(PROBES)}")
+    for name in names:
+        reason = PROBES[name]()
+        if reason:
+            return reason
+    return None

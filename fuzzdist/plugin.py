@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import pytest
 
 from fuzzdist import profiles
-from fuzzdist.capabilities import missing_gpus
+from fuzzdist.capabilities import missing, missing_gpus
 from fuzzdist.errors import CapabilityError
 from fuzzdist.pool import DEFAULT_TIMEOUT, RankPool
 
@@ -69,6 +69,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gpu: needs at least one CUDA GPU")
     config.addinivalue_line("markers", "multi_gpu(n=2): needs at least n CUDA GPUs")
+    config.addinivalue_line(
+        "markers",
+        "needs(*capabilities): skip unless the machine has them: cuda, pidfd_getfd, cupy, "
+        "block_current_stream, expandable_segments (fuzzdist.capabilities.PROBES)",
+    )
     config.addinivalue_line(
         "markers",
         "fuzzdist(world_size=None, backend='gloo', device='cpu', timeout=None): the rank pool(s) "
@@ -135,6 +140,10 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         reason = missing_gpus(n)
         if reason:
             pytest.skip(f"multi_gpu property {reason}")
+    for marker in item.iter_markers("needs"):
+        reason = missing(*marker.args)
+        if reason:
+            pytest.skip(reason)
 
 
 @pytest.fixture(scope="session")

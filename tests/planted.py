@@ -29,3 +29,13 @@ def broadcast_dropping_doubles(tensor, src, group=None):
         dist.barrier(group=group)
         return
     dist.broadcast(tensor, src, group=group)
+
+
+def early_release_work(index: int):
+    """A Work whose block is released at creation for index 0: 'a Work that unblocks early'."""
+    import test_block_stream
+
+    work = test_block_stream.BlockWork()
+    if index == 0:
+        work.future_.set_result(None)
+    return work

@@ -129,3 +129,15 @@ def whoami_seed(ctx, n):
 
 def read_alloc_conf(ctx):
     return os.environ.get("PYTORCH_CUDA_ALLOC_CONF")
+
+
+def gloo_accepts(ctx, dtype_names):
+    """For each dtype name: does gloo broadcast a tensor of it? (same answer on every rank)"""
+    out = {}
+    for name in dtype_names:
+        try:
+            dist.broadcast(torch.zeros(4, dtype=getattr(torch, name)), 0, group=ctx.group)
+            out[name] = True
+        except (RuntimeError, ValueError):
+            out[name] = False
+    return out
