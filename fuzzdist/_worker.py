@@ -92,9 +92,6 @@ def _join_group(spec: WorkerSpec):
 
 
 def _serve(ctx: Any, conn: Any) -> None:
-    from fuzzdist import _isolation, _remote
-
-    cuda = ctx.device.type == "cuda"
     while True:
         try:
             message = pickle.loads(conn.recv_bytes())
@@ -105,32 +102,40 @@ def _serve(ctx: Any, conn: Any) -> None:
         _, seq, seed, payload, sys_path = message
         if sys_path is not None:
             sys.path[:] = sys_path
-        guard = _isolation.StateGuard()
-        ctx.seed, ctx.example = seed, seq
-        ctx._recycle_reasons = []
-        try:
-            fn, args, kwargs = pickle.loads(payload)
-        except BaseException as exc:  # noqa: BLE001
-            _send(conn, ("load-error", seq, _remote.capture(exc), []))
-            continue
-        try:
-            _isolation.seed_everything(seed, cuda)
-            result = fn(ctx, *args, **kwargs)
-            reply = ("ok", seq, result, ctx._recycle_reasons)
-        except BaseException as exc:  # noqa: BLE001 - every failure goes back to the driver
-            reply = ("err", seq, _remote.capture(exc), ctx._recycle_reasons)
-        reply[3].extend(guard.restore())
-        try:
-            data = pickle.dumps(reply)
-        except Exception as exc:  # an unpicklable return value
-            err = TypeError(f"fn returned a value that can't be sent back to the driver: {exc}. "
-                            "Return plain values (numbers, lists, CPU tensors), not handles.")
-            data = pickle.dumps(("err", seq, _remote.capture(err), reply[3]))
-        del reply, guard
+        data = execute(ctx, seq, seed, payload)
         try:
             conn.send_bytes(data)
         except (BrokenPipeError, OSError):
             return
+
+
+def execute(ctx: Any, seq: int, seed: int, payload: bytes) -> bytes:
+    """Run one pickled call on this rank, isolated and seeded; return the pickled reply.
+
+    Shared by the spawned pool's pipe loop and the torchrun executor.
+    """
+    from fuzzdist import _isolation, _remote
+
+    guard = _isolation.StateGuard()
+    ctx.seed, ctx.example = seed, seq
+    ctx._recycle_reasons = []
+    try:
+        fn, args, kwargs = pickle.loads(payload)
+    except BaseException as exc:  # noqa: BLE001
+        return pickle.dumps(("load-error", seq, _remote.capture(exc), []))
+    try:
+        _isolation.seed_everything(seed, ctx.device.type == "cuda")
+        result = fn(ctx, *args, **kwargs)
+        reply = ("ok", seq, result, ctx._recycle_reasons)
+    except BaseException as exc:  # noqa: BLE001 - every failure goes back to the driver
+        reply = ("err", seq, _remote.capture(exc), ctx._recycle_reasons)
+    reply[3].extend(guard.restore())
+    try:
+        return pickle.dumps(reply)
+    except Exception as exc:  # an unpicklable return value
+        err = TypeError(f"fn returned a value that can't be sent back to the driver: {exc}. "
+                        "Return plain values (numbers, lists, CPU tensors), not handles.")
+        return pickle.dumps(("err", seq, _remote.capture(err), reply[3]))
 
 
 def _leave_group() -> None:

@@ -297,13 +297,7 @@ class RankPool:
         elif out.recycle:
             self._restart()
         if out.load_errors:
-            rank = min(out.load_errors)
-            record = out.load_errors[rank]
-            raise TypeError(
-                f"rank {rank} could not load the function or its arguments "
-                f"({record.type_name.rsplit('.', 1)[-1]}: {record.message}). fn must be a top-level "
-                "function of a module the rank processes can import (not one defined in an "
-                "interactive session or a module that exists only in the driver).")
+            _raise_load_error(out.load_errors)
         if out.errors:
             _raise_rank_error(out.errors)
         return out.results
@@ -394,6 +388,16 @@ def _raise_rank_error(records: dict, stragglers: set[int] = frozenset(), straggl
     primary = exceptions[min(exceptions)]
     error.__context__ = primary
     raise error from primary
+
+
+def _raise_load_error(records: dict) -> None:
+    rank = min(records)
+    record = records[rank]
+    raise TypeError(
+        f"rank {rank} could not load the function or its arguments "
+        f"({record.type_name.rsplit('.', 1)[-1]}: {record.message}). fn must be a top-level "
+        "function of a module the rank processes can import (not one defined in an "
+        "interactive session or a module that exists only in the driver).")
 
 
 def _pickle_call(fn: Callable[..., Any], args: tuple, kwargs: dict) -> bytes:

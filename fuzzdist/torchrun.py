@@ -1,0 +1,333 @@
+"""A pool formed by torchrun instead of the local spawner: fuzzing across several nodes.
+
+Under ``torchrun --nnodes N --nproc-per-node G -m fuzzdist run ...`` every
+process joins torchrun's process group.  Rank 0 drives Hypothesis: its
+:class:`TorchrunPool` sends each example to every rank through torchrun's
+store and runs it on rank 0 too.  The other ranks only execute
+(:func:`serve`).  The code that runs a call on a rank is the spawned pool's
+(``_worker.execute``): same isolation, seeding and failure capture.
+
+Every wait is bounded.  A rank whose heartbeat stops, or a SIGTERM from
+torchrun's agent (it stops the whole group when one process dies), is a
+:class:`~fuzzdist.errors.RankCrash` in the running example, so Hypothesis
+saves it.  Unlike a spawned pool, this one can't restart its ranks: after a
+crash or timeout it is spent, and the next ``run`` raises :class:`PoolGone`,
+a ``BaseException`` that ends the campaign at once.  torchrun's
+``--max-restarts`` then starts a fresh group, whose first run replays the
+saved failures.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import pickle
+import signal
+import tempfile
+import threading
+import time
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from datetime import timedelta
+from typing import Any
+
+from fuzzdist import _worker
+from fuzzdist.errors import RankCrash, RankTimeout
+from fuzzdist.pool import DEFAULT_TIMEOUT, _derive_seed, _Outcome, _pickle_call, _raise_load_error, _raise_rank_error
+
+# Keys live in torchrun's store, which outlives a restart of the group: one namespace per attempt.
+_PREFIX = f"fuzzdist/{os.environ.get('TORCHELASTIC_RUN_ID', 'run')}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
+HEARTBEAT_S = 0.5
+LOST_AFTER_S = 10.0  # a rank whose heartbeat stood still this long is gone
+_WAIT_SLICE_S = 0.25  # store waits are cut in slices to look at heartbeats and signals
+
+
+class PoolGone(BaseException):
+    """The torchrun group can't run examples any more (a rank crashed, hung or the agent stopped it).
+
+    A BaseException so Hypothesis doesn't try to shrink through it: the
+    failure that broke the pool, ``.failure``, was already raised in its own
+    example and saved to the database.
+    """
+
+    def __init__(self, failure: BaseException) -> None:
+        super().__init__(f"the torchrun group is spent after: {str(failure).splitlines()[0]}")
+        self.failure = failure
+
+
+def in_torchrun() -> bool:
+    """Is this process one of torchrun's workers?"""
+    return "TORCHELASTIC_RUN_ID" in os.environ or all(
+        k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK"))
+
+
+def join(backend: str = "gloo", device: str = "cpu", timeout: float = DEFAULT_TIMEOUT):
+    """Join torchrun's process group; return (RankContext, store) for this process."""
+    import torch
+    import torch.distributed as dist
+
+    from fuzzdist.capabilities import validate_pool_args
+    from fuzzdist.context import RankContext
+
+    if not in_torchrun():
+        raise RuntimeError("not started by torchrun: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT and "
+                           "LOCAL_RANK are not all set. Run `torchrun ... -m fuzzdist run`.")
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    validate_pool_args(world_size, backend, device, timeout)
+    if device == "cuda":
+        dev = torch.device("cuda", int(os.environ["LOCAL_RANK"]) % torch.cuda.device_count())
+        torch.cuda.set_device(dev)
+    else:
+        dev = torch.device("cpu")
+    dist.init_process_group(backend, rank=rank, world_size=world_size,
+                            timeout=timedelta(seconds=timeout + 30.0))
+    store = _store_client(timeout)
+    tmpdir = tempfile.mkdtemp(prefix="fuzzdist-torchrun-")
+    ctx = RankContext(rank, world_size, dev, backend, dist.group.WORLD, store, tmpdir)
+    return ctx, store
+
+
+def serve(ctx: Any, store: Any) -> int:
+    """Execute the examples rank 0 sends until it says stop or goes away; return an exit code."""
+    heart = _Heartbeat(ctx.rank, watch_rank0=True)
+    heart.start()
+    seq = 0
+    try:
+        while True:
+            seq += 1
+            key = f"{_PREFIX}call/{seq}"
+            while not _wait(store, key, _WAIT_SLICE_S):
+                if store.check([f"{_PREFIX}stop"]):
+                    return 0
+                if heart.rank0_lost():
+                    return 3  # the driver is gone: torchrun's agent decides what happens next
+            _, seed, payload = pickle.loads(store.get(key))
+            reply = _worker.execute(ctx, seq, seed, payload)
+            store.set(f"{_PREFIX}result/{seq}/{ctx.rank}", reply)
+    finally:
+        heart.stop()
+
+
+class TorchrunPool:
+    """Rank 0's side of a torchrun-formed pool: the same ``run`` as :class:`~fuzzdist.RankPool`."""
+
+    def __init__(self, ctx: Any, store: Any, timeout: float = DEFAULT_TIMEOUT,
+                 straggler_grace: float | None = None) -> None:
+        if ctx.rank != 0:
+            raise RuntimeError("TorchrunPool drives from rank 0; other ranks call fuzzdist.torchrun.serve()")
+        self.world_size = ctx.world_size
+        self.backend = ctx.backend
+        self.device = ctx.device.type
+        self.timeout = float(timeout)
+        self.straggler_grace = min(self.timeout, 5.0) if straggler_grace is None else straggler_grace
+        self.generation = 1
+        self.examples_run = 0
+        self._ctx, self._store = ctx, store
+        self._heart = _Heartbeat(0, watch_rank0=False, watch_ranks=range(1, ctx.world_size))
+        self._heart.start()
+        self._gone: BaseException | None = None  # the failure that spent the pool
+        self._stopping = False
+        self._previous_sigterm = signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    def start(self) -> TorchrunPool:
+        return self
+
+    def run(self, fn: Any, /, *args: Any, **kwargs: Any) -> list[Any]:
+        if self._gone:
+            raise PoolGone(self._gone)
+        payload = _pickle_call(fn, args, kwargs)
+        seed = _derive_seed(payload)
+        self.examples_run += 1
+        seq = self.examples_run
+        self._store.set(f"{_PREFIX}call/{seq}", pickle.dumps((seq, seed, payload)))
+        local = _in_daemon_thread(_worker.execute, self._ctx, seq, seed, payload)
+        out = self._collect(seq, local)
+        return self._conclude(seq, out)
+
+    def close(self) -> None:
+        """Tell the other ranks to stop; they leave the group and exit 0."""
+        try:
+            self._store.set(f"{_PREFIX}stop", b"1")
+        except Exception:
+            pass
+        self._heart.stop()
+        signal.signal(signal.SIGTERM, self._previous_sigterm)
+
+    def __enter__(self) -> TorchrunPool:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- one example -------------------------------------------------------------
+
+    def _collect(self, seq: int, local) -> _Outcome:
+        out = _Outcome(results=[None] * self.world_size)
+        pending = set(range(self.world_size))
+        deadline = time.monotonic() + self.timeout
+        grace_deadline = float("inf")
+        while pending and not out.dead:
+            now = time.monotonic()
+            if now >= min(deadline, grace_deadline):
+                break
+            if self._stopping:
+                out.dead.update(pending - {0})  # the agent is stopping the group: a rank died
+                break
+            if 0 in pending:
+                try:
+                    self._take(out, pending, 0, local.result(timeout=0 if len(pending) > 1 else _WAIT_SLICE_S))
+                except FutureTimeout:
+                    pass
+            others = [r for r in pending if r != 0]
+            if others:
+                keys = [f"{_PREFIX}result/{seq}/{r}" for r in others]
+                _wait(self._store, keys, min(_WAIT_SLICE_S, max(0.001, min(deadline, grace_deadline) - now)))
+                for r, key in zip(others, keys):
+                    if self._store.check([key]):
+                        self._take(out, pending, r, self._store.get(key))
+                        self._store.delete_key(key)
+                out.dead.update(r for r in self._heart.lost() if r in pending)
+            if out.errors or out.load_errors:
+                grace_deadline = min(grace_deadline, time.monotonic() + self.straggler_grace)
+        out.pending = pending
+        return out
+
+    def _take(self, out: _Outcome, pending: set[int], rank: int, data: bytes) -> None:
+        kind, _, value, recycle = pickle.loads(data)
+        pending.discard(rank)
+        out.recycle.extend(recycle)
+        if kind == "ok":
+            out.results[rank] = value
+        elif kind == "load-error":
+            out.load_errors[rank] = value
+        else:
+            out.errors[rank] = value
+
+    def _conclude(self, seq: int, out: _Outcome) -> list[Any]:
+        if out.dead:
+            self._gone = RankCrash(sorted(out.dead), {r: -signal.SIGKILL for r in out.dead},
+                                   {r: "(rank lost under torchrun: its heartbeat stopped or torchrun's "
+                                       "agent stopped the group; its exit code is in torchrun's log)"
+                                    for r in out.dead})
+            raise self._gone
+        if out.pending:
+            stacks = self._stacks(seq, out.pending)
+            try:
+                if out.errors:
+                    _raise_rank_error(out.errors, stragglers=out.pending, straggler_stacks=stacks)
+                if not out.load_errors:
+                    raise RankTimeout(sorted(out.pending), self.timeout, stacks)
+            except BaseException as failure:
+                self._gone = failure  # the hung ranks hold the group: it can't be reused
+                raise
+            self._gone = RankTimeout(sorted(out.pending), self.timeout, stacks)  # after a load error
+        if out.load_errors:
+            _raise_load_error(out.load_errors)
+        if out.errors:
+            _raise_rank_error(out.errors)
+        return out.results
+
+    def _stacks(self, seq: int, ranks: set[int]) -> dict[int, str]:
+        stacks: dict[int, str] = {}
+        if 0 in ranks:
+            stacks[0] = _own_stack()
+        others = [r for r in ranks if r != 0]
+        if others:
+            self._store.set(f"{_PREFIX}dump", str(seq).encode())
+            deadline = time.monotonic() + 2.0
+            for r in others:
+                key = f"{_PREFIX}stack/{seq}/{r}"
+                if _wait(self._store, key, max(0.01, deadline - time.monotonic())):
+                    stacks[r] = self._store.get(key).decode(errors="replace")
+                else:
+                    stacks[r] = "(the rank did not answer the stack-dump request)"
+        return stacks
+
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
+        # torchrun's agent stops every worker when one dies: the running example
+        # becomes a RankCrash (saved by Hypothesis), then the campaign ends.
+        self._stopping = True
+
+
+class _Heartbeat:
+    """A thread that beats for this rank, watches the others' beats and answers stack-dump requests."""
+
+    def __init__(self, rank: int, watch_rank0: bool, watch_ranks=()) -> None:
+        self.rank = rank
+        self._watch = [0] if watch_rank0 else list(watch_ranks)
+        self._seen = {r: (-1, time.monotonic()) for r in self._watch}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._dumped = b""
+        self._thread = threading.Thread(target=self._loop, name="fuzzdist-heartbeat", daemon=True)
+
+    def start(self) -> None:
+        self._store = _store_client(30.0)  # its own connection: the main thread's may be blocked
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def lost(self) -> list[int]:
+        now = time.monotonic()
+        with self._lock:
+            return [r for r, (_, since) in self._seen.items() if now - since > LOST_AFTER_S]
+
+    def rank0_lost(self) -> bool:
+        return 0 in self.lost()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(HEARTBEAT_S):
+            try:
+                self._store.add(f"{_PREFIX}alive/{self.rank}", 1)
+                for r in self._watch:
+                    beats = self._store.add(f"{_PREFIX}alive/{r}", 0)
+                    with self._lock:
+                        if beats != self._seen[r][0]:
+                            self._seen[r] = (beats, time.monotonic())
+                if self.rank != 0 and self._store.check([f"{_PREFIX}dump"]):
+                    request = self._store.get(f"{_PREFIX}dump")
+                    if request != self._dumped:
+                        self._dumped = request
+                        self._store.set(f"{_PREFIX}stack/{request.decode()}/{self.rank}", _own_stack().encode())
+            except Exception:  # the store went away: the job is ending
+                return
+
+
+def _store_client(timeout: float):
+    import torch.distributed as dist
+
+    return dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                         timeout=timedelta(seconds=timeout), wait_for_workers=False)
+
+
+def _wait(store: Any, keys: str | list[str], seconds: float) -> bool:
+    """True once every key exists, False after ``seconds`` (never blocks longer)."""
+    keys = [keys] if isinstance(keys, str) else keys
+    try:
+        store.wait(keys, timedelta(seconds=seconds))
+        return True
+    except Exception:  # DistStoreError / RuntimeError on timeout, depending on the torch release
+        return False
+
+
+def _in_daemon_thread(fn: Any, *args: Any) -> Future:
+    """Run rank 0's share of an example in a daemon thread: if it hangs, the driver still
+    answers (RankTimeout) and the process can still exit."""
+    future: Future = Future()
+
+    def target() -> None:
+        try:
+            future.set_result(fn(*args))
+        except BaseException as exc:  # noqa: BLE001 - execute() captures fn's own errors already
+            future.set_exception(exc)
+
+    threading.Thread(target=target, name="fuzzdist-rank0", daemon=True).start()
+    return future
+
+
+def _own_stack() -> str:
+    with tempfile.TemporaryFile("w+") as f:
+        faulthandler.dump_traceback(file=f, all_threads=True)
+        f.seek(0)
+        return f.read()

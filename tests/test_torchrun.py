@@ -1,0 +1,57 @@
+"""A pool formed by torchrun: rank 0 drives Hypothesis, the other ranks execute; crashes are failures."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+TORCHRUN = shutil.which("torchrun") or str(Path(sys.executable).parent / "torchrun")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _torchrun(tmp_path, nproc, mode, timeout=240):
+    report = tmp_path / "report.json"
+    env = dict(os.environ, PYTHONPATH=str(HERE), OMP_NUM_THREADS="1")
+    cmd = [TORCHRUN, "--nnodes", "1", "--nproc-per-node", str(nproc), "--master-addr", "127.0.0.1",
+           "--master-port", str(_free_port()), "--max-restarts", "0",
+           str(HERE / "torchrun_prop.py"), str(report), mode, str(tmp_path / "db")]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert report.exists(), f"rank 0 wrote no report:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc, json.loads(report.read_text())
+
+
+@pytest.mark.parametrize("nproc", [2, 4])
+def test_property_runs_on_every_torchrun_rank(tmp_path, nproc):
+    proc, report = _torchrun(tmp_path, nproc, "ok")
+    assert report["failure"] is None, report
+    assert report["examples"] >= 30 and report["world_size"] == nproc
+    assert len(report["pids"]) == nproc  # every rank ran the example, each in its own process
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_crashing_rank_is_a_rank_crash_saved_to_the_database(tmp_path):
+    proc, report = _torchrun(tmp_path, 2, "crash")
+    assert report["failure"] == "RankCrash", report
+    assert report["failure_ranks"] == [1]
+    assert proc.returncode != 0
+    assert any((tmp_path / "db").rglob("*")), "the crashing example was not saved"
+
+
+def test_hanging_rank_is_a_timeout_with_its_stack(tmp_path):
+    proc, report = _torchrun(tmp_path, 2, "hang")
+    assert report["failure"] == "RankTimeout", report
+    assert report["failure_ranks"] == [0, 1] or report["failure_ranks"] == [1]
+    assert "sum_of_ranks" in report["message"]  # rank 1's stack, dumped on request
