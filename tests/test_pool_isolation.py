@@ -12,7 +12,7 @@ def test_seed_depends_on_the_example_and_is_the_same_on_every_rank(rank_pool):
     again = rank_pool.run(rank_fns.random_draws)
     assert first == again  # same example, same draws (random, numpy and torch)
     assert first[0] == first[1]  # same seed on every rank
-    other = rank_pool.run(rank_fns.broadcast_sum, 1, 0)  # noqa: F841 - moves the RNGs on
+    rank_pool.run(rank_fns.broadcast_sum, 1, 0)  # moves the RNGs on
     assert rank_pool.run(rank_fns.random_draws) == first  # ... and that leaks into no later example
 
 

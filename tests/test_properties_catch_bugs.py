@@ -9,7 +9,6 @@ import planted
 import pytest
 import torch
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from fuzzdist import strategies as fst
 
