@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import random
+import warnings
 from collections.abc import Callable
 
 import torch
@@ -57,7 +58,7 @@ class StateGuard:
     """Snapshot of the process-global state an example may change."""
 
     __slots__ = ("env", "dtype", "grad", "sharing", "threads", "deterministic", "anomaly",
-                 "cwd", "default_device")
+                 "cwd", "default_device", "warning_filters")
 
     def __init__(self) -> None:
         self.env = _environ_snapshot()
@@ -70,6 +71,7 @@ class StateGuard:
         self.anomaly = torch.is_anomaly_enabled()
         self.cwd = os.getcwd()
         self.default_device = _get_default_device() if _get_default_device else None
+        self.warning_filters = list(warnings.filters)
 
     def restore(self) -> list[str]:
         """Put everything back; return what could not be undone (recycle the process)."""
@@ -99,4 +101,7 @@ class StateGuard:
             os.chdir(self.cwd)
         if _get_default_device is not None and _get_default_device() != self.default_device:
             torch.set_default_device(self.default_device)
+        if warnings.filters != self.warning_filters:
+            warnings.filters[:] = self.warning_filters
+            warnings._filters_mutated()  # drop the per-module "already warned" caches
         return unrestorable

@@ -81,6 +81,9 @@ def pollute_state(ctx):
     torch.set_grad_enabled(False)
     torch.multiprocessing.set_sharing_strategy("file_system")
     torch.use_deterministic_algorithms(True)
+    import warnings
+
+    warnings.simplefilter("error")
     return True
 
 
@@ -91,6 +94,7 @@ def observe_state(ctx):
         "grad": torch.is_grad_enabled(),
         "sharing": torch.multiprocessing.get_sharing_strategy(),
         "deterministic": torch.are_deterministic_algorithms_enabled(),
+        "warnings_are_errors": __import__("warnings").filters[:1] == [("error", None, Warning, None, 0)],
         "pid": os.getpid(),
     }
 

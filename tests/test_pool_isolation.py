@@ -31,6 +31,7 @@ def test_changed_global_state_is_restored(rank_pool):
     assert after == before
     assert after[0]["env"] is None and after[0]["dtype"] == "torch.float32" and after[0]["grad"] is True
     assert after[0]["sharing"] == "file_descriptor" and after[0]["deterministic"] is False
+    assert after[0]["warnings_are_errors"] is False
 
 
 def test_state_that_cannot_be_undone_recycles_the_ranks():
