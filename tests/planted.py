@@ -39,3 +39,15 @@ def early_release_work(index: int):
     if index == 0:
         work.future_.set_result(None)
     return work
+
+
+def open_cuda_handle_as_copy(handle, device_index):
+    """'A copy instead of IPC': the receiver opens the shared memory, then keeps a private clone."""
+    from fuzzdist.cuda_ipc import open_cuda_handle
+
+    return open_cuda_handle(handle, device_index).clone()
+
+
+def as_tensor_copying(obj, device):
+    """A zero-copy path that copies: ``as_tensor`` followed by a clone."""
+    return torch.as_tensor(obj, device=device).clone()
