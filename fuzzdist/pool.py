@@ -201,10 +201,15 @@ class RankPool:
                     continue
                 message = self._receive(rank, is_sentinel)
                 if message is None:
-                    code = self._ranks[rank].process.exitcode
+                    process = self._ranks[rank].process
+                    process.join(_KILL_WAIT)
+                    code = process.exitcode
                     self._kill()
                     raise PoolStartupError(
-                        f"rank {rank} died while starting ({_describe(code)}) before it joined the process group")
+                        f"rank {rank} died while starting ({_describe(code)}) before it joined the process "
+                        "group. If you start a RankPool from a script, guard it with "
+                        "`if __name__ == \"__main__\":` (the spawn start method re-imports the main module "
+                        "in every rank); its error, if any, is on stderr above.")
                 if message[0] == "init-error":
                     self._kill()
                     raise PoolStartupError(f"rank {rank} could not join the {self.backend} process group:\n"
@@ -255,7 +260,7 @@ class RankPool:
                 if rank not in pending:  # a rank that already answered has died
                     out.dead.add(rank)
                     continue
-                message = self._receive(rank, is_sentinel)
+                message = self._receive(rank, is_sentinel, seq)
                 if message is None:
                     out.dead.add(rank)
                     continue
@@ -325,15 +330,26 @@ class RankPool:
             stacks[r] = last[r] or "(the rank did not answer the stack-dump signal)"
         return stacks
 
-    def _receive(self, rank: int, is_sentinel: bool) -> tuple | None:
-        """The rank's next message, or None if its pipe is closed (the process died)."""
+    def _receive(self, rank: int, is_sentinel: bool, seq: int = 0) -> tuple | None:
+        """The rank's next message, or None if its pipe is closed (the process died).
+
+        A reply the driver can't unpickle (torch 2.13 can't unpickle a uint16
+        tensor, for one) becomes that rank's error, not a broken pool.
+        """
         conn = self._ranks[rank].conn
         try:
             if is_sentinel and not conn.poll():
                 return None  # the process exited with nothing left to read
-            return pickle.loads(conn.recv_bytes())
+            data = conn.recv_bytes()
         except (EOFError, OSError):
             return None
+        try:
+            return pickle.loads(data)
+        except Exception as exc:
+            err = TypeError(f"rank {rank}'s reply can't be unpickled in the driver ({type(exc).__name__}: "
+                            f"{exc}). Return plain values; send tensors of unusual dtypes as bytes or "
+                            "a supported dtype.")
+            return ("err", seq, _remote.capture(err), [])
 
 
 class _Poller:

@@ -8,7 +8,7 @@ from pathlib import Path
 import planted
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 from fuzzdist import strategies as fst
@@ -24,7 +24,7 @@ import test_cuda_zero_copy  # noqa: E402
 def test_blocked_stream_property_catches_early_release(rank_pool):
     failing = []
 
-    @settings(max_examples=200, database=None, derandomize=True, deadline=None)
+    @settings(max_examples=200, database=None, derandomize=True, deadline=None, phases=[Phase.generate, Phase.shrink])
     @given(order=st.integers(1, 6).flatmap(fst.completion_orders))
     def prop(order):
         problems = rank_pool.run(test_block_stream.check_blocked_stream, order,
@@ -46,7 +46,7 @@ def test_blocked_stream_property_catches_early_release(rank_pool):
 def test_cuda_ipc_property_catches_a_copy_instead_of_ipc(rank_pool):
     failing = []
 
-    @settings(max_examples=100, database=None, derandomize=True, deadline=None)
+    @settings(max_examples=100, database=None, derandomize=True, deadline=None, phases=[Phase.generate, Phase.shrink])
     @given(nbytes=test_cuda_ipc.NBYTES, dtype=test_cuda_ipc.DTYPES, count=st.integers(1, 3),
            src=st.integers(0, 1), writer=st.integers(0, 1), seed=st.integers(0, 2**31))
     def prop(nbytes, dtype, count, src, writer, seed):
@@ -70,7 +70,7 @@ def test_cuda_ipc_property_catches_a_copy_instead_of_ipc(rank_pool):
 def test_cuda_zero_copy_property_catches_a_copy(rank_pool):
     failing = []
 
-    @settings(max_examples=100, database=None, derandomize=True, deadline=None)
+    @settings(max_examples=100, database=None, derandomize=True, deadline=None, phases=[Phase.generate, Phase.shrink])
     @given(units=st.integers(0, 4096), src=st.integers(0, 1), seed=st.integers(0, 2**31))
     def prop(units, src, seed):
         from fuzzdist.strategies import CudaAllocatorMode

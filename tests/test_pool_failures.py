@@ -100,3 +100,20 @@ def test_every_wait_is_bounded_by_the_timeout(pool):
         pool.run(rank_fns.hang_on, 0)
     # the 3s timeout, the stack dump and the kill; not the 30s+ gloo timeout
     assert time.monotonic() - start < 3 + 5
+
+
+def test_reply_the_driver_cannot_unpickle_is_an_error_not_a_broken_pool(pool):
+    import pickle
+
+    import torch
+
+    try:
+        pickle.loads(pickle.dumps(torch.zeros(2, dtype=torch.uint16)))
+    except Exception:
+        pass
+    else:
+        pytest.skip("this torch unpickles uint16 tensors")
+    with pytest.raises(RankError, match="can't be unpickled in the driver") as info:
+        pool.run(rank_fns.return_uint16)
+    assert info.value.ranks == [0, 1]
+    assert pool.run(rank_fns.broadcast_sum, 3, 0) == [3.0, 3.0]

@@ -59,3 +59,13 @@ def test_recovery_does_not_leak_processes_or_fds():
             pool.run(rank_fns.whoami)
         assert _driver_fds() == driver_fds
         assert _children() == others | set(pool.pids), "killed rank processes were not reaped"
+
+
+def test_close_is_quick():
+    import time
+
+    pool = RankPool(2, timeout=10).start()
+    pool.run(rank_fns.whoami)
+    start = time.monotonic()
+    pool.close()
+    assert time.monotonic() - start < 1.5

@@ -8,7 +8,7 @@ from pathlib import Path
 import planted
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import Phase, given, settings
 
 from fuzzdist import strategies as fst
 
@@ -20,7 +20,8 @@ def _run_broadcast_property(pool, broadcast):
     """The broadcast property, with `broadcast` in place of dist.broadcast; the last failing example."""
     failing: list = []
 
-    @settings(max_examples=300, database=None, derandomize=True, deadline=None)
+    @settings(max_examples=300, database=None, derandomize=True, deadline=None,
+              phases=[Phase.generate, Phase.shrink])  # no explain phase: it re-runs examples
     @given(spec=test_broadcast.SPECS, src=fst.source_ranks(pool.world_size), seed=test_broadcast.SEEDS)
     def prop(spec, src, seed):
         diffs = pool.run(test_broadcast.broadcast_and_check, spec, src, seed, broadcast=broadcast)
