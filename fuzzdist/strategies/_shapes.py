@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
@@ -15,6 +17,7 @@ _EDGE_SIZES = (0, 1, 2, 3, 5, 7, 15, 16, 17, 31, 33, 127, 128, 129, 255, 257,
                1023, 1025, 2333, 4095, 4097, 65537)
 
 
+@lru_cache(maxsize=4096)  # strategies are immutable; building them on every draw was ~1/3 of a draw
 def _dim_sizes(cap: int) -> st.SearchStrategy[int]:
     # one_of shrinks towards its first branch, and integers(1, ...) towards 1,
     # so every dimension shrinks to 1.
@@ -56,7 +59,11 @@ def shapes(
     _check_int("max_bytes", max_bytes, itemsize)
     _check_int("min_dims", min_dims, 0)
     _check_int("max_dims", max_dims, min_dims)
-    max_numel = max_bytes // itemsize
+    return _cached_shapes(max_bytes // itemsize, max_dims, min_dims)
+
+
+@lru_cache(maxsize=256)
+def _cached_shapes(max_numel: int, max_dims: int, min_dims: int) -> st.SearchStrategy[tuple[int, ...]]:
     ndims = [1, 0, *range(2, max_dims + 1)]
     ndims = [d for d in ndims if min_dims <= d <= max_dims]
 
