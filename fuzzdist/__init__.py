@@ -6,6 +6,8 @@ Public API:
     RankContext: the ``ctx`` a rank function receives.
     RankFailure and its kinds RankError, RankTimeout, RankCrash.
     CapabilityError, PoolStartupError: the machine can't run what was asked.
+    ReorderingProcessGroup: wraps any ProcessGroup and releases its Work
+        objects in a drawn completion order.
     strategies: Hypothesis strategies for distributed inputs.
     profiles: the Hypothesis profiles fuzzdist registers (ci, dev, campaign, replay).
 """
@@ -22,6 +24,7 @@ from fuzzdist.errors import (
     RankTimeout,
 )
 from fuzzdist.pool import RankPool
+from fuzzdist.reorder import ReorderingProcessGroup
 
 __version__ = "0.1.0"
 
@@ -35,5 +38,6 @@ __all__ = [
     "RankFailure",
     "RankPool",
     "RankTimeout",
+    "ReorderingProcessGroup",
     "profiles",
 ]

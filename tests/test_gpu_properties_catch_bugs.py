@@ -24,7 +24,8 @@ import test_cuda_zero_copy  # noqa: E402
 def test_blocked_stream_property_catches_early_release(rank_pool):
     failing = []
 
-    @settings(max_examples=200, database=None, derandomize=True, deadline=None, phases=[Phase.generate, Phase.shrink])
+    @settings(max_examples=200, database=None, derandomize=True, deadline=None, phases=[Phase.generate, Phase.shrink],
+              report_multiple_bugs=False)
     @given(order=st.integers(1, 6).flatmap(fst.completion_orders))
     def prop(order):
         problems = rank_pool.run(test_block_stream.check_blocked_stream, order,
@@ -46,7 +47,8 @@ def test_blocked_stream_property_catches_early_release(rank_pool):
 def test_cuda_ipc_property_catches_a_copy_instead_of_ipc(rank_pool):
     failing = []
 
-    @settings(max_examples=100, database=None, derandomize=True, deadline=None, phases=[Phase.generate, Phase.shrink])
+    @settings(max_examples=100, database=None, derandomize=True, deadline=None, phases=[Phase.generate, Phase.shrink],
+              report_multiple_bugs=False)
     @given(nbytes=test_cuda_ipc.NBYTES, dtype=test_cuda_ipc.DTYPES, count=st.integers(1, 3),
            src=st.integers(0, 1), writer=st.integers(0, 1), seed=st.integers(0, 2**31))
     def prop(nbytes, dtype, count, src, writer, seed):
@@ -70,7 +72,8 @@ def test_cuda_ipc_property_catches_a_copy_instead_of_ipc(rank_pool):
 def test_cuda_zero_copy_property_catches_a_copy(rank_pool):
     failing = []
 
-    @settings(max_examples=100, database=None, derandomize=True, deadline=None, phases=[Phase.generate, Phase.shrink])
+    @settings(max_examples=100, database=None, derandomize=True, deadline=None, phases=[Phase.generate, Phase.shrink],
+              report_multiple_bugs=False)
     @given(units=st.integers(0, 4096), src=st.integers(0, 1), seed=st.integers(0, 2**31))
     def prop(units, src, seed):
         from fuzzdist.strategies import CudaAllocatorMode

@@ -21,7 +21,8 @@ def _run_broadcast_property(pool, broadcast):
     failing: list = []
 
     @settings(max_examples=300, database=None, derandomize=True, deadline=None,
-              phases=[Phase.generate, Phase.shrink])  # no explain phase: it re-runs examples
+              phases=[Phase.generate, Phase.shrink],
+              report_multiple_bugs=False)  # no explain phase: it re-runs examples
     @given(spec=test_broadcast.SPECS, src=fst.source_ranks(pool.world_size), seed=test_broadcast.SEEDS)
     def prop(spec, src, seed):
         diffs = pool.run(test_broadcast.broadcast_and_check, spec, src, seed, broadcast=broadcast)
