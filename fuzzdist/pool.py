@@ -264,18 +264,10 @@ class RankPool:
                 if message is None:
                     out.dead.add(rank)
                     continue
-                kind, msg_seq, value, recycle = message
-                if msg_seq != seq:
-                    raise RuntimeError(f"fuzzdist bug: rank {rank} answered example {msg_seq}, expected {seq}")
+                if message[1] != seq:
+                    raise RuntimeError(f"fuzzdist bug: rank {rank} answered example {message[1]}, expected {seq}")
                 pending.discard(rank)
-                out.recycle.extend(recycle)
-                if kind == "ok":
-                    out.results[rank] = value
-                elif kind == "load-error":
-                    out.load_errors[rank] = value
-                else:
-                    out.errors[rank] = value
-                if kind != "ok":
+                if not out.take(rank, message):
                     grace_deadline = min(grace_deadline, time.monotonic() + self.straggler_grace)
         if out.dead:
             out.dead.update(r.rank for r in self._ranks if r.process.exitcode is not None)
@@ -384,6 +376,18 @@ class _Outcome:
     pending: set[int] = field(default_factory=set)
     recycle: list[str] = field(default_factory=list)
     load_errors: dict[int, Any] = field(default_factory=dict)  # rank -> RemoteRecord
+
+    def take(self, rank: int, message: tuple) -> bool:
+        """File a rank's reply ("ok" | "err" | "load-error", seq, value, recycle); True if it succeeded."""
+        kind, _, value, recycle = message
+        self.recycle.extend(recycle)
+        if kind == "ok":
+            self.results[rank] = value
+        elif kind == "load-error":
+            self.load_errors[rank] = value
+        else:
+            self.errors[rank] = value
+        return kind == "ok"
 
 
 def _raise_rank_error(records: dict, stragglers: set[int] = frozenset(), straggler_stacks=None) -> None:

@@ -193,15 +193,8 @@ class TorchrunPool:
         return out
 
     def _take(self, out: _Outcome, pending: set[int], rank: int, data: bytes) -> None:
-        kind, _, value, recycle = pickle.loads(data)
         pending.discard(rank)
-        out.recycle.extend(recycle)
-        if kind == "ok":
-            out.results[rank] = value
-        elif kind == "load-error":
-            out.load_errors[rank] = value
-        else:
-            out.errors[rank] = value
+        out.take(rank, pickle.loads(data))
 
     def _conclude(self, seq: int, out: _Outcome) -> list[Any]:
         if out.dead:
