@@ -1,0 +1,51 @@
+"""Long fuzz campaigns over the property suite, and replay of the failures they stored.
+
+The ``fuzzdist`` command (:mod:`fuzzdist.cli`) drives both through pytest, in
+process, with a plugin object from this package:
+
+    runner.CampaignPlugin   ``fuzzdist run``: rounds of Hypothesis per property
+                            until its share of the budget is spent
+    replay.ReplayPlugin     ``fuzzdist replay``: re-executes the stored failures
+    database                directory / Redis example databases, fuzzdist's index
+    report                  campaign state, the JSON report, the summary table
+    progress                the live display (rich on a TTY, plain lines otherwise)
+    selection               which collected tests a command runs
+    _testing                helpers for fuzzdist's own tests of the command
+
+This module is also a pytest plugin for ``-p fuzzdist.campaign``: it adds
+``--fuzzdist-database=DIR_OR_URL``, which points the loaded Hypothesis
+profile at that database, so that plain pytest replays what a campaign
+stored in a directory other than Hypothesis's default, or in Redis::
+
+    pytest -p fuzzdist.campaign --fuzzdist-database=redis://db:6379/0 \\
+        'properties/test_broadcast.py::test_broadcast_reaches_every_rank[cpu-w2]' \\
+        --hypothesis-profile=replay
+"""
+
+from __future__ import annotations
+
+import pytest
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("fuzzdist", "fuzzdist: property testing of torch.distributed")
+    group.addoption("--fuzzdist-database", metavar="DIR_OR_URL", default=None,
+                    help="Hypothesis example database for every test: a directory or a redis:// URL")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    spec = config.getoption("fuzzdist_database", None)
+    if not spec:
+        return
+    from hypothesis import settings
+
+    from fuzzdist.campaign.database import DatabaseError, open_database
+
+    try:
+        database = open_database(spec)
+    except DatabaseError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    name = f"{settings._current_profile or 'default'}+fuzzdist-database"
+    settings.register_profile(name, settings(parent=settings.default, database=database.db))
+    settings.load_profile(name)

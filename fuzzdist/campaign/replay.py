@@ -1,0 +1,381 @@
+"""``fuzzdist replay``: re-execute the failing examples stored in the example database.
+
+For each selected property, every example stored under its current
+Hypothesis key (the minimal failing examples a campaign or plain pytest
+saved), and every example stored under a key fuzzdist's index recorded for
+the same test before its source changed, is run exactly once, the way
+``@reproduce_failure`` runs one: no generation, no shrinking, and the
+database is only read, never changed.  Each one is reported as
+
+- **FAILS**: still fails; with the minimal example, each failing rank's
+  traceback, and a pytest command that reproduces it (``--export`` adds an
+  ``@example(...)`` line that pins it as a regression test);
+- **PASSES**: no longer fails (the bug was fixed, or it was flaky);
+- **DOESN'T FIT**: the stored choices no longer fit the test's strategies;
+
+and properties with stored failures under an older version of the test,
+and index entries for tests that no longer exist, are reported as such.
+"""
+
+from __future__ import annotations
+
+import ast
+import shlex
+import traceback
+from collections import Counter
+from pathlib import Path
+from typing import TextIO
+
+import pytest
+from _pytest.outcomes import Failed, OutcomeException
+
+from fuzzdist.campaign.database import Database, read_index, reproduce_command
+from fuzzdist.campaign.selection import SelectionPlugin, Targets
+
+_HIDDEN_FRAMES = ("/hypothesis/", "/_pytest/", "/pluggy/", "/fuzzdist/campaign/")
+
+
+def database_key(item: pytest.Function) -> bytes:
+    """Hypothesis's database key for ``item``, as pytest's hypothesis plugin makes it: the
+    digest of the test, plus the node id for a test pytest parametrizes itself."""
+    from hypothesis.internal.reflection import function_digest
+
+    inner = item.obj.hypothesis.inner_test
+    parametrized = item.get_closest_marker("parametrize") is not None or any(
+        fixturedef.params for defs in item._fixtureinfo.name2fixturedefs.values() for fixturedef in defs)
+    if not parametrized:
+        return function_digest(inner)
+    missing = object()
+    saved = inner.__dict__.get("_hypothesis_internal_add_digest", missing)
+    inner._hypothesis_internal_add_digest = item.nodeid.encode()
+    try:
+        return function_digest(inner)
+    finally:
+        if saved is missing:
+            del inner._hypothesis_internal_add_digest
+        else:
+            inner._hypothesis_internal_add_digest = saved
+
+
+def _sorted_entries(entries) -> list[bytes]:
+    return sorted(entries, key=lambda b: (len(b), b))  # Hypothesis's shortlex: simplest first
+
+
+class ReplayPlugin(SelectionPlugin):
+    def __init__(self, targets: Targets, *, database: Database, stream: TextIO, export: bool = False,
+                 device: str | None = None, pytest_options: list[str] = ()) -> None:
+        super().__init__(targets, device)
+        self.pytest_options = list(pytest_options)  # what a reproducing pytest command needs
+        self.database = database
+        self.stream = stream
+        self.export = export
+        self.counts: Counter = Counter()
+        self.failing_again = 0
+        self._index: dict[str, set[bytes]] | None = None
+        self._stored: dict[str, tuple[bytes, list[bytes], dict[bytes, list[bytes]]]] = {}
+        self._reported: set[str] = set()
+
+    @property
+    def index(self) -> dict[str, set[bytes]]:
+        if self._index is None:
+            self._index = read_index(self.database.db)
+        return self._index
+
+    def _out(self, text: str = "") -> None:
+        self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def _lookup(self, item: pytest.Function, key: bytes):
+        db = self.database.db
+        current = _sorted_entries(db.fetch(key))
+        older = {}
+        for old_key in sorted(self.index.get(item.nodeid, ())):
+            if old_key != key:
+                entries = _sorted_entries(db.fetch(old_key))
+                if entries:
+                    older[old_key] = entries
+        return current, older
+
+    # -- what has nothing to replay is skipped before its rank pool starts ---------------------
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        if item not in self.selected:
+            return
+        key = database_key(item)
+        current, older = self._lookup(item, key)
+        self._stored[item.nodeid] = (key, current, older)
+        if not current and not older:
+            self.counts["nothing stored"] += 1
+            self._reported.add(item.nodeid)
+            self._out(f"NOTHING STORED  {item.nodeid}")
+            pytest.skip("fuzzdist replay: no failure stored for this test")
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when != "setup" or report.nodeid in self._reported:
+            return
+        if report.skipped or report.failed:
+            self._reported.add(report.nodeid)
+            if report.nodeid not in self._stored:  # skipped by another plugin before our look-up
+                item = next((i for i in self.selected if i.nodeid == report.nodeid), None)
+                if item is not None:
+                    key = database_key(item)
+                    self._stored[item.nodeid] = (key, *self._lookup(item, key))
+            _, current, older = self._stored.get(report.nodeid, (None, [], {}))
+            n = len(current) + sum(len(v) for v in older.values())
+            if n == 0:
+                self.counts["nothing stored"] += 1
+                self._out(f"NOTHING STORED  {report.nodeid}")
+                return
+            if report.skipped and isinstance(report.longrepr, tuple):
+                why = str(report.longrepr[2]).removeprefix("Skipped: ")
+            else:
+                why = _first_line("\n".join(str(report.longreprtext).strip().splitlines()[-1:]))
+            self.counts["not replayed"] += 1
+            self._out(f"NOT REPLAYED    {report.nodeid}: {n} stored failure(s), but the test "
+                      f"{'was skipped' if report.skipped else 'could not be set up'}: {why}")
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        if self.error is not None or self.collect_errors:
+            return
+        self._out(f"fuzzdist replay: {len(self.selected)} properties, database {self.database.describe()}")
+        # Index entries for tests that no longer exist (renamed or removed) in the files selected.
+        collected = {item.nodeid for item in session.items}
+        files = {Path(item.path).resolve() for item in session.items}
+        rootdir = Path(session.config.rootpath)
+        for nodeid, keys in sorted(self.index.items()):
+            if nodeid in collected or (rootdir / nodeid.split("::", 1)[0]).resolve() not in files:
+                continue
+            n = sum(len(list(self.database.db.fetch(k))) for k in keys)
+            if n:
+                self.counts["orphaned"] += 1
+                self._out(f"GONE            {nodeid}: {n} stored failure(s) of a test that no longer exists "
+                          "(renamed or removed); nothing to replay them against")
+
+    # -- the replay of one property -------------------------------------------------------------
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_pyfunc_call(self, pyfuncitem: pytest.Function):
+        if pyfuncitem.nodeid not in self._stored:
+            return None
+        from hypothesis.internal.reflection import function_digest
+
+        item = pyfuncitem
+        self._reported.add(item.nodeid)
+        key = function_digest(item.obj.hypothesis.inner_test)  # the key Hypothesis really uses now
+        guessed, current, older = self._stored[item.nodeid]
+        if key != guessed:
+            current, older = self._lookup(item, key)
+        testargs = {arg: item.funcargs[arg] for arg in item._fixtureinfo.argnames}
+        failing = []
+        for i, entry in enumerate(current, 1):
+            outcome = self._replay_one(item, testargs, entry)
+            self._show(item, outcome, f"stored failure {i} of {len(current)}")
+            if outcome.status == "fails":
+                failing.append(outcome)
+        if older:
+            n = sum(len(v) for v in older.values())
+            self.counts["older version"] += 1
+            self._out(f"OLDER VERSION   {item.nodeid}: {n} stored failure(s) under an older version of the "
+                      "test (its source changed since); replayed against the current version:")
+            for entries in older.values():
+                for i, entry in enumerate(entries, 1):
+                    outcome = self._replay_one(item, testargs, entry)
+                    self._show(item, outcome, "stored under an older version of the test", older=True)
+                    if outcome.status == "fails":
+                        failing.append(outcome)
+        if failing:
+            self.failing_again += len(failing)
+            pytest.fail(f"{len(failing)} stored failure(s) still fail", pytrace=False)
+        return True
+
+    def _replay_one(self, item: pytest.Function, testargs: dict, entry: bytes) -> _Outcome:
+        import hypothesis
+        from hypothesis.core import encode_failure
+        from hypothesis.database import choices_from_bytes
+        from hypothesis.errors import DidNotReproduce
+        from hypothesis.reporting import with_reporter
+
+        choices = choices_from_bytes(entry)
+        if choices is None:
+            return _Outcome("unreadable", reason="the stored bytes are not a Hypothesis choice sequence "
+                                                 "(written by another Hypothesis version?)")
+        blob = encode_failure(choices)
+        fn = item.obj
+        saved = fn._hypothesis_internal_use_reproduce_failure
+        fn._hypothesis_internal_use_reproduce_failure = (hypothesis.__version__, blob)
+        lines: list[str] = []
+        decorator = f"@reproduce_failure({hypothesis.__version__!r}, {blob!r})"
+        try:
+            with with_reporter(lambda text: lines.append(str(text))):
+                fn(**testargs)
+        except DidNotReproduce as exc:
+            if "completed successfully" in str(exc):
+                return _Outcome("passes", lines=lines, decorator=decorator)
+            return _Outcome("doesn't fit", lines=lines, decorator=decorator, reason=_first_line(str(exc)))
+        except KeyboardInterrupt:
+            raise
+        except OutcomeException as exc:
+            if not isinstance(exc, Failed):
+                raise
+            return _Outcome("fails", lines=lines, exc=exc, decorator=decorator)
+        except BaseException as exc:
+            return _Outcome("fails", lines=lines, exc=exc, decorator=decorator)
+        finally:
+            fn._hypothesis_internal_use_reproduce_failure = saved
+        return _Outcome("passes", lines=lines, decorator=decorator)
+
+    def _show(self, item: pytest.Function, outcome: _Outcome, what: str, older: bool = False) -> None:
+        self.counts[outcome.status] += 1
+        example = outcome.example()
+        if outcome.status == "passes":
+            self._out(f"NO LONGER FAILS {item.nodeid} ({what}): it passes now")
+            if example:
+                self._out(_indent(example, 4))
+            return
+        if outcome.status in ("doesn't fit", "unreadable"):
+            self._out(f"DOESN'T FIT     {item.nodeid} ({what}): {outcome.reason}")
+            return
+        exc = outcome.exc
+        self._out(f"FAILS           {item.nodeid} ({what})")
+        self._out("  minimal example:")
+        self._out(_indent(example or "(Hypothesis printed no example)", 6))
+        self._out(f"  error: {type(exc).__name__}")
+        self._out(_indent(_describe_error(exc), 6))
+        if older:
+            self._out(f"  reproduce: it is stored under the older test's database key, which pytest no longer "
+                      f"reads: add {outcome.decorator} to the test and run pytest "
+                      f"{shlex.quote(item.nodeid)}, or `fuzzdist run` it to store it under the current key")
+        else:
+            self._out(f"  reproduce: {reproduce_command(item.nodeid, self.database, self.pytest_options)}")
+        if self.export:
+            self._out("  pin it as a regression test:")
+            self._out(_indent(export_lines(item, outcome), 6))
+        self._out()
+
+    def print_summary(self) -> None:
+        order = ["fails", "passes", "doesn't fit", "unreadable", "older version", "orphaned", "not replayed",
+                 "nothing stored"]
+        words = {"fails": "still fail", "passes": "no longer fail", "doesn't fit": "no longer fit the test",
+                 "unreadable": "unreadable", "older version": "properties with failures stored under an "
+                 "older version of the test", "orphaned": "stored for tests that no longer exist",
+                 "not replayed": "properties not replayed (skipped)", "nothing stored": "properties with "
+                 "nothing stored"}
+        parts = [f"{self.counts[k]} {words[k]}" for k in order if self.counts[k]]
+        self._out("replay: " + (", ".join(parts) if parts else "nothing to replay"))
+
+
+class _Outcome:
+    def __init__(self, status: str, *, lines=(), exc: BaseException | None = None, decorator: str = "",
+                 reason: str = "") -> None:
+        self.status, self.lines, self.exc, self.decorator, self.reason = status, list(lines), exc, decorator, reason
+
+    def example(self) -> str:
+        out = []
+        for line in self.lines:
+            for prefix in ("Failing test case: ", "Falsifying example: ", "Falsifying explicit example: ",
+                           "Trying example: "):
+                if line.startswith(prefix):
+                    out.append(line[len(prefix):])
+                    break
+            else:
+                if line.startswith("Draw "):
+                    out.append(line)
+        return "\n".join(out)
+
+
+def _describe_error(exc: BaseException) -> str:
+    """A RankError's message holds every failing rank's traceback; otherwise the driver's traceback."""
+    from fuzzdist.errors import RankFailure
+
+    if isinstance(exc, RankFailure):
+        return str(exc).rstrip()
+    chunks = traceback.format_exception(exc)
+    kept = [c for c in chunks
+            if not (c.startswith('  File "') and any(h in c.split("\n", 1)[0] for h in _HIDDEN_FRAMES))]
+    return "".join(kept).rstrip()
+
+
+def export_lines(item: pytest.Function, outcome: _Outcome) -> str:
+    """``@example(...)`` for the failing example, or why it can't be pinned that way."""
+    given = list(getattr(item.obj.hypothesis, "_given_kwargs", {}) or {})
+    call_text = outcome.example().split("\nDraw ", 1)[0]
+    values = split_call(call_text) or {}
+    data_args = [name for name in given if values.get(name) == "data(...)"]
+    missing = [name for name in given if name not in values]
+    not_source = [name for name in given if name in values and name not in data_args
+                  and not _is_python(values[name])]
+    line = "@example(" + ", ".join(f"{name}={values[name]}" for name in given if name in values) + ")"
+    if not values or not_source:
+        what = f"the repr of {', '.join(not_source)} is" if not_source else "Hypothesis's repr of the example is"
+        return (f"# can't be pinned with @example: {what} not Python source.\n"
+                f"# pin the exact example with {outcome.decorator} instead (tied to this Hypothesis version)")
+    if data_args or missing:
+        draws = [ln for ln in outcome.example().splitlines() if ln.startswith("Draw ")]
+        why = (f"`{', '.join(data_args)}` is drawn with st.data() ({'; '.join(draws) or 'no draws shown'}), "
+               if data_args else f"no value is shown for {', '.join(missing)}, ")
+        return (f"# {line}\n# can't be pinned with @example: {why}and @example needs a value for every "
+                f"argument of @given. Pin it with\n{outcome.decorator}\n# (tied to this Hypothesis version), "
+                "or draw those values in @given instead of with st.data().")
+    return line
+
+
+def split_call(text: str) -> dict[str, str] | None:
+    """``f(a=1, b=[2, 3])`` -> {"a": "1", "b": "[2, 3]"}: the keyword arguments of Hypothesis's
+    repr of a call, split at top-level commas (values need not be valid Python)."""
+    text = text.strip()
+    start = text.find("(")
+    if start < 0 or not text.endswith(")"):
+        return None
+    body = text[start + 1:-1]
+    parts, current, depth, quote, i = [], [], 0, None, 0
+    while i < len(body):
+        ch = body[i]
+        current.append(ch)
+        if quote:
+            if ch == "\\" and i + 1 < len(body):
+                current.append(body[i + 1])
+                i += 1
+            elif ch == quote:
+                quote = None
+        elif ch == "#":  # a comment Hypothesis added, e.g. "# or any other generated value"
+            current.pop()
+            while i + 1 < len(body) and body[i + 1] != "\n":
+                i += 1
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            current.pop()
+            parts.append("".join(current))
+            current = []
+        i += 1
+    parts.append("".join(current))
+    values = {}
+    for part in parts:
+        name, eq, value = part.strip().partition("=")
+        if not part.strip():
+            continue
+        if not eq or not name.strip().isidentifier():
+            return None
+        values[name.strip()] = value.strip()
+    return values
+
+
+def _is_python(source: str) -> bool:
+    try:
+        ast.parse(source, mode="eval")
+        return True
+    except SyntaxError:
+        return False
+
+
+def _indent(text: str, n: int) -> str:
+    return "\n".join(" " * n + line if line else line for line in text.splitlines())
+
+
+def _first_line(text: str) -> str:
+    return next((ln.strip() for ln in text.strip().splitlines() if ln.strip()), "")

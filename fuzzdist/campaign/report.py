@@ -1,0 +1,261 @@
+"""A campaign's state, its JSON report (always valid on disk) and its summary table."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+REPORT_FORMAT = 1
+
+
+def _now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+@dataclass
+class FailureRecord:
+    """One distinct failure (one Hypothesis InterestingOrigin) of one property."""
+
+    origin: str
+    kind: str  # "failure", "flaky" (failed once, then passed) or "error" (the property itself is broken)
+    summary: str  # "RankError: rank 1 raised (rank 1: ValueError: ...)"
+    example: str  # the (shrunk, once `shrunk`) failing example, as Hypothesis prints it
+    traceback: str = ""
+    reproduce_failure: str | None = None  # the @reproduce_failure(...) decorator Hypothesis printed
+    reproduce: str = ""  # one pytest command that replays it from the database
+    found_after_examples: int = 0  # examples this property had run when it was first seen
+    found_after_s: float = 0.0  # seconds into the campaign
+    from_database: bool = False  # a known failure, replayed from the database
+    shrunk: bool = False  # Hypothesis finished shrinking it
+    occurrences: int = 1  # failing examples with this origin
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
+class PropertyState:
+    nodeid: str
+    status: str = "pending"  # pending, running, passed, failed, error, skipped, interrupted, not run
+    examples: int = 0  # examples executed (passing and failing; shrinking included)
+    invalid: int = 0  # examples rejected by assume() or a filter
+    rounds: int = 0
+    elapsed_s: float = 0.0
+    stop_reason: str | None = None
+    reason: str | None = None  # why skipped / errored
+    database_key: str | None = None
+    stored_before: int = 0  # failing examples stored under its key when the campaign started
+    events: Counter = field(default_factory=Counter)  # Hypothesis event() labels -> examples
+    targets: dict = field(default_factory=dict)  # target() label -> best score
+    failures: dict[str, FailureRecord] = field(default_factory=dict)  # by origin
+    started_at: float | None = None  # monotonic
+    share_end: float | None = None  # monotonic: when its share of the time budget ends
+    budget_examples: int | None = None
+
+    @property
+    def examples_per_s(self) -> float:
+        elapsed = self.current_elapsed()
+        return self.examples / elapsed if elapsed > 0 else 0.0
+
+    def current_elapsed(self) -> float:
+        if self.status == "running" and self.started_at is not None:
+            return time.monotonic() - self.started_at
+        return self.elapsed_s
+
+    def time_left(self) -> float | None:
+        if self.status != "running" or self.share_end is None:
+            return None
+        return max(0.0, self.share_end - time.monotonic())
+
+    def examples_left(self) -> int | None:
+        if self.budget_examples is None:
+            return None
+        return max(0, self.budget_examples - self.examples)
+
+    def to_dict(self) -> dict:
+        return {
+            "nodeid": self.nodeid,
+            "status": self.status,
+            "examples": self.examples,
+            "invalid_examples": self.invalid,
+            "examples_per_s": round(self.examples_per_s, 2),
+            "elapsed_s": round(self.current_elapsed(), 3),
+            "rounds": self.rounds,
+            "stop_reason": self.stop_reason,
+            "reason": self.reason,
+            "database_key": self.database_key,
+            "stored_failures_at_start": self.stored_before,
+            "distinct_failures": len(self.failures),
+            "failures": [f.to_dict() for f in self.failures.values()],
+            "events": dict(self.events.most_common()),
+            "targets": dict(self.targets),
+        }
+
+
+@dataclass
+class CampaignState:
+    command: list[str]
+    device: str | None
+    database: str
+    duration_s: float | None
+    max_examples: int | None
+    world_size: int | None
+    properties: dict[str, PropertyState] = field(default_factory=dict)
+    status: str = "starting"  # starting, running, finished, interrupted, error
+    interrupted_by: str | None = None
+    error: str | None = None
+    started_wall: str = field(default_factory=_now_iso)
+    started: float = field(default_factory=time.monotonic)
+    finished_wall: str | None = None
+    deadline: float | None = None  # monotonic
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def time_left(self) -> float | None:
+        return None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
+
+    def failure_count(self) -> int:
+        return sum(len(p.failures) for p in self.properties.values())
+
+    def errored(self) -> bool:
+        return self.status == "error" or any(p.status == "error" for p in self.properties.values())
+
+    def to_dict(self) -> dict:
+        import hypothesis
+        import torch
+
+        import fuzzdist
+
+        return {
+            "format": REPORT_FORMAT,
+            "fuzzdist_version": fuzzdist.__version__,
+            "hypothesis_version": hypothesis.__version__,
+            "torch_version": torch.__version__,
+            "command": self.command,
+            "status": self.status,
+            "interrupted_by": self.interrupted_by,
+            "error": self.error,
+            "started": self.started_wall,
+            "updated": _now_iso(),
+            "finished": self.finished_wall,
+            "elapsed_s": round(self.elapsed(), 3),
+            "budget": {"duration_s": self.duration_s, "max_examples_per_property": self.max_examples},
+            "device": self.device,
+            "world_size": self.world_size,
+            "database": self.database,
+            "totals": {
+                "properties": len(self.properties),
+                "examples": sum(p.examples for p in self.properties.values()),
+                "distinct_failures": self.failure_count(),
+                "failing_properties": sum(1 for p in self.properties.values() if p.failures),
+            },
+            "properties": [p.to_dict() for p in self.properties.values()],
+        }
+
+
+def write_json_atomic(path: str | os.PathLike, data: dict) -> None:
+    """Write ``data`` to ``path`` so that a reader only ever sees a complete file:
+    a temporary file in the same directory, flushed and fsynced, then os.replace."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent or Path("."), prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=2, default=str)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+# ---------------------------------------------------------------------------------------
+# Text formatting shared by the progress display and the summary.
+
+def fmt_seconds(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def fmt_left(prop: PropertyState) -> str:
+    parts = []
+    time_left = prop.time_left()
+    if time_left is not None:
+        parts.append(fmt_seconds(time_left))
+    examples_left = prop.examples_left()
+    if examples_left is not None and prop.status == "running":
+        parts.append(f"{examples_left:,} ex")
+    return " / ".join(parts) or "-"
+
+
+def fmt_events(events: Counter, limit: int = 3) -> str:
+    if not events:
+        return ""
+    top = ", ".join(f"{label} x{count}" for label, count in events.most_common(limit))
+    more = len(events) - limit
+    return top + (f" (+{more} more)" if more > 0 else "")
+
+
+def summary_text(state: CampaignState, report_path: str | None, junit_path: str | None) -> str:
+    """The end-of-campaign summary: a table, then each failure with its minimal example."""
+    rows = [("property", "status", "examples", "ex/s", "failures", "stopped because")]
+    for prop in state.properties.values():
+        why = prop.stop_reason or prop.reason or ""
+        rows.append((prop.nodeid, prop.status, f"{prop.examples:,}", f"{prop.examples_per_s:.1f}",
+                     str(len(prop.failures)), why if len(why) <= 60 else why[:57] + "..."))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = [f"fuzzdist campaign {state.status}"
+             + (f" by {state.interrupted_by}" if state.interrupted_by else "")
+             + f" after {fmt_seconds(state.elapsed())}: "
+             + f"{sum(p.examples for p in state.properties.values()):,} examples, "
+             + f"{state.failure_count()} distinct failure(s) in {len(state.properties)} properties"]
+    for i, row in enumerate(rows):
+        lines.append("  ".join(cell.ljust(widths[j]) if j in (0, 1, 5) else cell.rjust(widths[j])
+                               for j, cell in enumerate(row)).rstrip())
+        if i == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    for prop in state.properties.values():
+        if prop.events:
+            lines.append(f"events in {prop.nodeid}: {fmt_events(prop.events, limit=8)}")
+    n = 0
+    for prop in state.properties.values():
+        for failure in prop.failures.values():
+            n += 1
+            lines.append("")
+            known = " (known: replayed from the database)" if failure.from_database else ""
+            lines.append(f"[{n}] {prop.nodeid}: {failure.summary}{known}")
+            lines.append(f"    where: {failure.origin}")
+            if failure.kind == "error":
+                lines.append("    the property itself is broken (Hypothesis could not run it); fix it and run again")
+            else:
+                lines.append("    minimal example:" if failure.shrunk else
+                             "    smallest example so far (the time ran out while shrinking; the database keeps "
+                             "it, and the next run goes on shrinking):")
+                lines.extend("        " + line for line in failure.example.splitlines())
+            lines.append(f"    reproduce: {failure.reproduce}")
+    if state.error:
+        lines.append(f"\nerror: {state.error}")
+    if report_path or junit_path:
+        lines.append("")
+        if report_path:
+            lines.append(f"JSON report: {report_path}")
+        if junit_path:
+            lines.append(f"JUnit XML:   {junit_path}")
+    return "\n".join(lines)

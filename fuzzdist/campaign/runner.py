@@ -1,0 +1,536 @@
+"""``fuzzdist run``: a pytest plugin that turns each selected Hypothesis property into a campaign.
+
+For each property it replaces pytest's single call of the ``@given`` test by
+*rounds*: each round calls the test once more with fresh randomness and
+``settings(max_examples=..., database=..., report_multiple_bugs=True)``.
+
+- **Round 1** runs every phase of the test's settings, so the failures
+  stored in the database are replayed first; a round ends when Hypothesis
+  has shrunk what it found and raised it.
+- **Later rounds** skip the explicit and reuse phases (a replayed failure
+  would stop generation at once) and *mask* the failures already found:
+  an example failing with a known origin counts as a pass, so Hypothesis
+  keeps looking for a different bug instead of re-finding and re-shrinking
+  the first one.
+- **Budget.** The test's ``inner_test`` is wrapped (Hypothesis supports
+  reassigning it) by a function that counts examples, collects ``event()``
+  labels and ``target()`` scores, records each failure the moment it is
+  raised, and raises :class:`BudgetSpent` once the time is up.  With
+  ``--duration`` (counted from the first example: imports, collection and
+  the first pool's start-up are not part of it) each property gets an
+  equal share of the time left when it starts; a failure found before its
+  share ends is shrunk to the end unless the whole campaign's time runs
+  out.  ``--max-examples`` is per property and counts every example run,
+  shrinking included (checked between rounds, so a shrink is never cut).
+- **Nothing is lost.** Hypothesis saves each failing example, and each
+  shrink step, to the database as it happens.  BudgetSpent and the
+  interrupt raised on SIGINT/SIGTERM subclass KeyboardInterrupt, the one
+  exception Hypothesis lets through without saving the example in flight
+  (any other would be filed as a failing example).  The JSON report is
+  rewritten atomically after every new failure, every few seconds, and at
+  the end.
+- **Distinct failures** are told apart by Hypothesis's InterestingOrigin
+  (exception type and raising site, with its chain: a RankError carries the
+  remote site), the same way Hypothesis does.
+
+Pools come from the fuzzdist plugin's ``rank_pools`` cache
+(``config._fuzzdist_pools``); ``CampaignPlugin(pool_cache=...)`` swaps in
+another cache, which is where a torchrun-formed pool plugs in.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import time
+import traceback
+from dataclasses import dataclass
+
+import pytest
+from _pytest.outcomes import Failed, OutcomeException
+from hypothesis import Phase
+from hypothesis import settings as Settings
+from hypothesis.errors import Flaky, HypothesisException, UnsatisfiedAssumption
+
+from fuzzdist.campaign.database import Database, record_in_index, reproduce_command
+from fuzzdist.campaign.progress import Progress
+from fuzzdist.campaign.report import CampaignState, FailureRecord, PropertyState, write_json_atomic
+from fuzzdist.campaign.selection import SelectionPlugin, Targets
+
+REPORT_INTERVAL_S = 5.0
+# Examples per round when only time limits a property: the campaign profile's budget, so
+# Hypothesis schedules its phases (e.g. target() optimisation at half-way) as usual.
+ROUND_EXAMPLES = 100_000
+MAX_EVENT_LABELS = 1000  # distinct event() labels kept per property; the rest are counted together
+OTHER_EVENTS = "(other event labels)"
+FAILURE_TYPES = (Exception, SystemExit, GeneratorExit, Failed)  # what Hypothesis counts as a failure
+
+
+class CampaignInterrupt(KeyboardInterrupt):
+    """Ends the run at once.  A KeyboardInterrupt so that Hypothesis does not save the example in flight."""
+
+
+class BudgetSpent(CampaignInterrupt):
+    """The time budget is spent; raised by the example wrapper before the next example runs."""
+
+
+class Terminated(CampaignInterrupt):
+    """SIGINT or SIGTERM arrived (raised by the CLI's signal handler)."""
+
+    def __init__(self, signal_name: str) -> None:
+        super().__init__(signal_name)
+        self.signal_name = signal_name
+
+
+@dataclass
+class _Round:
+    number: int
+    mask: frozenset  # origins already found: failing with one of them counts as a pass
+    known_entries: frozenset  # round 1: the stored failing examples (bytes), to spot replays
+    failed: bool = False  # an unmasked failure was raised in this round (Hypothesis is shrinking)
+    valid: int = 0  # examples that ran to the end (passed, failed or masked)
+
+
+class CampaignPlugin(SelectionPlugin):
+    def __init__(self, targets: Targets, *, state: CampaignState, database: Database, progress: Progress,
+                 report_path: str | None = None, device: str | None = None, pool_cache=None,
+                 round_examples: int = ROUND_EXAMPLES, pytest_options: list[str] = (),
+                 seed: int | None = None) -> None:
+        super().__init__(targets, device)
+        self.pytest_options = list(pytest_options)  # what a reproducing pytest command needs
+        self.seed = seed
+        self.state = state
+        self.database = database
+        self.progress = progress
+        self.report_path = report_path
+        self.pool_cache = pool_cache
+        self.round_examples = round_examples
+        self._round: _Round | None = None
+        self._next_report = 0.0
+        self._expected_skips: dict[str, str] = {}
+        self._indexed: set[str] = set()
+        self._key: bytes | None = None  # the database key of the property running
+        self._report_error: str | None = None
+
+    # -- set-up ---------------------------------------------------------------------------
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_configure(self, config: pytest.Config) -> None:
+        if self.pool_cache is not None:  # e.g. a pool formed by torchrun instead of the local spawner
+            previous = getattr(config, "_fuzzdist_pools", None)
+            if previous is not None:
+                previous.close()
+            config._fuzzdist_pools = self.pool_cache  # type: ignore[attr-defined]
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, session, config, items) -> None:
+        super().pytest_collection_modifyitems(session, config, items)
+        for item in items:
+            self.state.properties[item.nodeid] = PropertyState(item.nodeid, budget_examples=self.state.max_examples)
+            reason = _expected_skip(item)
+            if reason:
+                self._expected_skips[item.nodeid] = reason
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        if self.error is None and not self.collect_errors and self.state.properties:
+            self.state.status = "running"
+            self.progress.start(self.state)
+            self.write_report()
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        prop = self.state.properties.get(report.nodeid)
+        if prop is None:
+            return
+        if report.when == "setup" and report.skipped:
+            prop.status = "skipped" if prop.status == "pending" else prop.status
+            prop.reason = _skip_reason(report)
+            self.progress.property_done(self.state, prop)
+        elif report.failed and report.when in ("setup", "teardown") and prop.status in ("pending", "running", "passed"):
+            prop.status = "error"
+            prop.reason = f"{report.when} failed: " + _first_line(str(report.longreprtext))
+            self.progress.property_done(self.state, prop)
+
+    # -- the campaign of one property -------------------------------------------------------
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_pyfunc_call(self, pyfuncitem: pytest.Function):
+        prop = self.state.properties.get(pyfuncitem.nodeid)
+        if prop is None:
+            return None
+        testargs = {arg: pyfuncitem.funcargs[arg] for arg in pyfuncitem._fixtureinfo.argnames}
+        self._run_property(pyfuncitem, prop, testargs)
+        return True
+
+    def _run_property(self, item: pytest.Function, prop: PropertyState, testargs: dict) -> None:
+        from hypothesis.internal.reflection import function_digest
+
+        state = self.state
+        now = time.monotonic()
+        if state.duration_s is not None and state.deadline is None:
+            # The clock starts with the first property, once its rank pool is up: imports,
+            # collection and the first pool's start-up are not part of the budget.
+            state.deadline = now + state.duration_s
+        if state.deadline is not None:
+            if now >= state.deadline:
+                prop.status, prop.reason = "not run", "the campaign's time was spent before its turn"
+                pytest.skip(prop.reason)
+            waiting = [p for p in state.properties.values()
+                       if p.status == "pending" and p.nodeid not in self._expected_skips]
+            prop.share_end = now + (state.deadline - now) / max(1, len(waiting))
+        fn = item.obj
+        handle = fn.hypothesis
+        inner = handle.inner_test
+        original_settings = fn._hypothesis_internal_use_settings
+        had_key = "_hypothesis_internal_database_key" in fn.__dict__
+        old_key = fn.__dict__.get("_hypothesis_internal_database_key")
+        old_seed = fn._hypothesis_internal_use_seed
+        # Hypothesis's standard key (pytest's hypothesis plugin has already set the
+        # per-parametrization digest, if any, on inner_test); pinned so the wrapper
+        # can't change it.
+        key = self._key = function_digest(inner)
+        db = self.database.db
+        prop.database_key = key.hex()
+        known = frozenset(db.fetch(key))
+        prop.stored_before = len(known)
+        given = set(getattr(handle, "_given_kwargs", {}) or {})
+        prop.status, prop.started_at = "running", now
+        self.progress.update(state, force=True)
+        base_phases = tuple(original_settings.phases)
+        later_phases = tuple(p for p in base_phases if p not in (Phase.explicit, Phase.reuse))
+        try:
+            fn._hypothesis_internal_database_key = key
+            handle.inner_test = self._wrap(item, prop, inner, given)
+            while True:
+                stop = self._budget_stop(prop)
+                if stop:
+                    prop.stop_reason = stop
+                    break
+                number = prop.rounds + 1
+                if number > 1 and Phase.generate not in base_phases:
+                    prop.stop_reason = "the test's phases don't generate examples"
+                    break
+                max_examples = self.round_examples
+                if state.max_examples is not None:
+                    max_examples = min(max_examples, state.max_examples - prop.examples)
+                self._round = _Round(number, frozenset(prop.failures), known if number == 1 else frozenset())
+                fn._hypothesis_internal_use_settings = Settings(
+                    parent=original_settings, max_examples=max_examples, database=db,
+                    report_multiple_bugs=True, derandomize=False, print_blob=True,
+                    phases=base_phases if number == 1 else later_phases)
+                if self.seed is not None:
+                    fn._hypothesis_internal_use_seed = self.seed + number - 1
+                prop.rounds = number
+                before = prop.examples
+                try:
+                    fn(**testargs)
+                except BudgetSpent:
+                    prop.stop_reason = "time budget"
+                    break
+                except CampaignInterrupt as exc:
+                    self._interrupted(item, prop, getattr(exc, "signal_name", "SIGINT"))
+                    break
+                except KeyboardInterrupt:
+                    self._interrupted(item, prop, "SIGINT")
+                    break
+                except OutcomeException as exc:
+                    if not isinstance(exc, Failed):
+                        raise  # pytest.skip()/exit() inside the property
+                    if self._record_round(item, prop, exc):
+                        break
+                except BaseException as exc:
+                    if self._record_round(item, prop, exc):
+                        break
+                else:
+                    if self._round.valid < max_examples and (state.max_examples is None
+                                                             or prop.examples < state.max_examples):
+                        prop.stop_reason = ("too many invalid examples" if prop.invalid > prop.examples
+                                            else "search space exhausted")
+                        break
+                if state.interrupted_by is not None:  # its exception was caught on the way up
+                    self._interrupted(item, prop, state.interrupted_by)
+                    break
+                if prop.failures:
+                    self._index(item.nodeid)
+                if prop.examples == before and not self._round.failed:
+                    prop.stop_reason = "a round ran no example"
+                    break
+        finally:
+            handle.inner_test = inner
+            fn._hypothesis_internal_use_settings = original_settings
+            fn._hypothesis_internal_use_seed = old_seed
+            if had_key:
+                fn._hypothesis_internal_database_key = old_key
+            else:
+                fn.__dict__.pop("_hypothesis_internal_database_key", None)
+            if prop.failures:
+                self._index(item.nodeid)
+            self._round = None
+            self._key = None
+            prop.elapsed_s = time.monotonic() - now
+            if prop.status == "running":
+                if any(f.kind == "error" for f in prop.failures.values()):
+                    prop.status = "error"
+                else:
+                    prop.status = "failed" if prop.failures else "passed"
+            self.progress.property_done(state, prop)
+            self.write_report()
+        if prop.failures:
+            pytest.fail(_failure_text(prop), pytrace=False)
+
+    def _budget_stop(self, prop: PropertyState) -> str | None:
+        now = time.monotonic()
+        if self.state.deadline is not None and (now >= self.state.deadline or now >= prop.share_end):
+            return "time budget"
+        if self.state.max_examples is not None and prop.examples >= self.state.max_examples:
+            return "max examples"
+        return None
+
+    def _interrupted(self, item: pytest.Function, prop: PropertyState, signal_name: str) -> None:
+        self.state.interrupted_by = self.state.interrupted_by or signal_name
+        self.state.status = "interrupted"
+        prop.status = "interrupted"
+        prop.stop_reason = f"interrupted by {signal_name}"
+        item.session.shouldstop = f"fuzzdist campaign interrupted by {signal_name}"
+
+    # -- the per-example wrapper ------------------------------------------------------------
+
+    def _wrap(self, item: pytest.Function, prop: PropertyState, inner, given: set):
+        plugin, state = self, self.state
+
+        @functools.wraps(inner)
+        def fuzzdist_campaign_example(*args, **kwargs):
+            rnd = plugin._round
+            if state.interrupted_by is not None:  # a signal arrived; its exception may have been caught
+                raise Terminated(state.interrupted_by)
+            if state.deadline is not None:
+                now = time.monotonic()
+                if now >= state.deadline or (not rnd.failed and now >= prop.share_end):
+                    raise BudgetSpent()
+            try:
+                result = inner(*args, **kwargs)
+            except UnsatisfiedAssumption:
+                prop.invalid += 1
+                raise
+            except FAILURE_TYPES as exc:
+                prop.examples += 1
+                rnd.valid += 1
+                masked = plugin._on_failure(item, prop, exc, kwargs, given)
+                plugin._after_example(prop)
+                if masked:
+                    return None
+                raise
+            prop.examples += 1
+            rnd.valid += 1
+            plugin._after_example(prop)
+            return result
+
+        return fuzzdist_campaign_example
+
+    def _after_example(self, prop: PropertyState) -> None:
+        try:
+            from hypothesis.control import current_build_context
+
+            data = current_build_context().data
+        except Exception:
+            data = None
+        if data is not None:
+            events = prop.events
+            for label, value in data.events.items():
+                label = label if value == "" else f"{label}: {value}"
+                if label not in events and len(events) >= MAX_EVENT_LABELS:
+                    label = OTHER_EVENTS
+                events[label] += 1
+            for label, score in data.target_observations.items():
+                if label not in prop.targets or score > prop.targets[label]:
+                    prop.targets[label] = score
+        now = time.monotonic()
+        self.progress.update(self.state)
+        if now >= self._next_report:
+            self.write_report()
+
+    def _on_failure(self, item, prop: PropertyState, exc: BaseException, kwargs: dict, given: set) -> bool:
+        """Record a failing example as it happens; True if its origin is masked (counts as a pass)."""
+        rnd = self._round
+        origin = _origin(exc)
+        record = prop.failures.get(origin)
+        if record is not None:
+            record.occurrences += 1
+            if origin in rnd.mask:
+                return True
+            rnd.failed = True
+            if not record.shrunk:  # Hypothesis is shrinking it: keep the latest (smallest) example
+                record.example, record.summary = _example_text(item, kwargs, given), _summary(exc)
+            return False
+        rnd.failed = True
+        example = _example_text(item, kwargs, given)
+        from_database = False
+        if rnd.known_entries:
+            try:
+                from hypothesis.control import current_build_context
+                from hypothesis.database import choices_to_bytes
+
+                from_database = choices_to_bytes(current_build_context().data.choices) in rnd.known_entries
+            except Exception:
+                pass
+        record = FailureRecord(
+            origin=origin, kind="failure", summary=_summary(exc), example=example,
+            traceback="".join(traceback.format_exception(exc)),
+            reproduce=reproduce_command(item.nodeid, self.database, self.pytest_options),
+            found_after_examples=prop.examples, found_after_s=round(self.state.elapsed(), 3),
+            from_database=from_database)
+        prop.failures[origin] = record
+        self._index(item.nodeid)
+        self.progress.new_failure(self.state, prop, record.summary, from_database)
+        self.write_report()
+        return False
+
+    def _index(self, nodeid: str) -> None:
+        """Note in the database which test the current key belongs to (once per property)."""
+        if nodeid in self._indexed or self._key is None:
+            return
+        self._indexed.add(nodeid)
+        try:
+            record_in_index(self.database.db, self._key, nodeid)
+        except Exception as exc:  # the failure itself is saved; only the index entry is missing
+            self.progress.stream.write(f"fuzzdist: warning: can't update the database index: {exc}\n")
+
+    def _record_round(self, item, prop: PropertyState, exc: BaseException) -> bool:
+        """Take in the (shrunk) failures a round raised; True if the property can't go on."""
+        stop = False
+        for leaf in _leaves(exc):
+            if isinstance(leaf, KeyboardInterrupt):  # an interrupt Hypothesis grouped with failures
+                continue
+            origin = _origin(leaf)
+            if isinstance(leaf, Flaky):
+                kind = "flaky"
+            elif isinstance(leaf, HypothesisException):
+                kind, stop = "error", True
+            else:
+                kind = "failure"
+            record = prop.failures.get(origin)
+            if record is None:
+                record = FailureRecord(origin=origin, kind=kind, summary=_summary(leaf), example="",
+                                       reproduce=reproduce_command(item.nodeid, self.database, self.pytest_options),
+                                       found_after_examples=prop.examples,
+                                       found_after_s=round(self.state.elapsed(), 3))
+                prop.failures[origin] = record
+                self.progress.new_failure(self.state, prop, record.summary, False)
+            record.kind = kind
+            record.summary = _summary(leaf)
+            notes = [str(n) for n in getattr(leaf, "__notes__", ())]
+            record.example = _example_from_notes(notes) or record.example or "(no example: " + kind + ")"
+            record.shrunk = kind != "error"
+            record.traceback = "".join(traceback.format_exception(leaf))
+            record.reproduce_failure = _blob_from_notes(notes)
+            if kind == "error":
+                prop.status = "error"
+                prop.reason = record.summary
+        self.write_report()
+        return stop
+
+    # -- the report -----------------------------------------------------------------------
+
+    def write_report(self) -> None:
+        self._next_report = time.monotonic() + REPORT_INTERVAL_S
+        if not self.report_path:
+            return
+        try:
+            write_json_atomic(self.report_path, self.state.to_dict())
+        except OSError as exc:
+            if self._report_error is None:
+                self._report_error = f"can't write the report {self.report_path}: {exc}"
+                self.progress.stream.write(f"fuzzdist: warning: {self._report_error}\n")
+
+
+def _example_text(item, kwargs: dict, given: set) -> str:
+    """The drawn arguments of an example as a call (until Hypothesis prints the shrunk one)."""
+    shown = ", ".join(f"{name}={value!r}" for name, value in kwargs.items() if name in given)
+    return f"{getattr(item, 'originalname', item.name)}({shown[:4000]})"
+
+
+def _origin(exc: BaseException) -> str:
+    """Hypothesis's InterestingOrigin of a failure, on one line: what tells distinct failures apart."""
+    from hypothesis.internal.escalation import InterestingOrigin
+
+    return "; ".join(line.strip() for line in str(InterestingOrigin.from_exception(exc)).splitlines())
+
+
+def _leaves(exc: BaseException):
+    """The distinct failures in what a round raised (Hypothesis groups several in an ExceptionGroup)."""
+    if type(exc) in (BaseExceptionGroup, ExceptionGroup):
+        for sub in exc.exceptions:
+            yield from _leaves(sub)
+    else:
+        yield exc
+
+
+def _example_from_notes(notes: list[str]) -> str:
+    lines = []
+    for note in notes:
+        for prefix in ("Failing test case: ", "Falsifying example: ", "Falsifying explicit example: "):
+            if note.startswith(prefix):
+                lines.append(note[len(prefix):])
+                break
+        else:
+            if note.startswith("Draw "):
+                lines.append(note)
+    return "\n".join(lines)
+
+
+def _blob_from_notes(notes: list[str]) -> str | None:
+    for note in notes:
+        match = re.search(r"@reproduce_failure\([^)]*\)", note)
+        if match:
+            return match.group(0)
+    return None
+
+
+def _summary(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {_first_line(str(exc))}".rstrip(": ")
+
+
+def _first_line(text: str) -> str:
+    for line in text.strip().splitlines():
+        if line.strip():
+            return line.strip()[:300]
+    return ""
+
+
+def _skip_reason(report: pytest.TestReport) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    return _first_line(str(longrepr))
+
+
+def _expected_skip(item: pytest.Item) -> str | None:
+    """Why the fuzzdist plugin will skip ``item`` on this machine (None: it will run)."""
+    try:
+        from fuzzdist.capabilities import missing, missing_gpus
+
+        if item.get_closest_marker("gpu") is not None:
+            reason = missing_gpus(1)
+            if reason:
+                return reason
+        marker = item.get_closest_marker("multi_gpu")
+        if marker is not None:
+            reason = missing_gpus(marker.kwargs.get("n", marker.args[0] if marker.args else 2))
+            if reason:
+                return reason
+        for marker in item.iter_markers("needs"):
+            reason = missing(*marker.args)
+            if reason:
+                return reason
+    except Exception:
+        return None
+    return None
+
+
+def _failure_text(prop: PropertyState) -> str:
+    parts = [f"fuzzdist campaign found {len(prop.failures)} distinct failure(s) in {prop.nodeid} "
+             f"after {prop.examples:,} examples"]
+    for i, failure in enumerate(prop.failures.values(), 1):
+        parts.append(f"\n[{i}] {failure.summary}\n    where: {failure.origin}\n    minimal example:\n"
+                     + "\n".join("        " + line for line in failure.example.splitlines())
+                     + f"\n    reproduce: {failure.reproduce}\n\n{failure.traceback}")
+    return "\n".join(parts)
