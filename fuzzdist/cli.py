@@ -257,12 +257,24 @@ def _collect_error(plugin) -> str | None:
     return None
 
 
-def _pool_cache_for_launch():
+def _pool_cache_for_launch(args):
     """The rank-pool cache for how this process was launched: None means the fuzzdist
-    plugin's local spawner.  Where ``torchrun`` launched fuzzdist, rank 0 will return a
-    cache of pools formed by the torchrun processes here (and the other ranks will serve
-    examples instead of running pytest); not built yet."""
-    return None
+    plugin's local spawner.  Under ``torchrun``, every process joins torchrun's group;
+    ranks other than 0 serve examples until rank 0 is done and exit here, and rank 0
+    gets a cache holding the one pool torchrun formed."""
+    from fuzzdist import torchrun
+    from fuzzdist.pool import DEFAULT_TIMEOUT
+
+    if not torchrun.in_torchrun():
+        return None
+    ctx, store = torchrun.join(backend="gloo", device=args.device or "cpu",
+                               timeout=args.timeout or DEFAULT_TIMEOUT)
+    if ctx.rank != 0:
+        code = torchrun.serve(ctx, store)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)  # the campaign runs on rank 0 only
+    return torchrun.TorchrunPoolCache(torchrun.TorchrunPool(ctx, store, timeout=args.timeout or DEFAULT_TIMEOUT))
 
 
 def cmd_run(args) -> int:
@@ -289,7 +301,7 @@ def cmd_run(args) -> int:
     stream = _terminal_stream()
     progress = make_progress(stream, args.progress, interval=args.progress_interval)
     plugin = CampaignPlugin(targets, state=state, database=database, progress=progress,
-                            report_path=report_path, device=args.device, pool_cache=_pool_cache_for_launch(),
+                            report_path=report_path, device=args.device, pool_cache=_pool_cache_for_launch(args),
                             pytest_options=_pool_options(args), seed=args.seed)
     argv = _pytest_args(args, targets, "campaign")
     junit_tmp = None

@@ -23,6 +23,7 @@ import faulthandler
 import os
 import pickle
 import signal
+import sys
 import tempfile
 import threading
 import time
@@ -101,7 +102,9 @@ def serve(ctx: Any, store: Any) -> int:
                     return 0
                 if heart.rank0_lost():
                     return 3  # the driver is gone: torchrun's agent decides what happens next
-            _, seed, payload = pickle.loads(store.get(key))
+            _, seed, payload, sys_path = pickle.loads(store.get(key))
+            if sys_path is not None:  # rank 0's test directories (pytest puts them on sys.path)
+                sys.path[:] = sys_path
             reply = _worker.execute(ctx, seq, seed, payload)
             store.set(f"{_PREFIX}result/{seq}/{ctx.rank}", reply)
     finally:
@@ -126,6 +129,7 @@ class TorchrunPool:
         self._heart = _Heartbeat(0, watch_rank0=False, watch_ranks=range(1, ctx.world_size))
         self._heart.start()
         self._gone: BaseException | None = None  # the failure that spent the pool
+        self._sent_sys_path: list[str] | None = None
         self._stopping = False
         self._previous_sigterm = signal.signal(signal.SIGTERM, self._on_sigterm)
 
@@ -139,7 +143,10 @@ class TorchrunPool:
         seed = _derive_seed(payload)
         self.examples_run += 1
         seq = self.examples_run
-        self._store.set(f"{_PREFIX}call/{seq}", pickle.dumps((seq, seed, payload)))
+        sys_path = None
+        if sys.path != self._sent_sys_path:
+            sys_path = self._sent_sys_path = list(sys.path)
+        self._store.set(f"{_PREFIX}call/{seq}", pickle.dumps((seq, seed, payload, sys_path)))
         local = _in_daemon_thread(_worker.execute, self._ctx, seq, seed, payload)
         out = self._collect(seq, local)
         return self._conclude(seq, out)
@@ -242,6 +249,26 @@ class TorchrunPool:
         self._stopping = True
 
 
+class TorchrunPoolCache:
+    """The plugin's pool cache under torchrun: the one pool torchrun formed, for every property it fits."""
+
+    def __init__(self, pool: TorchrunPool) -> None:
+        self.pool = pool
+
+    def get(self, key: Any) -> TorchrunPool:
+        from fuzzdist.errors import CapabilityError
+
+        if key.world_size != self.pool.world_size or key.device != self.pool.device or key.backend != self.pool.backend:
+            raise CapabilityError(
+                f"under torchrun the pool is torchrun's {self.pool.world_size} {self.pool.device} processes "
+                f"over {self.pool.backend}; this property asks for {key}. Pass --world-size "
+                f"{self.pool.world_size} or start torchrun with --nproc-per-node {key.world_size}.")
+        return self.pool
+
+    def close(self) -> None:
+        self.pool.close()
+
+
 class _Heartbeat:
     """A thread that beats for this rank, watches the others' beats and answers stack-dump requests."""
 
@@ -295,13 +322,25 @@ def _store_client(timeout: float):
 
 
 def _wait(store: Any, keys: str | list[str], seconds: float) -> bool:
-    """True once every key exists, False after ``seconds`` (never blocks longer)."""
+    """True once every key exists, False after ``seconds`` (never blocks longer).
+
+    Polls ``check`` with a short backoff rather than a timed ``store.wait``:
+    c10d logs a warning for every timed-out wait, and idle ranks wait a lot.
+    """
     keys = [keys] if isinstance(keys, str) else keys
-    try:
-        store.wait(keys, timedelta(seconds=seconds))
-        return True
-    except Exception:  # DistStoreError / RuntimeError on timeout, depending on the torch release
-        return False
+    deadline = time.monotonic() + seconds
+    pause = 0.0001
+    while True:
+        try:
+            if store.check(keys):
+                return True
+        except Exception:  # the store went away: the job is ending
+            return False
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        time.sleep(min(pause, remaining))
+        pause = min(pause * 2, 0.02)
 
 
 def _in_daemon_thread(fn: Any, *args: Any) -> Future:

@@ -55,3 +55,25 @@ def test_hanging_rank_is_a_timeout_with_its_stack(tmp_path):
     assert report["failure"] == "RankTimeout", report
     assert report["failure_ranks"] == [0, 1] or report["failure_ranks"] == [1]
     assert "sum_of_ranks" in report["message"]  # rank 1's stack, dumped on request
+
+
+@pytest.mark.parametrize("planted", [False, True])
+def test_fuzzdist_run_under_torchrun(tmp_path, planted):
+    """`torchrun -m fuzzdist run`: rank 0 runs the campaign, the other rank executes every example."""
+    prop = tmp_path / "test_tr_prop.py"
+    prop.write_text((HERE / "torchrun_cli_prop.py").read_text())
+    env = dict(os.environ, OMP_NUM_THREADS="1", PLANT_BUG="1" if planted else "0")
+    cmd = [TORCHRUN, "--nnodes", "1", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+           "--master-port", str(_free_port()), "--max-restarts", "0", "-m", "fuzzdist", "run", str(prop),
+           "--max-examples", "30", "--world-size", "2", "--report", str(tmp_path / "r.json"),
+           "--junit", "", "--database", str(tmp_path / "db"), "--progress", "none"]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    report = json.loads((tmp_path / "r.json").read_text())
+    (result,) = report["properties"].values() if isinstance(report["properties"], dict) else report["properties"]
+    assert result["examples"] >= 30 if not planted else result["examples"] >= 1
+    if planted:
+        assert proc.returncode != 0
+        assert result["status"] == "failed" and "n=7," in result["failures"][0]["example"]
+    else:
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert result["status"] == "passed"
