@@ -76,6 +76,8 @@ def _positive_float(text: str) -> float:
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="fuzzdist", description="Property-based fuzz campaigns for torch.distributed.")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+    sub.add_parser("check-pg", help="fuzz a ProcessGroup against the c10d contract "
+                                    "(fuzzdist check-pg --help; docs/backend-authors.md)", add_help=False)
 
     run = sub.add_parser("run", help="fuzz the property suite for a time or example budget",
                          description="Fuzz properties (default: the properties/ suite) for a time or example "
@@ -130,6 +132,11 @@ def _common(sub: argparse.ArgumentParser, device_default: str | None = "cpu") ->
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["check-pg"]:  # conformance fuzzing of a ProcessGroup: its own parser
+        from fuzzdist.conformance import main_check_pg
+
+        return main_check_pg(argv[1:])
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

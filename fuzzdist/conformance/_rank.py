@@ -1,0 +1,515 @@
+"""The conformance code that runs inside the rank processes.
+
+Each rank builds the user's ProcessGroup once per factory (``group_for``),
+caches it in a module-level dict for the life of the rank process, and runs
+drawn ``OpCall``s on it the way torch.distributed's Python API would: the
+same ProcessGroup method, the same option struct, the same complex-as-real
+views, and ``work.wait()`` unless the call is asynchronous.
+
+Nothing here decides whether a result is right: the ranks return what they
+observed (output tensors, and the few problems only a rank can see: bytes
+written outside an output tensor, a modified input) and the driver compares
+with its own reference.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from collections.abc import Callable
+from typing import Any, Optional
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import Backend as _C10dBackend  # dist.Backend is the name enum
+from torch._C._distributed_c10d import (
+    AllgatherOptions,
+    AllreduceOptions,
+    AllToAllOptions,
+    BarrierOptions,
+    BroadcastOptions,
+    GatherOptions,
+    ReduceOptions,
+    ReduceScatterOptions,
+    ScatterOptions,
+)
+
+from fuzzdist.checks import first_difference
+from fuzzdist.conformance._calls import OPS, OpCall, chunk_values, input_seed, input_values, pack
+
+SENTINEL = 0xA5  # every byte of an output buffer before the op runs
+GUARD_ELEMENTS = 8  # guard elements after every output tensor
+LATE_ARRIVAL_S = 0.02  # barrier: how late the late rank arrives
+
+# factory reference -> the ProcessGroup this rank built with it
+_GROUPS: dict[str, Any] = {}
+_BUILDS: dict[str, int] = {}  # factory reference -> groups built with it (each gets fresh store keys)
+_RETIRED: list[Any] = []  # groups dropped after the ranks fell out of step: kept, never destroyed mid-op
+_FACTORIES: dict[str, Callable[..., Any]] = {}
+
+
+# -- factories -----------------------------------------------------------------------
+
+
+class FactoryError(ValueError):
+    """The factory reference can't be resolved to a callable."""
+
+
+def resolve_factory(ref: str) -> Callable[..., Any]:
+    """``"package.module:callable"`` (or ``"module:obj.attr"``) -> the callable."""
+    factory = _FACTORIES.get(ref)
+    if factory is not None:
+        return factory
+    if not isinstance(ref, str) or ref.count(":") != 1:
+        raise FactoryError(f"a ProcessGroup factory is given as 'module:callable', got {ref!r}")
+    module_name, _, attr = ref.partition(":")
+    if not module_name or not attr:
+        raise FactoryError(f"a ProcessGroup factory is given as 'module:callable', got {ref!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise FactoryError(f"can't import module {module_name!r} of factory {ref!r}: {exc}. "
+                           "Is it on sys.path (run from its directory, or set PYTHONPATH)?") from exc
+    obj: Any = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError as exc:
+            raise FactoryError(f"module {module_name!r} has no attribute {attr!r} (factory {ref!r})") from exc
+    if not callable(obj):
+        raise FactoryError(f"factory {ref!r} is a {type(obj).__name__}, not a callable "
+                           "(rank, world_size, store, device) -> ProcessGroup")
+    _FACTORIES[ref] = obj
+    return obj
+
+
+def factory_ref(factory: str | Callable[..., Any]) -> str:
+    """The 'module:qualname' string the ranks import ``factory`` by (checked to resolve back to it)."""
+    if isinstance(factory, str):
+        resolve_factory(factory)
+        return factory
+    if not callable(factory):
+        raise FactoryError(f"factory must be 'module:callable' or a callable, got {factory!r}")
+    module = getattr(factory, "__module__", None)
+    qualname = getattr(factory, "__qualname__", None)
+    if not module or not qualname or "<" in qualname or module == "__main__":
+        raise FactoryError(
+            f"factory {factory!r} can't be imported by the rank processes: pass a top-level function "
+            "of an importable module (not a lambda, a nested function or one defined in __main__), "
+            "or its 'module:callable' name")
+    ref = f"{module}:{qualname}"
+    if resolve_factory(ref) is not factory:
+        raise FactoryError(f"factory {factory!r} does not resolve back from {ref!r}")
+    return ref
+
+
+def as_process_group(obj: Any, store: Any, rank: int, world_size: int, device: torch.device) -> Any:
+    """The factory's result as a ``dist.ProcessGroup``.
+
+    A ``dist.Backend`` (``ProcessGroupGloo(store, rank, size)``, a custom C++
+    or Python backend) is wrapped the way ``init_process_group`` wraps one: a
+    ``ProcessGroup`` with the backend registered for the device, so calls go
+    through c10d's dispatcher to it.
+    """
+    if isinstance(obj, dist.ProcessGroup):
+        return obj
+    if isinstance(obj, _C10dBackend):
+        types = dist.ProcessGroup.BackendType
+        if isinstance(obj, getattr(dist, "ProcessGroupGloo", ())):
+            backend_type = types.GLOO
+        elif dist.is_nccl_available() and isinstance(obj, getattr(dist, "ProcessGroupNCCL", ())):
+            backend_type = types.NCCL
+        else:
+            backend_type = types.CUSTOM
+        pg = dist.ProcessGroup(store, rank, world_size)
+        pg._set_default_backend(backend_type)
+        pg._register_backend(torch.device(device.type), backend_type, obj)
+        return pg
+    raise TypeError(f"the factory returned {type(obj).__qualname__}, not a torch.distributed ProcessGroup "
+                    "(or Backend)")
+
+
+def group_for(ctx: Any, ref: str) -> Any:
+    """This rank's ProcessGroup from factory ``ref``, built on first use and cached.
+
+    The factory gets ``(rank, world_size, store, device)``; ``store`` is a
+    ``PrefixStore`` private to this factory over the pool's store.
+    """
+    pg = _GROUPS.get(ref)
+    if pg is None:
+        factory = resolve_factory(ref)
+        n = _BUILDS[ref] = _BUILDS.get(ref, 0) + 1
+        store = dist.PrefixStore(f"fuzzdist/pg/{ref}/{n}/", ctx.store)
+        obj = factory(ctx.rank, ctx.world_size, store, ctx.device)
+        pg = as_process_group(obj, store, ctx.rank, ctx.world_size, ctx.device)
+        _GROUPS[ref] = pg
+    return pg
+
+
+def cached_group(ref: str) -> Any:
+    """The group already built from ``ref`` on this rank (see ``group_for``)."""
+    return _GROUPS[ref]
+
+
+def build(ctx: Any, ref: str) -> dict[str, Any]:
+    """Build (or reuse) the group; what it says about itself."""
+    pg = group_for(ctx, ref)
+    name = None
+    for attr in ("name", "getBackendName"):
+        try:
+            name = str(getattr(pg, attr)())
+            break
+        except Exception:  # noqa: BLE001 - a Python group may not implement it
+            continue
+    return {"rank": int(pg.rank()), "size": int(pg.size()), "name": name,
+            "type": f"{type(pg).__module__}.{type(pg).__qualname__}"}
+
+
+def forget(ctx: Any, ref: str) -> None:
+    """Drop this rank's cached group; the next call builds a new one.
+
+    After an example failed on some ranks only, the group's ranks may be out
+    of step (one consumed a collective's sequence number, another did not),
+    and every later example on it could hang or mix up data.
+    """
+    pg = _GROUPS.pop(ref, None)
+    if pg is not None:
+        _RETIRED.append(pg)
+
+
+# -- tensors -------------------------------------------------------------------------
+
+
+class _Guarded:
+    """An output tensor: a view ``offset`` elements into a buffer filled with SENTINEL bytes,
+    with GUARD_ELEMENTS more after it, so writes outside the view show."""
+
+    def __init__(self, shape: tuple[int, ...], dtype: torch.dtype, offset: int, device: torch.device,
+                 values: Optional[torch.Tensor] = None) -> None:
+        numel = 1
+        for s in shape:
+            numel *= s
+        self.itemsize = dtype.itemsize
+        self.start = offset * self.itemsize
+        self.end = (offset + numel) * self.itemsize
+        total = offset + numel + GUARD_ELEMENTS
+        self.buffer = torch.full((total * self.itemsize,), SENTINEL, dtype=torch.uint8, device=device)
+        self.tensor = self.buffer.view(dtype)[offset:offset + numel].view(shape)
+        if values is not None:
+            self.tensor.copy_(values.to(device))
+
+    def problems(self, what: str) -> list[str]:
+        out = []
+        for name, region in (("before", self.buffer[:self.start]), ("after", self.buffer[self.end:])):
+            changed = int((region != SENTINEL).sum())
+            if changed:
+                out.append(f"{what}: {changed} byte(s) written {name} the tensor, outside its bounds")
+        return out
+
+
+def _in_place(call: OpCall, rank: int, device: torch.device) -> tuple[torch.Tensor, Optional[_Guarded]]:
+    """The rank's main input, in the drawn layout; guarded when the layout is (offset-)contiguous."""
+    spec = call.spec
+    if spec.layout in ("contiguous", "sliced"):
+        guarded = _Guarded(spec.shape, spec.dtype, spec.storage_offset, device, input_values(call, rank))
+        return guarded.tensor, guarded
+    return spec.materialize(device, input_seed(call.seed, rank, 0)), None
+
+
+def _real(t: torch.Tensor) -> torch.Tensor:
+    """What torch.distributed hands the backend for a complex tensor: its real view."""
+    return torch.view_as_real(t) if t.is_complex() else t
+
+
+def _opts(cls: type, async_op: bool, **fields: Any) -> Any:
+    opts = cls()
+    for name, value in fields.items():
+        setattr(opts, name, value)
+    if hasattr(opts, "asyncOp"):
+        opts.asyncOp = async_op
+    return opts
+
+
+def _reduce_op(name: str) -> Any:
+    return getattr(dist.ReduceOp, name)
+
+
+class _Prepared:
+    """One call's tensors on this rank, ready to issue; what to send back after it ran."""
+
+    def __init__(self) -> None:
+        self.issue: Callable[[bool], Any] = lambda async_op: None
+        self.outputs: list[torch.Tensor] = []
+        self.guards: list[tuple[str, _Guarded]] = []
+        self.read_only: list[tuple[str, torch.Tensor, torch.Tensor]] = []  # (what, tensor, copy before)
+        self.after: Callable[[], Any] = lambda: None
+        self.value: Any = None
+
+    def output(self, what: str, guarded: _Guarded) -> torch.Tensor:
+        self.guards.append((what, guarded))
+        self.outputs.append(guarded.tensor)
+        return guarded.tensor
+
+    def keep(self, what: str, tensor: torch.Tensor) -> torch.Tensor:
+        self.read_only.append((what, tensor, tensor.detach().clone()))
+        return tensor
+
+    def observe(self) -> dict[str, Any]:
+        value = self.after()
+        notes = []
+        for what, guarded in self.guards:
+            notes.extend(guarded.problems(what))
+        for what, tensor, before in self.read_only:
+            diff = first_difference(tensor, before)
+            if diff is not None:
+                notes.append(f"{what} (an input) was modified: {diff}")
+        return {"out": [pack(t) for t in self.outputs], "notes": notes, "value": value}
+
+
+def prepare(ctx: Any, pg: Any, call: OpCall, index: int = 0) -> _Prepared:
+    """Build this rank's tensors for ``call`` (the ``index``-th call of the example)."""
+    rank, world, device = ctx.rank, ctx.world_size, ctx.device
+    p = _Prepared()
+    op, spec, info = call.op, call.spec, call.info
+    method = info.method
+    offset = call.out_offset
+
+    def out(what: str, shape: tuple[int, ...]) -> torch.Tensor:
+        return p.output(what, _Guarded(tuple(shape), spec.dtype, offset, device))
+
+    if op in ("allreduce", "reduce"):
+        tensor, guarded = _in_place(call, rank, device)
+        p.outputs.append(tensor)
+        if guarded is not None:
+            p.guards.append(("the reduced tensor", guarded))
+        if op == "allreduce":
+            p.issue = lambda a: pg.allreduce([_real(tensor)], _opts(AllreduceOptions, a,
+                                                                    reduceOp=_reduce_op(call.reduce_op)))
+        else:  # torch.distributed.reduce passes complex tensors as they are
+            p.issue = lambda a: pg.reduce([tensor], _opts(ReduceOptions, a, reduceOp=_reduce_op(call.reduce_op),
+                                                          rootRank=call.root))
+    elif op == "broadcast":
+        tensor, guarded = _in_place(call, rank, device)  # every rank starts from its own values
+        p.outputs.append(tensor)
+        if guarded is not None:
+            p.guards.append(("the broadcast tensor", guarded))
+        p.issue = lambda a: pg.broadcast([_real(tensor)], _opts(BroadcastOptions, a, rootRank=call.root,
+                                                                rootTensor=0))
+    elif op == "allgather":
+        tensor = p.keep("the input tensor", _in_place(call, rank, device)[0])
+        outs = [out(f"output_tensor_list[{i}]", spec.shape) for i in range(world)]
+        p.issue = lambda a: pg.allgather([[_real(o) for o in outs]], [_real(tensor)], _opts(AllgatherOptions, a))
+    elif op in ("allgather_into_tensor", "_allgather_base"):
+        tensor = p.keep("the input tensor", _in_place(call, rank, device)[0])
+        output = out("the output tensor", (world * spec.shape[0], *spec.shape[1:]))  # concatenation form
+        fn = getattr(pg, method)
+        if op == "allgather_into_tensor":  # torch.distributed passes complex tensors as real views
+            p.issue = lambda a: fn(_real(output), _real(tensor), _opts(AllgatherOptions, a))
+        else:
+            p.issue = lambda a: fn(output, tensor, _opts(AllgatherOptions, a))
+    elif op == "reduce_scatter":
+        inputs = [p.keep(f"input_list[{j}]", input_values(call, rank, j).to(device)) for j in range(world)]
+        output = out("the output tensor", spec.shape)
+        p.issue = lambda a: pg.reduce_scatter([output], [inputs], _opts(ReduceScatterOptions, a,
+                                                                        reduceOp=_reduce_op(call.reduce_op)))
+    elif op in ("reduce_scatter_tensor", "_reduce_scatter_base"):
+        cat = torch.cat([input_values(call, rank, j) for j in range(world)])  # concatenation form
+        tensor = p.keep("the input tensor", cat.to(device))
+        output = out("the output tensor", spec.shape)
+        fn = getattr(pg, method)
+        p.issue = lambda a: fn(output, tensor, _opts(ReduceScatterOptions, a, reduceOp=_reduce_op(call.reduce_op)))
+    elif op == "alltoall":
+        inputs = [p.keep(f"input_tensor_list[{j}]", chunk_values(call, rank, j).to(device)) for j in range(world)]
+        outs = [out(f"output_tensor_list[{i}]", (call.splits[i][rank], *spec.shape)) for i in range(world)]
+        p.issue = lambda a: pg.alltoall([_real(o) for o in outs], [_real(t) for t in inputs],
+                                        _opts(AllToAllOptions, a))
+    elif op == "alltoall_base":
+        chunks = [chunk_values(call, rank, j) for j in range(world)]
+        tensor = p.keep("the input tensor", torch.cat(chunks).to(device))
+        received = sum(call.splits[i][rank] for i in range(world))
+        output = out("the output tensor", (received, *spec.shape))
+        if call.even_splits:
+            in_splits: list[int] = []
+            out_splits: list[int] = []
+        else:
+            in_splits = [call.splits[rank][j] for j in range(world)]
+            out_splits = [call.splits[i][rank] for i in range(world)]
+        fn = getattr(pg, method)
+        p.issue = lambda a: fn(_real(output), _real(tensor), out_splits, in_splits, _opts(AllToAllOptions, a))
+    elif op == "gather":
+        tensor = p.keep("the input tensor", _in_place(call, rank, device)[0])
+        if rank == call.root:
+            outs = [out(f"gather_list[{i}]", spec.shape) for i in range(world)]
+            output_tensors = [outs]
+        else:
+            output_tensors = []
+        p.issue = lambda a: pg.gather(output_tensors, [tensor], _opts(GatherOptions, a, rootRank=call.root))
+    elif op == "scatter":
+        output = out("the output tensor", spec.shape)
+        if rank == call.root:
+            pieces = [p.keep(f"scatter_list[{j}]", input_values(call, rank, j).to(device)) for j in range(world)]
+            input_tensors = [[_real(t) for t in pieces]]
+        else:
+            input_tensors = []
+        p.issue = lambda a: pg.scatter([_real(output)], input_tensors, _opts(ScatterOptions, a, rootRank=call.root))
+    elif op == "send_recv":
+        if rank == call.root:
+            tensor = p.keep("the sent tensor", _in_place(call, rank, device)[0])
+            p.issue = lambda a: pg.send([_real(tensor)], call.peer, 0)
+        elif rank == call.peer:
+            output = out("the received tensor", spec.shape)
+            p.issue = lambda a: pg.recv([_real(output)], call.root, 0)
+    elif op == "barrier":
+        key = f"fuzzdist/barrier/{index}"
+        store = ctx.store
+
+        def issue_barrier(a: bool) -> Any:
+            if rank == call.late_rank:
+                time.sleep(LATE_ARRIVAL_S)
+            store.add(key, 1)
+            opts = _opts(BarrierOptions, a)
+            opts.device = device if device.type != "cpu" else torch.device("cpu")
+            return pg.barrier(opts)
+
+        p.issue = issue_barrier
+        p.after = lambda: store.add(key, 0)  # ranks that had arrived when this one left the barrier
+    else:  # pragma: no cover - OPS and this function list the same ops
+        raise ValueError(f"unknown op {op!r}")
+    return p
+
+
+# -- rank functions (run through RankPool.run) ----------------------------------------
+
+
+class _Abandoned(Exception):
+    """Another rank raised while issuing: this rank drops its works instead of waiting on them."""
+
+
+class _IssueError(Exception):
+    """Carries an exception raised while issuing (already handled: no need to drop the group)."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(error)
+        self.error = error
+
+
+def _agree(ctx: Any, failed: bool) -> int:
+    """How many ranks failed, agreed over the pool's own group (not the one under test)."""
+    if ctx.world_size == 1:
+        return int(failed)
+    count = torch.tensor([int(failed)], dtype=torch.int64)
+    dist.all_reduce(count, group=ctx.group)
+    return int(count)
+
+
+def _issue(ctx: Any, ref: str, prepared: list[_Prepared], async_op: bool) -> list[Any]:
+    """Issue the calls; if any rank raised doing so, every rank drops the group and stops.
+
+    A backend that refuses a call on some ranks only (a root that rejects a
+    layout, a sender that rejects a dtype) would leave the other ranks waiting
+    forever; after this check they give up at once, and the group, whose
+    ranks may now be out of step, is rebuilt for the next example.
+    """
+    works: list[Any] = []
+    error: Optional[BaseException] = None
+    for p in prepared:
+        try:
+            works.append(p.issue(async_op))
+        except Exception as exc:  # noqa: BLE001 - re-raised below, after the other ranks know
+            error = exc
+            break
+    failed = _agree(ctx, error is not None)
+    if failed:
+        if failed < ctx.world_size:  # only some ranks issued it: the group's ranks are out of step
+            forget(ctx, ref)
+        if error is not None:
+            raise _IssueError(error)
+        raise _Abandoned()
+    return works
+
+
+def run_calls(ctx: Any, ref: str, calls: tuple[OpCall, ...], wait_order: Optional[tuple[int, ...]] = None,
+              ) -> Optional[list[dict[str, Any]]]:
+    """Run ``calls`` on the factory's group; what each produced on this rank.
+
+    ``wait_order=None``: each call is issued and waited on before the next
+    (torch.distributed's ``async_op=False``).  Otherwise every call is issued
+    with ``async_op=True`` first, then their works are waited on in
+    ``wait_order`` (indices, repeats allowed), and only then read.
+
+    Returns None on a rank that gave up because another rank raised while
+    issuing (that rank's exception is the example's failure).
+    """
+    try:
+        return _run_calls(ctx, ref, calls, wait_order)
+    except _Abandoned:
+        return None
+
+
+def _run_calls(ctx: Any, ref: str, calls: tuple[OpCall, ...], wait_order: Optional[tuple[int, ...]],
+               forget_on_error: bool = True) -> list[dict[str, Any]]:
+    pg = group_for(ctx, ref)
+    prepared = [prepare(ctx, pg, call, i) for i, call in enumerate(calls)]
+    try:
+        if wait_order is None:
+            for p in prepared:
+                work = _issue(ctx, ref, [p], False)[0]
+                if work is not None:  # as torch.distributed: a backend may return no Work
+                    work.wait()
+        else:
+            works = _issue(ctx, ref, prepared, True)
+            for i in wait_order:
+                if works[i] is not None:
+                    works[i].wait()
+    except _Abandoned:
+        raise
+    except _IssueError as exc:
+        raise exc.error from None
+    except Exception:
+        if forget_on_error:
+            forget(ctx, ref)  # raised while waiting: the other ranks may be out of step with this one
+        raise
+    return [p.observe() for p in prepared]
+
+
+def probe(ctx: Any, ref: str, calls: tuple[OpCall, ...]) -> list[Optional[tuple[str, str]]]:
+    """Run each call once; per call None (it ran here) or (exception type, message)."""
+    results: list[Optional[tuple[str, str]]] = []
+    for call in calls:
+        try:
+            _run_calls(ctx, ref, (call,), None, forget_on_error=False)
+            results.append(None)
+        except _Abandoned:
+            results.append(None)
+        except Exception as exc:  # noqa: BLE001 - the driver classifies it
+            results.append((f"{type(exc).__module__}.{type(exc).__qualname__}", str(exc)))
+        if 0 < _agree(ctx, results[-1] is not None) < ctx.world_size:
+            forget(ctx, ref)  # some ranks raised, others did not: the group is out of step
+    return results
+
+
+class _GroupContext:
+    """A RankContext stand-in whose ``group`` is the factory's group (for the DDP property)."""
+
+    def __init__(self, ctx: Any, group: Any) -> None:
+        self.rank, self.world_size, self.device = ctx.rank, ctx.world_size, ctx.device
+        self.backend, self.seed, self.tmpdir = ctx.backend, ctx.seed, ctx.tmpdir
+        self.group = group
+        self._ctx = ctx
+
+    @property
+    def store(self) -> Any:
+        return self._ctx.store
+
+
+def ddp_parity(ctx: Any, ref: str, module_name: str, config: Any, dtype: torch.dtype, seed: int,
+               pg_kind: str, schedule: Any) -> Any:
+    """The DDP parity property's rank function, with the factory's group as the process group."""
+    module = importlib.import_module(module_name)
+    pg = group_for(ctx, ref)
+    kwargs = module.pg_wrapper(pg_kind, schedule) if pg_kind != "direct" else {}
+    return module.ddp_parity(_GroupContext(ctx, pg), config, dtype, seed, **kwargs)
+
+
+__all__ = ["OPS", "FactoryError", "as_process_group", "build", "cached_group", "ddp_parity", "factory_ref",
+           "forget", "group_for", "probe", "resolve_factory", "run_calls"]

@@ -1,0 +1,374 @@
+"""The reference: what every rank should hold after an ``OpCall``, computed in the driver.
+
+The driver rebuilds every rank's inputs from the call (spec and seed) and
+computes the expected outputs with plain torch on CPU, never from anything
+the backend produced.
+
+Data movement (broadcast, gathers, scatters, all-to-all, send/recv) must be
+bit-exact: NaN payloads, -0.0 and every byte of every dtype included.
+
+Reductions follow the c10d contract, which leaves the order of operations
+to the backend:
+
+* integers and bool: exact (wrapping arithmetic is order-independent); for
+  bool, SUM and MAX are OR, PRODUCT and MIN are AND, compared by truth value
+  (gloo's reduce and reduce_scatter leave the byte 2 in a bool after SUM);
+* floating SUM and PRODUCT (complex: on the real view, as torch.distributed
+  hands it to the backend): element by element, the result must equal what
+  *some* order of pairwise operations in the dtype gives (every binary tree
+  over the ranks: 3 for 3 ranks, 15 for 4, 105 for 5; beyond 5 ranks a
+  rounding bound of ``world_size * eps * sum |x|``).  Values compare with
+  ``==`` (so the sign of a zero sum is not checked) and any NaN matches NaN;
+* MIN and MAX: the minimum (maximum) by value (so -0.0 and 0.0 are the
+  same); where an input is NaN, NaN or any of the inputs (the result then
+  depends on the backend's comparisons and their order: gloo's
+  ``min(0.0, min(nan, -inf))`` is 0.0);
+* AVG: what summing in the dtype in any order, then dividing, gives, or
+  dividing first, then summing (up to 5 ranks); or the float64 mean within
+  ``(world_size + 1) * eps * mean |x|``; NaN where the mean is NaN, the same
+  infinity where it is infinite; where a partial sum can overflow the
+  dtype, an infinity or (with an infinite input) NaN.
+
+After an allreduce, every rank must also hold bitwise the same result.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable
+from typing import Any, Optional
+
+import torch
+
+from fuzzdist.checks import first_difference, raw_bytes
+from fuzzdist.conformance._calls import OpCall, chunk_values, input_values, unpack
+
+_MAX_TREE_RANKS = 5
+_SHOWN = 12  # values shown per tensor in a message
+_WIDE_UNSIGNED = tuple(getattr(torch, n) for n in ("uint16", "uint32", "uint64") if hasattr(torch, n))
+
+
+# -- formatting ------------------------------------------------------------------------
+
+
+def show(t: torch.Tensor, limit: int = _SHOWN) -> str:
+    """A tensor's values, flat, the first ``limit`` of them."""
+    flat = t.detach().reshape(-1)
+    if flat.dtype.is_floating_point and flat.dtype.itemsize == 1:
+        flat = flat.to(torch.float32)  # float8 has no printing kernels
+    values = flat[:limit].tolist()
+    more = f", ... ({flat.numel()} elements)" if flat.numel() > limit else ""
+    return f"[{', '.join(_fmt(v) for v in values)}{more}]"
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return repr(v)
+    if isinstance(v, complex):
+        return f"({v.real!r}{'+' if v.imag >= 0 or math.isnan(v.imag) else '-'}{abs(v.imag)!r}j)"
+    return repr(v)
+
+
+# -- exact comparison ----------------------------------------------------------------------
+
+
+def exact_problem(what: str, actual: torch.Tensor, expected: torch.Tensor) -> Optional[str]:
+    diff = first_difference(actual, expected)
+    if diff is None:
+        return None
+    return (f"{what}: {diff}\n      expected: {show(expected)}\n      actual:   {show(actual)}")
+
+
+# -- reductions -------------------------------------------------------------------------
+
+
+def _kind(dtype: torch.dtype) -> str:
+    if dtype == torch.bool:
+        return "bool"
+    if dtype.is_complex or dtype.is_floating_point:
+        return "float"
+    return "int"
+
+
+def _comparable(t: torch.Tensor) -> torch.Tensor:
+    t = t.detach().contiguous()
+    return torch.view_as_real(t).reshape(-1) if t.is_complex() else t.reshape(-1)
+
+
+_BINARY: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "SUM": torch.add, "PRODUCT": torch.mul, "MIN": torch.minimum, "MAX": torch.maximum,
+    "BAND": torch.bitwise_and, "BOR": torch.bitwise_or, "BXOR": torch.bitwise_xor,
+}
+_BOOL: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "SUM": torch.logical_or, "MAX": torch.logical_or, "PRODUCT": torch.logical_and, "MIN": torch.logical_and,
+    "BAND": torch.logical_and, "BOR": torch.logical_or, "BXOR": torch.logical_xor,
+}
+
+
+def _fold(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], xs: list[torch.Tensor]) -> torch.Tensor:
+    acc = xs[0]
+    for x in xs[1:]:
+        acc = fn(acc, x)
+    return acc
+
+
+def exact_reduction(reduce_op: str, xs: list[torch.Tensor]) -> torch.Tensor:
+    """Integer and bool reductions, in rank order (any order gives the same)."""
+    dtype = xs[0].dtype
+    if dtype == torch.bool:
+        return _fold(_BOOL[reduce_op], xs)
+    if dtype in _WIDE_UNSIGNED:  # no CPU arithmetic kernels: compute on int64 bits
+        if dtype == torch.uint64:
+            sign = torch.tensor(-(2**63), dtype=torch.int64)
+            bits = [x.view(torch.int64) for x in xs]
+            if reduce_op in ("MIN", "MAX"):  # unsigned order = signed order with the top bit flipped
+                flipped = [b ^ sign for b in bits]
+                return (_fold(_BINARY[reduce_op], flipped) ^ sign).view(dtype)
+            return _fold(_BINARY[reduce_op], bits).view(dtype)
+        return _fold(_BINARY[reduce_op], [x.to(torch.int64) for x in xs]).to(dtype)
+    return _fold(_BINARY[reduce_op], xs)
+
+
+def _trees(xs: list[torch.Tensor], fn: Callable, idx: tuple[int, ...], memo: dict) -> list[torch.Tensor]:
+    """fn over xs[idx] in every order of pairwise operations (fn is commutative)."""
+    if len(idx) == 1:
+        return [xs[idx[0]]]
+    if idx in memo:
+        return memo[idx]
+    first, rest = idx[0], idx[1:]
+    out = []
+    for size in range(len(rest)):  # the left part holds `first` and `size` others
+        for others in itertools.combinations(rest, size):
+            left = (first, *others)
+            right = tuple(i for i in rest if i not in others)
+            for a in _trees(xs, fn, left, memo):
+                for b in _trees(xs, fn, right, memo):
+                    out.append(fn(a, b))
+    memo[idx] = out
+    return out
+
+
+def _same_value(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return (a == b) | (a.isnan() & b.isnan())
+
+
+def _float_reduction(reduce_op: str, xs: list[torch.Tensor], actual: torch.Tensor,
+                     complex_inputs: Optional[list[torch.Tensor]] = None,
+                     ) -> tuple[torch.Tensor, torch.Tensor, str]:
+    """(elements that conform, the value shown as expected, how to read it) for float dtypes
+    (complex ones on their real view; ``complex_inputs``: the complex values themselves)."""
+    world = len(xs)
+    dtype = xs[0].dtype
+    finfo = torch.finfo(dtype)
+    if reduce_op in ("SUM", "PRODUCT"):
+        fn = _BINARY[reduce_op]
+        in_order = _fold(fn, xs)
+        if world <= _MAX_TREE_RANKS:
+            candidates = _trees(xs, fn, tuple(range(world)), {})
+            ok = torch.zeros_like(actual, dtype=torch.bool)
+            for c in candidates:
+                ok |= _same_value(actual, c)
+            note = ("ranks reduced in rank order" +
+                    (f"; any of the {len(candidates)} orders is accepted" if len(candidates) > 1 else ""))
+            return ok, in_order, note
+        wide = torch.stack([x.double() for x in xs])
+        exact = wide.sum(0) if reduce_op == "SUM" else wide.prod(0)
+        scale = wide.abs().sum(0) if reduce_op == "SUM" else exact.abs()
+        tol = world * finfo.eps * scale + finfo.smallest_normal * finfo.eps * world
+        ok = ((actual.double() - exact).abs() <= tol) | _same_value(actual.double(), exact)
+        return ok, exact.to(dtype), f"float64 result; within {world} * eps * sum|x|"
+    stacked = torch.stack(xs)
+    if reduce_op in ("MIN", "MAX"):
+        nan = stacked.isnan()
+        fill = math.inf if reduce_op == "MIN" else -math.inf
+        filled = stacked.masked_fill(nan, fill)
+        ref = filled.amin(0) if reduce_op == "MIN" else filled.amax(0)
+        any_nan, all_nan = nan.any(0), nan.all(0)
+        # With a NaN among the inputs the result depends on the backend's comparisons and
+        # their order (gloo: min(0.0, min(nan, -inf)) == 0.0): NaN or any input is accepted.
+        is_an_input = (stacked == actual.unsqueeze(0)).any(0)
+        ok = torch.where(any_nan, actual.isnan() | is_an_input, actual == ref)
+        ok = torch.where(all_nan, actual.isnan(), ok)
+        shown = torch.where(all_nan, torch.full_like(ref, math.nan), ref)
+        return ok, shown, "by value; where an input is NaN, NaN or any input is accepted"
+    if reduce_op == "AVG":
+        wide = stacked.double()
+        mean = wide.sum(0) / world
+        finite = wide.isfinite()
+        magnitude = wide.abs().where(finite, torch.zeros_like(wide)).sum(0)
+        tol = (world + 1) * finfo.eps * magnitude / world + finfo.smallest_normal * finfo.eps * world
+        got = actual.double()
+        ok = mean.isfinite() & ((got - mean).abs() <= tol)  # any algorithm, within rounding
+        ok |= mean.isnan() & got.isnan()
+        ok |= mean.isinf() & (got == mean)
+        overflow = magnitude >= finfo.max  # a partial sum in the dtype may overflow
+        ok |= overflow & got.isinf()
+        ok |= overflow & ~finite.all(0) & got.isnan()  # ... and meet an infinity of the other sign
+        if world <= _MAX_TREE_RANKS:  # exactly what summing, then dividing (or the reverse), gives
+            divisor = torch.tensor(world, dtype=dtype)
+            for c in _trees(xs, torch.add, tuple(range(world)), {}):
+                ok |= _same_value(actual, c / divisor)
+            for c in _trees([x / divisor for x in xs], torch.add, tuple(range(world)), {}):
+                ok |= _same_value(actual, c)
+            if complex_inputs is not None:
+                # a backend handed complex tensors divides complex values (a NaN part spreads)
+                cdiv = torch.tensor(world, dtype=complex_inputs[0].dtype)
+                flat = [z.reshape(-1) for z in complex_inputs]
+                for c in _trees(flat, torch.add, tuple(range(world)), {}):
+                    ok |= _same_value(actual, torch.view_as_real(c / cdiv).reshape(-1))
+                for c in _trees([z / cdiv for z in flat], torch.add, tuple(range(world)), {}):
+                    ok |= _same_value(actual, torch.view_as_real(c).reshape(-1))
+        return ok, mean.to(dtype), f"float64 mean; within ({world} + 1) * eps * mean|x|, or any order of sums"
+    raise ValueError(f"no float reference for ReduceOp.{reduce_op}")
+
+
+def reduction_problem(what: str, reduce_op: str, inputs: list[torch.Tensor], actual: torch.Tensor,
+                      ) -> Optional[str]:
+    """None if ``actual`` is a valid ``reduce_op`` over ``inputs`` (one per rank), else what differs."""
+    expected_shape = tuple(inputs[0].shape)
+    if tuple(actual.shape) != expected_shape or actual.dtype != inputs[0].dtype:
+        return (f"{what}: got shape {tuple(actual.shape)} {actual.dtype}, expected {expected_shape} "
+                f"{inputs[0].dtype}")
+    if inputs[0].dtype == torch.bool:
+        # By truth value: a backend that sums bools as bytes leaves 2 in a bool (gloo's
+        # reduce and reduce_scatter do); any nonzero byte reads as True.
+        expected = exact_reduction(reduce_op, inputs)
+        truth = actual.contiguous().view(torch.uint8) != 0
+        problem = exact_problem(what, truth, expected)
+        if problem is None:
+            return None
+        return problem + _inputs_at(inputs, _first_bad_index(truth, expected))
+    if _kind(inputs[0].dtype) != "float":
+        expected = exact_reduction(reduce_op, inputs)
+        problem = exact_problem(what, actual, expected)
+        if problem is None:
+            return None
+        return problem + _inputs_at(inputs, _first_bad_index(actual, expected))
+    xs = [_comparable(x) for x in inputs]
+    got = _comparable(actual)
+    complex_inputs = [x.detach().contiguous() for x in inputs] if inputs[0].is_complex() else None
+    ok, shown, note = _float_reduction(reduce_op, xs, got, complex_inputs)
+    bad = (~ok).nonzero()
+    if bad.numel() == 0:
+        return None
+    index = int(bad[0, 0])
+    unit = "real-view element" if inputs[0].is_complex() else "element"
+    return (f"{what}: {bad.shape[0]} of {got.numel()} {unit}s wrong; first at flat index {index}: "
+            f"got {_fmt(got[index].item())}, expected {_fmt(shown[index].item())} ({note})"
+            f"\n      inputs at index {index}: "
+            + ", ".join(f"rank {r}: {_fmt(x[index].item())}" for r, x in enumerate(xs))
+            + f"\n      expected: {show(shown)}\n      actual:   {show(got)}")
+
+
+def _first_bad_index(actual: torch.Tensor, expected: torch.Tensor) -> Optional[int]:
+    a, e = _comparable(actual), _comparable(expected)
+    if a.numel() != e.numel():
+        return None
+    for i in range(a.numel()):
+        if raw_bytes(a[i:i + 1]) != raw_bytes(e[i:i + 1]):
+            return i
+    return None
+
+
+def _inputs_at(inputs: list[torch.Tensor], index: Optional[int]) -> str:
+    if index is None:
+        return ""
+    xs = [_comparable(x) for x in inputs]
+    return f"\n      inputs at index {index}: " + ", ".join(
+        f"rank {r}: {_fmt(x[index].item())}" for r, x in enumerate(xs))
+
+
+# -- per op ---------------------------------------------------------------------------------
+
+
+def expectations(call: OpCall, world: int) -> dict[int, list[tuple[str, Any]]]:
+    """rank -> [(what, expectation)] in the order the rank returns its outputs.
+
+    An expectation is a tensor (bit-exact) or ``("reduce", inputs)`` (a
+    reduction of one tensor per rank), or ``None`` (not checked: a
+    non-root rank's tensor after reduce).
+    """
+    op = call.op
+    xs = [input_values(call, r) for r in range(world)]
+    out: dict[int, list[tuple[str, Any]]] = {r: [] for r in range(world)}
+    for r in range(world):
+        if op == "allreduce":
+            out[r].append(("the reduced tensor", ("reduce", xs)))
+        elif op == "reduce":
+            out[r].append(("the reduced tensor (dst)" if r == call.root else "the tensor (not dst)",
+                           ("reduce", xs) if r == call.root else None))
+        elif op == "broadcast":
+            out[r].append(("the broadcast tensor", xs[call.root]))
+        elif op == "allgather":
+            out[r].extend((f"output_tensor_list[{i}]", xs[i]) for i in range(world))
+        elif op in ("allgather_into_tensor", "_allgather_base"):
+            out[r].append(("the output tensor", torch.cat(xs)))
+        elif op in ("reduce_scatter", "reduce_scatter_tensor", "_reduce_scatter_base"):
+            out[r].append(("the output tensor", ("reduce", [input_values(call, i, r) for i in range(world)])))
+        elif op == "alltoall":
+            out[r].extend((f"output_tensor_list[{i}]", chunk_values(call, i, r)) for i in range(world))
+        elif op == "alltoall_base":
+            out[r].append(("the output tensor", torch.cat([chunk_values(call, i, r) for i in range(world)])))
+        elif op == "gather":
+            if r == call.root:
+                out[r].extend((f"gather_list[{i}]", xs[i]) for i in range(world))
+        elif op == "scatter":
+            out[r].append(("the output tensor", input_values(call, call.root, r)))
+        elif op == "send_recv":
+            if r == call.peer:
+                out[r].append(("the received tensor", xs[call.root]))
+    return out
+
+
+def check_call(call: OpCall, world: int, observed: list[dict[str, Any]]) -> list[str]:
+    """What is wrong with the ranks' observations of ``call`` (empty: it conforms)."""
+    problems: list[str] = []
+    observed = [dict(obs, out=[unpack(o) for o in obs["out"]]) for obs in observed]
+    for r, obs in enumerate(observed):
+        problems.extend(f"rank {r}: {note}" for note in obs["notes"])
+    if call.op == "barrier":
+        for r, obs in enumerate(observed):
+            if obs["value"] != world:
+                late = f" (rank {call.late_rank} arrived late)" if call.late_rank is not None else ""
+                problems.append(f"rank {r}: left the barrier when only {obs['value']} of {world} ranks had "
+                                f"entered it{late}")
+        return problems
+    for r, wanted in expectations(call, world).items():
+        outs = observed[r]["out"]
+        if len(outs) != len(wanted):  # pragma: no cover - the ranks and this module disagree
+            problems.append(f"rank {r}: returned {len(outs)} outputs, expected {len(wanted)}")
+            continue
+        for (what, expected), actual in zip(wanted, outs):
+            if expected is None:
+                continue
+            if isinstance(expected, tuple):
+                problem = reduction_problem(what, call.reduce_op, expected[1], actual)
+            else:
+                problem = exact_problem(what, actual, expected)
+            if problem is not None:
+                problems.append(f"rank {r}, {problem}")
+    if call.op == "allreduce" and not problems:
+        first = raw_bytes(observed[0]["out"][0])
+        for r in range(1, world):
+            if raw_bytes(observed[r]["out"][0]) != first:
+                problems.append(f"rank {r} holds a result that is not bitwise identical to rank 0's: "
+                                f"{show(observed[r]['out'][0])} vs {show(observed[0]['out'][0])}")
+    return problems
+
+
+def inputs_summary(call: OpCall, world: int) -> str:
+    """Every rank's inputs, briefly, for a failure message."""
+    if call.op == "barrier":
+        return ""
+    if call.op in ("alltoall", "alltoall_base"):
+        lines = [f"rank {i} -> rank {j}: {show(chunk_values(call, i, j))}"
+                 for i in range(world) for j in range(world)]
+    elif call.op in ("reduce_scatter", "reduce_scatter_tensor", "_reduce_scatter_base") or (
+            call.op == "scatter"):
+        sources = [call.root] if call.op == "scatter" else range(world)
+        lines = [f"rank {i} slot {j}: {show(input_values(call, i, j))}" for i in sources for j in range(world)]
+    else:
+        lines = [f"rank {r}: {show(input_values(call, r))}" for r in range(world)]
+    return "  inputs:\n" + "\n".join(f"    {line}" for line in lines[:16]) + (
+        f"\n    ... ({len(lines)} in all)" if len(lines) > 16 else "")

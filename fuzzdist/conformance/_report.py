@@ -1,0 +1,171 @@
+"""What a conformance check found: per operation, supported, unsupported, or failed."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+# An exception counts as "the backend does not implement this" (not a bug) when it is a
+# NotImplementedError, or a RuntimeError/ValueError/TypeError whose message says so.
+UNSUPPORTED_PATTERNS: tuple[str, ...] = (
+    "not supported",
+    "unsupported",
+    "not implemented",
+    "notimplemented",
+    "does not support",
+    "doesn't support",
+    "no backend type associated with device type",  # a Python ProcessGroup without this method
+    "invalid scalar type",  # gloo's dtype dispatch
+    "cannot use reduceop",  # gloo: a bitwise ReduceOp on floats, ...
+)
+_UNSUPPORTED_TYPES = ("builtins.RuntimeError", "builtins.ValueError", "builtins.TypeError",
+                      "torch.distributed.DistBackendError", "torch.distributed.DistError")
+
+
+def unsupported_reason(type_name: str, message: str, method: Optional[str] = None) -> Optional[str]:
+    """Why an exception means "not implemented" (a short reason), or None if it is a failure."""
+    first = (message.strip().splitlines() or [""])[0].strip()
+    short = type_name.rsplit(".", 1)[-1]
+    if type_name in ("builtins.NotImplementedError",) or short == "NotImplementedError":
+        return f"NotImplementedError: {first}" if first else "NotImplementedError"
+    lowered = message.lower()
+    if (type_name in _UNSUPPORTED_TYPES or short.endswith("Error")) and any(
+            p in lowered for p in UNSUPPORTED_PATTERNS):
+        if "no backend type associated" in lowered and method:
+            return (f"the group does not implement {method}() (ProcessGroup's own {method} found no "
+                    f"backend for the device: {first})")
+        return f"{short}: {first}"
+    return None
+
+
+@dataclass
+class Unsupported:
+    """An operation (with a reduce op, or a layout) the backend refused for some dtypes."""
+
+    op: str
+    variant: Optional[str]  # "ReduceOp.SUM", "layout=transposed", or None
+    dtypes: tuple[str, ...]  # () when it does not depend on the dtype
+    world_sizes: tuple[int, ...]
+    reason: str
+
+    def __str__(self) -> str:
+        what = self.op + (f" {self.variant}" if self.variant else "")
+        dtypes = f" for {', '.join(d.replace('torch.', '') for d in self.dtypes)}" if self.dtypes else ""
+        sizes = f" (world size {', '.join(map(str, self.world_sizes))})"
+        return f"{what}{dtypes}{sizes}: {self.reason}"
+
+
+@dataclass
+class Failure:
+    """A conformance failure, shrunk by Hypothesis to a minimal example.
+
+    ``example`` holds the example's fields (``world_size`` and ``call``, or
+    ``calls`` and ``wait_order`` for the async check, ``config`` for DDP);
+    ``message`` names the operation, its arguments, the expected and the
+    actual values.
+    """
+
+    op: str
+    message: str
+    example: dict[str, Any] = field(default_factory=dict)
+    exception: Optional[BaseException] = field(default=None, repr=False)
+    flaky: bool = False
+
+    @property
+    def world_size(self) -> Optional[int]:
+        return self.example.get("world_size")
+
+    @property
+    def call(self) -> Any:
+        return self.example.get("call")
+
+    def __str__(self) -> str:
+        return self.message
+
+
+@dataclass
+class OpReport:
+    """One operation's outcome.
+
+    ``status``: "conforms" (every example passed), "failed", "unsupported"
+    (the backend implements it for no dtype or world size), "not applicable"
+    (e.g. send/recv with one rank), "skipped" (with ``note``) or "not run".
+    ``supported`` lists the variants fuzzed ("ReduceOp.SUM: float32, ..."),
+    ``unsupported`` what was refused, ``examples`` how many examples ran.
+    """
+
+    op: str
+    status: str = "not run"
+    method: str = ""
+    examples: int = 0
+    supported: list[str] = field(default_factory=list)
+    unsupported: list[Unsupported] = field(default_factory=list)
+    failure: Optional[Failure] = None
+    note: str = ""
+
+
+@dataclass
+class ConformanceReport:
+    """What ``check_process_group`` found, operation by operation (``ops``)."""
+
+    factory: str
+    world_sizes: tuple[int, ...]
+    backend: str = ""
+    ops: dict[str, OpReport] = field(default_factory=dict)
+    factory_errors: dict[int, str] = field(default_factory=dict)  # world size -> why the factory failed
+    duration_s: float = 0.0
+
+    @property
+    def failures(self) -> list[Failure]:
+        found = [Failure("factory", f"world size {w}: {msg}", {"world_size": w})
+                 for w, msg in sorted(self.factory_errors.items())]
+        return found + [r.failure for r in self.ops.values() if r.failure is not None]
+
+    @property
+    def unsupported(self) -> list[Unsupported]:
+        return [u for r in self.ops.values() for u in r.unsupported]
+
+    @property
+    def supported(self) -> list[str]:
+        """Operations that ran and passed for at least one variant."""
+        return [name for name, r in self.ops.items() if r.status == "conforms"]
+
+    @property
+    def conforms(self) -> bool:
+        """No failure (unsupported operations do not count against it)."""
+        return not self.failures
+
+    def summary(self, *, details: bool = True) -> str:
+        lines = [f"fuzzdist check-pg {self.factory} ({self.backend or 'unknown backend'}), world sizes "
+                 f"{', '.join(map(str, self.world_sizes))}: "
+                 + ("CONFORMS" if self.conforms else f"{len(self.failures)} FAILURE(S)")
+                 + f" in {self.duration_s:.1f} s"]
+        for w, msg in sorted(self.factory_errors.items()):
+            lines.append(f"  factory failed at world size {w}: {_indent(msg, 4).lstrip()}")
+        width = max((len(n) for n in self.ops), default=0)
+        for name, r in self.ops.items():
+            extra = f"{r.examples} examples" if r.examples else ""
+            if r.note:
+                extra = f"{extra}; {r.note}" if extra else r.note
+            lines.append(f"  {name:<{width}}  {r.status:<14} {extra}".rstrip())
+        unsupported = self.unsupported
+        if unsupported and details:
+            lines.append("unsupported (reported once each, not failures):")
+            lines.extend(f"  {u}" for u in unsupported)
+        for failure in self.failures:
+            lines.append(f"FAILURE in {failure.op}" + (" (flaky)" if failure.flaky else "") + ":")
+            lines.append(_indent(failure.message, 2))
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.summary()
+
+
+def _indent(text: str, n: int) -> str:
+    pad = " " * n
+    return "\n".join(pad + line for line in text.splitlines())
+
+
+def dtype_name(dtype: Any) -> str:
+    return re.sub(r"^torch\.", "", str(dtype))

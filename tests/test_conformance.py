@@ -1,0 +1,231 @@
+"""ProcessGroup conformance (fuzzdist.conformance): gloo conforms, the seed's single-rank Python
+group conforms on one rank with its missing operations reported as unsupported, and each
+planted faulty group is caught and shrunk to a small example."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import settings
+
+from fuzzdist.conformance import (
+    ASYNC,
+    DDP,
+    OPS,
+    FactoryError,
+    check_process_group,
+    main_check_pg,
+    unsupported_reason,
+)
+from fuzzdist.conformance._reference import reduction_problem
+from fuzzdist.plugin import PoolKey
+
+REPEATABLE = settings(derandomize=True, database=None)
+FEW_DTYPES = (torch.float32, torch.float64, torch.int32, torch.bool)
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def pools(request, rank_pools):
+    """The session's CPU rank pools, by world size."""
+    timeout = request.config.getoption("fuzzdist_timeout")
+    return lambda world_size: rank_pools.get(PoolKey(world_size, "gloo", "cpu", timeout))
+
+
+# -- gloo and the seed's group conform -------------------------------------------------------
+
+
+def test_gloo_conforms(pools):
+    report = check_process_group("fuzzdist.conformance:gloo", world_sizes=(1, 2, 3), ops=(*OPS, ASYNC),
+                                 max_examples=8, pools=pools, settings=REPEATABLE)
+    assert report.conforms, report.summary()
+    assert report.backend == "gloo"
+    assert {name: r.status for name, r in report.ops.items()} == {name: "conforms" for name in (*OPS, ASYNC)}
+    # every ReduceOp gloo claims was fuzzed, and what it refuses is reported once each
+    assert "ReduceOp.BXOR: int64, int32, int8, uint8, bool" in report.ops["allreduce"].supported
+    refused = [(u.op, u.variant, u.reason) for u in report.unsupported]
+    assert len(refused) == len(set(refused))
+    assert any(u.op == "broadcast" and "int16" in u.dtypes and "Invalid scalar type" in u.reason
+               for u in report.unsupported)
+    assert any(u.op == "alltoall" and u.variant == "uneven splits" for u in report.unsupported)
+
+
+def test_a_bare_gloo_backend_is_wrapped_in_a_process_group(pools):
+    report = check_process_group("fuzzdist.conformance:gloo_backend", world_sizes=(2,),
+                                 ops=("allreduce", "allgather_into_tensor", "barrier"),
+                                 dtypes=(torch.float32,), max_examples=5, pools=pools, settings=REPEATABLE)
+    assert report.conforms, report.summary()
+    assert [r.status for r in report.ops.values()] == ["conforms"] * 3
+
+
+@pytest.mark.parametrize("factory", ["lonely_rank", "lonely_rank_wrapper"])
+def test_seed_single_rank_group_conforms_on_one_rank(pools, factory):
+    report = check_process_group(f"planted_backends:{factory}", world_sizes=(1,), max_examples=8,
+                                 dtypes=FEW_DTYPES, pools=pools, settings=REPEATABLE)
+    assert report.conforms, report.summary()
+    statuses = {name: r.status for name, r in report.ops.items()}
+    for name in ("allreduce", "broadcast", "allgather", ASYNC, DDP):
+        assert statuses[name] == "conforms", name
+    assert statuses["send_recv"] == "not applicable"
+    missing = [name for name in OPS if name not in ("allreduce", "broadcast", "allgather", "send_recv")]
+    assert all(statuses[name] == "unsupported" for name in missing), statuses
+    # reported once each (not per dtype or ReduceOp), with the method the group lacks
+    assert sorted(u.op for u in report.unsupported) == sorted(missing)
+    barrier = next(u for u in report.unsupported if u.op == "barrier")
+    assert "does not implement barrier()" in barrier.reason
+    gather = next(u for u in report.unsupported if u.op == "allgather_into_tensor")
+    assert OPS["allgather_into_tensor"].method in gather.reason
+
+
+# -- planted faulty groups are caught and shrunk --------------------------------------------
+
+
+def _failure(pools, factory, op):
+    report = check_process_group(f"planted_backends:{factory}", world_sizes=(1, 2, 3), ops=(op,),
+                                 dtypes=FEW_DTYPES, pools=pools,
+                                 settings=settings(REPEATABLE, max_examples=200))
+    assert not report.conforms, f"the planted bug in {factory} was not caught:\n{report.summary()}"
+    [failure] = report.failures
+    assert failure.op == op
+    message = failure.message
+    assert f"{op} does not conform: {op}(" in message and "with world_size=" in message
+    assert "expected" in message and "actual" in message and "inputs:" in message
+    return failure
+
+
+def test_dropped_contribution_is_caught_and_shrunk(pools):
+    failure = _failure(pools, "dropping_contribution", "allreduce")
+    call = failure.call
+    # the smallest input that shows it: two ranks, SUM, 4 float32 elements
+    assert failure.world_size == 2
+    assert call.reduce_op == "SUM" and call.spec.dtype == torch.float32 and call.spec.numel == 4
+    assert call.spec.layout == "contiguous" and call.out_offset == 0
+    assert "op=ReduceOp.SUM" in failure.message and "4 of 4 elements wrong" in failure.message
+
+
+def test_work_resolved_before_its_data_is_caught_and_shrunk(pools):
+    failure = _failure(pools, "early_completion", "allreduce")
+    call = failure.call
+    assert failure.world_size == 2  # with one rank the sum is the input: nothing shows
+    assert call.reduce_op == "SUM" and call.spec.shape == (1,) and call.spec.dtype == torch.float32
+
+
+def test_broadcast_from_the_wrong_source_is_caught_and_shrunk(pools):
+    failure = _failure(pools, "wrong_source_broadcast", "broadcast")
+    call = failure.call
+    assert failure.world_size == 2 and call.root == 1  # only a non-zero source shows it
+    assert call.spec.shape == (1,) and call.spec.dtype == torch.float32
+    assert "broadcast(src=1, tensor=TensorSpec((1,), torch.float32)" in failure.message
+
+
+def test_gathered_tensors_in_the_wrong_order_are_caught_and_shrunk(pools):
+    failure = _failure(pools, "rotated_allgather", "allgather")
+    call = failure.call
+    assert failure.world_size == 2
+    assert call.spec.shape == (1,) and call.spec.dtype == torch.float32
+    assert "output_tensor_list[0]" in failure.message
+
+
+# -- bad factories -----------------------------------------------------------------------------
+
+
+def test_a_factory_that_cannot_be_imported_is_bad_input():
+    with pytest.raises(FactoryError, match="can't import module"):
+        check_process_group("no_such_module_for_fuzzdist:make")
+    with pytest.raises(FactoryError, match="module:callable"):
+        check_process_group("no colon")
+    with pytest.raises(FactoryError, match="lambda"):
+        check_process_group(lambda rank, world_size, store, device: None)
+
+
+def test_a_factory_that_fails_on_the_ranks_is_a_failure(pools):
+    report = check_process_group("planted_backends:lonely_rank", world_sizes=(2,), ops=("allreduce",),
+                                 pools=pools, settings=REPEATABLE)
+    assert not report.conforms
+    assert "AssertionError" in report.factory_errors[2]
+    report = check_process_group("planted_backends:not_a_group", world_sizes=(1,), ops=("allreduce",),
+                                 pools=pools, settings=REPEATABLE)
+    assert "not a torch.distributed ProcessGroup" in report.factory_errors[1]
+
+
+# -- the reference and the unsupported classification (no ranks) -------------------------------
+
+
+def test_unsupported_means_not_implemented_never_a_wrong_result():
+    assert unsupported_reason("builtins.NotImplementedError", "no alltoall") == "NotImplementedError: no alltoall"
+    assert unsupported_reason("builtins.RuntimeError", "Invalid scalar type") == "RuntimeError: Invalid scalar type"
+    reason = unsupported_reason("builtins.RuntimeError", "No backend type associated with device type cpu", "barrier")
+    assert reason.startswith("the group does not implement barrier()")
+    assert unsupported_reason("builtins.RuntimeError", "allreduce: ranks disagree") is None
+    assert unsupported_reason("builtins.AssertionError", "world == 1") is None
+
+
+def test_reference_accepts_every_summation_order_and_nothing_else():
+    xs = [torch.tensor([1e8], dtype=torch.float32), torch.tensor([1.0]), torch.tensor([-1e8])]
+    left = (xs[0] + xs[1]) + xs[2]  # 0.0 in float32
+    right = xs[0] + (xs[1] + xs[2])  # 0.0 too, but (x0 + x2) + x1 is 1.0
+    other = (xs[0] + xs[2]) + xs[1]
+    for result in (left, right, other):
+        assert reduction_problem("sum", "SUM", xs, result) is None
+    assert "expected" in reduction_problem("sum", "SUM", xs, torch.tensor([0.5]))
+
+
+def test_reference_nan_and_overflow_rules():
+    nan, inf, big = float("nan"), float("inf"), torch.finfo(torch.float32).max
+    xs = [torch.tensor([0.0]), torch.tensor([nan]), torch.tensor([-inf])]
+    for result in (0.0, nan, -inf):  # with a NaN input, MIN may give NaN or any input
+        assert reduction_problem("min", "MIN", xs, torch.tensor([result])) is None
+    assert reduction_problem("min", "MIN", xs, torch.tensor([5.0])) is not None
+    ys = [torch.tensor([big]), torch.tensor([-inf]), torch.tensor([big])]
+    assert reduction_problem("avg", "AVG", ys, torch.tensor([nan])) is None  # big + big overflowed
+    bools = [torch.tensor([True, False]), torch.tensor([True, False])]
+    two = torch.tensor([2, 0], dtype=torch.uint8).view(torch.bool)  # a byte-summing backend
+    assert reduction_problem("sum", "SUM", bools, two) is None
+
+
+# -- the command line ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv", [
+    ["no colon"],
+    ["no_such_module_for_fuzzdist:make"],
+    ["fuzzdist.conformance:gloo", "--ops", "allreduce,bogus"],
+    ["fuzzdist.conformance:gloo", "--world-size", "0"],
+    ["fuzzdist.conformance:gloo", "--max-examples", "0"],
+    [],
+])
+def test_check_pg_bad_input_exits_2(argv, capsys):
+    assert main_check_pg(argv) == 2
+
+
+def test_check_pg_exit_codes(tmp_path, capsys):
+    out = tmp_path / "report.json"
+    assert main_check_pg(["fuzzdist.conformance:gloo", "-w", "1", "--ops", "allreduce,broadcast",
+                          "--max-examples", "3", "--no-database", "--json", str(out)]) == 0
+    assert "CONFORMS" in capsys.readouterr().out
+    assert json.loads(out.read_text())["conforms"] is True
+    assert main_check_pg(["planted_backends:wrong_source_broadcast", "-w", "2", "--ops", "broadcast",
+                          "--max-examples", "50", "--no-database", "--seed", "0"]) == 1
+    printed = capsys.readouterr().out
+    assert "FAILURE in broadcast" in printed and "broadcast(src=1" in printed
+
+
+# -- the pytest plugin ----------------------------------------------------------------------------
+
+
+def test_pytest_option_runs_the_properties_against_the_given_factory(pytester):
+    registered = any(ep.value == "fuzzdist.conformance.plugin"
+                     for ep in importlib.metadata.entry_points(group="pytest11"))
+    args = [] if registered else ["-p", "fuzzdist.conformance.plugin"]
+    result = pytester.runpytest_subprocess(
+        *args, str(REPO / "properties" / "test_pg_conformance.py"), "-k", "broadcast or barrier",
+        "--fuzzdist-pg", "planted_backends:wrong_source_broadcast", "--fuzzdist-pg-world-sizes", "2",
+        "--hypothesis-profile=ci", "-p", "no:cacheprovider", f"--rootdir={REPO}",
+        "-o", f"pythonpath={REPO / 'tests'}")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*test_pg_conforms?broadcast?*", "*broadcast does not conform*src=1*"])
+
