@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from fuzzdist import _remote, _worker
+from fuzzdist import _coverage, _remote, _worker
 from fuzzdist.capabilities import validate_pool_args
 from fuzzdist.errors import PoolStartupError, RankCrash, RankError, RankTimeout
 
@@ -106,6 +106,7 @@ class RankPool:
         :class:`RankTimeout` or :class:`RankCrash` if any rank fails.
         """
         payload = _pickle_call(fn, args, kwargs)
+        _coverage.record(args, kwargs)
         return self._run_payload(payload, _derive_seed(payload))
 
     def start(self) -> RankPool:

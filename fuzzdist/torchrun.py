@@ -32,7 +32,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from datetime import timedelta
 from typing import Any
 
-from fuzzdist import _worker
+from fuzzdist import _coverage, _worker
 from fuzzdist.errors import RankCrash, RankTimeout
 from fuzzdist.pool import DEFAULT_TIMEOUT, _derive_seed, _Outcome, _pickle_call, _raise_load_error, _raise_rank_error
 
@@ -140,6 +140,7 @@ class TorchrunPool:
         if self._gone:
             raise PoolGone(self._gone)
         payload = _pickle_call(fn, args, kwargs)
+        _coverage.record(args, kwargs)
         seed = _derive_seed(payload)
         self.examples_run += 1
         seq = self.examples_run
