@@ -18,10 +18,16 @@ from hypothesis import HealthCheck, Phase, Verbosity, settings
 # Rank examples are slower than Hypothesis's defaults assume.
 _SUPPRESSED = [HealthCheck.too_slow]
 
+# Built on Hypothesis's "default" profile, never on whatever is loaded now: on a CI
+# machine Hypothesis loads its own "ci" profile at import (no database,
+# derandomized), and inheriting that would lose every failure CI finds.
+_BASE = settings.get_profile("default")
+
 PROFILES = {
-    "ci": settings(max_examples=20, deadline=None, print_blob=True, suppress_health_check=_SUPPRESSED),
-    "dev": settings(max_examples=100, deadline=None, print_blob=True, suppress_health_check=_SUPPRESSED),
+    "ci": settings(_BASE, max_examples=20, deadline=None, print_blob=True, suppress_health_check=_SUPPRESSED),
+    "dev": settings(_BASE, max_examples=100, deadline=None, print_blob=True, suppress_health_check=_SUPPRESSED),
     "campaign": settings(
+        _BASE,
         max_examples=100_000,
         deadline=None,
         print_blob=True,
@@ -29,6 +35,7 @@ PROFILES = {
         verbosity=Verbosity.normal,
     ),
     "replay": settings(
+        _BASE,
         phases=[Phase.explicit, Phase.reuse],
         deadline=None,
         print_blob=True,

@@ -129,3 +129,16 @@ def test_profile():
     assert settings._current_profile == "dev" and settings.default.deadline is None
 ''')
     suite.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=1)
+
+
+def test_ci_profile_keeps_the_database_on_a_ci_machine(suite, monkeypatch):
+    """Hypothesis loads its own 'ci' profile (no database) when CI is set; fuzzdist's must not inherit it."""
+    monkeypatch.setenv("CI", "true")
+    suite.makepyfile(test_prop='''
+from hypothesis import settings
+def test_profile():
+    assert settings._current_profile == "ci"
+    assert settings.default.database is not None
+    assert settings.default.derandomize is False
+''')
+    suite.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
