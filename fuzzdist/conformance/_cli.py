@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 from typing import Optional, Sequence
 
@@ -13,22 +12,11 @@ EXIT_CONFORMS = 0
 EXIT_FAILURE = 1
 EXIT_BAD_INPUT = 2
 
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
 def _duration(text: str) -> float:
-    """``90``, ``30s``, ``10m``, ``1h30m`` (as ``fuzzdist run --duration``) -> seconds."""
-    spec = text.strip().lower()
-    if re.fullmatch(r"\d+(\.\d+)?", spec):
-        seconds = float(spec)
-    else:
-        parts = re.findall(r"(\d+(?:\.\d+)?)([smhd])", spec)
-        if not parts or "".join(n + u for n, u in parts) != spec:
-            raise argparse.ArgumentTypeError(f"bad duration {text!r}: use e.g. 90, 30s, 10m or 1h30m")
-        seconds = sum(float(n) * _UNITS[u] for n, u in parts)
-    if not seconds > 0:
-        raise argparse.ArgumentTypeError(f"bad duration {text!r}: it must be longer than 0s")
-    return seconds
+    """``90``, ``30s``, ``10m``, ``1h30m`` -> seconds: the same parser as ``fuzzdist run --duration``."""
+    from fuzzdist.cli import parse_duration
+
+    return parse_duration(text)
 
 
 def build_parser(prog: str = "fuzzdist check-pg") -> argparse.ArgumentParser:
