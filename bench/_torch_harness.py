@@ -276,7 +276,7 @@ def measure(small: int = 10, large: int = 1000, timeout: float = _DEFAULT_TIMEOU
         except ProcessLookupError:
             pass
         out, err = proc.communicate(timeout=30)
-        raise RuntimeError(f"torch harness timed out after {timeout}s\n--- stderr tail ---\n{err[-4000:]}")
+        raise RuntimeError(f"torch harness timed out after {timeout}s\n--- stderr tail ---\n{err[-4000:]}") from None
     finally:
         # Reap any rank process left behind in the group (normally none).
         try:
@@ -310,7 +310,8 @@ def main(argv=None) -> int:
     else:
         print(f"torch {res['torch']} MultiProcContinuousTest, world_size={res['world_size']}, gloo/CPU")
         print(f"T({res['small']}) = {res['t_small_s']:.3f} s, T({res['large']}) = {res['t_large_s']:.3f} s")
-        print(f"per test         : {res['per_test_us']:.1f} us (steady state in large class: {res['per_test_steady_us']:.1f} us)")
+        print(f"per test         : {res['per_test_us']:.1f} us "
+              f"(steady state in large class: {res['per_test_steady_us']:.1f} us)")
         print(f"start-up (+join) : {res['startup_s']:.3f} s")
         print(f"first test       : {res['first_test_s']:.3f} s (spawn+init ~ {res['startup_first_s']:.3f} s)")
         print(f"tear-down (join) : {res['teardown_s']:.3f} s")

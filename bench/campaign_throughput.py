@@ -173,7 +173,7 @@ def main() -> int:
     ratio = campaign / plain
     # Each round's two runs are adjacent in time, so their ratio is less exposed to the machine's
     # load drifting during the benchmark than the ratio of the medians.
-    paired = statistics.median(c["per_s"] / p["per_s"] for c, p in zip(rows["campaign"], rows["pytest"]))
+    paired = statistics.median(c["per_s"] / p["per_s"] for c, p in zip(rows["campaign"], rows["pytest"], strict=False))
     print(f"\n{args.property}, {args.examples:,} examples per run, median of {args.rounds} rounds:")
     print(f"  campaign (fuzzdist run):            {campaign:8.1f} examples/s")
     print(f"  pytest, campaign profile:           {plain:8.1f} examples/s")

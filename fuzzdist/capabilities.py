@@ -122,7 +122,7 @@ print("ok" if got >= 0 else "pidfd_getfd " + os.strerror(ctypes.get_errno()))
 _HOLDER = "import os, sys; fd = os.open(os.devnull, os.O_RDONLY); print(fd, flush=True); sys.stdin.read()"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def missing_pidfd_getfd() -> str | None:
     """Can one process take another's file descriptor with pidfd_getfd?
 

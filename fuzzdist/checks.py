@@ -44,7 +44,7 @@ def first_difference(actual: torch.Tensor, expected: torch.Tensor) -> str | None
         return None
     a, e = raw_bytes(actual), raw_bytes(expected)
     itemsize = max(1, len(a) // max(1, actual.numel()))
-    byte = next(i for i, (x, y) in enumerate(zip(a, e)) if x != y)
+    byte = next(i for i, (x, y) in enumerate(zip(a, e, strict=False)) if x != y)
     index = byte // itemsize
     flat_a = actual.detach().to("cpu").contiguous().reshape(-1)
     flat_e = expected.detach().to("cpu").contiguous().reshape(-1)

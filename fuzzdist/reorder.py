@@ -104,7 +104,7 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal
 
 import torch
 import torch.distributed as dist
@@ -156,8 +156,8 @@ class Release:
     op: str
     outcome: str
     trigger: str
-    window: Optional[int]
-    offset: Optional[int]
+    window: int | None
+    offset: int | None
 
 
 class _Entry:
@@ -171,7 +171,7 @@ class _Entry:
         self.index = index
         self.op = op
         self.real = real
-        self.copy_back: Optional[Callable[[], None]] = copy_back
+        self.copy_back: Callable[[], None] | None = copy_back
         self.result = result
         # The caller gets ``future``, chained on ``source``: completing ``source`` with an
         # exception makes ``future`` fail at the C++ level too (a C++ waiter such as DDP's
@@ -179,11 +179,11 @@ class _Entry:
         self.source: torch.futures.Future = torch.futures.Future()
         self.future: torch.futures.Future = self.source.then(_unwrap)
         self.done = threading.Event()
-        self.window: Optional[int] = None
-        self.offset: Optional[int] = None
+        self.window: int | None = None
+        self.offset: int | None = None
         self.outcome = "complete"
         self.released = False  # decided: on its way out or out
-        self.error: Optional[BaseException] = None
+        self.error: BaseException | None = None
         # The Work handed out, kept alive as long as the group, as torch's own
         # test_c10d_pypg.py keeps its MyWork objects: a Python override must still be
         # there whenever C++ calls wait() or get_future().
@@ -232,12 +232,12 @@ class _Scheduler:
         self._mutex = threading.Lock()
         self._wake = threading.Condition(self._mutex)
         self._release_lock = threading.RLock()
-        self._window: Optional[_Window] = None
+        self._window: _Window | None = None
         self._windows = 0
         self._issues = 0  # held ops issued so far: the watchdog's progress counter
-        self._issuer: Optional[int] = None  # native id of the thread that issued the last held op
+        self._issuer: int | None = None  # native id of the thread that issued the last held op
         self._releasing: dict[int, int] = {}  # native thread id -> depth, while inside a release
-        self._watchdog: Optional[threading.Thread] = None
+        self._watchdog: threading.Thread | None = None
         self._closed = False
 
     @property
@@ -322,7 +322,7 @@ class _Scheduler:
     # -- releasing -----------------------------------------------------------
 
     def _drain(self, decide: Callable[[], list[_Entry]], trigger: str,
-               lock_timeout: Optional[float] = None) -> bool:
+               lock_timeout: float | None = None) -> bool:
         """Decide what to release (under _mutex), then release it in that order.
 
         False if ``_release_lock`` was not had within ``lock_timeout`` seconds (another
@@ -373,7 +373,7 @@ class _Scheduler:
 
     # -- waiting ---------------------------------------------------------------
 
-    def wait(self, entry: _Entry, timeout: Optional[float] = None) -> bool:
+    def wait(self, entry: _Entry, timeout: float | None = None) -> bool:
         """A visible wait on ``entry``: release what its turn needs, then wait, bounded.
 
         Bounded by ``timeout`` (default: the group's) for the release lock, then for
@@ -438,7 +438,7 @@ class _Scheduler:
             watchdog.join(self.timeout)
 
 
-def _busy_ns(tid: Optional[int]) -> Optional[int]:
+def _busy_ns(tid: int | None) -> int | None:
     """Nanoseconds thread ``tid`` of this process has spent running or runnable (waiting
     for a CPU), from Linux's /proc schedstat; None where that is not available."""
     if tid is None:
@@ -451,7 +451,7 @@ def _busy_ns(tid: Optional[int]) -> Optional[int]:
         return None
 
 
-def _stalled(busy_before: Optional[int], busy_after: Optional[int], elapsed: float) -> bool:
+def _stalled(busy_before: int | None, busy_after: int | None, elapsed: float) -> bool:
     """Whether the issuing thread was blocked, not merely slow, over ``elapsed`` seconds.
 
     A thread blocked in a wait neither runs nor queues for a CPU.  A slow or
@@ -465,7 +465,7 @@ def _stalled(busy_before: Optional[int], busy_after: Optional[int], elapsed: flo
     return (busy_after - busy_before) < 0.5 * elapsed * 1e9
 
 
-def _timeout_seconds(timeout: Any) -> Optional[float]:
+def _timeout_seconds(timeout: Any) -> float | None:
     """A wait's timeout argument (timedelta from C++, or seconds) in seconds; None = no bound given."""
     if timeout is None:
         return None
@@ -496,7 +496,7 @@ class _HeldWork(dist._Work):
     def is_success(self) -> bool:
         return self._entry.done.is_set() and self._entry.error is None
 
-    def exception(self) -> Optional[BaseException]:
+    def exception(self) -> BaseException | None:
         return self._entry.error
 
     def __repr__(self) -> str:
@@ -535,11 +535,11 @@ class ReorderingProcessGroup(dist.ProcessGroup):
     def __init__(
         self,
         inner: dist.ProcessGroup,
-        schedule: Union[CompletionOrder, Sequence[int]] = (),
+        schedule: CompletionOrder | Sequence[int] = (),
         *,
         work_form: WorkForm = "subclass",
-        ops: Optional[Collection[str]] = None,
-        stall_timeout: Optional[float] = 0.01,
+        ops: Collection[str] | None = None,
+        stall_timeout: float | None = 0.01,
         timeout: float = 20.0,
     ) -> None:
         super().__init__(inner.rank(), inner.size())
@@ -659,7 +659,7 @@ class ReorderingProcessGroup(dist.ProcessGroup):
 def _copier(targets: list[torch.Tensor], staging: list[torch.Tensor]) -> Callable[[], None]:
     def copy_back() -> None:
         with torch.no_grad():
-            for target, staged in zip(targets, staging):
+            for target, staged in zip(targets, staging, strict=False):
                 target.copy_(staged)
 
     return copy_back

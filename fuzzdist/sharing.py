@@ -42,8 +42,7 @@ from __future__ import annotations
 import os
 import pickle
 import time
-from collections.abc import Sequence
-from typing import Callable, Optional
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.multiprocessing  # noqa: F401 - registers torch's ForkingPickler reductions
@@ -100,7 +99,7 @@ def open_tensor_handle(handle: bytes) -> torch.Tensor:
 
 
 def share_tensor(
-    tensor: Optional[torch.Tensor],
+    tensor: torch.Tensor | None,
     src: int,
     group: object = None,
     *,
@@ -127,7 +126,7 @@ def share_tensor(
 
     rank = dist.get_rank(group)
     world_size = dist.get_world_size(group)
-    error: Optional[BaseException] = None
+    error: BaseException | None = None
     if rank == src:
         if tensor is None:
             raise ValueError("the source rank must pass the tensor to share")
@@ -141,7 +140,7 @@ def share_tensor(
     box = [message]
     dist.broadcast_object_list(box, src=_global_rank(group, src), group=group)
     message = box[0]
-    result: Optional[torch.Tensor] = tensor if rank == src else None
+    result: torch.Tensor | None = tensor if rank == src else None
     if isinstance(message, str):  # the source failed: every rank knows, no need to agree
         if rank == src:
             raise SharingError(f"rank {src} could not share its tensor: {message}") from error

@@ -37,7 +37,8 @@ from fuzzdist.errors import RankCrash, RankTimeout
 from fuzzdist.pool import DEFAULT_TIMEOUT, _derive_seed, _Outcome, _pickle_call, _raise_load_error, _raise_rank_error
 
 # Keys live in torchrun's store, which outlives a restart of the group: one namespace per attempt.
-_PREFIX = f"fuzzdist/{os.environ.get('TORCHELASTIC_RUN_ID', 'run')}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
+_PREFIX = (f"fuzzdist/{os.environ.get('TORCHELASTIC_RUN_ID', 'run')}/"
+           f"{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/")
 HEARTBEAT_S = 0.5
 LOST_AFTER_S = 10.0  # a rank whose heartbeat stood still this long is gone
 _WAIT_SLICE_S = 0.25  # store waits are cut in slices to look at heartbeats and signals
@@ -190,7 +191,7 @@ class TorchrunPool:
             if others:
                 keys = [f"{_PREFIX}result/{seq}/{r}" for r in others]
                 _wait(self._store, keys, min(_WAIT_SLICE_S, max(0.001, min(deadline, grace_deadline) - now)))
-                for r, key in zip(others, keys):
+                for r, key in zip(others, keys, strict=False):
                     if self._store.check([key]):
                         self._take(out, pending, r, self._store.get(key))
                         self._store.delete_key(key)

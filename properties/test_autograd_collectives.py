@@ -58,7 +58,6 @@ from __future__ import annotations
 import dataclasses
 import warnings
 from dataclasses import dataclass
-from typing import Optional
 
 import pytest
 import torch
@@ -101,7 +100,7 @@ class Case:
     spec: TensorSpec
     seed: int
     root: int = 0
-    op: Optional[str] = None
+    op: str | None = None
     grad: bool = True
     grad_layout: str = "contiguous"
     splits: tuple = ()
@@ -116,7 +115,7 @@ def _sub_seed(seed: int, role: int, rank: int, index: int) -> int:
     return ((seed * 4 + role) * 64 + rank) * 64 + index
 
 
-def _x(case: Case, device, rank: int, index: int = 0, spec: Optional[TensorSpec] = None) -> torch.Tensor:
+def _x(case: Case, device, rank: int, index: int = 0, spec: TensorSpec | None = None) -> torch.Tensor:
     """Rank ``rank``'s ``index``-th input (a fresh tensor every call)."""
     return (spec or case.spec).materialize(device, _sub_seed(case.seed, 0, rank, index))
 
@@ -144,12 +143,12 @@ def _op(case: Case):
 # comparisons: each returns None, or "what: how it differs"
 
 
-def _exact(what: str, actual: torch.Tensor, expected: torch.Tensor) -> Optional[str]:
+def _exact(what: str, actual: torch.Tensor, expected: torch.Tensor) -> str | None:
     diff = first_difference(actual.detach(), expected)
     return None if diff is None else f"{what}: {diff}"
 
 
-def _reduced(what: str, actual: torch.Tensor, terms: list, op: str) -> Optional[str]:
+def _reduced(what: str, actual: torch.Tensor, terms: list, op: str) -> str | None:
     """Check ``actual`` against ``op`` over ``terms`` (one tensor per rank, in rank order)."""
     dtype = terms[0].dtype
     if tuple(actual.shape) != tuple(terms[0].shape) or actual.dtype != dtype:
@@ -187,13 +186,13 @@ def _reduced(what: str, actual: torch.Tensor, terms: list, op: str) -> Optional[
             f"+- {bound.reshape(-1)[i].item():.3g}")
 
 
-def _count(what: str, outputs, expected: int) -> Optional[str]:
+def _count(what: str, outputs, expected: int) -> str | None:
     if len(outputs) != expected:
         return f"{what}: got {len(outputs)} tensors, expected {expected}"
     return None
 
 
-def _report(problems: list) -> Optional[list]:
+def _report(problems: list) -> list | None:
     problems = [p for p in problems if p is not None]
     return problems or None
 
@@ -211,7 +210,7 @@ class _quiet(warnings.catch_warnings):
 # rank functions: one per collective; the collective is swappable so tests can plant bugs
 
 
-def broadcast_and_check(ctx, case: Case, broadcast=dnn.broadcast) -> Optional[list]:
+def broadcast_and_check(ctx, case: Case, broadcast=dnn.broadcast) -> list | None:
     """``broadcast`` from case.root; checks the output and the input gradient on every rank."""
     r, w, dev, src = ctx.rank, ctx.world_size, ctx.device, case.root
     x = _leaf(_x(case, dev, r))
@@ -230,7 +229,7 @@ def broadcast_and_check(ctx, case: Case, broadcast=dnn.broadcast) -> Optional[li
     return _report(problems)
 
 
-def reduce_and_check(ctx, case: Case, reduce=dnn.reduce) -> Optional[list]:
+def reduce_and_check(ctx, case: Case, reduce=dnn.reduce) -> list | None:
     """``reduce`` with case.op to case.root; the output is checked on the destination only."""
     r, w, dev, dst = ctx.rank, ctx.world_size, ctx.device, case.root
     x = _leaf(_x(case, dev, r))
@@ -246,7 +245,7 @@ def reduce_and_check(ctx, case: Case, reduce=dnn.reduce) -> Optional[list]:
     return _report(problems)
 
 
-def all_reduce_and_check(ctx, case: Case, all_reduce=dnn.all_reduce) -> Optional[list]:
+def all_reduce_and_check(ctx, case: Case, all_reduce=dnn.all_reduce) -> list | None:
     """``all_reduce`` with case.op; checks the output and (SUM, AVG) the input gradient."""
     r, w, dev = ctx.rank, ctx.world_size, ctx.device
     x = _leaf(_x(case, dev, r))
@@ -262,7 +261,7 @@ def all_reduce_and_check(ctx, case: Case, all_reduce=dnn.all_reduce) -> Optional
     return _report(problems)
 
 
-def all_gather_and_check(ctx, case: Case, all_gather=dnn.all_gather) -> Optional[list]:
+def all_gather_and_check(ctx, case: Case, all_gather=dnn.all_gather) -> list | None:
     """``all_gather``; output k is rank k's input; grad x_r = sum over ranks s of g_s[r]."""
     r, w, dev = ctx.rank, ctx.world_size, ctx.device
     shape = case.spec.shape
@@ -277,7 +276,7 @@ def all_gather_and_check(ctx, case: Case, all_gather=dnn.all_gather) -> Optional
     return _report(problems)
 
 
-def gather_and_check(ctx, case: Case, gather=dnn.gather) -> Optional[list]:
+def gather_and_check(ctx, case: Case, gather=dnn.gather) -> list | None:
     """``gather`` to case.root; on the destination output k is rank k's input; grad x_r = g_dst[r]."""
     r, w, dev, dst = ctx.rank, ctx.world_size, ctx.device, case.root
     shape = case.spec.shape
@@ -292,7 +291,7 @@ def gather_and_check(ctx, case: Case, gather=dnn.gather) -> Optional[list]:
     return _report(problems)
 
 
-def scatter_and_check(ctx, case: Case, scatter=dnn.scatter) -> Optional[list]:
+def scatter_and_check(ctx, case: Case, scatter=dnn.scatter) -> list | None:
     """``scatter`` from case.root (every rank passes W tensors); y_r = xs_src[r]."""
     r, w, dev, src = ctx.rank, ctx.world_size, ctx.device, case.root
     shape = case.spec.shape
@@ -310,7 +309,7 @@ def scatter_and_check(ctx, case: Case, scatter=dnn.scatter) -> Optional[list]:
     return _report(problems)
 
 
-def all_to_all_and_check(ctx, case: Case, all_to_all=dnn.all_to_all) -> Optional[list]:
+def all_to_all_and_check(ctx, case: Case, all_to_all=dnn.all_to_all) -> list | None:
     """``all_to_all``: y_r[i] = xs_i[r]; grad xs_r[j] = g_j[r]."""
     r, w, dev = ctx.rank, ctx.world_size, ctx.device
     shape, dtype = case.spec.shape, case.spec.dtype
@@ -330,7 +329,7 @@ def _a2a_spec(case: Case, rows: int) -> TensorSpec:
     return dataclasses.replace(case.spec, shape=(rows,) + case.spec.shape[1:])
 
 
-def all_to_all_single_and_check(ctx, case: Case, all_to_all_single=dnn.all_to_all_single) -> Optional[list]:
+def all_to_all_single_and_check(ctx, case: Case, all_to_all_single=dnn.all_to_all_single) -> list | None:
     """``all_to_all_single`` with split sizes case.splits (explicit, or None when even)."""
     r, w, dev = ctx.rank, ctx.world_size, ctx.device
     split = case.splits
@@ -364,7 +363,7 @@ def all_to_all_single_and_check(ctx, case: Case, all_to_all_single=dnn.all_to_al
     return _report(problems)
 
 
-def reduce_scatter_and_check(ctx, case: Case, reduce_scatter=dnn.reduce_scatter) -> Optional[list]:
+def reduce_scatter_and_check(ctx, case: Case, reduce_scatter=dnn.reduce_scatter) -> list | None:
     """``reduce_scatter`` with case.op: y_r = op over ranks s of xs_s[r]; grad xs_r[j] = g_j (SUM)."""
     r, w, dev = ctx.rank, ctx.world_size, ctx.device
     shape, dtype = case.spec.shape, case.spec.dtype
@@ -398,7 +397,7 @@ CHECKS = {
 # what the installed torch/gloo supports: probed on the ranks, once per pool and collective
 
 
-def _probe_case(name: str, dtype: torch.dtype, op: Optional[str], world_size: int) -> Case:
+def _probe_case(name: str, dtype: torch.dtype, op: str | None, world_size: int) -> Case:
     shape = (world_size, 2) if name == "all_to_all_single" else (2,)
     splits = tuple(tuple(1 for _ in range(world_size)) for _ in range(world_size))
     grad = op is None or op in GRAD_OPS.get(name, ())

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from typing import Any, Optional
+from typing import Any
 
 import pytest
 import torch
@@ -63,7 +63,7 @@ def _load_buffers(module: nn.Module, state: dict[str, torch.Tensor]) -> None:
 
 def reference_gradients(reference: nn.Module, config: fst.DDPConfig, step: int, seed: int,
                         dtype: torch.dtype, rank_buffers: list[dict[str, torch.Tensor]],
-                        ) -> tuple[dict[str, Optional[torch.Tensor]], list[dict[str, torch.Tensor]]]:
+                        ) -> tuple[dict[str, torch.Tensor | None], list[dict[str, torch.Tensor]]]:
     """The gradients DDP promises, computed on one local model with no communication.
 
     DDP's contract: rank r's loss is the mean over its own ``b_r`` samples;
@@ -93,7 +93,7 @@ def reference_gradients(reference: nn.Module, config: fst.DDPConfig, step: int, 
     concatenated batch in one pass, as a cross-check.
     """
     world = config.world_size
-    total: dict[str, Optional[torch.Tensor]] = {name: None for name, _ in reference.named_parameters()}
+    total: dict[str, torch.Tensor | None] = {name: None for name, _ in reference.named_parameters()}
     updated: list[dict[str, torch.Tensor]] = []
     for r in range(world):
         if rank_buffers:
@@ -113,7 +113,7 @@ def reference_gradients(reference: nn.Module, config: fst.DDPConfig, step: int, 
 
 
 def whole_batch_gradients(reference: nn.Module, config: fst.DDPConfig, step: int, seed: int,
-                          dtype: torch.dtype) -> dict[str, Optional[torch.Tensor]]:
+                          dtype: torch.dtype) -> dict[str, torch.Tensor | None]:
     """DDP's contract on the whole batch, literally: every rank's inputs concatenated, one
     forward and backward of sum_i w_i * (squared error of element i), where an element of
     rank r's batch weighs w_i = 1 / (W * b_r * out_features): rank r's mean loss, divided
@@ -133,8 +133,8 @@ def whole_batch_gradients(reference: nn.Module, config: fst.DDPConfig, step: int
     return grads
 
 
-def _mismatch(what: str, actual: Optional[torch.Tensor], expected: Optional[torch.Tensor],
-              rtol: float, atol: float) -> Optional[str]:
+def _mismatch(what: str, actual: torch.Tensor | None, expected: torch.Tensor | None,
+              rtol: float, atol: float) -> str | None:
     """None if close (None counts as zeros), else a one-line description."""
     if actual is None and expected is None:
         return None
@@ -154,14 +154,14 @@ def _mismatch(what: str, actual: Optional[torch.Tensor], expected: Optional[torc
             f"got {actual.reshape(-1)[i].item():.9g}, expected {expected.reshape(-1)[i].item():.9g}")
 
 
-def _digest(tensors: dict[str, Optional[torch.Tensor]]) -> tuple:
+def _digest(tensors: dict[str, torch.Tensor | None]) -> tuple:
     """A digest of named tensors (None as a marker): equal iff all are bitwise equal."""
     return tuple((name, None if t is None else fingerprint(t)) for name, t in tensors.items())
 
 
 def ddp_parity(ctx: Any, config: fst.DDPConfig, dtype: torch.dtype, seed: int,
-               wrap: Optional[Callable[..., dist.ProcessGroup]] = None, wrap_args: tuple = (),
-               wrap_kwargs: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+               wrap: Callable[..., dist.ProcessGroup] | None = None, wrap_args: tuple = (),
+               wrap_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
     """On every rank: train DDP over ``wrap(ctx.group, *wrap_args, **wrap_kwargs)`` (or
     ctx.group itself) next to a local reference model; return the mismatches and digests.
 
@@ -228,7 +228,7 @@ def check_parity(results: list[dict[str, Any]]) -> None:
     assert all(d == digests[0] for d in digests), "parameters are not bitwise equal on every rank"
 
 
-def pg_wrapper(pg_kind: str, schedule: Optional[fst.CompletionOrder]) -> dict[str, Any]:
+def pg_wrapper(pg_kind: str, schedule: fst.CompletionOrder | None) -> dict[str, Any]:
     """The keyword arguments of ``ddp_parity`` that select the process group."""
     if pg_kind == "gloo":
         return {}

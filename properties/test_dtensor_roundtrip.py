@@ -29,7 +29,6 @@ import importlib
 import inspect
 import logging
 from dataclasses import dataclass
-from typing import Optional
 
 import pytest
 import torch
@@ -81,7 +80,7 @@ class RoundTrip:
     mesh_shape: tuple
     placements: tuple
     redistributions: tuple = ()
-    src_data_rank: Optional[int] = 0
+    src_data_rank: int | None = 0
 
 
 # ---------------------------------------------------------------------------
@@ -145,7 +144,7 @@ def _quiet_logs():
     try:
         yield
     finally:
-        for lg, level in zip(loggers, levels):
+        for lg, level in zip(loggers, levels, strict=False):
             lg.setLevel(level)
 
 
@@ -170,7 +169,7 @@ def _check_stage(stage: str, dt, names: tuple, original: torch.Tensor, mesh_shap
 
 
 def roundtrip_and_check(ctx, case: RoundTrip, distribute=_distribute, redistribute=_redistribute,
-                        full_tensor=_full_tensor) -> Optional[list]:
+                        full_tensor=_full_tensor) -> list | None:
     """On every rank: distribute, then redistribute along case.redistributions, checking each
     stage; None if all is well, else the problems.  The three operations are swappable."""
     mesh = device_mesh(ctx.device.type, case.mesh_shape)
@@ -208,10 +207,11 @@ def placements_for(ndim: int, mesh_ndim: int) -> st.SearchStrategy:
 
 
 @st.composite
-def roundtrips(draw, world_size: int, dtypes=st.sampled_from(GLOO_DTYPES)) -> RoundTrip:
+def roundtrips(draw, world_size: int, dtypes=None) -> RoundTrip:
     """A RoundTrip; shrinks to a (1,) float32 tensor replicated on the 1-D mesh, then
     redistributed to Replicate, with src_data_rank 0."""
     mesh_shape = draw(st.sampled_from(mesh_shapes(world_size)), label="mesh_shape")
+    dtypes = st.sampled_from(GLOO_DTYPES) if dtypes is None else dtypes
     spec = draw(fst.tensor_specs(dtypes=dtypes, max_bytes=MAX_BYTES), label="spec")
     seed = draw(SEEDS, label="seed")
     strategy = placements_for(spec.ndim, len(mesh_shape))

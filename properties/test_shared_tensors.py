@@ -13,8 +13,13 @@ from hypothesis import strategies as st
 
 from fuzzdist import strategies as fst
 from fuzzdist.checks import first_difference
-from fuzzdist.sharing import (leftover_shared_memory, open_tensor_handle, reduce_tensor_handles, share_tensor,
-                              shared_memory_in_use)
+from fuzzdist.sharing import (
+    leftover_shared_memory,
+    open_tensor_handle,
+    reduce_tensor_handles,
+    share_tensor,
+    shared_memory_in_use,
+)
 
 MAX_BYTES = 64 * 1024
 

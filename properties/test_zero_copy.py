@@ -6,8 +6,8 @@ and reinterpreted with ``view(dtype)``, and a write through it reaches every ran
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import pytest
@@ -19,8 +19,13 @@ from hypothesis import strategies as st
 
 from fuzzdist import strategies as fst
 from fuzzdist.checks import first_difference
-from fuzzdist.sharing import (leftover_shared_memory, open_tensor_handle, reduce_tensor_handles, share_tensor,
-                              shared_memory_in_use)
+from fuzzdist.sharing import (
+    leftover_shared_memory,
+    open_tensor_handle,
+    reduce_tensor_handles,
+    share_tensor,
+    shared_memory_in_use,
+)
 
 MAX_BYTES = 16 * 1024
 SEEDS = st.integers(0, 2**32 - 1)

@@ -201,7 +201,7 @@ class LonelyRankProcessGroup(dist.ProcessGroup):
         return self._done(tensor_list)
 
     def allgather(self, output_tensors, input_tensor, opts):
-        for o, i in zip(output_tensors[0], input_tensor):
+        for o, i in zip(output_tensors[0], input_tensor, strict=False):
             o.copy_(i)
         return self._done(output_tensors)
 

@@ -141,7 +141,7 @@ class TailDroppingAllreducePG(_PassThroughPG):
                     s.view(-1)[-tail:] = 0
         self._inner.allreduce(staging, opts).wait()
         with torch.no_grad():
-            for t, s in zip(tensors, staging):
+            for t, s in zip(tensors, staging, strict=False):
                 t.copy_(s)
         return _done_work(tensors)
 
@@ -166,7 +166,7 @@ class FifoCompletionPG(ReorderingProcessGroup):
         def copy_back() -> None:
             targets = self._pending.popleft()  # the bug: not necessarily this work's tensors
             with torch.no_grad():
-                for target, staged in zip(targets, staging):
+                for target, staged in zip(targets, staging, strict=False):
                     k = min(target.numel(), staged.numel())
                     target.view(-1)[:k].copy_(staged.view(-1)[:k])
 

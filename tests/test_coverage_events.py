@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import rank_fns
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from fuzzdist import _coverage
 from fuzzdist import strategies as fst

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple
 
 import planted_pg
 import pytest
@@ -29,9 +29,9 @@ class Caught(NamedTuple):
     config: fst.DDPConfig
     dtype: torch.dtype
     seed: int
-    schedule: Optional[fst.CompletionOrder]
+    schedule: fst.CompletionOrder | None
     error: AssertionError
-    results: Optional[list[dict[str, Any]]]
+    results: list[dict[str, Any]] | None
 
 
 def _run_ddp_property(pool, wrap, wrap_args=(), wrap_kwargs=None, schedules=None,

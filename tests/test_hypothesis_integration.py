@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import rank_fns
 from hypothesis import Phase, given, settings
@@ -9,6 +11,9 @@ from hypothesis import strategies as st
 from hypothesis.database import InMemoryExampleDatabase
 
 from fuzzdist import RankError
+
+if sys.version_info < (3, 11):
+    from exceptiongroup import BaseExceptionGroup
 
 
 def test_failure_on_a_rank_shrinks_to_the_minimal_example(rank_pool):

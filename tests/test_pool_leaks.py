@@ -37,7 +37,7 @@ def test_thousand_examples_leak_nothing():
                 pool.run(rank_fns.small_collective, n % 7 + 1)
         end = pool.run(rank_fns.resources)
         assert pool.generation == 1, "the ranks were restarted: the leak check saw fresh processes"
-        for rank, ((rss0, fds0), (rss1, fds1)) in enumerate(zip(start, end)):
+        for rank, ((rss0, fds0), (rss1, fds1)) in enumerate(zip(start, end, strict=False)):
             assert fds1 == fds0, f"rank {rank} leaked {fds1 - fds0} file descriptors"
             assert rss1 - rss0 < RSS_SLACK, f"rank {rank} grew by {(rss1 - rss0) / 2**20:.1f} MiB"
         assert _driver_fds() == driver_fds, "the driver leaked file descriptors"

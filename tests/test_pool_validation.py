@@ -57,7 +57,8 @@ def test_nccl_without_a_gpu_per_rank(monkeypatch):
     monkeypatch.setattr("fuzzdist.capabilities.available_backends", lambda: ["gloo", "nccl"])
     monkeypatch.setattr(torch.backends.cuda, "is_built", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    with pytest.raises(CapabilityError, match="nccl' needs one GPU per rank: world_size=4 but needs 4 GPUs, but 1 is visible"):
+    message = "nccl' needs one GPU per rank: world_size=4 but needs 4 GPUs, but 1 is visible"
+    with pytest.raises(CapabilityError, match=message):
         RankPool(4, backend="nccl", device="cuda")
 
 

@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 from torch._C._distributed_c10d import (
     AllgatherOptions,
     AllreduceCoalescedOptions,
@@ -26,16 +28,14 @@ from torch._C._distributed_c10d import (
     BarrierOptions,
     BroadcastOptions,
 )
-from hypothesis import given
-from hypothesis import strategies as st
 
 from fuzzdist import strategies as fst
 from fuzzdist.reorder import (
-    _busy_ns,
     ReorderingProcessGroup,
     ReorderTimeout,
     ScheduledWorkDropped,
     ScheduledWorkFailure,
+    _busy_ns,
 )
 
 FORMS = ("subclass", "future")
@@ -321,15 +321,15 @@ def reorder_over_gloo(ctx, order, form, windows):
     for i in range(windows * order.n):
         issued.append(_gloo_op(pg, ctx, OPS[i % len(OPS)], i))
         released = set(pg.released_order)
-        for j, (work, out, before, expected) in enumerate(issued):
+        for j, (work, out, before, _expected) in enumerate(issued):
             shown = out if j in released else before
             if work.get_future().done() != (j in released):
                 problems.append(f"after issue {i}: work {j} done={work.get_future().done()}")
-            if not all(torch.equal(a, b) for a, b in zip(out, shown)):
+            if not all(torch.equal(a, b) for a, b in zip(out, shown, strict=False)):
                 problems.append(f"after issue {i}: work {j} data visible={j not in released}")
     for j, (work, out, _, expected) in enumerate(issued):
         work.wait()
-        if not all(torch.equal(a, b) for a, b in zip(out, expected)):
+        if not all(torch.equal(a, b) for a, b in zip(out, expected, strict=False)):
             problems.append(f"work {j} ({OPS[j % len(OPS)]}): got {out}, expected {expected}")
     pg.close()
     return pg.released_order, problems
@@ -353,7 +353,8 @@ def outcomes_over_gloo(ctx, order, form):
             work.get_future().wait()
             seen.append(("complete", torch.equal(out[0], expected[0])))
         except RuntimeError as exc:
-            kind = "fail" if "ScheduledWorkFailure" in str(exc) else "drop" if "ScheduledWorkDropped" in str(exc) else str(exc)
+            text = str(exc)
+            kind = "fail" if "ScheduledWorkFailure" in text else "drop" if "ScheduledWorkDropped" in text else text
             seen.append((kind, torch.equal(out[0], before[0])))
     pg.close()
     return seen

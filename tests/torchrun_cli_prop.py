@@ -1,8 +1,12 @@
 """A property for `torchrun -m fuzzdist run` (tests/test_torchrun.py); PLANT_BUG=1 breaks rank 1 for n >= 7."""
 
 import os
-import torch, torch.distributed as dist
-from hypothesis import given, strategies as st
+
+import torch
+import torch.distributed as dist
+from hypothesis import given
+from hypothesis import strategies as st
+
 
 def allreduce_check(ctx, n, bug):
     t = torch.full((n,), 1.0)

@@ -43,7 +43,7 @@ def finish(proc: subprocess.Popen, timeout: float = CLI_TIMEOUT) -> subprocess.C
             time.sleep(2)
         proc.kill()
         out, err = proc.communicate()
-        raise AssertionError(f"fuzzdist did not finish within {timeout}s\nstdout:\n{out}\nstderr:\n{err}")
+        raise AssertionError(f"fuzzdist did not finish within {timeout}s\nstdout:\n{out}\nstderr:\n{err}") from None
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 

@@ -179,7 +179,7 @@ class ReplayPlugin(SelectionPlugin):
             self._out(f"OLDER VERSION   {item.nodeid}: {n} stored failure(s) under an older version of the "
                       "test (its source changed since); replayed against the current version:")
             for entries in older.values():
-                for i, entry in enumerate(entries, 1):
+                for entry in entries:
                     outcome = self._replay_one(item, testargs, entry)
                     self._show(item, outcome, "stored under an older version of the test", older=True)
                     if outcome.status == "fails":

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import functools
 import re
+import sys
 import time
 import traceback
 from dataclasses import dataclass
@@ -56,6 +57,9 @@ from fuzzdist.campaign.database import Database, record_in_index, reproduce_comm
 from fuzzdist.campaign.progress import Progress
 from fuzzdist.campaign.report import CampaignState, FailureRecord, PropertyState, write_json_atomic
 from fuzzdist.campaign.selection import SelectionPlugin, Targets
+
+if sys.version_info < (3, 11):  # Hypothesis depends on the backport there
+    from exceptiongroup import BaseExceptionGroup, ExceptionGroup
 
 REPORT_INTERVAL_S = 5.0
 # Examples per round when only time limits a property: the campaign profile's budget, so

@@ -8,7 +8,6 @@ driver rebuilds the same input values from it to compute the reference.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Optional
 
 import torch
 import torch.distributed as dist
@@ -50,7 +49,7 @@ class OpInfo:
     method: str
     mirrors: str
     reduces: bool = False
-    root: Optional[str] = None  # "src" or "dst": the op has a root rank
+    root: str | None = None  # "src" or "dst": the op has a root rank
     min_world: int = 1
     layouts: bool = False  # its main input takes the drawn layout (else contiguous)
     rows: bool = False  # the spec is the shape of one row; the drawn splits count rows
@@ -106,13 +105,13 @@ class OpCall:
     op: str
     spec: TensorSpec = _BARRIER_SPEC
     seed: int = 0
-    reduce_op: Optional[str] = None
-    root: Optional[int] = None
-    peer: Optional[int] = None
-    splits: Optional[tuple[tuple[int, ...], ...]] = None
+    reduce_op: str | None = None
+    root: int | None = None
+    peer: int | None = None
+    splits: tuple[tuple[int, ...], ...] | None = None
     even_splits: bool = False
     out_offset: int = 0
-    late_rank: Optional[int] = None
+    late_rank: int | None = None
 
     def __post_init__(self) -> None:
         if self.op not in OPS:
@@ -158,13 +157,13 @@ def input_seed(seed: int, rank: int, slot: int) -> int:
     return _mix_seed(seed, rank, slot)
 
 
-def contiguous_spec(spec: TensorSpec, shape: Optional[tuple[int, ...]] = None) -> TensorSpec:
+def contiguous_spec(spec: TensorSpec, shape: tuple[int, ...] | None = None) -> TensorSpec:
     """``spec`` with another shape (default: its own), contiguous, no storage offset."""
     return replace(spec, shape=spec.shape if shape is None else tuple(shape), layout="contiguous",
                    storage_offset=0)
 
 
-def input_values(call: OpCall, rank: int, slot: int = 0, shape: Optional[tuple[int, ...]] = None) -> torch.Tensor:
+def input_values(call: OpCall, rank: int, slot: int = 0, shape: tuple[int, ...] | None = None) -> torch.Tensor:
     """Rank ``rank``'s input ``slot`` as a contiguous CPU tensor (its logical values)."""
     return contiguous_spec(call.spec, shape).materialize("cpu", input_seed(call.seed, rank, slot))
 

@@ -6,7 +6,7 @@ import argparse
 import json
 import os
 import sys
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 EXIT_CONFORMS = 0
 EXIT_FAILURE = 1
@@ -60,7 +60,7 @@ def build_parser(prog: str = "fuzzdist check-pg") -> argparse.ArgumentParser:
     return parser
 
 
-def main_check_pg(argv: Optional[Sequence[str]] = None) -> int:
+def main_check_pg(argv: Sequence[str] | None = None) -> int:
     """``fuzzdist check-pg FACTORY [options]``; returns the exit status (0, 1 or 2)."""
     parser = build_parser()
     try:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
 
 import torch
 from hypothesis import strategies as st
@@ -27,7 +26,7 @@ class Capabilities:
 
     world_size: int
     # (op, reduce op or None) -> the dtypes it accepted, in fuzzdist's shrink order
-    dtypes: dict[tuple[str, Optional[str]], tuple[torch.dtype, ...]] = field(default_factory=dict)
+    dtypes: dict[tuple[str, str | None], tuple[torch.dtype, ...]] = field(default_factory=dict)
     layouts: dict[str, tuple[str, ...]] = field(default_factory=dict)  # op -> layouts it accepted
     hung: dict[str, str] = field(default_factory=dict)  # op -> what happened when it was probed
     uneven: dict[str, bool] = field(default_factory=dict)  # all-to-all op -> False if uneven splits refused
@@ -46,7 +45,7 @@ class Capabilities:
         return bool(self.dtypes.get((op, None)))
 
 
-def op_calls(op: str, caps: Capabilities, max_bytes: int, reduce_op: Optional[str] = None,
+def op_calls(op: str, caps: Capabilities, max_bytes: int, reduce_op: str | None = None,
              ) -> st.SearchStrategy[OpCall]:
     """Calls of ``op`` at ``caps.world_size`` ranks, over the dtypes and layouts it supports
     (with ``reduce_op``, or a drawn one).

@@ -7,7 +7,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any
 
 import torch
 from hypothesis import HealthCheck, Verbosity, given
@@ -44,7 +44,7 @@ _LAYOUT_PROBES: dict[str, TensorSpec] = {
 }
 _MAX_MESSAGE = 6000
 
-PoolsArg = Union[None, Mapping[int, RankPool], Callable[[int], RankPool]]
+PoolsArg = Mapping[int, RankPool] | Callable[[int], RankPool] | None
 
 
 class ConformanceFailure(AssertionError):
@@ -119,22 +119,22 @@ class ConformanceSession:
 
     def __init__(
         self,
-        factory: Union[str, Callable[..., Any]],
+        factory: str | Callable[..., Any],
         *,
         world_sizes: Iterable[int] = DEFAULT_WORLD_SIZES,
-        max_examples: Optional[int] = None,
-        duration: Optional[float] = None,
-        dtypes: Optional[Iterable[torch.dtype]] = None,
+        max_examples: int | None = None,
+        duration: float | None = None,
+        dtypes: Iterable[torch.dtype] | None = None,
         device: str = "cpu",
         timeout: float = DEFAULT_TIMEOUT,
         max_bytes: int = DEFAULT_MAX_BYTES,
         pools: PoolsArg = None,
-        settings: Optional[Settings] = None,
+        settings: Settings | None = None,
         verbose: bool = False,
-        seed: Optional[int] = None,
+        seed: int | None = None,
         repeat_waits: bool = False,
         ddp_reorder: bool = False,
-        checks: Optional[Iterable[str]] = None,
+        checks: Iterable[str] | None = None,
     ) -> None:
         self.ref = _rank.factory_ref(factory)
         sizes = tuple(sorted(set(world_sizes)))
@@ -162,8 +162,8 @@ class ConformanceSession:
         self._pools_arg = pools
         self._own_pools: dict[int, RankPool] = {}
         self._caps: dict[int, Capabilities] = {}
-        self._refused: dict[tuple[str, Optional[str], Optional[str]], tuple[str, list[int]]] = {}
-        self._probed: dict[tuple[str, Optional[str]], set[Optional[str]]] = {}  # (op, variant) -> dtypes probed
+        self._refused: dict[tuple[str, str | None, str | None], tuple[str, list[int]]] = {}
+        self._probed: dict[tuple[str, str | None], set[str | None]] = {}  # (op, variant) -> dtypes probed
         self._started = time.monotonic()
         self._deadline = None if duration is None else self._started + float(duration)
         self.checks = tuple(ALL_CHECKS if checks is None else checks)
@@ -173,7 +173,7 @@ class ConformanceSession:
         # the operations to probe: the ones checked (the async check draws from all of them)
         self._probe_ops = set(OPS) if ASYNC in self.checks else {c for c in self.checks if c in OPS}
         self._checks_left = len(self.checks)
-        self._check_deadline: Optional[float] = None
+        self._check_deadline: float | None = None
         self.report = ConformanceReport(self.ref, sizes)
 
     # -- pools --------------------------------------------------------------------
@@ -229,7 +229,7 @@ class ConformanceSession:
             self.report.backend = infos[0]["name"] or infos[0]["type"]
         self._caps[w] = self._probe(w)
 
-    def _probe_plan(self, w: int) -> list[tuple[tuple[str, Optional[str], Optional[torch.dtype]], OpCall]]:
+    def _probe_plan(self, w: int) -> list[tuple[tuple[str, str | None, torch.dtype | None], OpCall]]:
         plan = []
         for op, info in OPS.items():
             if w < info.min_world or op not in self._probe_ops:
@@ -247,8 +247,8 @@ class ConformanceSession:
         caps = Capabilities(w)
         plan = self._probe_plan(w)
         results = self._run_probes(w, [call for _, call in plan])
-        supported: dict[tuple[str, Optional[str]], list[torch.dtype]] = {}
-        for (key, call), result in zip(plan, results):
+        supported: dict[tuple[str, str | None], list[torch.dtype]] = {}
+        for (key, _call), result in zip(plan, results, strict=False):
             op, reduce_op, dtype = key
             supported.setdefault((op, reduce_op), [])
             variant = f"ReduceOp.{reduce_op}" if reduce_op else None
@@ -283,7 +283,7 @@ class ConformanceSession:
         results = self._run_probes(w, [call for _, call in variant_plan])
         for op in OPS:
             caps.layouts[op] = ("contiguous",)
-        for ((op, variant), _), result in zip(variant_plan, results):
+        for ((op, variant), _), result in zip(variant_plan, results, strict=False):
             self._probed.setdefault((op, variant), set()).add(None)
             if isinstance(result, str):
                 caps.hung[op] = result
@@ -299,7 +299,7 @@ class ConformanceSession:
                 caps.uneven[op] = False
         return caps
 
-    def _refuse(self, op: str, variant: Optional[str], dtype: Optional[str], reason: str, w: int) -> None:
+    def _refuse(self, op: str, variant: str | None, dtype: str | None, reason: str, w: int) -> None:
         key = (op, variant, dtype)
         known = self._refused.get(key)
         if known is None:
@@ -328,7 +328,7 @@ class ConformanceSession:
                 by_op = {i: [i] for i in range(len(calls))}
             results: list[Any] = [None] * len(calls)
             for indices in by_op.values():
-                for i, result in zip(indices, self._run_probes(w, [calls[i] for i in indices])):
+                for i, result in zip(indices, self._run_probes(w, [calls[i] for i in indices]), strict=False):
                     results[i] = result
             return results
         merged = []
@@ -345,7 +345,8 @@ class ConformanceSession:
                 return (type_name, message)
         if found:
             return (found[0][1], found[0][2])
-        kind = "hung" if isinstance(exc, RankTimeout) else "crashed the ranks" if isinstance(exc, RankCrash) else "failed"
+        kind = ("hung" if isinstance(exc, RankTimeout)
+                else "crashed the ranks" if isinstance(exc, RankCrash) else "failed")
         return f"its probe {kind}:\n{_failure_text(exc)}"
 
     # -- fuzzing --------------------------------------------------------------------
@@ -508,7 +509,7 @@ class ConformanceSession:
         except RankFailure:
             pass
 
-    def _raised_message(self, head: str, exc: RankFailure, call: Optional[OpCall]) -> str:
+    def _raised_message(self, head: str, exc: RankFailure, call: OpCall | None) -> str:
         lines = [head.replace(" does not conform:", " raised:", 1)]
         refusals = [(r, unsupported_reason(t, m)) for r, t, m in _rank_exceptions(exc)]
         if any(reason for _, reason in refusals):
@@ -625,10 +626,10 @@ class ConformanceSession:
         if len(entries) == probed and len(reasons) == 1:
             reason, sizes = reasons.pop()
             return [Unsupported(op, None, (), sizes, reason)]
-        by_variant: dict[tuple[Optional[str], str, tuple[int, ...]], list[Optional[str]]] = {}
+        by_variant: dict[tuple[str | None, str, tuple[int, ...]], list[str | None]] = {}
         for variant, dtype, reason, sizes in entries:
             by_variant.setdefault((variant, reason, sizes), []).append(dtype)
-        merged: dict[tuple[str, tuple[int, ...], tuple[str, ...], bool], list[Optional[str]]] = {}
+        merged: dict[tuple[str, tuple[int, ...], tuple[str, ...], bool], list[str | None]] = {}
         for (variant, reason, sizes), dtypes in by_variant.items():
             every = set(dtypes) == self._probed.get((op, variant), set())
             shown = () if every or dtypes == [None] else tuple(d for d in dtypes if d is not None)
@@ -648,7 +649,7 @@ class ConformanceSession:
         return out
 
     def _supported_for(self, op: str, sizes: list[int]) -> list[str]:
-        variants: dict[Optional[str], list[str]] = {}
+        variants: dict[str | None, list[str]] = {}
         for w in sizes:
             for (o, reduce_op), dtypes in self._caps[w].dtypes.items():
                 if o != op or not dtypes:
@@ -663,7 +664,7 @@ class ConformanceSession:
         return lines
 
 
-def _probe_call(op: str, w: int, spec: TensorSpec, reduce_op: Optional[str]) -> OpCall:
+def _probe_call(op: str, w: int, spec: TensorSpec, reduce_op: str | None) -> OpCall:
     info = OPS[op]
     root = 0 if info.root is not None else None
     peer = 1 if op == "send_recv" else None
@@ -672,20 +673,20 @@ def _probe_call(op: str, w: int, spec: TensorSpec, reduce_op: Optional[str]) -> 
 
 
 def check_process_group(
-    factory: Union[str, Callable[..., Any]],
+    factory: str | Callable[..., Any],
     *,
     world_sizes: Iterable[int] = DEFAULT_WORLD_SIZES,
-    max_examples: Optional[int] = None,
-    duration: Optional[float] = None,
-    ops: Optional[Iterable[str]] = None,
-    dtypes: Optional[Iterable[torch.dtype]] = None,
+    max_examples: int | None = None,
+    duration: float | None = None,
+    ops: Iterable[str] | None = None,
+    dtypes: Iterable[torch.dtype] | None = None,
     device: str = "cpu",
     timeout: float = DEFAULT_TIMEOUT,
     max_bytes: int = DEFAULT_MAX_BYTES,
     pools: PoolsArg = None,
-    settings: Optional[Settings] = None,
+    settings: Settings | None = None,
     verbose: bool = False,
-    seed: Optional[int] = None,
+    seed: int | None = None,
     repeat_waits: bool = False,
     ddp_reorder: bool = False,
 ) -> ConformanceReport:

@@ -17,11 +17,10 @@ from __future__ import annotations
 import importlib
 import time
 from collections.abc import Callable
-from typing import Any, Optional
+from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import Backend as _C10dBackend  # dist.Backend is the name enum
 from torch._C._distributed_c10d import (
     AllgatherOptions,
     AllreduceOptions,
@@ -33,6 +32,7 @@ from torch._C._distributed_c10d import (
     ReduceScatterOptions,
     ScatterOptions,
 )
+from torch._C._distributed_c10d import Backend as _C10dBackend  # dist.Backend is the name enum
 
 from fuzzdist.checks import first_difference
 from fuzzdist.conformance._calls import OPS, OpCall, chunk_values, input_seed, input_values, pack
@@ -185,7 +185,7 @@ class _Guarded:
     with GUARD_ELEMENTS more after it, so writes outside the view show."""
 
     def __init__(self, shape: tuple[int, ...], dtype: torch.dtype, offset: int, device: torch.device,
-                 values: Optional[torch.Tensor] = None) -> None:
+                 values: torch.Tensor | None = None) -> None:
         numel = 1
         for s in shape:
             numel *= s
@@ -207,7 +207,7 @@ class _Guarded:
         return out
 
 
-def _in_place(call: OpCall, rank: int, device: torch.device) -> tuple[torch.Tensor, Optional[_Guarded]]:
+def _in_place(call: OpCall, rank: int, device: torch.device) -> tuple[torch.Tensor, _Guarded | None]:
     """The rank's main input, in the drawn layout; guarded when the layout is (offset-)contiguous."""
     spec = call.spec
     if spec.layout in ("contiguous", "sliced"):
@@ -411,7 +411,7 @@ def _issue(ctx: Any, ref: str, prepared: list[_Prepared], async_op: bool) -> lis
     ranks may now be out of step, is rebuilt for the next example.
     """
     works: list[Any] = []
-    error: Optional[BaseException] = None
+    error: BaseException | None = None
     for p in prepared:
         try:
             works.append(p.issue(async_op))
@@ -428,8 +428,8 @@ def _issue(ctx: Any, ref: str, prepared: list[_Prepared], async_op: bool) -> lis
     return works
 
 
-def run_calls(ctx: Any, ref: str, calls: tuple[OpCall, ...], wait_order: Optional[tuple[int, ...]] = None,
-              ) -> Optional[list[dict[str, Any]]]:
+def run_calls(ctx: Any, ref: str, calls: tuple[OpCall, ...], wait_order: tuple[int, ...] | None = None,
+              ) -> list[dict[str, Any]] | None:
     """Run ``calls`` on the factory's group; what each produced on this rank.
 
     ``wait_order=None``: each call is issued and waited on before the next
@@ -446,7 +446,7 @@ def run_calls(ctx: Any, ref: str, calls: tuple[OpCall, ...], wait_order: Optiona
         return None
 
 
-def _run_calls(ctx: Any, ref: str, calls: tuple[OpCall, ...], wait_order: Optional[tuple[int, ...]],
+def _run_calls(ctx: Any, ref: str, calls: tuple[OpCall, ...], wait_order: tuple[int, ...] | None,
                forget_on_error: bool = True) -> list[dict[str, Any]]:
     pg = group_for(ctx, ref)
     prepared = [prepare(ctx, pg, call, i) for i, call in enumerate(calls)]
@@ -472,9 +472,9 @@ def _run_calls(ctx: Any, ref: str, calls: tuple[OpCall, ...], wait_order: Option
     return [p.observe() for p in prepared]
 
 
-def probe(ctx: Any, ref: str, calls: tuple[OpCall, ...]) -> list[Optional[tuple[str, str]]]:
+def probe(ctx: Any, ref: str, calls: tuple[OpCall, ...]) -> list[tuple[str, str] | None]:
     """Run each call once; per call None (it ran here) or (exception type, message)."""
-    results: list[Optional[tuple[str, str]]] = []
+    results: list[tuple[str, str] | None] = []
     for call in calls:
         try:
             _run_calls(ctx, ref, (call,), None, forget_on_error=False)

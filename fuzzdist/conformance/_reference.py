@@ -37,7 +37,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
@@ -73,7 +73,7 @@ def _fmt(v: Any) -> str:
 # -- exact comparison ----------------------------------------------------------------------
 
 
-def exact_problem(what: str, actual: torch.Tensor, expected: torch.Tensor) -> Optional[str]:
+def exact_problem(what: str, actual: torch.Tensor, expected: torch.Tensor) -> str | None:
     diff = first_difference(actual, expected)
     if diff is None:
         return None
@@ -154,7 +154,7 @@ def _same_value(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def _float_reduction(reduce_op: str, xs: list[torch.Tensor], actual: torch.Tensor,
-                     complex_inputs: Optional[list[torch.Tensor]] = None,
+                     complex_inputs: list[torch.Tensor] | None = None,
                      ) -> tuple[torch.Tensor, torch.Tensor, str]:
     """(elements that conform, the value shown as expected, how to read it) for float dtypes
     (complex ones on their real view; ``complex_inputs``: the complex values themselves)."""
@@ -224,7 +224,7 @@ def _float_reduction(reduce_op: str, xs: list[torch.Tensor], actual: torch.Tenso
 
 
 def reduction_problem(what: str, reduce_op: str, inputs: list[torch.Tensor], actual: torch.Tensor,
-                      ) -> Optional[str]:
+                      ) -> str | None:
     """None if ``actual`` is a valid ``reduce_op`` over ``inputs`` (one per rank), else what differs."""
     expected_shape = tuple(inputs[0].shape)
     if tuple(actual.shape) != expected_shape or actual.dtype != inputs[0].dtype:
@@ -261,7 +261,7 @@ def reduction_problem(what: str, reduce_op: str, inputs: list[torch.Tensor], act
             + f"\n      expected: {show(shown)}\n      actual:   {show(got)}")
 
 
-def _first_bad_index(actual: torch.Tensor, expected: torch.Tensor) -> Optional[int]:
+def _first_bad_index(actual: torch.Tensor, expected: torch.Tensor) -> int | None:
     a, e = _comparable(actual), _comparable(expected)
     if a.numel() != e.numel():
         return None
@@ -271,7 +271,7 @@ def _first_bad_index(actual: torch.Tensor, expected: torch.Tensor) -> Optional[i
     return None
 
 
-def _inputs_at(inputs: list[torch.Tensor], index: Optional[int]) -> str:
+def _inputs_at(inputs: list[torch.Tensor], index: int | None) -> str:
     if index is None:
         return ""
     xs = [_comparable(x) for x in inputs]
@@ -339,7 +339,7 @@ def check_call(call: OpCall, world: int, observed: list[dict[str, Any]]) -> list
         if len(outs) != len(wanted):  # pragma: no cover - the ranks and this module disagree
             problems.append(f"rank {r}: returned {len(outs)} outputs, expected {len(wanted)}")
             continue
-        for (what, expected), actual in zip(wanted, outs):
+        for (what, expected), actual in zip(wanted, outs, strict=False):
             if expected is None:
                 continue
             if isinstance(expected, tuple):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 # An exception counts as "the backend does not implement this" (not a bug) when it is a
 # NotImplementedError, or a RuntimeError/ValueError/TypeError whose message says so.
@@ -23,7 +23,7 @@ _UNSUPPORTED_TYPES = ("builtins.RuntimeError", "builtins.ValueError", "builtins.
                       "torch.distributed.DistBackendError", "torch.distributed.DistError")
 
 
-def unsupported_reason(type_name: str, message: str, method: Optional[str] = None) -> Optional[str]:
+def unsupported_reason(type_name: str, message: str, method: str | None = None) -> str | None:
     """Why an exception means "not implemented" (a short reason), or None if it is a failure."""
     first = (message.strip().splitlines() or [""])[0].strip()
     short = type_name.rsplit(".", 1)[-1]
@@ -44,7 +44,7 @@ class Unsupported:
     """An operation (with a reduce op, or a layout) the backend refused for some dtypes."""
 
     op: str
-    variant: Optional[str]  # "ReduceOp.SUM", "layout=transposed", or None
+    variant: str | None  # "ReduceOp.SUM", "layout=transposed", or None
     dtypes: tuple[str, ...]  # () when it does not depend on the dtype
     world_sizes: tuple[int, ...]
     reason: str
@@ -69,11 +69,11 @@ class Failure:
     op: str
     message: str
     example: dict[str, Any] = field(default_factory=dict)
-    exception: Optional[BaseException] = field(default=None, repr=False)
+    exception: BaseException | None = field(default=None, repr=False)
     flaky: bool = False
 
     @property
-    def world_size(self) -> Optional[int]:
+    def world_size(self) -> int | None:
         return self.example.get("world_size")
 
     @property
@@ -101,7 +101,7 @@ class OpReport:
     examples: int = 0
     supported: list[str] = field(default_factory=list)
     unsupported: list[Unsupported] = field(default_factory=list)
-    failure: Optional[Failure] = None
+    failure: Failure | None = None
     note: str = ""
 
 

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, NamedTuple, Optional, Union
+from typing import NamedTuple
 
 import torch
 from hypothesis import strategies as st
@@ -102,7 +102,7 @@ def _env_settings() -> str:
     return ""
 
 
-def _allocator_api() -> Optional[_AllocatorApi]:
+def _allocator_api() -> _AllocatorApi | None:
     """The runtime getter/setter for the allocator settings string, or None."""
     setter = getattr(torch._C, "_accelerator_setAllocatorSettings", None)
     if setter is None:
@@ -142,7 +142,7 @@ def _format_settings(settings: dict[str, str]) -> str:
     return ",".join(f"{k}:{v}" for k, v in settings.items())
 
 
-def _format_value(value: Union[bool, int, float]) -> str:
+def _format_value(value: bool | int | float) -> str:
     if isinstance(value, bool):
         return "True" if value else "False"
     return repr(value)
@@ -175,10 +175,10 @@ class CudaAllocatorMode:
     rounded and reclaimed, which shifts where tensors land in memory.
     """
 
-    expandable_segments: Optional[bool] = None
-    max_split_size_mb: Optional[int] = None
-    roundup_power2_divisions: Optional[int] = None
-    garbage_collection_threshold: Optional[float] = None
+    expandable_segments: bool | None = None
+    max_split_size_mb: int | None = None
+    roundup_power2_divisions: int | None = None
+    garbage_collection_threshold: float | None = None
 
     def __post_init__(self) -> None:
         if self.max_split_size_mb is not None and self.max_split_size_mb < _MIN_SPLIT_MB:
@@ -269,7 +269,7 @@ class CudaAllocatorMode:
         printer.text(repr(self))
 
 
-AllocatorMode = Union[SharingStrategyMode, CudaAllocatorMode]
+AllocatorMode = SharingStrategyMode | CudaAllocatorMode
 
 
 def _min_split_mb() -> int:
@@ -283,7 +283,7 @@ def _min_split_mb() -> int:
         return _MIN_SPLIT_MB
 
 
-def allocator_modes(device: Union[str, torch.device] = "cpu") -> st.SearchStrategy[AllocatorMode]:
+def allocator_modes(device: str | torch.device = "cpu") -> st.SearchStrategy[AllocatorMode]:
     """Allocator modes for ``device`` ("cpu" or "cuda"), each a frozen
     dataclass with ``applied()`` (a context manager a worker wraps around one
     example on every rank; it undoes itself after) and ``is_active()``.

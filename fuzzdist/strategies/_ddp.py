@@ -8,7 +8,7 @@ import inspect
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Optional, Union
+from typing import Any
 
 import torch
 from hypothesis import strategies as st
@@ -20,11 +20,11 @@ from fuzzdist.strategies._seeds import _generator, _mix_seed
 OPTIMIZERS: tuple[str, ...] = ("sgd", "adam", "adamw")
 # None = DDP's default (25 MiB with a 1 MiB first bucket); the tiny caps put
 # every parameter, or a few, in a bucket of its own even for small models.
-_BUCKET_CAPS: tuple[Optional[float], ...] = (None, 25, 1, 1e-3, 1e-5)
+_BUCKET_CAPS: tuple[float | None, ...] = (None, 25, 1, 1e-3, 1e-5)
 _LR = 0.01
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _ddp_parameters() -> frozenset[str]:
     """Keyword parameters the installed ``DistributedDataParallel`` accepts."""
     try:
@@ -41,7 +41,7 @@ class _FuzzMLP(nn.Module):
     def __init__(self, config: DDPConfig) -> None:
         super().__init__()
         widths = config.widths
-        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(widths, widths[1:]))
+        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(widths, widths[1:], strict=False))
         self.tied = config.tied_parameters
         if self.tied:
             w = widths[1]
@@ -96,7 +96,7 @@ class DDPConfig:
     unused_parameters: bool = False
     tied_parameters: bool = False
     buffers: bool = False
-    bucket_cap_mb: Optional[float] = None
+    bucket_cap_mb: float | None = None
     gradient_as_bucket_view: bool = False
     find_unused_parameters: bool = False
     static_graph: bool = False
@@ -232,7 +232,7 @@ def ddp_configs(
     max_width: int = 16,
     max_batch: int = 8,
     max_steps: int = 3,
-    optimizers: Union[None, str, Iterable[str]] = None,
+    optimizers: None | str | Iterable[str] = None,
 ) -> st.SearchStrategy[DDPConfig]:
     """DDP setups for ``world_size`` ranks that the installed DDP supports.
 

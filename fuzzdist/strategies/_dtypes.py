@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterable
-from typing import Optional, Union
 
 import torch
 from hypothesis import strategies as st
@@ -45,7 +44,7 @@ _CATALOGUE: tuple[tuple[str, str], ...] = (
 
 DTYPE_KINDS: tuple[str, ...] = ("float", "complex", "int", "unsigned", "bool", "float8")
 
-KindArg = Union[None, str, Iterable[str]]
+KindArg = str | Iterable[str] | None
 
 
 def _catalogue() -> list[tuple[torch.dtype, str]]:
@@ -64,7 +63,7 @@ def _kind_of(dtype: torch.dtype) -> str:
     raise ValueError(f"fuzzdist does not generate {dtype}")
 
 
-def _normalize_kinds(kind: KindArg) -> Optional[frozenset[str]]:
+def _normalize_kinds(kind: KindArg) -> frozenset[str] | None:
     if kind is None:
         return None
     kinds = (kind,) if isinstance(kind, str) else tuple(kind)
@@ -78,7 +77,7 @@ def _normalize_kinds(kind: KindArg) -> Optional[frozenset[str]]:
     return frozenset(kinds)
 
 
-def _normalize_device(device: Union[str, torch.device]) -> str:
+def _normalize_device(device: str | torch.device) -> str:
     try:
         return str(torch.device(device))
     except (RuntimeError, TypeError) as exc:
@@ -131,7 +130,7 @@ def _device_runtime_initialized(device: str) -> bool:
         return False
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _usable_dtype_names(device: str) -> tuple[str, ...]:
     # CPU (and any device whose runtime this process already started) is
     # probed in-process. Anything else is probed in a short-lived child
@@ -159,7 +158,7 @@ def _usable_dtype_names(device: str) -> tuple[str, ...]:
 
 
 def supported_dtypes(
-    device: Union[str, torch.device] = "cpu", kind: KindArg = None
+    device: str | torch.device = "cpu", kind: KindArg = None
 ) -> tuple[torch.dtype, ...]:
     """The dtypes ``dtypes(device, kind)`` draws from, in shrink order.
 
@@ -176,7 +175,7 @@ def supported_dtypes(
 
 
 def dtypes(
-    device: Union[str, torch.device] = "cpu", kind: KindArg = None
+    device: str | torch.device = "cpu", kind: KindArg = None
 ) -> st.SearchStrategy[torch.dtype]:
     """Every ``torch.dtype`` the installed torch can hold on ``device``.
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
@@ -38,7 +36,7 @@ def source_ranks(world_size: int) -> st.SearchStrategy[int]:
 
 
 def rank_subsets(
-    world_size: int, min_size: int = 1, max_size: Optional[int] = None
+    world_size: int, min_size: int = 1, max_size: int | None = None
 ) -> st.SearchStrategy[tuple[int, ...]]:
     """Sorted tuples of distinct ranks from ``range(world_size)``, with
     ``min_size`` to ``max_size`` (default ``world_size``) members: the ranks

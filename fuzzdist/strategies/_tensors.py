@@ -22,7 +22,6 @@ import functools
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Optional, Union
 
 import torch
 from hypothesis import assume
@@ -79,7 +78,7 @@ def _layout_fits(layout: str, shape: tuple[int, ...]) -> bool:
     return True
 
 
-def _physical_permutation(layout: str, ndim: int) -> Optional[tuple[int, ...]]:
+def _physical_permutation(layout: str, ndim: int) -> tuple[int, ...] | None:
     """For permuted layouts: the logical dims in storage order, outermost first."""
     if layout == "transposed":
         return tuple(range(ndim - 1, -1, -1))
@@ -150,7 +149,7 @@ def _float_specials(dtype: torch.dtype) -> list[float]:
     src = torch.tensor(candidates, dtype=torch.float64)
     back = src.to(dtype).to(torch.float64)
     kept, seen = [], set()
-    for c, b in zip(candidates, back.tolist()):
+    for c, b in zip(candidates, back.tolist(), strict=False):
         same = (math.isnan(c) and math.isnan(b)) or (
             c == b and math.copysign(1.0, c) == math.copysign(1.0, b)
         )
@@ -161,7 +160,7 @@ def _float_specials(dtype: torch.dtype) -> list[float]:
     return kept
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _special_table(dtype: torch.dtype) -> torch.Tensor:
     """The dtype's special values, as a (k, itemsize) uint8 table."""
     if dtype == torch.bool:
@@ -310,7 +309,7 @@ class TensorSpec:
             strides[dim] = physical_strides[position]
         return storage, strides
 
-    def materialize(self, device: Union[str, torch.device] = "cpu", seed: int = 0) -> torch.Tensor:
+    def materialize(self, device: str | torch.device = "cpu", seed: int = 0) -> torch.Tensor:
         """Build the tensor on ``device`` from this spec and ``seed`` alone.
 
         Deterministic: the same (spec, seed) gives bitwise the same tensor in
@@ -328,7 +327,7 @@ class TensorSpec:
 # the strategy
 
 
-def _names(arg: Union[None, str, Iterable[str]], allowed: tuple[str, ...], what: str) -> tuple[str, ...]:
+def _names(arg: None | str | Iterable[str], allowed: tuple[str, ...], what: str) -> tuple[str, ...]:
     if arg is None:
         return allowed
     names = (arg,) if isinstance(arg, str) else tuple(arg)
@@ -343,10 +342,10 @@ def _names(arg: Union[None, str, Iterable[str]], allowed: tuple[str, ...], what:
 
 def tensor_specs(
     *,
-    shapes: Optional[st.SearchStrategy[tuple[int, ...]]] = None,
-    dtypes: Optional[st.SearchStrategy[torch.dtype]] = None,
-    layouts: Union[None, str, Iterable[str]] = None,
-    patterns: Union[None, str, Iterable[str]] = None,
+    shapes: st.SearchStrategy[tuple[int, ...]] | None = None,
+    dtypes: st.SearchStrategy[torch.dtype] | None = None,
+    layouts: None | str | Iterable[str] = None,
+    patterns: None | str | Iterable[str] = None,
     max_bytes: int = DEFAULT_MAX_BYTES,
     max_dims: int = DEFAULT_MAX_DIMS,
 ) -> st.SearchStrategy[TensorSpec]:
