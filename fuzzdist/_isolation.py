@@ -18,7 +18,7 @@ import torch.multiprocessing as tmp
 try:
     import numpy as _np
 except ImportError:  # numpy is optional inside torch
-    _np = None
+    _np = None  # type: ignore[assignment]
 
 # Read once by the CUDA caching allocator at start-up: changing them in an
 # example can't be undone in place, so the rank process is recycled.
@@ -102,6 +102,8 @@ class StateGuard:
         if _get_default_device is not None and _get_default_device() != self.default_device:
             torch.set_default_device(self.default_device)
         if warnings.filters != self.warning_filters:
-            warnings.filters[:] = self.warning_filters
-            warnings._filters_mutated()  # drop the per-module "already warned" caches
+            warnings.filters[:] = self.warning_filters  # type: ignore[index]  # a list at run time
+            mutated = getattr(warnings, "_filters_mutated", None)
+            if mutated is not None:
+                mutated()  # drop the per-module "already warned" caches
         return unrestorable

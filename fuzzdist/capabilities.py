@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import subprocess
 import sys
+from collections.abc import Callable
 
 import torch
 
@@ -139,6 +140,7 @@ def missing_pidfd_getfd() -> str | None:
     except OSError as exc:
         return f"could not start the pidfd_getfd probe: {exc}"
     try:
+        assert holder.stdout is not None  # stdout=PIPE above
         fd = holder.stdout.readline().strip()
         probe = subprocess.run([sys.executable, "-c", _PIDFD_PROBE, str(holder.pid), fd],
                                capture_output=True, text=True, timeout=30)
@@ -201,7 +203,7 @@ def missing_expandable_segments() -> str | None:
     return None
 
 
-PROBES = {
+PROBES: dict[str, Callable[[], str | None]] = {
     "cuda": lambda: missing_gpus(1),
     "pidfd_getfd": missing_pidfd_getfd,
     "cupy": missing_cupy,

@@ -108,7 +108,7 @@ from typing import Any, Literal
 
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import _create_work_from_future
+from torch._C._distributed_c10d import _create_work_from_future  # type: ignore[attr-defined]  # not in the stubs
 
 from fuzzdist.strategies import CompletionOrder
 
@@ -220,7 +220,7 @@ class _Scheduler:
     """
 
     def __init__(self, order: tuple[int, ...], outcomes: tuple[str, ...], held_ops: frozenset[str],
-                 stall_timeout: float, timeout: float) -> None:
+                 stall_timeout: float | None, timeout: float) -> None:
         self.order = order
         self.position = {offset: pos for pos, offset in enumerate(order)}
         self.outcomes = outcomes
@@ -410,6 +410,8 @@ class _Scheduler:
         """Flush the window once the issuing thread is stuck (see ``_stalled``).
 
         Exits as soon as nothing is held; issue() starts a new one when needed."""
+        stall_timeout = self.stall_timeout
+        assert stall_timeout is not None  # _ensure_watchdog starts no watchdog without one
         while True:
             with self._mutex:
                 if not self._held() or self._closed:
@@ -418,12 +420,12 @@ class _Scheduler:
                 issues, issuer = self._issues, self._issuer
             start, busy = time.monotonic(), _busy_ns(issuer)
             with self._mutex:
-                self._wake.wait(self.stall_timeout)
+                self._wake.wait(stall_timeout)
                 if not self._held() or self._closed or self._issues != issues:
                     continue  # progress: start a new interval
                 releasing = issuer in self._releasing
             elapsed = time.monotonic() - start
-            if elapsed < self.stall_timeout or releasing:
+            if elapsed < stall_timeout or releasing:
                 continue  # woken early, or the issuer is inside a release (it will return)
             if _stalled(busy, _busy_ns(issuer), elapsed):
                 self._drain(self._decide_flush, "stall")
@@ -542,7 +544,7 @@ class ReorderingProcessGroup(dist.ProcessGroup):
         stall_timeout: float | None = 0.01,
         timeout: float = 20.0,
     ) -> None:
-        super().__init__(inner.rank(), inner.size())
+        super().__init__(inner.rank(), inner.size())  # type: ignore[call-arg]  # the (rank, size) constructor Python subclasses use
         if work_form not in ("subclass", "future"):
             raise ValueError(f"work_form must be 'subclass' or 'future', got {work_form!r}")
         if isinstance(schedule, CompletionOrder):
@@ -622,22 +624,24 @@ class ReorderingProcessGroup(dist.ProcessGroup):
             entry.handle = _HeldWork(self._scheduler, entry)
         return entry.handle
 
-    def allreduce(self, tensors: list[torch.Tensor], opts: Any) -> dist._Work:
+    # The stubs overload these methods with torch.distributed's convenience forms (one tensor,
+    # a timeout); the C++ dispatcher only ever calls a Python ProcessGroup with (tensors, opts).
+    def allreduce(self, tensors: list[torch.Tensor], opts: Any) -> dist._Work:  # type: ignore[override]
         staging = [t.detach().clone() for t in tensors]
         real = self._inner.allreduce(staging, opts)
         return self._issue("allreduce", real, _copier(tensors, staging), tensors)
 
-    def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any) -> dist._Work:
+    def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any) -> dist._Work:  # type: ignore[override]
         staging = [t.detach().clone() for t in tensors]
         real = self._inner.allreduce_coalesced(staging, opts)
         return self._issue("allreduce_coalesced", real, _copier(tensors, staging), tensors)
 
-    def broadcast(self, tensors: list[torch.Tensor], opts: Any) -> dist._Work:
+    def broadcast(self, tensors: list[torch.Tensor], opts: Any) -> dist._Work:  # type: ignore[override]
         staging = [t.detach().clone() for t in tensors]
         real = self._inner.broadcast(staging, opts)
         return self._issue("broadcast", real, _copier(tensors, staging), tensors)
 
-    def allgather(self, output_tensors: list[list[torch.Tensor]], input_tensors: list[torch.Tensor],
+    def allgather(self, output_tensors: list[list[torch.Tensor]], input_tensors: list[torch.Tensor],  # type: ignore[override]
                   opts: Any) -> dist._Work:
         staging_out = [[o.detach().clone() for o in outs] for outs in output_tensors]
         staging_in = [t.detach().clone() for t in input_tensors]
@@ -646,12 +650,12 @@ class ReorderingProcessGroup(dist.ProcessGroup):
         flat_staging = [o for outs in staging_out for o in outs]
         return self._issue("allgather", real, _copier(flat_out, flat_staging), flat_out)
 
-    def _allgather_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any) -> dist._Work:  # noqa: A002
+    def _allgather_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any) -> dist._Work:  # type: ignore[override]  # noqa: A002
         staging_out = output.detach().clone()
         real = self._inner._allgather_base(staging_out, input.detach().clone(), opts)
         return self._issue("_allgather_base", real, _copier([output], [staging_out]), [output])
 
-    def barrier(self, opts: Any) -> dist._Work:
+    def barrier(self, opts: Any) -> dist._Work:  # type: ignore[override]
         real = self._inner.barrier(opts)
         return self._issue("barrier", real, lambda: None, [])
 

@@ -43,9 +43,13 @@ import os
 import pickle
 import time
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 import torch.multiprocessing  # noqa: F401 - registers torch's ForkingPickler reductions
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
 
 __all__ = [
     "ReceiveFn",
@@ -101,7 +105,7 @@ def open_tensor_handle(handle: bytes) -> torch.Tensor:
 def share_tensor(
     tensor: torch.Tensor | None,
     src: int,
-    group: object = None,
+    group: ProcessGroup | None = None,
     *,
     share: ShareFn = reduce_tensor_handles,
     receive: ReceiveFn = open_tensor_handle,
@@ -226,7 +230,7 @@ def _segments() -> tuple[set[str], set[str]]:
     return mapped, by_fd
 
 
-def _global_rank(group: object, group_rank: int) -> int:
+def _global_rank(group: ProcessGroup | None, group_rank: int) -> int:
     import torch.distributed as dist
 
     if group is None or group is dist.group.WORLD:

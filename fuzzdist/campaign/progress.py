@@ -8,7 +8,10 @@ the campaign state while it changes.
 from __future__ import annotations
 
 import time
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:
+    from rich.live import Live
 
 from fuzzdist.campaign.report import CampaignState, PropertyState, fmt_events, fmt_left, fmt_seconds
 
@@ -94,15 +97,16 @@ class RichProgress(Progress):
         from rich.console import Console
 
         self.console = Console(file=stream, force_terminal=True)
-        self.live = None
+        self.live: Live | None = None
         self._log: list[str] = []
 
     def start(self, state: CampaignState) -> None:
         from rich.live import Live
 
-        self.live = Live(self._table(state), console=self.console, auto_refresh=False,
-                         transient=False, redirect_stdout=False, redirect_stderr=False)
-        self.live.start()
+        live = Live(self._table(state), console=self.console, auto_refresh=False,
+                    transient=False, redirect_stdout=False, redirect_stderr=False)
+        live.start()
+        self.live = live
 
     def render(self, state: CampaignState) -> None:
         if self.live is not None:

@@ -115,7 +115,9 @@ def _allocator_api() -> _AllocatorApi | None:
 
 def _split_top_level(text: str) -> list[str]:
     """Split ``a:1,b:[x:1,y:2]`` at the commas outside brackets."""
-    items, depth, current = [], 0, []
+    items: list[str] = []
+    current: list[str] = []
+    depth = 0
     for ch in text:
         if ch == "[":
             depth += 1

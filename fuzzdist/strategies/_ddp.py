@@ -38,6 +38,9 @@ def _ddp_parameters() -> frozenset[str]:
 class _FuzzMLP(nn.Module):
     """The model a ``DDPConfig`` describes (built by ``DDPConfig.build_model``)."""
 
+    running_mean: torch.Tensor  # buffers, when the config has them
+    num_batches: torch.Tensor
+
     def __init__(self, config: DDPConfig) -> None:
         super().__init__()
         widths = config.widths
