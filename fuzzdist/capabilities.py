@@ -11,6 +11,7 @@ import functools
 import subprocess
 import sys
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -95,7 +96,7 @@ def missing_gpus(count: int) -> str | None:
     return None
 
 
-def _backend_available(dist, name: str) -> bool:
+def _backend_available(dist: Any, name: str) -> bool:
     probe = getattr(dist, "is_backend_available", None)
     if probe is not None:
         try:

@@ -30,7 +30,7 @@ def raw_bytes(t: torch.Tensor) -> bytes:
     return _byte_view(t).numpy().tobytes()
 
 
-def fingerprint(t: torch.Tensor) -> tuple:
+def fingerprint(t: torch.Tensor) -> tuple[object, ...]:
     """(shape, dtype, digest of the values): equal iff the tensors are bitwise equal."""
     return (tuple(t.shape), str(t.dtype), hashlib.blake2b(raw_bytes(t), digest_size=16).hexdigest())
 

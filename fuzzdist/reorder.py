@@ -176,8 +176,8 @@ class _Entry:
         # The caller gets ``future``, chained on ``source``: completing ``source`` with an
         # exception makes ``future`` fail at the C++ level too (a C++ waiter such as DDP's
         # reducer sees the error), which Future.set_exception alone does not do.
-        self.source: torch.futures.Future = torch.futures.Future()
-        self.future: torch.futures.Future = self.source.then(_unwrap)
+        self.source: torch.futures.Future[Any] = torch.futures.Future()
+        self.future: torch.futures.Future[Any] = self.source.then(_unwrap)
         self.done = threading.Event()
         self.window: int | None = None
         self.offset: int | None = None
@@ -190,7 +190,7 @@ class _Entry:
         self.handle: Any = None
 
 
-def _unwrap(source: torch.futures.Future) -> Any:
+def _unwrap(source: torch.futures.Future[Any]) -> Any:
     """The callback chaining a work's future on its source: raise an outcome that is an error."""
     value = source.value()
     if isinstance(value, BaseException):
@@ -489,7 +489,7 @@ class _HeldWork(dist._Work):
     def wait(self, timeout: Any = None) -> bool:  # C++ passes a timedelta (0 = no timeout)
         return self._scheduler.wait(self._entry, _timeout_seconds(timeout))
 
-    def get_future(self) -> torch.futures.Future:
+    def get_future(self) -> torch.futures.Future[Any]:
         return self._entry.future
 
     def is_completed(self) -> bool:

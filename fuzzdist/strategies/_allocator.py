@@ -25,7 +25,7 @@ import contextlib
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from hypothesis import strategies as st
@@ -77,7 +77,7 @@ class SharingStrategyMode:
     def __repr__(self) -> str:
         return f"SharingStrategyMode({self.strategy!r})"
 
-    def _repr_pretty_(self, printer, cycle: bool) -> None:
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         # Hypothesis prints dataclasses field by field unless told otherwise;
         # the short repr keeps shrunk failures readable.
         printer.text(repr(self))
@@ -265,7 +265,7 @@ class CudaAllocatorMode:
         args = ", ".join(f"{f}={getattr(self, f)!r}" for f in fields if getattr(self, f) is not None)
         return f"CudaAllocatorMode({args})"
 
-    def _repr_pretty_(self, printer, cycle: bool) -> None:
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         # Hypothesis prints dataclasses field by field unless told otherwise;
         # the short repr keeps shrunk failures readable.
         printer.text(repr(self))

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
@@ -114,7 +115,7 @@ class CompletionOrder:
         body = " ".join(f"{a}{i}" for a, i in self.steps)
         return f"CompletionOrder(n={self.n}: {body})"
 
-    def _repr_pretty_(self, printer, cycle: bool) -> None:
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         # Hypothesis prints dataclasses field by field unless told otherwise;
         # the short repr keeps shrunk failures readable.
         printer.text(repr(self))

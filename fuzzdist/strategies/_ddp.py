@@ -222,7 +222,7 @@ class DDPConfig:
                 parts.append(f"{name}={value!r}")
         return f"DDPConfig({', '.join(parts)})"
 
-    def _repr_pretty_(self, printer, cycle: bool) -> None:
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         # Hypothesis prints dataclasses field by field unless told otherwise;
         # the short repr keeps shrunk failures readable.
         printer.text(repr(self))

@@ -22,6 +22,7 @@ import functools
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from hypothesis import assume
@@ -276,7 +277,7 @@ class TensorSpec:
             parts.append(f"storage_offset={self.storage_offset}")
         return f"TensorSpec({', '.join(parts)})"
 
-    def _repr_pretty_(self, printer, cycle: bool) -> None:
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         # Hypothesis prints dataclasses field by field unless told otherwise;
         # the short repr keeps shrunk failures readable.
         printer.text(repr(self))
