@@ -94,9 +94,10 @@ class Prepared:
         self.guards: list[tuple[str, Guarded]] = []
         self.read_only: list[tuple[str, torch.Tensor, torch.Tensor]] = []  # (what, tensor, copy before)
 
-    def output(self, what: str, shape: tuple[int, ...]) -> torch.Tensor:
-        """A new output tensor of the call's dtype, ``out_offset`` elements into a guarded buffer."""
-        guarded = Guarded(tuple(shape), self.call.spec.dtype, self.call.out_offset, self.device)
+    def output(self, what: str, shape: tuple[int, ...], values: torch.Tensor | None = None) -> torch.Tensor:
+        """A new output tensor of the call's dtype, ``out_offset`` elements into a guarded buffer
+        (holding ``values`` first: an input the op overwrites)."""
+        guarded = Guarded(tuple(shape), self.call.spec.dtype, self.call.out_offset, self.device, values)
         self.guards.append((what, guarded))
         self.outputs.append(guarded.tensor)
         return guarded.tensor
