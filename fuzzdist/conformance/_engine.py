@@ -679,7 +679,8 @@ def check_process_group(
             profile's, or unlimited when ``duration`` is given).
         duration: seconds for the whole check, shared out between the
             checks; a failure found in time is still shrunk.
-        ops: the checks to run, from ``ALL_CHECKS`` (default: all).
+        ops: the checks to run, from ``ALL_CHECKS`` and any op registered in
+            ``OPS`` since (default: all).
         dtypes: the dtypes to probe and fuzz (default: every dtype fuzzdist
             can build on ``device``).
         device: "cpu" or "cuda": the ranks' device (``ctx.device``).

@@ -13,8 +13,8 @@ How to add an op:
 3. Implement ``expected`` (per rank, (what, tensor or ``Reduction``)) from ``input_values(call, rank)``.
 4. Override ``draw``/``specs``/``draw_roots``/``probes``/``problems``/``describe_args`` only if the defaults
    (driven by ``reduces``, ``root``, ``layouts``, ``rows``, ``min_world``) don't fit the op.
-5. Add the instance to ``_DEFINITIONS`` below (or ``OPS[op.name] = op`` at run time): probing, fuzzing,
-   the async check, the report and ``--ops`` pick it up.
+5. Add the instance to ``_DEFINITIONS`` below (or ``OPS[op.name] = op`` at run time, before the check):
+   probing, fuzzing, the async check and the report pick it up.
 """
 
 from __future__ import annotations
