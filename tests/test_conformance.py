@@ -28,8 +28,7 @@ from fuzzdist.conformance import (
     unsupported_reason,
 )
 from fuzzdist.conformance._reference import reduction_problem
-from fuzzdist.conformance.ops import Reduction, input_values
-from fuzzdist.conformance.ops._buffers import Prepared, options, real, reduce_op_enum
+from fuzzdist.conformance.ops import Prepared, Reduction, input_values, options, real, reduce_op_enum
 from fuzzdist.plugin import PoolKey
 
 REPEATABLE = settings(derandomize=True, database=None)

@@ -163,9 +163,9 @@ class ConformanceSession:
         self._deadline = None if duration is None else self._started + float(duration)
         known = all_checks()
         self.checks = tuple(known if checks is None else checks)
-        unknown = [c for c in self.checks if c not in known]
-        if unknown:
-            raise ValueError(f"unknown checks {unknown}; choose from {', '.join(known)}")
+        unknown_checks = [c for c in self.checks if c not in known]
+        if unknown_checks:
+            raise ValueError(f"unknown checks {unknown_checks}; choose from {', '.join(known)}")
         # the operations to probe: the ones checked (the async check draws from all of them)
         self._probe_ops = set(OPS) if ASYNC in self.checks else {c for c in self.checks if c in OPS}
         self._checks_left = len(self.checks)
@@ -256,7 +256,7 @@ class ConformanceSession:
         # Variants, probed with the first dtype (and reduce op) each op accepted: memory
         # layouts of the main input, and uneven all-to-all splits.  Here any clean
         # exception is a refusal (the plain call worked), e.g. "tensors must be contiguous".
-        variant_plan = []
+        variant_plan: list[tuple[tuple[str, str], OpCall]] = []
         for op, info in OPS.items():
             if not caps.available(op):
                 continue

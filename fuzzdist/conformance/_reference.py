@@ -75,6 +75,7 @@ def _fmt(v: Any) -> str:
 
 
 def exact_problem(what: str, actual: torch.Tensor, expected: torch.Tensor) -> str | None:
+    """None if ``actual`` is bitwise ``expected``, else the first difference and both values."""
     diff = first_difference(actual, expected)
     if diff is None:
         return None

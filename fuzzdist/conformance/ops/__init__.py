@@ -9,7 +9,7 @@ the drawing and the rank code iterate ``OPS`` and never switch on names.
 How to add an op:
 
 1. Subclass ``OpInfo`` (``_base.py``) in a module here, or reuse a family's class with other fields.
-2. Implement ``prepare`` (build tensors with ``_buffers.Prepared``, set ``issue`` to call the PG method).
+2. Implement ``prepare`` (build tensors with ``Prepared``, set its ``issue`` to call the PG method).
 3. Implement ``expected`` (per rank, (what, tensor or ``Reduction``)) from ``input_values(call, rank)``.
 4. Override ``draw``/``specs``/``draw_roots``/``probes``/``problems``/``describe_args`` only if the defaults
    (driven by ``reduces``, ``root``, ``layouts``, ``rows``, ``min_world``) don't fit the op.
@@ -29,6 +29,7 @@ from fuzzdist.conformance.ops._base import (
     Reduction,
     input_values,
 )
+from fuzzdist.conformance.ops._buffers import Prepared, main_input, options, real, reduce_op_enum
 from fuzzdist.conformance.ops.allgather import ALLGATHER, ALLGATHER_BASE, ALLGATHER_INTO_TENSOR
 from fuzzdist.conformance.ops.allreduce import ALLREDUCE, REDUCE
 from fuzzdist.conformance.ops.alltoall import ALLTOALL, ALLTOALL_BASE
@@ -45,5 +46,5 @@ _DEFINITIONS: tuple[OpInfo, ...] = (
 )
 OPS.update((op.name, op) for op in _DEFINITIONS)
 
-__all__ = ["OPS", "REDUCE_OPS", "REDUCE_OPS_BY_KIND", "Capabilities", "OpCall", "OpInfo", "Reduction",
-           "input_values"]
+__all__ = ["OPS", "REDUCE_OPS", "REDUCE_OPS_BY_KIND", "Capabilities", "OpCall", "OpInfo", "Prepared", "Reduction",
+           "input_values", "main_input", "options", "real", "reduce_op_enum"]

@@ -72,9 +72,11 @@ class Capabilities:
     uneven: dict[str, bool] = field(default_factory=dict)  # all-to-all op -> False if uneven splits refused
 
     def reduce_ops(self, op: str) -> tuple[str, ...]:
+        """The ReduceOps ``op`` accepted for some dtype."""
         return tuple(r for (o, r), d in self.dtypes.items() if o == op and r is not None and d)
 
     def available(self, op: str) -> bool:
+        """Whether ``op`` is fuzzed at this world size: enough ranks, not hung, some dtype accepted."""
         info = OPS[op]
         if self.world_size < info.min_world or op in self.hung:
             return False
@@ -262,6 +264,7 @@ class OpInfo(ABC):
         return parts
 
     def describe_roots(self, call: OpCall) -> list[str]:
+        """The root argument as it reads in a message (``src=1``)."""
         return [f"{self.root}={call.root}"] if self.root is not None else []
 
 
@@ -307,6 +310,7 @@ class OpCall:
         return self._info
 
     def describe(self) -> str:
+        """The call as it reads in a failure message: ``allreduce(op=ReduceOp.SUM, tensor=..., seed=0)``."""
         return f"{self.op}({', '.join(self.info.describe_args(self))})"
 
     __repr__ = describe

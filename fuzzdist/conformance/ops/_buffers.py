@@ -39,6 +39,7 @@ class Guarded:
             self.tensor.copy_(values.to(device))
 
     def problems(self, what: str) -> list[str]:
+        """The writes outside the view, if any."""
         out = []
         for name, region in (("before", self.buffer[:self.start]), ("after", self.buffer[self.end:])):
             changed = int((region != SENTINEL).sum())

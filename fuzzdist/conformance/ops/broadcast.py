@@ -21,6 +21,7 @@ class Broadcast(OpInfo):
         return p
 
     def expected(self, call: OpCall, world: int) -> dict[int, list[tuple[str, Expected]]]:
+        assert call.root is not None
         source = input_values(call, call.root)
         return {r: [("the broadcast tensor", source)] for r in range(world)}
 

@@ -49,7 +49,9 @@ class Scatter(OpInfo):
         return {r: [("the output tensor", input_values(call, call.root, r))] for r in range(world)}
 
     def input_lines(self, call: OpCall, world: int) -> list[str]:
-        return [f"rank {call.root} slot {j}: {show(input_values(call, call.root, j))}" for j in range(world)]
+        root = call.root
+        assert root is not None
+        return [f"rank {root} slot {j}: {show(input_values(call, root, j))}" for j in range(world)]
 
 
 GATHER = Gather("gather", "gather", "gather", root="dst", layouts=True)
