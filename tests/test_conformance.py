@@ -7,21 +7,28 @@ from __future__ import annotations
 import importlib.metadata
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
+import torch.distributed as dist
 from hypothesis import settings
+from torch._C._distributed_c10d import AllreduceCoalescedOptions
 
 from fuzzdist.conformance import (
     ASYNC,
     DDP,
     OPS,
     FactoryError,
+    OpCall,
+    OpInfo,
     check_process_group,
+    gloo,
     main_check_pg,
     unsupported_reason,
 )
 from fuzzdist.conformance._reference import reduction_problem
+from fuzzdist.conformance.ops import Prepared, Reduction, input_values, options, real, reduce_op_enum
 from fuzzdist.plugin import PoolKey
 
 REPEATABLE = settings(derandomize=True, database=None)
@@ -128,6 +135,82 @@ def test_gathered_tensors_in_the_wrong_order_are_caught_and_shrunk(pools):
     assert failure.world_size == 2
     assert call.spec.shape == (1,) and call.spec.dtype == torch.float32
     assert "output_tensor_list[0]" in failure.message
+
+
+# -- adding an op is adding one entry ----------------------------------------------------------
+
+
+class AllReduceCoalesced(OpInfo):
+    """``all_reduce_coalesced`` of two tensors: not one of fuzzdist's ops.  This definition, registered
+    by the ``coalesced`` fixture only, is all it takes for the engine to probe, fuzz and check it."""
+
+    def prepare(self, ctx: Any, pg: Any, call: OpCall, index: int) -> Prepared:
+        p = Prepared(call, ctx.device)
+        tensors = [p.output(f"tensors[{j}]", call.spec.shape, input_values(call, ctx.rank, j)) for j in range(2)]
+        p.issue = lambda a: pg.allreduce_coalesced(
+            [real(t) for t in tensors], options(AllreduceCoalescedOptions, a, reduceOp=reduce_op_enum(call.reduce_op)))
+        return p
+
+    def expected(self, call: OpCall, world: int) -> dict[int, list[tuple[str, Any]]]:
+        return {r: [(f"tensors[{j}]", Reduction([input_values(call, i, j) for i in range(world)])) for j in range(2)]
+                for r in range(world)}
+
+    def input_lines(self, call: OpCall, world: int) -> list[str]:
+        return [f"rank {r} tensors[{j}]: {input_values(call, r, j).tolist()}" for r in range(world) for j in range(2)]
+
+
+ALLREDUCE_COALESCED = AllReduceCoalesced("allreduce_coalesced", "allreduce_coalesced", "all_reduce_coalesced",
+                                         reduces=True)
+
+
+class LastTensorDroppingGroup(dist.ProcessGroup):
+    """gloo, except that allreduce_coalesced reduces only the first tensor: the others keep each rank's own."""
+
+    def __init__(self, rank: int, world_size: int, store: Any) -> None:
+        super().__init__(rank, world_size)
+        self.inner = gloo(rank, world_size, store, torch.device("cpu"))
+
+    def getBackendName(self) -> str:
+        return "planted:LastTensorDroppingGroup"
+
+    def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any) -> Any:
+        return self.inner.allreduce_coalesced(tensors[:1], opts)
+
+
+def last_tensor_dropping(rank: int, world_size: int, store: Any, device: torch.device) -> dist.ProcessGroup:
+    return LastTensorDroppingGroup(rank, world_size, store)
+
+
+@pytest.fixture
+def coalesced(monkeypatch):
+    """``allreduce_coalesced`` registered for this test only (the ranks get it with each OpCall)."""
+    monkeypatch.setitem(OPS, ALLREDUCE_COALESCED.name, ALLREDUCE_COALESCED)
+    return ALLREDUCE_COALESCED.name
+
+
+def test_an_op_added_in_one_entry_is_probed_and_fuzzed(pools, coalesced):
+    report = check_process_group("fuzzdist.conformance:gloo", world_sizes=(1, 2, 3), ops=(coalesced, ASYNC),
+                                 max_examples=8, pools=pools, settings=REPEATABLE)
+    assert report.conforms, report.summary()
+    assert [report.ops[name].status for name in (coalesced, ASYNC)] == ["conforms", "conforms"]
+    assert report.ops[coalesced].method == "allreduce_coalesced" and report.ops[coalesced].examples > 0
+    # probed per ReduceOp and dtype like the built-in ops: what gloo refuses is reported, not fuzzed
+    assert any(line.startswith("ReduceOp.SUM: ") and "float32" in line for line in report.ops[coalesced].supported)
+    assert any(u.op == coalesced and "int16" in u.dtypes for u in report.unsupported)
+
+
+def test_a_planted_fault_in_an_op_added_in_one_entry_is_caught_and_shrunk(pools, coalesced):
+    report = check_process_group(last_tensor_dropping, world_sizes=(1, 2, 3), ops=(coalesced,), dtypes=FEW_DTYPES,
+                                 pools=pools, settings=settings(REPEATABLE, max_examples=200))
+    [failure] = report.failures
+    assert failure.op == coalesced and failure.world_size == 2  # with one rank nothing shows
+    assert failure.call.reduce_op == "SUM" and failure.call.spec.dtype == torch.float32
+    assert failure.call.spec.numel == 1
+    message = failure.message
+    assert "allreduce_coalesced does not conform: allreduce_coalesced(op=ReduceOp.SUM" in message
+    assert "(ProcessGroup.allreduce_coalesced, called as torch.distributed.all_reduce_coalesced calls it)" in message
+    assert "rank 0, tensors[1]:" in message and "rank 0, tensors[0]" not in message  # only the dropped one
+    assert "expected" in message and "actual" in message and "rank 1 tensors[1]: [" in message
 
 
 # -- bad factories -----------------------------------------------------------------------------

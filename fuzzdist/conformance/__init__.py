@@ -35,7 +35,7 @@ fixture, ``properties/test_pg_conformance.py``).  See
 ``docs/backend-authors.md``.
 """
 
-from fuzzdist.conformance._calls import ALL_CHECKS, ASYNC, DDP, OPS, REDUCE_OPS, REDUCE_OPS_BY_KIND, OpCall, OpInfo
+from fuzzdist.conformance._calls import ALL_CHECKS, ASYNC, DDP
 from fuzzdist.conformance._cli import main_check_pg
 from fuzzdist.conformance._engine import (
     DEFAULT_FACTORY,
@@ -54,6 +54,7 @@ from fuzzdist.conformance._report import (
     Unsupported,
     unsupported_reason,
 )
+from fuzzdist.conformance.ops import OPS, REDUCE_OPS, REDUCE_OPS_BY_KIND, OpCall, OpInfo
 
 __all__ = [
     "ALL_CHECKS",

@@ -17,9 +17,8 @@ from hypothesis import strategies as st
 
 from fuzzdist import strategies as fst
 from fuzzdist.conformance import _rank
-from fuzzdist.conformance._calls import ALL_CHECKS, ASYNC, DDP, OPS, REDUCE_OPS, REDUCE_OPS_BY_KIND, OpCall
-from fuzzdist.conformance._draw import Capabilities, op_calls, programs, wait_sequence
-from fuzzdist.conformance._reference import check_call, inputs_summary
+from fuzzdist.conformance._calls import ASYNC, DDP, all_checks
+from fuzzdist.conformance._draw import programs, wait_sequence
 from fuzzdist.conformance._report import (
     ConformanceReport,
     Failure,
@@ -28,20 +27,16 @@ from fuzzdist.conformance._report import (
     dtype_name,
     unsupported_reason,
 )
+from fuzzdist.conformance.ops import OPS, REDUCE_OPS, Capabilities, OpCall
+from fuzzdist.conformance.ops._base import LAYOUT_VARIANT, UNEVEN_VARIANT
 from fuzzdist.errors import RankCrash, RankError, RankFailure, RankTimeout
 from fuzzdist.pool import DEFAULT_TIMEOUT, RankPool
-from fuzzdist.strategies import TensorSpec
 
 DEFAULT_WORLD_SIZES: tuple[int, ...] = (1, 2, 3)
 DEFAULT_MAX_BYTES = 16 * 1024
 DEFAULT_FACTORY = "fuzzdist.conformance:gloo"
 _UNLIMITED_EXAMPLES = 1_000_000  # with a duration and no max_examples: the clock decides
 _DDP_MODULE = "test_ddp_parity"  # properties/test_ddp_parity.py (see _ddp_module)
-_LAYOUT_PROBES: dict[str, TensorSpec] = {
-    "sliced": TensorSpec((3,), torch.float32, "sliced", storage_offset=1),
-    "transposed": TensorSpec((2, 3), torch.float32, "transposed"),
-    "channels_last": TensorSpec((1, 2, 2, 2), torch.float32, "channels_last"),
-}
 _MAX_MESSAGE = 6000
 
 PoolsArg = Mapping[int, RankPool] | Callable[[int], RankPool] | None
@@ -166,10 +161,11 @@ class ConformanceSession:
         self._probed: dict[tuple[str, str | None], set[str | None]] = {}  # (op, variant) -> dtypes probed
         self._started = time.monotonic()
         self._deadline = None if duration is None else self._started + float(duration)
-        self.checks = tuple(ALL_CHECKS if checks is None else checks)
-        unknown = [c for c in self.checks if c not in ALL_CHECKS]
-        if unknown:
-            raise ValueError(f"unknown checks {unknown}; choose from {', '.join(ALL_CHECKS)}")
+        known = all_checks()
+        self.checks = tuple(known if checks is None else checks)
+        unknown_checks = [c for c in self.checks if c not in known]
+        if unknown_checks:
+            raise ValueError(f"unknown checks {unknown_checks}; choose from {', '.join(known)}")
         # the operations to probe: the ones checked (the async check draws from all of them)
         self._probe_ops = set(OPS) if ASYNC in self.checks else {c for c in self.checks if c in OPS}
         self._checks_left = len(self.checks)
@@ -234,13 +230,8 @@ class ConformanceSession:
         for op, info in OPS.items():
             if w < info.min_world or op not in self._probe_ops:
                 continue
-            if op == "barrier":
-                plan.append((("barrier", None, None), OpCall("barrier")))
-                continue
-            for dtype in self._dtypes:
-                variants = REDUCE_OPS_BY_KIND[self._kinds[dtype]] if info.reduces else (None,)
-                for reduce_op in variants:
-                    plan.append(((op, reduce_op, dtype), _probe_call(op, w, TensorSpec((2,), dtype), reduce_op)))
+            for reduce_op, dtype, call in info.probes(w, self._dtypes, self._kinds):
+                plan.append(((op, reduce_op, dtype), call))
         return plan
 
     def _probe(self, w: int) -> Capabilities:
@@ -265,21 +256,13 @@ class ConformanceSession:
         # Variants, probed with the first dtype (and reduce op) each op accepted: memory
         # layouts of the main input, and uneven all-to-all splits.  Here any clean
         # exception is a refusal (the plain call worked), e.g. "tensors must be contiguous".
-        variant_plan = []
+        variant_plan: list[tuple[tuple[str, str], OpCall]] = []
         for op, info in OPS.items():
-            if not caps.available(op) or not (info.layouts or info.rows):
+            if not caps.available(op):
                 continue
             reduce_op = caps.reduce_ops(op)[0] if info.reduces else None
             dtype = caps.dtypes[(op, reduce_op)][0]
-            if info.layouts:
-                for layout, spec in _LAYOUT_PROBES.items():
-                    spec = TensorSpec(spec.shape, dtype, spec.layout, storage_offset=spec.storage_offset)
-                    variant_plan.append(((op, f"layout={layout}"), _probe_call(op, w, spec, reduce_op)))
-            if info.rows and w > 1:
-                # every rank sends and receives chunks of different sizes: 1, 2, 1, 2, ...
-                splits = tuple(tuple(1 + (i + j) % 2 for j in range(w)) for i in range(w))
-                call = OpCall(op, TensorSpec((2,), dtype), 0, splits=splits)
-                variant_plan.append(((op, "uneven splits"), call))
+            variant_plan.extend(((op, variant), call) for variant, call in info.variant_probes(w, dtype, reduce_op))
         results = self._run_probes(w, [call for _, call in variant_plan])
         for op in OPS:
             caps.layouts[op] = ("contiguous",)
@@ -289,13 +272,13 @@ class ConformanceSession:
                 caps.hung[op] = result
                 continue
             if result is None:
-                if variant.startswith("layout="):
-                    caps.layouts[op] = caps.layouts[op] + (variant.split("=", 1)[1],)
+                if variant.startswith(LAYOUT_VARIANT):
+                    caps.layouts[op] = caps.layouts[op] + (variant[len(LAYOUT_VARIANT):],)
                 continue
             reason = unsupported_reason(result[0], result[1], OPS[op].method) or (
                 f"{result[0].rsplit('.', 1)[-1]}: {(result[1].strip().splitlines() or [''])[0]}")
             self._refuse(op, variant, None, reason, w)
-            if variant == "uneven splits":
+            if variant == UNEVEN_VARIANT:
                 caps.uneven[op] = False
         return caps
 
@@ -481,14 +464,14 @@ class ConformanceSession:
                                        exc))
                 self._reset(w)
                 raise
-            problems = check_call(call, w, [obs[0] for obs in observed])
+            problems = info.check(call, w, [obs[0] for obs in observed])
             if problems:
-                message = head + "\n" + "\n".join(f"  {p}" for p in problems) + "\n" + inputs_summary(call, w)
+                message = head + "\n" + "\n".join(f"  {p}" for p in problems) + "\n" + info.inputs_summary(call, w)
                 failing.append(Failure(op, message.rstrip(), {"world_size": w, "call": call}))
                 raise ConformanceFailure(message)
 
         if not info.reduces:
-            self._fuzz(op, sizes, lambda w: op_calls(op, self._caps[w], self.max_bytes), execute, report)
+            self._fuzz(op, sizes, lambda w: info.calls(self._caps[w], self.max_bytes), execute, report)
         else:
             # One run per reduce op, each with the full example budget: backends implement them
             # separately, and a single run would give each only a fraction of its examples.
@@ -498,7 +481,7 @@ class ConformanceSession:
                     break
                 op_sizes = [w for w in sizes if reduce_op in self._caps[w].reduce_ops(op)]
                 self._fuzz(op, op_sizes,
-                           lambda w, r=reduce_op: op_calls(op, self._caps[w], self.max_bytes, reduce_op=r),
+                           lambda w, r=reduce_op: info.calls(self._caps[w], self.max_bytes, reduce_op=r),
                            execute, report, variant=reduce_op, parts_left=len(reduce_ops) - i)
         self._finish(report)
 
@@ -548,7 +531,7 @@ class ConformanceSession:
                 raise
             problems = []
             for i, call in enumerate(calls):
-                for p in check_call(call, w, [obs[i] for obs in observed]):
+                for p in call.info.check(call, w, [obs[i] for obs in observed]):
                     problems.append(f"call {i} ({call.op}): {p}")
             if problems:
                 message = head + "\n" + "\n".join(f"  {p}" for p in problems)
@@ -656,20 +639,12 @@ class ConformanceSession:
                     continue
                 seen = variants.setdefault(reduce_op, [])
                 seen.extend(dtype_name(d) for d in dtypes if dtype_name(d) not in seen)
-        lines = [(f"ReduceOp.{r}: " if r else "") + ", ".join(d) for r, d in variants.items() if op != "barrier"]
+        lines = [(f"ReduceOp.{r}: " if r else "") + ", ".join(d) for r, d in variants.items() if OPS[op].needs_dtypes]
         layouts = sorted({lay for w in sizes for lay in self._caps[w].layouts.get(op, ())},
                          key=("contiguous", "sliced", "transposed", "channels_last").index)
         if OPS[op].layouts:
             lines.append("layouts: " + ", ".join(layouts))
         return lines
-
-
-def _probe_call(op: str, w: int, spec: TensorSpec, reduce_op: str | None) -> OpCall:
-    info = OPS[op]
-    root = 0 if info.root is not None else None
-    peer = 1 if op == "send_recv" else None
-    splits = tuple((1,) * w for _ in range(w)) if info.rows else None
-    return OpCall(op, spec, 0, reduce_op=reduce_op, root=root, peer=peer, splits=splits)
 
 
 def check_process_group(
@@ -704,7 +679,8 @@ def check_process_group(
             profile's, or unlimited when ``duration`` is given).
         duration: seconds for the whole check, shared out between the
             checks; a failure found in time is still shrunk.
-        ops: the checks to run, from ``ALL_CHECKS`` (default: all).
+        ops: the checks to run, from ``ALL_CHECKS`` and any op registered in
+            ``OPS`` since (default: all).
         dtypes: the dtypes to probe and fuzz (default: every dtype fuzzdist
             can build on ``device``).
         device: "cpu" or "cuda": the ranks' device (``ctx.device``).
@@ -730,7 +706,7 @@ def check_process_group(
         ``.unsupported`` (what the backend refused, reported once each) and
         ``.ops[name]`` per check.
     """
-    checks = tuple(ALL_CHECKS if ops is None else ops)
+    checks = tuple(all_checks() if ops is None else ops)
     session = ConformanceSession(factory, world_sizes=world_sizes, max_examples=max_examples, duration=duration,
                                  dtypes=dtypes, device=device, timeout=timeout, max_bytes=max_bytes, pools=pools,
                                  settings=settings, verbose=verbose, seed=seed, repeat_waits=repeat_waits,

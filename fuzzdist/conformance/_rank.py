@@ -2,9 +2,10 @@
 
 Each rank builds the user's ProcessGroup once per factory (``group_for``),
 caches it in a module-level dict for the life of the rank process, and runs
-drawn ``OpCall``s on it the way torch.distributed's Python API would: the
-same ProcessGroup method, the same option struct, the same complex-as-real
-views, and ``work.wait()`` unless the call is asynchronous.
+drawn ``OpCall``s on it: each op's definition (``OpInfo.prepare``) builds the
+tensors and calls the ProcessGroup method the way torch.distributed's Python
+API would; this module issues the calls and waits on their works (at once,
+or in a drawn order after all were issued asynchronously).
 
 Nothing here decides whether a result is right: the ranks return what they
 observed (output tensors, and the few problems only a rank can see: bytes
@@ -15,31 +16,15 @@ with its own reference.
 from __future__ import annotations
 
 import importlib
-import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import (
-    AllgatherOptions,
-    AllreduceOptions,
-    AllToAllOptions,
-    BarrierOptions,
-    BroadcastOptions,
-    GatherOptions,
-    ReduceOptions,
-    ReduceScatterOptions,
-    ScatterOptions,
-)
 from torch._C._distributed_c10d import Backend as _C10dBackend  # dist.Backend is the name enum
 
-from fuzzdist.checks import first_difference
-from fuzzdist.conformance._calls import OPS, OpCall, chunk_values, input_seed, input_values, pack
-
-SENTINEL = 0xA5  # every byte of an output buffer before the op runs
-GUARD_ELEMENTS = 8  # guard elements after every output tensor
-LATE_ARRIVAL_S = 0.02  # barrier: how late the late rank arrives
+from fuzzdist.conformance.ops import OpCall
+from fuzzdist.conformance.ops._buffers import Prepared
 
 # factory reference -> the ProcessGroup this rank built with it
 _GROUPS: dict[str, Any] = {}
@@ -177,207 +162,6 @@ def forget(ctx: Any, ref: str) -> None:
         _RETIRED.append(pg)
 
 
-# -- tensors -------------------------------------------------------------------------
-
-
-class _Guarded:
-    """An output tensor: a view ``offset`` elements into a buffer filled with SENTINEL bytes,
-    with GUARD_ELEMENTS more after it, so writes outside the view show."""
-
-    def __init__(self, shape: tuple[int, ...], dtype: torch.dtype, offset: int, device: torch.device,
-                 values: torch.Tensor | None = None) -> None:
-        numel = 1
-        for s in shape:
-            numel *= s
-        self.itemsize = dtype.itemsize
-        self.start = offset * self.itemsize
-        self.end = (offset + numel) * self.itemsize
-        total = offset + numel + GUARD_ELEMENTS
-        self.buffer = torch.full((total * self.itemsize,), SENTINEL, dtype=torch.uint8, device=device)
-        self.tensor = self.buffer.view(dtype)[offset:offset + numel].view(shape)
-        if values is not None:
-            self.tensor.copy_(values.to(device))
-
-    def problems(self, what: str) -> list[str]:
-        out = []
-        for name, region in (("before", self.buffer[:self.start]), ("after", self.buffer[self.end:])):
-            changed = int((region != SENTINEL).sum())
-            if changed:
-                out.append(f"{what}: {changed} byte(s) written {name} the tensor, outside its bounds")
-        return out
-
-
-def _in_place(call: OpCall, rank: int, device: torch.device) -> tuple[torch.Tensor, _Guarded | None]:
-    """The rank's main input, in the drawn layout; guarded when the layout is (offset-)contiguous."""
-    spec = call.spec
-    if spec.layout in ("contiguous", "sliced"):
-        guarded = _Guarded(spec.shape, spec.dtype, spec.storage_offset, device, input_values(call, rank))
-        return guarded.tensor, guarded
-    return spec.materialize(device, input_seed(call.seed, rank, 0)), None
-
-
-def _real(t: torch.Tensor) -> torch.Tensor:
-    """What torch.distributed hands the backend for a complex tensor: its real view."""
-    return torch.view_as_real(t) if t.is_complex() else t
-
-
-def _opts(cls: type, async_op: bool, **fields: Any) -> Any:
-    opts = cls()
-    for name, value in fields.items():
-        setattr(opts, name, value)
-    if hasattr(opts, "asyncOp"):
-        opts.asyncOp = async_op
-    return opts
-
-
-def _reduce_op(name: str) -> Any:
-    return getattr(dist.ReduceOp, name)
-
-
-class _Prepared:
-    """One call's tensors on this rank, ready to issue; what to send back after it ran."""
-
-    def __init__(self) -> None:
-        self.issue: Callable[[bool], Any] = lambda async_op: None
-        self.outputs: list[torch.Tensor] = []
-        self.guards: list[tuple[str, _Guarded]] = []
-        self.read_only: list[tuple[str, torch.Tensor, torch.Tensor]] = []  # (what, tensor, copy before)
-        self.after: Callable[[], Any] = lambda: None
-        self.value: Any = None
-
-    def output(self, what: str, guarded: _Guarded) -> torch.Tensor:
-        self.guards.append((what, guarded))
-        self.outputs.append(guarded.tensor)
-        return guarded.tensor
-
-    def keep(self, what: str, tensor: torch.Tensor) -> torch.Tensor:
-        self.read_only.append((what, tensor, tensor.detach().clone()))
-        return tensor
-
-    def observe(self) -> dict[str, Any]:
-        value = self.after()
-        notes = []
-        for what, guarded in self.guards:
-            notes.extend(guarded.problems(what))
-        for what, tensor, before in self.read_only:
-            diff = first_difference(tensor, before)
-            if diff is not None:
-                notes.append(f"{what} (an input) was modified: {diff}")
-        return {"out": [pack(t) for t in self.outputs], "notes": notes, "value": value}
-
-
-def prepare(ctx: Any, pg: Any, call: OpCall, index: int = 0) -> _Prepared:
-    """Build this rank's tensors for ``call`` (the ``index``-th call of the example)."""
-    rank, world, device = ctx.rank, ctx.world_size, ctx.device
-    p = _Prepared()
-    op, spec, info = call.op, call.spec, call.info
-    method = info.method
-    offset = call.out_offset
-
-    def out(what: str, shape: tuple[int, ...]) -> torch.Tensor:
-        return p.output(what, _Guarded(tuple(shape), spec.dtype, offset, device))
-
-    if op in ("allreduce", "reduce"):
-        tensor, guarded = _in_place(call, rank, device)
-        p.outputs.append(tensor)
-        if guarded is not None:
-            p.guards.append(("the reduced tensor", guarded))
-        if op == "allreduce":
-            p.issue = lambda a: pg.allreduce([_real(tensor)], _opts(AllreduceOptions, a,
-                                                                    reduceOp=_reduce_op(call.reduce_op)))
-        else:  # torch.distributed.reduce passes complex tensors as they are
-            p.issue = lambda a: pg.reduce([tensor], _opts(ReduceOptions, a, reduceOp=_reduce_op(call.reduce_op),
-                                                          rootRank=call.root))
-    elif op == "broadcast":
-        tensor, guarded = _in_place(call, rank, device)  # every rank starts from its own values
-        p.outputs.append(tensor)
-        if guarded is not None:
-            p.guards.append(("the broadcast tensor", guarded))
-        p.issue = lambda a: pg.broadcast([_real(tensor)], _opts(BroadcastOptions, a, rootRank=call.root,
-                                                                rootTensor=0))
-    elif op == "allgather":
-        tensor = p.keep("the input tensor", _in_place(call, rank, device)[0])
-        outs = [out(f"output_tensor_list[{i}]", spec.shape) for i in range(world)]
-        p.issue = lambda a: pg.allgather([[_real(o) for o in outs]], [_real(tensor)], _opts(AllgatherOptions, a))
-    elif op in ("allgather_into_tensor", "_allgather_base"):
-        tensor = p.keep("the input tensor", _in_place(call, rank, device)[0])
-        output = out("the output tensor", (world * spec.shape[0], *spec.shape[1:]))  # concatenation form
-        fn = getattr(pg, method)
-        if op == "allgather_into_tensor":  # torch.distributed passes complex tensors as real views
-            p.issue = lambda a: fn(_real(output), _real(tensor), _opts(AllgatherOptions, a))
-        else:
-            p.issue = lambda a: fn(output, tensor, _opts(AllgatherOptions, a))
-    elif op == "reduce_scatter":
-        inputs = [p.keep(f"input_list[{j}]", input_values(call, rank, j).to(device)) for j in range(world)]
-        output = out("the output tensor", spec.shape)
-        p.issue = lambda a: pg.reduce_scatter([output], [inputs], _opts(ReduceScatterOptions, a,
-                                                                        reduceOp=_reduce_op(call.reduce_op)))
-    elif op in ("reduce_scatter_tensor", "_reduce_scatter_base"):
-        cat = torch.cat([input_values(call, rank, j) for j in range(world)])  # concatenation form
-        tensor = p.keep("the input tensor", cat.to(device))
-        output = out("the output tensor", spec.shape)
-        fn = getattr(pg, method)
-        p.issue = lambda a: fn(output, tensor, _opts(ReduceScatterOptions, a, reduceOp=_reduce_op(call.reduce_op)))
-    elif op == "alltoall":
-        inputs = [p.keep(f"input_tensor_list[{j}]", chunk_values(call, rank, j).to(device)) for j in range(world)]
-        outs = [out(f"output_tensor_list[{i}]", (call.splits[i][rank], *spec.shape)) for i in range(world)]
-        p.issue = lambda a: pg.alltoall([_real(o) for o in outs], [_real(t) for t in inputs],
-                                        _opts(AllToAllOptions, a))
-    elif op == "alltoall_base":
-        chunks = [chunk_values(call, rank, j) for j in range(world)]
-        tensor = p.keep("the input tensor", torch.cat(chunks).to(device))
-        received = sum(call.splits[i][rank] for i in range(world))
-        output = out("the output tensor", (received, *spec.shape))
-        if call.even_splits:
-            in_splits: list[int] = []
-            out_splits: list[int] = []
-        else:
-            in_splits = [call.splits[rank][j] for j in range(world)]
-            out_splits = [call.splits[i][rank] for i in range(world)]
-        fn = getattr(pg, method)
-        p.issue = lambda a: fn(_real(output), _real(tensor), out_splits, in_splits, _opts(AllToAllOptions, a))
-    elif op == "gather":
-        tensor = p.keep("the input tensor", _in_place(call, rank, device)[0])
-        if rank == call.root:
-            outs = [out(f"gather_list[{i}]", spec.shape) for i in range(world)]
-            output_tensors = [outs]
-        else:
-            output_tensors = []
-        p.issue = lambda a: pg.gather(output_tensors, [tensor], _opts(GatherOptions, a, rootRank=call.root))
-    elif op == "scatter":
-        output = out("the output tensor", spec.shape)
-        if rank == call.root:
-            pieces = [p.keep(f"scatter_list[{j}]", input_values(call, rank, j).to(device)) for j in range(world)]
-            input_tensors = [[_real(t) for t in pieces]]
-        else:
-            input_tensors = []
-        p.issue = lambda a: pg.scatter([_real(output)], input_tensors, _opts(ScatterOptions, a, rootRank=call.root))
-    elif op == "send_recv":
-        if rank == call.root:
-            tensor = p.keep("the sent tensor", _in_place(call, rank, device)[0])
-            p.issue = lambda a: pg.send([_real(tensor)], call.peer, 0)
-        elif rank == call.peer:
-            output = out("the received tensor", spec.shape)
-            p.issue = lambda a: pg.recv([_real(output)], call.root, 0)
-    elif op == "barrier":
-        key = f"fuzzdist/barrier/{index}"
-        store = ctx.store
-
-        def issue_barrier(a: bool) -> Any:
-            if rank == call.late_rank:
-                time.sleep(LATE_ARRIVAL_S)
-            store.add(key, 1)
-            opts = _opts(BarrierOptions, a)
-            opts.device = device if device.type != "cpu" else torch.device("cpu")
-            return pg.barrier(opts)
-
-        p.issue = issue_barrier
-        p.after = lambda: store.add(key, 0)  # ranks that had arrived when this one left the barrier
-    else:  # pragma: no cover - OPS and this function list the same ops
-        raise ValueError(f"unknown op {op!r}")
-    return p
-
-
 # -- rank functions (run through RankPool.run) ----------------------------------------
 
 
@@ -402,7 +186,7 @@ def _agree(ctx: Any, failed: bool) -> int:
     return int(count)
 
 
-def _issue(ctx: Any, ref: str, prepared: list[_Prepared], async_op: bool) -> list[Any]:
+def _issue(ctx: Any, ref: str, prepared: list[Prepared], async_op: bool) -> list[Any]:
     """Issue the calls; if any rank raised doing so, every rank drops the group and stops.
 
     A backend that refuses a call on some ranks only (a root that rejects a
@@ -449,7 +233,7 @@ def run_calls(ctx: Any, ref: str, calls: tuple[OpCall, ...], wait_order: tuple[i
 def _run_calls(ctx: Any, ref: str, calls: tuple[OpCall, ...], wait_order: tuple[int, ...] | None,
                forget_on_error: bool = True) -> list[dict[str, Any]]:
     pg = group_for(ctx, ref)
-    prepared = [prepare(ctx, pg, call, i) for i, call in enumerate(calls)]
+    prepared = [call.info.prepare(ctx, pg, call, i) for i, call in enumerate(calls)]
     try:
         if wait_order is None:
             for p in prepared:
@@ -511,5 +295,5 @@ def ddp_parity(ctx: Any, ref: str, module_name: str, config: Any, dtype: torch.d
     return module.ddp_parity(_GroupContext(ctx, pg), config, dtype, seed, **kwargs)
 
 
-__all__ = ["OPS", "FactoryError", "as_process_group", "build", "cached_group", "ddp_parity", "factory_ref",
+__all__ = ["FactoryError", "as_process_group", "build", "cached_group", "ddp_parity", "factory_ref",
            "forget", "group_for", "probe", "resolve_factory", "run_calls"]

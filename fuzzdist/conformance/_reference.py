@@ -1,8 +1,9 @@
-"""The reference: what every rank should hold after an ``OpCall``, computed in the driver.
+"""How an output is compared with the reference, computed in the driver.
 
 The driver rebuilds every rank's inputs from the call (spec and seed) and
+each op's definition (``fuzzdist.conformance.ops``, ``OpInfo.expected``)
 computes the expected outputs with plain torch on CPU, never from anything
-the backend produced.
+the backend produced.  This module holds the comparisons they share.
 
 Data movement (broadcast, gathers, scatters, all-to-all, send/recv) must be
 bit-exact: NaN payloads, -0.0 and every byte of every dtype included.
@@ -29,7 +30,8 @@ to the backend:
   infinity where it is infinite; where a partial sum can overflow the
   dtype, an infinity or (with an infinite input) NaN.
 
-After an allreduce, every rank must also hold bitwise the same result.
+After an allreduce, every rank must also hold bitwise the same result
+(``ops/allreduce.py``).
 """
 
 from __future__ import annotations
@@ -42,7 +44,6 @@ from typing import Any
 import torch
 
 from fuzzdist.checks import first_difference, raw_bytes
-from fuzzdist.conformance._calls import OpCall, chunk_values, input_values, unpack
 
 _MAX_TREE_RANKS = 5
 _SHOWN = 12  # values shown per tensor in a message
@@ -74,6 +75,7 @@ def _fmt(v: Any) -> str:
 
 
 def exact_problem(what: str, actual: torch.Tensor, expected: torch.Tensor) -> str | None:
+    """None if ``actual`` is bitwise ``expected``, else the first difference and both values."""
     diff = first_difference(actual, expected)
     if diff is None:
         return None
@@ -277,98 +279,3 @@ def _inputs_at(inputs: list[torch.Tensor], index: int | None) -> str:
     xs = [_comparable(x) for x in inputs]
     return f"\n      inputs at index {index}: " + ", ".join(
         f"rank {r}: {_fmt(x[index].item())}" for r, x in enumerate(xs))
-
-
-# -- per op ---------------------------------------------------------------------------------
-
-
-def expectations(call: OpCall, world: int) -> dict[int, list[tuple[str, Any]]]:
-    """rank -> [(what, expectation)] in the order the rank returns its outputs.
-
-    An expectation is a tensor (bit-exact) or ``("reduce", inputs)`` (a
-    reduction of one tensor per rank), or ``None`` (not checked: a
-    non-root rank's tensor after reduce).
-    """
-    op = call.op
-    xs = [input_values(call, r) for r in range(world)]
-    out: dict[int, list[tuple[str, Any]]] = {r: [] for r in range(world)}
-    for r in range(world):
-        if op == "allreduce":
-            out[r].append(("the reduced tensor", ("reduce", xs)))
-        elif op == "reduce":
-            out[r].append(("the reduced tensor (dst)" if r == call.root else "the tensor (not dst)",
-                           ("reduce", xs) if r == call.root else None))
-        elif op == "broadcast":
-            out[r].append(("the broadcast tensor", xs[call.root]))
-        elif op == "allgather":
-            out[r].extend((f"output_tensor_list[{i}]", xs[i]) for i in range(world))
-        elif op in ("allgather_into_tensor", "_allgather_base"):
-            out[r].append(("the output tensor", torch.cat(xs)))
-        elif op in ("reduce_scatter", "reduce_scatter_tensor", "_reduce_scatter_base"):
-            out[r].append(("the output tensor", ("reduce", [input_values(call, i, r) for i in range(world)])))
-        elif op == "alltoall":
-            out[r].extend((f"output_tensor_list[{i}]", chunk_values(call, i, r)) for i in range(world))
-        elif op == "alltoall_base":
-            out[r].append(("the output tensor", torch.cat([chunk_values(call, i, r) for i in range(world)])))
-        elif op == "gather":
-            if r == call.root:
-                out[r].extend((f"gather_list[{i}]", xs[i]) for i in range(world))
-        elif op == "scatter":
-            out[r].append(("the output tensor", input_values(call, call.root, r)))
-        elif op == "send_recv":
-            if r == call.peer:
-                out[r].append(("the received tensor", xs[call.root]))
-    return out
-
-
-def check_call(call: OpCall, world: int, observed: list[dict[str, Any]]) -> list[str]:
-    """What is wrong with the ranks' observations of ``call`` (empty: it conforms)."""
-    problems: list[str] = []
-    observed = [dict(obs, out=[unpack(o) for o in obs["out"]]) for obs in observed]
-    for r, obs in enumerate(observed):
-        problems.extend(f"rank {r}: {note}" for note in obs["notes"])
-    if call.op == "barrier":
-        for r, obs in enumerate(observed):
-            if obs["value"] != world:
-                late = f" (rank {call.late_rank} arrived late)" if call.late_rank is not None else ""
-                problems.append(f"rank {r}: left the barrier when only {obs['value']} of {world} ranks had "
-                                f"entered it{late}")
-        return problems
-    for r, wanted in expectations(call, world).items():
-        outs = observed[r]["out"]
-        if len(outs) != len(wanted):  # pragma: no cover - the ranks and this module disagree
-            problems.append(f"rank {r}: returned {len(outs)} outputs, expected {len(wanted)}")
-            continue
-        for (what, expected), actual in zip(wanted, outs, strict=False):
-            if expected is None:
-                continue
-            if isinstance(expected, tuple):
-                problem = reduction_problem(what, call.reduce_op, expected[1], actual)
-            else:
-                problem = exact_problem(what, actual, expected)
-            if problem is not None:
-                problems.append(f"rank {r}, {problem}")
-    if call.op == "allreduce" and not problems:
-        first = raw_bytes(observed[0]["out"][0])
-        for r in range(1, world):
-            if raw_bytes(observed[r]["out"][0]) != first:
-                problems.append(f"rank {r} holds a result that is not bitwise identical to rank 0's: "
-                                f"{show(observed[r]['out'][0])} vs {show(observed[0]['out'][0])}")
-    return problems
-
-
-def inputs_summary(call: OpCall, world: int) -> str:
-    """Every rank's inputs, briefly, for a failure message."""
-    if call.op == "barrier":
-        return ""
-    if call.op in ("alltoall", "alltoall_base"):
-        lines = [f"rank {i} -> rank {j}: {show(chunk_values(call, i, j))}"
-                 for i in range(world) for j in range(world)]
-    elif call.op in ("reduce_scatter", "reduce_scatter_tensor", "_reduce_scatter_base") or (
-            call.op == "scatter"):
-        sources = [call.root] if call.op == "scatter" else range(world)
-        lines = [f"rank {i} slot {j}: {show(input_values(call, i, j))}" for i in sources for j in range(world)]
-    else:
-        lines = [f"rank {r}: {show(input_values(call, r))}" for r in range(world)]
-    return "  inputs:\n" + "\n".join(f"    {line}" for line in lines[:16]) + (
-        f"\n    ... ({len(lines)} in all)" if len(lines) > 16 else "")
