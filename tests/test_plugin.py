@@ -111,8 +111,9 @@ def test_p(rank_pool):
 def test_profiles_are_registered_and_deadline_is_off(suite):
     suite.makepyfile(test_prop='''
 from hypothesis import settings
+from fuzzdist._hypothesis_compat import current_profile_name
 def test_profile():
-    assert settings._current_profile == "ci"
+    assert current_profile_name() == "ci"
     assert settings.default.deadline is None
     assert settings.default.max_examples == 20
     for name in ("ci", "dev", "campaign", "replay"):
@@ -125,8 +126,9 @@ def test_default_profile_has_no_deadline(suite, monkeypatch):
     monkeypatch.delenv("CI", raising=False)
     suite.makepyfile(test_prop='''
 from hypothesis import settings
+from fuzzdist._hypothesis_compat import current_profile_name
 def test_profile():
-    assert settings._current_profile == "dev" and settings.default.deadline is None
+    assert current_profile_name() == "dev" and settings.default.deadline is None
 ''')
     suite.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=1)
 
@@ -136,8 +138,9 @@ def test_ci_profile_keeps_the_database_on_a_ci_machine(suite, monkeypatch):
     monkeypatch.setenv("CI", "true")
     suite.makepyfile(test_prop='''
 from hypothesis import settings
+from fuzzdist._hypothesis_compat import current_profile_name
 def test_profile():
-    assert settings._current_profile == "ci"
+    assert current_profile_name() == "ci"
     assert settings.default.database is not None
     assert settings.default.derandomize is False
 ''')
