@@ -71,6 +71,7 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_fuzzdist_make_pool_cache(config: pytest.Config) -> RankPools:
+    """fuzzdist's own pool cache, used when no other implementation returns one: local RankPools."""
     return PoolCache()
 
 
