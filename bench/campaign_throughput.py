@@ -111,9 +111,7 @@ def wrapper_overhead_us(calls: int = 100_000, repeats: int = 7) -> float:
     """CPU microseconds the campaign's per-example wrapper adds to one example: the wrapper around
     a no-op test, minus the no-op, inside a Hypothesis build context with one event() label (the
     min of ``repeats`` timings of ``calls`` calls; a figure machine load blurs far less)."""
-    from hypothesis.control import BuildContext
-    from hypothesis.internal.conjecture.data import ConjectureData
-
+    from fuzzdist._hypothesis_compat import example_context
     from fuzzdist.campaign.database import Database
     from fuzzdist.campaign.progress import Progress
     from fuzzdist.campaign.report import CampaignState, PropertyState
@@ -135,10 +133,8 @@ def wrapper_overhead_us(calls: int = 100_000, repeats: int = 7) -> float:
     state.deadline = prop.share_end
     plugin._round = _Round(1, frozenset(), frozenset())
     wrapped = plugin._wrap(Item(), prop, noop, {"x"})
-    data = ConjectureData.for_choices([])
-    data.events["dtype=torch.float32"] = ""
     best = {}
-    with BuildContext(data, wrapped_test=noop):
+    with example_context(noop, {"dtype=torch.float32": ""}):
         for _ in range(repeats):
             for name, fn in (("noop", noop), ("wrapped", wrapped)):
                 start = time.process_time()

@@ -12,6 +12,10 @@ device and timeout.  A test picks its pool with the ``fuzzdist`` marker::
 A list of devices or world sizes parametrizes the test.  What the machine
 can't run (no GPU, too few GPUs) is skipped with the reason, before any
 rank process starts.
+
+The session's pools come from the ``pytest_fuzzdist_make_pool_cache`` hook
+(:mod:`fuzzdist.newhooks`; default: a :class:`PoolCache`) and are kept in
+``config.stash[pool_cache_key]``.
 """
 
 from __future__ import annotations
@@ -21,9 +25,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from fuzzdist import profiles
+from fuzzdist import _hypothesis_compat, newhooks, profiles
 from fuzzdist.capabilities import missing, missing_gpus
 from fuzzdist.errors import CapabilityError
+from fuzzdist.newhooks import RankPools
 from fuzzdist.pool import DEFAULT_TIMEOUT, RankPool
 
 
@@ -36,6 +41,9 @@ class PoolKey:
 
     def __str__(self) -> str:
         return f"{self.device}-w{self.world_size}" + ("" if self.backend == "gloo" else f"-{self.backend}")
+
+
+pool_cache_key = pytest.StashKey[RankPools]()  # config.stash[pool_cache_key]: the session's pool cache
 
 
 class PoolCache:
@@ -55,6 +63,16 @@ class PoolCache:
         for pool in self._pools.values():
             pool.close()
         self._pools.clear()
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    pluginmanager.add_hookspecs(newhooks)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_fuzzdist_make_pool_cache(config: pytest.Config) -> RankPools:
+    """fuzzdist's own pool cache, used when no other implementation returns one: local RankPools."""
+    return PoolCache()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -85,22 +103,21 @@ def pytest_configure(config: pytest.Config) -> None:
         from hypothesis import settings
 
         settings.load_profile("ci" if os.environ.get("CI") else "dev")
-    config._fuzzdist_pools = PoolCache()  # type: ignore[attr-defined]
+    config.stash[pool_cache_key] = config.hook.pytest_fuzzdist_make_pool_cache(config=config)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    pools = getattr(config, "_fuzzdist_pools", None)
+    pools = config.stash.get(pool_cache_key, None)
     if pools is not None:
         pools.close()
 
 
 def pytest_report_header(config: pytest.Config) -> str:
     import torch
-    from hypothesis import settings
 
     cuda = torch.cuda.device_count() if torch.backends.cuda.is_built() else 0
     return (f"fuzzdist: torch {torch.__version__}, {cuda} CUDA device(s), "
-            f"hypothesis profile {settings._current_profile!r}, "
+            f"hypothesis profile {_hypothesis_compat.current_profile_name()!r}, "
             f"world size {config.getoption('fuzzdist_world_size')}, "
             f"timeout {config.getoption('fuzzdist_timeout'):g}s")
 
@@ -147,13 +164,13 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 @pytest.fixture(scope="session")
-def rank_pools(request: pytest.FixtureRequest) -> PoolCache:
+def rank_pools(request: pytest.FixtureRequest) -> RankPools:
     """Every rank pool of the session, by PoolKey: ``rank_pools.get(PoolKey(2, "gloo", "cpu", 30.0))``."""
-    return request.config._fuzzdist_pools  # type: ignore[attr-defined]
+    return request.config.stash[pool_cache_key]
 
 
 @pytest.fixture(scope="session")
-def rank_pool(request: pytest.FixtureRequest, rank_pools: PoolCache) -> RankPool:
+def rank_pool(request: pytest.FixtureRequest, rank_pools: RankPools) -> RankPool:
     """The session's RankPool for this test's ``fuzzdist`` marker (default: 2 CPU ranks over gloo)."""
     key = getattr(request, "param", None)
     if key is None:  # used outside pytest_generate_tests' parametrization (e.g. by another fixture)

@@ -15,6 +15,7 @@ import torch.distributed as dist
 from hypothesis import settings
 from torch._C._distributed_c10d import AllreduceCoalescedOptions
 
+from fuzzdist.cli import main
 from fuzzdist.conformance import (
     ASYNC,
     DDP,
@@ -24,7 +25,6 @@ from fuzzdist.conformance import (
     OpInfo,
     check_process_group,
     gloo,
-    main_check_pg,
     unsupported_reason,
 )
 from fuzzdist.conformance._reference import reduction_problem
@@ -273,26 +273,41 @@ def test_reference_nan_and_overflow_rules():
 # -- the command line ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("argv", [
-    ["no colon"],
-    ["no_such_module_for_fuzzdist:make"],
-    ["fuzzdist.conformance:gloo", "--ops", "allreduce,bogus"],
-    ["fuzzdist.conformance:gloo", "--world-size", "0"],
-    ["fuzzdist.conformance:gloo", "--max-examples", "0"],
-    [],
+def check_pg(*argv: str) -> int:
+    return main(["check-pg", *argv])
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["no colon"], ["'module:callable'"]),
+    (["no_such_module_for_fuzzdist:make"], ["can't import module 'no_such_module_for_fuzzdist'"]),
+    (["fuzzdist.conformance:gloo", "--ops", "allreduce,bogus"], ["argument --ops: unknown ops bogus; choose from"]),
+    (["fuzzdist.conformance:gloo", "--world-size", "0"], ["argument --world-size/-w: '0' must be at least 1"]),
+    (["fuzzdist.conformance:gloo", "-w", "two"], ["argument --world-size/-w: 'two' is not a whole number"]),
+    (["fuzzdist.conformance:gloo", "--max-examples", "0"], ["argument --max-examples: '0' must be at least 1"]),
+    (["fuzzdist.conformance:gloo", "--duration", "0"], ["bad --duration '0'", "longer than 0s"]),
+    (["fuzzdist.conformance:gloo", "--duration", "5x"], ["bad --duration '5x'", "e.g. 30s, 10m"]),
+    (["fuzzdist.conformance:gloo", "--timeout", "-1"], ["argument --timeout: '-1' must be more than 0 seconds"]),
+    (["fuzzdist.conformance:gloo", "--max-bytes", "many"], ["argument --max-bytes: 'many' is not a whole number"]),
+    ([], ["the following arguments are required: FACTORY"]),
 ])
-def test_check_pg_bad_input_exits_2(argv, capsys):
-    assert main_check_pg(argv) == 2
+def test_check_pg_bad_input_is_one_line_and_exit_2(argv, expected, capsys):
+    """The same convention as fuzzdist run and replay: one line on stderr, exit code 2, nothing on stdout."""
+    assert check_pg(*argv) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith("fuzzdist check-pg: error: ") and err.count("\n") == 1, err
+    for text in expected:
+        assert text in err, err
 
 
 def test_check_pg_exit_codes(tmp_path, capsys):
     out = tmp_path / "report.json"
-    assert main_check_pg(["fuzzdist.conformance:gloo", "-w", "1", "--ops", "allreduce,broadcast",
-                          "--max-examples", "3", "--no-database", "--json", str(out)]) == 0
+    assert check_pg("fuzzdist.conformance:gloo", "-w", "1", "--ops", "allreduce,broadcast",
+                    "--max-examples", "3", "--no-database", "--json", str(out)) == 0
     assert "CONFORMS" in capsys.readouterr().out
     assert json.loads(out.read_text())["conforms"] is True
-    assert main_check_pg(["planted_backends:wrong_source_broadcast", "-w", "2", "--ops", "broadcast",
-                          "--max-examples", "50", "--no-database", "--seed", "0"]) == 1
+    assert check_pg("planted_backends:wrong_source_broadcast", "-w", "2", "--ops", "broadcast",
+                    "--max-examples", "50", "--no-database", "--seed", "0") == 1
     printed = capsys.readouterr().out
     assert "FAILURE in broadcast" in printed and "broadcast(src=1" in printed
 

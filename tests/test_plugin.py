@@ -111,8 +111,9 @@ def test_p(rank_pool):
 def test_profiles_are_registered_and_deadline_is_off(suite):
     suite.makepyfile(test_prop='''
 from hypothesis import settings
+from fuzzdist._hypothesis_compat import current_profile_name
 def test_profile():
-    assert settings._current_profile == "ci"
+    assert current_profile_name() == "ci"
     assert settings.default.deadline is None
     assert settings.default.max_examples == 20
     for name in ("ci", "dev", "campaign", "replay"):
@@ -125,8 +126,9 @@ def test_default_profile_has_no_deadline(suite, monkeypatch):
     monkeypatch.delenv("CI", raising=False)
     suite.makepyfile(test_prop='''
 from hypothesis import settings
+from fuzzdist._hypothesis_compat import current_profile_name
 def test_profile():
-    assert settings._current_profile == "dev" and settings.default.deadline is None
+    assert current_profile_name() == "dev" and settings.default.deadline is None
 ''')
     suite.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=1)
 
@@ -136,9 +138,43 @@ def test_ci_profile_keeps_the_database_on_a_ci_machine(suite, monkeypatch):
     monkeypatch.setenv("CI", "true")
     suite.makepyfile(test_prop='''
 from hypothesis import settings
+from fuzzdist._hypothesis_compat import current_profile_name
 def test_profile():
-    assert settings._current_profile == "ci"
+    assert current_profile_name() == "ci"
     assert settings.default.database is not None
     assert settings.default.derandomize is False
 ''')
     suite.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
+
+
+def test_a_conftest_supplies_the_pool_cache_through_the_hook(suite):
+    """pytest_fuzzdist_make_pool_cache (fuzzdist.newhooks): the first non-None result is the session's
+    rank_pools; rank_pool gets its pools from it, and it is closed once at the end of the session."""
+    suite.makeconftest('''
+import pathlib
+
+class InlinePool:
+    """Runs a call once, in this process, as rank 0 of 1: a stand-in for a real transport."""
+    world_size = 1
+    def run(self, fn, *args, **kwargs):
+        return [fn(None, *args, **kwargs)]
+
+class InlinePools:
+    def get(self, key):
+        return InlinePool()
+    def close(self):
+        pathlib.Path("closed").write_text("yes")
+
+def pytest_fuzzdist_make_pool_cache(config):
+    return InlinePools()
+''')
+    suite.makepyfile(test_prop='''
+def add_one(ctx, x):
+    return x + 1
+
+def test_p(rank_pool, rank_pools):
+    assert type(rank_pools).__name__ == "InlinePools"
+    assert rank_pool.run(add_one, 1) == [2]
+''')
+    suite.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=1)
+    assert (suite.path / "closed").read_text() == "yes"

@@ -10,7 +10,6 @@ process, with a plugin object from this package:
     report                  campaign state, the JSON report, the summary table
     progress                the live display (rich on a TTY, plain lines otherwise)
     selection               which collected tests a command runs
-    _testing                helpers for fuzzdist's own tests of the command
 
 This module is also a pytest plugin for ``-p fuzzdist.campaign``: it adds
 ``--fuzzdist-database=DIR_OR_URL``, which points the loaded Hypothesis
@@ -40,12 +39,13 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     from hypothesis import settings
 
+    from fuzzdist._hypothesis_compat import current_profile_name
     from fuzzdist.campaign.database import DatabaseError, open_database
 
     try:
         database = open_database(spec)
     except DatabaseError as exc:
         raise pytest.UsageError(str(exc)) from None
-    name = f"{settings._current_profile or 'default'}+fuzzdist-database"
+    name = f"{current_profile_name() or 'default'}+fuzzdist-database"
     settings.register_profile(name, settings(parent=settings.default, database=database.db))
     settings.load_profile(name)

@@ -29,6 +29,7 @@ from typing import TextIO
 import pytest
 from _pytest.outcomes import Failed, OutcomeException
 
+from fuzzdist import _hypothesis_compat as hc
 from fuzzdist.campaign.database import Database, read_index, reproduce_command
 from fuzzdist.campaign.selection import SelectionPlugin, Targets
 
@@ -38,23 +39,12 @@ _HIDDEN_FRAMES = ("/hypothesis/", "/_pytest/", "/pluggy/", "/fuzzdist/campaign/"
 def database_key(item: pytest.Function) -> bytes:
     """Hypothesis's database key for ``item``, as pytest's hypothesis plugin makes it: the
     digest of the test, plus the node id for a test pytest parametrizes itself."""
-    from hypothesis.internal.reflection import function_digest
-
     inner = item.obj.hypothesis.inner_test
     parametrized = item.get_closest_marker("parametrize") is not None or any(
         fixturedef.params for defs in item._fixtureinfo.name2fixturedefs.values() for fixturedef in defs)
     if not parametrized:
-        return function_digest(inner)
-    missing = object()
-    saved = inner.__dict__.get("_hypothesis_internal_add_digest", missing)
-    inner._hypothesis_internal_add_digest = item.nodeid.encode()
-    try:
-        return function_digest(inner)
-    finally:
-        if saved is missing:
-            del inner._hypothesis_internal_add_digest
-        else:
-            inner._hypothesis_internal_add_digest = saved
+        return hc.function_digest(inner)
+    return hc.digest_with(inner, item.nodeid.encode())
 
 
 def _sorted_entries(entries) -> list[bytes]:
@@ -158,11 +148,9 @@ class ReplayPlugin(SelectionPlugin):
     def pytest_pyfunc_call(self, pyfuncitem: pytest.Function):
         if pyfuncitem.nodeid not in self._stored:
             return None
-        from hypothesis.internal.reflection import function_digest
-
         item = pyfuncitem
         self._reported.add(item.nodeid)
-        key = function_digest(item.obj.hypothesis.inner_test)  # the key Hypothesis really uses now
+        key = hc.function_digest(item.obj.hypothesis.inner_test)  # the key Hypothesis really uses now
         guessed, current, older = self._stored[item.nodeid]
         if key != guessed:
             current, older = self._lookup(item, key)
@@ -190,39 +178,29 @@ class ReplayPlugin(SelectionPlugin):
         return True
 
     def _replay_one(self, item: pytest.Function, testargs: dict, entry: bytes) -> _Outcome:
-        import hypothesis
-        from hypothesis.core import encode_failure
-        from hypothesis.database import choices_from_bytes
         from hypothesis.errors import DidNotReproduce
-        from hypothesis.reporting import with_reporter
 
-        choices = choices_from_bytes(entry)
-        if choices is None:
+        blob = hc.reproduce_failure_blob(entry)
+        if blob is None:
             return _Outcome("unreadable", reason="the stored bytes are not a Hypothesis choice sequence "
                                                  "(written by another Hypothesis version?)")
-        blob = encode_failure(choices)
-        fn = item.obj
-        saved = fn._hypothesis_internal_use_reproduce_failure
-        fn._hypothesis_internal_use_reproduce_failure = (hypothesis.__version__, blob)
         lines: list[str] = []
-        decorator = f"@reproduce_failure({hypothesis.__version__!r}, {blob!r})"
-        try:
-            with with_reporter(lambda text: lines.append(str(text))):
-                fn(**testargs)
-        except DidNotReproduce as exc:
-            if "completed successfully" in str(exc):
-                return _Outcome("passes", lines=lines, decorator=decorator)
-            return _Outcome("doesn't fit", lines=lines, decorator=decorator, reason=_first_line(str(exc)))
-        except KeyboardInterrupt:
-            raise
-        except OutcomeException as exc:
-            if not isinstance(exc, Failed):
+        with hc.reproducing(item.obj, blob) as decorator:
+            try:
+                with hc.reports_to(lines.append):
+                    item.obj(**testargs)
+            except DidNotReproduce as exc:
+                if "completed successfully" in str(exc):
+                    return _Outcome("passes", lines=lines, decorator=decorator)
+                return _Outcome("doesn't fit", lines=lines, decorator=decorator, reason=_first_line(str(exc)))
+            except KeyboardInterrupt:
                 raise
-            return _Outcome("fails", lines=lines, exc=exc, decorator=decorator)
-        except BaseException as exc:
-            return _Outcome("fails", lines=lines, exc=exc, decorator=decorator)
-        finally:
-            fn._hypothesis_internal_use_reproduce_failure = saved
+            except OutcomeException as exc:
+                if not isinstance(exc, Failed):
+                    raise
+                return _Outcome("fails", lines=lines, exc=exc, decorator=decorator)
+            except BaseException as exc:
+                return _Outcome("fails", lines=lines, exc=exc, decorator=decorator)
         return _Outcome("passes", lines=lines, decorator=decorator)
 
     def _show(self, item: pytest.Function, outcome: _Outcome, what: str, older: bool = False) -> None:
@@ -298,7 +276,7 @@ def _describe_error(exc: BaseException) -> str:
 
 def export_lines(item: pytest.Function, outcome: _Outcome) -> str:
     """``@example(...)`` for the failing example, or why it can't be pinned that way."""
-    given = list(getattr(item.obj.hypothesis, "_given_kwargs", {}) or {})
+    given = hc.given_argument_names(item.obj)
     call_text = outcome.example().split("\nDraw ", 1)[0]
     values = split_call(call_text) or {}
     data_args = [name for name in given if values.get(name) == "data(...)"]

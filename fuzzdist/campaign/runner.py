@@ -33,9 +33,10 @@ For each property it replaces pytest's single call of the ``@given`` test by
   (exception type and raising site, with its chain: a RankError carries the
   remote site), the same way Hypothesis does.
 
-Pools come from the fuzzdist plugin's ``rank_pools`` cache
-(``config._fuzzdist_pools``); ``CampaignPlugin(pool_cache=...)`` swaps in
-another cache, which is where a torchrun-formed pool plugs in.
+Pools come from the fuzzdist plugin's ``rank_pools`` cache; under torchrun
+the CLI implements ``pytest_fuzzdist_make_pool_cache`` to hand it the pool
+torchrun formed.  Hypothesis internals go through
+:mod:`fuzzdist._hypothesis_compat`.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from hypothesis import Phase
 from hypothesis import settings as Settings
 from hypothesis.errors import Flaky, HypothesisException, UnsatisfiedAssumption
 
+from fuzzdist import _hypothesis_compat as hc
 from fuzzdist.campaign.database import Database, record_in_index, reproduce_command
 from fuzzdist.campaign.progress import Progress
 from fuzzdist.campaign.report import CampaignState, FailureRecord, PropertyState, write_json_atomic
@@ -97,7 +99,7 @@ class _Round:
 
 class CampaignPlugin(SelectionPlugin):
     def __init__(self, targets: Targets, *, state: CampaignState, database: Database, progress: Progress,
-                 report_path: str | None = None, device: str | None = None, pool_cache=None,
+                 report_path: str | None = None, device: str | None = None,
                  round_examples: int = ROUND_EXAMPLES, pytest_options: list[str] = (),
                  seed: int | None = None) -> None:
         super().__init__(targets, device)
@@ -107,7 +109,6 @@ class CampaignPlugin(SelectionPlugin):
         self.database = database
         self.progress = progress
         self.report_path = report_path
-        self.pool_cache = pool_cache
         self.round_examples = round_examples
         self._round: _Round | None = None
         self._next_report = 0.0
@@ -117,14 +118,6 @@ class CampaignPlugin(SelectionPlugin):
         self._report_error: str | None = None
 
     # -- set-up ---------------------------------------------------------------------------
-
-    @pytest.hookimpl(trylast=True)
-    def pytest_configure(self, config: pytest.Config) -> None:
-        if self.pool_cache is not None:  # e.g. a pool formed by torchrun instead of the local spawner
-            previous = getattr(config, "_fuzzdist_pools", None)
-            if previous is not None:
-                previous.close()
-            config._fuzzdist_pools = self.pool_cache  # type: ignore[attr-defined]
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, session, config, items) -> None:
@@ -166,8 +159,6 @@ class CampaignPlugin(SelectionPlugin):
         return True
 
     def _run_property(self, item: pytest.Function, prop: PropertyState, testargs: dict) -> None:
-        from hypothesis.internal.reflection import function_digest
-
         state = self.state
         now = time.monotonic()
         if state.duration_s is not None and state.deadline is None:
@@ -184,25 +175,23 @@ class CampaignPlugin(SelectionPlugin):
         fn = item.obj
         handle = fn.hypothesis
         inner = handle.inner_test
-        original_settings = fn._hypothesis_internal_use_settings
-        had_key = "_hypothesis_internal_database_key" in fn.__dict__
-        old_key = fn.__dict__.get("_hypothesis_internal_database_key")
-        old_seed = fn._hypothesis_internal_use_seed
+        original_settings = hc.given_settings(fn)
+        overrides = hc.TestOverrides(fn)
         # Hypothesis's standard key (pytest's hypothesis plugin has already set the
         # per-parametrization digest, if any, on inner_test); pinned so the wrapper
         # can't change it.
-        key = self._key = function_digest(inner)
+        key = self._key = hc.function_digest(inner)
         db = self.database.db
         prop.database_key = key.hex()
         known = frozenset(db.fetch(key))
         prop.stored_before = len(known)
-        given = set(getattr(handle, "_given_kwargs", {}) or {})
+        given = set(hc.given_argument_names(fn))
         prop.status, prop.started_at = "running", now
         self.progress.update(state, force=True)
         base_phases = tuple(original_settings.phases)
         later_phases = tuple(p for p in base_phases if p not in (Phase.explicit, Phase.reuse))
         try:
-            fn._hypothesis_internal_database_key = key
+            overrides.set_database_key(key)
             handle.inner_test = self._wrap(item, prop, inner, given)
             while True:
                 stop = self._budget_stop(prop)
@@ -217,12 +206,12 @@ class CampaignPlugin(SelectionPlugin):
                 if state.max_examples is not None:
                     max_examples = min(max_examples, state.max_examples - prop.examples)
                 self._round = _Round(number, frozenset(prop.failures), known if number == 1 else frozenset())
-                fn._hypothesis_internal_use_settings = Settings(
+                overrides.set_settings(Settings(
                     parent=original_settings, max_examples=max_examples, database=db,
                     report_multiple_bugs=True, derandomize=False, print_blob=True,
-                    phases=base_phases if number == 1 else later_phases)
+                    phases=base_phases if number == 1 else later_phases))
                 if self.seed is not None:
-                    fn._hypothesis_internal_use_seed = self.seed + number - 1
+                    overrides.set_seed(self.seed + number - 1)
                 prop.rounds = number
                 before = prop.examples
                 try:
@@ -260,12 +249,7 @@ class CampaignPlugin(SelectionPlugin):
                     break
         finally:
             handle.inner_test = inner
-            fn._hypothesis_internal_use_settings = original_settings
-            fn._hypothesis_internal_use_seed = old_seed
-            if had_key:
-                fn._hypothesis_internal_database_key = old_key
-            else:
-                fn.__dict__.pop("_hypothesis_internal_database_key", None)
+            overrides.restore()
             if prop.failures:
                 self._index(item.nodeid)
             self._round = None
@@ -331,20 +315,16 @@ class CampaignPlugin(SelectionPlugin):
         return fuzzdist_campaign_example
 
     def _after_example(self, prop: PropertyState) -> None:
-        try:
-            from hypothesis.control import current_build_context
-
-            data = current_build_context().data
-        except Exception:
-            data = None
-        if data is not None:
+        observed = hc.current_example_observations()
+        if observed is not None:
             events = prop.events
-            for label, value in data.events.items():
+            seen_events, scores = observed
+            for label, value in seen_events.items():
                 label = label if value == "" else f"{label}: {value}"
                 if label not in events and len(events) >= MAX_EVENT_LABELS:
                     label = OTHER_EVENTS
                 events[label] += 1
-            for label, score in data.target_observations.items():
+            for label, score in scores.items():
                 if label not in prop.targets or score > prop.targets[label]:
                     prop.targets[label] = score
         now = time.monotonic()
@@ -369,13 +349,7 @@ class CampaignPlugin(SelectionPlugin):
         example = _example_text(item, kwargs, given)
         from_database = False
         if rnd.known_entries:
-            try:
-                from hypothesis.control import current_build_context
-                from hypothesis.database import choices_to_bytes
-
-                from_database = choices_to_bytes(current_build_context().data.choices) in rnd.known_entries
-            except Exception:
-                pass
+            from_database = hc.current_example_bytes() in rnd.known_entries
         record = FailureRecord(
             origin=origin, kind="failure", summary=_summary(exc), example=example,
             traceback="".join(traceback.format_exception(exc)),
@@ -454,9 +428,7 @@ def _example_text(item, kwargs: dict, given: set) -> str:
 
 def _origin(exc: BaseException) -> str:
     """Hypothesis's InterestingOrigin of a failure, on one line: what tells distinct failures apart."""
-    from hypothesis.internal.escalation import InterestingOrigin
-
-    return "; ".join(line.strip() for line in str(InterestingOrigin.from_exception(exc)).splitlines())
+    return "; ".join(line.strip() for line in hc.interesting_origin(exc).splitlines())
 
 
 def _leaves(exc: BaseException):

@@ -29,14 +29,13 @@ subclass is fine) or a ``torch.distributed.Backend``.
 * ``ddp_parity``: the property suite's DDP parity property, run over the
   group (directly, and through a ``ReorderingProcessGroup`` over it).
 
-Also available as ``fuzzdist check-pg module:callable`` (``main_check_pg``)
+Also available as ``fuzzdist check-pg module:callable`` (:mod:`fuzzdist.cli.check_pg`)
 and from pytest (``--fuzzdist-pg module:callable``, the ``pg_conformance``
 fixture, ``properties/test_pg_conformance.py``).  See
 ``docs/backend-authors.md``.
 """
 
-from fuzzdist.conformance._calls import ALL_CHECKS, ASYNC, DDP
-from fuzzdist.conformance._cli import main_check_pg
+from fuzzdist.conformance._checks import ALL_CHECKS, ASYNC, DDP
 from fuzzdist.conformance._engine import (
     DEFAULT_FACTORY,
     DEFAULT_WORLD_SIZES,
@@ -78,7 +77,6 @@ __all__ = [
     "check_process_group",
     "gloo",
     "gloo_backend",
-    "main_check_pg",
     "resolve_factory",
     "unsupported_reason",
 ]

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from fuzzdist import strategies as fst
 from fuzzdist.conformance import _rank
-from fuzzdist.conformance._calls import ASYNC, DDP, all_checks
+from fuzzdist.conformance._checks import ASYNC, DDP, all_checks
 from fuzzdist.conformance._draw import programs, wait_sequence
 from fuzzdist.conformance._report import (
     ConformanceReport,
@@ -370,8 +370,9 @@ class ConformanceSession:
             count[0] += 1
             execute(w, example, failing)
 
-        body._hypothesis_internal_add_digest = (  # type: ignore[attr-defined]
-            f"fuzzdist.conformance|{self.ref}|{name}|{variant}|{sizes}".encode())
+        from fuzzdist._hypothesis_compat import set_extra_digest
+
+        set_extra_digest(body, f"fuzzdist.conformance|{self.ref}|{name}|{variant}|{sizes}".encode())
         hypothesis_settings = self._hypothesis_settings()
         if share > 1 and self._max_examples is None and self._deadline is None:
             hypothesis_settings = Settings(hypothesis_settings,

@@ -161,6 +161,29 @@ class ConformanceReport:
     def __str__(self) -> str:
         return self.summary()
 
+    def to_json(self) -> dict[str, Any]:
+        """The report as JSON-ready data (``fuzzdist check-pg --json``)."""
+        return {
+            "factory": self.factory,
+            "backend": self.backend,
+            "world_sizes": list(self.world_sizes),
+            "conforms": self.conforms,
+            "duration_s": round(self.duration_s, 3),
+            "factory_errors": {str(w): msg for w, msg in self.factory_errors.items()},
+            "ops": {
+                name: {
+                    "status": r.status,
+                    "method": r.method,
+                    "examples": r.examples,
+                    "supported": r.supported,
+                    "unsupported": [str(u) for u in r.unsupported],
+                    "failure": None if r.failure is None else r.failure.message,
+                    "note": r.note,
+                }
+                for name, r in self.ops.items()
+            },
+        }
+
 
 def _indent(text: str, n: int) -> str:
     pad = " " * n

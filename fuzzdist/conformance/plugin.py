@@ -26,7 +26,7 @@ import pytest
 from fuzzdist.conformance._engine import DEFAULT_FACTORY, DEFAULT_WORLD_SIZES, ConformanceSession
 from fuzzdist.conformance._rank import FactoryError
 
-_SESSIONS_ATTR = "_fuzzdist_pg_sessions"
+_SESSIONS = pytest.StashKey[list[ConformanceSession]]()  # config.stash: the sessions to summarise
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -75,17 +75,13 @@ def pg_conformance(request: pytest.FixtureRequest, pg_factory: str, rank_pools) 
         session = ConformanceSession(pg_factory, world_sizes=_world_sizes(config), pools=pool_for, timeout=timeout)
     except FactoryError as exc:
         pytest.fail(f"--fuzzdist-pg: {exc}", pytrace=False)
-    sessions = getattr(config, _SESSIONS_ATTR, None)
-    if sessions is None:
-        sessions = []
-        setattr(config, _SESSIONS_ATTR, sessions)
-    sessions.append(session)
+    config.stash.setdefault(_SESSIONS, []).append(session)
     yield session
     session.close()
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
-    for session in getattr(config, _SESSIONS_ATTR, None) or ():
+    for session in config.stash.get(_SESSIONS, []):
         report = session.report
         unsupported = report.unsupported
         if not unsupported and not report.factory_errors:

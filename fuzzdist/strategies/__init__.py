@@ -29,10 +29,12 @@ from fuzzdist.strategies._allocator import (
 )
 from fuzzdist.strategies._completion import CompletionOrder, completion_orders
 from fuzzdist.strategies._ddp import DDPConfig, ddp_configs
-from fuzzdist.strategies._dtypes import DTYPE_KINDS, dtypes, supported_dtypes
+from fuzzdist.strategies._dtype_catalogue import DTYPE_KINDS
+from fuzzdist.strategies._dtypes import dtypes, supported_dtypes
 from fuzzdist.strategies._ranks import rank_subsets, source_ranks, world_sizes
 from fuzzdist.strategies._shapes import shapes
-from fuzzdist.strategies._tensors import LAYOUTS, PATTERNS, TensorSpec, tensor_specs
+from fuzzdist.strategies._tensor_specs import tensor_specs
+from fuzzdist.strategies._tensors import LAYOUTS, PATTERNS, TensorSpec
 
 __all__ = [
     "DTYPE_KINDS",

@@ -1,66 +1,13 @@
-"""Which dtypes exist in the installed torch, which kind each is, and which of
-them a device can actually hold; plus the ``dtypes()`` strategy."""
+"""The ``dtypes()`` strategy and ``supported_dtypes()``: the catalogue's dtypes that a device can hold."""
 
 from __future__ import annotations
-
-import functools
-import json
-import os
-import subprocess
-import sys
-from collections.abc import Iterable
 
 import torch
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
-# Every dtype fuzzdist knows about, by torch attribute name, in shrink order:
-# float32 first (the minimal dtype), then the other common ones, then the
-# exotic ones. Names the installed torch lacks are skipped (getattr), never
-# assumed. complex32, the sub-byte uint1..uint7 and the packed float4 types are
-# deliberately absent: torch can barely create them, let alone communicate them.
-_CATALOGUE: tuple[tuple[str, str], ...] = (
-    ("float32", "float"),
-    ("float64", "float"),
-    ("float16", "float"),
-    ("bfloat16", "float"),
-    ("complex64", "complex"),
-    ("complex128", "complex"),
-    ("int64", "int"),
-    ("int32", "int"),
-    ("int16", "int"),
-    ("int8", "int"),
-    ("uint8", "unsigned"),
-    ("bool", "bool"),
-    ("uint16", "unsigned"),
-    ("uint32", "unsigned"),
-    ("uint64", "unsigned"),
-    ("float8_e4m3fn", "float8"),
-    ("float8_e5m2", "float8"),
-    ("float8_e4m3fnuz", "float8"),
-    ("float8_e5m2fnuz", "float8"),
-    ("float8_e8m0fnu", "float8"),
-)
-
-DTYPE_KINDS: tuple[str, ...] = ("float", "complex", "int", "unsigned", "bool", "float8")
-
-KindArg = str | Iterable[str] | None
-
-
-def _catalogue() -> list[tuple[torch.dtype, str]]:
-    out = []
-    for name, kind in _CATALOGUE:
-        dtype = getattr(torch, name, None)
-        if isinstance(dtype, torch.dtype):
-            out.append((dtype, kind))
-    return out
-
-
-def _kind_of(dtype: torch.dtype) -> str:
-    for candidate, kind in _catalogue():
-        if candidate == dtype:
-            return kind
-    raise ValueError(f"fuzzdist does not generate {dtype}")
+from fuzzdist.strategies._dtype_catalogue import DTYPE_KINDS, KindArg, _catalogue
+from fuzzdist.strategies._dtype_probe import _usable_dtype_names
 
 
 def _normalize_kinds(kind: KindArg) -> frozenset[str] | None:
@@ -82,79 +29,6 @@ def _normalize_device(device: str | torch.device) -> str:
         return str(torch.device(device))
     except (RuntimeError, TypeError) as exc:
         raise InvalidArgument(f"not a torch device: {device!r}") from exc
-
-
-def _probe_one(dtype: torch.dtype, device: str) -> bool:
-    """Whether ``dtype`` is usable on ``device``: it can be created, filled,
-    compared, copied there from CPU bytes, and ``TensorSpec.materialize``
-    builds every value pattern of it without raising."""
-    from fuzzdist.strategies._tensors import PATTERNS, TensorSpec
-
-    try:
-        empty = torch.empty(8, dtype=dtype, device=device)
-        empty.fill_(0)
-        zeros = torch.zeros(8, dtype=dtype, device=device)
-        if not bool((empty == zeros).all()):
-            return False
-        if not torch.equal(empty, zeros):
-            return False
-        for pattern in PATTERNS:
-            t = TensorSpec((3, 5), dtype, "transposed", pattern).materialize(device, 1)
-            if t.dtype != dtype or tuple(t.shape) != (3, 5):
-                return False
-            t.clone()
-    except Exception:  # noqa: BLE001 - any failure means "not on this device"
-        return False
-    return True
-
-
-def _probe(device: str) -> list[str]:
-    return [str(dt) for dt, _ in _catalogue() if _probe_one(dt, device)]
-
-
-_SUBPROCESS_PROBE = """
-import json, sys
-sys.path.insert(0, sys.argv[1])
-from fuzzdist.strategies._dtypes import _probe
-print("FUZZDIST-DTYPES " + json.dumps(_probe(sys.argv[2])))
-"""
-
-
-def _device_runtime_initialized(device: str) -> bool:
-    dev_type = torch.device(device).type
-    module = getattr(torch, dev_type, None)
-    is_initialized = getattr(module, "is_initialized", None)
-    try:
-        return bool(is_initialized()) if callable(is_initialized) else False
-    except Exception:  # noqa: BLE001
-        return False
-
-
-@functools.cache
-def _usable_dtype_names(device: str) -> tuple[str, ...]:
-    # CPU (and any device whose runtime this process already started) is
-    # probed in-process. Anything else is probed in a short-lived child
-    # process: Hypothesis strategies run in the driver, and starting a CUDA
-    # context there would pin memory on the GPU and break fork()ed workers.
-    if torch.device(device).type in ("cpu", "meta") or _device_runtime_initialized(device):
-        return tuple(_probe(device))
-    package_parent = os.path.dirname(
-        os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    )
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-c", _SUBPROCESS_PROBE, package_parent, device],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return ()
-    for line in proc.stdout.splitlines():
-        if line.startswith("FUZZDIST-DTYPES "):
-            return tuple(json.loads(line[len("FUZZDIST-DTYPES "):]))
-    return ()
 
 
 def supported_dtypes(

@@ -1,4 +1,4 @@
-"""Helpers for fuzzdist's own tests of the ``fuzzdist`` command (not part of the public API)."""
+"""Helpers for fuzzdist's own tests of the ``fuzzdist`` command."""
 
 from __future__ import annotations
 

@@ -1,0 +1,194 @@
+"""Every use of Hypothesis internals in fuzzdist, one small function each.
+
+Hypothesis does not promise these names (private attributes of ``@given``
+tests, ``hypothesis.internal``, undocumented helpers), so they live here
+alone: a Hypothesis upgrade that moves one breaks this module, not the
+campaign runner, replay or conformance engine.
+
+Checked against Hypothesis 6.170.15 (the version fuzzdist's tests run
+with).  pyproject.toml asks for ``hypothesis>=6.100``; that floor was not
+re-checked, and the choice-sequence helpers (``choices_to_bytes``,
+``choices_from_bytes``, ``ConjectureData.for_choices``) belong to the
+database format Hypothesis introduced in 6.124.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from hypothesis import settings as Settings
+
+_SETTINGS = "_hypothesis_internal_use_settings"
+_SEED = "_hypothesis_internal_use_seed"
+_DATABASE_KEY = "_hypothesis_internal_database_key"
+_REPRODUCE = "_hypothesis_internal_use_reproduce_failure"
+_ADD_DIGEST = "_hypothesis_internal_add_digest"
+_MISSING = object()
+
+
+def current_profile_name() -> str | None:
+    """The name of the settings profile loaded last (``settings.load_profile``), None before any."""
+    return Settings._current_profile
+
+
+# -- database keys -------------------------------------------------------------------------
+
+
+def function_digest(fn: Callable[..., Any]) -> bytes:
+    """Hypothesis's digest of a test function: its database key (source, signature, extra digest)."""
+    from hypothesis.internal.reflection import function_digest as digest
+
+    return digest(fn)
+
+
+def set_extra_digest(fn: Callable[..., Any], extra: bytes) -> None:
+    """Mix ``extra`` into ``fn``'s digest, as pytest's hypothesis plugin does for parametrized tests."""
+    setattr(fn, _ADD_DIGEST, extra)
+
+
+def digest_with(fn: Callable[..., Any], extra: bytes) -> bytes:
+    """``fn``'s digest as if ``extra`` were its extra digest; ``fn`` is left as it was."""
+    saved = fn.__dict__.get(_ADD_DIGEST, _MISSING)
+    setattr(fn, _ADD_DIGEST, extra)
+    try:
+        return function_digest(fn)
+    finally:
+        if saved is _MISSING:
+            delattr(fn, _ADD_DIGEST)
+        else:
+            setattr(fn, _ADD_DIGEST, saved)
+
+
+# -- running a @given test differently ---------------------------------------------------
+
+
+def given_settings(test: Callable[..., Any]) -> Settings:
+    """The settings a ``@given`` test runs with (its ``@settings``, else the profile's)."""
+    return getattr(test, _SETTINGS)
+
+
+def given_argument_names(test: Callable[..., Any]) -> list[str]:
+    """The names of the arguments ``@given`` draws for ``test``, in the order given."""
+    return list(getattr(test.hypothesis, "_given_kwargs", {}) or {})  # type: ignore[attr-defined]
+
+
+class TestOverrides:
+    """Overrides of a ``@given`` test's settings, seed and database key for the calls that follow.
+
+    ``restore()`` puts back exactly what the test had before.
+    """
+
+    __test__ = False  # not a pytest test class, despite its name
+
+    def __init__(self, test: Callable[..., Any]) -> None:
+        self._test = test
+        self._saved = {attr: test.__dict__.get(attr, _MISSING) for attr in (_SETTINGS, _SEED, _DATABASE_KEY)}
+
+    def set_settings(self, settings: Settings) -> None:
+        setattr(self._test, _SETTINGS, settings)
+
+    def set_seed(self, seed: int | None) -> None:
+        """What ``@seed(seed)`` would set: the random generation of the next calls."""
+        setattr(self._test, _SEED, seed)
+
+    def set_database_key(self, key: bytes) -> None:
+        """Save and replay examples under ``key`` instead of the digest Hypothesis would compute."""
+        setattr(self._test, _DATABASE_KEY, key)
+
+    def restore(self) -> None:
+        for attr, value in self._saved.items():
+            if value is _MISSING:
+                self._test.__dict__.pop(attr, None)
+            else:
+                setattr(self._test, attr, value)
+
+
+# -- reproducing one stored example -----------------------------------------------------
+
+
+def reproduce_failure_blob(entry: bytes) -> bytes | None:
+    """The ``@reproduce_failure`` blob of a database entry; None if the bytes aren't a choice sequence."""
+    from hypothesis.core import encode_failure
+    from hypothesis.database import choices_from_bytes
+
+    choices = choices_from_bytes(entry)
+    return None if choices is None else encode_failure(choices)
+
+
+@contextlib.contextmanager
+def reproducing(test: Callable[..., Any], blob: bytes) -> Iterator[str]:
+    """Calls of ``test`` inside run only the example ``blob``, as under ``@reproduce_failure``.
+
+    Yields the ``@reproduce_failure(...)`` decorator text for that example.
+    """
+    import hypothesis
+
+    saved = getattr(test, _REPRODUCE)
+    setattr(test, _REPRODUCE, (hypothesis.__version__, blob))
+    try:
+        yield f"@reproduce_failure({hypothesis.__version__!r}, {blob!r})"
+    finally:
+        setattr(test, _REPRODUCE, saved)
+
+
+@contextlib.contextmanager
+def reports_to(report: Callable[[str], None]) -> Iterator[None]:
+    """Send what Hypothesis reports (falsifying examples, notes) to ``report`` instead of printing it."""
+    from hypothesis.reporting import with_reporter
+
+    with with_reporter(lambda text: report(str(text))):
+        yield
+
+
+# -- the example running now ----------------------------------------------------------------
+
+
+def _current_data() -> Any:
+    try:
+        from hypothesis.control import current_build_context
+
+        return current_build_context().data
+    except Exception:  # outside a Hypothesis example, or a Hypothesis without build contexts
+        return None
+
+
+def current_example_observations() -> tuple[dict[str, Any], dict[str, float]] | None:
+    """The ``event()`` labels (label -> value) and ``target()`` scores of the running example;
+    None outside one."""
+    data = _current_data()
+    if data is None:
+        return None
+    return data.events, data.target_observations
+
+
+def current_example_bytes() -> bytes | None:
+    """The running example's choice sequence as database bytes; None outside an example."""
+    try:
+        from hypothesis.database import choices_to_bytes
+
+        return choices_to_bytes(_current_data().choices)
+    except Exception:
+        return None
+
+
+def interesting_origin(exc: BaseException) -> str:
+    """Hypothesis's InterestingOrigin of a failure (exception type and raising site, with its chain):
+    what Hypothesis tells distinct failures apart by."""
+    from hypothesis.internal.escalation import InterestingOrigin
+
+    return str(InterestingOrigin.from_exception(exc))
+
+
+@contextlib.contextmanager
+def example_context(test: Callable[..., Any], events: dict[str, str]) -> Iterator[None]:
+    """A Hypothesis build context holding an empty example with ``events``, for code that
+    runs inside an example (the campaign's per-example wrapper) measured outside one."""
+    from hypothesis.control import BuildContext
+    from hypothesis.internal.conjecture.data import ConjectureData
+
+    data = ConjectureData.for_choices([])
+    data.events.update(events)
+    with BuildContext(data, wrapped_test=test):
+        yield

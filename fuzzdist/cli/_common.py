@@ -1,0 +1,69 @@
+"""What every ``fuzzdist`` command shares: exit codes, the parser, argument types, bad input.
+
+Bad input, whether argparse finds it (:class:`Parser`) or a command does
+(:class:`UsageError`), is one line on stderr, ``fuzzdist CMD: error: ...``,
+and exit code :data:`EXIT_USAGE`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from typing import NoReturn
+
+EXIT_OK = 0  # nothing failed (check-pg: the group conforms)
+EXIT_FOUND = 1  # a failure was found, a stored failure still fails, or a property errored
+EXIT_USAGE = 2  # bad input: one line on stderr says what to do
+EXIT_INTERNAL = 3  # pytest's own internal error (run, replay)
+# 128+N: interrupted by signal N with nothing found (run, replay)
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+class UsageError(Exception):
+    """Bad input a command found after parsing: printed as one line, exit code 2."""
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line (not argparse's usage block) and exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def parse_duration(text: str) -> float:
+    """``30s``, ``10m``, ``2h``, ``1h30m``, ``1.5h``, ``1d``; a bare number is seconds."""
+    spec = text.strip().lower()
+    if re.fullmatch(r"\d+(\.\d+)?", spec):
+        seconds = float(spec)
+    else:
+        parts = re.findall(r"(\d+(?:\.\d+)?)([smhd])", spec)
+        if not parts or "".join(n + u for n, u in parts) != spec:
+            raise argparse.ArgumentTypeError(
+                f"bad --duration {text!r}: use a number and a unit, e.g. 30s, 10m, 2h or 1h30m")
+        seconds = sum(float(n) * _UNITS[u] for n, u in parts)
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError(f"bad --duration {text!r}: it must be longer than 0s")
+    return seconds
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """An argparse type: a number of seconds above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be more than 0 seconds")
+    return value

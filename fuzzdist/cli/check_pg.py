@@ -1,0 +1,98 @@
+"""``fuzzdist check-pg``: fuzz a ProcessGroup against the c10d contract (:mod:`fuzzdist.conformance`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+from fuzzdist.cli._common import EXIT_FOUND, EXIT_OK, UsageError, parse_duration, positive_float, positive_int
+
+
+def add_parser(sub: Any) -> None:
+    """Register ``check-pg`` on the top parser's subcommands."""
+    from fuzzdist.conformance._checks import all_checks
+    from fuzzdist.conformance._engine import DEFAULT_MAX_BYTES, DEFAULT_WORLD_SIZES
+    from fuzzdist.pool import DEFAULT_TIMEOUT
+
+    parser = sub.add_parser(
+        "check-pg", help="fuzz a ProcessGroup against the c10d contract (docs/backend-authors.md)",
+        description="Fuzz a torch.distributed ProcessGroup against the c10d contract. FACTORY is "
+                    "'module:callable', called on every rank as factory(rank, world_size, store, device) "
+                    "and returning the ProcessGroup (or Backend) to check.",
+        epilog="exit status: 0 the group conforms (unsupported operations are reported, not failures); "
+               "1 a failure was found (shrunk, printed); 2 bad input, one line on stderr (the factory can't "
+               "be imported, bad arguments, or the machine can't run the pools).")
+    parser.add_argument("factory", metavar="FACTORY", help="module:callable building the ProcessGroup")
+    parser.add_argument("--world-size", "-w", dest="world_sizes", type=positive_int, action="append", metavar="N",
+                        help=f"a world size to check; repeat for several "
+                             f"(default {' '.join(map(str, DEFAULT_WORLD_SIZES))})")
+    parser.add_argument("--duration", type=parse_duration, metavar="TIME",
+                        help="time budget for the whole check, shared by the operations: 90, 30s, 10m, 1h30m")
+    parser.add_argument("--max-examples", type=positive_int, metavar="N",
+                        help="examples per operation (default: 100, or unlimited with --duration)")
+    parser.add_argument("--ops", type=_ops, metavar="OP[,OP...]",
+                        help=f"checks to run (default all): {', '.join(all_checks())}")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="the ranks' device (default cpu)")
+    parser.add_argument("--timeout", type=positive_float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
+                        help=f"per-example timeout; past it an example is a hang (default {DEFAULT_TIMEOUT:g})")
+    parser.add_argument("--max-bytes", type=positive_int, default=DEFAULT_MAX_BYTES, metavar="N",
+                        help=f"largest tensor in an example (default {DEFAULT_MAX_BYTES})")
+    parser.add_argument("--seed", type=int, metavar="N", help="Hypothesis seed, for a repeatable run")
+    parser.add_argument("--no-database", action="store_true",
+                        help="don't read or save examples in Hypothesis's database (.hypothesis/)")
+    parser.add_argument("--repeat-waits", action="store_true",
+                        help="async check: also wait() again on works already waited on (gloo's send/recv "
+                             "Work hangs on that)")
+    parser.add_argument("--ddp-reorder", action="store_true",
+                        help="DDP check: also run DDP through a ReorderingProcessGroup over the group")
+    parser.add_argument("--json", metavar="PATH", help="also write the report as JSON to PATH")
+    parser.add_argument("--verbose", "-v", action="store_true", help="let Hypothesis report its progress")
+    parser.set_defaults(func=cmd_check_pg)
+
+
+def _ops(text: str) -> list[str] | None:
+    """An argparse type: comma-separated check names, ops registered at run time included ('' means all)."""
+    from fuzzdist.conformance._checks import all_checks
+
+    if not text:
+        return None
+    ops = [o.strip() for o in text.split(",") if o.strip()]
+    known = all_checks()
+    unknown = [o for o in ops if o not in known]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown ops {', '.join(unknown)}; choose from {', '.join(known)}")
+    return ops
+
+
+def cmd_check_pg(args: argparse.Namespace) -> int:
+    """``fuzzdist check-pg``; returns the exit code (0 conforms, 1 a failure found; bad input raises UsageError)."""
+    from hypothesis import settings as Settings
+
+    from fuzzdist.conformance._engine import check_process_group
+    from fuzzdist.conformance._rank import FactoryError
+    from fuzzdist.errors import CapabilityError, PoolStartupError
+
+    # As `python -m`: modules in the current directory can be named.
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    overrides: dict = {"max_examples": 100}
+    if args.no_database:
+        overrides["database"] = None
+    settings = Settings(Settings(), **overrides)
+    kwargs = dict(max_examples=args.max_examples, duration=args.duration, ops=args.ops, device=args.device,
+                  timeout=args.timeout, max_bytes=args.max_bytes, settings=settings, verbose=args.verbose,
+                  seed=args.seed, repeat_waits=args.repeat_waits, ddp_reorder=args.ddp_reorder)
+    if args.world_sizes:
+        kwargs["world_sizes"] = tuple(args.world_sizes)
+    try:
+        report = check_process_group(args.factory, **kwargs)
+    except (FactoryError, CapabilityError, PoolStartupError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    print(report.summary())
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report.to_json(), f, indent=2)
+    return EXIT_OK if report.conforms else EXIT_FOUND

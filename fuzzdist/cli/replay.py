@@ -1,0 +1,56 @@
+"""``fuzzdist replay``: re-execute the failing examples stored in the example database."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+from typing import Any
+
+from fuzzdist.cli._campaign import (
+    add_pool_arguments,
+    add_target_argument,
+    check_device,
+    collect_error,
+    open_targets,
+    pool_options,
+    pytest_args,
+    terminal_stream,
+)
+from fuzzdist.cli._common import EXIT_FOUND, EXIT_INTERNAL, EXIT_OK, UsageError
+
+
+def add_parser(sub: Any) -> None:
+    """Register ``replay`` on the top parser's subcommands."""
+    replay = sub.add_parser("replay", help="re-execute the failing examples stored in the database",
+                            description="Re-execute the shrunk failing examples stored in the example database "
+                                        "and print, for each, the minimal example, each failing rank's "
+                                        "traceback and a pytest command that reproduces it.")
+    add_target_argument(replay)
+    replay.add_argument("--export", action="store_true",
+                        help="also print @example(...) lines that pin each failure as a regression test")
+    add_pool_arguments(replay, device_default=None)
+    replay.set_defaults(func=cmd_replay)
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    """``fuzzdist replay``; returns the exit code."""
+    import pytest
+
+    from fuzzdist.campaign.replay import ReplayPlugin
+
+    check_device(args.device)
+    targets, database = open_targets(args, write=False)
+    stream = terminal_stream()
+    plugin = ReplayPlugin(targets, database=database, stream=stream, export=args.export, device=args.device,
+                          pytest_options=pool_options(args))
+    code = pytest.main(pytest_args(args, targets, "replay"), plugins=[plugin])
+    error = collect_error(plugin)
+    if error is not None:
+        raise UsageError(error)
+    if code == pytest.ExitCode.INTERRUPTED:
+        return 128 + signal.SIGINT.value
+    plugin.print_summary()
+    stream.flush()
+    if code == pytest.ExitCode.INTERNAL_ERROR:
+        return EXIT_INTERNAL
+    return EXIT_FOUND if plugin.failing_again else EXIT_OK

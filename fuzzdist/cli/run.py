@@ -1,0 +1,223 @@
+"""``fuzzdist run``: fuzz the property suite for a time or example budget (a campaign)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from fuzzdist.cli._campaign import (
+    add_pool_arguments,
+    add_target_argument,
+    check_device,
+    collect_error,
+    open_targets,
+    pool_options,
+    pytest_args,
+    terminal_stream,
+)
+from fuzzdist.cli._common import (
+    EXIT_FOUND,
+    EXIT_INTERNAL,
+    EXIT_OK,
+    UsageError,
+    parse_duration,
+    positive_float,
+    positive_int,
+)
+
+DEFAULT_REPORT = "fuzzdist-report.json"
+DEFAULT_JUNIT = "fuzzdist-junit.xml"
+
+_STACK_DUMPS = None  # the file SIGUSR1 stack dumps go to (kept open for faulthandler)
+
+
+def add_parser(sub: Any) -> None:
+    """Register ``run`` on the top parser's subcommands."""
+    run = sub.add_parser("run", help="fuzz the property suite for a time or example budget",
+                         description="Fuzz properties (default: the properties/ suite) for a time or example "
+                                     "budget, keep looking after failures, save every failure to the example "
+                                     "database, and report.")
+    add_target_argument(run)
+    run.add_argument("--duration", type=parse_duration, metavar="TIME",
+                     help="time budget, shared by the properties: 30s, 10m, 2h (counted from the first "
+                          "example; with --max-examples, whichever runs out first)")
+    run.add_argument("--max-examples", type=positive_int, metavar="N",
+                     help="examples per property (shrinking included); default without --duration: "
+                          "the campaign profile's 100,000")
+    run.add_argument("--seed", type=int, metavar="N",
+                     help="reproducible generation: round r of each property draws from seed N+r-1 "
+                          "(round 1 draws what pytest --hypothesis-seed=N draws); default: fresh randomness")
+    add_pool_arguments(run)
+    run.add_argument("--report", default=DEFAULT_REPORT, metavar="FILE.json",
+                     help=f"JSON report, rewritten atomically during the run (default {DEFAULT_REPORT}; '' for none)")
+    run.add_argument("--junit", default=DEFAULT_JUNIT, metavar="FILE.xml",
+                     help=f"JUnit XML written at the end (default {DEFAULT_JUNIT}; '' for none)")
+    run.add_argument("--progress", choices=["auto", "rich", "plain", "none"], default="auto",
+                     help="live display: a rich table on a terminal, plain lines otherwise (default auto)")
+    run.add_argument("--progress-interval", type=positive_float, default=10.0, metavar="SECONDS",
+                     help="seconds between plain progress lines (default 10)")
+    run.set_defaults(func=cmd_run)
+
+
+class LaunchPools:
+    """A pytest plugin implementing ``pytest_fuzzdist_make_pool_cache``: the pool cache this process was
+    launched with (under torchrun: the one pool torchrun formed) instead of the local spawner's."""
+
+    def __init__(self, cache: Any) -> None:
+        self.cache = cache
+
+    def pytest_fuzzdist_make_pool_cache(self, config: Any) -> Any:
+        return self.cache
+
+
+def _pool_cache_for_launch(args: argparse.Namespace) -> Any:
+    """The rank-pool cache for how this process was launched: None means the fuzzdist
+    plugin's local spawner.  Under ``torchrun``, every process joins torchrun's group;
+    ranks other than 0 serve examples until rank 0 is done and exit here, and rank 0
+    gets a cache holding the one pool torchrun formed."""
+    from fuzzdist import torchrun
+    from fuzzdist.pool import DEFAULT_TIMEOUT
+
+    if not torchrun.in_torchrun():
+        return None
+    ctx, store = torchrun.join(backend="gloo", device=args.device or "cpu",
+                               timeout=args.timeout or DEFAULT_TIMEOUT)
+    if ctx.rank != 0:
+        code = torchrun.serve(ctx, store)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)  # the campaign runs on rank 0 only
+    return torchrun.TorchrunPoolCache(torchrun.TorchrunPool(ctx, store, timeout=args.timeout or DEFAULT_TIMEOUT))
+
+
+def _check_writable(path: str, flag: str) -> None:
+    import tempfile
+
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, probe = tempfile.mkstemp(dir=directory, prefix=".fuzzdist-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise UsageError(f"can't write {path} ({exc.strerror or exc}): pass {flag} with a path in a "
+                         "writable directory") from None
+
+
+@contextlib.contextmanager
+def _interrupts(on_signal: Callable[[str], None]) -> Iterator[None]:
+    """SIGINT and SIGTERM raise Terminated (a KeyboardInterrupt) so the campaign ends cleanly."""
+    from fuzzdist.campaign.runner import Terminated
+
+    def handler(signum: int, frame: Any) -> None:
+        name = signal.Signals(signum).name
+        on_signal(name)
+        raise Terminated(name)
+
+    previous = {}
+    if hasattr(signal, "SIGUSR1"):  # kill -USR1 PID: every thread's stack, for a campaign that seems stuck
+        import faulthandler
+
+        global _STACK_DUMPS
+        try:  # a dup of stderr: pytest's capturing redirects fd 2 while a property runs
+            _STACK_DUMPS = _STACK_DUMPS or os.fdopen(os.dup(sys.stderr.fileno()), "w")
+            faulthandler.register(signal.SIGUSR1, file=_STACK_DUMPS, all_threads=True, chain=False)
+        except (AttributeError, RuntimeError, ValueError, OSError):
+            pass
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            previous[sig] = signal.signal(sig, handler)
+        except ValueError:  # not the main thread
+            pass
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """``fuzzdist run``; returns the exit code."""
+    import pytest
+
+    from fuzzdist.campaign.progress import make_progress
+    from fuzzdist.campaign.report import CampaignState, summary_text
+    from fuzzdist.campaign.runner import CampaignPlugin
+
+    check_device(args.device)
+    targets, database = open_targets(args, write=True)
+    report_path = args.report or None
+    junit_path = args.junit or None
+    state = CampaignState(command=["fuzzdist", *args.argv],
+                          device=args.device, database=database.describe(), duration_s=args.duration,
+                          max_examples=args.max_examples, world_size=args.world_size)
+    if state.duration_s is None and state.max_examples is None:
+        from hypothesis import settings
+
+        state.max_examples = settings.get_profile("campaign").max_examples
+    for path, flag in ((report_path, "--report"), (junit_path, "--junit")):
+        if path:
+            _check_writable(path, flag)
+    stream = terminal_stream()
+    progress = make_progress(stream, args.progress, interval=args.progress_interval)
+    plugin = CampaignPlugin(targets, state=state, database=database, progress=progress,
+                            report_path=report_path, device=args.device, pytest_options=pool_options(args),
+                            seed=args.seed)
+    plugins: list[object] = [plugin]
+    launched = _pool_cache_for_launch(args)
+    if launched is not None:
+        plugins.append(LaunchPools(launched))
+    argv = pytest_args(args, targets, "campaign")
+    junit_tmp = None
+    if junit_path:  # pytest's own JUnit writer, into a temporary file moved in place at the end
+        junit_tmp = os.path.join(os.path.dirname(os.path.abspath(junit_path)),
+                                 f".{os.path.basename(junit_path)}.{os.getpid()}.tmp")
+        argv += [f"--junitxml={junit_tmp}", "-o", "junit_suite_name=fuzzdist"]
+
+    def on_signal(name):
+        state.interrupted_by = state.interrupted_by or name
+
+    code = None
+    try:
+        with _interrupts(on_signal):
+            code = pytest.main(argv, plugins=plugins)
+    except KeyboardInterrupt:
+        state.interrupted_by = state.interrupted_by or "SIGINT"
+    finally:
+        progress.stop(state)
+    error = collect_error(plugin)
+    if junit_tmp is not None and os.path.exists(junit_tmp):
+        if error is None:
+            os.replace(junit_tmp, junit_path)
+        else:
+            os.unlink(junit_tmp)
+    if error is not None:
+        raise UsageError(error)
+    if state.interrupted_by:
+        state.status = "interrupted"
+    elif code == pytest.ExitCode.INTERNAL_ERROR:
+        state.status, state.error = "error", "pytest stopped with an internal error (see above)"
+    else:
+        state.status = "finished"
+    from fuzzdist.campaign.report import _now_iso
+
+    state.finished_wall = _now_iso()
+    for prop in state.properties.values():
+        if prop.status == "pending":
+            prop.status = "not run"
+    plugin.write_report()
+    stream.write("\n" + summary_text(state, report_path, junit_path) + "\n")
+    stream.flush()
+    if state.failure_count() or any(p.status == "error" for p in state.properties.values()):
+        return EXIT_FOUND
+    if state.error:
+        return EXIT_INTERNAL
+    if state.interrupted_by:
+        return 128 + signal.Signals[state.interrupted_by].value
+    return EXIT_OK
+
+

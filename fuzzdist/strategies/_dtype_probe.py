@@ -1,0 +1,89 @@
+"""Which dtypes a device can actually hold: probed once per device and process.
+
+CPU is probed in process; any other device in a short-lived child process,
+so the driver never starts a CUDA context.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import sys
+
+import torch
+
+from fuzzdist.strategies._dtype_catalogue import _catalogue
+from fuzzdist.strategies._tensors import PATTERNS, TensorSpec
+
+
+def _probe_one(dtype: torch.dtype, device: str) -> bool:
+    """Whether ``dtype`` is usable on ``device``: it can be created, filled,
+    compared, copied there from CPU bytes, and ``TensorSpec.materialize``
+    builds every value pattern of it without raising."""
+    try:
+        empty = torch.empty(8, dtype=dtype, device=device)
+        empty.fill_(0)
+        zeros = torch.zeros(8, dtype=dtype, device=device)
+        if not bool((empty == zeros).all()):
+            return False
+        if not torch.equal(empty, zeros):
+            return False
+        for pattern in PATTERNS:
+            t = TensorSpec((3, 5), dtype, "transposed", pattern).materialize(device, 1)
+            if t.dtype != dtype or tuple(t.shape) != (3, 5):
+                return False
+            t.clone()
+    except Exception:  # noqa: BLE001 - any failure means "not on this device"
+        return False
+    return True
+
+
+def _probe(device: str) -> list[str]:
+    return [str(dt) for dt, _ in _catalogue() if _probe_one(dt, device)]
+
+
+_SUBPROCESS_PROBE = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from fuzzdist.strategies._dtype_probe import _probe
+print("FUZZDIST-DTYPES " + json.dumps(_probe(sys.argv[2])))
+"""
+
+
+def _device_runtime_initialized(device: str) -> bool:
+    dev_type = torch.device(device).type
+    module = getattr(torch, dev_type, None)
+    is_initialized = getattr(module, "is_initialized", None)
+    try:
+        return bool(is_initialized()) if callable(is_initialized) else False
+    except Exception:  # noqa: BLE001
+        return False
+
+
+@functools.cache
+def _usable_dtype_names(device: str) -> tuple[str, ...]:
+    # CPU (and any device whose runtime this process already started) is
+    # probed in-process. Anything else is probed in a short-lived child
+    # process: Hypothesis strategies run in the driver, and starting a CUDA
+    # context there would pin memory on the GPU and break fork()ed workers.
+    if torch.device(device).type in ("cpu", "meta") or _device_runtime_initialized(device):
+        return tuple(_probe(device))
+    package_parent = os.path.dirname(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    )
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", _SUBPROCESS_PROBE, package_parent, device],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    for line in proc.stdout.splitlines():
+        if line.startswith("FUZZDIST-DTYPES "):
+            return tuple(json.loads(line[len("FUZZDIST-DTYPES "):]))
+    return ()
