@@ -20,6 +20,8 @@ import re
 import signal
 import sys
 
+from fuzzdist.errors import FuzzdistError
+
 EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 DEFAULT_REPORT = "fuzzdist-report.json"
 DEFAULT_JUNIT = "fuzzdist-junit.xml"
@@ -28,7 +30,7 @@ _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _STACK_DUMPS = None  # the file SIGUSR1 stack dumps go to (kept open for faulthandler)
 
 
-class UsageError(Exception):
+class UsageError(FuzzdistError):
     """Bad input: printed as one line, exit code 2."""
 
 
@@ -269,8 +271,7 @@ def _pool_cache_for_launch(args):
     plugin's local spawner.  Under ``torchrun``, every process joins torchrun's group;
     ranks other than 0 serve examples until rank 0 is done and exit here, and rank 0
     gets a cache holding the one pool torchrun formed."""
-    from fuzzdist import torchrun
-    from fuzzdist.pool import DEFAULT_TIMEOUT
+    from fuzzdist.pool import DEFAULT_TIMEOUT, torchrun
 
     if not torchrun.in_torchrun():
         return None

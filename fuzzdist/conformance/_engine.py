@@ -28,7 +28,7 @@ from fuzzdist.conformance._report import (
     dtype_name,
     unsupported_reason,
 )
-from fuzzdist.errors import RankCrash, RankError, RankFailure, RankTimeout
+from fuzzdist.errors import FuzzdistError, RankCrash, RankError, RankFailure, RankTimeout
 from fuzzdist.pool import DEFAULT_TIMEOUT, RankPool
 from fuzzdist.strategies import TensorSpec
 
@@ -47,7 +47,7 @@ _MAX_MESSAGE = 6000
 PoolsArg = Mapping[int, RankPool] | Callable[[int], RankPool] | None
 
 
-class ConformanceFailure(AssertionError):
+class ConformanceFailure(FuzzdistError, AssertionError):
     """An example where the ProcessGroup broke the c10d contract (the message says how)."""
 
 

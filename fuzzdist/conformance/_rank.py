@@ -36,6 +36,7 @@ from torch._C._distributed_c10d import Backend as _C10dBackend  # dist.Backend i
 
 from fuzzdist.checks import first_difference
 from fuzzdist.conformance._calls import OPS, OpCall, chunk_values, input_seed, input_values, pack
+from fuzzdist.errors import FuzzdistError
 
 SENTINEL = 0xA5  # every byte of an output buffer before the op runs
 GUARD_ELEMENTS = 8  # guard elements after every output tensor
@@ -51,7 +52,7 @@ _FACTORIES: dict[str, Callable[..., Any]] = {}
 # -- factories -----------------------------------------------------------------------
 
 
-class FactoryError(ValueError):
+class FactoryError(FuzzdistError, ValueError):
     """The factory reference can't be resolved to a callable."""
 
 
