@@ -13,7 +13,10 @@ Outside the family, by design:
   to shrink through it (it ends the campaign), and a class can't be both
   that and an ``Exception`` subclass such as ``FuzzdistError``: it would be
   caught by every ``except Exception``.  Like Hypothesis's own control-flow
-  exceptions (``StopTest``), it stands alone.
+  exceptions (``StopTest``), it stands alone.  So do
+  ``fuzzdist.campaign.runner.CampaignInterrupt`` and its kinds
+  (``BudgetSpent``, ``Terminated``): ``KeyboardInterrupt`` subclasses, so that
+  Hypothesis ends the campaign without saving the example in flight.
 * ``fuzzdist._remote.RemoteException`` stands in for an exception the code
   under test raised on a rank: it is the user's error, not fuzzdist's.
 * Bugs in fuzzdist itself ("fuzzdist bug: ...") stay ``RuntimeError``.

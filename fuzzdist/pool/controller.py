@@ -249,7 +249,7 @@ def decode_reply(data: bytes, rank: int, seq: int) -> messages.Message:
 def pickle_call(fn: Callable[..., Any], args: tuple, kwargs: dict) -> bytes:
     """``(fn, args, kwargs)`` pickled for the ranks, or a :class:`~fuzzdist.errors.CallError` saying why not."""
     if not callable(fn):
-        raise CallError(f"RankPool.run needs a callable fn(ctx, ...), got {fn!r}")
+        raise CallError(f"pool.run needs a callable fn(ctx, ...), got {fn!r}")
     qualname = getattr(fn, "__qualname__", "")
     if "<lambda>" in qualname or "<locals>" in qualname:
         raise CallError(
