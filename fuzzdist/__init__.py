@@ -3,9 +3,12 @@
 Public API:
     RankPool: a persistent pool of rank processes; ``pool.run(fn, *args)``
         runs ``fn(ctx, *args)`` on every rank at once.
+    Pool: what every pool is (RankPool, and fuzzdist.pool.TorchrunPool under torchrun).
     RankContext: the ``ctx`` a rank function receives.
-    RankFailure and its kinds RankError, RankTimeout, RankCrash.
+    FuzzdistError: the base of every error fuzzdist raises (fuzzdist.errors).
+    RankFailure and its kinds RankError, RankTimeout, RankCrash: also AssertionErrors.
     CapabilityError, PoolStartupError: the machine can't run what was asked.
+    InvalidArgument (a ValueError), CallError (a TypeError), InvalidState (a RuntimeError).
     ReorderingProcessGroup: wraps any ProcessGroup and releases its Work
         objects in a drawn completion order.
     strategies: Hypothesis strategies for distributed inputs.
@@ -15,22 +18,29 @@ Public API:
 from fuzzdist import profiles
 from fuzzdist.context import RankContext
 from fuzzdist.errors import (
+    CallError,
     CapabilityError,
     FuzzdistError,
+    InvalidArgument,
+    InvalidState,
     PoolStartupError,
     RankCrash,
     RankError,
     RankFailure,
     RankTimeout,
 )
-from fuzzdist.pool import RankPool
+from fuzzdist.pool import Pool, RankPool
 from fuzzdist.reorder import ReorderingProcessGroup
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "CallError",
     "CapabilityError",
     "FuzzdistError",
+    "InvalidArgument",
+    "InvalidState",
+    "Pool",
     "PoolStartupError",
     "RankContext",
     "RankCrash",

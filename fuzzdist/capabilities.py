@@ -28,25 +28,25 @@ GLOO_DTYPES = (
 
 
 def validate_pool_args(world_size: object, backend: object, device: object, timeout: object) -> None:
-    """Raise ValueError/CapabilityError for arguments no pool could run with."""
-    from fuzzdist.errors import CapabilityError
+    """Raise InvalidArgument (a ValueError)/CapabilityError for arguments no pool could run with."""
+    from fuzzdist.errors import CapabilityError, InvalidArgument
 
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise ValueError(f"world_size must be a positive int (the number of ranks), got {world_size!r}")
+        raise InvalidArgument(f"world_size must be a positive int (the number of ranks), got {world_size!r}")
     if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not timeout > 0:
-        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        raise InvalidArgument(f"timeout must be a positive number of seconds, got {timeout!r}")
     if device not in DEVICES:
-        raise ValueError(f"unknown device {device!r}: use one of {', '.join(map(repr, DEVICES))}")
+        raise InvalidArgument(f"unknown device {device!r}: use one of {', '.join(map(repr, DEVICES))}")
     if not isinstance(backend, str):
-        raise ValueError(f"backend must be a string such as 'gloo' or 'nccl', got {backend!r}")
+        raise InvalidArgument(f"backend must be a string such as 'gloo' or 'nccl', got {backend!r}")
     reason = missing_distributed()
     if reason:
         raise CapabilityError(reason)
     reason = missing_backend(backend)
     if reason:
-        raise ValueError(reason)
+        raise InvalidArgument(reason)
     if backend == "nccl" and device != "cuda":
-        raise ValueError("backend 'nccl' runs collectives on CUDA tensors only: pass device='cuda', "
+        raise InvalidArgument("backend 'nccl' runs collectives on CUDA tensors only: pass device='cuda', "
                          "or use backend='gloo' for CPU ranks")
     if device == "cuda":
         reason = missing_gpus(1)
@@ -217,7 +217,9 @@ def missing(*names: str) -> str | None:
     """The first reason any of the named capabilities is missing, or None.  See PROBES."""
     unknown = [n for n in names if n not in PROBES]
     if unknown:
-        raise ValueError(f"unknown capabilities {unknown}; known: {', '.join(PROBES)}")
+        from fuzzdist.errors import InvalidArgument
+
+        raise InvalidArgument(f"unknown capabilities {unknown}; known: {', '.join(PROBES)}")
     for name in names:
         reason = PROBES[name]()
         if reason:

@@ -1,4 +1,25 @@
-"""The failures a rank pool reports, as exceptions Hypothesis can shrink and tell apart.
+"""Every error fuzzdist raises, in one family: each is a :class:`FuzzdistError`.
+
+As in Hypothesis's ``errors.py``, one base and built-in mixins: where
+fuzzdist used to raise a plain ``TypeError``/``ValueError``/``RuntimeError``,
+its error is that built-in too (``CallError(FuzzdistError, TypeError)``), so
+``except TypeError`` keeps working; a failure found in an example is also an
+``AssertionError`` (:class:`RankFailure`), so pytest and Hypothesis treat it
+as a test failure.
+
+Outside the family, by design:
+
+* :class:`PoolGone` is a ``BaseException`` so that Hypothesis does not try
+  to shrink through it (it ends the campaign), and a class can't be both
+  that and an ``Exception`` subclass such as ``FuzzdistError``: it would be
+  caught by every ``except Exception``.  Like Hypothesis's own control-flow
+  exceptions (``StopTest``), it stands alone.  So do
+  ``fuzzdist.campaign.runner.CampaignInterrupt`` and its kinds
+  (``BudgetSpent``, ``Terminated``): ``KeyboardInterrupt`` subclasses, so that
+  Hypothesis ends the campaign without saving the example in flight.
+* ``fuzzdist._remote.RemoteException`` stands in for an exception the code
+  under test raised on a rank: it is the user's error, not fuzzdist's.
+* Bugs in fuzzdist itself ("fuzzdist bug: ...") stay ``RuntimeError``.
 
 Hypothesis tells bugs apart by exception type and raising location (and the
 same for the exception's ``__context__``).  A :class:`RankError` is always
@@ -15,7 +36,27 @@ from collections.abc import Mapping, Sequence
 
 
 class FuzzdistError(Exception):
-    """Base class of every error fuzzdist raises itself."""
+    """Base class of every error fuzzdist raises itself (see the module docstring for the exceptions)."""
+
+
+class InvalidArgument(FuzzdistError, ValueError):
+    """fuzzdist was called with an argument it can't work with (a world size, timeout, device...).
+
+    A ``ValueError`` too: that is what these checks raised before the family existed.
+    """
+
+
+class InvalidState(FuzzdistError, RuntimeError):
+    """The object can't do that now: a closed pool, a torchrun API outside torchrun, rank 0's API on rank 1."""
+
+
+class CallError(FuzzdistError, TypeError):
+    """A call can't travel between the driver and the ranks.
+
+    ``fn`` is not a top-level importable function, its arguments or its
+    return value don't pickle, or a rank could not load it.  A ``TypeError``
+    too, as before the family existed.
+    """
 
 
 class CapabilityError(FuzzdistError):
@@ -29,7 +70,21 @@ class PoolStartupError(FuzzdistError):
     """The rank processes could not be started or could not form a process group."""
 
 
-class RankFailure(AssertionError):
+class PoolGone(BaseException):
+    """The torchrun group can't run examples any more (a rank crashed, hung or the agent stopped it).
+
+    A BaseException so Hypothesis doesn't try to shrink through it: the
+    failure that broke the pool, ``.failure``, was already raised in its own
+    example and saved to the database.  Not a :class:`FuzzdistError` for
+    that reason (see the module docstring).
+    """
+
+    def __init__(self, failure: BaseException) -> None:
+        super().__init__(f"the torchrun group is spent after: {str(failure).splitlines()[0]}")
+        self.failure = failure
+
+
+class RankFailure(FuzzdistError, AssertionError):
     """An example failed on one or more ranks.
 
     Subclasses :class:`AssertionError` so that pytest and Hypothesis treat it

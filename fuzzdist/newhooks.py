@@ -6,7 +6,7 @@ Implement one in a ``conftest.py`` or a plugin, as any pytest hook::
         return MyPools(config)
 
 ``fuzzdist run`` under ``torchrun`` implements it to hand every property the
-pool torchrun formed (``fuzzdist.torchrun.TorchrunPoolCache``).
+pool torchrun formed (``fuzzdist.pool.torchrun.TorchrunPoolCache``).
 """
 
 from __future__ import annotations

@@ -110,6 +110,7 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import _create_work_from_future  # type: ignore[attr-defined]  # not in the stubs
 
+from fuzzdist.errors import FuzzdistError, InvalidArgument
 from fuzzdist.strategies import CompletionOrder
 
 __all__ = [
@@ -128,15 +129,15 @@ SUPPORTED_OPS: frozenset[str] = frozenset(
 )
 
 
-class ScheduledWorkFailure(RuntimeError):
+class ScheduledWorkFailure(FuzzdistError, RuntimeError):
     """The schedule made this work fail ("fail" outcome)."""
 
 
-class ScheduledWorkDropped(RuntimeError):
+class ScheduledWorkDropped(FuzzdistError, RuntimeError):
     """The schedule dropped this work ("drop" outcome): its result was discarded."""
 
 
-class ReorderTimeout(RuntimeError):
+class ReorderTimeout(FuzzdistError, RuntimeError):
     """A wait on a held work did not return within its bound."""
 
 
@@ -546,7 +547,7 @@ class ReorderingProcessGroup(dist.ProcessGroup):
     ) -> None:
         super().__init__(inner.rank(), inner.size())  # type: ignore[call-arg]  # the (rank, size) constructor Python subclasses use
         if work_form not in ("subclass", "future"):
-            raise ValueError(f"work_form must be 'subclass' or 'future', got {work_form!r}")
+            raise InvalidArgument(f"work_form must be 'subclass' or 'future', got {work_form!r}")
         if isinstance(schedule, CompletionOrder):
             order = schedule.resolution_order
             outcomes = tuple(schedule.outcome(i) for i in range(schedule.n))
@@ -554,15 +555,15 @@ class ReorderingProcessGroup(dist.ProcessGroup):
             order = tuple(int(i) for i in schedule)
             outcomes = ("complete",) * len(order)
             if sorted(order) != list(range(len(order))):
-                raise ValueError(f"schedule must be a permutation of range(n), got {order}")
+                raise InvalidArgument(f"schedule must be a permutation of range(n), got {order}")
         held_ops = SUPPORTED_OPS if ops is None else frozenset(ops)
         unknown = held_ops - SUPPORTED_OPS
         if unknown:
-            raise ValueError(f"unsupported ops {sorted(unknown)}; choose from {sorted(SUPPORTED_OPS)}")
+            raise InvalidArgument(f"unsupported ops {sorted(unknown)}; choose from {sorted(SUPPORTED_OPS)}")
         if stall_timeout is not None and not stall_timeout > 0:
-            raise ValueError("stall_timeout must be > 0 seconds, or None")
+            raise InvalidArgument("stall_timeout must be > 0 seconds, or None")
         if not timeout > 0:
-            raise ValueError("timeout must be > 0 seconds")
+            raise InvalidArgument("timeout must be > 0 seconds")
         self._inner = inner
         self._rank = inner.rank()
         self._size = inner.size()

@@ -48,6 +48,8 @@ from typing import TYPE_CHECKING
 import torch
 import torch.multiprocessing  # noqa: F401 - registers torch's ForkingPickler reductions
 
+from fuzzdist.errors import FuzzdistError, InvalidArgument
+
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
 
@@ -70,7 +72,7 @@ ReceiveFn = Callable[[bytes], torch.Tensor]
 _SHM_DIR = "/dev/shm/"
 
 
-class SharingError(RuntimeError):
+class SharingError(FuzzdistError, RuntimeError):
     """``share_tensor`` failed on some rank. Every rank raises it, so none is left in a later collective."""
 
 
@@ -133,7 +135,7 @@ def share_tensor(
     error: BaseException | None = None
     if rank == src:
         if tensor is None:
-            raise ValueError("the source rank must pass the tensor to share")
+            raise InvalidArgument("the source rank must pass the tensor to share")
         try:
             message: object = share(tensor, [r for r in range(world_size) if r != src])
         except Exception as exc:  # noqa: BLE001 - reported on every rank below

@@ -24,7 +24,9 @@ def _free_port() -> int:
 
 def _torchrun(tmp_path, nproc, mode, timeout=240):
     report = tmp_path / "report.json"
-    env = dict(os.environ, PYTHONPATH=str(HERE), OMP_NUM_THREADS="1")
+    # tests/ for torchrun_prop's rank function; the caller's PYTHONPATH for the fuzzdist under test.
+    pythonpath = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
+    env = dict(os.environ, PYTHONPATH=pythonpath, OMP_NUM_THREADS="1")
     cmd = [TORCHRUN, "--nnodes", "1", "--nproc-per-node", str(nproc), "--master-addr", "127.0.0.1",
            "--master-port", str(_free_port()), "--max-restarts", "0",
            str(HERE / "torchrun_prop.py"), str(report), mode, str(tmp_path / "db")]

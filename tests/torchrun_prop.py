@@ -18,7 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
 
-from fuzzdist import RankFailure, torchrun
+from fuzzdist import RankFailure
+from fuzzdist.pool import PoolGone, torchrun
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # so ranks can import this module by name
 
@@ -54,7 +55,7 @@ def main() -> None:
     code = 0
     try:
         prop()
-    except (RankFailure, torchrun.PoolGone) as exc:
+    except (RankFailure, PoolGone) as exc:
         exc = getattr(exc, "failure", exc)  # PoolGone: the failure that spent the group
         report["failure"] = type(exc).__name__
         report["failure_ranks"] = getattr(exc, "ranks", None)

@@ -25,6 +25,8 @@ from pathlib import Path
 
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 
+from fuzzdist.errors import FuzzdistError
+
 INDEX_KEY = b"fuzzdist.index.v1"
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 # Hypothesis's RedisExampleDatabase lets keys expire 8 days after their last use; a
@@ -32,7 +34,7 @@ REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 REDIS_EXPIRE_AFTER = timedelta(days=365)
 
 
-class DatabaseError(Exception):
+class DatabaseError(FuzzdistError):
     """The database can't be used; the message says what to do (the CLI prints it, exit 2)."""
 
 

@@ -17,10 +17,12 @@ from pathlib import Path
 
 import pytest
 
+from fuzzdist.errors import FuzzdistError
+
 DEFAULT_SUITE = "properties"
 
 
-class TargetError(Exception):
+class TargetError(FuzzdistError):
     """A target names nothing runnable; the message says what to do."""
 
 

@@ -11,6 +11,8 @@ import argparse
 import re
 from typing import NoReturn
 
+from fuzzdist.errors import FuzzdistError
+
 EXIT_OK = 0  # nothing failed (check-pg: the group conforms)
 EXIT_FOUND = 1  # a failure was found, a stored failure still fails, or a property errored
 EXIT_USAGE = 2  # bad input: one line on stderr says what to do
@@ -20,7 +22,7 @@ EXIT_INTERNAL = 3  # pytest's own internal error (run, replay)
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
-class UsageError(Exception):
+class UsageError(FuzzdistError):
     """Bad input a command found after parsing: printed as one line, exit code 2."""
 
 

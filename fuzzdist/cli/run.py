@@ -80,8 +80,7 @@ def _pool_cache_for_launch(args: argparse.Namespace) -> Any:
     plugin's local spawner.  Under ``torchrun``, every process joins torchrun's group;
     ranks other than 0 serve examples until rank 0 is done and exit here, and rank 0
     gets a cache holding the one pool torchrun formed."""
-    from fuzzdist import torchrun
-    from fuzzdist.pool import DEFAULT_TIMEOUT
+    from fuzzdist.pool import DEFAULT_TIMEOUT, torchrun
 
     if not torchrun.in_torchrun():
         return None

@@ -29,7 +29,7 @@ from fuzzdist.conformance._report import (
 )
 from fuzzdist.conformance.ops import OPS, REDUCE_OPS, Capabilities, OpCall
 from fuzzdist.conformance.ops._base import LAYOUT_VARIANT, UNEVEN_VARIANT
-from fuzzdist.errors import RankCrash, RankError, RankFailure, RankTimeout
+from fuzzdist.errors import FuzzdistError, RankCrash, RankError, RankFailure, RankTimeout
 from fuzzdist.pool import DEFAULT_TIMEOUT, RankPool
 
 DEFAULT_WORLD_SIZES: tuple[int, ...] = (1, 2, 3)
@@ -42,7 +42,7 @@ _MAX_MESSAGE = 6000
 PoolsArg = Mapping[int, RankPool] | Callable[[int], RankPool] | None
 
 
-class ConformanceFailure(AssertionError):
+class ConformanceFailure(FuzzdistError, AssertionError):
     """An example where the ProcessGroup broke the c10d contract (the message says how)."""
 
 

@@ -25,6 +25,7 @@ from torch._C._distributed_c10d import Backend as _C10dBackend  # dist.Backend i
 
 from fuzzdist.conformance.ops import OpCall
 from fuzzdist.conformance.ops._buffers import Prepared
+from fuzzdist.errors import FuzzdistError
 
 # factory reference -> the ProcessGroup this rank built with it
 _GROUPS: dict[str, Any] = {}
@@ -36,7 +37,7 @@ _FACTORIES: dict[str, Callable[..., Any]] = {}
 # -- factories -----------------------------------------------------------------------
 
 
-class FactoryError(ValueError):
+class FactoryError(FuzzdistError, ValueError):
     """The factory reference can't be resolved to a callable."""
 
 

@@ -1,60 +1,49 @@
-"""A pool formed by torchrun instead of the local spawner: fuzzing across several nodes.
+"""Transport 2: the processes torchrun started, talking through torchrun's store: fuzzing across nodes.
 
 Under ``torchrun --nnodes N --nproc-per-node G -m fuzzdist run ...`` every
-process joins torchrun's process group.  Rank 0 drives Hypothesis: its
-:class:`TorchrunPool` sends each example to every rank through torchrun's
-store and runs it on rank 0 too.  The other ranks only execute
-(:func:`serve`).  The code that runs a call on a rank is the spawned pool's
-(``_worker.execute``): same isolation, seeding and failure capture.
+process joins torchrun's process group (:func:`join`).  Rank 0 drives
+Hypothesis: its :class:`TorchrunPool` puts each example's message in
+torchrun's store and runs it on rank 0 too, in a thread.  The other ranks
+only execute (:func:`serve`), with the same
+:class:`~fuzzdist.pool.worker.Worker` as a spawned rank: same isolation,
+seeding and failure capture.
 
 Every wait is bounded.  A rank whose heartbeat stops, or a SIGTERM from
 torchrun's agent (it stops the whole group when one process dies), is a
 :class:`~fuzzdist.errors.RankCrash` in the running example, so Hypothesis
 saves it.  Unlike a spawned pool, this one can't restart its ranks: after a
-crash or timeout it is spent, and the next ``run`` raises :class:`PoolGone`,
-a ``BaseException`` that ends the campaign at once.  torchrun's
-``--max-restarts`` then starts a fresh group, whose first run replays the
-saved failures.
+crash or timeout it is spent, and the next ``run`` raises
+:class:`~fuzzdist.errors.PoolGone`, a ``BaseException`` that ends the
+campaign at once.  torchrun's ``--max-restarts`` then starts a fresh group,
+whose first run replays the saved failures.
 """
 
 from __future__ import annotations
 
 import faulthandler
 import os
-import pickle
 import signal
-import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterable, Set
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from datetime import timedelta
 from typing import Any
 
-from fuzzdist import _coverage, _worker
-from fuzzdist.errors import RankCrash, RankTimeout
-from fuzzdist.pool import DEFAULT_TIMEOUT, _derive_seed, _Outcome, _pickle_call, _raise_load_error, _raise_rank_error
+from fuzzdist.errors import CapabilityError, InvalidState, PoolGone, RankCrash
+from fuzzdist.pool import messages
+from fuzzdist.pool.controller import DEFAULT_TIMEOUT, Controller, Outcome, decode_reply
+from fuzzdist.pool.worker import Worker, execute
 
 # Keys live in torchrun's store, which outlives a restart of the group: one namespace per attempt.
 _PREFIX = (f"fuzzdist/{os.environ.get('TORCHELASTIC_RUN_ID', 'run')}/"
            f"{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/")
+_STOP_KEY = f"{_PREFIX}stop"
 HEARTBEAT_S = 0.5
 LOST_AFTER_S = 10.0  # a rank whose heartbeat stood still this long is gone
 _WAIT_SLICE_S = 0.25  # store waits are cut in slices to look at heartbeats and signals
-
-
-class PoolGone(BaseException):
-    """The torchrun group can't run examples any more (a rank crashed, hung or the agent stopped it).
-
-    A BaseException so Hypothesis doesn't try to shrink through it: the
-    failure that broke the pool, ``.failure``, was already raised in its own
-    example and saved to the database.
-    """
-
-    def __init__(self, failure: BaseException) -> None:
-        super().__init__(f"the torchrun group is spent after: {str(failure).splitlines()[0]}")
-        self.failure = failure
 
 
 def in_torchrun() -> bool:
@@ -63,7 +52,7 @@ def in_torchrun() -> bool:
         k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK"))
 
 
-def join(backend: str = "gloo", device: str = "cpu", timeout: float = DEFAULT_TIMEOUT):
+def join(backend: str = "gloo", device: str = "cpu", timeout: float = DEFAULT_TIMEOUT) -> tuple[Any, Any]:
     """Join torchrun's process group; return (RankContext, store) for this process."""
     import torch
     import torch.distributed as dist
@@ -72,7 +61,7 @@ def join(backend: str = "gloo", device: str = "cpu", timeout: float = DEFAULT_TI
     from fuzzdist.context import RankContext
 
     if not in_torchrun():
-        raise RuntimeError("not started by torchrun: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT and "
+        raise InvalidState("not started by torchrun: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT and "
                            "LOCAL_RANK are not all set. Run `torchrun ... -m fuzzdist run`.")
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     validate_pool_args(world_size, backend, device, timeout)
@@ -90,146 +79,119 @@ def join(backend: str = "gloo", device: str = "cpu", timeout: float = DEFAULT_TI
 
 
 def serve(ctx: Any, store: Any) -> int:
-    """Execute the examples rank 0 sends until it says stop or goes away; return an exit code."""
+    """Execute the examples rank 0 sends until it says stop (return 0) or goes away (return 3)."""
     heart = _Heartbeat(ctx.rank, watch_rank0=True)
     heart.start()
-    seq = 0
     try:
-        while True:
-            seq += 1
-            key = f"{_PREFIX}call/{seq}"
-            while not _wait(store, key, _WAIT_SLICE_S):
-                if store.check([f"{_PREFIX}stop"]):
-                    return 0
-                if heart.rank0_lost():
-                    return 3  # the driver is gone: torchrun's agent decides what happens next
-            _, seed, payload, sys_path = pickle.loads(store.get(key))
-            if sys_path is not None:  # rank 0's test directories (pytest puts them on sys.path)
-                sys.path[:] = sys_path
-            reply = _worker.execute(ctx, seq, seed, payload)
-            store.set(f"{_PREFIX}result/{seq}/{ctx.rank}", reply)
+        return Worker(ctx).serve(_StoreChannel(store, ctx.rank, heart))
     finally:
         heart.stop()
 
 
-class TorchrunPool:
-    """Rank 0's side of a torchrun-formed pool: the same ``run`` as :class:`~fuzzdist.RankPool`."""
+class _StoreChannel:
+    """A serving rank's end of the store (a :class:`~fuzzdist.pool.worker.Channel`).
+
+    Example ``seq``'s call is the key ``call/<seq>``; this rank's reply goes
+    to ``result/<seq>/<rank>``; ``stop`` holds a stop message once rank 0 closes.
+    """
+
+    lost_exit_code = 3  # the driver is gone: torchrun's agent decides what happens next
+
+    def __init__(self, store: Any, rank: int, heart: _Heartbeat) -> None:
+        self._store, self._rank, self._heart = store, rank, heart
+        self._seq = 0
+
+    def receive(self) -> messages.Message | None:
+        self._seq += 1
+        key = f"{_PREFIX}call/{self._seq}"
+        while not _wait(self._store, key, _WAIT_SLICE_S):
+            if self._store.check([_STOP_KEY]):
+                return messages.load(self._store.get(_STOP_KEY))
+            if self._heart.rank0_lost():
+                return None
+        return messages.load(self._store.get(key))
+
+    def send(self, data: bytes) -> bool:
+        self._store.set(f"{_PREFIX}result/{self._seq}/{self._rank}", data)
+        return True
+
+
+class TorchrunPool(Controller):
+    """Rank 0's side of a torchrun-formed pool: the same ``run`` as :class:`~fuzzdist.RankPool`.
+
+    It can't restart torchrun's processes: after a crash or a hang it is
+    spent, and its next ``run`` raises :class:`~fuzzdist.errors.PoolGone`.
+    """
 
     def __init__(self, ctx: Any, store: Any, timeout: float = DEFAULT_TIMEOUT,
                  straggler_grace: float | None = None) -> None:
         if ctx.rank != 0:
-            raise RuntimeError("TorchrunPool drives from rank 0; other ranks call fuzzdist.torchrun.serve()")
-        self.world_size = ctx.world_size
-        self.backend = ctx.backend
-        self.device = ctx.device.type
-        self.timeout = float(timeout)
-        self.straggler_grace = min(self.timeout, 5.0) if straggler_grace is None else straggler_grace
+            raise InvalidState("TorchrunPool drives from rank 0; other ranks call fuzzdist.pool.torchrun.serve()")
+        super().__init__(ctx.world_size, ctx.backend, ctx.device.type, timeout, straggler_grace)
         self.generation = 1
-        self.examples_run = 0
         self._ctx, self._store = ctx, store
         self._heart = _Heartbeat(0, watch_rank0=False, watch_ranks=range(1, ctx.world_size))
         self._heart.start()
         self._gone: BaseException | None = None  # the failure that spent the pool
-        self._sent_sys_path: list[str] | None = None
+        self._local: Future | None = None  # rank 0's share of the running example
         self._stopping = False
         self._previous_sigterm = signal.signal(signal.SIGTERM, self._on_sigterm)
-
-    def start(self) -> TorchrunPool:
-        return self
-
-    def run(self, fn: Any, /, *args: Any, **kwargs: Any) -> list[Any]:
-        if self._gone:
-            raise PoolGone(self._gone)
-        payload = _pickle_call(fn, args, kwargs)
-        _coverage.record(args, kwargs)
-        seed = _derive_seed(payload)
-        self.examples_run += 1
-        seq = self.examples_run
-        sys_path = None
-        if sys.path != self._sent_sys_path:
-            sys_path = self._sent_sys_path = list(sys.path)
-        self._store.set(f"{_PREFIX}call/{seq}", pickle.dumps((seq, seed, payload, sys_path)))
-        local = _in_daemon_thread(_worker.execute, self._ctx, seq, seed, payload)
-        out = self._collect(seq, local)
-        return self._conclude(seq, out)
 
     def close(self) -> None:
         """Tell the other ranks to stop; they leave the group and exit 0."""
         try:
-            self._store.set(f"{_PREFIX}stop", b"1")
+            self._store.set(_STOP_KEY, messages.stop())
         except Exception:
             pass
         self._heart.stop()
         signal.signal(signal.SIGTERM, self._previous_sigterm)
 
-    def __enter__(self) -> TorchrunPool:
-        return self
+    # -- the transport: moving one example's bytes ------------------------------------
 
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
+    def _check_usable(self) -> None:
+        if self._gone:
+            raise PoolGone(self._gone)
 
-    # -- one example -------------------------------------------------------------
+    def _send(self, seq: int, seed: int, payload: bytes, message: bytes) -> None:
+        self._store.set(f"{_PREFIX}call/{seq}", message)
+        self._local = _in_daemon_thread(execute, self._ctx, seq, seed, payload)
 
-    def _collect(self, seq: int, local) -> _Outcome:
-        out = _Outcome(results=[None] * self.world_size)
-        pending = set(range(self.world_size))
-        deadline = time.monotonic() + self.timeout
-        grace_deadline = float("inf")
-        while pending and not out.dead:
-            now = time.monotonic()
-            if now >= min(deadline, grace_deadline):
-                break
-            if self._stopping:
-                out.dead.update(pending - {0})  # the agent is stopping the group: a rank died
-                break
-            if 0 in pending:
-                try:
-                    self._take(out, pending, 0, local.result(timeout=0 if len(pending) > 1 else _WAIT_SLICE_S))
-                except FutureTimeout:
-                    pass
-            others = [r for r in pending if r != 0]
-            if others:
-                keys = [f"{_PREFIX}result/{seq}/{r}" for r in others]
-                _wait(self._store, keys, min(_WAIT_SLICE_S, max(0.001, min(deadline, grace_deadline) - now)))
-                for r, key in zip(others, keys, strict=False):
-                    if self._store.check([key]):
-                        self._take(out, pending, r, self._store.get(key))
-                        self._store.delete_key(key)
-                out.dead.update(r for r in self._heart.lost() if r in pending)
-            if out.errors or out.load_errors:
-                grace_deadline = min(grace_deadline, time.monotonic() + self.straggler_grace)
-        out.pending = pending
-        return out
-
-    def _take(self, out: _Outcome, pending: set[int], rank: int, data: bytes) -> None:
-        pending.discard(rank)
-        out.take(rank, pickle.loads(data))
-
-    def _conclude(self, seq: int, out: _Outcome) -> list[Any]:
-        if out.dead:
-            self._gone = RankCrash(sorted(out.dead), {r: -signal.SIGKILL for r in out.dead},
-                                   {r: "(rank lost under torchrun: its heartbeat stopped or torchrun's "
-                                       "agent stopped the group; its exit code is in torchrun's log)"
-                                    for r in out.dead})
-            raise self._gone
-        if out.pending:
-            stacks = self._stacks(seq, out.pending)
+    def _receive(self, out: Outcome, seconds: float) -> bool:
+        if self._stopping:
+            for r in out.pending - {0}:  # the agent is stopping the group: a rank died
+                out.died(r)
+            return False
+        if 0 in out.pending:
+            assert self._local is not None
             try:
-                if out.errors:
-                    _raise_rank_error(out.errors, stragglers=out.pending, straggler_stacks=stacks)
-                if not out.load_errors:
-                    raise RankTimeout(sorted(out.pending), self.timeout, stacks)
-            except BaseException as failure:
-                self._gone = failure  # the hung ranks hold the group: it can't be reused
-                raise
-            self._gone = RankTimeout(sorted(out.pending), self.timeout, stacks)  # after a load error
-        if out.load_errors:
-            _raise_load_error(out.load_errors)
-        if out.errors:
-            _raise_rank_error(out.errors)
-        return out.results
+                reply = self._local.result(timeout=0 if len(out.pending) > 1 else _WAIT_SLICE_S)
+            except FutureTimeout:
+                pass
+            else:
+                out.take(0, decode_reply(reply, 0, out.seq))
+        others = [r for r in out.pending if r != 0]
+        if others:
+            keys = [f"{_PREFIX}result/{out.seq}/{r}" for r in others]
+            _wait(self._store, keys, min(_WAIT_SLICE_S, max(0.001, seconds)))
+            for r, key in zip(others, keys, strict=True):
+                if self._store.check([key]):
+                    out.take(r, decode_reply(self._store.get(key), r, out.seq))
+                    self._store.delete_key(key)
+            for r in self._heart.lost():
+                if r in out.pending:
+                    out.died(r)
+        return True
 
-    def _stacks(self, seq: int, ranks: set[int]) -> dict[int, str]:
+    def _crash(self, dead: Set[int]) -> RankCrash:
+        return RankCrash(sorted(dead), {r: -signal.SIGKILL for r in dead},
+                         {r: "(rank lost under torchrun: its heartbeat stopped or torchrun's "
+                             "agent stopped the group; its exit code is in torchrun's log)"
+                          for r in dead})
+
+    def _recover(self, failure: BaseException) -> None:
+        self._gone = failure  # torchrun's processes can't be replaced from here: the pool is spent
+
+    def _stacks(self, seq: int, ranks: Set[int]) -> dict[int, str]:
         stacks: dict[int, str] = {}
         if 0 in ranks:
             stacks[0] = _own_stack()
@@ -258,8 +220,6 @@ class TorchrunPoolCache:
         self.pool = pool
 
     def get(self, key: Any) -> TorchrunPool:
-        from fuzzdist.errors import CapabilityError
-
         if key.world_size != self.pool.world_size or key.device != self.pool.device or key.backend != self.pool.backend:
             raise CapabilityError(
                 f"under torchrun the pool is torchrun's {self.pool.world_size} {self.pool.device} processes "
@@ -274,7 +234,7 @@ class TorchrunPoolCache:
 class _Heartbeat:
     """A thread that beats for this rank, watches the others' beats and answers stack-dump requests."""
 
-    def __init__(self, rank: int, watch_rank0: bool, watch_ranks=()) -> None:
+    def __init__(self, rank: int, watch_rank0: bool, watch_ranks: Iterable[int] = ()) -> None:
         self.rank = rank
         self._watch = [0] if watch_rank0 else list(watch_ranks)
         self._seen = {r: (-1, time.monotonic()) for r in self._watch}
@@ -316,7 +276,7 @@ class _Heartbeat:
                 return
 
 
-def _store_client(timeout: float):
+def _store_client(timeout: float) -> Any:
     import torch.distributed as dist
 
     return dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
@@ -345,7 +305,7 @@ def _wait(store: Any, keys: str | list[str], seconds: float) -> bool:
         pause = min(pause * 2, 0.02)
 
 
-def _in_daemon_thread(fn: Any, *args: Any) -> Future:
+def _in_daemon_thread(fn: Callable[..., Any], *args: Any) -> Future:
     """Run rank 0's share of an example in a daemon thread: if it hangs, the driver still
     answers (RankTimeout) and the process can still exit."""
     future: Future = Future()

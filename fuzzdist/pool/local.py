@@ -1,9 +1,12 @@
-"""The rank pool: a persistent set of rank processes that run each example together.
+"""Transport 1: rank processes this driver spawns, each talking to it over a private pipe.
 
-This is the controller side.  It owns the processes, sends every rank the
-same call, waits for all of them with a deadline, and turns what comes back
-into return values or a :class:`~fuzzdist.errors.RankFailure`.  The code that
-runs inside a rank lives in ``_worker.py``.
+The controller side, :class:`RankPool`, starts the processes, sends each
+message down every rank's pipe, polls the pipes and the processes'
+sentinels with a deadline, reads a hung rank's stack from the file
+faulthandler writes on a signal, and recovers by killing every rank and
+spawning fresh ones.  The rank side, :func:`rank_main`, joins the group
+over a FileStore and lets a :class:`~fuzzdist.pool.worker.Worker` answer
+the pipe.
 
 Every wait here is bounded: a rank that hangs is a ``RankTimeout``, a rank
 that dies is a ``RankCrash``, and either way the pool kills every rank and
@@ -12,28 +15,33 @@ starts fresh ones before the next example.
 
 from __future__ import annotations
 
-import hashlib
+import faulthandler
 import multiprocessing as mp
 import os
-import pickle
 import select
 import shutil
 import signal
+import socket
 import sys
 import tempfile
+import threading
 import time
+import traceback
 import warnings
 import weakref
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Set
+from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
-from fuzzdist import _coverage, _remote, _worker
 from fuzzdist.capabilities import validate_pool_args
-from fuzzdist.errors import PoolStartupError, RankCrash, RankError, RankTimeout
+from fuzzdist.errors import InvalidState, PoolStartupError, RankCrash
+from fuzzdist.pool import messages
+from fuzzdist.pool.controller import DEFAULT_TIMEOUT, Controller, Outcome, decode_reply
+from fuzzdist.pool.worker import Worker
 
-DEFAULT_TIMEOUT = 30.0
 DEFAULT_STARTUP_TIMEOUT = 180.0
+STACK_SIGNAL = signal.SIGUSR1  # the driver sends it to dump a hung rank's stack
 _STACK_WAIT = 2.0  # how long a signalled rank gets to write its stack
 _KILL_WAIT = 5.0
 
@@ -47,7 +55,7 @@ class _Rank:
     crash_path: str
 
 
-class RankPool:
+class RankPool(Controller):
     """``world_size`` rank processes in one process group, reused for many examples.
 
     >>> with RankPool(2) as pool:
@@ -80,34 +88,16 @@ class RankPool:
         straggler_grace: float | None = None,
     ) -> None:
         validate_pool_args(world_size, backend, device, timeout)
-        self.world_size = world_size
-        self.backend = backend
-        self.device = device
-        self.timeout = float(timeout)
+        super().__init__(world_size, backend, device, timeout, straggler_grace)
         self.startup_timeout = float(startup_timeout)
-        self.straggler_grace = min(self.timeout, 5.0) if straggler_grace is None else float(straggler_grace)
-        self.generation = 0  # how many times rank processes were started
-        self.examples_run = 0
         self._ranks: list[_Rank] = []
         self._ready = False
         self._closed = False
-        self._sent_sys_path: list[str] | None = None
         self._tmpdir = tempfile.mkdtemp(prefix="fuzzdist-pool-")
         self._finalizer = weakref.finalize(self, _cleanup, self._ranks, self._tmpdir)
         self._spawn()
 
     # -- public -----------------------------------------------------------------
-
-    def run(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> list[Any]:
-        """Run ``fn(ctx, *args, **kwargs)`` on every rank at once; return the results in rank order.
-
-        ``fn`` must be a top-level function of an importable module and the
-        arguments plain picklable values.  Raises :class:`RankError`,
-        :class:`RankTimeout` or :class:`RankCrash` if any rank fails.
-        """
-        payload = _pickle_call(fn, args, kwargs)
-        _coverage.record(args, kwargs)
-        return self._run_payload(payload, _derive_seed(payload))
 
     def start(self) -> RankPool:
         """Block until every rank has joined the process group (run() does this itself)."""
@@ -124,21 +114,16 @@ class RankPool:
         if self._closed:
             return
         self._closed = True
+        stop = messages.stop()
         for r in self._ranks:
             try:
-                r.conn.send_bytes(pickle.dumps(("stop",)))
+                r.conn.send_bytes(stop)
             except (OSError, ValueError):
                 pass
         deadline = time.monotonic() + _KILL_WAIT
         for r in self._ranks:
             r.process.join(max(0.0, deadline - time.monotonic()))
         self._finalizer()
-
-    def __enter__(self) -> RankPool:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else ("ready" if self._ready else "starting")
@@ -154,7 +139,7 @@ class RankPool:
         store_path = os.path.join(self._tmpdir, f"store.{gen}")
         for rank in range(self.world_size):
             parent_conn, child_conn = context.Pipe(duplex=True)
-            spec = _worker.WorkerSpec(
+            spec = RankSpec(
                 rank=rank,
                 world_size=self.world_size,
                 backend=self.backend,
@@ -166,7 +151,7 @@ class RankPool:
                 stack_path=os.path.join(self._tmpdir, f"rank{rank}.gen{gen}.stack"),
                 crash_path=os.path.join(self._tmpdir, f"rank{rank}.gen{gen}.crash"),
             )
-            process = context.Process(target=_worker.main, args=(spec, child_conn),
+            process = context.Process(target=rank_main, args=(spec, child_conn),
                                       name=f"fuzzdist-rank{rank}", daemon=True)
             process.start()
             child_conn.close()
@@ -177,7 +162,7 @@ class RankPool:
 
     def _ensure_ready(self) -> None:
         if self._closed:
-            raise RuntimeError("this RankPool is closed; create a new one")
+            raise InvalidState("this RankPool is closed; create a new one")
         if self._ready:
             if all(r.process.exitcode is None for r in self._ranks):
                 return
@@ -200,7 +185,7 @@ class RankPool:
             for rank, is_sentinel in self._poller.wait(remaining):
                 if rank not in pending:
                     continue
-                message = self._receive(rank, is_sentinel)
+                message = self._read(rank, is_sentinel, 0)
                 if message is None:
                     process = self._ranks[rank].process
                     process.join(_KILL_WAIT)
@@ -211,11 +196,12 @@ class RankPool:
                         "group. If you start a RankPool from a script, guard it with "
                         "`if __name__ == \"__main__\":` (the spawn start method re-imports the main module "
                         "in every rank); its error, if any, is on stderr above.")
-                if message[0] == "init-error":
+                name, fields = message
+                if name == "init_error":
                     self._kill()
                     raise PoolStartupError(f"rank {rank} could not join the {self.backend} process group:\n"
-                                           f"{message[1]}")
-                pending.discard(rank)
+                                           f"{fields['traceback']}")
+                pending.discard(rank)  # "ready"
         self._ready = True
 
     def _restart(self) -> None:
@@ -229,81 +215,47 @@ class RankPool:
         self._ranks.clear()
         self._ready = False
 
-    # -- running one example -------------------------------------------------------
+    # -- the transport: moving one example's bytes ------------------------------------
 
-    def _run_payload(self, payload: bytes, seed: int) -> list[Any]:
-        self._ensure_ready()
-        self.examples_run += 1
-        seq = self.examples_run
-        sys_path = None
-        if sys.path != self._sent_sys_path:  # new test directories since the ranks started
-            sys_path = self._sent_sys_path = list(sys.path)
-        message = pickle.dumps(("run", seq, seed, payload, sys_path), protocol=pickle.HIGHEST_PROTOCOL)
+    def _send(self, seq: int, seed: int, payload: bytes, message: bytes) -> None:
         for r in self._ranks:
             try:
                 r.conn.send_bytes(message)
             except OSError:
-                break  # that rank is dead: its sentinel reports it below
-        outcome = self._collect(seq)
-        return self._conclude(outcome)
+                break  # that rank is dead: its sentinel reports it
 
-    def _collect(self, seq: int) -> _Outcome:
-        n = self.world_size
-        out = _Outcome(results=[None] * n)
-        pending = set(range(n))
-        deadline = time.monotonic() + self.timeout
-        grace_deadline = float("inf")
-        while pending and not out.dead:
-            remaining = min(deadline, grace_deadline) - time.monotonic()
-            if remaining <= 0:
-                break
-            for rank, is_sentinel in self._poller.wait(remaining):
-                if rank not in pending:  # a rank that already answered has died
-                    out.dead.add(rank)
-                    continue
-                message = self._receive(rank, is_sentinel, seq)
-                if message is None:
-                    out.dead.add(rank)
-                    continue
-                if message[1] != seq:
-                    raise RuntimeError(f"fuzzdist bug: rank {rank} answered example {message[1]}, expected {seq}")
-                pending.discard(rank)
-                if not out.take(rank, message):
-                    grace_deadline = min(grace_deadline, time.monotonic() + self.straggler_grace)
-        if out.dead:
-            out.dead.update(r.rank for r in self._ranks if r.process.exitcode is not None)
-        out.pending = pending
-        return out
+    def _receive(self, out: Outcome, seconds: float) -> bool:
+        for rank, is_sentinel in self._poller.wait(seconds):
+            if rank not in out.pending:  # a rank that already answered has died
+                out.died(rank)
+                continue
+            message = self._read(rank, is_sentinel, out.seq)
+            if message is None:
+                out.died(rank)
+            else:
+                out.take(rank, message)
+        return True
 
-    def _conclude(self, out: _Outcome) -> list[Any]:
-        if out.dead:
-            codes = {}
-            for r in out.dead:
-                process = self._ranks[r].process
-                process.join(_KILL_WAIT)  # a rank whose pipe broke may not be reaped yet
-                codes[r] = process.exitcode if process.exitcode is not None else -signal.SIGKILL
-            stacks = {r: _read(self._ranks[r].crash_path) for r in out.dead}
-            self._restart()
-            raise RankCrash(sorted(out.dead), codes, stacks)
-        if out.pending:
-            stacks = self._dump_stacks(out.pending)
-            self._restart()
-            if out.errors:
-                _raise_rank_error(out.errors, stragglers=out.pending, straggler_stacks=stacks)
-            if not out.load_errors:
-                raise RankTimeout(sorted(out.pending), self.timeout, stacks)
-        elif out.recycle:
-            self._restart()
-        if out.load_errors:
-            _raise_load_error(out.load_errors)
-        if out.errors:
-            _raise_rank_error(out.errors)
-        return out.results
+    def _crash(self, dead: Set[int]) -> RankCrash:
+        dead = set(dead) | {r.rank for r in self._ranks if r.process.exitcode is not None}
+        codes = {}
+        for r in dead:
+            process = self._ranks[r].process
+            process.join(_KILL_WAIT)  # a rank whose pipe broke may not be reaped yet
+            codes[r] = process.exitcode if process.exitcode is not None else -signal.SIGKILL
+        stacks = {r: _read_file(self._ranks[r].crash_path) for r in dead}
+        return RankCrash(sorted(dead), codes, stacks)
 
-    def _dump_stacks(self, ranks: set[int]) -> dict[int, str]:
+    def _recover(self, failure: BaseException) -> None:
+        self._restart()
+
+    def _recycle(self, reasons: list[str]) -> None:
+        self._restart()
+
+    def _stacks(self, seq: int, ranks: Set[int]) -> dict[int, str]:
         for r in ranks:
             try:
-                os.kill(self._ranks[r].process.pid, _worker.STACK_SIGNAL)
+                os.kill(self._ranks[r].process.pid, STACK_SIGNAL)
             except (ProcessLookupError, TypeError):
                 pass
         stacks: dict[int, str] = {}
@@ -314,7 +266,7 @@ class RankPool:
             time.sleep(0.05)
             for r in list(waiting):
                 # faulthandler writes one thread at a time: done once the file stops growing.
-                text = _read(self._ranks[r].stack_path)
+                text = _read_file(self._ranks[r].stack_path)
                 if text and text == last[r]:
                     stacks[r] = text
                     waiting.discard(r)
@@ -323,12 +275,8 @@ class RankPool:
             stacks[r] = last[r] or "(the rank did not answer the stack-dump signal)"
         return stacks
 
-    def _receive(self, rank: int, is_sentinel: bool, seq: int = 0) -> tuple | None:
-        """The rank's next message, or None if its pipe is closed (the process died).
-
-        A reply the driver can't unpickle (torch 2.13 can't unpickle a uint16
-        tensor, for one) becomes that rank's error, not a broken pool.
-        """
+    def _read(self, rank: int, is_sentinel: bool, seq: int) -> messages.Message | None:
+        """The rank's next message, or None if its pipe is closed (the process died)."""
         conn = self._ranks[rank].conn
         try:
             if is_sentinel and not conn.poll():
@@ -336,13 +284,7 @@ class RankPool:
             data = conn.recv_bytes()
         except (EOFError, OSError):
             return None
-        try:
-            return pickle.loads(data)
-        except Exception as exc:
-            err = TypeError(f"rank {rank}'s reply can't be unpickled in the driver ({type(exc).__name__}: "
-                            f"{exc}). Return plain values; send tensors of unusual dtypes as bytes or "
-                            "a supported dtype.")
-            return ("err", seq, _remote.capture(err), [])
+        return decode_reply(data, rank, seq)
 
 
 class _Poller:
@@ -369,80 +311,6 @@ class _Poller:
         return sorted((self._owners[fd] for fd, _ in events), key=lambda owner: owner[1])
 
 
-@dataclass
-class _Outcome:
-    results: list[Any]
-    errors: dict[int, Any] = field(default_factory=dict)  # rank -> RemoteRecord
-    dead: set[int] = field(default_factory=set)
-    pending: set[int] = field(default_factory=set)
-    recycle: list[str] = field(default_factory=list)
-    load_errors: dict[int, Any] = field(default_factory=dict)  # rank -> RemoteRecord
-
-    def take(self, rank: int, message: tuple) -> bool:
-        """File a rank's reply ("ok" | "err" | "load-error", seq, value, recycle); True if it succeeded."""
-        kind, _, value, recycle = message
-        self.recycle.extend(recycle)
-        if kind == "ok":
-            self.results[rank] = value
-        elif kind == "load-error":
-            self.load_errors[rank] = value
-        else:
-            self.errors[rank] = value
-        return kind == "ok"
-
-
-def _raise_rank_error(records: dict, stragglers: set[int] = frozenset(), straggler_stacks=None) -> None:
-    exceptions = {r: _remote.rebuild(rec) for r, rec in records.items()}
-    if all(rec.type_name == "hypothesis.errors.UnsatisfiedAssumption" for rec in records.values()):
-        raise exceptions[min(exceptions)]  # assume()/reject() on the ranks: an invalid example
-    error = RankError(
-        ranks=sorted(records),
-        tracebacks={r: rec.traceback for r, rec in records.items()},
-        exc_types={r: rec.type_name for r, rec in records.items()},
-        exceptions=exceptions,
-        stragglers=sorted(stragglers),
-        straggler_stacks=straggler_stacks,
-    )
-    # Chained to the lowest failing rank's exception, rebuilt at its remote site,
-    # so Hypothesis tells different remote bugs apart.  Hypothesis reads
-    # __context__, which `raise ... from` sets only inside an except block.
-    primary = exceptions[min(exceptions)]
-    error.__context__ = primary
-    raise error from primary
-
-
-def _raise_load_error(records: dict) -> None:
-    rank = min(records)
-    record = records[rank]
-    raise TypeError(
-        f"rank {rank} could not load the function or its arguments "
-        f"({record.type_name.rsplit('.', 1)[-1]}: {record.message}). fn must be a top-level "
-        "function of a module the rank processes can import (not one defined in an "
-        "interactive session or a module that exists only in the driver).")
-
-
-def _pickle_call(fn: Callable[..., Any], args: tuple, kwargs: dict) -> bytes:
-    if not callable(fn):
-        raise TypeError(f"RankPool.run needs a callable fn(ctx, ...), got {fn!r}")
-    qualname = getattr(fn, "__qualname__", "")
-    if "<lambda>" in qualname or "<locals>" in qualname:
-        raise TypeError(
-            f"{qualname} can't be sent to the rank processes: lambdas and nested functions can't be "
-            "imported there. Define fn at the top level of a module (e.g. your test file).")
-    try:
-        return pickle.dumps((fn, args, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception as exc:
-        raise TypeError(
-            f"the call to {qualname or fn!r} can't be pickled for the rank processes ({exc}). "
-            "fn must be a top-level function and its arguments plain picklable values: "
-            "send drawn specs and seeds, and build large tensors on the ranks.") from exc
-
-
-def _derive_seed(payload: bytes) -> int:
-    """A seed that depends only on the example (the function and its arguments)."""
-    return int.from_bytes(hashlib.blake2b(payload, digest_size=8).digest(), "little") >> 1
-
-
 def _kill_ranks(ranks: list[_Rank]) -> None:
     for r in ranks:
         if r.process.exitcode is None:
@@ -466,7 +334,7 @@ def _cleanup(ranks: list[_Rank], tmpdir: str) -> None:
     shutil.rmtree(tmpdir, ignore_errors=True)
 
 
-def _read(path: str) -> str:
+def _read_file(path: str) -> str:
     try:
         with open(path) as f:
             return f.read()
@@ -478,3 +346,128 @@ def _describe(code: int | None) -> str:
     from fuzzdist.errors import describe_exit
 
     return "still running" if code is None else describe_exit(code)
+
+
+# -- the rank side -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RankSpec:
+    """What a spawned rank needs to join its pool's group."""
+
+    rank: int
+    world_size: int
+    backend: str
+    device_type: str  # "cpu" or "cuda"
+    pg_timeout_s: float
+    num_threads: int  # intra-op threads: the ranks share the machine's cores
+    store_path: str
+    tmpdir: str
+    stack_path: str  # faulthandler writes the stack here on STACK_SIGNAL
+    crash_path: str  # ... and here on a fatal signal (SIGSEGV, SIGABRT, ...)
+
+
+def rank_main(spec: RankSpec, conn: Any) -> None:
+    """Entry point of a rank process (the target of a spawned ``Process``)."""
+    _exit_with_parent()
+    stack_file = open(spec.stack_path, "w")  # noqa: SIM115 - lives as long as the process
+    crash_file = open(spec.crash_path, "w")  # noqa: SIM115
+    faulthandler.register(STACK_SIGNAL, file=stack_file, all_threads=True)
+    faulthandler.enable(file=crash_file, all_threads=True)
+    channel = _PipeChannel(conn)
+    try:
+        ctx = _join_group(spec)
+    except BaseException:
+        channel.send(messages.init_error(traceback.format_exc()))
+        return
+    channel.send(messages.ready(os.getpid()))
+    Worker(ctx).serve(channel)
+    _leave_group()
+    # Skip the interpreter's teardown of torch (a second or more): nothing is left to flush.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+class _PipeChannel:
+    """A spawned rank's end of its pipe (a :class:`~fuzzdist.pool.worker.Channel`)."""
+
+    lost_exit_code = 0  # the driver went away: leave quietly
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    def receive(self) -> messages.Message | None:
+        try:
+            return messages.load(self._conn.recv_bytes())
+        except (EOFError, OSError):  # the driver went away
+            return None
+
+    def send(self, data: bytes) -> bool:
+        try:
+            self._conn.send_bytes(data)
+            return True
+        except (BrokenPipeError, OSError):
+            return False
+
+
+def _join_group(spec: RankSpec) -> Any:
+    import torch
+    import torch.distributed as dist
+
+    from fuzzdist.context import RankContext
+
+    if spec.backend == "gloo" and "GLOO_SOCKET_IFNAME" not in os.environ:
+        # Keep gloo's pairs on loopback, never on the host's public address.
+        os.environ["GLOO_SOCKET_IFNAME"] = _loopback_interface()
+    if spec.device_type == "cuda":
+        device = torch.device("cuda", spec.rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    torch.set_num_threads(spec.num_threads)
+    store = dist.FileStore(spec.store_path, spec.world_size)
+    kwargs: dict[str, Any] = {}
+    if spec.backend == "nccl":
+        kwargs["device_id"] = device  # eager init: a broken GPU fails here, not mid-example
+    dist.init_process_group(
+        spec.backend,
+        store=store,
+        rank=spec.rank,
+        world_size=spec.world_size,
+        timeout=timedelta(seconds=spec.pg_timeout_s),
+        **kwargs,
+    )
+    group = dist.group.WORLD
+    return RankContext(spec.rank, spec.world_size, device, spec.backend, group, store, spec.tmpdir)
+
+
+def _leave_group() -> None:
+    try:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    except Exception:
+        pass
+
+
+def _loopback_interface() -> str:
+    names = [name for _, name in socket.if_nameindex()]
+    for name in ("lo", "lo0"):
+        if name in names:
+            return name
+    return next((n for n in names if n.startswith("lo")), "lo")
+
+
+def _exit_with_parent() -> None:
+    """Die when the driver dies, even while stuck in a collective."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(0.5)
+            if os.getppid() != parent:
+                os._exit(70)
+
+    threading.Thread(target=watch, name="fuzzdist-parent-watch", daemon=True).start()

@@ -1,0 +1,33 @@
+"""Rank pools: a set of ranks in one process group that run each example together.
+
+One protocol, two transports::
+
+    controller.py   what a pool is (Pool) and the driver's logic both transports share (Controller)
+    messages.py     the named messages between the controller and its ranks
+    worker.py       inside a rank: answers the messages, runs each call isolated and seeded
+    local.py        transport 1: RankPool, rank processes spawned here, over pipes
+    torchrun.py     transport 2: TorchrunPool, torchrun's processes, over torchrun's store
+
+Public names:
+    Pool: the protocol (``run``, ``world_size``, ``start``, ``close``, context manager).
+    RankPool: spawns ``world_size`` local rank processes and restarts them after a failure.
+    TorchrunPool: rank 0's pool under torchrun (the other ranks call ``torchrun.serve``).
+    PoolGone: raised by a spent TorchrunPool.
+    DEFAULT_TIMEOUT, DEFAULT_STARTUP_TIMEOUT: seconds, per example and for starting the ranks.
+"""
+
+from fuzzdist.errors import PoolGone
+from fuzzdist.pool.controller import DEFAULT_TIMEOUT, Pool
+from fuzzdist.pool.local import DEFAULT_STARTUP_TIMEOUT, RankPool
+from fuzzdist.pool.torchrun import TorchrunPool, TorchrunPoolCache, in_torchrun
+
+__all__ = [
+    "DEFAULT_STARTUP_TIMEOUT",
+    "DEFAULT_TIMEOUT",
+    "Pool",
+    "PoolGone",
+    "RankPool",
+    "TorchrunPool",
+    "TorchrunPoolCache",
+    "in_torchrun",
+]

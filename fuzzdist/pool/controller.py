@@ -1,0 +1,303 @@
+"""What a pool is, once: the driver's side of running one example on every rank.
+
+:class:`Pool` is the protocol a test sees (``run``, ``world_size``,
+``close``, a context manager).  :class:`Controller` implements it for both
+transports: it pickles the call (with errors that say what to do), derives
+the example's seed, records coverage, keeps the ranks' ``sys.path`` in step,
+collects every rank's reply within the timeout (and a straggler grace once
+one rank failed), and turns the outcome into results or a
+:class:`~fuzzdist.errors.RankFailure`.
+
+A transport only moves bytes.  It sends a message to every rank
+(``_send``), files the replies that arrive within a bound (``_receive``),
+reports dead ranks (``_crash``) and the stacks of hung ones (``_stacks``),
+and then recovers or is spent (``_recover``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import pickle
+import sys
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Set
+from typing import Any, Protocol, runtime_checkable
+
+from fuzzdist import _coverage, _remote
+from fuzzdist.errors import CallError, RankCrash, RankError, RankTimeout
+from fuzzdist.pool import messages
+
+DEFAULT_TIMEOUT = 30.0
+
+
+@runtime_checkable
+class Pool(Protocol):
+    """A set of ranks in one process group that run each example together.
+
+    Both :class:`~fuzzdist.RankPool` (spawned local processes) and
+    :class:`~fuzzdist.pool.TorchrunPool` (torchrun's processes) are pools.
+    """
+
+    world_size: int
+    backend: str
+    device: str
+    timeout: float
+
+    def run(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> list[Any]:
+        """Run ``fn(ctx, *args, **kwargs)`` on every rank at once; return the results in rank order."""
+        ...
+
+    def start(self) -> Pool:
+        """Block until every rank is ready; return the pool."""
+        ...
+
+    def close(self) -> None:
+        """Stop the ranks (bounded)."""
+        ...
+
+    def __enter__(self) -> Pool: ...
+
+    def __exit__(self, *exc_info: object) -> None: ...
+
+
+class Controller(ABC):
+    """The driver's half of a pool, shared by the transports (see the module docstring)."""
+
+    def __init__(self, world_size: int, backend: str, device: str, timeout: float,
+                 straggler_grace: float | None) -> None:
+        self.world_size = world_size
+        self.backend = backend
+        self.device = device
+        self.timeout = float(timeout)
+        self.straggler_grace = min(self.timeout, 5.0) if straggler_grace is None else float(straggler_grace)
+        self.generation = 0  # how many times rank processes were started
+        self.examples_run = 0
+        self._sent_sys_path: list[str] | None = None  # the sys.path the ranks have
+
+    # -- the protocol -----------------------------------------------------------------
+
+    def run(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> list[Any]:
+        """Run ``fn(ctx, *args, **kwargs)`` on every rank at once; return the results in rank order.
+
+        ``fn`` must be a top-level function of an importable module and the
+        arguments plain picklable values.  Raises :class:`~fuzzdist.RankError`,
+        :class:`~fuzzdist.RankTimeout` or :class:`~fuzzdist.RankCrash` if any
+        rank fails.
+        """
+        self._check_usable()
+        payload = pickle_call(fn, args, kwargs)
+        _coverage.record(args, kwargs)
+        return self._run_payload(payload, derive_seed(payload))
+
+    def start(self) -> Controller:
+        """Block until every rank is ready (``run`` does this itself); return the pool."""
+        return self
+
+    @abstractmethod
+    def close(self) -> None:
+        """Stop the ranks (bounded)."""
+
+    def __enter__(self) -> Controller:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- one example --------------------------------------------------------------------
+
+    def _run_payload(self, payload: bytes, seed: int) -> list[Any]:
+        self._ensure_ready()
+        self.examples_run += 1
+        seq = self.examples_run
+        sys_path = None
+        if sys.path != self._sent_sys_path:  # new test directories since the ranks last heard
+            sys_path = self._sent_sys_path = list(sys.path)
+        self._send(seq, seed, payload, messages.run(seq, seed, payload, sys_path))
+        return self._conclude(seq, self._collect(seq))
+
+    def _collect(self, seq: int) -> Outcome:
+        """Every rank's reply, until the timeout, a death, or the straggler grace after a failure."""
+        out = Outcome(seq, self.world_size, self.straggler_grace)
+        deadline = time.monotonic() + self.timeout
+        while out.pending and not out.dead:
+            remaining = min(deadline, out.grace_deadline) - time.monotonic()
+            if remaining <= 0 or not self._receive(out, remaining):
+                break
+        return out
+
+    def _conclude(self, seq: int, out: Outcome) -> list[Any]:
+        """The results, or the failure the outcome amounts to (after the transport recovered)."""
+        if out.dead:
+            crash = self._crash(out.dead)
+            self._recover(crash)
+            raise crash
+        if out.pending:
+            stacks = self._stacks(seq, out.pending)
+            try:
+                if out.errors:
+                    _raise_rank_error(out.errors, stragglers=out.pending, straggler_stacks=stacks)
+                if not out.load_errors:
+                    raise RankTimeout(sorted(out.pending), self.timeout, stacks)
+            except BaseException as failure:
+                self._recover(failure)  # the hung ranks hold the group
+                raise
+            self._recover(RankTimeout(sorted(out.pending), self.timeout, stacks))  # raised as a load error below
+        elif out.recycle:
+            self._recycle(out.recycle)
+        if out.load_errors:
+            _raise_load_error(out.load_errors)
+        if out.errors:
+            _raise_rank_error(out.errors)
+        return out.results
+
+    # -- what a transport provides ----------------------------------------------------
+
+    def _check_usable(self) -> None:  # noqa: B027 - optional hook
+        """Raise if the pool can't take another example at all (before the call is pickled)."""
+
+    def _ensure_ready(self) -> None:  # noqa: B027 - optional hook
+        """Make sure every rank is up before an example is sent."""
+
+    @abstractmethod
+    def _send(self, seq: int, seed: int, payload: bytes, message: bytes) -> None:
+        """Hand ``message`` (a :func:`messages.run`) to every rank; don't wait for replies."""
+
+    @abstractmethod
+    def _receive(self, out: Outcome, seconds: float) -> bool:
+        """File the replies (``out.take``) and deaths (``out.died``) seen within ``seconds``.
+
+        False ends the collection at once (the transport knows no more will come).
+        """
+
+    @abstractmethod
+    def _stacks(self, seq: int, ranks: Set[int]) -> dict[int, str]:
+        """The Python stacks of ranks still running example ``seq`` (bounded)."""
+
+    @abstractmethod
+    def _crash(self, dead: Set[int]) -> RankCrash:
+        """The failure for ranks that died during the example."""
+
+    @abstractmethod
+    def _recover(self, failure: BaseException) -> None:
+        """After ``failure`` (a crash, or ranks still running): restart the ranks, or be spent."""
+
+    def _recycle(self, reasons: list[str]) -> None:  # noqa: B027 - optional hook
+        """A rank asked to be replaced before the next example (``ctx.request_recycle``)."""
+
+
+class Outcome:
+    """What the ranks answered for example ``seq``: filed as replies arrive, by message name."""
+
+    def __init__(self, seq: int, world_size: int, straggler_grace: float) -> None:
+        self.seq = seq
+        self.results: list[Any] = [None] * world_size
+        self.errors: dict[int, _remote.RemoteRecord] = {}
+        self.load_errors: dict[int, _remote.RemoteRecord] = {}
+        self.dead: set[int] = set()
+        self.pending: set[int] = set(range(world_size))
+        self.recycle: list[str] = []
+        self.grace_deadline = float("inf")  # set once a rank failed: the others get straggler_grace
+        self._straggler_grace = straggler_grace
+
+    def take(self, rank: int, message: messages.Message) -> None:
+        """File ``rank``'s reply."""
+        messages.dispatch(self, message, rank)
+
+    def died(self, rank: int) -> None:
+        self.dead.add(rank)
+
+    def on_ok(self, rank: int, seq: int, result: Any, recycle: list[str]) -> None:
+        self._answered(rank, seq, recycle)
+        self.results[rank] = result
+
+    def on_err(self, rank: int, seq: int, error: _remote.RemoteRecord, recycle: list[str]) -> None:
+        self._answered(rank, seq, recycle)
+        self.errors[rank] = error
+        self._failed()
+
+    def on_load_error(self, rank: int, seq: int, error: _remote.RemoteRecord, recycle: list[str]) -> None:
+        self._answered(rank, seq, recycle)
+        self.load_errors[rank] = error
+        self._failed()
+
+    def _answered(self, rank: int, seq: int, recycle: list[str]) -> None:
+        if seq != self.seq:
+            raise RuntimeError(f"fuzzdist bug: rank {rank} answered example {seq}, expected {self.seq}")
+        self.pending.discard(rank)
+        self.recycle.extend(recycle)
+
+    def _failed(self) -> None:
+        # The others may be stuck in a collective the failed rank never joined.
+        self.grace_deadline = min(self.grace_deadline, time.monotonic() + self._straggler_grace)
+
+
+def decode_reply(data: bytes, rank: int, seq: int) -> messages.Message:
+    """A rank's message; a reply the driver can't unpickle becomes that rank's error, not a broken pool.
+
+    (torch 2.13 can't unpickle a uint16 tensor, for one.)
+    """
+    try:
+        return messages.load(data)
+    except Exception as exc:
+        error = CallError(f"rank {rank}'s reply can't be unpickled in the driver ({type(exc).__name__}: "
+                          f"{exc}). Return plain values; send tensors of unusual dtypes as bytes or "
+                          "a supported dtype.")
+        return messages.load(messages.err(seq, _remote.capture(error), []))
+
+
+def pickle_call(fn: Callable[..., Any], args: tuple, kwargs: dict) -> bytes:
+    """``(fn, args, kwargs)`` pickled for the ranks, or a :class:`~fuzzdist.errors.CallError` saying why not."""
+    if not callable(fn):
+        raise CallError(f"pool.run needs a callable fn(ctx, ...), got {fn!r}")
+    qualname = getattr(fn, "__qualname__", "")
+    if "<lambda>" in qualname or "<locals>" in qualname:
+        raise CallError(
+            f"{qualname} can't be sent to the rank processes: lambdas and nested functions can't be "
+            "imported there. Define fn at the top level of a module (e.g. your test file).")
+    try:
+        return pickle.dumps((fn, args, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as exc:
+        raise CallError(
+            f"the call to {qualname or fn!r} can't be pickled for the rank processes ({exc}). "
+            "fn must be a top-level function and its arguments plain picklable values: "
+            "send drawn specs and seeds, and build large tensors on the ranks.") from exc
+
+
+def derive_seed(payload: bytes) -> int:
+    """A seed that depends only on the example (the function and its arguments).
+
+    Saved examples replay with the seeds they failed with: don't change this.
+    """
+    return int.from_bytes(hashlib.blake2b(payload, digest_size=8).digest(), "little") >> 1
+
+
+def _raise_rank_error(records: Mapping[int, _remote.RemoteRecord], stragglers: Set[int] = frozenset(),
+                      straggler_stacks: Mapping[int, str] | None = None) -> None:
+    exceptions = {r: _remote.rebuild(rec) for r, rec in records.items()}
+    if all(rec.type_name == "hypothesis.errors.UnsatisfiedAssumption" for rec in records.values()):
+        raise exceptions[min(exceptions)]  # assume()/reject() on the ranks: an invalid example
+    error = RankError(
+        ranks=sorted(records),
+        tracebacks={r: rec.traceback for r, rec in records.items()},
+        exc_types={r: rec.type_name for r, rec in records.items()},
+        exceptions=exceptions,
+        stragglers=sorted(stragglers),
+        straggler_stacks=straggler_stacks,
+    )
+    # Chained to the lowest failing rank's exception, rebuilt at its remote site,
+    # so Hypothesis tells different remote bugs apart.  Hypothesis reads
+    # __context__, which `raise ... from` sets only inside an except block.
+    primary = exceptions[min(exceptions)]
+    error.__context__ = primary
+    raise error from primary
+
+
+def _raise_load_error(records: Mapping[int, _remote.RemoteRecord]) -> None:
+    rank = min(records)
+    record = records[rank]
+    raise CallError(
+        f"rank {rank} could not load the function or its arguments "
+        f"({record.type_name.rsplit('.', 1)[-1]}: {record.message}). fn must be a top-level "
+        "function of a module the rank processes can import (not one defined in an "
+        "interactive session or a module that exists only in the driver).")

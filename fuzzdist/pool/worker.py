@@ -1,0 +1,91 @@
+"""The code that runs inside a rank, whichever transport brought it there.
+
+A rank never decides anything: its :class:`Worker` answers the controller's
+messages (:mod:`fuzzdist.pool.messages`) one at a time, dispatched by name
+to ``on_<name>`` methods.  ``on_run`` runs the call isolated and seeded
+(:func:`execute`), reports the outcome and restores the rank's state.  How
+the messages arrive is the transport's business (a :class:`Channel`): a
+pipe for a spawned rank (``local.py``), torchrun's store (``torchrun.py``).
+"""
+
+from __future__ import annotations
+
+import pickle
+import sys
+from typing import Any, Protocol
+
+from fuzzdist.errors import CallError
+from fuzzdist.pool import messages
+
+
+class Channel(Protocol):
+    """How a rank's messages move: the transport's half of :meth:`Worker.serve`."""
+
+    lost_exit_code: int  # what serve() returns when the controller went away
+
+    def receive(self) -> messages.Message | None:
+        """The controller's next message, or None once the controller is gone."""
+        ...
+
+    def send(self, data: bytes) -> bool:
+        """Send a reply; False if the controller is gone."""
+        ...
+
+
+class Worker:
+    """A rank's side of the pool protocol: answers the controller's messages until told to stop."""
+
+    def __init__(self, ctx: Any) -> None:
+        self.ctx = ctx
+        self.stopped = False
+
+    def serve(self, channel: Channel) -> int:
+        """Answer messages until a stop (return 0) or until the controller goes away."""
+        while not self.stopped:
+            message = channel.receive()
+            if message is None:
+                return channel.lost_exit_code
+            reply = messages.dispatch(self, message)
+            if reply is not None and not channel.send(reply):
+                return channel.lost_exit_code
+        return 0
+
+    def on_run(self, seq: int, seed: int, payload: bytes, sys_path: list[str] | None) -> bytes:
+        if sys_path is not None:  # the driver's test directories (pytest puts them on sys.path)
+            sys.path[:] = sys_path
+        return execute(self.ctx, seq, seed, payload)
+
+    def on_stop(self) -> None:
+        self.stopped = True
+
+
+def execute(ctx: Any, seq: int, seed: int, payload: bytes) -> bytes:
+    """Run one pickled call on this rank, isolated and seeded; return the reply message.
+
+    Also how rank 0 under torchrun runs its own share (it is its own driver).
+    """
+    from fuzzdist import _isolation, _remote
+
+    guard = _isolation.StateGuard()
+    ctx.seed, ctx.example = seed, seq
+    ctx._recycle_reasons = []
+    try:
+        fn, args, kwargs = pickle.loads(payload)
+    except BaseException as exc:  # noqa: BLE001
+        return messages.load_error(seq, _remote.capture(exc))
+    error = None
+    try:
+        _isolation.seed_everything(seed, ctx.device.type == "cuda")
+        result = fn(ctx, *args, **kwargs)
+    except BaseException as exc:  # noqa: BLE001 - every failure goes back to the driver
+        error = _remote.capture(exc)
+    recycle = ctx._recycle_reasons
+    recycle.extend(guard.restore())
+    if error is not None:
+        return messages.err(seq, error, recycle)
+    try:
+        return messages.ok(seq, result, recycle)
+    except Exception as exc:  # an unpicklable return value
+        unsendable = CallError(f"fn returned a value that can't be sent back to the driver: {exc}. "
+                               "Return plain values (numbers, lists, CPU tensors), not handles.")
+        return messages.err(seq, _remote.capture(unsendable), recycle)

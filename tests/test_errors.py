@@ -1,0 +1,82 @@
+"""One error family: every exception class fuzzdist defines is a FuzzdistError, failures are AssertionErrors."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+
+import pytest
+
+import fuzzdist
+from fuzzdist.errors import (
+    CallError,
+    FuzzdistError,
+    InvalidArgument,
+    InvalidState,
+    PoolGone,
+    RankCrash,
+    RankError,
+    RankFailure,
+    RankTimeout,
+)
+
+# Outside the family by design, with their subclasses (fuzzdist/errors.py says why).
+# Classes whose name starts with "_" are control flow private to their module
+# and never reach a user (e.g. conformance's _OutOfTime, a BaseException Hypothesis lets through).
+OUTSIDE_THE_FAMILY = {
+    "fuzzdist.errors.PoolGone",  # a BaseException: ends a torchrun campaign, not shrunk through
+    "fuzzdist.campaign.runner.CampaignInterrupt",  # a KeyboardInterrupt: ends a campaign, example not saved
+    "fuzzdist._remote.RemoteException",  # stands in for the user's own exception from a rank
+}
+
+
+def _exception_classes() -> dict[str, type[BaseException]]:
+    found = {}
+    for info in pkgutil.walk_packages(fuzzdist.__path__, prefix="fuzzdist."):
+        if info.name.endswith(".__main__"):  # runs the CLI on import
+            continue
+        module = importlib.import_module(info.name)
+        for _, cls in inspect.getmembers(module, inspect.isclass):
+            if issubclass(cls, BaseException) and cls.__module__ == module.__name__:
+                found[f"{cls.__module__}.{cls.__qualname__}"] = cls
+    return found
+
+
+def test_every_fuzzdist_exception_is_a_fuzzdist_error():
+    classes = _exception_classes()
+    assert "fuzzdist.errors.RankError" in classes and "fuzzdist.reorder.ReorderTimeout" in classes
+    allowed = tuple(classes[name] for name in OUTSIDE_THE_FAMILY)
+    outside = sorted(name for name, cls in classes.items()
+                     if not issubclass(cls, (FuzzdistError, *allowed)) and not cls.__name__.startswith("_"))
+    assert outside == [], (
+        f"{outside} don't derive from fuzzdist.errors.FuzzdistError: derive them from it (with the builtin "
+        "they must stay, e.g. (FuzzdistError, ValueError)), or document in fuzzdist/errors.py why not "
+        "and add them here")
+    assert not any(issubclass(cls, FuzzdistError) for cls in allowed)
+
+
+@pytest.mark.parametrize("cls", [RankFailure, RankError, RankTimeout, RankCrash])
+def test_rank_failures_are_assertion_errors(cls):
+    assert issubclass(cls, FuzzdistError) and issubclass(cls, AssertionError)
+
+
+def test_failures_found_in_examples_are_assertion_errors():
+    for name, cls in _exception_classes().items():
+        if issubclass(cls, RankFailure) or name.endswith("ConformanceFailure"):
+            assert issubclass(cls, AssertionError), name
+
+
+@pytest.mark.parametrize(("cls", "builtin"), [
+    (InvalidArgument, ValueError), (CallError, TypeError), (InvalidState, RuntimeError),
+])
+def test_validation_errors_keep_their_builtin(cls, builtin):
+    """``except ValueError`` around RankPool(...) still catches a bad argument, as before the family."""
+    assert issubclass(cls, FuzzdistError) and issubclass(cls, builtin)
+
+
+def test_pool_gone_is_not_an_exception():
+    """Hypothesis must not shrink through a spent torchrun group: PoolGone passes every ``except Exception``."""
+    assert not issubclass(PoolGone, Exception)
+    gone = PoolGone(RankCrash([1], {1: -9}, {}))
+    assert "spent after: rank process died: rank 1 (SIGKILL)" in str(gone)
