@@ -12,7 +12,7 @@ import sys
 import time
 import xml.etree.ElementTree as ET
 
-from fuzzdist.campaign._testing import (
+from cli_helpers import (
     cli_env,
     finish,
     read_report,

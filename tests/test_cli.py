@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from cli_helpers import CLI_TIMEOUT, cli_env, free_port, write
 
-from fuzzdist.campaign._testing import CLI_TIMEOUT, cli_env, free_port, write
 from fuzzdist.cli import main, parse_duration
 
 PROPERTY = '''

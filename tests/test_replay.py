@@ -13,8 +13,7 @@ import subprocess
 import sys
 
 import pytest
-
-from fuzzdist.campaign._testing import CLI_TIMEOUT, cli_env, read_report, run_cli, write
+from cli_helpers import CLI_TIMEOUT, cli_env, read_report, run_cli, write
 
 PROPERTIES = '''
 import pytest

@@ -10,7 +10,6 @@ process, with a plugin object from this package:
     report                  campaign state, the JSON report, the summary table
     progress                the live display (rich on a TTY, plain lines otherwise)
     selection               which collected tests a command runs
-    _testing                helpers for fuzzdist's own tests of the command
 
 This module is also a pytest plugin for ``-p fuzzdist.campaign``: it adds
 ``--fuzzdist-database=DIR_OR_URL``, which points the loaded Hypothesis
