@@ -1,8 +1,8 @@
 """Broadcast: after ``dist.broadcast`` from a drawn source, every rank holds exactly the source's tensor.
 
-Generalises the forward check of ``test_broadcast`` in torch's ``test_c10d_spawn_gloo.py`` (seed
-003: one fixed tensor from rank 0 or 1) to every dtype gloo moves, any shape up to 64 KiB, every
-value pattern and any source rank.
+Generalises the broadcast of torch's ``test_c10d_spawn_gloo.py`` (seed 003:
+``TestDistributedNNFunctionsGloo.test_broadcast``, fixed inputs over gloo) to every dtype gloo
+moves, any shape up to 64 KiB, every value pattern and any source rank.
 """
 
 from __future__ import annotations

@@ -53,9 +53,9 @@ other reductions against a float64 reference within the worst-case rounding boun
 (W * eps * sum|x|), with inputs drawn without special values (inf - inf is order-dependent).
 
 Generalises ``TestDistributedNNFunctions`` in torch's ``test_c10d_spawn_gloo.py`` (seed 003: each
-collective once, on fixed tensors, with a summed loss) to drawn dtypes, shapes, layouts, roots,
-reduce ops, split sizes and upstream gradients.  Importing this module raises ImportError where
-torch has no ``torch.distributed.nn``.
+collective on fixed inputs) to drawn dtypes, shapes, layouts, roots, reduce ops, split sizes and
+upstream gradients.  Importing this module raises ImportError where torch has no
+``torch.distributed.nn``.
 """
 
 from __future__ import annotations

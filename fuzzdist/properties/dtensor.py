@@ -22,7 +22,7 @@ tensor.contiguous(); mesh_broadcast(tensor, ...)``), so non-source ranks' inputs
 with the source's data.  Partial placements are left out (a reduction, not data movement).
 
 Generalises the set-up torch's sharded-tensor tests share (seed 004, ``ShardedTensorTestBase``:
-a fixed world of 4, one backend, fixed sharding specs in each test) to drawn meshes, placements,
+a fixed world of 4 ranks and fixed inputs in each test) to drawn meshes, placements,
 redistributions, dtypes, shapes and source ranks.  Importing this module raises ImportError where
 torch has no DTensor API.
 """
