@@ -106,7 +106,6 @@ def _property_examples() -> list:
     if path and not _examples_cache:
         import pickle
 
-        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "properties"))
         with open(path, "rb") as f:
             _examples_cache.extend(pickle.load(f))
     return _examples_cache
@@ -126,10 +125,9 @@ def _make_test(seed: int):
 
         examples = _property_examples()
         if examples:
-            import test_broadcast
+            from fuzzdist.properties import broadcast
 
-            diff = test_broadcast.broadcast_and_check(_Ctx(self.rank, self.world_size),
-                                                      *examples[seed % len(examples)])
+            diff = broadcast.broadcast_and_check(_Ctx(self.rank, self.world_size), *examples[seed % len(examples)])
             if diff is not None:
                 raise AssertionError(f"rank {self.rank}: {diff}")
             return

@@ -35,14 +35,13 @@ import sys
 import time
 from pathlib import Path
 
+from hypothesis import Phase, given, settings
+from hypothesis import strategies as st
+
+from fuzzdist import RankPool
+from fuzzdist.properties import broadcast as prop  # the property under measurement
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "properties"))
-
-import test_broadcast as prop  # noqa: E402  (the property under measurement)
-from hypothesis import Phase, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
-from fuzzdist import RankPool  # noqa: E402
 
 WORLD_SIZE = 2
 EXAMPLE = st.tuples(prop.SPECS, st.integers(0, WORLD_SIZE - 1), prop.SEEDS)

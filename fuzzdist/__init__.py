@@ -7,6 +7,7 @@ Public API:
     RankContext: the ``ctx`` a rank function receives.
     FuzzdistError: the base of every error fuzzdist raises (fuzzdist.errors).
     RankFailure and its kinds RankError, RankTimeout, RankCrash: also AssertionErrors.
+    PropertyFailure: a property of fuzzdist.properties does not hold (an AssertionError).
     CapabilityError, PoolStartupError: the machine can't run what was asked.
     InvalidArgument (a ValueError), CallError (a TypeError), InvalidState (a RuntimeError).
     ReorderingProcessGroup: wraps any ProcessGroup and releases its Work
@@ -24,6 +25,7 @@ from fuzzdist.errors import (
     InvalidArgument,
     InvalidState,
     PoolStartupError,
+    PropertyFailure,
     RankCrash,
     RankError,
     RankFailure,
@@ -42,6 +44,7 @@ __all__ = [
     "InvalidState",
     "Pool",
     "PoolStartupError",
+    "PropertyFailure",
     "RankContext",
     "RankCrash",
     "RankError",

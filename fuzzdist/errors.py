@@ -33,6 +33,7 @@ remote exception whose traceback ends at the remote raising site (see
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 
 class FuzzdistError(Exception):
@@ -94,6 +95,19 @@ class RankFailure(FuzzdistError, AssertionError):
     def __init__(self, message: str, ranks: Sequence[int]) -> None:
         super().__init__(message)
         self.ranks: list[int] = sorted(ranks)
+
+
+class PropertyFailure(FuzzdistError, AssertionError):
+    """A property does not hold for an example: the message says what each rank saw wrong.
+
+    Raised by the checkers of :mod:`fuzzdist.properties`.  ``results`` holds what the rank
+    function returned on each rank, in rank order, for tests that look closer than the
+    message (the planted-bug tests do).
+    """
+
+    def __init__(self, message: str, results: Sequence[Any] = ()) -> None:
+        super().__init__(message)
+        self.results: list[Any] = list(results)
 
 
 class RankError(RankFailure):

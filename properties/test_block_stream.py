@@ -1,98 +1,17 @@
 """Blocked streams: an event recorded after k ``Work.block_current_stream()`` calls completes only
-once every one of those Works has resolved (completed or failed), whatever the order."""
+once every one of those Works has resolved, whatever the order (``fuzzdist.properties.block_stream``)."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
-import torch
-import torch.distributed as dist
 from hypothesis import given
-from hypothesis import strategies as st
 
-from fuzzdist import strategies as fst
-
-POLL_S = 0.02  # how long the GPU gets to (wrongly) run past a block that still holds
-RELEASE_S = 5.0  # how long a stream may take to run on once its last block is released
-
-
-class BlockWork(dist._Work):
-    """A Work whose future the test resolves by hand (the seed test's BlockWork)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.future_ = torch.futures.Future()
-
-    def get_future(self):
-        return self.future_
-
-
-def make_block_work(index: int) -> BlockWork:
-    return BlockWork()
-
-
-def check_blocked_stream(ctx, order, make_work=make_block_work):
-    """Block one stream with ``order.n`` Works, resolve them as ``order`` says; report violations.
-
-    Dropped Works lose their last Python reference while unresolved: the
-    stream must stay blocked until their futures resolve, which the guard at
-    the end does, so no example leaves the GPU blocked.
-    """
-    problems: list[str] = []
-    futures = []
-    after = None  # the event recorded behind the blocks
-    stream = torch.cuda.Stream(device=ctx.device)
-    torch.cuda.synchronize(ctx.device)
-    try:
-        works = []
-        with torch.cuda.stream(stream):
-            for i in range(order.n):
-                work = make_work(i)
-                work.block_current_stream()
-                works.append(work)
-                futures.append(work.get_future())
-            after = torch.cuda.Event()
-            after.record(stream)
-        unresolved = set(range(order.n))
-        for action, i in order.steps:
-            time.sleep(POLL_S)
-            if unresolved and after.query():
-                problems.append(f"stream ran on before step {action} {i} with Works {sorted(unresolved)} unresolved")
-                break
-            if action == "complete":
-                futures[i].set_result(None)
-                unresolved.discard(i)
-            elif action == "fail":
-                futures[i].set_exception(RuntimeError(f"planted failure of Work {i}"))
-                unresolved.discard(i)
-            elif action == "drop":
-                works[i] = None  # the Work object goes; its block must hold until its future resolves
-            elif action == "wait":
-                try:
-                    futures[i].wait()
-                except RuntimeError:
-                    pass  # a failed Work's wait raises: expected
-        time.sleep(POLL_S)
-        if unresolved and after.query() and not problems:
-            problems.append(f"stream ran on with dropped Works {sorted(unresolved)} never resolved")
-    finally:
-        for future in futures:  # the guard: never leave the GPU stream blocked
-            if not future.done():
-                future.set_result(None)
-        deadline = time.monotonic() + RELEASE_S
-        while after is not None and not after.query() and time.monotonic() < deadline:
-            time.sleep(0.005)
-        if after is not None and not after.query():
-            problems.append(f"stream still blocked {RELEASE_S:g}s after every Work resolved")
-            ctx.request_recycle("a GPU stream stayed blocked")
-    return problems
+from fuzzdist.properties import block_stream
 
 
 @pytest.mark.fuzzdist(device="cuda")
 @pytest.mark.needs("cuda", "block_current_stream")
-@given(order=st.integers(1, 6).flatmap(fst.completion_orders))
+@given(order=block_stream.ORDERS)
 def test_blocked_stream_waits_for_every_work(rank_pool, order):
     """The stream stays blocked while any Work is unresolved and runs on once all resolve."""
-    problems = rank_pool.run(check_blocked_stream, order)
-    assert problems == [[]] * rank_pool.world_size, problems
+    block_stream.check(rank_pool, order)

@@ -1,45 +1,19 @@
-"""Broadcast: after ``dist.broadcast`` from a drawn source, every rank holds exactly the source's tensor."""
+"""Broadcast: after ``dist.broadcast`` from a drawn source, every rank holds exactly the source's tensor
+(``fuzzdist.properties.broadcast``)."""
 
 from __future__ import annotations
 
 import pytest
-import torch
-import torch.distributed as dist
 from hypothesis import given
 from hypothesis import strategies as st
 
 from fuzzdist import strategies as fst
-from fuzzdist.capabilities import GLOO_DTYPES
-from fuzzdist.checks import first_difference
-
-MAX_BYTES = 64 * 1024
-
-# Every dtype gloo can broadcast, any shape up to 64 KiB, every value pattern.
-SPECS = fst.tensor_specs(shapes=fst.shapes(max_bytes=MAX_BYTES), dtypes=st.sampled_from(GLOO_DTYPES),
-                         layouts="contiguous")
-SEEDS = st.integers(0, 2**32 - 1)
-
-
-def broadcast_and_check(ctx, spec, src, seed, broadcast=dist.broadcast):
-    """On every rank: broadcast ``spec``'s tensor from ``src``; None if this rank holds exactly
-    the source's values, else what differs.  ``broadcast`` is swappable so tests can plant bugs."""
-    if ctx.rank == src:
-        tensor = spec.materialize(ctx.device, seed)
-        expected = tensor.clone()  # the source must keep its own values too
-    else:
-        # Rebuilt from the drawn (spec, seed), never taken from the broadcast; built before
-        # it, while the source builds its tensor.
-        expected = spec.materialize(ctx.device, seed)
-        tensor = torch.zeros(spec.shape, dtype=spec.dtype, device=ctx.device)
-    broadcast(tensor, src, group=ctx.group)
-    return first_difference(tensor, expected)
+from fuzzdist.properties import broadcast
 
 
 @pytest.mark.fuzzdist(device=["cpu", "cuda"])
-@given(data=st.data(), spec=SPECS, seed=SEEDS)
+@given(data=st.data(), spec=broadcast.SPECS, seed=broadcast.SEEDS)
 def test_broadcast_reaches_every_rank(rank_pool, data, spec, seed):
     """Every rank sees the source rank's values exactly, for any size, dtype and source."""
     src = data.draw(fst.source_ranks(rank_pool.world_size), label="src")
-    differences = rank_pool.run(broadcast_and_check, spec, src, seed)
-    wrong = {rank: diff for rank, diff in enumerate(differences) if diff is not None}
-    assert not wrong, f"ranks {sorted(wrong)} differ from source rank {src}: {wrong}"
+    broadcast.check(rank_pool, spec, src, seed)

@@ -1,4 +1,5 @@
-"""Helpers for fuzzdist's own tests of the ``fuzzdist`` command."""
+"""Helpers for fuzzdist's own tests of the `fuzzdist` command: run it, read its report, start Redis
+(test-only: not shipped in the wheel)."""
 
 from __future__ import annotations
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from fuzzdist.properties.block_stream import BlockWork
+
 
 def broadcast_corrupting_large(tensor, src, group=None):
     """A broadcast that flips one byte of the last element on receivers, for 3 or more elements."""
@@ -33,9 +35,7 @@ def broadcast_dropping_doubles(tensor, src, group=None):
 
 def early_release_work(index: int):
     """A Work whose block is released at creation for index 0: 'a Work that unblocks early'."""
-    import test_block_stream
-
-    work = test_block_stream.BlockWork()
+    work = BlockWork()
     if index == 0:
         work.future_.set_result(None)
     return work

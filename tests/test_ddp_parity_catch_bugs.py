@@ -3,20 +3,16 @@ fuzzdist catches the bug and shrinks it to a minimal example."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any, NamedTuple
 
 import planted_pg
 import pytest
 import torch
-from hypothesis import given, settings
 from hypothesis import strategies as st
+from minimal import minimal_failure
 
 from fuzzdist import strategies as fst
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "properties"))
-import test_ddp_parity  # noqa: E402
+from fuzzdist.properties import ddp
 
 TRIVIAL = fst.DDPConfig(widths=(1, 1), batch_sizes=(1, 1))
 # The shrunk examples below are those of 2 ranks.
@@ -34,34 +30,17 @@ class Caught(NamedTuple):
     results: list[dict[str, Any]] | None
 
 
-def _run_ddp_property(pool, wrap, wrap_args=(), wrap_kwargs=None, schedules=None,
-                      max_examples: int = 60) -> Caught:
+def _run_ddp_property(pool, wrap, wrap_args=(), wrap_kwargs=None, schedules=None) -> Caught:
     """The DDP parity property over ``wrap(ctx.group, *wrap_args, [schedule], **wrap_kwargs)``;
-    the last failing example, which Hypothesis runs once more after shrinking: the minimal one."""
-    failing: list[Caught] = []
+    the minimal failure."""
 
-    # report_multiple_bugs=False: stop generating at the first failure.  Otherwise Hypothesis
-    # keeps generating for up to 10 s of wall time, so on a loaded machine the shrinker
-    # would start from different examples and could settle in a different local minimum.
-    @settings(max_examples=max_examples, database=None, derandomize=True, deadline=None,
-              report_multiple_bugs=False)
-    @given(config=fst.ddp_configs(pool.world_size), dtype=test_ddp_parity.DTYPES,
-           seed=test_ddp_parity.SEEDS, schedule=st.none() if schedules is None else schedules)
-    def prop(config, dtype, seed, schedule):
+    def check(config, dtype, seed, schedule):
         args = tuple(wrap_args) + (() if schedule is None else (schedule,))
-        results = None
-        try:
-            results = pool.run(test_ddp_parity.ddp_parity, config, dtype, seed,
-                               wrap=wrap, wrap_args=args, wrap_kwargs=wrap_kwargs)
-            test_ddp_parity.check_parity(results)
-        except AssertionError as exc:  # RankError included
-            failing.append(Caught(config, dtype, seed, schedule, exc, results))
-            raise
+        ddp.check(pool, config, dtype, seed, wrap=wrap, wrap_args=args, wrap_kwargs=wrap_kwargs)
 
-    with pytest.raises(AssertionError):
-        prop()
-    assert failing, "the planted bug was never caught"
-    return failing[-1]
+    f = minimal_failure(check, config=fst.ddp_configs(pool.world_size), dtype=ddp.DTYPES, seed=ddp.SEEDS,
+                        schedule=st.none() if schedules is None else schedules)
+    return Caught(f.config, f.dtype, f.seed, f.schedule, f.error, f.results)
 
 
 def _ranks_agree(results: list[dict[str, Any]]) -> bool:
@@ -88,7 +67,7 @@ def _recording(inner):
 def allreduce_sizes(ctx, config, dtype, seed) -> list[int]:
     """On every rank: the sizes of the allreduces DDP issues for this example."""
     _recorders.clear()
-    test_ddp_parity.ddp_parity(ctx, config, dtype, seed, wrap=_recording)
+    ddp.ddp_parity(ctx, config, dtype, seed, wrap=_recording)
     return _recorders[0].allreduce_numels
 
 
@@ -141,7 +120,7 @@ def test_ddp_parity_catches_a_fifo_completion_assumption(rank_pool):
     wrong when completions are reordered, which only the drawn schedules do."""
     config, dtype, seed, schedule, error, _ = _run_ddp_property(
         rank_pool, planted_pg.FifoCompletionPG, wrap_kwargs={"ops": ("allreduce",)},
-        schedules=test_ddp_parity.completion_schedules())
+        schedules=ddp.completion_schedules())
     # Needs two allreduces in flight completing out of issue order: shrunk to two
     # works released second-first...
     assert schedule.resolution_order == (1, 0), schedule

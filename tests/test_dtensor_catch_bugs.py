@@ -3,16 +3,14 @@ distribute_tensor, fuzzdist catches it and shrinks it to a minimal example."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+from functools import partial
 
 import planted_collectives as planted
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from minimal import minimal_failure
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "properties"))
-import test_dtensor_roundtrip as prop  # noqa: E402
+from fuzzdist.properties import dtensor
 
 # The shrunk examples asserted below are those of 2 ranks (over 2 ranks, for instance, 3 elements
 # is the smallest uneven split whose last shard is not empty).
@@ -20,23 +18,9 @@ pytestmark = pytest.mark.fuzzdist(world_size=2)
 
 
 def _shrunk_failure(pool, **impl):
-    """Run the round-trip property with ``impl`` swapped in; the shrunk failing example as
-    (case, per-rank problems)."""
-    failing: list = []
-
-    @settings(max_examples=300, database=None, derandomize=True, deadline=None,
-              suppress_health_check=[HealthCheck.too_slow])
-    @given(case=prop.roundtrips(pool.world_size))
-    def check(case):
-        results = pool.run(prop.roundtrip_and_check, case, **impl)
-        if any(results):
-            failing.append((case, results))
-            raise AssertionError(results)
-
-    with pytest.raises(AssertionError):
-        check()
-    assert failing, "the planted bug was never caught"
-    return failing[-1]  # Hypothesis replays the minimal example last
+    """The round-trip property with ``impl`` swapped in; the minimal failure as (case, per-rank problems)."""
+    f = minimal_failure(partial(dtensor.check, pool, **impl), case=dtensor.roundtrips(pool.world_size))
+    return f.case, f.results
 
 
 def _sharded_dims(case):
@@ -76,7 +60,7 @@ def test_catches_redistribute_keeping_the_wrong_chunk(rank_pool):
         assert problems[1].startswith(f"{stage}: full_tensor(): {w} of {w} elements differ")
 
 
-@pytest.mark.skipif(not prop.HAS_SRC_DATA_RANK, reason="distribute_tensor has no src_data_rank in this torch")
+@pytest.mark.skipif(not dtensor.HAS_SRC_DATA_RANK, reason="distribute_tensor has no src_data_rank in this torch")
 def test_catches_distribute_tensor_ignoring_src_data_rank(rank_pool):
     case, results = _shrunk_failure(rank_pool, distribute=planted.distribute_ignoring_src_data_rank)
     # only a non-zero source shows it: rank 0's decoy was distributed instead of rank 1's data

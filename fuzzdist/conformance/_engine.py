@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import importlib
-import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -31,12 +28,12 @@ from fuzzdist.conformance.ops import OPS, REDUCE_OPS, Capabilities, OpCall
 from fuzzdist.conformance.ops._base import LAYOUT_VARIANT, UNEVEN_VARIANT
 from fuzzdist.errors import FuzzdistError, RankCrash, RankError, RankFailure, RankTimeout
 from fuzzdist.pool import DEFAULT_TIMEOUT, RankPool
+from fuzzdist.properties import ddp as ddp_property
 
 DEFAULT_WORLD_SIZES: tuple[int, ...] = (1, 2, 3)
 DEFAULT_MAX_BYTES = 16 * 1024
 DEFAULT_FACTORY = "fuzzdist.conformance:gloo"
 _UNLIMITED_EXAMPLES = 1_000_000  # with a duration and no max_examples: the clock decides
-_DDP_MODULE = "test_ddp_parity"  # properties/test_ddp_parity.py (see _ddp_module)
 _MAX_MESSAGE = 6000
 
 PoolsArg = Mapping[int, RankPool] | Callable[[int], RankPool] | None
@@ -64,30 +61,6 @@ def _dtype_kinds(device: str) -> dict[torch.dtype, str]:
         for dtype in fst.supported_dtypes(device, kind):
             kinds[dtype] = kind
     return kinds
-
-
-def _ddp_module() -> Any:
-    """The DDP parity property module, or None where it can't be imported.
-
-    SEAM: the DDP parity property lives in the repository's
-    ``properties/test_ddp_parity.py`` (its rank function ``ddp_parity``, the
-    driver check ``check_parity``, ``pg_wrapper`` and
-    ``completion_schedules``).  Outside a checkout of the repository it is
-    not installed, and the DDP check is skipped.
-    """
-    try:
-        return importlib.import_module(_DDP_MODULE)
-    except ImportError:
-        pass
-    properties = Path(__file__).resolve().parents[2] / "properties"
-    if not (properties / f"{_DDP_MODULE}.py").exists():
-        return None
-    if str(properties) not in sys.path:
-        sys.path.append(str(properties))  # the pool hands the ranks the driver's sys.path
-    try:
-        return importlib.import_module(_DDP_MODULE)
-    except ImportError:
-        return None
 
 
 def _failure_text(exc: BaseException) -> str:
@@ -544,17 +517,12 @@ class ConformanceSession:
         self._finish(report)
 
     def _run_ddp(self, report: OpReport) -> None:
-        module = _ddp_module()
-        if module is None or not hasattr(module, "ddp_parity") or not hasattr(module, "check_parity"):
-            report.status = "skipped"
-            report.note = "properties/test_ddp_parity.py is not importable here"
-            return
         sizes = sorted(self._caps)
         if not sizes:
             report.note = "the factory did not build a group"
             return
         kinds = ["direct"]
-        if self.ddp_reorder and hasattr(module, "pg_wrapper") and hasattr(module, "completion_schedules"):
+        if self.ddp_reorder:
             kinds += ["reorder-subclass", "reorder-future"]
 
         def draw(w: int) -> st.SearchStrategy:
@@ -564,7 +532,7 @@ class ConformanceSession:
                 dtype = d(st.sampled_from([torch.float32, torch.float64]))
                 seed = d(st.integers(0, 2**32 - 1))
                 kind = d(st.sampled_from(kinds))
-                schedule = d(module.completion_schedules()) if kind != "direct" else None
+                schedule = d(ddp_property.completion_schedules()) if kind != "direct" else None
                 return config, dtype, seed, kind, schedule
             return example()
 
@@ -575,8 +543,8 @@ class ConformanceSession:
             fields = {"world_size": w, "config": config, "dtype": dtype, "seed": seed, "pg_kind": kind,
                       "schedule": schedule}
             try:
-                results = self.pool(w).run(_rank.ddp_parity, self.ref, module.__name__, config, dtype, seed, kind,
-                                           schedule)
+                results = self.pool(w).run(_rank.ddp_parity, self.ref, ddp_property.__name__, config, dtype, seed,
+                                           kind, schedule)
             except RankFailure as exc:
                 self._reset(w)
                 found = _rank_exceptions(exc)
@@ -586,7 +554,7 @@ class ConformanceSession:
                 failing.append(Failure(DDP, f"{head}: raised\n{_failure_text(exc)}", fields, exc))
                 raise
             try:
-                module.check_parity(results)
+                ddp_property.check_parity(results)
             except AssertionError as exc:
                 failing.append(Failure(DDP, f"{head}:\n  {exc}", fields))
                 raise ConformanceFailure(f"{head}: {exc}") from None

@@ -1,0 +1,51 @@
+"""Broadcast: after ``dist.broadcast`` from a drawn source, every rank holds exactly the source's tensor.
+
+Generalises the broadcast of torch's ``test_c10d_spawn_gloo.py`` (seed 003:
+``TestDistributedNNFunctionsGloo.test_broadcast``, fixed inputs over gloo) to every dtype gloo
+moves, any shape up to 64 KiB, every value pattern and any source rank.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from hypothesis import strategies as st
+
+from fuzzdist import strategies as fst
+from fuzzdist.capabilities import GLOO_DTYPES
+from fuzzdist.checks import first_difference
+from fuzzdist.properties import PropertyFailure
+
+MAX_BYTES = 64 * 1024
+
+# Every dtype gloo can broadcast, any shape up to 64 KiB, every value pattern.
+SPECS = fst.tensor_specs(shapes=fst.shapes(max_bytes=MAX_BYTES), dtypes=st.sampled_from(GLOO_DTYPES),
+                         layouts="contiguous")
+SEEDS = st.integers(0, 2**32 - 1)
+
+
+def broadcast_and_check(ctx, spec, src, seed, broadcast=dist.broadcast):
+    """On every rank: broadcast ``spec``'s tensor from ``src``; None if this rank holds exactly
+    the source's values, else what differs.  ``broadcast`` is swappable so tests can plant bugs."""
+    if ctx.rank == src:
+        tensor = spec.materialize(ctx.device, seed)
+        expected = tensor.clone()  # the source must keep its own values too
+    else:
+        # Rebuilt from the drawn (spec, seed), never taken from the broadcast; built before
+        # it, while the source builds its tensor.
+        expected = spec.materialize(ctx.device, seed)
+        tensor = torch.zeros(spec.shape, dtype=spec.dtype, device=ctx.device)
+    broadcast(tensor, src, group=ctx.group)
+    return first_difference(tensor, expected)
+
+
+def check(pool: Any, spec: fst.TensorSpec, src: int, seed: int, *, broadcast=dist.broadcast) -> None:
+    """Broadcast ``spec``'s tensor (values from ``seed``) from rank ``src`` over ``pool`` with
+    ``broadcast`` (any function with ``dist.broadcast``'s signature); raise
+    :class:`PropertyFailure` naming the ranks whose tensor differs from the source's."""
+    differences = pool.run(broadcast_and_check, spec, src, seed, broadcast=broadcast)
+    wrong = {rank: diff for rank, diff in enumerate(differences) if diff is not None}
+    if wrong:
+        raise PropertyFailure(f"ranks {sorted(wrong)} differ from source rank {src}: {wrong}", differences)

@@ -1,0 +1,506 @@
+"""Autograd collectives: every ``torch.distributed.nn`` collective's forward values and input
+gradients equal a single-process reference computed from all ranks' inputs and upstream gradients.
+
+Covered: broadcast, reduce, all_reduce, all_gather, gather, scatter, all_to_all,
+all_to_all_single and reduce_scatter from ``torch.distributed.nn.functional``, on CPU ranks
+over gloo, for world sizes 2 and 3.  Each rank's inputs and upstream gradients are rebuilt from
+(spec, seed) on every rank, so each rank computes the whole reference itself.
+
+Reference gradients, derived by hand (W ranks; x_s = rank s's input, g_s = rank s's upstream
+gradient for its output; for list outputs g_s[k] is the gradient of rank s's k-th output):
+
+* broadcast(x, src): y_s = x_src for every s.  grad x_src = sum_s g_s; grad x_r = 0 for r != src.
+* reduce(x, dst, SUM): y_dst = sum_s x_s; the other ranks' outputs are unspecified (gloo leaves
+  partial sums there), so they are neither checked nor differentiated: grad x_r = g_dst.
+* all_reduce(x, SUM): y_s = sum_t x_t.  grad x_r = sum_s g_s.  AVG: grad x_r = (1/W) sum_s g_s.
+* all_gather(x): y_s[k] = x_k.  grad x_r = sum_s g_s[r].
+* gather(x, dst): y_dst[k] = x_k; the other ranks' outputs are constant.  grad x_r = g_dst[r].
+* scatter(xs, src) (every rank passes W tensors): y_r = xs_src[r].  On src: grad xs[j] = g_j;
+  elsewhere the inputs are unused: grad xs[j] = 0.
+* all_to_all(outs, xs): y_r[i] = xs_i[r].  grad xs_r[j] = g_j[r].
+* all_to_all_single(out, x, out_splits, in_splits): rank i sends rows S[i][j] of x_i to rank j,
+  in order; y_r = cat_i(block of x_i for r).  grad x_r = cat_j(block of g_j that came from r).
+* reduce_scatter(out, xs, SUM): y_r = sum_s xs_s[r].  grad xs_r[j] = g_j.
+
+Found in torch's source (torch/distributed/nn/functional.py), and so left out by construction:
+
+* Only SUM (and AVG for all_reduce) has a correct backward.  ``_AllReduce.backward`` all-reduces
+  the upstream gradients with the *forward's* op (right for SUM and AVG; for MAX it returns the
+  max of the gradients, for PRODUCT their product), and the backward of reduce (a broadcast of
+  g_dst) and of reduce_scatter (an all_gather) ignore the op.  Other ops get forward checks only.
+* ``all_to_all_single`` hands its input to ``dist.all_to_all_single`` without ``.contiguous()``:
+  a non-contiguous input raises "Tensors must be contiguous", so its inputs are drawn contiguous
+  or sliced only (its upstream gradients may have any layout: the backward makes them contiguous).
+* gloo's ``dist.scatter`` ignores strides: it copies row-major bytes into the storage of a
+  non-contiguous output, and sends the raw storage of non-contiguous inputs (pytorch/pytorch
+  issues 24836 and 192920, open).  all_gather's backward on gloo is an all_to_all built from
+  scatters into ``torch.empty_like(upstream gradient)``, so a transposed upstream gradient gives a
+  silently wrong (transposed) input gradient: all_gather's upstream gradients are drawn contiguous
+  or sliced only, and ``test_all_gather_grad_with_transposed_upstream_gradient`` pins the bug
+  (xfail, strict).  For the same reason all_to_all gets contiguous output tensors, and every rank
+  uses the same layout: scatter's forward and gather's backward scatter into ``zeros_like`` of
+  the receiver's own tensor, right only while sender and receiver agree on the layout.
+* PRODUCT over float16 can overflow in some reduction orders and not others (values reach 2**8,
+  float16's max is 65504), so float16 PRODUCT is never drawn.
+
+Probed on the ranks once per pool, and left out (with a warning) where the installed torch/gloo
+raises: float16/bfloat16 per collective and op, and the ops AVG/PRODUCT/MIN/MAX; reduce_scatter
+is skipped as a whole where gloo lacks it.
+
+Comparisons: data movement is checked bitwise (any value, NaN payloads and -0.0 included).  A
+sum of two float32/float64 terms is one correctly rounded addition, so it too is checked bitwise;
+other reductions against a float64 reference within the worst-case rounding bound of their dtype
+(W * eps * sum|x|), with inputs drawn without special values (inf - inf is order-dependent).
+
+Generalises ``TestDistributedNNFunctions`` in torch's ``test_c10d_spawn_gloo.py`` (seed 003: each
+collective on fixed inputs) to drawn dtypes, shapes, layouts, roots, reduce ops, split sizes and
+upstream gradients.  Importing this module raises ImportError where torch has no
+``torch.distributed.nn``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.distributed.nn.functional as dnn
+from hypothesis import strategies as st
+
+from fuzzdist import strategies as fst
+from fuzzdist.checks import first_difference
+from fuzzdist.properties import PropertyFailure
+from fuzzdist.strategies import TensorSpec
+
+COLLECTIVES = ("broadcast", "reduce", "all_reduce", "all_gather", "gather", "scatter", "all_to_all",
+               "all_to_all_single", "reduce_scatter")
+ROOTED = ("broadcast", "reduce", "gather", "scatter")  # these take a drawn source/destination rank
+REDUCTIONS = ("reduce", "all_reduce", "reduce_scatter")
+REDUCE_OPS = ("SUM", "AVG", "PRODUCT", "MIN", "MAX")  # shrink order: SUM first
+# The ops whose backward torch gets right (see the module docstring); the others: forward only.
+GRAD_OPS = {"reduce": ("SUM",), "all_reduce": ("SUM", "AVG"), "reduce_scatter": ("SUM",)}
+FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+BASE_DTYPES = (torch.float32, torch.float64)  # always drawn; probed only for reduce_scatter
+MAX_BYTES = 1024
+MAX_SPLIT = 3  # rows per (sender, receiver) block of all_to_all_single
+SEEDS = st.integers(0, 2**32 - 1)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One example: every rank's inputs and upstream gradients are rebuilt from it.
+
+    ``spec`` describes each input tensor (for all_to_all_single: all but its first dim, which
+    ``splits`` sets per rank).  ``root`` is the source or destination rank, ``op`` the ReduceOp
+    name (None for data movement), ``grad`` whether gradients are checked, ``grad_layout`` the
+    layout of the upstream gradients (contiguous where it doesn't fit), ``splits[i][j]`` the rows
+    rank i sends rank j in all_to_all_single, passed explicitly when ``explicit_splits``.
+    """
+
+    spec: TensorSpec
+    seed: int
+    root: int = 0
+    op: str | None = None
+    grad: bool = True
+    grad_layout: str = "contiguous"
+    splits: tuple = ()
+    explicit_splits: bool = False
+
+
+# ---------------------------------------------------------------------------
+# inputs and upstream gradients, rebuilt identically on every rank
+
+
+def _sub_seed(seed: int, role: int, rank: int, index: int) -> int:
+    return ((seed * 4 + role) * 64 + rank) * 64 + index
+
+
+def _x(case: Case, device, rank: int, index: int = 0, spec: TensorSpec | None = None) -> torch.Tensor:
+    """Rank ``rank``'s ``index``-th input (a fresh tensor every call)."""
+    return (spec or case.spec).materialize(device, _sub_seed(case.seed, 0, rank, index))
+
+
+def _g(case: Case, shape, device, rank: int, index: int = 0) -> torch.Tensor:
+    """Rank ``rank``'s upstream gradient for its ``index``-th output: random values, drawn layout."""
+    shape = tuple(shape)
+    try:
+        spec = TensorSpec(shape, case.spec.dtype, case.grad_layout, "random",
+                          3 if case.grad_layout == "sliced" else 0)
+    except ValueError:  # the layout can't hold for this shape
+        spec = TensorSpec(shape, case.spec.dtype)
+    return spec.materialize(device, _sub_seed(case.seed, 1, rank, index))
+
+
+def _leaf(t: torch.Tensor) -> torch.Tensor:
+    return t.requires_grad_()
+
+
+def _op(case: Case):
+    return getattr(dist.ReduceOp, case.op)
+
+
+# ---------------------------------------------------------------------------
+# comparisons: each returns None, or "what: how it differs"
+
+
+def _exact(what: str, actual: torch.Tensor, expected: torch.Tensor) -> str | None:
+    diff = first_difference(actual.detach(), expected)
+    return None if diff is None else f"{what}: {diff}"
+
+
+def _reduced(what: str, actual: torch.Tensor, terms: list, op: str) -> str | None:
+    """Check ``actual`` against ``op`` over ``terms`` (one tensor per rank, in rank order)."""
+    dtype = terms[0].dtype
+    if tuple(actual.shape) != tuple(terms[0].shape) or actual.dtype != dtype:
+        return (f"{what}: got shape {tuple(actual.shape)} {actual.dtype}, "
+                f"expected {tuple(terms[0].shape)} {dtype}")
+    n = len(terms)
+    if op in ("MIN", "MAX"):  # exact: picks one of the terms
+        stacked = torch.stack([t.detach() for t in terms])
+        return _exact(what, actual, stacked.amin(0) if op == "MIN" else stacked.amax(0))
+    if op == "SUM" and n == 2 and dtype in (torch.float32, torch.float64):
+        # one IEEE addition, commutative and correctly rounded: bitwise, whatever the order
+        return _exact(what, actual, terms[0].detach() + terms[1].detach())
+    stacked = torch.stack([t.detach().to(torch.float64) for t in terms])
+    info = torch.finfo(dtype)
+    eps, sub = info.eps, info.smallest_normal * info.eps  # sub: the smallest subnormal
+    magnitude = stacked.abs().sum(0)
+    if op == "SUM":
+        ref, bound = stacked.sum(0), n * eps * magnitude + n * sub
+    elif op == "AVG":
+        ref, bound = stacked.sum(0) / n, (n + 1) * eps * magnitude / n + n * sub
+    elif op == "PRODUCT":
+        ref = stacked.prod(0)
+        bound = n * eps * ref.abs() + n * sub
+    else:
+        raise ValueError(f"unknown op {op!r}")
+    got = actual.detach().to(torch.float64)
+    bad = ~((got - ref).abs() <= bound)  # NaN counts as bad
+    if not bool(bad.any()):
+        return None
+    flat_bad = bad.reshape(-1)
+    i = int(flat_bad.nonzero()[0])
+    return (f"{what}: {int(flat_bad.sum())} of {bad.numel()} elements off by more than {dtype}'s "
+            f"rounding bound for {op} over {n} ranks; first at flat index {i}: "
+            f"got {got.reshape(-1)[i].item()!r}, expected {ref.reshape(-1)[i].item()!r} "
+            f"+- {bound.reshape(-1)[i].item():.3g}")
+
+
+def _count(what: str, outputs, expected: int) -> str | None:
+    if len(outputs) != expected:
+        return f"{what}: got {len(outputs)} tensors, expected {expected}"
+    return None
+
+
+def _report(problems: list) -> list | None:
+    problems = [p for p in problems if p is not None]
+    return problems or None
+
+
+class _quiet(warnings.catch_warnings):
+    """Silence torch.distributed.nn's FutureWarnings (deprecated in favour of functional collectives)."""
+
+    def __enter__(self):
+        result = super().__enter__()
+        warnings.simplefilter("ignore", FutureWarning)
+        return result
+
+
+# ---------------------------------------------------------------------------
+# rank functions: one per collective; the collective is swappable so tests can plant bugs
+
+
+def broadcast_and_check(ctx, case: Case, broadcast=dnn.broadcast) -> list | None:
+    """``broadcast`` from case.root; checks the output and the input gradient on every rank."""
+    r, w, dev, src = ctx.rank, ctx.world_size, ctx.device, case.root
+    x = _leaf(_x(case, dev, r))
+    expected = _x(case, dev, src)
+    shape = case.spec.shape
+    grads = [_g(case, shape, dev, s) for s in range(w)]
+    with _quiet():
+        y = broadcast(x, src, group=ctx.group)
+        problems = [_exact("output", y, expected)]
+        (gx,) = torch.autograd.grad(y, x, grads[r])
+    if r == src:
+        problems.append(_reduced("grad of input", gx, grads, "SUM"))
+    else:
+        zeros = torch.zeros(shape, dtype=case.spec.dtype)
+        problems.append(_exact("grad of input (not the source)", gx, zeros))
+    return _report(problems)
+
+
+def reduce_and_check(ctx, case: Case, reduce=dnn.reduce) -> list | None:
+    """``reduce`` with case.op to case.root; the output is checked on the destination only."""
+    r, w, dev, dst = ctx.rank, ctx.world_size, ctx.device, case.root
+    x = _leaf(_x(case, dev, r))
+    xs = [_x(case, dev, s) for s in range(w)]
+    problems = []
+    with _quiet():
+        y = reduce(x, dst, op=_op(case), group=ctx.group)
+        if r == dst:
+            problems.append(_reduced("output", y, xs, case.op))
+        if case.grad:
+            (gx,) = torch.autograd.grad(y, x, _g(case, case.spec.shape, dev, r))
+            problems.append(_exact("grad of input", gx, _g(case, case.spec.shape, dev, dst)))
+    return _report(problems)
+
+
+def all_reduce_and_check(ctx, case: Case, all_reduce=dnn.all_reduce) -> list | None:
+    """``all_reduce`` with case.op; checks the output and (SUM, AVG) the input gradient."""
+    r, w, dev = ctx.rank, ctx.world_size, ctx.device
+    x = _leaf(_x(case, dev, r))
+    xs = [_x(case, dev, s) for s in range(w)]
+    problems = []
+    with _quiet():
+        y = all_reduce(x, op=_op(case), group=ctx.group)
+        problems.append(_reduced("output", y, xs, case.op))
+        if case.grad:
+            grads = [_g(case, case.spec.shape, dev, s) for s in range(w)]
+            (gx,) = torch.autograd.grad(y, x, grads[r])
+            problems.append(_reduced("grad of input", gx, grads, case.op))
+    return _report(problems)
+
+
+def all_gather_and_check(ctx, case: Case, all_gather=dnn.all_gather) -> list | None:
+    """``all_gather``; output k is rank k's input; grad x_r = sum over ranks s of g_s[r]."""
+    r, w, dev = ctx.rank, ctx.world_size, ctx.device
+    shape = case.spec.shape
+    x = _leaf(_x(case, dev, r))
+    with _quiet():
+        ys = all_gather(x, group=ctx.group)
+        problems = [_count("outputs", ys, w)]
+        if problems[0] is None:
+            problems += [_exact(f"output {k}", ys[k], _x(case, dev, k)) for k in range(w)]
+        (gx,) = torch.autograd.grad(ys, x, [_g(case, shape, dev, r, k) for k in range(len(ys))])
+    problems.append(_reduced("grad of input", gx, [_g(case, shape, dev, s, r) for s in range(w)], "SUM"))
+    return _report(problems)
+
+
+def gather_and_check(ctx, case: Case, gather=dnn.gather) -> list | None:
+    """``gather`` to case.root; on the destination output k is rank k's input; grad x_r = g_dst[r]."""
+    r, w, dev, dst = ctx.rank, ctx.world_size, ctx.device, case.root
+    shape = case.spec.shape
+    x = _leaf(_x(case, dev, r))
+    with _quiet():
+        ys = gather(x, dst, group=ctx.group)
+        problems = [_count("outputs", ys, w)]
+        if problems[0] is None and r == dst:
+            problems += [_exact(f"output {k}", ys[k], _x(case, dev, k)) for k in range(w)]
+        (gx,) = torch.autograd.grad(ys, x, [_g(case, shape, dev, r, k) for k in range(len(ys))])
+    problems.append(_exact("grad of input", gx, _g(case, shape, dev, dst, r)))
+    return _report(problems)
+
+
+def scatter_and_check(ctx, case: Case, scatter=dnn.scatter) -> list | None:
+    """``scatter`` from case.root (every rank passes W tensors); y_r = xs_src[r]."""
+    r, w, dev, src = ctx.rank, ctx.world_size, ctx.device, case.root
+    shape = case.spec.shape
+    xs = [_leaf(_x(case, dev, r, j)) for j in range(w)]
+    with _quiet():
+        y = scatter(xs, src, group=ctx.group)
+        problems = [_exact("output", y, _x(case, dev, src, r))]
+        gxs = torch.autograd.grad(y, xs, _g(case, shape, dev, r))
+    zeros = torch.zeros(shape, dtype=case.spec.dtype)
+    for j, gx in enumerate(gxs):
+        if r == src:
+            problems.append(_exact(f"grad of input {j}", gx, _g(case, shape, dev, j)))
+        else:
+            problems.append(_exact(f"grad of input {j} (not the source)", gx, zeros))
+    return _report(problems)
+
+
+def all_to_all_and_check(ctx, case: Case, all_to_all=dnn.all_to_all) -> list | None:
+    """``all_to_all``: y_r[i] = xs_i[r]; grad xs_r[j] = g_j[r]."""
+    r, w, dev = ctx.rank, ctx.world_size, ctx.device
+    shape, dtype = case.spec.shape, case.spec.dtype
+    xs = [_leaf(_x(case, dev, r, j)) for j in range(w)]
+    outs = [torch.empty(shape, dtype=dtype, device=dev) for _ in range(w)]
+    with _quiet():
+        ys = all_to_all(outs, xs, group=ctx.group)
+        problems = [_count("outputs", ys, w)]
+        if problems[0] is None:
+            problems += [_exact(f"output {i}", ys[i], _x(case, dev, i, r)) for i in range(w)]
+        gxs = torch.autograd.grad(ys, xs, [_g(case, shape, dev, r, i) for i in range(len(ys))])
+    problems += [_exact(f"grad of input {j}", gx, _g(case, shape, dev, j, r)) for j, gx in enumerate(gxs)]
+    return _report(problems)
+
+
+def _a2a_spec(case: Case, rows: int) -> TensorSpec:
+    return dataclasses.replace(case.spec, shape=(rows,) + case.spec.shape[1:])
+
+
+def all_to_all_single_and_check(ctx, case: Case, all_to_all_single=dnn.all_to_all_single) -> list | None:
+    """``all_to_all_single`` with split sizes case.splits (explicit, or None when even)."""
+    r, w, dev = ctx.rank, ctx.world_size, ctx.device
+    split = case.splits
+    rest, dtype = case.spec.shape[1:], case.spec.dtype
+    rows_in = [sum(split[i]) for i in range(w)]
+    rows_out = [sum(split[i][j] for i in range(w)) for j in range(w)]
+
+    def x_of(s):
+        return _x(case, dev, s, spec=_a2a_spec(case, rows_in[s]))
+
+    def g_of(s):
+        return _g(case, (rows_out[s],) + rest, dev, s)
+
+    def block(t, start, length):
+        return t.narrow(0, start, length)
+
+    x = _leaf(x_of(r))
+    out = torch.empty((rows_out[r],) + rest, dtype=dtype, device=dev)
+    out_splits = [split[i][r] for i in range(w)] if case.explicit_splits else None
+    in_splits = list(split[r]) if case.explicit_splits else None
+    # rank i's block for rank r starts after the rows i sends to ranks before r
+    expected = torch.cat([block(x_of(i), sum(split[i][:r]), split[i][r]) for i in range(w)])
+    with _quiet():
+        y = all_to_all_single(out, x, out_splits, in_splits, group=ctx.group)
+        problems = [_exact("output", y, expected)]
+        (gx,) = torch.autograd.grad(y, x, g_of(r))
+    # in rank j's output, the rows from rank r start after the rows from ranks before r
+    expected_grad = torch.cat([block(g_of(j), sum(split[i][j] for i in range(r)), split[r][j])
+                               for j in range(w)])
+    problems.append(_exact("grad of input", gx, expected_grad))
+    return _report(problems)
+
+
+def reduce_scatter_and_check(ctx, case: Case, reduce_scatter=dnn.reduce_scatter) -> list | None:
+    """``reduce_scatter`` with case.op: y_r = op over ranks s of xs_s[r]; grad xs_r[j] = g_j (SUM)."""
+    r, w, dev = ctx.rank, ctx.world_size, ctx.device
+    shape, dtype = case.spec.shape, case.spec.dtype
+    xs = [_leaf(_x(case, dev, r, j)) for j in range(w)]
+    out = torch.empty(shape, dtype=dtype, device=dev)
+    problems = []
+    with _quiet():
+        y = reduce_scatter(out, xs, op=_op(case), group=ctx.group)
+        problems.append(_reduced("output", y, [_x(case, dev, s, r) for s in range(w)], case.op))
+        if case.grad:
+            gxs = torch.autograd.grad(y, xs, _g(case, shape, dev, r))
+            problems += [_exact(f"grad of input {j}", gx, _g(case, shape, dev, j))
+                         for j, gx in enumerate(gxs)]
+    return _report(problems)
+
+
+CHECKS = {
+    "broadcast": broadcast_and_check,
+    "reduce": reduce_and_check,
+    "all_reduce": all_reduce_and_check,
+    "all_gather": all_gather_and_check,
+    "gather": gather_and_check,
+    "scatter": scatter_and_check,
+    "all_to_all": all_to_all_and_check,
+    "all_to_all_single": all_to_all_single_and_check,
+    "reduce_scatter": reduce_scatter_and_check,
+}
+
+
+# ---------------------------------------------------------------------------
+# what the installed torch/gloo supports: probed on the ranks, once per pool and collective
+
+
+def _probe_case(name: str, dtype: torch.dtype, op: str | None, world_size: int) -> Case:
+    shape = (world_size, 2) if name == "all_to_all_single" else (2,)
+    splits = tuple(tuple(1 for _ in range(world_size)) for _ in range(world_size))
+    grad = op is None or op in GRAD_OPS.get(name, ())
+    return Case(TensorSpec(shape, dtype), 0, 0, op, grad, "contiguous", splits, False)
+
+
+def probe_support(ctx, name: str, combos: list) -> dict:
+    """On every rank: for each (dtype, op), None if the collective ran forward and backward
+    without raising, else the error.  Wrong values are the property's business, not the probe's."""
+    errors = {}
+    for dtype, op in combos:
+        try:
+            CHECKS[name](ctx, _probe_case(name, dtype, op, ctx.world_size))
+            errors[(dtype, op)] = None
+        except Exception as exc:  # noqa: BLE001 - an unsupported combination raises on every rank
+            first_line = str(exc).splitlines()[0][:200] if str(exc) else ""
+            errors[(dtype, op)] = f"{type(exc).__name__}: {first_line}"
+    return errors
+
+
+_SUPPORT: dict = {}
+
+
+def supported(pool, name: str) -> list:
+    """The (dtype, op) pairs the property draws for ``name`` on this pool's torch/gloo, probed once
+    per world size; warns for each pair left out, and skips the calling test (``pytest.skip``)
+    where gloo has no reduce_scatter at all."""
+    key = (pool.world_size, name)
+    if key in _SUPPORT:
+        return _SUPPORT[key]
+    ops = REDUCE_OPS if name in REDUCTIONS else (None,)
+    combos = [(dt, op) for dt in FLOAT_DTYPES for op in ops
+              if not (op == "PRODUCT" and dt == torch.float16)]  # order-dependent overflow
+    # float32/float64 SUM (and data movement) are always drawn, so a real failure there fails
+    # the property; only the optional extras (and reduce_scatter, new in gloo) are probed.
+    base = {(dt, op) for dt in BASE_DTYPES for op in ("SUM", None)}
+    probed = [c for c in combos if c not in base or name == "reduce_scatter"]
+    per_rank = pool.run(probe_support, name, probed) if probed else [{}]
+    errors = {c: next((res[c] for res in per_rank if res[c] is not None), None) for c in probed}
+    if name == "reduce_scatter" and errors.get((torch.float32, "SUM")):
+        _SUPPORT[key] = []
+        pytest.skip(f"reduce_scatter is not supported on gloo CPU in torch {torch.__version__}: "
+                    f"{errors[(torch.float32, 'SUM')]}")
+    allowed = [c for c in combos if errors.get(c) is None]
+    for (dt, op), err in errors.items():
+        if err is not None:
+            warnings.warn(f"fuzzdist: {name} with {dt}{'' if op is None else ' ' + op} left out: "
+                          f"it raises on gloo CPU in torch {torch.__version__} ({err})", stacklevel=2)
+    _SUPPORT[key] = allowed
+    return allowed
+
+
+# ---------------------------------------------------------------------------
+# strategies
+
+
+@st.composite
+def cases(draw, name: str, world_size: int, allowed: list) -> Case:
+    """A Case for collective ``name``; shrinks to float32 (SUM), shape (1,), root 0, even splits."""
+    dtypes = [dt for dt in FLOAT_DTYPES if any(c[0] == dt for c in allowed)]
+    dtype = draw(st.sampled_from(dtypes), label="dtype")
+    op = draw(st.sampled_from([op for dt, op in allowed if dt == dtype]), label="op")
+    # Reductions compare within a rounding bound: no inf/nan (inf - inf depends on the order).
+    patterns = ("random", "constant") if op is not None else None
+    # all_to_all_single raises on non-contiguous inputs (see the module docstring).
+    layouts = ("contiguous", "sliced") if name == "all_to_all_single" else None
+    shapes = fst.shapes(max_bytes=MAX_BYTES, itemsize=dtype.itemsize,
+                        min_dims=1 if name == "all_to_all_single" else 0)
+    spec = draw(fst.tensor_specs(shapes=shapes, dtypes=st.just(dtype), layouts=layouts,
+                                 patterns=patterns), label="spec")
+    seed = draw(SEEDS, label="seed")
+    root = draw(fst.source_ranks(world_size), label="root") if name in ROOTED else 0
+    grad = op is None or op in GRAD_OPS[name]
+    # gloo's scatter writes row-major data into non-contiguous outputs (see the module docstring),
+    # and all_gather's backward scatters into empty_like(upstream gradient).
+    grad_layouts = ("contiguous", "sliced") if name == "all_gather" else fst.LAYOUTS
+    grad_layout = draw(st.sampled_from(grad_layouts), label="grad_layout")
+    splits, explicit = (), False
+    if name == "all_to_all_single":
+        explicit = draw(st.booleans(), label="explicit_splits")
+        if explicit:  # any rows per (sender, receiver), zeros included
+            splits = tuple(tuple(draw(st.integers(0, MAX_SPLIT)) for _ in range(world_size))
+                           for _ in range(world_size))
+        else:  # split sizes None: dim 0 is divided evenly between the ranks
+            k = draw(st.integers(0, MAX_SPLIT), label="rows per rank")
+            splits = tuple(tuple(k for _ in range(world_size)) for _ in range(world_size))
+    return Case(spec, seed, root, op, grad, grad_layout, splits, explicit)
+
+
+# ---------------------------------------------------------------------------
+# the driver-side check
+
+
+def check(pool: Any, name: str, case: Case, **impl: Any) -> None:
+    """Run collective ``name`` (one of ``COLLECTIVES``) on every rank of ``pool`` as ``case`` says;
+    raise :class:`PropertyFailure` if any rank's outputs or input gradients differ from the
+    reference.  ``impl`` swaps the collective: ``all_gather=my_all_gather`` (the rank function's
+    keyword, named after the collective)."""
+    results = pool.run(CHECKS[name], case, **impl)
+    wrong = {rank: problems for rank, problems in enumerate(results) if problems}
+    if wrong:
+        raise PropertyFailure(f"{name}: ranks {sorted(wrong)} differ from the reference: {wrong}", results)

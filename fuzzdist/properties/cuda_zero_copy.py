@@ -1,0 +1,77 @@
+"""Zero-copy stays zero-copy on CUDA: ``torch.as_tensor`` over ``__cuda_array_interface__`` (the seed
+test's wrapper and real cupy arrays) and DLPack give a tensor with the same ``data_ptr`` and values,
+also over memory shared from another rank and reinterpreted with ``view(dtype)``.
+
+Generalises torch's ``test_cupy_as_tensor.py`` (seed 001: one wrapper over memory from rank 1,
+expandable segments on) to any size, any view dtype, any source, both device spellings, DLPack and
+real cupy arrays, and every allocator mode.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+from hypothesis import strategies as st
+
+from fuzzdist import strategies as fst
+from fuzzdist.capabilities import missing_cupy
+from fuzzdist.checks import first_difference
+from fuzzdist.cuda_ipc import CudaArrayInterface, ipc_allocator_modes, open_cuda_handle, reduce_cuda_handles
+from fuzzdist.properties import PropertyFailure
+from fuzzdist.sharing import share_tensor
+
+UNITS = st.integers(0, 4096)  # the shared memory's size in 8-byte units (a multiple of every view dtype's size)
+SEEDS = st.integers(0, 2**31)
+MODES = st.deferred(ipc_allocator_modes)  # deferred: the modes depend on the GPU, probed when drawn
+VIEW_DTYPES = (torch.uint8, torch.float16, torch.bfloat16, torch.float32, torch.int32, torch.float64, torch.int64)
+
+
+def _as_tensor(obj, device):
+    return torch.as_tensor(obj, device=device)
+
+
+def zero_copy_views(ctx, nbytes, view_dtype, src, seed, mode, as_tensor=_as_tensor):
+    """On every rank: view memory shared from ``src`` through each interface; report every copy."""
+    problems: list[str] = []
+    with mode.applied():
+        base = None
+        if ctx.rank == src:
+            base = fst.TensorSpec((nbytes,), torch.uint8).materialize(ctx.device, seed)
+        receive = functools.partial(open_cuda_handle, device_index=ctx.device.index)
+        shared = share_tensor(base, src, ctx.group, share=reduce_cuda_handles, receive=receive) \
+            if ctx.world_size > 1 else base
+        expected = fst.TensorSpec((nbytes,), torch.uint8).materialize("cpu", seed).view(view_dtype)
+        ptr = shared.data_ptr()
+        views = {}
+        wrapper = CudaArrayInterface(ptr, (nbytes,))
+        for device in ("cuda", f"cuda:{ctx.device.index}"):
+            views[f"__cuda_array_interface__ device={device}"] = as_tensor(wrapper, device).view(view_dtype)
+        views["dlpack"] = torch.from_dlpack(shared.view(view_dtype))
+        if missing_cupy() is None:
+            import cupy
+
+            memory = cupy.cuda.UnownedMemory(ptr, nbytes, shared, ctx.device.index)
+            array = cupy.ndarray((nbytes,), cupy.uint8, cupy.cuda.MemoryPointer(memory, 0))
+            views["cupy __cuda_array_interface__"] = as_tensor(array, f"cuda:{ctx.device.index}").view(view_dtype)
+            views["cupy dlpack"] = torch.from_dlpack(array).view(view_dtype)
+        for name, view in views.items():
+            if nbytes and view.data_ptr() != ptr:
+                problems.append(f"{name}: copied (data_ptr {view.data_ptr():#x}, shared memory at {ptr:#x})")
+            diff = first_difference(view, expected)
+            if diff:
+                problems.append(f"{name}: {diff}")
+        torch.cuda.synchronize(ctx.device)
+        torch.distributed.barrier(group=ctx.group)
+    return problems
+
+
+def check(pool: Any, nbytes: int, view_dtype: torch.dtype, src: int, seed: int, mode: fst.CudaAllocatorMode, *,
+          as_tensor=_as_tensor) -> None:
+    """View ``nbytes`` of CUDA memory shared from rank ``src`` (under allocator ``mode``) as
+    ``view_dtype`` through every interface, with ``as_tensor`` for the ``__cuda_array_interface__``
+    ones; raise :class:`PropertyFailure` with every rank's problems if any view copies or differs."""
+    problems = pool.run(zero_copy_views, nbytes, view_dtype, src, seed, mode, as_tensor=as_tensor)
+    if problems != [[]] * pool.world_size:
+        raise PropertyFailure(str(problems), problems)

@@ -1,0 +1,244 @@
+"""Sharded round trips: a tensor distributed as a DTensor with any Shard/Replicate placements on a
+1-D or 2-D device mesh, and redistributed between any placements, keeps its values bitwise: every
+rank's local shard is its ``torch.chunk`` piece and ``full_tensor()`` is the original.
+
+On CPU ranks over gloo, world sizes 2 and 4, every mesh shape that factors the world size
+((W,), (a, b) with a * b = W, size-1 mesh dims included), every dtype gloo moves, any shape
+(0-d and empty included) and layout, and uneven shards (a dim not divisible by the mesh size,
+ranks with empty shards).  Every stage is checked: after ``distribute_tensor`` and after each
+``redistribute``, the DTensor's shape and placements, each rank's ``to_local()`` against the
+shard cut from the original with ``torch.chunk`` semantics (mesh dim 0 first, then mesh dim 1
+within that piece), and ``full_tensor()`` against the original, all bitwise (pure data movement).
+
+``src_data_rank`` (where the installed torch has it) is drawn too: ``s`` means group rank ``s``
+on every mesh dimension is the source of the data (the docstring's "group_rank=0 on each
+DeviceMesh dimension" for the default), so the data comes from the rank at mesh coordinate
+``(s, ..., s)``; every other rank is handed a decoy tensor, which must not show up anywhere.
+``None`` means no communication: every rank holds the original and cuts its own shard.
+
+Not checked: that ``distribute_tensor`` leaves its input alone.  With a Replicate placement it
+broadcasts into the caller's tensor in place (``Replicate._make_replicate_tensor``: ``tensor =
+tensor.contiguous(); mesh_broadcast(tensor, ...)``), so non-source ranks' inputs are overwritten
+with the source's data.  Partial placements are left out (a reduction, not data movement).
+
+Generalises the set-up torch's sharded-tensor tests share (seed 004, ``ShardedTensorTestBase``:
+a fixed world of 4 ranks and fixed inputs in each test) to drawn meshes, placements,
+redistributions, dtypes, shapes and source ranks.  Importing this module raises ImportError where
+torch has no DTensor API.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import inspect
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from hypothesis import strategies as st
+
+from fuzzdist import strategies as fst
+from fuzzdist.capabilities import GLOO_DTYPES
+from fuzzdist.checks import first_difference
+from fuzzdist.properties import PropertyFailure
+from fuzzdist.strategies import TensorSpec
+
+
+def _dtensor_api():
+    """The module holding the DTensor API: public since torch 2.4/2.5, private before."""
+    for name in ("torch.distributed.tensor", "torch.distributed._tensor"):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        if all(hasattr(module, attr) for attr in ("DTensor", "distribute_tensor", "Shard", "Replicate")):
+            return module
+    return None
+
+
+API = _dtensor_api()
+if API is None:
+    raise ImportError(f"torch {torch.__version__} has no DTensor API (torch.distributed.tensor)")
+try:
+    from torch.distributed.device_mesh import init_device_mesh
+except ImportError:  # pragma: no cover - torch < 2.2
+    init_device_mesh = API.init_device_mesh
+
+# src_data_rank: a keyword of distribute_tensor in newer torch; without it the source is rank 0.
+HAS_SRC_DATA_RANK = "src_data_rank" in inspect.signature(API.distribute_tensor).parameters
+MAX_BYTES = 2048
+SEEDS = st.integers(0, 2**32 - 1)
+_LOGGERS = ("torch.distributed.tensor", "torch.distributed._tensor")
+
+
+@dataclass(frozen=True)
+class RoundTrip:
+    """One example.  Placements are strings: ``"R"`` (Replicate) or ``"S<d>"`` (Shard(d), d may be
+    negative), one per mesh dimension.  ``redistributions`` are the placements redistributed to,
+    in order.  ``src_data_rank`` is passed to ``distribute_tensor`` where torch has it."""
+
+    spec: TensorSpec
+    seed: int
+    mesh_shape: tuple
+    placements: tuple
+    redistributions: tuple = ()
+    src_data_rank: int | None = 0
+
+
+# ---------------------------------------------------------------------------
+# on the ranks
+
+_MESHES: dict = {}  # (device type, mesh shape) -> DeviceMesh, one per shape for the process's life
+
+
+def device_mesh(device_type: str, shape: tuple):
+    """The DeviceMesh of ``shape`` over the pool's default group; a 2-D mesh creates sub-groups
+    (a collective: every rank gets here in the same example), once per rank process."""
+    key = (device_type, tuple(shape))
+    if key not in _MESHES:
+        _MESHES[key] = init_device_mesh(device_type, tuple(shape))
+    return _MESHES[key]
+
+
+def placement(name: str):
+    """The DTensor placement a name stands for: ``"R"`` is Replicate, ``"S<d>"`` Shard(d)."""
+    return API.Replicate() if name == "R" else API.Shard(int(name[1:]))
+
+
+def _normalized(names: tuple, ndim: int) -> tuple:
+    """The placements a DTensor reports: Shard dims made non-negative."""
+    return tuple(API.Replicate() if n == "R" else API.Shard(int(n[1:]) % ndim) for n in names)
+
+
+def expected_local(full: torch.Tensor, mesh_shape: tuple, coord: tuple, names: tuple) -> torch.Tensor:
+    """The shard of ``full`` at mesh coordinate ``coord``: torch.chunk semantics (ceil(size / n)
+    per piece, the last ones shorter or empty), mesh dim 0 first, then within that piece."""
+    t = full
+    for mesh_dim, name in enumerate(names):
+        if name == "R":
+            continue
+        d = int(name[1:]) % full.ndim
+        n, k, size = mesh_shape[mesh_dim], coord[mesh_dim], t.size(d)
+        chunk = -(-size // n)
+        start = min(k * chunk, size)
+        t = t.narrow(d, start, min(start + chunk, size) - start)
+    return t
+
+
+def _distribute(tensor, mesh, placements, **kwargs):
+    return API.distribute_tensor(tensor, mesh, placements, **kwargs)
+
+
+def _redistribute(dtensor, mesh, placements):
+    return dtensor.redistribute(mesh, placements)
+
+
+def _full_tensor(dtensor):
+    return dtensor.full_tensor()
+
+
+@contextlib.contextmanager
+def _quiet_logs():
+    """DTensor logs a warning for each gloo all-to-all fallback and multi-step redistribution."""
+    loggers = [logging.getLogger(name) for name in _LOGGERS]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels, strict=False):
+            lg.setLevel(level)
+
+
+def _check_stage(stage: str, dt, names: tuple, original: torch.Tensor, mesh_shape: tuple,
+                 coord: tuple, full_tensor) -> list:
+    problems = []
+    if tuple(dt.shape) != tuple(original.shape):
+        problems.append(f"{stage}: DTensor shape {tuple(dt.shape)}, expected {tuple(original.shape)}")
+    expected_placements = _normalized(names, original.ndim)
+    if tuple(dt.placements) != expected_placements:
+        problems.append(f"{stage}: placements {tuple(dt.placements)}, expected {expected_placements}")
+    local = dt.to_local()
+    if tuple(original.shape) == tuple(dt.shape):
+        diff = first_difference(local, expected_local(original, mesh_shape, coord, names))
+        if diff is not None:
+            problems.append(f"{stage}: local shard at mesh coordinate {coord}: {diff}")
+    full = full_tensor(dt)  # a collective: every rank calls it, whatever it found so far
+    diff = first_difference(full, original)
+    if diff is not None:
+        problems.append(f"{stage}: full_tensor(): {diff}")
+    return problems
+
+
+def roundtrip_and_check(ctx, case: RoundTrip, distribute=_distribute, redistribute=_redistribute,
+                        full_tensor=_full_tensor) -> list | None:
+    """On every rank: distribute, then redistribute along case.redistributions, checking each
+    stage; None if all is well, else the problems.  The three operations are swappable."""
+    mesh = device_mesh(ctx.device.type, case.mesh_shape)
+    coord = tuple(mesh.get_coordinate())
+    original = case.spec.materialize(ctx.device, case.seed)  # the reference: never handed to DTensor
+    is_source = case.src_data_rank is None or all(c == case.src_data_rank for c in coord)
+    # a fresh tensor (distribute_tensor may write into it); decoys on the non-source ranks
+    given_tensor = case.spec.materialize(ctx.device, case.seed if is_source else case.seed + 2**33)
+    kwargs = {"src_data_rank": case.src_data_rank} if HAS_SRC_DATA_RANK else {}
+    with _quiet_logs():
+        dt = distribute(given_tensor, mesh, [placement(n) for n in case.placements], **kwargs)
+        problems = _check_stage(f"distribute_tensor to {case.placements}", dt, case.placements, original,
+                                case.mesh_shape, coord, full_tensor)
+        for i, names in enumerate(case.redistributions, 1):
+            dt = redistribute(dt, mesh, [placement(n) for n in names])
+            problems += _check_stage(f"redistribute #{i} to {names}", dt, names, original,
+                                     case.mesh_shape, coord, full_tensor)
+    return problems or None
+
+
+# ---------------------------------------------------------------------------
+# strategies
+
+
+def mesh_shapes(world_size: int) -> list:
+    """Every 1-D and 2-D mesh shape with ``world_size`` ranks: (W,) first, size-1 dims last."""
+    two_d = [(a, world_size // a) for a in range(1, world_size + 1) if world_size % a == 0]
+    return [(world_size,)] + sorted(two_d, key=lambda s: (min(s) == 1, s))
+
+
+def placements_for(ndim: int, mesh_ndim: int) -> st.SearchStrategy:
+    """A placement per mesh dim: Replicate, or Shard of any dim (negative dims last)."""
+    names = ["R"] + [f"S{d}" for d in range(ndim)] + [f"S{d - ndim}" for d in range(ndim)]
+    return st.tuples(*[st.sampled_from(names)] * mesh_ndim)
+
+
+@st.composite
+def roundtrips(draw, world_size: int, dtypes=None) -> RoundTrip:
+    """A RoundTrip; shrinks to a (1,) float32 tensor replicated on the 1-D mesh, then
+    redistributed to Replicate, with src_data_rank 0."""
+    mesh_shape = draw(st.sampled_from(mesh_shapes(world_size)), label="mesh_shape")
+    dtypes = st.sampled_from(GLOO_DTYPES) if dtypes is None else dtypes
+    spec = draw(fst.tensor_specs(dtypes=dtypes, max_bytes=MAX_BYTES), label="spec")
+    seed = draw(SEEDS, label="seed")
+    strategy = placements_for(spec.ndim, len(mesh_shape))
+    placements = draw(strategy, label="placements")
+    redistributions = tuple(draw(st.lists(strategy, min_size=1, max_size=2), label="redistributions"))
+    src = 0
+    if HAS_SRC_DATA_RANK:  # group rank s on every mesh dim: s < the smallest mesh dim
+        src = draw(st.one_of(st.integers(0, min(mesh_shape) - 1), st.none()), label="src_data_rank")
+    return RoundTrip(spec, seed, mesh_shape, placements, redistributions, src)
+
+
+# ---------------------------------------------------------------------------
+# the driver-side check
+
+
+def check(pool: Any, case: RoundTrip, *, distribute=_distribute, redistribute=_redistribute,
+          full_tensor=_full_tensor) -> None:
+    """Distribute ``case``'s tensor over ``pool`` and redistribute it along ``case.redistributions``
+    with ``distribute``/``redistribute``/``full_tensor`` (DTensor's own by default); raise
+    :class:`PropertyFailure` if any rank lost or moved values at any stage."""
+    results = pool.run(roundtrip_and_check, case, distribute=distribute, redistribute=redistribute,
+                       full_tensor=full_tensor)
+    wrong = {rank: problems for rank, problems in enumerate(results) if problems}
+    if wrong:
+        raise PropertyFailure(f"ranks {sorted(wrong)} lost or moved values: {wrong}", results)
