@@ -19,6 +19,7 @@ import json
 import os
 import shlex
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -139,7 +140,7 @@ def read_index(db: ExampleDatabase) -> dict[str, set[bytes]]:
     return index
 
 
-def reproduce_command(nodeid: str, database: Database, options: list[str] = ()) -> str:
+def reproduce_command(nodeid: str, database: Database, options: Sequence[str] = ()) -> str:
     """One shell command that replays ``nodeid``'s stored failures under plain pytest;
     ``options``: the pytest options the node id depends on (e.g. ``--fuzzdist-world-size=1``)."""
     words = ["pytest"]

@@ -23,8 +23,9 @@ import ast
 import shlex
 import traceback
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import TextIO, cast
 
 import pytest
 from _pytest.outcomes import Failed, OutcomeException
@@ -53,7 +54,7 @@ def _sorted_entries(entries) -> list[bytes]:
 
 class ReplayPlugin(SelectionPlugin):
     def __init__(self, targets: Targets, *, database: Database, stream: TextIO, export: bool = False,
-                 device: str | None = None, pytest_options: list[str] = ()) -> None:
+                 device: str | None = None, pytest_options: Sequence[str] = ()) -> None:
         super().__init__(targets, device)
         self.pytest_options = list(pytest_options)  # what a reproducing pytest command needs
         self.database = database
@@ -92,6 +93,7 @@ class ReplayPlugin(SelectionPlugin):
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
         if item not in self.selected:
             return
+        item = cast(pytest.Function, item)  # the selection keeps only @given test functions
         key = database_key(item)
         current, older = self._lookup(item, key)
         self._stored[item.nodeid] = (key, current, older)
@@ -109,6 +111,7 @@ class ReplayPlugin(SelectionPlugin):
             if report.nodeid not in self._stored:  # skipped by another plugin before our look-up
                 item = next((i for i in self.selected if i.nodeid == report.nodeid), None)
                 if item is not None:
+                    item = cast(pytest.Function, item)  # the selection keeps only @given test functions
                     key = database_key(item)
                     self._stored[item.nodeid] = (key, *self._lookup(item, key))
             _, current, older = self._stored.get(report.nodeid, (None, [], {}))
@@ -215,6 +218,7 @@ class ReplayPlugin(SelectionPlugin):
             self._out(f"DOESN'T FIT     {item.nodeid} ({what}): {outcome.reason}")
             return
         exc = outcome.exc
+        assert exc is not None  # a stored example that fails carries its exception
         self._out(f"FAILS           {item.nodeid} ({what})")
         self._out("  minimal example:")
         self._out(_indent(example or "(Hypothesis printed no example)", 6))

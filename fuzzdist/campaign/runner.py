@@ -46,7 +46,9 @@ import re
 import sys
 import time
 import traceback
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import pytest
 from _pytest.outcomes import Failed, OutcomeException
@@ -100,7 +102,7 @@ class _Round:
 class CampaignPlugin(SelectionPlugin):
     def __init__(self, targets: Targets, *, state: CampaignState, database: Database, progress: Progress,
                  report_path: str | None = None, device: str | None = None,
-                 round_examples: int = ROUND_EXAMPLES, pytest_options: list[str] = (),
+                 round_examples: int = ROUND_EXAMPLES, pytest_options: Sequence[str] = (),
                  seed: int | None = None) -> None:
         super().__init__(targets, device)
         self.pytest_options = list(pytest_options)  # what a reproducing pytest command needs
@@ -267,8 +269,10 @@ class CampaignPlugin(SelectionPlugin):
 
     def _budget_stop(self, prop: PropertyState) -> str | None:
         now = time.monotonic()
-        if self.state.deadline is not None and (now >= self.state.deadline or now >= prop.share_end):
-            return "time budget"
+        if self.state.deadline is not None:
+            assert prop.share_end is not None  # set with the deadline when the property starts
+            if now >= self.state.deadline or now >= prop.share_end:
+                return "time budget"
         if self.state.max_examples is not None and prop.examples >= self.state.max_examples:
             return "max examples"
         return None
@@ -335,6 +339,7 @@ class CampaignPlugin(SelectionPlugin):
     def _on_failure(self, item, prop: PropertyState, exc: BaseException, kwargs: dict, given: set) -> bool:
         """Record a failing example as it happens; True if its origin is masked (counts as a pass)."""
         rnd = self._round
+        assert rnd is not None  # failures happen inside a round
         origin = _origin(exc)
         record = prop.failures.get(origin)
         if record is not None:
@@ -433,8 +438,8 @@ def _origin(exc: BaseException) -> str:
 
 def _leaves(exc: BaseException):
     """The distinct failures in what a round raised (Hypothesis groups several in an ExceptionGroup)."""
-    if type(exc) in (BaseExceptionGroup, ExceptionGroup):
-        for sub in exc.exceptions:
+    if type(exc) in (BaseExceptionGroup, ExceptionGroup):  # not subclasses: Hypothesis's Flaky* are one
+        for sub in cast(BaseExceptionGroup, exc).exceptions:
             yield from _leaves(sub)
     else:
         yield exc

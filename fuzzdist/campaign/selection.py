@@ -117,7 +117,7 @@ class SelectionPlugin:
             elif self.device is not None:
                 on_device = [i for i in properties if pool_device(i) in (None, self.device)]
                 if not on_device:
-                    devices = sorted({pool_device(i) for i in properties} - {None})
+                    devices = sorted({d for d in map(pool_device, properties) if d is not None})
                     self.error = (f"nothing to run on --device {self.device}: the selected properties run "
                                   f"on {', '.join(devices)}; pass --device {devices[0]}")
                 properties = on_device

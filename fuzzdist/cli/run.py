@@ -190,6 +190,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         progress.stop(state)
     error = collect_error(plugin)
     if junit_tmp is not None and os.path.exists(junit_tmp):
+        assert junit_path is not None  # junit_tmp is made only for a junit_path
         if error is None:
             os.replace(junit_tmp, junit_path)
         else:

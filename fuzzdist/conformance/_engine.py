@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -24,7 +25,7 @@ from fuzzdist.conformance._report import (
     dtype_name,
     unsupported_reason,
 )
-from fuzzdist.conformance.ops import OPS, REDUCE_OPS, Capabilities, OpCall
+from fuzzdist.conformance.ops import OPS, REDUCE_OPS, Capabilities, OpCall, OpInfo
 from fuzzdist.conformance.ops._base import LAYOUT_VARIANT, UNEVEN_VARIANT
 from fuzzdist.errors import FuzzdistError, RankCrash, RankError, RankFailure, RankTimeout
 from fuzzdist.pool import DEFAULT_TIMEOUT, RankPool
@@ -211,7 +212,7 @@ class ConformanceSession:
         caps = Capabilities(w)
         plan = self._probe_plan(w)
         results = self._run_probes(w, [call for _, call in plan])
-        supported: dict[tuple[str, str | None], list[torch.dtype]] = {}
+        supported: dict[tuple[str, str | None], list[Any]] = {}  # dtypes (None: the op takes no tensor)
         for (key, _call), result in zip(plan, results, strict=False):
             op, reduce_op, dtype = key
             supported.setdefault((op, reduce_op), [])
@@ -279,7 +280,7 @@ class ConformanceSession:
                 return [self._probe_failure(exc)]
             ops = sorted({c.op for c in calls}, key=list(OPS).index)
             if len(ops) > 1:
-                by_op = {op: [i for i, c in enumerate(calls) if c.op == op] for op in ops}
+                by_op: dict[Any, list[int]] = {op: [i for i, c in enumerate(calls) if c.op == op] for op in ops}
             else:
                 by_op = {i: [i] for i in range(len(calls))}
             results: list[Any] = [None] * len(calls)
@@ -317,6 +318,10 @@ class ConformanceSession:
         return Settings(parent, max_examples=max_examples, deadline=None, report_multiple_bugs=False,
                         suppress_health_check=list(suppressed), print_blob=False,
                         verbosity=parent.verbosity if self.verbose else Verbosity.quiet)
+
+    def _op_calls(self, info: OpInfo, w: int, *, reduce_op: str | None = None) -> st.SearchStrategy:
+        """The calls of ``info`` drawn at world size ``w`` (``reduce_op`` fixed, if given)."""
+        return info.calls(self._caps[w], self.max_bytes, reduce_op=reduce_op)
 
     def _fuzz(self, name: str, sizes: list[int], draw_example: Callable[[int], st.SearchStrategy],
               execute: Callable[[int, Any, list[Failure]], None], report: OpReport, *, share: int = 1,
@@ -454,8 +459,7 @@ class ConformanceSession:
                 if report.failure is not None:
                     break
                 op_sizes = [w for w in sizes if reduce_op in self._caps[w].reduce_ops(op)]
-                self._fuzz(op, op_sizes,
-                           lambda w, r=reduce_op: info.calls(self._caps[w], self.max_bytes, reduce_op=r),
+                self._fuzz(op, op_sizes, functools.partial(self._op_calls, info, reduce_op=reduce_op),
                            execute, report, variant=reduce_op, parts_left=len(reduce_ops) - i)
         self._finish(report)
 
@@ -593,10 +597,10 @@ class ConformanceSession:
         for (reason, sizes, shown, is_reduce), variants in merged.items():
             if not is_reduce:
                 out.extend(Unsupported(op, v, shown, sizes, reason) for v in variants)
-            elif sorted(variants) == sorted(all_reduce_ops):
+            elif sorted(v for v in variants if v) == sorted(all_reduce_ops):  # every variant is "ReduceOp.X"
                 out.append(Unsupported(op, "every ReduceOp" if shown else None, shown, sizes, reason))
             else:
-                names = [v.split(".", 1)[1] for v in variants]
+                names = [v.split(".", 1)[1] for v in variants if v]
                 out.append(Unsupported(op, "ReduceOp." + "/".join(names), shown, sizes, reason))
         return out
 

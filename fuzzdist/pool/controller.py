@@ -246,7 +246,7 @@ def decode_reply(data: bytes, rank: int, seq: int) -> messages.Message:
         return messages.load(messages.err(seq, _remote.capture(error), []))
 
 
-def pickle_call(fn: Callable[..., Any], args: tuple, kwargs: dict) -> bytes:
+def pickle_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
     """``(fn, args, kwargs)`` pickled for the ranks, or a :class:`~fuzzdist.errors.CallError` saying why not."""
     if not callable(fn):
         raise CallError(f"pool.run needs a callable fn(ctx, ...), got {fn!r}")

@@ -133,7 +133,7 @@ class TorchrunPool(Controller):
         self._heart = _Heartbeat(0, watch_rank0=False, watch_ranks=range(1, ctx.world_size))
         self._heart.start()
         self._gone: BaseException | None = None  # the failure that spent the pool
-        self._local: Future | None = None  # rank 0's share of the running example
+        self._local: Future[Any] | None = None  # rank 0's share of the running example
         self._stopping = False
         self._previous_sigterm = signal.signal(signal.SIGTERM, self._on_sigterm)
 
@@ -305,10 +305,10 @@ def _wait(store: Any, keys: str | list[str], seconds: float) -> bool:
         pause = min(pause * 2, 0.02)
 
 
-def _in_daemon_thread(fn: Callable[..., Any], *args: Any) -> Future:
+def _in_daemon_thread(fn: Callable[..., Any], *args: Any) -> Future[Any]:
     """Run rank 0's share of an example in a daemon thread: if it hangs, the driver still
     answers (RankTimeout) and the process can still exit."""
-    future: Future = Future()
+    future: Future[Any] = Future()
 
     def target() -> None:
         try:

@@ -8,7 +8,8 @@ completed by hand) to up to six Works completed, failed, dropped or waited on in
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -16,6 +17,10 @@ from hypothesis import strategies as st
 
 from fuzzdist import strategies as fst
 from fuzzdist.properties import PropertyFailure
+
+if TYPE_CHECKING:
+    from fuzzdist.context import RankContext
+    from fuzzdist.pool import Pool
 
 POLL_S = 0.02  # how long the GPU gets to (wrongly) run past a block that still holds
 RELEASE_S = 5.0  # how long a stream may take to run on once its last block is released
@@ -27,9 +32,9 @@ class BlockWork(dist._Work):
 
     def __init__(self) -> None:
         super().__init__()
-        self.future_ = torch.futures.Future()
+        self.future_: torch.futures.Future[None] = torch.futures.Future()
 
-    def get_future(self):
+    def get_future(self) -> torch.futures.Future[None]:
         """The future the test resolves by hand."""
         return self.future_
 
@@ -39,7 +44,8 @@ def make_block_work(index: int) -> BlockWork:
     return BlockWork()
 
 
-def check_blocked_stream(ctx, order, make_work=make_block_work):
+def check_blocked_stream(ctx: RankContext, order: fst.CompletionOrder,
+                         make_work: Callable[[int], Any] = make_block_work) -> list[str]:
     """Block one stream with ``order.n`` Works, resolve them as ``order`` says; report violations.
 
     Dropped Works lose their last Python reference while unresolved: the
@@ -96,7 +102,7 @@ def check_blocked_stream(ctx, order, make_work=make_block_work):
     return problems
 
 
-def check(pool: Any, order: fst.CompletionOrder, *, make_work=make_block_work) -> None:
+def check(pool: Pool, order: fst.CompletionOrder, *, make_work: Callable[[int], Any] = make_block_work) -> None:
     """Block a stream on every rank with ``order.n`` Works made by ``make_work(i)``, resolve them as
     ``order`` says; raise :class:`PropertyFailure` with every rank's problems if the stream ran on
     early or stayed blocked."""

@@ -7,7 +7,8 @@ moves, any shape up to 64 KiB, every value pattern and any source rank.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -18,6 +19,10 @@ from fuzzdist.capabilities import GLOO_DTYPES
 from fuzzdist.checks import first_difference
 from fuzzdist.properties import PropertyFailure
 
+if TYPE_CHECKING:
+    from fuzzdist.context import RankContext
+    from fuzzdist.pool import Pool
+
 MAX_BYTES = 64 * 1024
 
 # Every dtype gloo can broadcast, any shape up to 64 KiB, every value pattern.
@@ -26,7 +31,8 @@ SPECS = fst.tensor_specs(shapes=fst.shapes(max_bytes=MAX_BYTES), dtypes=st.sampl
 SEEDS = st.integers(0, 2**32 - 1)
 
 
-def broadcast_and_check(ctx, spec, src, seed, broadcast=dist.broadcast):
+def broadcast_and_check(ctx: RankContext, spec: fst.TensorSpec, src: int, seed: int,
+                        broadcast: Callable[..., Any] = dist.broadcast) -> str | None:
     """On every rank: broadcast ``spec``'s tensor from ``src``; None if this rank holds exactly
     the source's values, else what differs.  ``broadcast`` is swappable so tests can plant bugs."""
     if ctx.rank == src:
@@ -41,7 +47,8 @@ def broadcast_and_check(ctx, spec, src, seed, broadcast=dist.broadcast):
     return first_difference(tensor, expected)
 
 
-def check(pool: Any, spec: fst.TensorSpec, src: int, seed: int, *, broadcast=dist.broadcast) -> None:
+def check(pool: Pool, spec: fst.TensorSpec, src: int, seed: int, *,
+          broadcast: Callable[..., Any] = dist.broadcast) -> None:
     """Broadcast ``spec``'s tensor (values from ``seed``) from rank ``src`` over ``pool`` with
     ``broadcast`` (any function with ``dist.broadcast``'s signature); raise
     :class:`PropertyFailure` naming the ranks whose tensor differs from the source's."""

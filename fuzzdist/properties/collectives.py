@@ -62,8 +62,9 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import torch
@@ -75,6 +76,10 @@ from fuzzdist import strategies as fst
 from fuzzdist.checks import first_difference
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.strategies import TensorSpec
+
+if TYPE_CHECKING:
+    from fuzzdist.context import RankContext
+    from fuzzdist.pool import Pool
 
 COLLECTIVES = ("broadcast", "reduce", "all_reduce", "all_gather", "gather", "scatter", "all_to_all",
                "all_to_all_single", "reduce_scatter")
@@ -107,7 +112,7 @@ class Case:
     op: str | None = None
     grad: bool = True
     grad_layout: str = "contiguous"
-    splits: tuple = ()
+    splits: tuple[tuple[int, ...], ...] = ()
     explicit_splits: bool = False
 
 
@@ -119,12 +124,13 @@ def _sub_seed(seed: int, role: int, rank: int, index: int) -> int:
     return ((seed * 4 + role) * 64 + rank) * 64 + index
 
 
-def _x(case: Case, device, rank: int, index: int = 0, spec: TensorSpec | None = None) -> torch.Tensor:
+def _x(case: Case, device: str | torch.device, rank: int, index: int = 0,
+       spec: TensorSpec | None = None) -> torch.Tensor:
     """Rank ``rank``'s ``index``-th input (a fresh tensor every call)."""
     return (spec or case.spec).materialize(device, _sub_seed(case.seed, 0, rank, index))
 
 
-def _g(case: Case, shape, device, rank: int, index: int = 0) -> torch.Tensor:
+def _g(case: Case, shape: tuple[int, ...], device: str | torch.device, rank: int, index: int = 0) -> torch.Tensor:
     """Rank ``rank``'s upstream gradient for its ``index``-th output: random values, drawn layout."""
     shape = tuple(shape)
     try:
@@ -139,7 +145,8 @@ def _leaf(t: torch.Tensor) -> torch.Tensor:
     return t.requires_grad_()
 
 
-def _op(case: Case):
+def _op(case: Case) -> Any:
+    assert case.op is not None, "a reducing collective's case always has an op"
     return getattr(dist.ReduceOp, case.op)
 
 
@@ -152,7 +159,7 @@ def _exact(what: str, actual: torch.Tensor, expected: torch.Tensor) -> str | Non
     return None if diff is None else f"{what}: {diff}"
 
 
-def _reduced(what: str, actual: torch.Tensor, terms: list, op: str) -> str | None:
+def _reduced(what: str, actual: torch.Tensor, terms: list[torch.Tensor], op: str | None) -> str | None:
     """Check ``actual`` against ``op`` over ``terms`` (one tensor per rank, in rank order)."""
     dtype = terms[0].dtype
     if tuple(actual.shape) != tuple(terms[0].shape) or actual.dtype != dtype:
@@ -190,13 +197,13 @@ def _reduced(what: str, actual: torch.Tensor, terms: list, op: str) -> str | Non
             f"+- {bound.reshape(-1)[i].item():.3g}")
 
 
-def _count(what: str, outputs, expected: int) -> str | None:
+def _count(what: str, outputs: Sequence[Any], expected: int) -> str | None:
     if len(outputs) != expected:
         return f"{what}: got {len(outputs)} tensors, expected {expected}"
     return None
 
 
-def _report(problems: list) -> list | None:
+def _report(problems: list[Any]) -> list[str] | None:
     problems = [p for p in problems if p is not None]
     return problems or None
 
@@ -204,7 +211,7 @@ def _report(problems: list) -> list | None:
 class _quiet(warnings.catch_warnings):
     """Silence torch.distributed.nn's FutureWarnings (deprecated in favour of functional collectives)."""
 
-    def __enter__(self):
+    def __enter__(self) -> list[warnings.WarningMessage] | None:
         result = super().__enter__()
         warnings.simplefilter("ignore", FutureWarning)
         return result
@@ -214,7 +221,8 @@ class _quiet(warnings.catch_warnings):
 # rank functions: one per collective; the collective is swappable so tests can plant bugs
 
 
-def broadcast_and_check(ctx, case: Case, broadcast=dnn.broadcast) -> list | None:
+def broadcast_and_check(ctx: RankContext, case: Case,
+                        broadcast: Callable[..., Any] = dnn.broadcast) -> list[str] | None:
     """``broadcast`` from case.root; checks the output and the input gradient on every rank."""
     r, w, dev, src = ctx.rank, ctx.world_size, ctx.device, case.root
     x = _leaf(_x(case, dev, r))
@@ -233,7 +241,8 @@ def broadcast_and_check(ctx, case: Case, broadcast=dnn.broadcast) -> list | None
     return _report(problems)
 
 
-def reduce_and_check(ctx, case: Case, reduce=dnn.reduce) -> list | None:
+def reduce_and_check(ctx: RankContext, case: Case,
+                     reduce: Callable[..., Any] = dnn.reduce) -> list[str] | None:
     """``reduce`` with case.op to case.root; the output is checked on the destination only."""
     r, w, dev, dst = ctx.rank, ctx.world_size, ctx.device, case.root
     x = _leaf(_x(case, dev, r))
@@ -249,7 +258,8 @@ def reduce_and_check(ctx, case: Case, reduce=dnn.reduce) -> list | None:
     return _report(problems)
 
 
-def all_reduce_and_check(ctx, case: Case, all_reduce=dnn.all_reduce) -> list | None:
+def all_reduce_and_check(ctx: RankContext, case: Case,
+                         all_reduce: Callable[..., Any] = dnn.all_reduce) -> list[str] | None:
     """``all_reduce`` with case.op; checks the output and (SUM, AVG) the input gradient."""
     r, w, dev = ctx.rank, ctx.world_size, ctx.device
     x = _leaf(_x(case, dev, r))
@@ -265,7 +275,8 @@ def all_reduce_and_check(ctx, case: Case, all_reduce=dnn.all_reduce) -> list | N
     return _report(problems)
 
 
-def all_gather_and_check(ctx, case: Case, all_gather=dnn.all_gather) -> list | None:
+def all_gather_and_check(ctx: RankContext, case: Case,
+                         all_gather: Callable[..., Any] = dnn.all_gather) -> list[str] | None:
     """``all_gather``; output k is rank k's input; grad x_r = sum over ranks s of g_s[r]."""
     r, w, dev = ctx.rank, ctx.world_size, ctx.device
     shape = case.spec.shape
@@ -280,7 +291,8 @@ def all_gather_and_check(ctx, case: Case, all_gather=dnn.all_gather) -> list | N
     return _report(problems)
 
 
-def gather_and_check(ctx, case: Case, gather=dnn.gather) -> list | None:
+def gather_and_check(ctx: RankContext, case: Case,
+                     gather: Callable[..., Any] = dnn.gather) -> list[str] | None:
     """``gather`` to case.root; on the destination output k is rank k's input; grad x_r = g_dst[r]."""
     r, w, dev, dst = ctx.rank, ctx.world_size, ctx.device, case.root
     shape = case.spec.shape
@@ -295,7 +307,8 @@ def gather_and_check(ctx, case: Case, gather=dnn.gather) -> list | None:
     return _report(problems)
 
 
-def scatter_and_check(ctx, case: Case, scatter=dnn.scatter) -> list | None:
+def scatter_and_check(ctx: RankContext, case: Case,
+                      scatter: Callable[..., Any] = dnn.scatter) -> list[str] | None:
     """``scatter`` from case.root (every rank passes W tensors); y_r = xs_src[r]."""
     r, w, dev, src = ctx.rank, ctx.world_size, ctx.device, case.root
     shape = case.spec.shape
@@ -313,7 +326,8 @@ def scatter_and_check(ctx, case: Case, scatter=dnn.scatter) -> list | None:
     return _report(problems)
 
 
-def all_to_all_and_check(ctx, case: Case, all_to_all=dnn.all_to_all) -> list | None:
+def all_to_all_and_check(ctx: RankContext, case: Case,
+                         all_to_all: Callable[..., Any] = dnn.all_to_all) -> list[str] | None:
     """``all_to_all``: y_r[i] = xs_i[r]; grad xs_r[j] = g_j[r]."""
     r, w, dev = ctx.rank, ctx.world_size, ctx.device
     shape, dtype = case.spec.shape, case.spec.dtype
@@ -333,7 +347,8 @@ def _a2a_spec(case: Case, rows: int) -> TensorSpec:
     return dataclasses.replace(case.spec, shape=(rows,) + case.spec.shape[1:])
 
 
-def all_to_all_single_and_check(ctx, case: Case, all_to_all_single=dnn.all_to_all_single) -> list | None:
+def all_to_all_single_and_check(ctx: RankContext, case: Case,
+                                all_to_all_single: Callable[..., Any] = dnn.all_to_all_single) -> list[str] | None:
     """``all_to_all_single`` with split sizes case.splits (explicit, or None when even)."""
     r, w, dev = ctx.rank, ctx.world_size, ctx.device
     split = case.splits
@@ -341,13 +356,13 @@ def all_to_all_single_and_check(ctx, case: Case, all_to_all_single=dnn.all_to_al
     rows_in = [sum(split[i]) for i in range(w)]
     rows_out = [sum(split[i][j] for i in range(w)) for j in range(w)]
 
-    def x_of(s):
+    def x_of(s: int) -> torch.Tensor:
         return _x(case, dev, s, spec=_a2a_spec(case, rows_in[s]))
 
-    def g_of(s):
+    def g_of(s: int) -> torch.Tensor:
         return _g(case, (rows_out[s],) + rest, dev, s)
 
-    def block(t, start, length):
+    def block(t: torch.Tensor, start: int, length: int) -> torch.Tensor:
         return t.narrow(0, start, length)
 
     x = _leaf(x_of(r))
@@ -367,7 +382,8 @@ def all_to_all_single_and_check(ctx, case: Case, all_to_all_single=dnn.all_to_al
     return _report(problems)
 
 
-def reduce_scatter_and_check(ctx, case: Case, reduce_scatter=dnn.reduce_scatter) -> list | None:
+def reduce_scatter_and_check(ctx: RankContext, case: Case,
+                             reduce_scatter: Callable[..., Any] = dnn.reduce_scatter) -> list[str] | None:
     """``reduce_scatter`` with case.op: y_r = op over ranks s of xs_s[r]; grad xs_r[j] = g_j (SUM)."""
     r, w, dev = ctx.rank, ctx.world_size, ctx.device
     shape, dtype = case.spec.shape, case.spec.dtype
@@ -408,10 +424,11 @@ def _probe_case(name: str, dtype: torch.dtype, op: str | None, world_size: int) 
     return Case(TensorSpec(shape, dtype), 0, 0, op, grad, "contiguous", splits, False)
 
 
-def probe_support(ctx, name: str, combos: list) -> dict:
+def probe_support(ctx: RankContext, name: str,
+                  combos: list[tuple[torch.dtype, str | None]]) -> dict[tuple[torch.dtype, str | None], str | None]:
     """On every rank: for each (dtype, op), None if the collective ran forward and backward
     without raising, else the error.  Wrong values are the property's business, not the probe's."""
-    errors = {}
+    errors: dict[tuple[torch.dtype, str | None], str | None] = {}
     for dtype, op in combos:
         try:
             CHECKS[name](ctx, _probe_case(name, dtype, op, ctx.world_size))
@@ -422,10 +439,10 @@ def probe_support(ctx, name: str, combos: list) -> dict:
     return errors
 
 
-_SUPPORT: dict = {}
+_SUPPORT: dict[tuple[int, str], list[tuple[torch.dtype, str | None]]] = {}
 
 
-def supported(pool, name: str) -> list:
+def supported(pool: Pool, name: str) -> list[tuple[torch.dtype, str | None]]:
     """The (dtype, op) pairs the property draws for ``name`` on this pool's torch/gloo, probed once
     per world size; warns for each pair left out, and skips the calling test (``pytest.skip``)
     where gloo has no reduce_scatter at all."""
@@ -459,7 +476,7 @@ def supported(pool, name: str) -> list:
 
 
 @st.composite
-def cases(draw, name: str, world_size: int, allowed: list) -> Case:
+def cases(draw: st.DrawFn, name: str, world_size: int, allowed: list[tuple[torch.dtype, str | None]]) -> Case:
     """A Case for collective ``name``; shrinks to float32 (SUM), shape (1,), root 0, even splits."""
     dtypes = [dt for dt in FLOAT_DTYPES if any(c[0] == dt for c in allowed)]
     dtype = draw(st.sampled_from(dtypes), label="dtype")
@@ -479,7 +496,8 @@ def cases(draw, name: str, world_size: int, allowed: list) -> Case:
     # and all_gather's backward scatters into empty_like(upstream gradient).
     grad_layouts = ("contiguous", "sliced") if name == "all_gather" else fst.LAYOUTS
     grad_layout = draw(st.sampled_from(grad_layouts), label="grad_layout")
-    splits, explicit = (), False
+    splits: tuple[tuple[int, ...], ...] = ()
+    explicit = False
     if name == "all_to_all_single":
         explicit = draw(st.booleans(), label="explicit_splits")
         if explicit:  # any rows per (sender, receiver), zeros included
@@ -495,7 +513,7 @@ def cases(draw, name: str, world_size: int, allowed: list) -> Case:
 # the driver-side check
 
 
-def check(pool: Any, name: str, case: Case, **impl: Any) -> None:
+def check(pool: Pool, name: str, case: Case, **impl: Any) -> None:
     """Run collective ``name`` (one of ``COLLECTIVES``) on every rank of ``pool`` as ``case`` says;
     raise :class:`PropertyFailure` if any rank's outputs or input gradients differ from the
     reference.  ``impl`` swaps the collective: ``all_gather=my_all_gather`` (the rank function's

@@ -10,7 +10,8 @@ writer, and the allocator modes (expandable segments included).
 from __future__ import annotations
 
 import functools
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -21,6 +22,10 @@ from fuzzdist.checks import first_difference
 from fuzzdist.cuda_ipc import expandable_segments_active, ipc_allocator_modes, open_cuda_handle, reduce_cuda_handles
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.sharing import share_tensor
+
+if TYPE_CHECKING:
+    from fuzzdist.context import RankContext
+    from fuzzdist.pool import Pool
 
 MiB = 2**20
 # The caching allocator's boundaries: small blocks up to 1 MiB come from 2 MiB segments,
@@ -35,19 +40,21 @@ SEEDS = st.integers(0, 2**31)
 MODES = st.deferred(ipc_allocator_modes)  # deferred: the modes depend on the GPU, probed when drawn
 
 
-def _values(numel, dtype, seed, device):
+def _values(numel: int, dtype: torch.dtype, seed: int, device: str | torch.device) -> torch.Tensor:
     return fst.TensorSpec((numel,), dtype).materialize(device, seed)
 
 
-def ipc_write_and_see(ctx, nbytes, dtype, offset, count, src, writer, seed, mode,
-                      share=reduce_cuda_handles, receive=open_cuda_handle):
+def ipc_write_and_see(ctx: RankContext, nbytes: int, dtype: torch.dtype, offset: int, count: int, src: int,
+                      writer: int, seed: int, mode: fst.CudaAllocatorMode,
+                      share: Callable[..., Any] = reduce_cuda_handles,
+                      receive: Callable[..., Any] = open_cuda_handle) -> list[str]:
     """On every rank: share ``count`` views of one larger allocation from ``src``; ``writer``
     writes; report what each rank sees against independently built values."""
     problems: list[str] = []
     itemsize = torch.empty(0, dtype=dtype).element_size()
     numel = nbytes // itemsize
     with mode.applied():
-        pieces = [None] * count
+        pieces: list[torch.Tensor | None] = [None] * count
         if ctx.rank == src:
             parent = torch.zeros(offset + count * numel + 1, dtype=dtype, device=ctx.device)
             pieces = [parent[offset + i * numel: offset + (i + 1) * numel] for i in range(count)]
@@ -71,8 +78,9 @@ def ipc_write_and_see(ctx, nbytes, dtype, offset, count, src, writer, seed, mode
     return problems
 
 
-def check(pool: Any, nbytes: int, dtype: torch.dtype, offset: int, count: int, src: int, writer: int, seed: int,
-          mode: fst.CudaAllocatorMode, *, share=reduce_cuda_handles, receive=open_cuda_handle) -> None:
+def check(pool: Pool, nbytes: int, dtype: torch.dtype, offset: int, count: int, src: int, writer: int, seed: int,
+          mode: fst.CudaAllocatorMode, *, share: Callable[..., Any] = reduce_cuda_handles,
+          receive: Callable[..., Any] = open_cuda_handle) -> None:
     """Share ``count`` views of ``nbytes`` each, ``offset`` elements into one allocation on rank
     ``src`` (under allocator ``mode``), let ``writer`` write them; raise :class:`PropertyFailure`
     with every rank's problems unless every rank sees exactly the written values."""

@@ -10,7 +10,8 @@ real cupy arrays, and every allocator mode.
 from __future__ import annotations
 
 import functools
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 from hypothesis import strategies as st
@@ -22,17 +23,22 @@ from fuzzdist.cuda_ipc import CudaArrayInterface, ipc_allocator_modes, open_cuda
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.sharing import share_tensor
 
+if TYPE_CHECKING:
+    from fuzzdist.context import RankContext
+    from fuzzdist.pool import Pool
+
 UNITS = st.integers(0, 4096)  # the shared memory's size in 8-byte units (a multiple of every view dtype's size)
 SEEDS = st.integers(0, 2**31)
 MODES = st.deferred(ipc_allocator_modes)  # deferred: the modes depend on the GPU, probed when drawn
 VIEW_DTYPES = (torch.uint8, torch.float16, torch.bfloat16, torch.float32, torch.int32, torch.float64, torch.int64)
 
 
-def _as_tensor(obj, device):
+def _as_tensor(obj: Any, device: str | torch.device) -> torch.Tensor:
     return torch.as_tensor(obj, device=device)
 
 
-def zero_copy_views(ctx, nbytes, view_dtype, src, seed, mode, as_tensor=_as_tensor):
+def zero_copy_views(ctx: RankContext, nbytes: int, view_dtype: torch.dtype, src: int, seed: int,
+                    mode: fst.CudaAllocatorMode, as_tensor: Callable[..., Any] = _as_tensor) -> list[str]:
     """On every rank: view memory shared from ``src`` through each interface; report every copy."""
     problems: list[str] = []
     with mode.applied():
@@ -42,6 +48,7 @@ def zero_copy_views(ctx, nbytes, view_dtype, src, seed, mode, as_tensor=_as_tens
         receive = functools.partial(open_cuda_handle, device_index=ctx.device.index)
         shared = share_tensor(base, src, ctx.group, share=reduce_cuda_handles, receive=receive) \
             if ctx.world_size > 1 else base
+        assert shared is not None  # one rank: it is the source
         expected = fst.TensorSpec((nbytes,), torch.uint8).materialize("cpu", seed).view(view_dtype)
         ptr = shared.data_ptr()
         views = {}
@@ -67,8 +74,8 @@ def zero_copy_views(ctx, nbytes, view_dtype, src, seed, mode, as_tensor=_as_tens
     return problems
 
 
-def check(pool: Any, nbytes: int, view_dtype: torch.dtype, src: int, seed: int, mode: fst.CudaAllocatorMode, *,
-          as_tensor=_as_tensor) -> None:
+def check(pool: Pool, nbytes: int, view_dtype: torch.dtype, src: int, seed: int, mode: fst.CudaAllocatorMode, *,
+          as_tensor: Callable[..., Any] = _as_tensor) -> None:
     """View ``nbytes`` of CUDA memory shared from rank ``src`` (under allocator ``mode``) as
     ``view_dtype`` through every interface, with ``as_tensor`` for the ``__cuda_array_interface__``
     ones; raise :class:`PropertyFailure` with every rank's problems if any view copies or differs."""

@@ -22,8 +22,8 @@ DDP: ``check(pool, config, dtype, seed, wrap=MyGroup)`` runs the property over `
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -35,6 +35,10 @@ from fuzzdist import strategies as fst
 from fuzzdist.checks import fingerprint
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.reorder import ReorderingProcessGroup
+
+if TYPE_CHECKING:
+    from fuzzdist.context import RankContext
+    from fuzzdist.pool import Pool
 
 SEEDS = st.integers(0, 2**32 - 1)
 DTYPES = st.sampled_from([torch.float32, torch.float64])
@@ -111,7 +115,8 @@ def reference_gradients(reference: nn.Module, config: fst.DDPConfig, step: int, 
             if p.grad is None:
                 continue
             contribution = p.grad * (1.0 / world)
-            total[name] = contribution if total[name] is None else total[name] + contribution
+            so_far = total[name]
+            total[name] = contribution if so_far is None else so_far + contribution
         updated.append(_buffers(reference))
     reference.zero_grad(set_to_none=True)
     return total, updated
@@ -144,6 +149,7 @@ def _mismatch(what: str, actual: torch.Tensor | None, expected: torch.Tensor | N
     if actual is None and expected is None:
         return None
     if actual is None:
+        assert expected is not None
         actual = torch.zeros_like(expected)
     if expected is None:
         expected = torch.zeros_like(actual)
@@ -159,13 +165,13 @@ def _mismatch(what: str, actual: torch.Tensor | None, expected: torch.Tensor | N
             f"got {actual.reshape(-1)[i].item():.9g}, expected {expected.reshape(-1)[i].item():.9g}")
 
 
-def _digest(tensors: dict[str, torch.Tensor | None]) -> tuple:
+def _digest(tensors: Mapping[str, torch.Tensor | None]) -> tuple[tuple[str, tuple[object, ...] | None], ...]:
     """A digest of named tensors (None as a marker): equal iff all are bitwise equal."""
     return tuple((name, None if t is None else fingerprint(t)) for name, t in tensors.items())
 
 
-def ddp_parity(ctx: Any, config: fst.DDPConfig, dtype: torch.dtype, seed: int,
-               wrap: Callable[..., dist.ProcessGroup] | None = None, wrap_args: tuple = (),
+def ddp_parity(ctx: RankContext, config: fst.DDPConfig, dtype: torch.dtype, seed: int,
+               wrap: Callable[..., dist.ProcessGroup] | None = None, wrap_args: tuple[Any, ...] = (),
                wrap_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
     """On every rank: train DDP over ``wrap(ctx.group, *wrap_args, **wrap_kwargs)`` (or
     ctx.group itself) next to a local reference model; return the mismatches and digests.
@@ -175,7 +181,7 @@ def ddp_parity(ctx: Any, config: fst.DDPConfig, dtype: torch.dtype, seed: int,
     rtol, atol = TOLERANCES[dtype]
     pg = ctx.group if wrap is None else wrap(ctx.group, *wrap_args, **(wrap_kwargs or {}))
     mismatches: list[str] = []
-    grad_digests: list[tuple] = []
+    grad_digests: list[tuple[tuple[str, tuple[object, ...] | None], ...]] = []
     try:
         model = config.build_model(seed).to(dtype)
         reference = copy.deepcopy(model)  # same seed, same values: built before DDP touches them
@@ -207,8 +213,8 @@ def ddp_parity(ctx: Any, config: fst.DDPConfig, dtype: torch.dtype, seed: int,
             ref_optimizer.zero_grad(set_to_none=True)
         params = {name: p.detach().clone() for name, p in model.named_parameters()}
         ref_params = dict(reference.named_parameters())
-        for name, p in params.items():
-            diff = _mismatch(f"after {config.steps} steps param {name}", p, ref_params[name], rtol, atol)
+        for name, param in params.items():
+            diff = _mismatch(f"after {config.steps} steps param {name}", param, ref_params[name], rtol, atol)
             if diff is not None:
                 mismatches.append(diff)
     finally:
@@ -238,8 +244,8 @@ def check_parity(results: list[dict[str, Any]]) -> None:
         raise PropertyFailure("parameters are not bitwise equal on every rank", results)
 
 
-def check(pool: Any, config: fst.DDPConfig, dtype: torch.dtype, seed: int, *,
-          wrap: Callable[..., dist.ProcessGroup] | None = None, wrap_args: tuple = (),
+def check(pool: Pool, config: fst.DDPConfig, dtype: torch.dtype, seed: int, *,
+          wrap: Callable[..., dist.ProcessGroup] | None = None, wrap_args: tuple[Any, ...] = (),
           wrap_kwargs: dict[str, Any] | None = None) -> None:
     """Train DDP on every rank of ``pool`` as ``config`` says, over the pool's group or over
     ``wrap(group, *wrap_args, **wrap_kwargs)``, next to a local reference model; raise

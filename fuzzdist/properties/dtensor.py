@@ -33,8 +33,9 @@ import contextlib
 import importlib
 import inspect
 import logging
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from hypothesis import strategies as st
@@ -45,8 +46,14 @@ from fuzzdist.checks import first_difference
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.strategies import TensorSpec
 
+if TYPE_CHECKING:
+    from torch.distributed.device_mesh import DeviceMesh
 
-def _dtensor_api():
+    from fuzzdist.context import RankContext
+    from fuzzdist.pool import Pool
+
+
+def _dtensor_api() -> Any:
     """The module holding the DTensor API: public since torch 2.4/2.5, private before."""
     for name in ("torch.distributed.tensor", "torch.distributed._tensor"):
         try:
@@ -81,19 +88,20 @@ class RoundTrip:
 
     spec: TensorSpec
     seed: int
-    mesh_shape: tuple
-    placements: tuple
-    redistributions: tuple = ()
+    mesh_shape: tuple[int, ...]
+    placements: tuple[str, ...]
+    redistributions: tuple[tuple[str, ...], ...] = ()
     src_data_rank: int | None = 0
 
 
 # ---------------------------------------------------------------------------
 # on the ranks
 
-_MESHES: dict = {}  # (device type, mesh shape) -> DeviceMesh, one per shape for the process's life
+# (device type, mesh shape) -> DeviceMesh, one per shape for the process's life
+_MESHES: dict[tuple[str, tuple[int, ...]], DeviceMesh] = {}
 
 
-def device_mesh(device_type: str, shape: tuple):
+def device_mesh(device_type: str, shape: tuple[int, ...]) -> DeviceMesh:
     """The DeviceMesh of ``shape`` over the pool's default group; a 2-D mesh creates sub-groups
     (a collective: every rank gets here in the same example), once per rank process."""
     key = (device_type, tuple(shape))
@@ -102,17 +110,18 @@ def device_mesh(device_type: str, shape: tuple):
     return _MESHES[key]
 
 
-def placement(name: str):
+def placement(name: str) -> Any:
     """The DTensor placement a name stands for: ``"R"`` is Replicate, ``"S<d>"`` Shard(d)."""
     return API.Replicate() if name == "R" else API.Shard(int(name[1:]))
 
 
-def _normalized(names: tuple, ndim: int) -> tuple:
+def _normalized(names: tuple[str, ...], ndim: int) -> tuple[Any, ...]:
     """The placements a DTensor reports: Shard dims made non-negative."""
     return tuple(API.Replicate() if n == "R" else API.Shard(int(n[1:]) % ndim) for n in names)
 
 
-def expected_local(full: torch.Tensor, mesh_shape: tuple, coord: tuple, names: tuple) -> torch.Tensor:
+def expected_local(full: torch.Tensor, mesh_shape: tuple[int, ...], coord: tuple[int, ...],
+                   names: tuple[str, ...]) -> torch.Tensor:
     """The shard of ``full`` at mesh coordinate ``coord``: torch.chunk semantics (ceil(size / n)
     per piece, the last ones shorter or empty), mesh dim 0 first, then within that piece."""
     t = full
@@ -127,20 +136,20 @@ def expected_local(full: torch.Tensor, mesh_shape: tuple, coord: tuple, names: t
     return t
 
 
-def _distribute(tensor, mesh, placements, **kwargs):
+def _distribute(tensor: torch.Tensor, mesh: DeviceMesh, placements: list[Any], **kwargs: Any) -> Any:
     return API.distribute_tensor(tensor, mesh, placements, **kwargs)
 
 
-def _redistribute(dtensor, mesh, placements):
+def _redistribute(dtensor: Any, mesh: DeviceMesh, placements: list[Any]) -> Any:
     return dtensor.redistribute(mesh, placements)
 
 
-def _full_tensor(dtensor):
+def _full_tensor(dtensor: Any) -> torch.Tensor:
     return dtensor.full_tensor()
 
 
 @contextlib.contextmanager
-def _quiet_logs():
+def _quiet_logs() -> Iterator[None]:
     """DTensor logs a warning for each gloo all-to-all fallback and multi-step redistribution."""
     loggers = [logging.getLogger(name) for name in _LOGGERS]
     levels = [lg.level for lg in loggers]
@@ -153,8 +162,8 @@ def _quiet_logs():
             lg.setLevel(level)
 
 
-def _check_stage(stage: str, dt, names: tuple, original: torch.Tensor, mesh_shape: tuple,
-                 coord: tuple, full_tensor) -> list:
+def _check_stage(stage: str, dt: Any, names: tuple[str, ...], original: torch.Tensor, mesh_shape: tuple[int, ...],
+                 coord: tuple[int, ...], full_tensor: Callable[..., Any]) -> list[str]:
     problems = []
     if tuple(dt.shape) != tuple(original.shape):
         problems.append(f"{stage}: DTensor shape {tuple(dt.shape)}, expected {tuple(original.shape)}")
@@ -173,12 +182,15 @@ def _check_stage(stage: str, dt, names: tuple, original: torch.Tensor, mesh_shap
     return problems
 
 
-def roundtrip_and_check(ctx, case: RoundTrip, distribute=_distribute, redistribute=_redistribute,
-                        full_tensor=_full_tensor) -> list | None:
+def roundtrip_and_check(ctx: RankContext, case: RoundTrip, distribute: Callable[..., Any] = _distribute,
+                        redistribute: Callable[..., Any] = _redistribute,
+                        full_tensor: Callable[..., Any] = _full_tensor) -> list[str] | None:
     """On every rank: distribute, then redistribute along case.redistributions, checking each
     stage; None if all is well, else the problems.  The three operations are swappable."""
     mesh = device_mesh(ctx.device.type, case.mesh_shape)
-    coord = tuple(mesh.get_coordinate())
+    coordinate = mesh.get_coordinate()
+    assert coordinate is not None, "every rank of the pool is in the mesh"
+    coord = tuple(coordinate)
     original = case.spec.materialize(ctx.device, case.seed)  # the reference: never handed to DTensor
     is_source = case.src_data_rank is None or all(c == case.src_data_rank for c in coord)
     # a fresh tensor (distribute_tensor may write into it); decoys on the non-source ranks
@@ -199,20 +211,20 @@ def roundtrip_and_check(ctx, case: RoundTrip, distribute=_distribute, redistribu
 # strategies
 
 
-def mesh_shapes(world_size: int) -> list:
+def mesh_shapes(world_size: int) -> list[tuple[int, ...]]:
     """Every 1-D and 2-D mesh shape with ``world_size`` ranks: (W,) first, size-1 dims last."""
     two_d = [(a, world_size // a) for a in range(1, world_size + 1) if world_size % a == 0]
     return [(world_size,)] + sorted(two_d, key=lambda s: (min(s) == 1, s))
 
 
-def placements_for(ndim: int, mesh_ndim: int) -> st.SearchStrategy:
+def placements_for(ndim: int, mesh_ndim: int) -> st.SearchStrategy[tuple[str, ...]]:
     """A placement per mesh dim: Replicate, or Shard of any dim (negative dims last)."""
     names = ["R"] + [f"S{d}" for d in range(ndim)] + [f"S{d - ndim}" for d in range(ndim)]
     return st.tuples(*[st.sampled_from(names)] * mesh_ndim)
 
 
 @st.composite
-def roundtrips(draw, world_size: int, dtypes=None) -> RoundTrip:
+def roundtrips(draw: st.DrawFn, world_size: int, dtypes: st.SearchStrategy[torch.dtype] | None = None) -> RoundTrip:
     """A RoundTrip; shrinks to a (1,) float32 tensor replicated on the 1-D mesh, then
     redistributed to Replicate, with src_data_rank 0."""
     mesh_shape = draw(st.sampled_from(mesh_shapes(world_size)), label="mesh_shape")
@@ -222,7 +234,7 @@ def roundtrips(draw, world_size: int, dtypes=None) -> RoundTrip:
     strategy = placements_for(spec.ndim, len(mesh_shape))
     placements = draw(strategy, label="placements")
     redistributions = tuple(draw(st.lists(strategy, min_size=1, max_size=2), label="redistributions"))
-    src = 0
+    src: int | None = 0
     if HAS_SRC_DATA_RANK:  # group rank s on every mesh dim: s < the smallest mesh dim
         src = draw(st.one_of(st.integers(0, min(mesh_shape) - 1), st.none()), label="src_data_rank")
     return RoundTrip(spec, seed, mesh_shape, placements, redistributions, src)
@@ -232,8 +244,8 @@ def roundtrips(draw, world_size: int, dtypes=None) -> RoundTrip:
 # the driver-side check
 
 
-def check(pool: Any, case: RoundTrip, *, distribute=_distribute, redistribute=_redistribute,
-          full_tensor=_full_tensor) -> None:
+def check(pool: Pool, case: RoundTrip, *, distribute: Callable[..., Any] = _distribute,
+          redistribute: Callable[..., Any] = _redistribute, full_tensor: Callable[..., Any] = _full_tensor) -> None:
     """Distribute ``case``'s tensor over ``pool`` and redistribute it along ``case.redistributions``
     with ``distribute``/``redistribute``/``full_tensor`` (DTensor's own by default); raise
     :class:`PropertyFailure` if any rank lost or moved values at any stage."""

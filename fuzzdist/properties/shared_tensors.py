@@ -11,7 +11,8 @@ and a check that no rank keeps the memory.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -27,6 +28,10 @@ from fuzzdist.sharing import (
     share_tensor,
     shared_memory_in_use,
 )
+
+if TYPE_CHECKING:
+    from fuzzdist.context import RankContext
+    from fuzzdist.pool import Pool
 
 MAX_BYTES = 64 * 1024
 
@@ -59,7 +64,7 @@ def storage_bytes(t: torch.Tensor) -> torch.Tensor:
     return torch.empty(0, dtype=torch.uint8, device=t.device).set_(storage, 0, (storage.nbytes(),), (1,))
 
 
-def _layout(t: torch.Tensor) -> tuple:
+def _layout(t: torch.Tensor) -> tuple[Any, ...]:
     return (tuple(t.shape), t.dtype, tuple(t.stride()), t.storage_offset(), t.untyped_storage().nbytes())
 
 
@@ -72,8 +77,10 @@ def _difference(tensor: torch.Tensor, expected: torch.Tensor) -> str | None:
     return diff
 
 
-def share_write_and_check(ctx, spec, seed, src, writers, write_pattern, write_seed, mode, *,
-                          share=reduce_tensor_handles, receive=open_tensor_handle):
+def share_write_and_check(ctx: RankContext, spec: fst.TensorSpec, seed: int, src: int, writers: tuple[int, ...],
+                          write_pattern: str, write_seed: int, mode: fst.SharingStrategyMode, *,
+                          share: Callable[..., Any] = reduce_tensor_handles,
+                          receive: Callable[..., Any] = open_tensor_handle) -> list[str] | None:
     """Runs on every rank. Rank ``src`` shares ``spec``'s tensor. Then each rank in ``writers``
     writes new values into it in turn, and every rank checks what it sees after each write.
 
@@ -95,11 +102,14 @@ def share_write_and_check(ctx, spec, seed, src, writers, write_pattern, write_se
     return problems or None
 
 
-def _share_write_and_check(ctx, spec, seed, src, writers, write_pattern, write_seed, share, receive):
+def _share_write_and_check(ctx: RankContext, spec: fst.TensorSpec, seed: int, src: int, writers: tuple[int, ...],
+                           write_pattern: str, write_seed: int, share: Callable[..., Any],
+                           receive: Callable[..., Any]) -> list[str]:
     problems: list[str] = []
     # Built from (spec, seed) alone, in this rank's private memory, never read from the shared tensor.
     expected = spec.materialize(ctx.device, seed)
     mine = spec.materialize(ctx.device, seed) if ctx.rank == src else None
+    tensor: torch.Tensor | None  # None once its layout is found wrong
     tensor = share_tensor(mine, src, ctx.group, share=share, receive=receive)
     del mine
     if _layout(tensor) != _layout(expected):
@@ -121,9 +131,9 @@ def _share_write_and_check(ctx, spec, seed, src, writers, write_pattern, write_s
     return problems
 
 
-def check(pool: Any, spec: fst.TensorSpec, seed: int, src: int, writers: tuple[int, ...], write_pattern: str,
-          write_seed: int, mode: fst.SharingStrategyMode, *, share=reduce_tensor_handles,
-          receive=open_tensor_handle) -> None:
+def check(pool: Pool, spec: fst.TensorSpec, seed: int, src: int, writers: tuple[int, ...], write_pattern: str,
+          write_seed: int, mode: fst.SharingStrategyMode, *, share: Callable[..., Any] = reduce_tensor_handles,
+          receive: Callable[..., Any] = open_tensor_handle) -> None:
     """Share ``spec``'s tensor from rank ``src`` under ``mode`` with ``share``/``receive``
     (``fuzzdist.sharing``'s two halves by default), let each rank in ``writers`` write in turn,
     and raise :class:`PropertyFailure` with what each rank saw wrong."""

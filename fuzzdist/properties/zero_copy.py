@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
@@ -34,6 +34,10 @@ from fuzzdist.sharing import (
     share_tensor,
     shared_memory_in_use,
 )
+
+if TYPE_CHECKING:
+    from fuzzdist.context import RankContext
+    from fuzzdist.pool import Pool
 
 MAX_BYTES = 16 * 1024
 SEEDS = st.integers(0, 2**32 - 1)
@@ -99,10 +103,10 @@ class DLPackProvider:
     def __init__(self, tensor: torch.Tensor) -> None:
         self._tensor = tensor
 
-    def __dlpack__(self, **kwargs):
+    def __dlpack__(self, **kwargs: Any) -> Any:
         return self._tensor.__dlpack__(**kwargs)
 
-    def __dlpack_device__(self):
+    def __dlpack_device__(self) -> tuple[Any, int]:
         return self._tensor.__dlpack_device__()
 
 
@@ -173,7 +177,7 @@ def interface(device: str, name: str) -> Interface:
 # the drawn case
 
 
-def view_is_legal(shape: tuple[int, ...], stride: tuple[int, ...], offset: int,
+def view_is_legal(shape: tuple[int, ...], stride: tuple[int, ...], offset: int | torch.SymInt,
                   src: torch.dtype, dst: torch.dtype) -> bool:
     """Whether ``Tensor.view(dst)`` may reinterpret a ``src`` tensor of this geometry, by the rules
     the ``Tensor.view(dtype)`` documentation states (it is not asked: a torch that refuses a view
@@ -200,12 +204,12 @@ class AliasCase:
     def __repr__(self) -> str:
         return f"AliasCase({self.interface!r}, {self.spec!r}, view_dtype={self.view_dtype})"
 
-    def _repr_pretty_(self, printer, cycle: bool) -> None:
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         printer.text(repr(self))
 
 
 @st.composite
-def alias_cases(draw, device: str = "cpu", interfaces: tuple[str, ...] | None = None) -> AliasCase:
+def alias_cases(draw: st.DrawFn, device: str = "cpu", interfaces: tuple[str, ...] | None = None) -> AliasCase:
     """An interface of ``device`` (from ``interfaces`` if given), any CPU tensor spec, and a dtype
     that the interface can represent and that the tensor can legally be viewed as.
 
@@ -233,7 +237,7 @@ def alias_cases(draw, device: str = "cpu", interfaces: tuple[str, ...] | None = 
 # rank functions
 
 
-def _alias_problems(alias, tensor: torch.Tensor, expected: torch.Tensor) -> list[str]:
+def _alias_problems(alias: torch.Tensor | str, tensor: torch.Tensor, expected: torch.Tensor) -> list[str]:
     """How ``alias`` fails to be ``tensor``'s memory holding ``expected``'s values."""
     if isinstance(alias, str):  # the conversion raised
         return [alias]
@@ -247,14 +251,15 @@ def _alias_problems(alias, tensor: torch.Tensor, expected: torch.Tensor) -> list
     return problems
 
 
-def _convert(convert, tensor: torch.Tensor):
+def _convert(convert: Callable[[torch.Tensor], torch.Tensor], tensor: torch.Tensor) -> torch.Tensor | str:
     try:
         return convert(tensor)
     except Exception as exc:  # noqa: BLE001 - reported, so every rank still meets the others
         return f"the conversion raised {type(exc).__name__}: {exc}"
 
 
-def alias_and_check(ctx, case, seed, *, convert=None):
+def alias_and_check(ctx: RankContext, case: AliasCase, seed: int, *,
+                    convert: Callable[[torch.Tensor], torch.Tensor] | None = None) -> list[str] | None:
     """Runs on every rank. Builds ``case.spec``'s tensor in private memory, views it as
     ``case.view_dtype``, takes a tensor over it through the interface, and compares.
 
@@ -274,8 +279,11 @@ def write_seed_for(write_seed: int) -> int:
     return (1 << 40) + write_seed
 
 
-def alias_shared_and_check(ctx, case, seed, src, writer, write_seed, mode, *, convert=None,
-                           share=reduce_tensor_handles, receive=open_tensor_handle):
+def alias_shared_and_check(ctx: RankContext, case: AliasCase, seed: int, src: int, writer: int, write_seed: int,
+                           mode: fst.SharingStrategyMode, *,
+                           convert: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                           share: Callable[..., Any] = reduce_tensor_handles,
+                           receive: Callable[..., Any] = open_tensor_handle) -> list[str] | None:
     """Runs on every rank. Rank ``src`` shares ``case.spec``'s tensor under ``mode``. Each rank
     views its tensor as ``case.view_dtype``, takes a tensor over it through the interface and
     compares. Then rank ``writer`` writes through its result, and every rank checks its result
@@ -295,12 +303,14 @@ def alias_shared_and_check(ctx, case, seed, src, writer, write_seed, mode, *, co
     return problems or None
 
 
-def _alias_shared(ctx, case, seed, src, writer, write_seed, convert, share, receive):
+def _alias_shared(ctx: RankContext, case: AliasCase, seed: int, src: int, writer: int, write_seed: int,
+                  convert: Callable[[torch.Tensor], torch.Tensor], share: Callable[..., Any],
+                  receive: Callable[..., Any]) -> list[str]:
     expected = case.spec.materialize(ctx.device, seed).view(case.view_dtype)  # private, never shared
     mine = case.spec.materialize(ctx.device, seed) if ctx.rank == src else None
     tensor = share_tensor(mine, src, ctx.group, share=share, receive=receive).view(case.view_dtype)
     del mine
-    alias = _convert(convert, tensor)
+    alias: Any = _convert(convert, tensor)  # Tensor | str; Any as mypy cannot narrow it through `writable`
     problems = [f"over memory shared by rank {src}: {p}" for p in _alias_problems(alias, tensor, expected)]
     values = fst.TensorSpec(tuple(expected.shape), case.view_dtype).materialize(ctx.device, write_seed_for(write_seed))
     # write only into a result of the right shape, but enter every barrier whatever happened
@@ -325,11 +335,11 @@ def skip_unless_interfaces(device: str) -> None:
                     "DLPack on GPU) comes with CUDA sharing")
 
 
-def _wrong(problems: list) -> dict[int, Any]:
+def _wrong(problems: list[Any]) -> dict[int, Any]:
     return {rank: p for rank, p in enumerate(problems) if p is not None}
 
 
-def check(pool: Any, case: AliasCase, seed: int, *, convert: Callable[[torch.Tensor], torch.Tensor] | None = None,
+def check(pool: Pool, case: AliasCase, seed: int, *, convert: Callable[[torch.Tensor], torch.Tensor] | None = None,
           ) -> None:
     """Take a tensor over ``case``'s private memory on every rank, through the case's interface
     (or ``convert``); raise :class:`PropertyFailure` if any result is a copy or has other values."""
@@ -338,9 +348,10 @@ def check(pool: Any, case: AliasCase, seed: int, *, convert: Callable[[torch.Ten
         raise PropertyFailure(f"{case}: {wrong}", problems)
 
 
-def check_shared(pool: Any, case: AliasCase, seed: int, src: int, writer: int, write_seed: int,
+def check_shared(pool: Pool, case: AliasCase, seed: int, src: int, writer: int, write_seed: int,
                  mode: fst.SharingStrategyMode, *, convert: Callable[[torch.Tensor], torch.Tensor] | None = None,
-                 share=reduce_tensor_handles, receive=open_tensor_handle) -> None:
+                 share: Callable[..., Any] = reduce_tensor_handles,
+                 receive: Callable[..., Any] = open_tensor_handle) -> None:
     """Share ``case``'s tensor from rank ``src`` under ``mode``, take a tensor over it on every
     rank, let ``writer`` write through its result; raise :class:`PropertyFailure` if a result is
     a copy, has other values, misses the write, or shared memory outlives the example."""
