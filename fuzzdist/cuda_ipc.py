@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 import torch
 
+from fuzzdist.errors import InvalidArgument
+
 __all__ = ["CudaArrayInterface", "expandable_segments_active", "ipc_allocator_modes", "open_cuda_handle",
            "reduce_cuda_handles"]
 
@@ -39,7 +41,7 @@ def reduce_cuda_handles(tensor: torch.Tensor, receivers: Sequence[int]) -> dict[
     from torch.multiprocessing.reductions import reduce_tensor
 
     if not tensor.is_cuda:
-        raise ValueError(f"reduce_cuda_handles shares CUDA tensors; got one on {tensor.device}")
+        raise InvalidArgument(f"reduce_cuda_handles shares CUDA tensors; got one on {tensor.device}")
     data = pickle.dumps(reduce_tensor(tensor))
     return {int(r): data for r in receivers}
 

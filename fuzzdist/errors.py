@@ -35,6 +35,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import hypothesis.errors
+
 
 class FuzzdistError(Exception):
     """Base class of every error fuzzdist raises itself (see the module docstring for the exceptions)."""
@@ -44,6 +46,21 @@ class InvalidArgument(FuzzdistError, ValueError):
     """fuzzdist was called with an argument it can't work with (a world size, timeout, device...).
 
     A ``ValueError`` too: that is what these checks raised before the family existed.
+    """
+
+
+class InvalidStrategyArgument(FuzzdistError, hypothesis.errors.InvalidArgument):
+    """A fuzzdist strategy was given arguments it can't draw from (a world size below 1, no dtype left...).
+
+    Hypothesis's own ``InvalidArgument`` too (a ``TypeError``), as every Hypothesis strategy raises.
+    """
+
+
+class InvalidType(FuzzdistError, TypeError):
+    """An argument, or an object fuzzdist was handed back, is not of the type it needs
+    (a dtype that is not a ``torch.dtype``, a factory that returns no ProcessGroup).
+
+    A ``TypeError`` too, as before the family existed.
     """
 
 

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING
 import torch
 import torch.multiprocessing  # noqa: F401 - registers torch's ForkingPickler reductions
 
-from fuzzdist.errors import FuzzdistError, InvalidArgument
+from fuzzdist.errors import FuzzdistError, InvalidArgument, InvalidType
 
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
@@ -100,7 +100,7 @@ def open_tensor_handle(handle: bytes) -> torch.Tensor:
     """
     tensor = pickle.loads(handle)
     if not isinstance(tensor, torch.Tensor):
-        raise TypeError(f"the handle held a {type(tensor).__name__}, not a tensor")
+        raise InvalidType(f"the handle held a {type(tensor).__name__}, not a tensor")
     return tensor
 
 

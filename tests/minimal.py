@@ -14,6 +14,8 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis.strategies import SearchStrategy
 
+from fuzzdist.errors import PropertyFailure
+
 SETTINGS = settings(
     # Generation stops at the first failure (report_multiple_bugs=False), so this bounds only a
     # search that finds nothing.  Measured with Hypothesis 6.170: every planted bug fails within
@@ -55,12 +57,15 @@ class Shrunk:
         return f"Shrunk({self.example!r}, error={self.error!r})"
 
 
-def minimal_failure(check: Callable[..., Any], /, **strategies: SearchStrategy[Any]) -> Shrunk:
+def minimal_failure(check: Callable[..., Any], /, *, expect: type[AssertionError] = PropertyFailure,
+                    **strategies: SearchStrategy[Any]) -> Shrunk:
     """Call ``check(**example)`` for examples drawn from ``strategies`` under ``SETTINGS`` until it
     raises an ``AssertionError`` (a ``PropertyFailure`` or a ``RankFailure``), let Hypothesis
     shrink it, and return the minimal failing example with its error.
 
-    Fails the calling test if no example fails: the planted bug was never caught.
+    Fails the calling test if no example fails (the planted bug was never caught), or if the
+    minimal example's error is not an ``expect``: by default the property itself must have seen
+    the bug (a ``PropertyFailure``), not merely a rank that raised, hung or died.
     """
     failing: list[Shrunk] = []
 
@@ -76,4 +81,8 @@ def minimal_failure(check: Callable[..., Any], /, **strategies: SearchStrategy[A
     with pytest.raises(AssertionError):
         run()
     assert failing, "the planted bug was never caught"
-    return failing[-1]  # Hypothesis runs the minimal example once more, last
+    shrunk = failing[-1]  # Hypothesis runs the minimal example once more, last
+    assert isinstance(shrunk.error, expect), (
+        f"the minimal example raised {type(shrunk.error).__name__}, not the {expect.__name__} that shows the "
+        f"property caught the planted bug itself:\n{shrunk.error}")
+    return shrunk

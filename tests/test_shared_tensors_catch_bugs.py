@@ -10,16 +10,16 @@ import pytest
 import torch
 from minimal import minimal_failure
 
-from fuzzdist import RankError
+from fuzzdist import PropertyFailure, RankError
 from fuzzdist import strategies as fst
 from fuzzdist.properties import shared_tensors as shared
 from fuzzdist.sharing import SharingError
 
 
-def _shrunk_failure(pool, **planted):
+def _shrunk_failure(pool, expect=PropertyFailure, **planted):
     """The shared-tensor property with ``planted`` in place of the real sharing; the minimal failure."""
     ws = pool.world_size
-    return minimal_failure(partial(shared.check, pool, **planted),
+    return minimal_failure(partial(shared.check, pool, **planted), expect=expect,
                            spec=shared.SPECS, seed=shared.SEEDS, mode=shared.MODES, src=fst.source_ranks(ws),
                            writers=fst.rank_subsets(ws), write_pattern=shared.WRITE_PATTERNS,
                            write_seed=shared.SEEDS)
@@ -61,7 +61,7 @@ def test_catches_a_receiver_that_keeps_the_memory(rank_pool):
 @pytest.mark.fuzzdist(world_size=3)
 def test_catches_one_handle_for_every_receiver(rank_pool):
     # needs two receivers: with file_descriptor, the second one to open the handle finds it gone
-    f = _shrunk_failure(rank_pool, share=planted_sharing.share_one_handle)
+    f = _shrunk_failure(rank_pool, expect=RankError, share=planted_sharing.share_one_handle)
     assert f.spec == fst.TensorSpec((1,), torch.float32) and f.src == 0
     assert f.mode.strategy == "file_descriptor"
     assert isinstance(f.error, RankError)

@@ -10,6 +10,8 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import pytest
+
 from fuzzdist.cli._campaign import (
     add_pool_arguments,
     add_target_argument,
@@ -71,6 +73,9 @@ class LaunchPools:
     def __init__(self, cache: Any) -> None:
         self.cache = cache
 
+    # tryfirst: under torchrun the pool is the one torchrun formed, whatever a conftest supplies;
+    # the other ranks are already serving it.
+    @pytest.hookimpl(tryfirst=True)
     def pytest_fuzzdist_make_pool_cache(self, config: Any) -> Any:
         return self.cache
 
@@ -141,8 +146,6 @@ def _interrupts(on_signal: Callable[[str], None]) -> Iterator[None]:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """``fuzzdist run``; returns the exit code."""
-    import pytest
-
     from fuzzdist.campaign.progress import make_progress
     from fuzzdist.campaign.report import CampaignState, summary_text
     from fuzzdist.campaign.runner import CampaignPlugin

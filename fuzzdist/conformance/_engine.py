@@ -27,7 +27,7 @@ from fuzzdist.conformance._report import (
 )
 from fuzzdist.conformance.ops import OPS, REDUCE_OPS, Capabilities, OpCall, OpInfo
 from fuzzdist.conformance.ops._base import LAYOUT_VARIANT, UNEVEN_VARIANT
-from fuzzdist.errors import FuzzdistError, RankCrash, RankError, RankFailure, RankTimeout
+from fuzzdist.errors import FuzzdistError, InvalidArgument, RankCrash, RankError, RankFailure, RankTimeout
 from fuzzdist.pool import DEFAULT_TIMEOUT, RankPool
 from fuzzdist.properties import ddp as ddp_property
 
@@ -108,11 +108,11 @@ class ConformanceSession:
         self.ref = _rank.factory_ref(factory)
         sizes = tuple(sorted(set(world_sizes)))
         if not sizes or any(isinstance(w, bool) or not isinstance(w, int) or w < 1 for w in sizes):
-            raise ValueError(f"world_sizes must be positive ints, got {tuple(world_sizes)!r}")
+            raise InvalidArgument(f"world_sizes must be positive ints, got {tuple(world_sizes)!r}")
         if max_examples is not None and (not isinstance(max_examples, int) or max_examples < 1):
-            raise ValueError(f"max_examples must be a positive int, got {max_examples!r}")
+            raise InvalidArgument(f"max_examples must be a positive int, got {max_examples!r}")
         if duration is not None and not duration > 0:
-            raise ValueError(f"duration must be a positive number of seconds, got {duration!r}")
+            raise InvalidArgument(f"duration must be a positive number of seconds, got {duration!r}")
         self.world_sizes = sizes
         self.device = device
         self.timeout = float(timeout)
@@ -127,7 +127,7 @@ class ConformanceSession:
         self._dtypes = tuple(self._kinds) if dtypes is None else tuple(dtypes)
         unknown = [d for d in self._dtypes if d not in self._kinds]
         if unknown:
-            raise ValueError(f"dtypes {unknown} can't be built on {device!r}; choose from {tuple(self._kinds)}")
+            raise InvalidArgument(f"dtypes {unknown} can't be built on {device!r}; choose from {tuple(self._kinds)}")
         self._pools_arg = pools
         self._own_pools: dict[int, RankPool] = {}
         self._caps: dict[int, Capabilities] = {}
@@ -139,7 +139,7 @@ class ConformanceSession:
         self.checks = tuple(known if checks is None else checks)
         unknown_checks = [c for c in self.checks if c not in known]
         if unknown_checks:
-            raise ValueError(f"unknown checks {unknown_checks}; choose from {', '.join(known)}")
+            raise InvalidArgument(f"unknown checks {unknown_checks}; choose from {', '.join(known)}")
         # the operations to probe: the ones checked (the async check draws from all of them)
         self._probe_ops = set(OPS) if ASYNC in self.checks else {c for c in self.checks if c in OPS}
         self._checks_left = len(self.checks)
@@ -389,7 +389,7 @@ class ConformanceSession:
     def run(self, name: str) -> OpReport:
         """Fuzz one check (an op of ``OPS``, ``"async"`` or ``"ddp_parity"``); its report."""
         if name not in self.checks:
-            raise ValueError(f"unknown check {name!r}; this session checks {', '.join(self.checks)}")
+            raise InvalidArgument(f"unknown check {name!r}; this session checks {', '.join(self.checks)}")
         self.prepare()
         if name in self.report.ops and self.report.ops[name].status != "not run":
             return self.report.ops[name]

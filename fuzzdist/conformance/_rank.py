@@ -25,7 +25,7 @@ from torch._C._distributed_c10d import Backend as _C10dBackend  # dist.Backend i
 
 from fuzzdist.conformance.ops import OpCall
 from fuzzdist.conformance.ops._buffers import Prepared
-from fuzzdist.errors import FuzzdistError
+from fuzzdist.errors import FuzzdistError, InvalidType
 
 # factory reference -> the ProcessGroup this rank built with it
 _GROUPS: dict[str, Any] = {}
@@ -111,7 +111,7 @@ def as_process_group(obj: Any, store: Any, rank: int, world_size: int, device: t
         pg._set_default_backend(backend_type)
         pg._register_backend(torch.device(device.type), backend_type, obj)
         return pg
-    raise TypeError(f"the factory returned {type(obj).__qualname__}, not a torch.distributed ProcessGroup "
+    raise InvalidType(f"the factory returned {type(obj).__qualname__}, not a torch.distributed ProcessGroup "
                     "(or Backend)")
 
 

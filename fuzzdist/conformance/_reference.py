@@ -44,6 +44,7 @@ from typing import Any
 import torch
 
 from fuzzdist.checks import first_difference, raw_bytes
+from fuzzdist.errors import InvalidArgument
 
 _MAX_TREE_RANKS = 5
 _SHOWN = 12  # values shown per tensor in a message
@@ -222,7 +223,7 @@ def _float_reduction(reduce_op: str, xs: list[torch.Tensor], actual: torch.Tenso
                 for c in _trees([z / cdiv for z in flat], torch.add, tuple(range(world)), {}):
                     ok |= _same_value(actual, torch.view_as_real(c).reshape(-1))
         return ok, mean.to(dtype), f"float64 mean; within ({world} + 1) * eps * mean|x|, or any order of sums"
-    raise ValueError(f"no float reference for ReduceOp.{reduce_op}")
+    raise InvalidArgument(f"no float reference for ReduceOp.{reduce_op}")
 
 
 def reduction_problem(what: str, reduce_op: str, inputs: list[torch.Tensor], actual: torch.Tensor,

@@ -74,6 +74,7 @@ from hypothesis import strategies as st
 
 from fuzzdist import strategies as fst
 from fuzzdist.checks import first_difference
+from fuzzdist.errors import InvalidArgument
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.strategies import TensorSpec
 
@@ -184,7 +185,7 @@ def _reduced(what: str, actual: torch.Tensor, terms: list[torch.Tensor], op: str
         ref = stacked.prod(0)
         bound = n * eps * ref.abs() + n * sub
     else:
-        raise ValueError(f"unknown op {op!r}")
+        raise InvalidArgument(f"unknown op {op!r}")
     got = actual.detach().to(torch.float64)
     bad = ~((got - ref).abs() <= bound)  # NaN counts as bad
     if not bool(bad.any()):

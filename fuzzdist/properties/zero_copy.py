@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 
 from fuzzdist import strategies as fst
 from fuzzdist.checks import first_difference
+from fuzzdist.errors import InvalidArgument
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.sharing import (
     leftover_shared_memory,
@@ -170,7 +171,7 @@ def interface(device: str, name: str) -> Interface:
     for candidate in INTERFACES[device]:
         if candidate.name == name:
             return candidate
-    raise KeyError(f"no interface {name!r} on {device}")
+    raise InvalidArgument(f"no interface {name!r} on {device}")
 
 
 # ---------------------------------------------------------------------------

@@ -29,7 +29,8 @@ from typing import Any, NamedTuple
 
 import torch
 from hypothesis import strategies as st
-from hypothesis.errors import InvalidArgument
+
+from fuzzdist.errors import InvalidArgument, InvalidState, InvalidStrategyArgument
 
 # ---------------------------------------------------------------------------
 # CPU: sharing strategies
@@ -184,13 +185,13 @@ class CudaAllocatorMode:
 
     def __post_init__(self) -> None:
         if self.max_split_size_mb is not None and self.max_split_size_mb < _MIN_SPLIT_MB:
-            raise ValueError(f"max_split_size_mb must be >= {_MIN_SPLIT_MB}")
+            raise InvalidArgument(f"max_split_size_mb must be >= {_MIN_SPLIT_MB}")
         div = self.roundup_power2_divisions
         if div is not None and (div < 1 or div & (div - 1)):
-            raise ValueError("roundup_power2_divisions must be a power of two")
+            raise InvalidArgument("roundup_power2_divisions must be a power of two")
         gc = self.garbage_collection_threshold
         if gc is not None and not 0.0 < gc < 1.0:
-            raise ValueError("garbage_collection_threshold must be in (0, 1)")
+            raise InvalidArgument("garbage_collection_threshold must be in (0, 1)")
 
     @property
     def device(self) -> str:
@@ -226,7 +227,7 @@ class CudaAllocatorMode:
             return
         api = _allocator_api()
         if api is None:
-            raise RuntimeError("this torch has no runtime allocator-settings setter")
+            raise InvalidState("this torch has no runtime allocator-settings setter")
         previous = api.get()
         previous_items = _parse_settings(previous)
         merged = {**previous_items, **ours}
@@ -255,7 +256,7 @@ class CudaAllocatorMode:
             return True
         api = _allocator_api()
         if api is None:
-            raise RuntimeError("this torch exposes no allocator settings to read")
+            raise InvalidState("this torch exposes no allocator settings to read")
         current = _parse_settings(api.get())
         return all(current.get(k, _DEFAULTS.get(k)) == v for k, v in ours.items())
 
@@ -305,7 +306,7 @@ def allocator_modes(device: str | torch.device = "cpu") -> st.SearchStrategy[All
     try:
         dev_type = torch.device(device).type
     except (RuntimeError, TypeError) as exc:
-        raise InvalidArgument(f"not a torch device: {device!r}") from exc
+        raise InvalidStrategyArgument(f"not a torch device: {device!r}") from exc
     if dev_type == "cpu":
         return st.sampled_from(_sharing_strategies()).map(SharingStrategyMode)
     if dev_type == "cuda":
@@ -319,4 +320,4 @@ def allocator_modes(device: str | torch.device = "cpu") -> st.SearchStrategy[All
             roundup_power2_divisions=st.sampled_from([None, 1, 4, 16]),
             garbage_collection_threshold=st.sampled_from([None, 0.5, 0.9]),
         )
-    raise InvalidArgument(f"allocator_modes supports 'cpu' and 'cuda', not {device!r}")
+    raise InvalidStrategyArgument(f"allocator_modes supports 'cpu' and 'cuda', not {device!r}")

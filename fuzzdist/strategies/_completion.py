@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from hypothesis import strategies as st
-from hypothesis.errors import InvalidArgument
+
+from fuzzdist.errors import InvalidArgument, InvalidStrategyArgument
 
 ACTIONS: tuple[str, ...] = ("complete", "fail", "drop", "wait")
 _RESOLUTIONS = ("complete", "fail", "drop")
@@ -38,25 +39,25 @@ class CompletionOrder:
 
     def __post_init__(self) -> None:
         if self.n < 0:
-            raise ValueError("n must be >= 0")
+            raise InvalidArgument("n must be >= 0")
         steps = tuple((str(a), int(i)) for a, i in self.steps)
         object.__setattr__(self, "steps", steps)
         resolved: dict[int, str] = {}
         for action, index in steps:
             if action not in ACTIONS:
-                raise ValueError(f"unknown action {action!r}")
+                raise InvalidArgument(f"unknown action {action!r}")
             if not 0 <= index < self.n:
-                raise ValueError(f"work index {index} out of range for n={self.n}")
+                raise InvalidArgument(f"work index {index} out of range for n={self.n}")
             if action == "wait":
                 if resolved.get(index) == "drop":
-                    raise ValueError(f"wait on work {index} after it was dropped")
+                    raise InvalidArgument(f"wait on work {index} after it was dropped")
                 continue
             if index in resolved:
-                raise ValueError(f"work {index} resolved twice")
+                raise InvalidArgument(f"work {index} resolved twice")
             resolved[index] = action
         if len(resolved) != self.n:
             missing = sorted(set(range(self.n)) - set(resolved))
-            raise ValueError(f"works never resolved: {missing}")
+            raise InvalidArgument(f"works never resolved: {missing}")
 
     @property
     def resolution_order(self) -> tuple[int, ...]:
@@ -144,7 +145,7 @@ def completion_orders(
     ``complete0 complete1 ... complete(n-1)``.
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise InvalidArgument(f"n must be an int >= 0, got {n!r}")
+        raise InvalidStrategyArgument(f"n must be an int >= 0, got {n!r}")
     outcomes = ["complete"]
     if allow_errors:
         outcomes.append("fail")

@@ -12,9 +12,9 @@ from typing import Any
 
 import torch
 from hypothesis import strategies as st
-from hypothesis.errors import InvalidArgument
 from torch import nn
 
+from fuzzdist.errors import InvalidArgument, InvalidStrategyArgument
 from fuzzdist.strategies._seeds import _generator, _mix_seed
 
 OPTIMIZERS: tuple[str, ...] = ("sgd", "adam", "adamw")
@@ -112,17 +112,17 @@ class DDPConfig:
         object.__setattr__(self, "widths", tuple(int(w) for w in self.widths))
         object.__setattr__(self, "batch_sizes", tuple(int(b) for b in self.batch_sizes))
         if len(self.widths) < 2 or min(self.widths) < 1:
-            raise ValueError("widths needs >= 2 entries, all >= 1")
+            raise InvalidArgument("widths needs >= 2 entries, all >= 1")
         if not self.batch_sizes or min(self.batch_sizes) < 1:
-            raise ValueError("batch_sizes needs one entry >= 1 per rank")
+            raise InvalidArgument("batch_sizes needs one entry >= 1 per rank")
         if self.steps < 1:
-            raise ValueError("steps must be >= 1")
+            raise InvalidArgument("steps must be >= 1")
         if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"unknown optimizer {self.optimizer!r}; choose from {OPTIMIZERS}")
+            raise InvalidArgument(f"unknown optimizer {self.optimizer!r}; choose from {OPTIMIZERS}")
         if self.bucket_cap_mb is not None and not self.bucket_cap_mb > 0:
-            raise ValueError("bucket_cap_mb must be > 0 or None")
+            raise InvalidArgument("bucket_cap_mb must be > 0 or None")
         if self.unused_parameters and not (self.find_unused_parameters or self.static_graph):
-            raise ValueError(
+            raise InvalidArgument(
                 "a model with unused parameters needs find_unused_parameters=True or static_graph=True"
             )
         supported = _ddp_parameters()
@@ -134,9 +134,9 @@ class DDPConfig:
             ("init_sync", self.init_sync, True),
         ):
             if value != default and name not in supported:
-                raise ValueError(f"the installed DistributedDataParallel has no {name!r}")
+                raise InvalidArgument(f"the installed DistributedDataParallel has no {name!r}")
         if not self.broadcast_buffers and not supported & {"broadcast_buffers", "forward_sync_buffers"}:
-            raise ValueError("the installed DistributedDataParallel can't turn off buffer sync")
+            raise InvalidArgument("the installed DistributedDataParallel can't turn off buffer sync")
 
     @property
     def world_size(self) -> int:
@@ -259,14 +259,14 @@ def ddp_configs(
         ("max_width", max_width, 1), ("max_batch", max_batch, 1), ("max_steps", max_steps, 1),
     ):
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise InvalidArgument(f"{name} must be an int >= {minimum}, got {value!r}")
+            raise InvalidStrategyArgument(f"{name} must be an int >= {minimum}, got {value!r}")
     if optimizers is None:
         optimizer_names = OPTIMIZERS
     else:
         names = (optimizers,) if isinstance(optimizers, str) else tuple(optimizers)
         unknown = [n for n in names if n not in OPTIMIZERS]
         if not names or unknown:
-            raise InvalidArgument(f"optimizers must be a non-empty subset of {OPTIMIZERS}")
+            raise InvalidStrategyArgument(f"optimizers must be a non-empty subset of {OPTIMIZERS}")
         optimizer_names = tuple(n for n in OPTIMIZERS if n in names)
 
     supported = _ddp_parameters()
@@ -279,7 +279,7 @@ def ddp_configs(
     @st.composite
     def draw_config(draw: st.DrawFn) -> DDPConfig:
         if not supported:
-            raise InvalidArgument("torch.nn.parallel.DistributedDataParallel is not available")
+            raise InvalidStrategyArgument("torch.nn.parallel.DistributedDataParallel is not available")
         depth = draw(st.integers(1, max_depth))
         widths = tuple(draw(st.integers(1, max_width)) for _ in range(depth + 1))
         unused = draw(st.booleans())

@@ -10,6 +10,8 @@ from collections.abc import Iterable
 
 import torch
 
+from fuzzdist.errors import InvalidArgument
+
 # Every dtype fuzzdist knows about, by torch attribute name, in shrink order:
 # float32 first (the minimal dtype), then the other common ones, then the
 # exotic ones. Names the installed torch lacks are skipped (getattr), never
@@ -56,4 +58,4 @@ def _kind_of(dtype: torch.dtype) -> str:
     for candidate, kind in _catalogue():
         if candidate == dtype:
             return kind
-    raise ValueError(f"fuzzdist does not generate {dtype}")
+    raise InvalidArgument(f"fuzzdist does not generate {dtype}")

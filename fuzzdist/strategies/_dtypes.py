@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 from hypothesis import strategies as st
-from hypothesis.errors import InvalidArgument
 
+from fuzzdist.errors import InvalidStrategyArgument
 from fuzzdist.strategies._dtype_catalogue import DTYPE_KINDS, KindArg, _catalogue
 from fuzzdist.strategies._dtype_probe import _usable_dtype_names
 
@@ -15,10 +15,10 @@ def _normalize_kinds(kind: KindArg) -> frozenset[str] | None:
         return None
     kinds = (kind,) if isinstance(kind, str) else tuple(kind)
     if not kinds:
-        raise InvalidArgument("kind must name at least one dtype kind")
+        raise InvalidStrategyArgument("kind must name at least one dtype kind")
     for k in kinds:
         if k not in DTYPE_KINDS:
-            raise InvalidArgument(
+            raise InvalidStrategyArgument(
                 f"unknown dtype kind {k!r}; choose from {DTYPE_KINDS}"
             )
     return frozenset(kinds)
@@ -28,7 +28,7 @@ def _normalize_device(device: str | torch.device) -> str:
     try:
         return str(torch.device(device))
     except (RuntimeError, TypeError) as exc:
-        raise InvalidArgument(f"not a torch device: {device!r}") from exc
+        raise InvalidStrategyArgument(f"not a torch device: {device!r}") from exc
 
 
 def supported_dtypes(
@@ -71,7 +71,7 @@ def dtypes(
     The device is probed lazily, on the first draw, in the driver: CPU in
     process, other devices in a child process so the driver never starts a
     CUDA context. A device with no usable dtype (absent GPU) raises
-    ``InvalidArgument`` at draw time.
+    ``InvalidStrategyArgument`` at draw time.
     """
     kinds = _normalize_kinds(kind)
     dev = _normalize_device(device)
@@ -79,7 +79,7 @@ def dtypes(
     def build() -> st.SearchStrategy[torch.dtype]:
         allowed = supported_dtypes(dev, kinds)
         if not allowed:
-            raise InvalidArgument(
+            raise InvalidStrategyArgument(
                 f"no dtype of kind {sorted(kinds) if kinds else 'any'} is usable "
                 f"on device {dev!r} (is the device present?)"
             )

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from hypothesis import strategies as st
-from hypothesis.errors import InvalidArgument
+
+from fuzzdist.errors import InvalidStrategyArgument
 
 
 def _check_int(name: str, value: object, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidArgument(f"{name} must be an int, got {value!r}")
+        raise InvalidStrategyArgument(f"{name} must be an int, got {value!r}")
     if value < minimum:
-        raise InvalidArgument(f"{name} must be >= {minimum}, got {value!r}")
+        raise InvalidStrategyArgument(f"{name} must be >= {minimum}, got {value!r}")
     return value
 
 
@@ -50,7 +51,7 @@ def rank_subsets(
         max_size = world_size
     _check_int("max_size", max_size, min_size)
     if min_size > world_size:
-        raise InvalidArgument(f"min_size={min_size} exceeds world_size={world_size}")
+        raise InvalidStrategyArgument(f"min_size={min_size} exceeds world_size={world_size}")
     max_size = min(max_size, world_size)
     return st.lists(
         st.integers(0, world_size - 1), min_size=min_size, max_size=max_size, unique=True

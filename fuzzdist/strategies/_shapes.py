@@ -5,7 +5,8 @@ from __future__ import annotations
 from functools import lru_cache
 
 from hypothesis import strategies as st
-from hypothesis.errors import InvalidArgument
+
+from fuzzdist.errors import InvalidStrategyArgument
 
 DEFAULT_MAX_BYTES = 1 << 20
 DEFAULT_MAX_DIMS = 4
@@ -30,9 +31,9 @@ def _dim_sizes(cap: int) -> st.SearchStrategy[int]:
 
 def _check_int(name: str, value: object, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidArgument(f"{name} must be an int, got {value!r}")
+        raise InvalidStrategyArgument(f"{name} must be an int, got {value!r}")
     if value < minimum:
-        raise InvalidArgument(f"{name} must be >= {minimum}, got {value!r}")
+        raise InvalidStrategyArgument(f"{name} must be >= {minimum}, got {value!r}")
     return value
 
 

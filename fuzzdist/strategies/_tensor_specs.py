@@ -7,8 +7,8 @@ from collections.abc import Iterable
 import torch
 from hypothesis import assume
 from hypothesis import strategies as st
-from hypothesis.errors import InvalidArgument
 
+from fuzzdist.errors import InvalidStrategyArgument
 from fuzzdist.strategies._dtypes import dtypes as _dtypes_strategy
 from fuzzdist.strategies._shapes import DEFAULT_MAX_BYTES, DEFAULT_MAX_DIMS
 from fuzzdist.strategies._shapes import shapes as _shapes_strategy
@@ -27,10 +27,10 @@ def _names(arg: None | str | Iterable[str], allowed: tuple[str, ...], what: str)
         return allowed
     names = (arg,) if isinstance(arg, str) else tuple(arg)
     if not names:
-        raise InvalidArgument(f"{what} must not be empty")
+        raise InvalidStrategyArgument(f"{what} must not be empty")
     for name in names:
         if name not in allowed:
-            raise InvalidArgument(f"unknown {what[:-1]} {name!r}; choose from {allowed}")
+            raise InvalidStrategyArgument(f"unknown {what[:-1]} {name!r}; choose from {allowed}")
     # keep the canonical order, so shrinking goes towards the simplest one
     return tuple(a for a in allowed if a in names)
 
@@ -66,7 +66,7 @@ def tensor_specs(
     pattern_names = _names(patterns, PATTERNS, "patterns")
     if shapes is None:
         if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < _LARGEST_ITEMSIZE:
-            raise InvalidArgument(f"max_bytes must be an int >= {_LARGEST_ITEMSIZE}, got {max_bytes!r}")
+            raise InvalidStrategyArgument(f"max_bytes must be an int >= {_LARGEST_ITEMSIZE}, got {max_bytes!r}")
     dtype_strategy = _dtypes_strategy() if dtypes is None else dtypes
 
     @st.composite

@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from fuzzdist.errors import InvalidArgument, InvalidType
 from fuzzdist.strategies._dtype_catalogue import _kind_of
 from fuzzdist.strategies._seeds import _generator
 
@@ -195,7 +196,7 @@ def _value_bytes(dtype: torch.dtype, pattern: str, n: int, gen: torch.Generator)
         return _random_bytes(dtype, 1, gen).repeat(n)
     if pattern == "special":
         return _special_bytes(dtype, n, gen)
-    raise ValueError(f"unknown pattern {pattern!r}")
+    raise InvalidArgument(f"unknown pattern {pattern!r}")
 
 
 # ---------------------------------------------------------------------------
@@ -228,23 +229,23 @@ class TensorSpec:
     def __post_init__(self) -> None:
         shape = tuple(int(s) for s in self.shape)
         if any(s < 0 for s in shape):
-            raise ValueError(f"negative size in shape {shape}")
+            raise InvalidArgument(f"negative size in shape {shape}")
         object.__setattr__(self, "shape", shape)
         if not isinstance(self.dtype, torch.dtype):
-            raise TypeError(f"dtype must be a torch.dtype, got {self.dtype!r}")
+            raise InvalidType(f"dtype must be a torch.dtype, got {self.dtype!r}")
         _kind_of(self.dtype)  # raises for dtypes fuzzdist can't build
         if self.layout not in LAYOUTS:
-            raise ValueError(f"unknown layout {self.layout!r}; choose from {LAYOUTS}")
+            raise InvalidArgument(f"unknown layout {self.layout!r}; choose from {LAYOUTS}")
         if self.pattern not in PATTERNS:
-            raise ValueError(f"unknown pattern {self.pattern!r}; choose from {PATTERNS}")
+            raise InvalidArgument(f"unknown pattern {self.pattern!r}; choose from {PATTERNS}")
         if not _layout_fits(self.layout, shape):
-            raise ValueError(f"layout {self.layout!r} can't hold for shape {shape}")
+            raise InvalidArgument(f"layout {self.layout!r} can't hold for shape {shape}")
         offset = int(self.storage_offset)
         object.__setattr__(self, "storage_offset", offset)
         if self.layout == "sliced" and offset < 1:
-            raise ValueError("a 'sliced' spec needs storage_offset >= 1")
+            raise InvalidArgument("a 'sliced' spec needs storage_offset >= 1")
         if self.layout != "sliced" and offset != 0:
-            raise ValueError("only a 'sliced' spec has a storage_offset")
+            raise InvalidArgument("only a 'sliced' spec has a storage_offset")
 
     @property
     def ndim(self) -> int:

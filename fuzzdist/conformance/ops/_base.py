@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from fuzzdist import strategies as fst
 from fuzzdist.conformance._reference import exact_problem, reduction_problem, show
+from fuzzdist.errors import InvalidArgument
 from fuzzdist.strategies import TensorSpec
 from fuzzdist.strategies._seeds import _mix_seed
 
@@ -298,9 +299,9 @@ class OpCall:
     def __post_init__(self) -> None:
         info = self._info if self._info is not None else OPS.get(self.op)
         if info is None or info.name != self.op:
-            raise ValueError(f"unknown op {self.op!r}; choose from {sorted(OPS)}")
+            raise InvalidArgument(f"unknown op {self.op!r}; choose from {sorted(OPS)}")
         if self.reduce_op is not None and self.reduce_op not in REDUCE_OPS:
-            raise ValueError(f"unknown reduce op {self.reduce_op!r}; choose from {REDUCE_OPS}")
+            raise InvalidArgument(f"unknown reduce op {self.reduce_op!r}; choose from {REDUCE_OPS}")
         object.__setattr__(self, "_info", info)
 
     @property
