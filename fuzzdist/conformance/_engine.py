@@ -547,8 +547,7 @@ class ConformanceSession:
             fields = {"world_size": w, "config": config, "dtype": dtype, "seed": seed, "pg_kind": kind,
                       "schedule": schedule}
             try:
-                results = self.pool(w).run(_rank.ddp_parity, self.ref, ddp_property.__name__, config, dtype, seed,
-                                           kind, schedule)
+                results = self.pool(w).run(_rank.ddp_parity, self.ref, config, dtype, seed, kind, schedule)
             except RankFailure as exc:
                 self._reset(w)
                 found = _rank_exceptions(exc)

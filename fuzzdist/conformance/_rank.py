@@ -287,13 +287,15 @@ class _GroupContext:
         return self._ctx.store
 
 
-def ddp_parity(ctx: Any, ref: str, module_name: str, config: Any, dtype: torch.dtype, seed: int,
-               pg_kind: str, schedule: Any) -> Any:
+def ddp_parity(ctx: Any, ref: str, config: Any, dtype: torch.dtype, seed: int, pg_kind: str,
+               schedule: Any) -> Any:
     """The DDP parity property's rank function, with the factory's group as the process group."""
-    module = importlib.import_module(module_name)
+    from fuzzdist.properties import ddp
+
     pg = group_for(ctx, ref)
-    kwargs = module.pg_wrapper(pg_kind, schedule) if pg_kind != "direct" else {}
-    return module.ddp_parity(_GroupContext(ctx, pg), config, dtype, seed, **kwargs)
+    kwargs = ddp.pg_wrapper(pg_kind, schedule) if pg_kind != "direct" else {}
+    group_ctx: Any = _GroupContext(ctx, pg)  # stands in for the RankContext, with the factory's group
+    return ddp.ddp_parity(group_ctx, config, dtype, seed, **kwargs)
 
 
 __all__ = ["FactoryError", "as_process_group", "build", "cached_group", "ddp_parity", "factory_ref",
