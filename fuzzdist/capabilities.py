@@ -61,6 +61,7 @@ def validate_pool_args(world_size: object, backend: object, device: object, time
 
 
 def missing_distributed() -> str | None:
+    """Why torch.distributed can't be used in this torch build, or None."""
     import torch.distributed as dist
 
     if not dist.is_available():
@@ -69,6 +70,7 @@ def missing_distributed() -> str | None:
 
 
 def available_backends() -> list[str]:
+    """The process group backends this torch build has (gloo, nccl, mpi, ucc, xccl)."""
     import torch.distributed as dist
 
     names = [b for b in ("gloo", "nccl", "mpi", "ucc", "xccl") if _backend_available(dist, b)]
@@ -77,6 +79,7 @@ def available_backends() -> list[str]:
 
 
 def missing_backend(backend: str) -> str | None:
+    """Why ``backend`` can't be used here (with the backends that can), or None."""
     if backend in available_backends():
         return None
     return (f"backend {backend!r} is not available in torch {torch.__version__}; "
@@ -173,6 +176,7 @@ def missing_peer_access(world_size: int) -> str | None:
 
 
 def missing_cupy() -> str | None:
+    """Why cupy can't be used here (not installed, or it sees no GPU), or None."""
     try:
         import cupy
     except ImportError as exc:
@@ -185,6 +189,7 @@ def missing_cupy() -> str | None:
 
 
 def missing_block_current_stream() -> str | None:
+    """Why ``Work.block_current_stream()`` can't be used with the installed torch, or None."""
     import torch.distributed as dist
 
     work = getattr(dist.distributed_c10d, "Work", None) or getattr(dist, "_Work", None)

@@ -131,3 +131,44 @@ def test_nothing_reaches_properties_by_path_or_test_module_name():
                 if match.group(1) in property_tests:
                     offenders.append(f"{path.relative_to(REPO)}: names the property test module {match.group(1)}")
     assert not offenders, "\n".join(offenders)
+
+
+# The public API (README's "API" table): every name these modules export has a docstring.
+PUBLIC_MODULES = [
+    "fuzzdist", "fuzzdist.pool", "fuzzdist.pool.torchrun", "fuzzdist.strategies", "fuzzdist.conformance",
+    "fuzzdist.conformance.ops", "fuzzdist.properties", "fuzzdist.checks", "fuzzdist.sharing", "fuzzdist.cuda_ipc",
+    "fuzzdist.capabilities", "fuzzdist.newhooks", "fuzzdist.errors", "fuzzdist.reorder", "fuzzdist.context",
+    "fuzzdist.profiles",
+]
+
+
+def _public_names(module):
+    names = getattr(module, "__all__", None)
+    if names is not None:
+        return list(names)
+    return [n for n in vars(module) if not n.startswith("_")
+            and getattr(getattr(module, n), "__module__", None) == module.__name__]
+
+
+def test_every_public_name_has_a_docstring():
+    import importlib
+    import inspect
+    import pkgutil
+
+    import fuzzdist.properties
+
+    modules = PUBLIC_MODULES + [f"fuzzdist.properties.{info.name}"
+                                for info in pkgutil.iter_modules(fuzzdist.properties.__path__)]
+    missing = []
+    for name in modules:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:  # a property family the installed torch can't support
+            continue
+        if not (module.__doc__ or "").strip():
+            missing.append(name)
+        for public in _public_names(module):
+            obj = getattr(module, public)
+            if (inspect.isclass(obj) or inspect.isfunction(obj)) and not (obj.__doc__ or "").strip():
+                missing.append(f"{name}.{public}")
+    assert not missing, "public names without a docstring:\n" + "\n".join(missing)
