@@ -13,10 +13,19 @@ import torch
 
 
 def _byte_view(t: torch.Tensor) -> torch.Tensor:
-    flat = t.detach().to("cpu").contiguous().reshape(-1)
+    flat = _unit_stride(t.detach().to("cpu").contiguous().reshape(-1))
     if flat.is_complex():
-        flat = torch.view_as_real(flat).reshape(-1)
+        flat = _unit_stride(torch.view_as_real(flat).reshape(-1))
     return flat.view(torch.uint8)
+
+
+def _unit_stride(flat: torch.Tensor) -> torch.Tensor:
+    """``flat`` with stride 1, which ``view(dtype)`` needs.  ``contiguous()`` keeps any stride of
+    a tensor with 0 or 1 elements (all count as contiguous): ``np.from_dlpack`` of an empty
+    array gives stride 0, for one."""
+    if flat.stride(-1) == 1:
+        return flat
+    return torch.empty(flat.shape, dtype=flat.dtype).copy_(flat)
 
 
 def bitwise_equal(actual: torch.Tensor, expected: torch.Tensor) -> bool:
