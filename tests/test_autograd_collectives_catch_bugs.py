@@ -60,3 +60,19 @@ def test_catches_a_broadcast_gradient_left_on_non_source_ranks(rank_pool):
     assert f.results[f.case.root] is None  # the source's gradient is the right sum
     assert all(_problems(f.results, r).startswith("grad of input (not the source): ")
                for r in range(rank_pool.world_size) if r != f.case.root)
+
+
+class _PoolWithoutReduceScatter:
+    """Answers the support probe as a torch whose gloo has no reduce_scatter would."""
+
+    world_size = 97  # a key no real pool of the session uses in the probe cache
+
+    def run(self, fn, name, combos):
+        return [{combo: "RuntimeError: not supported" for combo in combos}] * self.world_size
+
+
+def test_an_unsupported_collective_skips_every_caller_not_just_the_first():
+    pool = _PoolWithoutReduceScatter()
+    for _ in range(2):  # the second answer comes from the probe cache
+        with pytest.raises(pytest.skip.Exception, match="reduce_scatter is not supported"):
+            collectives.supported(pool, "reduce_scatter")

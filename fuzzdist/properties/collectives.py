@@ -441,6 +441,7 @@ def probe_support(ctx: RankContext, name: str,
 
 
 _SUPPORT: dict[tuple[int, str], list[tuple[torch.dtype, str | None]]] = {}
+_UNSUPPORTED: dict[tuple[int, str], str] = {}  # why the collective can't run at all: skip every caller
 
 
 def supported(pool: Pool, name: str) -> list[tuple[torch.dtype, str | None]]:
@@ -448,6 +449,8 @@ def supported(pool: Pool, name: str) -> list[tuple[torch.dtype, str | None]]:
     per world size; warns for each pair left out, and skips the calling test (``pytest.skip``)
     where gloo has no reduce_scatter at all."""
     key = (pool.world_size, name)
+    if key in _UNSUPPORTED:
+        pytest.skip(_UNSUPPORTED[key])
     if key in _SUPPORT:
         return _SUPPORT[key]
     ops = REDUCE_OPS if name in REDUCTIONS else (None,)
@@ -460,9 +463,9 @@ def supported(pool: Pool, name: str) -> list[tuple[torch.dtype, str | None]]:
     per_rank = pool.run(probe_support, name, probed) if probed else [{}]
     errors = {c: next((res[c] for res in per_rank if res[c] is not None), None) for c in probed}
     if name == "reduce_scatter" and errors.get((torch.float32, "SUM")):
-        _SUPPORT[key] = []
-        pytest.skip(f"reduce_scatter is not supported on gloo CPU in torch {torch.__version__}: "
-                    f"{errors[(torch.float32, 'SUM')]}")
+        _UNSUPPORTED[key] = (f"reduce_scatter is not supported on gloo CPU in torch {torch.__version__}: "
+                             f"{errors[(torch.float32, 'SUM')]}")
+        pytest.skip(_UNSUPPORTED[key])
     allowed = [c for c in combos if errors.get(c) is None]
     for (dt, op), err in errors.items():
         if err is not None:
