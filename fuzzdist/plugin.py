@@ -145,6 +145,26 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("rank_pool", params, indirect=True, scope="session")
 
 
+def parametrized_by_pool(item: pytest.Item) -> bool:
+    """Whether ``item`` is one of several rank-pool variants of a test (``[cpu-w2]``, ``[cuda-w3]``...)."""
+    callspec = getattr(item, "callspec", None)
+    return callspec is not None and "rank_pool" in callspec.params
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_call(item: pytest.Item) -> None:
+    """Give each rank-pool variant of a property its own database key.
+
+    Hypothesis's pytest plugin does this (the node id mixed into the key) only for tests with a
+    ``parametrize`` marker; the pool variants come from ``pytest_generate_tests`` and would share
+    one key, so running ``[cpu-w2]`` would replay, and delete as no longer failing, what
+    ``[cpu-w3]`` found.
+    """
+    inner = getattr(getattr(getattr(item, "obj", None), "hypothesis", None), "inner_test", None)
+    if inner is not None and parametrized_by_pool(item):
+        _hypothesis_compat.set_extra_digest(inner, item.nodeid.encode())
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("gpu") is not None:

@@ -178,3 +178,25 @@ def test_p(rank_pool, rank_pools):
 ''')
     suite.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=1)
     assert (suite.path / "closed").read_text() == "yes"
+
+
+def test_each_pool_variant_keeps_its_own_failures_in_the_database(suite):
+    """[cpu-w1] and [cpu-w2] come from pytest_generate_tests, not a parametrize marker: fuzzdist gives
+    each its own database key.  With one shared key, running w1 replayed w2's failure, saw it pass
+    and deleted it from the database."""
+    suite.makepyfile(test_prop='''
+import pytest
+from hypothesis import given, settings, strategies as st
+from hypothesis.database import DirectoryBasedExampleDatabase
+
+@pytest.mark.fuzzdist(world_size=[1, 2])
+@settings(database=DirectoryBasedExampleDatabase("db"), max_examples=50)
+@given(n=st.integers(0, 10))
+def test_p(rank_pool, n):
+    assert not (rank_pool.world_size == 2 and n >= 3)
+''')
+    suite.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=1, failed=1)
+    suite.runpytest("-p", "no:cacheprovider", "-k", "w1").assert_outcomes(passed=1)
+    # Replay only (no generation): w2 fails again only if its stored failure survived the w1 run.
+    replay = suite.runpytest("-p", "no:cacheprovider", "-k", "w2", "--hypothesis-profile=replay")
+    replay.assert_outcomes(failed=1)

@@ -33,15 +33,17 @@ from _pytest.outcomes import Failed, OutcomeException
 from fuzzdist import _hypothesis_compat as hc
 from fuzzdist.campaign.database import Database, read_index, reproduce_command
 from fuzzdist.campaign.selection import SelectionPlugin, Targets
+from fuzzdist.plugin import parametrized_by_pool
 
 _HIDDEN_FRAMES = ("/hypothesis/", "/_pytest/", "/pluggy/", "/fuzzdist/campaign/")
 
 
 def database_key(item: pytest.Function) -> bytes:
     """Hypothesis's database key for ``item``, as pytest's hypothesis plugin makes it: the
-    digest of the test, plus the node id for a test pytest parametrizes itself."""
+    digest of the test, plus the node id for a test pytest parametrizes itself or fuzzdist's
+    plugin runs on several rank pools (``fuzzdist.plugin.pytest_runtest_call``)."""
     inner = item.obj.hypothesis.inner_test
-    parametrized = item.get_closest_marker("parametrize") is not None or any(
+    parametrized = item.get_closest_marker("parametrize") is not None or parametrized_by_pool(item) or any(
         fixturedef.params for defs in item._fixtureinfo.name2fixturedefs.values() for fixturedef in defs)
     if not parametrized:
         return hc.function_digest(inner)
