@@ -127,6 +127,11 @@ class PropertyFailure(FuzzdistError, AssertionError):
         self.results: list[Any] = list(results)
 
 
+# What became of the pool after a failure, in the failure's message: a spawned pool restarts its
+# ranks; a torchrun group is spent (fuzzdist.pool.torchrun says it instead).
+RESTARTED = "the pool was restarted"
+
+
 class RankError(RankFailure):
     """``fn`` raised on one or more ranks.
 
@@ -146,6 +151,7 @@ class RankError(RankFailure):
         exceptions: Mapping[int, BaseException],
         stragglers: Sequence[int] = (),
         straggler_stacks: Mapping[int, str] | None = None,
+        aftermath: str = RESTARTED,
     ) -> None:
         self.tracebacks = dict(tracebacks)
         self.exc_types = dict(exc_types)
@@ -160,8 +166,7 @@ class RankError(RankFailure):
         if self.stragglers:
             parts.append(
                 f"\n{_plural(self.stragglers)} still running after the failure "
-                "(probably waiting in a collective the failed rank never joined); "
-                "the pool was restarted."
+                f"(probably waiting in a collective the failed rank never joined); {aftermath}."
             )
             for r in self.stragglers:
                 stack = self.straggler_stacks.get(r, "(no stack captured)")
@@ -176,12 +181,13 @@ class RankTimeout(RankFailure):
     Python stack (all threads) at the moment of the timeout, from faulthandler.
     """
 
-    def __init__(self, ranks: Sequence[int], timeout: float, stacks: Mapping[int, str]) -> None:
+    def __init__(self, ranks: Sequence[int], timeout: float, stacks: Mapping[int, str],
+                 aftermath: str = RESTARTED) -> None:
         self.timeout = timeout
         self.stacks = dict(stacks)
         parts = [
             f"{_plural(ranks)} still running after the {timeout:g}s timeout; "
-            "the pool was restarted. Raise the timeout "
+            f"{aftermath}. Raise the timeout "
             "(RankPool(timeout=...) or --fuzzdist-timeout) if the example is just slow."
         ]
         for r in sorted(ranks):
@@ -197,12 +203,13 @@ class RankCrash(RankFailure):
     ``stacks[r]`` the stack faulthandler wrote on a fatal signal, if any.
     """
 
-    def __init__(self, ranks: Sequence[int], exit_codes: Mapping[int, int], stacks: Mapping[int, str]) -> None:
+    def __init__(self, ranks: Sequence[int], exit_codes: Mapping[int, int], stacks: Mapping[int, str],
+                 aftermath: str = RESTARTED) -> None:
         self.exit_codes = dict(exit_codes)
         self.causes = {r: describe_exit(code) for r, code in self.exit_codes.items()}
         self.stacks = dict(stacks)
         head = ", ".join(f"rank {r} ({self.causes[r]})" for r in sorted(ranks))
-        parts = [f"rank process died: {head}; the pool was restarted."]
+        parts = [f"rank process died: {head}; {aftermath}."]
         for r in sorted(ranks):
             if self.stacks.get(r):
                 parts.append(f"\n--- rank {r} stack at the fatal signal ---\n{self.stacks[r].rstrip()}")

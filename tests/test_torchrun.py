@@ -48,6 +48,7 @@ def test_crashing_rank_is_a_rank_crash_saved_to_the_database(tmp_path):
     proc, report = _torchrun(tmp_path, 2, "crash")
     assert report["failure"] == "RankCrash", report
     assert report["failure_ranks"] == [1]
+    assert "the torchrun group is spent" in report["message"]  # not "restarted": it can't be
     assert proc.returncode != 0
     assert any((tmp_path / "db").rglob("*")), "the crashing example was not saved"
 
@@ -57,6 +58,7 @@ def test_hanging_rank_is_a_timeout_with_its_stack(tmp_path):
     assert report["failure"] == "RankTimeout", report
     assert report["failure_ranks"] == [0, 1] or report["failure_ranks"] == [1]
     assert "sum_of_ranks" in report["message"]  # rank 1's stack, dumped on request
+    assert "the torchrun group is spent" in report["message"] and "restarted" not in report["message"]
 
 
 @pytest.mark.parametrize("planted", [False, True])

@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Set
 from typing import Any, Protocol, runtime_checkable
 
 from fuzzdist import _coverage, _remote
-from fuzzdist.errors import CallError, RankCrash, RankError, RankTimeout
+from fuzzdist.errors import RESTARTED, CallError, RankCrash, RankError, RankTimeout
 from fuzzdist.pool import messages
 
 DEFAULT_TIMEOUT = 30.0
@@ -63,6 +63,8 @@ class Pool(Protocol):
 
 class Controller(ABC):
     """The driver's half of a pool, shared by the transports (see the module docstring)."""
+
+    aftermath = RESTARTED  # what a failure's message says became of the pool
 
     def __init__(self, world_size: int, backend: str, device: str, timeout: float,
                  straggler_grace: float | None) -> None:
@@ -136,13 +138,15 @@ class Controller(ABC):
             stacks = self._stacks(seq, out.pending)
             try:
                 if out.errors:
-                    _raise_rank_error(out.errors, stragglers=out.pending, straggler_stacks=stacks)
+                    _raise_rank_error(out.errors, stragglers=out.pending, straggler_stacks=stacks,
+                                      aftermath=self.aftermath)
                 if not out.load_errors:
-                    raise RankTimeout(sorted(out.pending), self.timeout, stacks)
+                    raise RankTimeout(sorted(out.pending), self.timeout, stacks, self.aftermath)
             except BaseException as failure:
                 self._recover(failure)  # the hung ranks hold the group
                 raise
-            self._recover(RankTimeout(sorted(out.pending), self.timeout, stacks))  # raised as a load error below
+            # raised as a load error below
+            self._recover(RankTimeout(sorted(out.pending), self.timeout, stacks, self.aftermath))
         elif out.recycle:
             self._recycle(out.recycle)
         if out.load_errors:
@@ -273,7 +277,7 @@ def derive_seed(payload: bytes) -> int:
 
 
 def _raise_rank_error(records: Mapping[int, _remote.RemoteRecord], stragglers: Set[int] = frozenset(),
-                      straggler_stacks: Mapping[int, str] | None = None) -> None:
+                      straggler_stacks: Mapping[int, str] | None = None, aftermath: str = RESTARTED) -> None:
     exceptions = {r: _remote.rebuild(rec) for r, rec in records.items()}
     if all(rec.type_name == "hypothesis.errors.UnsatisfiedAssumption" for rec in records.values()):
         raise exceptions[min(exceptions)]  # assume()/reject() on the ranks: an invalid example
@@ -284,6 +288,7 @@ def _raise_rank_error(records: Mapping[int, _remote.RemoteRecord], stragglers: S
         exceptions=exceptions,
         stragglers=sorted(stragglers),
         straggler_stacks=straggler_stacks,
+        aftermath=aftermath,
     )
     # Chained to the lowest failing rank's exception, rebuilt at its remote site,
     # so Hypothesis tells different remote bugs apart.  Hypothesis reads

@@ -123,6 +123,9 @@ class TorchrunPool(Controller):
     spent, and its next ``run`` raises :class:`~fuzzdist.errors.PoolGone`.
     """
 
+    aftermath = ("the torchrun group is spent: the next run raises PoolGone; start torchrun with "
+                 "--max-restarts to get a fresh group, which replays this failure first")
+
     def __init__(self, ctx: Any, store: Any, timeout: float = DEFAULT_TIMEOUT,
                  straggler_grace: float | None = None) -> None:
         if ctx.rank != 0:
@@ -186,7 +189,7 @@ class TorchrunPool(Controller):
         return RankCrash(sorted(dead), {r: -signal.SIGKILL for r in dead},
                          {r: "(rank lost under torchrun: its heartbeat stopped or torchrun's "
                              "agent stopped the group; its exit code is in torchrun's log)"
-                          for r in dead})
+                          for r in dead}, self.aftermath)
 
     def _recover(self, failure: BaseException) -> None:
         self._gone = failure  # torchrun's processes can't be replaced from here: the pool is spent
