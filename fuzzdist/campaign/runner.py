@@ -179,9 +179,9 @@ class CampaignPlugin(SelectionPlugin):
         inner = handle.inner_test
         original_settings = hc.given_settings(fn)
         overrides = hc.TestOverrides(fn)
-        # Hypothesis's standard key (pytest's hypothesis plugin has already set the
-        # per-parametrization digest, if any, on inner_test); pinned so the wrapper
-        # can't change it.
+        # Hypothesis's standard key (pytest's hypothesis plugin, or fuzzdist's for a rank-pool
+        # variant, has already set the per-parametrization digest, if any, on inner_test);
+        # pinned so the wrapper can't change it.
         key = self._key = hc.function_digest(inner)
         db = self.database.db
         prop.database_key = key.hex()
