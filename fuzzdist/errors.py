@@ -140,7 +140,8 @@ class RankError(RankFailure):
     exception itself, rebuilt in the driver where it could be unpickled.
     ``stragglers`` are ranks that had not finished when the pool gave up
     waiting for them (usually blocked in a collective a failed rank never
-    joined); ``straggler_stacks`` holds their Python stacks.
+    joined); ``straggler_stacks`` holds their Python stacks and
+    ``diagnosis`` (a :class:`fuzzdist.hangs.Diagnosis`, or None) where they wait.
     """
 
     def __init__(
@@ -152,7 +153,9 @@ class RankError(RankFailure):
         stragglers: Sequence[int] = (),
         straggler_stacks: Mapping[int, str] | None = None,
         aftermath: str = RESTARTED,
+        diagnosis: Any = None,
     ) -> None:
+        self.diagnosis = diagnosis
         self.tracebacks = dict(tracebacks)
         self.exc_types = dict(exc_types)
         self.exceptions = dict(exceptions)
@@ -164,35 +167,91 @@ class RankError(RankFailure):
         for r in ranks:
             parts.append(f"\n--- rank {r} traceback ---\n{tracebacks[r].rstrip()}")
         if self.stragglers:
-            parts.append(
-                f"\n{_plural(self.stragglers)} still running after the failure "
-                f"(probably waiting in a collective the failed rank never joined); {aftermath}."
-            )
+            why = (f": {diagnosis.summary}" if diagnosis is not None
+                   else " (probably waiting in a collective the failed rank never joined)")
+            parts.append(f"\n{_plural(self.stragglers)} still running after the failure{why}; {aftermath}.")
             for r in self.stragglers:
-                stack = self.straggler_stacks.get(r, "(no stack captured)")
-                parts.append(f"\n--- rank {r} stack ---\n{stack.rstrip()}")
+                where = diagnosis.ranks.get(r, "") if diagnosis is not None else ""
+                parts.append(f"\n--- rank {r}{': ' + where if where else ''} ---")
+                if diagnosis is not None and diagnosis.details.get(r):
+                    parts.append(diagnosis.details[r])
+                parts.append(self.straggler_stacks.get(r, "(no stack captured)").rstrip())
         super().__init__("\n".join(parts), ranks)
 
 
 class RankTimeout(RankFailure):
-    """The example ran past the pool's timeout.
+    """The ranks did not finish the example: they hung past the pool's timeout, or deadlocked.
 
     ``ranks`` are the ranks still inside ``fn``; ``stacks[r]`` is rank r's
-    Python stack (all threads) at the moment of the timeout, from faulthandler.
+    stack when fuzzdist gave up (the rank function down, fuzzdist's own
+    frames and threads left out).  ``diagnosis`` (a
+    :class:`fuzzdist.hangs.Diagnosis`, or None) says why: where each rank
+    stands in the example's collectives and where they disagree.
+    ``deadlock`` is True when fuzzdist declared the hang before the timeout
+    because nothing could ever complete (every stuck rank waits in a
+    collective that a peer skipped or called differently).
+
+    Raised *from* a :class:`Hang` of the diagnosed kind, raised at the stuck
+    rank's own line, so Hypothesis keeps two different hangs apart.
     """
 
     def __init__(self, ranks: Sequence[int], timeout: float, stacks: Mapping[int, str],
-                 aftermath: str = RESTARTED) -> None:
+                 aftermath: str = RESTARTED, diagnosis: Any = None, deadlock: bool = False,
+                 waited: float | None = None) -> None:
         self.timeout = timeout
         self.stacks = dict(stacks)
-        parts = [
-            f"{_plural(ranks)} still running after the {timeout:g}s timeout; "
-            f"{aftermath}. Raise the timeout "
-            "(RankPool(timeout=...) or --fuzzdist-timeout) if the example is just slow."
-        ]
+        self.diagnosis = diagnosis
+        self.deadlock = deadlock
+        if deadlock:
+            head = (f"deadlock: {diagnosis.summary}. Declared after {waited or 0:.1f}s, without waiting for the "
+                    f"{timeout:g}s timeout: every stuck rank waits for a collective that can never complete; "
+                    f"{aftermath}.")
+        else:
+            head = (f"{_plural(ranks)} still running after the {timeout:g}s timeout; {aftermath}."
+                    + (f" Why: {diagnosis.summary}." if diagnosis is not None else "")
+                    + (" Raise the timeout (RankPool(timeout=...) or --fuzzdist-timeout) if the example is "
+                       "just slow." if diagnosis is None or diagnosis.may_be_slow else ""))
+        parts = [head]
         for r in sorted(ranks):
-            parts.append(f"\n--- rank {r} stack ---\n{self.stacks.get(r, '(no stack captured)').rstrip()}")
+            where = diagnosis.ranks.get(r, "") if diagnosis is not None else ""
+            parts.append(f"\n--- rank {r}{': ' + where if where else ''} ---")
+            if diagnosis is not None and diagnosis.details.get(r):
+                parts.append(diagnosis.details[r])
+            parts.append(self.stacks.get(r, "(no stack captured)").rstrip())
         super().__init__("\n".join(parts), ranks)
+
+
+class Hang(FuzzdistError):
+    """Why the ranks did not finish: the cause a :class:`RankTimeout` is raised from.
+
+    Its traceback ends at the first stuck rank's own line (like a rebuilt
+    remote exception), and each kind is its own class, so Hypothesis tells
+    a deadlock at one line from a slow example or a deadlock at another.
+    """
+
+
+class CollectiveMismatch(Hang):
+    """Ranks wait in different collectives at the same step (op, shape, dtype or root differ)."""
+
+
+class MissedCollective(Hang):
+    """A rank waits in a collective that a peer never entered (it skipped it, or finished the example)."""
+
+
+class StuckCollective(Hang):
+    """Every rank entered the same collective and it does not complete (a backend hang, or just slow)."""
+
+
+class PendingWork(Hang):
+    """A rank waits on a Work that no collective in flight will complete."""
+
+
+class SlowExample(Hang):
+    """The ranks were running their own code, not waiting on each other: the example is slow (or spins)."""
+
+
+class UnexplainedHang(Hang):
+    """The ranks could not be read (no flight recorder, no answer): only their stacks are known."""
 
 
 class RankCrash(RankFailure):

@@ -24,11 +24,19 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Set
 from typing import Any, Protocol, runtime_checkable
 
-from fuzzdist import _coverage, _remote
+from fuzzdist import _coverage, _remote, hangs
 from fuzzdist.errors import RESTARTED, CallError, RankCrash, RankError, RankTimeout
 from fuzzdist.pool import messages
+from fuzzdist.pool.rank_state import RankState
 
 DEFAULT_TIMEOUT = 30.0
+# While an example runs past FIRST_PROBE_S the pool reads the ranks' state (rank_state.py) to see
+# whether they deadlocked, then again at doubling intervals up to MAX_PROBE_INTERVAL_S: an example
+# that finishes sooner costs nothing.  A certain deadlock is declared once two readings
+# CONFIRM_PROBE_S apart agree (ranks are read one after the other, not at one instant).
+FIRST_PROBE_S = 0.2
+MAX_PROBE_INTERVAL_S = 2.0
+CONFIRM_PROBE_S = 0.1
 
 
 @runtime_checkable
@@ -119,12 +127,21 @@ class Controller(ABC):
         return self._conclude(seq, self._collect(seq))
 
     def _collect(self, seq: int) -> Outcome:
-        """Every rank's reply, until the timeout, a death, or the straggler grace after a failure."""
+        """Every rank's reply, until the timeout, a death, a certain deadlock, or the straggler grace
+        after a failure."""
         out = Outcome(seq, self.world_size, self.straggler_grace)
-        deadline = time.monotonic() + self.timeout
+        probes = _Probes(self, out)
         while out.pending and not out.dead:
-            remaining = min(deadline, out.grace_deadline) - time.monotonic()
-            if remaining <= 0 or not self._receive(out, remaining):
+            now = time.monotonic()
+            end = min(out.deadline, out.grace_deadline)
+            if now >= end:
+                break
+            probes.note_answers(now)
+            if now >= probes.next_at:
+                if probes.deadlocked():
+                    break
+                continue
+            if not self._receive(out, min(end, probes.next_at) - now):
                 break
         return out
 
@@ -135,18 +152,21 @@ class Controller(ABC):
             self._recover(crash)
             raise crash
         if out.pending:
-            stacks = self._stacks(seq, out.pending)
+            diagnosis, stacks = self._explain(out)
+            timeout = RankTimeout(sorted(out.pending), self.timeout, stacks, self.aftermath, diagnosis,
+                                  deadlock=out.deadlock, waited=time.monotonic() - out.started)
             try:
                 if out.errors:
                     _raise_rank_error(out.errors, stragglers=out.pending, straggler_stacks=stacks,
-                                      aftermath=self.aftermath)
+                                      aftermath=self.aftermath, diagnosis=diagnosis)
                 if not out.load_errors:
-                    raise RankTimeout(sorted(out.pending), self.timeout, stacks, self.aftermath)
+                    origin = diagnosis.origin()
+                    timeout.__context__ = origin  # Hypothesis reads __context__ (see errors.py)
+                    raise timeout from origin
             except BaseException as failure:
                 self._recover(failure)  # the hung ranks hold the group
                 raise
-            # raised as a load error below
-            self._recover(RankTimeout(sorted(out.pending), self.timeout, stacks, self.aftermath))
+            self._recover(timeout)  # raised as a load error below
         elif out.recycle:
             self._recycle(out.recycle)
         if out.load_errors:
@@ -154,6 +174,17 @@ class Controller(ABC):
         if out.errors:
             _raise_rank_error(out.errors)
         return out.results
+
+    def _explain(self, out: Outcome) -> tuple[hangs.Diagnosis, dict[int, str]]:
+        """Why the pending ranks did not finish, and their stacks (faulthandler's where a rank can't say)."""
+        states = self._snapshots(out.seq, out.pending, with_stack=True)
+        diagnosis = hangs.diagnose(states, out.finished(), self.world_size)
+        stacks = {r: "\n".join(filter(None, (s.stack, s.threads))) for r, s in states.items()
+                  if s is not None and s.stack}
+        silent = set(out.pending) - set(stacks)
+        if silent:  # the rank's watch thread did not answer (the GIL is held?): ask faulthandler
+            stacks.update(self._stacks(out.seq, silent))
+        return diagnosis, stacks
 
     # -- what a transport provides ----------------------------------------------------
 
@@ -175,8 +206,13 @@ class Controller(ABC):
         """
 
     @abstractmethod
+    def _snapshots(self, seq: int, ranks: Set[int], with_stack: bool) -> dict[int, RankState | None]:
+        """Each rank's :class:`~fuzzdist.pool.rank_state.RankState` in example ``seq``, read without
+        stopping it; None for a rank that did not answer within a short bound."""
+
+    @abstractmethod
     def _stacks(self, seq: int, ranks: Set[int]) -> dict[int, str]:
-        """The Python stacks of ranks still running example ``seq`` (bounded)."""
+        """The Python stacks (all threads) of ranks that don't answer a snapshot, from faulthandler (bounded)."""
 
     @abstractmethod
     def _crash(self, dead: Set[int]) -> RankCrash:
@@ -201,8 +237,16 @@ class Outcome:
         self.dead: set[int] = set()
         self.pending: set[int] = set(range(world_size))
         self.recycle: list[str] = []
+        self.started = time.monotonic()
+        self.deadline = float("inf")  # the controller sets the timeout's
         self.grace_deadline = float("inf")  # set once a rank failed: the others get straggler_grace
+        self.deadlock = False  # set when the ranks were found deadlocked before any deadline
         self._straggler_grace = straggler_grace
+        self._outcomes: dict[int, str] = {}
+
+    def finished(self) -> dict[int, str]:
+        """How each rank that answered ended the example: 'returned' or 'raised <Type>'."""
+        return dict(self._outcomes)
 
     def take(self, rank: int, message: messages.Message) -> None:
         """File ``rank``'s reply."""
@@ -214,15 +258,18 @@ class Outcome:
     def on_ok(self, rank: int, seq: int, result: Any, recycle: list[str]) -> None:
         self._answered(rank, seq, recycle)
         self.results[rank] = result
+        self._outcomes[rank] = "returned"
 
     def on_err(self, rank: int, seq: int, error: _remote.RemoteRecord, recycle: list[str]) -> None:
         self._answered(rank, seq, recycle)
         self.errors[rank] = error
+        self._outcomes[rank] = f"raised {str(getattr(error, 'type_name', '?')).rsplit('.', 1)[-1]}"
         self._failed()
 
     def on_load_error(self, rank: int, seq: int, error: _remote.RemoteRecord, recycle: list[str]) -> None:
         self._answered(rank, seq, recycle)
         self.load_errors[rank] = error
+        self._outcomes[rank] = "could not load the call"
         self._failed()
 
     def _answered(self, rank: int, seq: int, recycle: list[str]) -> None:
@@ -234,6 +281,46 @@ class Outcome:
     def _failed(self) -> None:
         # The others may be stuck in a collective the failed rank never joined.
         self.grace_deadline = min(self.grace_deadline, time.monotonic() + self._straggler_grace)
+
+
+
+class _Probes:
+    """When to read the pending ranks' state during an example, and whether they deadlocked."""
+
+    def __init__(self, controller: Controller, out: Outcome) -> None:
+        self._controller = controller
+        self._out = out
+        out.deadline = out.started + controller.timeout
+        self._interval = min(FIRST_PROBE_S, controller.timeout / 4)
+        self.next_at = out.started + self._interval
+        self._suspect: dict[int, Any] | None = None  # the last reading, if it showed a certain deadlock
+        self._pending = len(out.pending)
+
+    def note_answers(self, now: float) -> None:
+        """A rank finished while others still run: they may wait for it in vain, so look soon."""
+        pending = len(self._out.pending)
+        if pending != self._pending:
+            self._pending = pending
+            self.next_at = min(self.next_at, now + CONFIRM_PROBE_S)
+
+    def deadlocked(self) -> bool:
+        """Read the pending ranks; True once two readings in a row show the same certain deadlock."""
+        out, controller = self._out, self._controller
+        states = controller._snapshots(out.seq, out.pending, with_stack=False)
+        now = time.monotonic()
+        reading = {r: None if s is None else s.progress() for r, s in states.items()}
+        certain = (all(s is not None and s.seq == out.seq for s in states.values())
+                   and hangs.diagnose(states, out.finished(), controller.world_size).deadlock)
+        if certain and reading == self._suspect:
+            out.deadlock = True
+            return True
+        self._suspect = reading if certain else None
+        if certain:
+            self.next_at = now + CONFIRM_PROBE_S
+        else:
+            self._interval = min(self._interval * 2, MAX_PROBE_INTERVAL_S)
+            self.next_at = now + self._interval
+        return False
 
 
 def decode_reply(data: bytes, rank: int, seq: int) -> messages.Message:
@@ -277,7 +364,8 @@ def derive_seed(payload: bytes) -> int:
 
 
 def _raise_rank_error(records: Mapping[int, _remote.RemoteRecord], stragglers: Set[int] = frozenset(),
-                      straggler_stacks: Mapping[int, str] | None = None, aftermath: str = RESTARTED) -> None:
+                      straggler_stacks: Mapping[int, str] | None = None, aftermath: str = RESTARTED,
+                      diagnosis: hangs.Diagnosis | None = None) -> None:
     exceptions = {r: _remote.rebuild(rec) for r, rec in records.items()}
     if all(rec.type_name == "hypothesis.errors.UnsatisfiedAssumption" for rec in records.values()):
         raise exceptions[min(exceptions)]  # assume()/reject() on the ranks: an invalid example
@@ -289,6 +377,7 @@ def _raise_rank_error(records: Mapping[int, _remote.RemoteRecord], stragglers: S
         stragglers=sorted(stragglers),
         straggler_stacks=straggler_stacks,
         aftermath=aftermath,
+        diagnosis=diagnosis,
     )
     # Chained to the lowest failing rank's exception, rebuilt at its remote site,
     # so Hypothesis tells different remote bugs apart.  Hypothesis reads

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import faulthandler
 import multiprocessing as mp
+import multiprocessing.connection as mp_connection
 import os
 import select
 import shutil
@@ -36,13 +37,15 @@ from typing import Any
 
 from fuzzdist.capabilities import validate_pool_args
 from fuzzdist.errors import InvalidState, PoolStartupError, RankCrash
-from fuzzdist.pool import messages
+from fuzzdist.pool import messages, rank_state
 from fuzzdist.pool.controller import DEFAULT_TIMEOUT, Controller, Outcome, decode_reply
-from fuzzdist.pool.worker import Worker
+from fuzzdist.pool.rank_state import RankState
+from fuzzdist.pool.worker import Worker, answer_snapshot
 
 DEFAULT_STARTUP_TIMEOUT = 180.0
 STACK_SIGNAL = signal.SIGUSR1  # the driver sends it to dump a hung rank's stack
 _STACK_WAIT = 2.0  # how long a signalled rank gets to write its stack
+_PROBE_WAIT = 0.5  # how long a rank's watch thread gets to answer a probe during an example
 _KILL_WAIT = 5.0
 
 
@@ -51,6 +54,7 @@ class _Rank:
     rank: int
     process: Any  # multiprocessing.Process
     conn: Any  # multiprocessing.connection.Connection
+    watch: Any  # another pipe, to the rank's watch thread: snapshots while the example's thread is stuck
     stack_path: str
     crash_path: str
 
@@ -91,6 +95,7 @@ class RankPool(Controller):
         super().__init__(world_size, backend, device, timeout, straggler_grace)
         self.startup_timeout = float(startup_timeout)
         self._ranks: list[_Rank] = []
+        self._requests = 0  # snapshot requests sent, to tell a late answer from the current one
         self._ready = False
         self._closed = False
         self._tmpdir = tempfile.mkdtemp(prefix="fuzzdist-pool-")
@@ -139,6 +144,7 @@ class RankPool(Controller):
         store_path = os.path.join(self._tmpdir, f"store.{gen}")
         for rank in range(self.world_size):
             parent_conn, child_conn = context.Pipe(duplex=True)
+            watch_parent, watch_child = context.Pipe(duplex=True)
             spec = RankSpec(
                 rank=rank,
                 world_size=self.world_size,
@@ -151,11 +157,12 @@ class RankPool(Controller):
                 stack_path=os.path.join(self._tmpdir, f"rank{rank}.gen{gen}.stack"),
                 crash_path=os.path.join(self._tmpdir, f"rank{rank}.gen{gen}.crash"),
             )
-            process = context.Process(target=rank_main, args=(spec, child_conn),
+            process = context.Process(target=rank_main, args=(spec, child_conn, watch_child),
                                       name=f"fuzzdist-rank{rank}", daemon=True)
             process.start()
             child_conn.close()
-            self._ranks.append(_Rank(rank, process, parent_conn, spec.stack_path, spec.crash_path))
+            watch_child.close()
+            self._ranks.append(_Rank(rank, process, parent_conn, watch_parent, spec.stack_path, spec.crash_path))
         self._sent_sys_path = list(sys.path)  # spawn hands the children our sys.path
         self._poller = _Poller(self._ranks)
         self._ready = False
@@ -252,6 +259,37 @@ class RankPool(Controller):
     def _recycle(self, reasons: list[str]) -> None:
         self._restart()
 
+    def _snapshots(self, seq: int, ranks: Set[int], with_stack: bool) -> dict[int, RankState | None]:
+        self._requests += 1
+        request = self._requests
+        asked = {}
+        for r in ranks:
+            try:
+                self._ranks[r].watch.send_bytes(messages.snapshot(request, seq, with_stack))
+                asked[self._ranks[r].watch] = r
+            except (OSError, ValueError):
+                pass  # a dead rank: its sentinel reports it
+        states: dict[int, RankState | None] = dict.fromkeys(ranks)
+        deadline = time.monotonic() + (_STACK_WAIT if with_stack else _PROBE_WAIT)
+        while asked:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            for ready in mp_connection.wait(list(asked), remaining):
+                conn = ready if not isinstance(ready, int | socket.socket) else None
+                if conn is None:
+                    continue
+                r = asked[conn]
+                try:
+                    name, fields = messages.load(conn.recv_bytes())
+                except (EOFError, OSError):
+                    del asked[conn]
+                    continue
+                if fields.get("request") == request:  # not a late answer to an earlier request
+                    states[r] = fields["state"]
+                    del asked[conn]
+        return states
+
     def _stacks(self, seq: int, ranks: Set[int]) -> dict[int, str]:
         for r in ranks:
             try:
@@ -322,6 +360,7 @@ def _kill_ranks(ranks: list[_Rank]) -> None:
     for r in ranks:
         r.process.join(max(0.0, deadline - time.monotonic()))
         r.conn.close()
+        r.watch.close()
         try:
             r.process.close()
         except ValueError:  # still running after SIGKILL and the wait: leave it to the OS
@@ -367,9 +406,11 @@ class RankSpec:
     crash_path: str  # ... and here on a fatal signal (SIGSEGV, SIGABRT, ...)
 
 
-def rank_main(spec: RankSpec, conn: Any) -> None:
+def rank_main(spec: RankSpec, conn: Any, watch: Any) -> None:
     """Entry point of a rank process (the target of a spawned ``Process``)."""
     _exit_with_parent()
+    _answer_snapshots(watch)
+    rank_state.enable_flight_recorder()
     stack_file = open(spec.stack_path, "w")  # noqa: SIM115 - lives as long as the process
     crash_file = open(spec.crash_path, "w")  # noqa: SIM115
     faulthandler.register(STACK_SIGNAL, file=stack_file, all_threads=True)
@@ -458,6 +499,24 @@ def _loopback_interface() -> str:
         if name in names:
             return name
     return next((n for n in names if n.startswith("lo")), "lo")
+
+
+def _answer_snapshots(conn: Any) -> None:
+    """A thread that answers the driver's snapshot requests, even while the example's thread is stuck."""
+
+    def answer() -> None:
+        while True:
+            try:
+                message = messages.load(conn.recv_bytes())
+                conn.send_bytes(messages.dispatch(_Watcher, message))
+            except (EOFError, OSError):  # the driver went away
+                return
+
+    threading.Thread(target=answer, name="fuzzdist-watch", daemon=True).start()
+
+
+class _Watcher:
+    on_snapshot = staticmethod(answer_snapshot)
 
 
 def _exit_with_parent() -> None:

@@ -31,6 +31,12 @@ def run(seq: int, seed: int, payload: bytes, sys_path: list[str] | None) -> byte
     return _dump(("run", {"seq": seq, "seed": seed, "payload": payload, "sys_path": sys_path}))
 
 
+def snapshot(request: int, seq: int, with_stack: bool) -> bytes:
+    """Describe where example ``seq`` stands on this rank (answered by the rank's watch thread, not the
+    example's: that one may be stuck)."""
+    return _dump(("snapshot", {"request": request, "seq": seq, "with_stack": with_stack}))
+
+
 def stop() -> bytes:
     """Leave the process group and exit."""
     return _dump(("stop", {}))
@@ -67,6 +73,11 @@ def err(seq: int, error: Any, recycle: list[str]) -> bytes:
 def load_error(seq: int, error: Any) -> bytes:
     """The rank could not unpickle example ``seq``'s function or arguments (a RemoteRecord)."""
     return _dump(("load_error", {"seq": seq, "error": error, "recycle": []}))
+
+
+def state(request: int, state: Any) -> bytes:
+    """The answer to snapshot ``request``: a :class:`~fuzzdist.pool.rank_state.RankState`."""
+    return _dump(("state", {"request": request, "state": state}))
 
 
 # -- both ends --------------------------------------------------------------------

@@ -33,9 +33,10 @@ from datetime import timedelta
 from typing import Any
 
 from fuzzdist.errors import CapabilityError, InvalidState, PoolGone, RankCrash
-from fuzzdist.pool import messages
+from fuzzdist.pool import messages, rank_state
 from fuzzdist.pool.controller import DEFAULT_TIMEOUT, Controller, Outcome, decode_reply
-from fuzzdist.pool.worker import Worker, execute
+from fuzzdist.pool.rank_state import RankState
+from fuzzdist.pool.worker import Worker, answer_snapshot, execute
 
 # Keys live in torchrun's store, which outlives a restart of the group: one namespace per attempt.
 _PREFIX = (f"fuzzdist/{os.environ.get('TORCHELASTIC_RUN_ID', 'run')}/"
@@ -70,6 +71,7 @@ def join(backend: str = "gloo", device: str = "cpu", timeout: float = DEFAULT_TI
         torch.cuda.set_device(dev)
     else:
         dev = torch.device("cpu")
+    rank_state.enable_flight_recorder()
     dist.init_process_group(backend, rank=rank, world_size=world_size,
                             timeout=timedelta(seconds=timeout + 30.0))
     store = _store_client(timeout)
@@ -137,6 +139,7 @@ class TorchrunPool(Controller):
         self._heart.start()
         self._gone: BaseException | None = None  # the failure that spent the pool
         self._local: Future[Any] | None = None  # rank 0's share of the running example
+        self._requests = 0  # snapshot requests sent
         self._stopping = False
         self._previous_sigterm = signal.signal(signal.SIGTERM, self._on_sigterm)
 
@@ -194,21 +197,31 @@ class TorchrunPool(Controller):
     def _recover(self, failure: BaseException) -> None:
         self._gone = failure  # torchrun's processes can't be replaced from here: the pool is spent
 
-    def _stacks(self, seq: int, ranks: Set[int]) -> dict[int, str]:
-        stacks: dict[int, str] = {}
-        if 0 in ranks:
-            stacks[0] = _own_stack()
+    def _snapshots(self, seq: int, ranks: Set[int], with_stack: bool) -> dict[int, RankState | None]:
+        states: dict[int, RankState | None] = dict.fromkeys(ranks)
+        if 0 in ranks:  # rank 0's example runs in a thread of this process
+            states[0] = rank_state.snapshot(seq, with_stack)
         others = [r for r in ranks if r != 0]
         if others:
-            self._store.set(f"{_PREFIX}dump", str(seq).encode())
-            deadline = time.monotonic() + 2.0
+            self._requests += 1
+            request = self._requests
+            # Answered by each rank's heartbeat thread (its main thread may be stuck in the example).
+            self._store.set(f"{_PREFIX}snapshot", messages.snapshot(request, seq, with_stack))
+            deadline = time.monotonic() + 2 * HEARTBEAT_S + 1.0
             for r in others:
-                key = f"{_PREFIX}stack/{seq}/{r}"
+                key = f"{_PREFIX}state/{request}/{r}"
                 if _wait(self._store, key, max(0.01, deadline - time.monotonic())):
-                    stacks[r] = self._store.get(key).decode(errors="replace")
-                else:
-                    stacks[r] = "(the rank did not answer the stack-dump request)"
-        return stacks
+                    try:
+                        states[r] = messages.load(self._store.get(key))[1]["state"]
+                    except Exception:  # noqa: BLE001 - an unreadable answer is no answer
+                        pass
+                    self._store.delete_key(key)
+        return states
+
+    def _stacks(self, seq: int, ranks: Set[int]) -> dict[int, str]:
+        # Only rank 0's own stack can be read without its heartbeat thread, which did not answer.
+        return {r: _own_stack() if r == 0 else "(the rank did not answer: its heartbeat thread is stuck too)"
+                for r in ranks}
 
     def _on_sigterm(self, signum: int, frame: Any) -> None:
         # torchrun's agent stops every worker when one dies: the running example
@@ -235,7 +248,7 @@ class TorchrunPoolCache:
 
 
 class _Heartbeat:
-    """A thread that beats for this rank, watches the others' beats and answers stack-dump requests."""
+    """A thread that beats for this rank, watches the others' beats and answers snapshot requests."""
 
     def __init__(self, rank: int, watch_rank0: bool, watch_ranks: Iterable[int] = ()) -> None:
         self.rank = rank
@@ -243,7 +256,7 @@ class _Heartbeat:
         self._seen = {r: (-1, time.monotonic()) for r in self._watch}
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._dumped = b""
+        self._answered = b""  # the last snapshot request answered
         self._thread = threading.Thread(target=self._loop, name="fuzzdist-heartbeat", daemon=True)
 
     def start(self) -> None:
@@ -270,11 +283,13 @@ class _Heartbeat:
                     with self._lock:
                         if beats != self._seen[r][0]:
                             self._seen[r] = (beats, time.monotonic())
-                if self.rank != 0 and self._store.check([f"{_PREFIX}dump"]):
-                    request = self._store.get(f"{_PREFIX}dump")
-                    if request != self._dumped:
-                        self._dumped = request
-                        self._store.set(f"{_PREFIX}stack/{request.decode()}/{self.rank}", _own_stack().encode())
+                if self.rank != 0 and self._store.check([f"{_PREFIX}snapshot"]):
+                    request = self._store.get(f"{_PREFIX}snapshot")
+                    if request != self._answered:
+                        self._answered = request
+                        _, fields = messages.load(request)
+                        self._store.set(f"{_PREFIX}state/{fields['request']}/{self.rank}",
+                                        answer_snapshot(**fields))
             except Exception:  # the store went away: the job is ending
                 return
 

@@ -32,6 +32,13 @@ class Channel(Protocol):
         ...
 
 
+def answer_snapshot(request: int, seq: int, with_stack: bool) -> bytes:
+    """The reply to a :func:`messages.snapshot`, from the thread that watches this rank."""
+    from fuzzdist.pool import rank_state
+
+    return messages.state(request, rank_state.snapshot(seq, with_stack))
+
+
 class Worker:
     """A rank's side of the pool protocol: answers the controller's messages until told to stop."""
 
@@ -65,6 +72,7 @@ def execute(ctx: Any, seq: int, seed: int, payload: bytes) -> bytes:
     Also how rank 0 under torchrun runs its own share (it is its own driver).
     """
     from fuzzdist import _isolation, _remote
+    from fuzzdist.pool import rank_state
 
     guard = _isolation.StateGuard()
     ctx.seed, ctx.example = seed, seq
@@ -74,11 +82,14 @@ def execute(ctx: Any, seq: int, seed: int, payload: bytes) -> bytes:
     except BaseException as exc:  # noqa: BLE001
         return messages.load_error(seq, _remote.capture(exc))
     error = None
+    rank_state.begin_example(ctx.rank, seq)  # a hang's snapshot looks at this thread
     try:
         _isolation.seed_everything(seed, ctx.device.type == "cuda")
         result = fn(ctx, *args, **kwargs)
     except BaseException as exc:  # noqa: BLE001 - every failure goes back to the driver
         error = _remote.capture(exc)
+    finally:
+        rank_state.end_example()
     recycle = ctx._recycle_reasons
     recycle.extend(guard.restore())
     if error is not None:

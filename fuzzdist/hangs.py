@@ -1,0 +1,251 @@
+"""Why the ranks hung: every rank's snapshot turned into one explanation.
+
+The pool reads a :class:`~fuzzdist.pool.rank_state.RankState` from each rank
+that has not finished the example (the collectives it issued in this
+example, from torch's flight recorder; the ``torch.distributed`` call it
+waits in; its own innermost line; the Works it holds).  :func:`diagnose`
+compares them and names the first point where the ranks disagree, in the
+order a distributed engineer would look:
+
+1. **Mismatch** (certain deadlock): two ranks wait on the same group at the
+   same step in different collectives, or the same collective with other
+   shapes, dtypes or root.
+2. **Missed collective**: a rank waits in step *k* of a group that a peer
+   never entered.  Certain when the peer has finished the example (returned
+   or raised); when the peer is still running its own code it may just be
+   slow, so only the timeout declares it.
+3. **Stuck collective**: every rank entered the same collective and it does
+   not complete (a backend hang, or a very large op).
+4. **Pending Work**: a rank waits on a Work (one of a Python ProcessGroup,
+   say) and no collective is in flight; the Works its holders describe are
+   listed.
+5. **Slow**: the ranks run their own code and wait on nobody.
+
+A *certain* deadlock lets the pool stop waiting at once (it confirms the
+same picture twice first: the snapshots of different ranks are not taken
+at the same instant).  Each kind is its own :class:`~fuzzdist.errors.Hang`
+subclass, raised at the stuck rank's own line (:meth:`Diagnosis.origin`),
+so Hypothesis keeps different hangs apart and shrinks each toward itself.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from fuzzdist import _remote
+from fuzzdist.errors import (
+    CollectiveMismatch,
+    Hang,
+    MissedCollective,
+    PendingWork,
+    SlowExample,
+    StuckCollective,
+    UnexplainedHang,
+)
+from fuzzdist.pool.rank_state import Collective, RankState, Site
+
+_HISTORY = 8  # collectives shown per rank: the last few before the hang
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """The explanation of one hang.
+
+    ``kind``: the :class:`~fuzzdist.errors.Hang` subclass; ``deadlock``:
+    nothing can ever complete (so the pool need not wait for the timeout);
+    ``summary``: one line; ``ranks[r]``: where rank r stands, in a few words;
+    ``details[r]``: its collectives in this example and its pending Works;
+    ``site``: the stuck rank's own line, the hang's identity.
+    """
+
+    kind: type[Hang]
+    deadlock: bool
+    summary: str
+    ranks: dict[int, str] = field(default_factory=dict)
+    details: dict[int, str] = field(default_factory=dict)
+    site: Site | None = None
+
+    @property
+    def may_be_slow(self) -> bool:
+        """Could a longer timeout let the example finish?"""
+        return self.kind in (SlowExample, StuckCollective, UnexplainedHang, MissedCollective) and not self.deadlock
+
+    def origin(self) -> Hang:
+        """A :attr:`kind` exception whose traceback ends at :attr:`site` (see the module docstring)."""
+        exc = self.kind(self.summary)
+        try:
+            if self.site is not None:
+                _remote._raiser(self.site.filename, self.site.lineno, self.site.function)(exc)
+            raise exc
+        except Hang as raised:
+            exc = raised
+        exc.__context__ = None
+        return exc
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain values for JSON reports."""
+        return {
+            "kind": self.kind.__name__,
+            "deadlock": self.deadlock,
+            "summary": self.summary,
+            "ranks": {str(r): text for r, text in sorted(self.ranks.items())},
+            "site": None if self.site is None else f"{self.site.filename}:{self.site.lineno} in {self.site.function}",
+        }
+
+
+def diagnose(states: Mapping[int, RankState | None], finished: Mapping[int, str], world_size: int) -> Diagnosis:
+    """Explain why the ranks in ``states`` (those still running, None where a rank didn't answer) hang.
+
+    ``finished[r]`` says how rank r ended the example ("returned", "raised ValueError").
+    """
+    running = {r: s for r, s in sorted(states.items()) if s is not None}
+    heads = {r: s.in_flight()[0] for r, s in running.items() if s.in_flight()}
+    where = {r: _where(s) for r, s in running.items()}
+    where.update({r: "did not answer (no snapshot)" for r, s in states.items() if s is None})
+    details = {r: _details(s) for r, s in running.items()}
+
+    def verdict(kind: type[Hang], deadlock: bool, summary: str, rank: int | None) -> Diagnosis:
+        site = running[rank].user_site if rank is not None and rank in running else _first_site(running)
+        return Diagnosis(kind, deadlock, summary, where, details, site)
+
+    # 1. Two ranks disagree on the same group's collective.
+    waiting = sorted(heads.items())
+    for i, (r, a) in enumerate(waiting):
+        for q, b in waiting[i + 1:]:
+            if a.group != b.group or a.p2p or b.p2p:
+                continue
+            if a.step != b.step or a.signature() != b.signature() or _roots(running[r]) != _roots(running[q]):
+                what = _disagreement(a, b, running[r], running[q])
+                return verdict(CollectiveMismatch, True,
+                               f"rank {r} waits in {_call(a, running[r])} which rank {q} never entered; "
+                               f"rank {q} waits in {_call(b, running[q])} ({what})", r)
+
+    # 2. A rank waits in a collective a peer never entered.
+    for r, a in waiting:
+        for q in _peers(a, running[r], world_size):
+            if q == r:
+                continue
+            if q in finished:
+                return verdict(MissedCollective, True,
+                               f"rank {r} waits in {_call(a, running[r])} which rank {q} never entered: "
+                               f"rank {q} {finished[q]} and left the example", r)
+            peer = running.get(q)
+            if peer is not None and q not in heads and not a.p2p:
+                entered = sum(1 for c in peer.collectives or () if c.group == a.group and not c.p2p)
+                if entered < a.step:
+                    return verdict(MissedCollective, False,
+                                   f"rank {r} waits in {_call(a, running[r])}; rank {q} never reached "
+                                   f"collective #{a.step}: it is in its own code, {_site(peer)}", r)
+
+    # 3. Everyone entered the same collective, which does not complete.
+    if waiting and len(waiting) == len(running):
+        r, a = waiting[0]
+        return verdict(StuckCollective, False,
+                       f"every rank still running waits in {_call(a, running[r])}, which every rank "
+                       "entered: the collective itself does not complete", r)
+
+    # 4. A rank waits on a Work that no collective in flight will complete.
+    for r, s in running.items():
+        if r not in heads and (s.pending_works or (s.call or "").endswith(".wait")):
+            pending = "; ".join(s.pending_works) or "its holder describes no pending Work"
+            return verdict(PendingWork, False,
+                           f"rank {r} waits on a Work with no collective in flight, {_site(s)} "
+                           f"(pending: {pending})", r)
+
+    # 5. Nobody waits on anybody.
+    if running and not waiting:
+        r, s = next(iter(running.items()))
+        recorder = "" if s.collectives is not None else " (no flight recorder: collectives unknown)"
+        return verdict(SlowExample, False, f"slow, not stuck: rank {r} is running its own code, {_site(s)}"
+                       f"{recorder}", r)
+    if running:
+        r = waiting[0][0]
+        return verdict(StuckCollective, False,
+                       f"rank {r} waits in {_call(waiting[0][1], running[r])}; the others run their own code", r)
+    return Diagnosis(UnexplainedHang, False, "no rank answered a snapshot: only their stacks are known",
+                     where, details, None)
+
+
+# -- describing ------------------------------------------------------------------
+
+
+def _call(c: Collective, state: RankState) -> str:
+    """'broadcast #3 (src=0, int64[2])': the recorded collective with the root the caller passed."""
+    args = [f"{k}={v}" for k, v in state.call_args if k != "tag"] if state.call == c.op else []
+    tensors = [f"{d}{list(s)}" for d, s in zip(c.dtypes, c.shapes, strict=False)]
+    group = "" if c.group == "0" else f" on group {c.group_desc or c.group}"
+    kind = "p2p " if c.p2p else ""
+    return f"{c.op} {kind}#{c.step}{group} ({', '.join(args + tensors)})"
+
+
+def _roots(state: RankState) -> dict[str, str]:
+    return {k: v for k, v in state.call_args if k in ("src", "dst", "group_src", "group_dst")}
+
+
+def _disagreement(a: Collective, b: Collective, sa: RankState, sb: RankState) -> str:
+    if a.step != b.step:
+        return f"one is at step {a.step}, the other at step {b.step}"
+    if a.op != b.op:
+        return f"different collectives at step {a.step}"
+    if a.shapes != b.shapes:
+        return f"same collective, different shapes at step {a.step}"
+    if a.dtypes != b.dtypes:
+        return f"same collective, different dtypes at step {a.step}"
+    return f"same collective, different roots at step {a.step}"
+
+
+def _site(state: RankState) -> str:
+    site = state.user_site
+    if site is None:
+        return "at an unknown line"
+    text = f" ({site.text})" if site.text else ""
+    return f"in {site.function} at line {site.lineno} of {os.path.basename(site.filename)}{text}"
+
+
+def _where(state: RankState) -> str:
+    head = state.in_flight()
+    if head:
+        return f"waits in {_call(head[0], state)} {_site(state)}"
+    if state.call:
+        return f"inside {state.call} {_site(state)}"
+    return f"running its own code {_site(state)}"
+
+
+def _details(state: RankState) -> str:
+    lines = []
+    if state.collectives is None:
+        lines.append("collectives: unknown (torch's flight recorder is off: TORCH_FR_BUFFER_SIZE=0)")
+    elif state.collectives:
+        shown = state.collectives[-_HISTORY:]
+        earlier = len(state.collectives) - len(shown)
+        items = [f"{_call(c, state) if not c.done else c.describe()} {'done' if c.done else 'WAITING'}"
+                 for c in shown]
+        lines.append("collectives this example: " + (f"({earlier} earlier) " if earlier else "") + "; ".join(items))
+    else:
+        lines.append("collectives this example: none")
+    for work in state.pending_works:
+        lines.append(f"pending: {work}")
+    if state.note:
+        lines.append(f"note: {state.note}")
+    return "\n".join(lines)
+
+
+def _peers(c: Collective, state: RankState, world_size: int) -> list[int]:
+    if c.p2p:
+        peer = dict(state.call_args)
+        for key in ("src", "dst"):
+            if peer.get(key, "None").lstrip("-").isdigit():
+                return [int(peer[key])]
+        return []
+    if c.group_ranks:
+        return list(c.group_ranks)
+    if c.group == "0" or c.group_desc == "default_pg":
+        return list(range(world_size))
+    return []
+
+
+def _first_site(running: Mapping[int, RankState]) -> Site | None:
+    return next((s.user_site for s in running.values() if s.user_site is not None), None)
