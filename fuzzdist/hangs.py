@@ -97,48 +97,55 @@ class Diagnosis:
 
 
 def diagnose(states: Mapping[int, RankState | None], finished: Mapping[int, str], world_size: int) -> Diagnosis:
-    """Explain why the ranks in ``states`` (those still running, None where a rank didn't answer) hang.
+    """Explain why the ranks still running example ``seq`` hang.
 
-    ``finished[r]`` says how rank r ended the example ("returned", "raised ValueError").
+    ``states[r]`` is rank r's snapshot (running or finished; None where it
+    didn't answer); ``finished[r]`` says how rank r ended the example
+    ("returned", "raised ValueError") if it did.
     """
-    running = {r: s for r, s in sorted(states.items()) if s is not None}
+    known = {r: s for r, s in sorted(states.items()) if s is not None}
+    running = {r: s for r, s in known.items() if r not in finished and not s.finished}
     heads = {r: s.in_flight()[0] for r, s in running.items() if s.in_flight()}
     where = {r: _where(s) for r, s in running.items()}
-    where.update({r: "did not answer (no snapshot)" for r, s in states.items() if s is None})
+    where.update({r: "did not answer (no snapshot)" for r, s in states.items() if s is None and r not in finished})
     details = {r: _details(s) for r, s in running.items()}
 
     def verdict(kind: type[Hang], deadlock: bool, summary: str, rank: int | None) -> Diagnosis:
         site = running[rank].user_site if rank is not None and rank in running else _first_site(running)
-        return Diagnosis(kind, deadlock, summary, where, details, site)
+        return Diagnosis(kind, deadlock, summary + _first_disagreement(known, summary), where, details, site)
 
-    # 1. Two ranks disagree on the same group's collective.
     waiting = sorted(heads.items())
-    for i, (r, a) in enumerate(waiting):
-        for q, b in waiting[i + 1:]:
-            if a.group != b.group or a.p2p or b.p2p:
-                continue
-            if a.step != b.step or a.signature() != b.signature() or _roots(running[r]) != _roots(running[q]):
-                what = _disagreement(a, b, running[r], running[q])
-                return verdict(CollectiveMismatch, True,
-                               f"rank {r} waits in {_call(a, running[r])} which rank {q} never entered; "
-                               f"rank {q} waits in {_call(b, running[q])} ({what})", r)
-
-    # 2. A rank waits in a collective a peer never entered.
+    # 1. A waiting rank's collective disagrees with what a peer did or does at the same step.
     for r, a in waiting:
-        for q in _peers(a, running[r], world_size):
+        for q, peer in known.items():
+            if q == r or a.p2p or q not in _peers(a, running[r], world_size, known):
+                continue
+            b = _at_step(peer, a.group, a.step)
+            if b is not None and (b.signature() != a.signature() or (
+                    not b.done and q in running and _roots(running[r]) != _roots(running[q]))):
+                doing = f"waits in {_call(b, peer)}" if not b.done else f"completed {b.describe()}"
+                never = f" which rank {q} never entered" if a.op != b.op else ""
+                return verdict(CollectiveMismatch, True,
+                               f"rank {r} waits in {_call(a, running[r])}{never}; "
+                               f"rank {q} {doing} ({_disagreement(a, b)})", r)
+
+    # 2. A waiting rank's peer never reached that step.
+    for r, a in waiting:
+        for q in _peers(a, running[r], world_size, known):
             if q == r:
                 continue
-            if q in finished:
+            peer = known.get(q)
+            entered = None if peer is None else len(_steps(peer, a.group, a.p2p))
+            if q in finished or (peer is not None and peer.finished):
+                how = finished.get(q, "finished the example")
+                after = "" if entered is None else f" after {entered} collective{'s' * (entered != 1)} on that group"
                 return verdict(MissedCollective, True,
                                f"rank {r} waits in {_call(a, running[r])} which rank {q} never entered: "
-                               f"rank {q} {finished[q]} and left the example", r)
-            peer = running.get(q)
-            if peer is not None and q not in heads and not a.p2p:
-                entered = sum(1 for c in peer.collectives or () if c.group == a.group and not c.p2p)
-                if entered < a.step:
-                    return verdict(MissedCollective, False,
-                                   f"rank {r} waits in {_call(a, running[r])}; rank {q} never reached "
-                                   f"collective #{a.step}: it is in its own code, {_site(peer)}", r)
+                               f"rank {q} {how}{after} and left the example", r)
+            if peer is not None and q not in heads and not a.p2p and entered is not None and entered < a.step:
+                return verdict(MissedCollective, False,
+                               f"rank {r} waits in {_call(a, running[r])}; rank {q} never reached "
+                               f"collective #{a.step}: it is in its own code, {_site(peer)}", r)
 
     # 3. Everyone entered the same collective, which does not complete.
     if waiting and len(waiting) == len(running):
@@ -165,8 +172,34 @@ def diagnose(states: Mapping[int, RankState | None], finished: Mapping[int, str]
         r = waiting[0][0]
         return verdict(StuckCollective, False,
                        f"rank {r} waits in {_call(waiting[0][1], running[r])}; the others run their own code", r)
-    return Diagnosis(UnexplainedHang, False, "no rank answered a snapshot: only their stacks are known",
-                     where, details, None)
+    return Diagnosis(UnexplainedHang, False, "no rank still running answered a snapshot: only their stacks "
+                     "are known", where, details, None)
+
+
+def _steps(state: RankState, group: str, p2p: bool) -> list[Collective]:
+    return [c for c in state.collectives or () if c.group == group and c.p2p == p2p]
+
+
+def _at_step(state: RankState, group: str, step: int) -> Collective | None:
+    steps = _steps(state, group, False)
+    return steps[step - 1] if len(steps) >= step else None
+
+
+def _first_disagreement(known: Mapping[int, RankState], summary: str) -> str:
+    """'; the ranks first disagreed at ...' when that is earlier than what the summary names."""
+    ranks = sorted(known)
+    for r in ranks:
+        for c in known[r].collectives or ():
+            if c.p2p:
+                continue
+            for q in ranks:
+                b = _at_step(known[q], c.group, c.step) if q > r else None
+                if b is not None and b.signature() != c.signature():
+                    if f"#{c.step}" in summary:
+                        return ""
+                    return (f"; they first disagreed at step {c.step}: rank {r} {c.describe()}, "
+                            f"rank {q} {b.describe()} ({_disagreement(c, b)}), which completed anyway")
+    return ""
 
 
 # -- describing ------------------------------------------------------------------
@@ -185,7 +218,7 @@ def _roots(state: RankState) -> dict[str, str]:
     return {k: v for k, v in state.call_args if k in ("src", "dst", "group_src", "group_dst")}
 
 
-def _disagreement(a: Collective, b: Collective, sa: RankState, sb: RankState) -> str:
+def _disagreement(a: Collective, b: Collective) -> str:
     if a.step != b.step:
         return f"one is at step {a.step}, the other at step {b.step}"
     if a.op != b.op:
@@ -209,6 +242,8 @@ def _where(state: RankState) -> str:
     head = state.in_flight()
     if head:
         return f"waits in {_call(head[0], state)} {_site(state)}"
+    if state.pending_works:
+        return f"waits on a Work ({len(state.pending_works)} pending) {_site(state)}"
     if state.call:
         return f"inside {state.call} {_site(state)}"
     return f"running its own code {_site(state)}"
@@ -233,7 +268,8 @@ def _details(state: RankState) -> str:
     return "\n".join(lines)
 
 
-def _peers(c: Collective, state: RankState, world_size: int) -> list[int]:
+def _peers(c: Collective, state: RankState, world_size: int, known: Mapping[int, RankState]) -> list[int]:
+    """The ranks that must join ``c`` (for a send or recv: its peer)."""
     if c.p2p:
         peer = dict(state.call_args)
         for key in ("src", "dst"):
@@ -244,7 +280,7 @@ def _peers(c: Collective, state: RankState, world_size: int) -> list[int]:
         return list(c.group_ranks)
     if c.group == "0" or c.group_desc == "default_pg":
         return list(range(world_size))
-    return []
+    return [r for r, s in known.items() if _steps(s, c.group, False)]  # membership unknown: who used it
 
 
 def _first_site(running: Mapping[int, RankState]) -> Site | None:

@@ -111,6 +111,7 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import _create_work_from_future  # type: ignore[attr-defined]  # not in the stubs
 
 from fuzzdist.errors import FuzzdistError, InvalidArgument
+from fuzzdist.pool import rank_state
 from fuzzdist.strategies import CompletionOrder
 
 __all__ = [
@@ -395,6 +396,30 @@ class _Scheduler:
     def flush(self, trigger: str = "flush") -> None:
         self._drain(self._decide_flush, trigger)
 
+    def pending(self) -> list[str]:
+        """One line per issued work not yet resolved: what it waits for (for a hang's explanation)."""
+        if not self._mutex.acquire(timeout=0.5):  # read from another thread: never block for long
+            return ["(the scheduler's state is locked: a release is in progress)"]
+        try:
+            lines = []
+            window = self._window
+            for entry in self.entries:
+                if entry.done.is_set():
+                    continue
+                where = f"work {entry.index} ({entry.op})"
+                if entry.released or entry.window is None:
+                    lines.append(f"{where}: released; waiting for its real {entry.op} to complete")
+                elif window is not None and entry.window == window.number:
+                    blocker = self.order[window.next] if window.next < self.n else None
+                    issued = "never issued" if blocker not in window.issued else "issued, not yet released"
+                    lines.append(f"{where}: held at offset {entry.offset} of window {entry.window}; the drawn "
+                                 f"order {self.order} releases offset {blocker} first ({issued})")
+                else:
+                    lines.append(f"{where}: held in window {entry.window}, offset {entry.offset}")
+            return lines
+        finally:
+            self._mutex.release()
+
     # -- the watchdog ------------------------------------------------------------
 
     def _held(self) -> bool:
@@ -570,6 +595,7 @@ class ReorderingProcessGroup(dist.ProcessGroup):
         self.work_form: WorkForm = work_form
         self.schedule = schedule
         self._scheduler = _Scheduler(order, outcomes, held_ops, stall_timeout, timeout)
+        rank_state.watch_pending(self)  # a hang in this rank names this group's pending Works
 
     # -- introspection -----------------------------------------------------------
 
@@ -589,6 +615,11 @@ class ReorderingProcessGroup(dist.ProcessGroup):
     def flush(self) -> None:
         """Release every held work now, in schedule order (closes the current window)."""
         self._scheduler.flush()
+
+    def fuzzdist_pending_works(self) -> list[str]:
+        """The Works issued and not yet resolved, with what each waits for
+        (a :class:`~fuzzdist.pool.rank_state.PendingWorkSource`)."""
+        return [f"{self.getBackendName()} group: {line}" for line in self._scheduler.pending()]
 
     def close(self) -> None:
         """Flush, then stop the watchdog.  Ops issued later resolve at once."""

@@ -34,6 +34,8 @@ class FailureRecord:
     from_database: bool = False  # a known failure, replayed from the database
     shrunk: bool = False  # Hypothesis finished shrinking it
     occurrences: int = 1  # failing examples with this origin
+    hang: dict | None = None  # why the ranks hung (fuzzdist.hangs.Diagnosis.to_dict()), for a hang
+
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -242,6 +244,9 @@ def summary_text(state: CampaignState, report_path: str | None, junit_path: str 
             known = " (known: replayed from the database)" if failure.from_database else ""
             lines.append(f"[{n}] {prop.nodeid}: {failure.summary}{known}")
             lines.append(f"    where: {failure.origin}")
+            if failure.hang:
+                lines.append(f"    why it hung ({failure.hang['kind']}): {failure.hang['summary']}")
+                lines.extend(f"        rank {r}: {where}" for r, where in failure.hang["ranks"].items())
             if failure.kind == "error":
                 lines.append("    the property itself is broken (Hypothesis could not run it); fix it and run again")
             else:

@@ -349,6 +349,7 @@ class CampaignPlugin(SelectionPlugin):
             rnd.failed = True
             if not record.shrunk:  # Hypothesis is shrinking it: keep the latest (smallest) example
                 record.example, record.summary = _example_text(item, kwargs, given), _summary(exc)
+                record.hang = _hang(exc) or record.hang
             return False
         rnd.failed = True
         example = _example_text(item, kwargs, given)
@@ -360,7 +361,7 @@ class CampaignPlugin(SelectionPlugin):
             traceback="".join(traceback.format_exception(exc)),
             reproduce=reproduce_command(item.nodeid, self.database, self.pytest_options),
             found_after_examples=prop.examples, found_after_s=round(self.state.elapsed(), 3),
-            from_database=from_database)
+            from_database=from_database, hang=_hang(exc))
         prop.failures[origin] = record
         self._index(item.nodeid)
         self.progress.new_failure(self.state, prop, record.summary, from_database)
@@ -400,6 +401,7 @@ class CampaignPlugin(SelectionPlugin):
                 self.progress.new_failure(self.state, prop, record.summary, False)
             record.kind = kind
             record.summary = _summary(leaf)
+            record.hang = _hang(leaf) or record.hang
             notes = [str(n) for n in getattr(leaf, "__notes__", ())]
             record.example = _example_from_notes(notes) or record.example or "(no example: " + kind + ")"
             record.shrunk = kind != "error"
@@ -464,6 +466,12 @@ def _blob_from_notes(notes: list[str]) -> str | None:
         if match:
             return match.group(0)
     return None
+
+
+def _hang(exc: BaseException) -> dict | None:
+    """Why the ranks hung, for a RankTimeout (or a RankError whose other ranks were left waiting)."""
+    diagnosis = getattr(exc, "diagnosis", None)
+    return diagnosis.to_dict() if diagnosis is not None else None
 
 
 def _summary(exc: BaseException) -> str:

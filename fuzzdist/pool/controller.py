@@ -177,10 +177,11 @@ class Controller(ABC):
 
     def _explain(self, out: Outcome) -> tuple[hangs.Diagnosis, dict[int, str]]:
         """Why the pending ranks did not finish, and their stacks (faulthandler's where a rank can't say)."""
-        states = self._snapshots(out.seq, out.pending, with_stack=True)
+        # The finished ranks too: what they did in the example tells what the others wait for.
+        states = self._snapshots(out.seq, set(range(self.world_size)), with_stack=True)
         diagnosis = hangs.diagnose(states, out.finished(), self.world_size)
         stacks = {r: "\n".join(filter(None, (s.stack, s.threads))) for r, s in states.items()
-                  if s is not None and s.stack}
+                  if s is not None and s.stack and r in out.pending}
         silent = set(out.pending) - set(stacks)
         if silent:  # the rank's watch thread did not answer (the GIL is held?): ask faulthandler
             stacks.update(self._stacks(out.seq, silent))
@@ -306,10 +307,11 @@ class _Probes:
     def deadlocked(self) -> bool:
         """Read the pending ranks; True once two readings in a row show the same certain deadlock."""
         out, controller = self._out, self._controller
-        states = controller._snapshots(out.seq, out.pending, with_stack=False)
+        states = controller._snapshots(out.seq, set(range(controller.world_size)), with_stack=False)
         now = time.monotonic()
         reading = {r: None if s is None else s.progress() for r, s in states.items()}
-        certain = (all(s is not None and s.seq == out.seq for s in states.values())
+        # A pending rank that says it finished has answered meanwhile: read again later.
+        certain = (all((s := states.get(r)) is not None and not s.finished for r in out.pending)
                    and hangs.diagnose(states, out.finished(), controller.world_size).deadlock)
         if certain and reading == self._suspect:
             out.deadlock = True

@@ -106,10 +106,11 @@ class Site:
 
 @dataclass(frozen=True)
 class RankState:
-    """One rank's snapshot while it runs example ``seq`` (see the module docstring)."""
+    """One rank's snapshot in example ``seq``, while it runs it or once it finished (see the module docstring)."""
 
     rank: int
-    seq: int  # the example it is running; 0 between examples
+    seq: int  # the example this describes (the one asked about, unless the rank never started it)
+    finished: bool  # the rank is done with the example (answered); only its collectives are of interest
     elapsed: float  # seconds since the example started on this rank
     collectives: tuple[Collective, ...] | None  # None: no flight recorder on this rank
     call: str | None  # the torch.distributed function the example's thread is inside, if any
@@ -126,7 +127,7 @@ class RankState:
 
     def progress(self) -> tuple[Any, ...]:
         """What changes while the rank makes progress: two equal values mean it stood still."""
-        return (self.seq, self.collectives, self.call, self.call_args, self.user_site, self.pending_works)
+        return (self.seq, self.finished, self.collectives, self.call, self.call_args, self.user_site, self.pending_works)
 
 
 # -- bookkeeping done by the example's thread (cheap: two attribute writes) ------------
@@ -134,6 +135,7 @@ class RankState:
 
 class _Current:
     seq = 0
+    last = 0  # the example this rank last started: its record stays readable once it finished
     thread: int | None = None
     start_ns = 0  # wall clock, as the flight recorder's time_created_ns
     start = 0.0  # monotonic
@@ -150,7 +152,7 @@ def begin_example(rank: int, seq: int) -> None:
     _current.thread = threading.get_ident()
     _current.start_ns = time.time_ns()
     _current.start = time.monotonic()
-    _current.seq = seq
+    _current.seq = _current.last = seq
 
 
 def end_example() -> None:
@@ -175,15 +177,17 @@ def enable_flight_recorder() -> None:
 
 def snapshot(seq: int, with_stack: bool = False) -> RankState:
     """This rank's state in example ``seq`` (its state between examples if ``seq`` is over)."""
-    current_seq = _current.seq
+    running = _current.seq == seq
     notes = []
     frames: list[FrameType] = []
-    if current_seq == seq and _current.thread is not None:
+    if running and _current.thread is not None:
         frame = sys._current_frames().get(_current.thread)
         frames = _example_frames(frame)
     call, call_args = _torch_call(frames)
     try:
-        collectives = _collectives(_current.start_ns) if current_seq == seq else ()
+        # A rank that finished example seq starts no collective before the next example: its record
+        # since seq began is still exactly seq's.
+        collectives = _collectives(_current.start_ns) if _current.last == seq else ()
     except Exception as exc:  # noqa: BLE001 - a snapshot never raises
         collectives = None
         notes.append(f"flight recorder unreadable ({type(exc).__name__}: {exc})")
@@ -195,8 +199,9 @@ def snapshot(seq: int, with_stack: bool = False) -> RankState:
             notes.append(f"{type(source).__name__}.fuzzdist_pending_works raised {type(exc).__name__}: {exc}")
     return RankState(
         rank=_current.rank,
-        seq=current_seq,
-        elapsed=time.monotonic() - _current.start if current_seq else 0.0,
+        seq=seq if _current.last == seq else _current.last,
+        finished=not running,
+        elapsed=time.monotonic() - _current.start,
         collectives=collectives,
         call=call,
         call_args=call_args,
