@@ -127,7 +127,8 @@ class RankState:
 
     def progress(self) -> tuple[Any, ...]:
         """What changes while the rank makes progress: two equal values mean it stood still."""
-        return (self.seq, self.finished, self.collectives, self.call, self.call_args, self.user_site, self.pending_works)
+        return (self.seq, self.finished, self.collectives, self.call, self.call_args, self.user_site,
+                self.pending_works)
 
 
 # -- bookkeeping done by the example's thread (cheap: two attribute writes) ------------
