@@ -134,18 +134,18 @@ def diagnose(states: Mapping[int, RankState | None], finished: Mapping[int, str]
         for q in _peers(a, running[r], world_size, known):
             if q == r:
                 continue
-            peer = known.get(q)
-            entered = None if peer is None else len(_steps(peer, a.group, a.p2p))
-            if q in finished or (peer is not None and peer.finished):
+            other = known.get(q)
+            entered = None if other is None else len(_steps(other, a.group, a.p2p))
+            if q in finished or (other is not None and other.finished):
                 how = finished.get(q, "finished the example")
                 after = "" if entered is None else f" after {entered} collective{'s' * (entered != 1)} on that group"
                 return verdict(MissedCollective, True,
                                f"rank {r} waits in {_call(a, running[r])} which rank {q} never entered: "
                                f"rank {q} {how}{after} and left the example", r)
-            if peer is not None and q not in heads and not a.p2p and entered is not None and entered < a.step:
+            if other is not None and q not in heads and not a.p2p and entered is not None and entered < a.step:
                 return verdict(MissedCollective, False,
                                f"rank {r} waits in {_call(a, running[r])}; rank {q} never reached "
-                               f"collective #{a.step}: it is in its own code, {_site(peer)}", r)
+                               f"collective #{a.step}: it is in its own code, {_site(other)}", r)
 
     # 3. Everyone entered the same collective, which does not complete.
     if waiting and len(waiting) == len(running):
