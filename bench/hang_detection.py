@@ -8,8 +8,11 @@ On 2 CPU ranks over gloo, in one run:
             a small property (broadcast a drawn float32 tensor of 1-16 elements from a drawn rank, check
             every rank holds it) run under Hypothesis through two RankPools, one with the recorder on
             (fuzzdist's default) and one started with TORCH_FR_BUFFER_SIZE=0 (off).  Both pools draw the
-            same derandomized examples; rounds alternate the pools (ABBA) and the medians of the rounds
-            are reported, with on/off (target: within a few percent of 1.0) and on-off in microseconds.
+            same derandomized examples; rounds alternate the pools (ABBA).  Then, in each round,
+            ``pool.run`` alone on those examples, each example through both pools back to back (the
+            order alternating): the recorder's cost without Hypothesis's share and with the finest
+            interleaving.  Medians of the rounds are reported, with on/off (target: within a few
+            percent of 1.0) and on-off in microseconds.
   shrink    The wall time for Hypothesis to find and shrink a planted deadlock (for n > 5 rank 0
             all_reduces while rank 1 waits in a broadcast from rank 0) to its minimal example n=6, with
             the pool's timeout at --timeout seconds; every hanging example costs the time to tell it hangs
@@ -91,44 +94,59 @@ def _pool(recorder: bool) -> RankPool:
             os.environ["TORCH_FR_BUFFER_SIZE"] = saved
 
 
-def per_example_us(pool: RankPool, n: int) -> float:
-    """Microseconds per example of the broadcast property through ``pool``, under Hypothesis."""
-    count = 0
+def per_example_us(pool: RankPool, n: int) -> tuple[float, list]:
+    """Microseconds per example of the broadcast property through ``pool`` under Hypothesis; and the examples."""
+    seen: list = []
 
     @settings(max_examples=n, database=None, derandomize=True, deadline=None, phases=[Phase.generate],
               suppress_health_check=list(HealthCheck))
     @given(example=SMALL)
     def prop(example):
-        nonlocal count
-        count += 1
+        seen.append(example)
         assert pool.run(broadcast_small, *example) == [None] * WORLD_SIZE
 
     start = time.perf_counter()
     prop()
-    return (time.perf_counter() - start) / count * 1e6
+    return (time.perf_counter() - start) / len(seen) * 1e6, seen
+
+
+def paired_us(pools: dict[str, RankPool], examples: list) -> dict[str, float]:
+    """Microseconds per ``pool.run`` alone: each example through every pool back to back, the order alternating."""
+    total = dict.fromkeys(pools, 0.0)
+    for i, example in enumerate(examples):
+        for name in list(pools) if i % 2 == 0 else list(pools)[::-1]:
+            start = time.perf_counter()
+            assert pools[name].run(broadcast_small, *example) == [None] * WORLD_SIZE
+            total[name] += time.perf_counter() - start
+    return {name: seconds / len(examples) * 1e6 for name, seconds in total.items()}
 
 
 def overhead(examples: int, rounds: int) -> None:
     pools = {"on": _pool(True), "off": _pool(False)}
+    runs: dict[str, list[float]] = {"on": [], "off": [], "run_on": [], "run_off": []}
     try:
         for name, pool in pools.items():
             per_example_us(pool, 100)  # warm-up
             print(f"recorder {name}: records kept per rank {pool.run(recorder_entries)}", file=sys.stderr)
-        runs: dict[str, list[float]] = {"on": [], "off": []}
         for r in range(rounds):
             for name in ("on", "off") if r % 2 == 0 else ("off", "on"):
-                runs[name].append(per_example_us(pools[name], examples))
-            print(f"round {r + 1}: on {runs['on'][-1]:.0f} us, off {runs['off'][-1]:.0f} us, "
-                  f"on/off {runs['on'][-1] / runs['off'][-1]:.3f}", file=sys.stderr)
+                us, drawn = per_example_us(pools[name], examples)
+                runs[name].append(us)
+            for name, us in paired_us(pools, drawn).items():
+                runs["run_" + name].append(us)
+            print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:.0f} us" for k, v in runs.items()), file=sys.stderr)
     finally:
         for pool in pools.values():
             pool.close()
-    on, off = statistics.median(runs["on"]), statistics.median(runs["off"])
-    ratios = [a / b for a, b in zip(runs["on"], runs["off"], strict=True)]
-    _table({"recorder_on_us_per_example": f"{on:.0f}", "recorder_off_us_per_example": f"{off:.0f}",
-            "on_over_off (medians)": f"{on / off:.3f}", "on_over_off (median of rounds)":
-            f"{statistics.median(ratios):.3f} (range {min(ratios):.3f}-{max(ratios):.3f})",
-            "on_minus_off_us": f"{on - off:.0f}", "examples_per_round": examples, "rounds": rounds})
+    med = {k: statistics.median(v) for k, v in runs.items()}
+    rows: dict = {}
+    for label, on, off in (("hypothesis", "on", "off"), ("pool.run", "run_on", "run_off")):
+        ratios = [a / b for a, b in zip(runs[on], runs[off], strict=True)]
+        rows[f"{label}: us/example on, off"] = f"{med[on]:.0f}, {med[off]:.0f} (on-off {med[on] - med[off]:+.0f})"
+        rows[f"{label}: on/off of the medians"] = f"{med[on] / med[off]:.3f}"
+        rows[f"{label}: on/off per round"] = f"median {statistics.median(ratios):.3f}, " \
+            f"range {min(ratios):.3f}-{max(ratios):.3f}"
+    _table(rows | {"examples per round": examples, "rounds": rounds})
 
 
 # -- shrink -------------------------------------------------------------------------------------------

@@ -113,6 +113,45 @@ def test_campaign_finds_both_planted_bugs_reports_and_pytest_replays_them(tmp_pa
     assert "during generate phase" not in plain.stdout
 
 
+DEADLOCK = '''
+import torch
+import torch.distributed as dist
+from hypothesis import given, strategies as st
+
+def skip_above(ctx, n):
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    if ctx.rank == 0 and n > 5 and n % 3 == 0:
+        dist.all_reduce(t)  # rank 1 never joins
+
+@given(n=st.integers(0, 100))
+def test_deadlock(rank_pool, n):
+    rank_pool.run(skip_above, n)
+'''
+
+
+def test_a_hang_is_explained_in_the_report_the_summary_and_replay(tmp_path):
+    write(tmp_path, "test_dl.py", DEADLOCK)
+    # Every hang costs a pool restart (seconds): a bug on a third of the inputs and a small budget.
+    result = run_cli(["run", "test_dl.py", "--max-examples", "30", "--world-size", "2", "--timeout", "30",
+                      "--report", "r.json"], cwd=tmp_path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    [prop] = read_report(tmp_path / "r.json")["properties"]
+    [failure] = prop["failures"]
+    n = int(re.search(r"\bn=(\d+)", failure["example"]).group(1))
+    assert failure["shrunk"] and n > 5 and n % 3 == 0, failure["example"]
+    hang = failure["hang"]
+    assert hang["kind"] == "MissedCollective" and hang["deadlock"]
+    assert hang["summary"].startswith("rank 0 waits in all_reduce #2 (float32[2]) which rank 1 never entered")
+    assert hang["site"].endswith("test_dl.py:10 in skip_above")
+    assert "why it hung (MissedCollective): rank 0 waits in all_reduce #2" in result.stdout
+    # Declared at once: shrinking hit the deadlock several times without paying the 30 s timeout.
+    assert prop["elapsed_s"] < 120, prop
+    replay = run_cli(["replay", "test_dl.py"], cwd=tmp_path)
+    assert "deadlock: rank 0 waits in all_reduce #2 (float32[2]) which rank 1 never entered" in replay.stdout, (
+        replay.stdout + replay.stderr)
+
+
 def test_passing_property_exits_0_and_duration_is_respected(tmp_path):
     write(tmp_path, "test_ok.py", PASSING)
     start = time.monotonic()

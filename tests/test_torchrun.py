@@ -61,6 +61,15 @@ def test_hanging_rank_is_a_timeout_with_its_stack(tmp_path):
     assert "the torchrun group is spent" in report["message"] and "restarted" not in report["message"]
 
 
+def test_a_skipped_collective_is_a_deadlock_explained_before_the_timeout(tmp_path):
+    proc, report = _torchrun(tmp_path, 2, "deadlock")
+    assert report["failure"] == "RankTimeout" and report["deadlock"], report
+    assert report["failure_ranks"] == [0]
+    # Rank 1's record comes through its heartbeat thread; rank 0's from its own example thread.
+    assert report["message"].startswith("deadlock: rank 0 waits in all_reduce #1 (float32["), report["message"]
+    assert "which rank 1 never entered: rank 1 returned after 0 collectives" in report["message"]
+
+
 @pytest.mark.parametrize("planted", [False, True])
 def test_fuzzdist_run_under_torchrun(tmp_path, planted):
     """`torchrun -m fuzzdist run`: rank 0 runs the campaign, the other rank executes every example."""

@@ -1,6 +1,6 @@
 """A property run under torchrun through TorchrunPool (rank 0 drives, the others execute).
 
-    torchrun --nproc-per-node N tests/torchrun_prop.py REPORT.json [crash|hang|ok] DATABASE_DIR
+    torchrun --nproc-per-node N tests/torchrun_prop.py REPORT.json [crash|hang|deadlock|ok] DATABASE_DIR
 
 Writes a JSON report from rank 0 and exits 0 if no failure was found, 1 otherwise.
 """
@@ -30,8 +30,14 @@ def sum_of_ranks(ctx, n, mode):
         os._exit(7)
     if mode == "hang" and ctx.rank == 1 and n >= 50:
         time.sleep(3600)
+    if mode == "deadlock" and ctx.rank == 1 and n >= 50:
+        return (float(expected_sum(ctx)), os.getpid(), ctx.rank)  # skips the all_reduce rank 0 waits in
     dist.all_reduce(t, group=ctx.group)
     return (t[0].item(), os.getpid(), ctx.rank)
+
+
+def expected_sum(ctx):
+    return sum(range(ctx.world_size))
 
 
 def main() -> None:
@@ -60,6 +66,7 @@ def main() -> None:
         report["failure"] = type(exc).__name__
         report["failure_ranks"] = getattr(exc, "ranks", None)
         report["message"] = str(exc)[:2000]
+        report["deadlock"] = getattr(exc, "deadlock", None)
         code = 1
     finally:
         pool.close()
