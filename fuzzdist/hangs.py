@@ -154,6 +154,17 @@ def diagnose(states: Mapping[int, RankState | None], finished: Mapping[int, str]
                        f"every rank still running waits in {_call(a, running[r])}, which every rank "
                        "entered: the collective itself does not complete", r)
 
+    # 3b. Inside a torch.distributed call with no record of it in flight: the backend keeps no
+    # flight record, or the rank is blocked before the op was issued (TORCH_DISTRIBUTED_DEBUG=DETAIL's
+    # fingerprint check, say).  Nothing proves a deadlock.
+    for r, s in running.items():
+        if r not in heads and s.call and not s.call.endswith(".wait") and not s.pending_works:
+            left = [q for q in finished if q != r]
+            peers = f"; rank {left[0]} {finished[left[0]]} and left the example" if left else ""
+            return verdict(MissedCollective if left else StuckCollective, False,
+                           f"rank {r} is inside {s.call} {_site(s)}, with no record of it in flight (the "
+                           f"backend records none, or the call blocked before issuing it){peers}", r)
+
     # 4. A rank waits on a Work that no collective in flight will complete.
     for r, s in running.items():
         if r not in heads and (s.pending_works or (s.call or "").endswith(".wait")):

@@ -206,3 +206,10 @@ def test_the_origin_is_raised_at_the_stuck_line_so_hypothesis_tells_hangs_apart(
         tb = tb.tb_next
     assert (tb.tb_frame.f_code.co_filename, tb.tb_lineno) == ("/src/prop_0.py", 10)
     assert interesting_origin(a) != interesting_origin(b)
+
+
+def test_inside_a_collective_without_a_record_is_explained_but_not_declared():
+    # What TORCH_DISTRIBUTED_DEBUG=DETAIL's fingerprint check, or a backend without a flight record, shows.
+    d = diagnose({0: _state(0, _c(1, done=True), call="all_reduce"), 1: _state(1, finished=True)}, {1: "returned"}, 2)
+    assert d.kind is MissedCollective and not d.deadlock
+    assert "rank 0 is inside all_reduce in fn at line 10" in d.summary and "rank 1 returned" in d.summary
