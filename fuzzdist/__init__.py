@@ -7,6 +7,8 @@ Public API:
     RankContext: the ``ctx`` a rank function receives.
     FuzzdistError: the base of every error fuzzdist raises (fuzzdist.errors).
     RankFailure and its kinds RankError, RankTimeout, RankCrash: also AssertionErrors.
+    Hang: why a RankTimeout's ranks hung (CollectiveMismatch, MissedCollective, ...; fuzzdist.hangs).
+    watch_pending, PendingWorkSource: have a hang name the Works your own ProcessGroup holds.
     PropertyFailure: a property of fuzzdist.properties does not hold (an AssertionError).
     CapabilityError, PoolStartupError: the machine can't run what was asked.
     InvalidArgument (a ValueError), CallError (a TypeError), InvalidState (a RuntimeError).
@@ -22,6 +24,7 @@ from fuzzdist.errors import (
     CallError,
     CapabilityError,
     FuzzdistError,
+    Hang,
     InvalidArgument,
     InvalidState,
     PoolStartupError,
@@ -32,6 +35,7 @@ from fuzzdist.errors import (
     RankTimeout,
 )
 from fuzzdist.pool import Pool, RankPool
+from fuzzdist.pool.rank_state import PendingWorkSource, watch_pending
 from fuzzdist.reorder import ReorderingProcessGroup
 
 __version__ = "0.1.0"
@@ -40,8 +44,10 @@ __all__ = [
     "CallError",
     "CapabilityError",
     "FuzzdistError",
+    "Hang",
     "InvalidArgument",
     "InvalidState",
+    "PendingWorkSource",
     "Pool",
     "PoolStartupError",
     "PropertyFailure",
@@ -53,4 +59,5 @@ __all__ = [
     "RankTimeout",
     "ReorderingProcessGroup",
     "profiles",
+    "watch_pending",
 ]
