@@ -213,3 +213,10 @@ def test_inside_a_collective_without_a_record_is_explained_but_not_declared():
     d = diagnose({0: _state(0, _c(1, done=True), call="all_reduce"), 1: _state(1, finished=True)}, {1: "returned"}, 2)
     assert d.kind is MissedCollective and not d.deadlock
     assert "rank 0 is inside all_reduce in fn at line 10" in d.summary and "rank 1 returned" in d.summary
+
+
+def test_roots_are_compared_only_between_the_calls_of_that_step():
+    # Rank 0 issued broadcast #1 asynchronously and now waits in all_reduce #2; rank 1 waits in broadcast #1.
+    d = diagnose({0: _state(0, _c(1, op="broadcast"), _c(2), call="all_reduce"),
+                  1: _state(1, _c(1, op="broadcast"), call="broadcast", call_args=[("src", "0")])}, {}, 2)
+    assert d.kind is StuckCollective and not d.deadlock
