@@ -1,18 +1,20 @@
 """What explaining hangs costs, and what it saves: the flight recorder per example, and finding a planted hang.
 
-Run:  python bench/hang_detection.py [--only overhead|shrink] [--examples 1500] [--rounds 7] [--timeout 5]
+Run:  python bench/hang_detection.py [--only overhead|shrink] [--examples 1500] [--rounds 8] [--timeout 5]
 
 On 2 CPU ranks over gloo, in one run:
 
   overhead  The per-example cost of torch's flight recorder, which the ranks switch on to explain hangs:
             a small property (broadcast a drawn float32 tensor of 1-16 elements from a drawn rank, check
             every rank holds it) run under Hypothesis through two RankPools, one with the recorder on
-            (fuzzdist's default) and one started with TORCH_FR_BUFFER_SIZE=0 (off).  Both pools draw the
-            same derandomized examples; rounds alternate the pools (ABBA).  Then, in each round,
-            ``pool.run`` alone on those examples, each example through both pools back to back (the
-            order alternating): the recorder's cost without Hypothesis's share and with the finest
-            interleaving.  Medians of the rounds are reported, with on/off (target: within a few
-            percent of 1.0) and on-off in microseconds.
+            (fuzzdist's default) and one started with TORCH_FR_BUFFER_SIZE=0 (off), on the same
+            derandomized examples.  Each round starts two fresh pools and alternates which one is created
+            and run first (two pools of the same kind, side by side, can differ by 10-30 us per example
+            on this machine, as much as the recorder's cost).  Then ``pool.run`` alone on those examples,
+            each example through both pools back to back, the order alternating: the recorder's cost
+            without Hypothesis's share, by the finest interleaving.  Reported: medians of the rounds,
+            on/off (target: within a few percent of 1.0), and the median of the paired differences
+            on-off, for each creation order and their mean (which cancels the creation order's effect).
   shrink    The wall time for Hypothesis to find and shrink a planted deadlock (for n > 5 rank 0
             all_reduces while rank 1 waits in a broadcast from rank 0) to its minimal example n=6, with
             the pool's timeout at --timeout seconds; every hanging example costs the time to tell it hangs
@@ -110,34 +112,44 @@ def per_example_us(pool: RankPool, n: int) -> tuple[float, list]:
     return (time.perf_counter() - start) / len(seen) * 1e6, seen
 
 
-def paired_us(pools: dict[str, RankPool], examples: list) -> dict[str, float]:
-    """Microseconds per ``pool.run`` alone: each example through every pool back to back, the order alternating."""
-    total = dict.fromkeys(pools, 0.0)
+def paired_us(pools: dict[str, RankPool], examples: list) -> dict[str, list[float]]:
+    """Microseconds of each ``pool.run`` alone: each example through every pool back to back, the order alternating."""
+    times: dict[str, list[float]] = {name: [] for name in pools}
     for i, example in enumerate(examples):
         for name in list(pools) if i % 2 == 0 else list(pools)[::-1]:
             start = time.perf_counter()
             assert pools[name].run(broadcast_small, *example) == [None] * WORLD_SIZE
-            total[name] += time.perf_counter() - start
-    return {name: seconds / len(examples) * 1e6 for name, seconds in total.items()}
+            times[name].append((time.perf_counter() - start) * 1e6)
+    return times
 
 
 def overhead(examples: int, rounds: int) -> None:
-    pools = {"on": _pool(True), "off": _pool(False)}
     runs: dict[str, list[float]] = {"on": [], "off": [], "run_on": [], "run_off": []}
-    try:
-        for name, pool in pools.items():
-            per_example_us(pool, 100)  # warm-up
-            print(f"recorder {name}: records kept per rank {pool.run(recorder_entries)}", file=sys.stderr)
-        for r in range(rounds):
-            for name in ("on", "off") if r % 2 == 0 else ("off", "on"):
+    # on-off of one example run back to back (us), by which pool was created first; and the off pool's runs (us).
+    differences: dict[str, list[float]] = {"on": [], "off": []}
+    singles: list[float] = []
+    for r in range(rounds):
+        # Fresh pools each round, created in alternating order: two pools of one kind differ by 10-30 us per example.
+        order = ("on", "off") if r % 2 == 0 else ("off", "on")
+        pools = {name: _pool(name == "on") for name in order}
+        try:
+            for name in order:
+                per_example_us(pools[name], 100)  # warm-up
+                if r == 0:
+                    print(f"recorder {name}: records per rank {pools[name].run(recorder_entries)}", file=sys.stderr)
+            for name in order:
                 us, drawn = per_example_us(pools[name], examples)
                 runs[name].append(us)
-            for name, us in paired_us(pools, drawn).items():
-                runs["run_" + name].append(us)
-            print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:.0f} us" for k, v in runs.items()), file=sys.stderr)
-    finally:
-        for pool in pools.values():
-            pool.close()
+            paired = paired_us(pools, drawn)
+        finally:
+            for pool in pools.values():
+                pool.close()
+        for name, us in paired.items():
+            runs["run_" + name].append(statistics.mean(us))
+        differences[order[0]].extend(a - b for a, b in zip(paired["on"], paired["off"], strict=True))
+        singles.extend(paired["off"])
+        print(f"round {r + 1} ({order[0]} created first): " + ", ".join(f"{k} {v[-1]:.0f} us" for k, v in runs.items()),
+              file=sys.stderr)
     med = {k: statistics.median(v) for k, v in runs.items()}
     rows: dict = {}
     for label, on, off in (("hypothesis", "on", "off"), ("pool.run", "run_on", "run_off")):
@@ -146,6 +158,15 @@ def overhead(examples: int, rounds: int) -> None:
         rows[f"{label}: on/off of the medians"] = f"{med[on] / med[off]:.3f}"
         rows[f"{label}: on/off per round"] = f"median {statistics.median(ratios):.3f}, " \
             f"range {min(ratios):.3f}-{max(ratios):.3f}"
+    single = statistics.median(singles)
+    for first, diffs in differences.items():
+        if diffs:
+            diff = statistics.median(diffs)
+            rows[f"pool.run: on-off, median of pairs, {first} created first"] = \
+                f"{diff:+.1f} us ({diff / single:+.2%} of a median run)"
+    if all(differences.values()):
+        both = statistics.mean(statistics.median(d) for d in differences.values())
+        rows["pool.run: on-off, creation order cancelled"] = f"{both:+.1f} us ({both / single:+.2%})"
     _table(rows | {"examples per round": examples, "rounds": rounds})
 
 
@@ -177,7 +198,7 @@ def shrink(timeout: float) -> None:
     start = time.perf_counter()
     try:
         prop()
-    except Exception:  # noqa: BLE001 - the planted hang, shrunk
+    except Exception:  # the planted hang, shrunk
         pass
     else:
         sys.exit("the planted hang was not found")
@@ -207,7 +228,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", choices=["overhead", "shrink"], help="run one part only")
     parser.add_argument("--examples", type=int, default=1500, help="overhead: examples per pool and round")
-    parser.add_argument("--rounds", type=int, default=7, help="overhead: interleaved rounds; medians are reported")
+    parser.add_argument("--rounds", type=int, default=8, help="overhead: interleaved rounds; medians are reported")
     parser.add_argument("--timeout", type=float, default=5.0, help="shrink: the pool's timeout in seconds")
     args = parser.parse_args()
     print(f"fuzzdist {os.path.dirname(fuzzdist.__file__)}, torch {torch.__version__}, {os.cpu_count()} cpus")
