@@ -121,11 +121,11 @@ def diagnose(states: Mapping[int, RankState | None], finished: Mapping[int, str]
             if q == r or a.p2p or q not in _peers(a, running[r], world_size, known):
                 continue
             b = _at_step(peer, a.group, a.step)
+            if b is None:
+                continue
             # Roots are read from the call each rank is in: compare them only when that call is this step's.
-            both_in_call = not b.done if b is not None else False
-            both_in_call = both_in_call and q in running and running[r].call == a.op and running[q].call == b.op
-            if b is not None and (b.signature() != a.signature() or (
-                    both_in_call and _roots(running[r]) != _roots(running[q]))):
+            both_in_call = not b.done and q in running and running[r].call == a.op and running[q].call == b.op
+            if b.signature() != a.signature() or (both_in_call and _roots(running[r]) != _roots(running[q])):
                 doing = f"waits in {_call(b, peer)}" if not b.done else f"completed {b.describe()}"
                 never = f" which rank {q} never entered" if a.op != b.op else ""
                 return verdict(CollectiveMismatch, True,

@@ -220,3 +220,22 @@ def test_roots_are_compared_only_between_the_calls_of_that_step():
     d = diagnose({0: _state(0, _c(1, op="broadcast"), _c(2), call="all_reduce"),
                   1: _state(1, _c(1, op="broadcast"), call="broadcast", call_args=[("src", "0")])}, {}, 2)
     assert d.kind is StuckCollective and not d.deadlock
+
+
+def test_a_blocked_stream_names_the_works_still_blocking_it():
+    # The GPU property's bookkeeping, checked without a GPU: what a hang in it would list.
+    import torch
+
+    from fuzzdist import strategies as fst
+    from fuzzdist.pool import rank_state
+    from fuzzdist.properties.block_stream import BlockedStream
+
+    order = fst.CompletionOrder(n=2, steps=(("complete", 1), ("complete", 0)))
+    blocked = BlockedStream("stream 7", order)
+    blocked.futures.extend([torch.futures.Future(), torch.futures.Future()])
+    blocked.futures[1].set_result(None)
+    state = rank_state.snapshot(seq=123)
+    assert blocked.fuzzdist_pending_works() == [
+        "Work 0 blocks stream 7: its future is unresolved (the drawn steps: "
+        "(('complete', 1), ('complete', 0)))"]
+    assert blocked.fuzzdist_pending_works()[0] in state.pending_works

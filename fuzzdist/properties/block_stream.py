@@ -16,6 +16,7 @@ import torch.distributed as dist
 from hypothesis import strategies as st
 
 from fuzzdist import strategies as fst
+from fuzzdist.pool.rank_state import watch_pending
 from fuzzdist.properties import PropertyFailure
 
 if TYPE_CHECKING:
@@ -39,6 +40,21 @@ class BlockWork(dist._Work):
         return self.future_
 
 
+class BlockedStream:
+    """The Works blocking one stream, as a hang's explanation names them (a ``PendingWorkSource``)."""
+
+    def __init__(self, stream: Any, order: fst.CompletionOrder) -> None:
+        self.stream = stream
+        self.order = order
+        self.futures: list[torch.futures.Future[Any]] = []
+        watch_pending(self)  # held weakly: registered for as long as the example keeps it
+
+    def fuzzdist_pending_works(self) -> list[str]:
+        """One line per Work whose future is still unresolved, with the drawn steps."""
+        return [f"Work {i} blocks {self.stream}: its future is unresolved (the drawn steps: {self.order.steps})"
+                for i, future in enumerate(self.futures) if not future.done()]
+
+
 def make_block_work(index: int) -> BlockWork:
     """The ``index``-th Work of an example: a fresh :class:`BlockWork` (``check``'s default)."""
     return BlockWork()
@@ -53,9 +69,10 @@ def check_blocked_stream(ctx: RankContext, order: fst.CompletionOrder,
     the end does, so no example leaves the GPU blocked.
     """
     problems: list[str] = []
-    futures = []
     after = None  # the event recorded behind the blocks
     stream = torch.cuda.Stream(device=ctx.device)
+    blocked = BlockedStream(stream, order)  # a hang names the Works still blocking the stream
+    futures = blocked.futures
     torch.cuda.synchronize(ctx.device)
     try:
         works = []
