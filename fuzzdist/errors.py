@@ -142,6 +142,8 @@ class RankError(RankFailure):
     waiting for them (usually blocked in a collective a failed rank never
     joined); ``straggler_stacks`` holds their Python stacks and
     ``diagnosis`` (a :class:`fuzzdist.hangs.Diagnosis`, or None) where they wait.
+    ``outputs[r]`` is what rank r wrote during the example (warnings, stderr),
+    a :class:`fuzzdist.pool.rank_output.RankOutput`, where it wrote anything.
     """
 
     def __init__(
@@ -154,8 +156,10 @@ class RankError(RankFailure):
         straggler_stacks: Mapping[int, str] | None = None,
         aftermath: str = RESTARTED,
         diagnosis: Any = None,
+        outputs: Mapping[int, Any] | None = None,
     ) -> None:
         self.diagnosis = diagnosis
+        self.outputs = dict(outputs or {})
         self.tracebacks = dict(tracebacks)
         self.exc_types = dict(exc_types)
         self.exceptions = dict(exceptions)
@@ -166,6 +170,8 @@ class RankError(RankFailure):
         parts = [f"{_plural(ranks)} raised ({head})"]
         for r in ranks:
             parts.append(f"\n--- rank {r} traceback ---\n{tracebacks[r].rstrip()}")
+        for r in sorted(self.outputs):  # warnings and output the ranks wrote: they may be the clue
+            parts.append(f"\n--- rank {r} wrote during the example ---\n{self.outputs[r].format()}")
         if self.stragglers:
             why = (f": {diagnosis.summary}" if diagnosis is not None
                    else " (probably waiting in a collective the failed rank never joined)")
@@ -259,17 +265,21 @@ class RankCrash(RankFailure):
 
     ``exit_codes[r]`` is rank r's exit code (negative: killed by a signal),
     ``causes[r]`` a readable form ("SIGSEGV", "exit code 3") and
-    ``stacks[r]`` the stack faulthandler wrote on a fatal signal, if any.
+    ``stacks[r]`` the stack faulthandler wrote on a fatal signal, if any, and
+    ``last_output[r]`` the end of what the rank wrote (its stderr), where it was captured.
     """
 
     def __init__(self, ranks: Sequence[int], exit_codes: Mapping[int, int], stacks: Mapping[int, str],
-                 aftermath: str = RESTARTED) -> None:
+                 aftermath: str = RESTARTED, last_output: Mapping[int, str] | None = None) -> None:
+        self.last_output = {r: text for r, text in (last_output or {}).items() if text}
         self.exit_codes = dict(exit_codes)
         self.causes = {r: describe_exit(code) for r, code in self.exit_codes.items()}
         self.stacks = dict(stacks)
         head = ", ".join(f"rank {r} ({self.causes[r]})" for r in sorted(ranks))
         parts = [f"rank process died: {head}; {aftermath}."]
         for r in sorted(ranks):
+            if self.last_output.get(r):  # an abort's reason is often only on stderr (gloo's enforce fail)
+                parts.append(f"\n--- rank {r}'s last output ---\n{self.last_output[r]}")
             if self.stacks.get(r):
                 parts.append(f"\n--- rank {r} stack at the fatal signal ---\n{self.stacks[r].rstrip()}")
         super().__init__("\n".join(parts), ranks)

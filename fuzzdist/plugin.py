@@ -21,7 +21,9 @@ The session's pools come from the ``pytest_fuzzdist_make_pool_cache`` hook
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -29,7 +31,7 @@ from fuzzdist import _hypothesis_compat, newhooks, profiles
 from fuzzdist.capabilities import missing, missing_gpus
 from fuzzdist.errors import CapabilityError
 from fuzzdist.newhooks import RankPools
-from fuzzdist.pool import DEFAULT_TIMEOUT, RankPool
+from fuzzdist.pool import DEFAULT_TIMEOUT, RankPool, rank_output
 
 
 @dataclass(frozen=True)
@@ -44,18 +46,24 @@ class PoolKey:
 
 
 pool_cache_key = pytest.StashKey[RankPools]()  # config.stash[pool_cache_key]: the session's pool cache
+# config.stash[rank_output_key]: what the ranks wrote in passing examples, per test
+rank_output_key = pytest.StashKey[rank_output.OutputLog]()
 
 
 class PoolCache:
-    """One RankPool per PoolKey, started on first use and closed at the end of the session."""
+    """One RankPool per PoolKey, started on first use and closed at the end of the session.
 
-    def __init__(self) -> None:
+    ``rank_output``: what the pools do with what their ranks write ("capture" or "live", see RankPool).
+    """
+
+    def __init__(self, rank_output: str = "capture") -> None:
         self._pools: dict[PoolKey, RankPool] = {}
+        self.rank_output = rank_output
 
     def get(self, key: PoolKey) -> RankPool:
         pool = self._pools.get(key)
         if pool is None:
-            pool = RankPool(key.world_size, key.backend, key.device, key.timeout)
+            pool = RankPool(key.world_size, key.backend, key.device, key.timeout, rank_output=self.rank_output)
             self._pools[key] = pool
         return pool.start()
 
@@ -72,7 +80,7 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 @pytest.hookimpl(trylast=True)
 def pytest_fuzzdist_make_pool_cache(config: pytest.Config) -> RankPools:
     """fuzzdist's own pool cache, used when no other implementation returns one: local RankPools."""
-    return PoolCache()
+    return PoolCache(rank_output=config.getoption("fuzzdist_rank_output", "capture"))
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -82,6 +90,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--fuzzdist-timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
                     help=f"per-example timeout on the ranks; a hang past it is a RankTimeout "
                          f"(default {DEFAULT_TIMEOUT:g})")
+    group.addoption("--fuzzdist-rank-output", choices=rank_output.OUTPUT_MODES, default="capture",
+                    help="what the ranks write (warnings, stderr, prints): 'capture' (default) keeps it per "
+                         "example, shows it with failures and summarises the rest at the end; 'live' lets "
+                         "the ranks print as they go")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -104,6 +116,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
         settings.load_profile("ci" if os.environ.get("CI") else "dev")
     config.stash[pool_cache_key] = config.hook.pytest_fuzzdist_make_pool_cache(config=config)
+    config.stash[rank_output_key] = rank_output.OutputLog()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -151,11 +164,12 @@ def parametrized_by_pool(item: pytest.Item) -> bool:
     return callspec is not None and "rank_pool" in callspec.params
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_call(item: pytest.Item) -> None:
-    """Give each rank-pool variant of a property its own database key.
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """Give each rank-pool variant of a property its own database key, and file what the ranks
+    write during the test under its node id.
 
-    Hypothesis's pytest plugin does this (the node id mixed into the key) only for tests with a
+    Hypothesis's pytest plugin does the first (the node id mixed into the key) only for tests with a
     ``parametrize`` marker; the pool variants come from ``pytest_generate_tests`` and would share
     one key, so running ``[cpu-w2]`` would replay, and delete as no longer failing, what
     ``[cpu-w3]`` found.
@@ -163,6 +177,24 @@ def pytest_runtest_call(item: pytest.Item) -> None:
     inner = getattr(getattr(getattr(item, "obj", None), "hypothesis", None), "inner_test", None)
     if inner is not None and parametrized_by_pool(item):
         _hypothesis_compat.set_extra_digest(inner, item.nodeid.encode())
+    log = item.config.stash.get(rank_output_key, None)
+    if log is None:
+        yield
+        return
+    with log.collecting(item.nodeid):
+        yield
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """What the ranks wrote in examples that passed, once per property (failures show their own)."""
+    log = config.stash.get(rank_output_key, None)
+    if log is None or not log.tests:
+        return
+    terminalreporter.write_sep("=", "fuzzdist: what the ranks wrote in passing examples")
+    for line in log.summary():
+        terminalreporter.write_line(line)
+    terminalreporter.write_line("(a failure shows its ranks' output in full; --fuzzdist-rank-output=live prints "
+                                "it as it comes)")
 
 
 @pytest.hookimpl(tryfirst=True)

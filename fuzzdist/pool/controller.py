@@ -26,7 +26,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from fuzzdist import _coverage, _remote, hangs
 from fuzzdist.errors import RESTARTED, CallError, RankCrash, RankError, RankTimeout
-from fuzzdist.pool import messages
+from fuzzdist.pool import messages, rank_output
+from fuzzdist.pool.rank_output import RankOutput
 from fuzzdist.pool.rank_state import RankState
 
 DEFAULT_TIMEOUT = 30.0
@@ -158,7 +159,7 @@ class Controller(ABC):
             try:
                 if out.errors:
                     _raise_rank_error(out.errors, stragglers=out.pending, straggler_stacks=stacks,
-                                      aftermath=self.aftermath, diagnosis=diagnosis)
+                                      aftermath=self.aftermath, diagnosis=diagnosis, outputs=out.outputs)
                 if not out.load_errors:
                     origin = diagnosis.origin()
                     timeout.__context__ = origin  # Hypothesis reads __context__ (see errors.py)
@@ -172,7 +173,8 @@ class Controller(ABC):
         if out.load_errors:
             _raise_load_error(out.load_errors)
         if out.errors:
-            _raise_rank_error(out.errors)
+            _raise_rank_error(out.errors, outputs=out.outputs)
+        rank_output.report(out.outputs)
         return out.results
 
     def _explain(self, out: Outcome) -> tuple[hangs.Diagnosis, dict[int, str]]:
@@ -238,6 +240,7 @@ class Outcome:
         self.dead: set[int] = set()
         self.pending: set[int] = set(range(world_size))
         self.recycle: list[str] = []
+        self.outputs: dict[int, RankOutput] = {}  # what ranks wrote during the example, where they did
         self.started = time.monotonic()
         self.deadline = float("inf")  # the controller sets the timeout's
         self.grace_deadline = float("inf")  # set once a rank failed: the others get straggler_grace
@@ -256,13 +259,14 @@ class Outcome:
     def died(self, rank: int) -> None:
         self.dead.add(rank)
 
-    def on_ok(self, rank: int, seq: int, result: Any, recycle: list[str]) -> None:
-        self._answered(rank, seq, recycle)
+    def on_ok(self, rank: int, seq: int, result: Any, recycle: list[str], output: Any = None) -> None:
+        self._answered(rank, seq, recycle, output)
         self.results[rank] = result
         self._outcomes[rank] = "returned"
 
-    def on_err(self, rank: int, seq: int, error: _remote.RemoteRecord, recycle: list[str]) -> None:
-        self._answered(rank, seq, recycle)
+    def on_err(self, rank: int, seq: int, error: _remote.RemoteRecord, recycle: list[str],
+               output: Any = None) -> None:
+        self._answered(rank, seq, recycle, output)
         self.errors[rank] = error
         self._outcomes[rank] = f"raised {str(getattr(error, 'type_name', '?')).rsplit('.', 1)[-1]}"
         self._failed()
@@ -273,11 +277,13 @@ class Outcome:
         self._outcomes[rank] = "could not load the call"
         self._failed()
 
-    def _answered(self, rank: int, seq: int, recycle: list[str]) -> None:
+    def _answered(self, rank: int, seq: int, recycle: list[str], output: Any = None) -> None:
         if seq != self.seq:
             raise RuntimeError(f"fuzzdist bug: rank {rank} answered example {seq}, expected {self.seq}")
         self.pending.discard(rank)
         self.recycle.extend(recycle)
+        if output is not None:
+            self.outputs[rank] = output
 
     def _failed(self) -> None:
         # The others may be stuck in a collective the failed rank never joined.
@@ -367,7 +373,8 @@ def derive_seed(payload: bytes) -> int:
 
 def _raise_rank_error(records: Mapping[int, _remote.RemoteRecord], stragglers: Set[int] = frozenset(),
                       straggler_stacks: Mapping[int, str] | None = None, aftermath: str = RESTARTED,
-                      diagnosis: hangs.Diagnosis | None = None) -> None:
+                      diagnosis: hangs.Diagnosis | None = None,
+                      outputs: Mapping[int, RankOutput] | None = None) -> None:
     exceptions = {r: _remote.rebuild(rec) for r, rec in records.items()}
     if all(rec.type_name == "hypothesis.errors.UnsatisfiedAssumption" for rec in records.values()):
         raise exceptions[min(exceptions)]  # assume()/reject() on the ranks: an invalid example
@@ -380,6 +387,7 @@ def _raise_rank_error(records: Mapping[int, _remote.RemoteRecord], stragglers: S
         straggler_stacks=straggler_stacks,
         aftermath=aftermath,
         diagnosis=diagnosis,
+        outputs=outputs,
     )
     # Chained to the lowest failing rank's exception, rebuilt at its remote site,
     # so Hypothesis tells different remote bugs apart.  Hypothesis reads

@@ -38,6 +38,7 @@ from typing import Any
 from fuzzdist.capabilities import validate_pool_args
 from fuzzdist.errors import InvalidState, PoolStartupError, RankCrash
 from fuzzdist.pool import messages, rank_state
+from fuzzdist.pool import rank_output as rank_output_mod
 from fuzzdist.pool.controller import DEFAULT_TIMEOUT, Controller, Outcome, decode_reply
 from fuzzdist.pool.rank_state import RankState
 from fuzzdist.pool.worker import Worker, answer_snapshot
@@ -57,6 +58,7 @@ class _Rank:
     watch: Any  # another pipe, to the rank's watch thread: snapshots while the example's thread is stuck
     stack_path: str
     crash_path: str
+    output_path: str | None  # where the rank's stdout and stderr go (None: left alone, "live")
 
 
 class RankPool(Controller):
@@ -79,6 +81,10 @@ class RankPool(Controller):
             to finish before they are taken as stuck (waiting in a collective
             the failed rank never joined) and the pool is restarted.
             Defaults to ``min(timeout, 5)``.
+        rank_output: "capture" (the default) keeps what each rank writes
+            (stdout, stderr, Python warnings) per example: shown with a
+            failure, else summarised by pytest's plugin.  "live" lets the ranks
+            print as they go, for debugging.
     """
 
     def __init__(
@@ -90,8 +96,10 @@ class RankPool(Controller):
         *,
         startup_timeout: float = DEFAULT_STARTUP_TIMEOUT,
         straggler_grace: float | None = None,
+        rank_output: str = "capture",
     ) -> None:
         validate_pool_args(world_size, backend, device, timeout)
+        self.rank_output = rank_output_mod.validate_mode(rank_output)
         super().__init__(world_size, backend, device, timeout, straggler_grace)
         self.startup_timeout = float(startup_timeout)
         self._ranks: list[_Rank] = []
@@ -132,8 +140,9 @@ class RankPool(Controller):
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else ("ready" if self._ready else "starting")
+        output = "" if self.rank_output == "capture" else f", rank_output={self.rank_output!r}"
         return (f"RankPool(world_size={self.world_size}, backend={self.backend!r}, "
-                f"device={self.device!r}, timeout={self.timeout:g}, {state})")
+                f"device={self.device!r}, timeout={self.timeout:g}{output}, {state})")
 
     # -- starting and stopping ranks ----------------------------------------------
 
@@ -156,13 +165,16 @@ class RankPool(Controller):
                 tmpdir=self._tmpdir,
                 stack_path=os.path.join(self._tmpdir, f"rank{rank}.gen{gen}.stack"),
                 crash_path=os.path.join(self._tmpdir, f"rank{rank}.gen{gen}.crash"),
+                output_path=(os.path.join(self._tmpdir, f"rank{rank}.gen{gen}.out")
+                             if self.rank_output == "capture" else None),
             )
             process = context.Process(target=rank_main, args=(spec, child_conn, watch_child),
                                       name=f"fuzzdist-rank{rank}", daemon=True)
             process.start()
             child_conn.close()
             watch_child.close()
-            self._ranks.append(_Rank(rank, process, parent_conn, watch_parent, spec.stack_path, spec.crash_path))
+            self._ranks.append(_Rank(rank, process, parent_conn, watch_parent, spec.stack_path, spec.crash_path,
+                                     spec.output_path))
         self._sent_sys_path = list(sys.path)  # spawn hands the children our sys.path
         self._poller = _Poller(self._ranks)
         self._ready = False
@@ -251,7 +263,8 @@ class RankPool(Controller):
             process.join(_KILL_WAIT)  # a rank whose pipe broke may not be reaped yet
             codes[r] = process.exitcode if process.exitcode is not None else -signal.SIGKILL
         stacks = {r: _read_file(self._ranks[r].crash_path) for r in dead}
-        return RankCrash(sorted(dead), codes, stacks)
+        last = {r: rank_output_mod.tail(path) for r in dead if (path := self._ranks[r].output_path)}
+        return RankCrash(sorted(dead), codes, stacks, last_output=last)
 
     def _recover(self, failure: BaseException) -> None:
         self._restart()
@@ -404,10 +417,13 @@ class RankSpec:
     tmpdir: str
     stack_path: str  # faulthandler writes the stack here on STACK_SIGNAL
     crash_path: str  # ... and here on a fatal signal (SIGSEGV, SIGABRT, ...)
+    output_path: str | None  # the rank's stdout and stderr go here (None: left alone)
 
 
 def rank_main(spec: RankSpec, conn: Any, watch: Any) -> None:
     """Entry point of a rank process (the target of a spawned ``Process``)."""
+    if spec.output_path is not None:
+        rank_output_mod.install(spec.output_path)
     _exit_with_parent()
     _answer_snapshots(watch)
     rank_state.enable_flight_recorder()

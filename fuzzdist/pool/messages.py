@@ -55,19 +55,20 @@ def init_error(traceback: str) -> bytes:
     return _dump(("init_error", {"traceback": traceback}))
 
 
-def ok(seq: int, result: Any, recycle: list[str]) -> bytes:
+def ok(seq: int, result: Any, recycle: list[str], output: Any = None) -> bytes:
     """Example ``seq`` returned ``result``.
 
     ``recycle``: reasons this rank's process must be replaced before the
     next example (``ctx.request_recycle``, an allocator setting that can't
-    be undone); empty when it can be reused.
+    be undone); empty when it can be reused.  ``output``: what the rank wrote
+    during the example (a :class:`~fuzzdist.pool.rank_output.RankOutput`), or None.
     """
-    return _dump(("ok", {"seq": seq, "result": result, "recycle": recycle}))
+    return _dump(("ok", {"seq": seq, "result": result, "recycle": recycle, "output": output}))
 
 
-def err(seq: int, error: Any, recycle: list[str]) -> bytes:
+def err(seq: int, error: Any, recycle: list[str], output: Any = None) -> bytes:
     """Example ``seq`` raised: ``error`` is the exception as a :class:`~fuzzdist._remote.RemoteRecord`."""
-    return _dump(("err", {"seq": seq, "error": error, "recycle": recycle}))
+    return _dump(("err", {"seq": seq, "error": error, "recycle": recycle, "output": output}))
 
 
 def load_error(seq: int, error: Any) -> bytes:

@@ -72,7 +72,7 @@ def execute(ctx: Any, seq: int, seed: int, payload: bytes) -> bytes:
     Also how rank 0 under torchrun runs its own share (it is its own driver).
     """
     from fuzzdist import _isolation, _remote
-    from fuzzdist.pool import rank_state
+    from fuzzdist.pool import rank_output, rank_state
 
     guard = _isolation.StateGuard()
     ctx.seed, ctx.example = seed, seq
@@ -83,20 +83,21 @@ def execute(ctx: Any, seq: int, seed: int, payload: bytes) -> bytes:
         return messages.load_error(seq, _remote.capture(exc))
     error = None
     rank_state.begin_example(ctx.rank, seq)  # a hang's snapshot looks at this thread
-    try:
-        _isolation.seed_everything(seed, ctx.device.type == "cuda")
-        result = fn(ctx, *args, **kwargs)
-    except BaseException as exc:  # noqa: BLE001 - every failure goes back to the driver
-        error = _remote.capture(exc)
-    finally:
-        rank_state.end_example()
+    with rank_output.example() as written:  # what the example prints travels with its reply
+        try:
+            _isolation.seed_everything(seed, ctx.device.type == "cuda")
+            result = fn(ctx, *args, **kwargs)
+        except BaseException as exc:  # noqa: BLE001 - every failure goes back to the driver
+            error = _remote.capture(exc)
+        finally:
+            rank_state.end_example()
     recycle = ctx._recycle_reasons
     recycle.extend(guard.restore())
     if error is not None:
-        return messages.err(seq, error, recycle)
+        return messages.err(seq, error, recycle, written.output)
     try:
-        return messages.ok(seq, result, recycle)
+        return messages.ok(seq, result, recycle, written.output)
     except Exception as exc:  # an unpicklable return value
         unsendable = CallError(f"fn returned a value that can't be sent back to the driver: {exc}. "
                                "Return plain values (numbers, lists, CPU tensors), not handles.")
-        return messages.err(seq, _remote.capture(unsendable), recycle)
+        return messages.err(seq, _remote.capture(unsendable), recycle, written.output)

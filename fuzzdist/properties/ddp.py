@@ -22,6 +22,7 @@ DDP: ``check(pool, config, dtype, seed, wrap=MyGroup)`` runs the property over `
 from __future__ import annotations
 
 import copy
+import warnings
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -185,7 +186,11 @@ def ddp_parity(ctx: RankContext, config: fst.DDPConfig, dtype: torch.dtype, seed
     try:
         model = config.build_model(seed).to(dtype)
         reference = copy.deepcopy(model)  # same seed, same values: built before DDP touches them
-        ddp = DDP(model, process_group=pg, **config.ddp_kwargs())
+        with warnings.catch_warnings():
+            # Expected: the drawn pairing static_graph + find_unused_parameters is valid and kept
+            # (both code paths run), and torch says the flag is redundant with static_graph.
+            warnings.filterwarnings("ignore", message="You passed find_unused_parameters=true", category=UserWarning)
+            ddp = DDP(model, process_group=pg, **config.ddp_kwargs())
         optimizer = config.build_optimizer(ddp.parameters())
         ref_optimizer = config.build_optimizer(reference.parameters())
         rank_buffers = [_buffers(reference)] * config.world_size if config.buffers else []
