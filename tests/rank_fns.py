@@ -149,3 +149,16 @@ def gloo_accepts(ctx, dtype_names):
 
 def return_uint16(ctx):
     return torch.zeros(2, dtype=torch.uint16)  # torch 2.13 pickles it but can't unpickle it
+
+
+def warn_then_raise_on(ctx, rank):
+    import warnings
+
+    warnings.warn(f"planted warning on rank {ctx.rank}")
+    print(f"printed by rank {ctx.rank}")
+    if ctx.rank == rank:
+        raise ValueError("planted")
+
+
+def all_reduce_sizes_differ(ctx):
+    dist.all_reduce(torch.ones(4 + ctx.rank))

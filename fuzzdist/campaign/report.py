@@ -59,6 +59,7 @@ class PropertyState:
     started_at: float | None = None  # monotonic
     share_end: float | None = None  # monotonic: when its share of the time budget ends
     budget_examples: int | None = None
+    rank_output: list = field(default_factory=list)  # what the ranks wrote in passing examples (OutputLog.entries)
 
     @property
     def examples_per_s(self) -> float:
@@ -97,6 +98,7 @@ class PropertyState:
             "failures": [f.to_dict() for f in self.failures.values()],
             "events": dict(self.events.most_common()),
             "targets": dict(self.targets),
+            "rank_output": self.rank_output,
         }
 
 

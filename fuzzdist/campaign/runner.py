@@ -48,7 +48,7 @@ import time
 import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 import pytest
 from _pytest.outcomes import Failed, OutcomeException
@@ -107,6 +107,7 @@ class CampaignPlugin(SelectionPlugin):
         super().__init__(targets, device)
         self.pytest_options = list(pytest_options)  # what a reproducing pytest command needs
         self.seed = seed
+        self._rank_output: Any = None  # the plugin's OutputLog, once pytest is configured
         self.state = state
         self.database = database
         self.progress = progress
@@ -131,6 +132,9 @@ class CampaignPlugin(SelectionPlugin):
                 self._expected_skips[item.nodeid] = reason
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
+        from fuzzdist.plugin import rank_output_key
+
+        self._rank_output = session.config.stash.get(rank_output_key, None)
         if self.error is None and not self.collect_errors and self.state.properties:
             self.state.status = "running"
             self.progress.start(self.state)
@@ -419,6 +423,10 @@ class CampaignPlugin(SelectionPlugin):
         self._next_report = time.monotonic() + REPORT_INTERVAL_S
         if not self.report_path:
             return
+        log = self._rank_output
+        if log is not None:  # what the ranks wrote in passing examples, per property
+            for nodeid, prop in self.state.properties.items():
+                prop.rank_output = log.entries(nodeid)
         try:
             write_json_atomic(self.report_path, self.state.to_dict())
         except OSError as exc:

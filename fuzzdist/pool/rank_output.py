@@ -177,6 +177,11 @@ class OutputLog:
         if not entry.first:
             entry.first = text
 
+    def entries(self, test: str) -> list[dict[str, object]]:
+        """``test``'s distinct outputs as plain values (for JSON reports), most frequent first."""
+        return [{"what": key, "examples": seen.examples, "ranks": sorted(seen.ranks), "first": seen.first}
+                for key, seen in sorted(self.tests.get(test, {}).items(), key=lambda kv: -kv[1].examples)]
+
     def summary(self) -> list[str]:
         """Lines for the end of the run: per test, each distinct output with its count and ranks."""
         lines = []
