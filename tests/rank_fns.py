@@ -154,7 +154,7 @@ def return_uint16(ctx):
 def warn_then_raise_on(ctx, rank):
     import warnings
 
-    warnings.warn(f"planted warning on rank {ctx.rank}")
+    warnings.warn(f"planted warning on rank {ctx.rank}", stacklevel=1)
     print(f"printed by rank {ctx.rank}")
     if ctx.rank == rank:
         raise ValueError("planted")
