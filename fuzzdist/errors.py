@@ -267,6 +267,8 @@ class RankCrash(RankFailure):
     ``causes[r]`` a readable form ("SIGSEGV", "exit code 3") and
     ``stacks[r]`` the stack faulthandler wrote on a fatal signal, if any, and
     ``last_output[r]`` the end of what the rank wrote (its stderr), where it was captured.
+    ``diagnosis`` (a :class:`fuzzdist.hangs.Diagnosis`, or None) says where
+    the ranks that outlived the crash were waiting.
     """
 
     def __init__(self, ranks: Sequence[int], exit_codes: Mapping[int, int], stacks: Mapping[int, str],
@@ -277,12 +279,24 @@ class RankCrash(RankFailure):
         self.stacks = dict(stacks)
         head = ", ".join(f"rank {r} ({self.causes[r]})" for r in sorted(ranks))
         parts = [f"rank process died: {head}; {aftermath}."]
+        self.diagnosis: Any = None
         for r in sorted(ranks):
             if self.last_output.get(r):  # an abort's reason is often only on stderr (gloo's enforce fail)
                 parts.append(f"\n--- rank {r}'s last output ---\n{self.last_output[r]}")
             if self.stacks.get(r):
                 parts.append(f"\n--- rank {r} stack at the fatal signal ---\n{self.stacks[r].rstrip()}")
         super().__init__("\n".join(parts), ranks)
+
+
+    def ranks_set(self) -> set[int]:
+        return set(self.ranks)
+
+    def explain_survivors(self, diagnosis: Any) -> None:
+        """Add where the ranks that outlived the crash were waiting (a :class:`fuzzdist.hangs.Diagnosis`)."""
+        self.diagnosis = diagnosis
+        lines = [f"The other ranks were still running: {diagnosis.summary}."]
+        lines += [f"  rank {r}: {where}" for r, where in sorted(diagnosis.ranks.items())]
+        self.args = (f"{self.args[0]}\n\n" + "\n".join(lines),)
 
 
 def describe_exit(code: int) -> str:

@@ -96,18 +96,22 @@ class Diagnosis:
         }
 
 
-def diagnose(states: Mapping[int, RankState | None], finished: Mapping[int, str], world_size: int) -> Diagnosis:
+def diagnose(states: Mapping[int, RankState | None], finished: Mapping[int, str], world_size: int,
+             dead: Mapping[int, str] | None = None) -> Diagnosis:
     """Explain why the ranks still running example ``seq`` hang.
 
     ``states[r]`` is rank r's snapshot (running or finished; None where it
     didn't answer); ``finished[r]`` says how rank r ended the example
-    ("returned", "raised ValueError") if it did.
+    ("returned", "raised ValueError") if it did; ``dead[r]`` how a rank that
+    died during it died ("SIGABRT").
     """
+    dead = dict(dead or {})
     known = {r: s for r, s in sorted(states.items()) if s is not None}
     running = {r: s for r, s in known.items() if r not in finished and not s.finished}
     heads = {r: s.in_flight()[0] for r, s in running.items() if s.in_flight()}
     where = {r: _where(s) for r, s in running.items()}
-    where.update({r: "did not answer (no snapshot)" for r, s in states.items() if s is None and r not in finished})
+    where.update({r: "did not answer (no snapshot)" for r, s in states.items()
+                  if s is None and r not in finished and r not in dead})
     details = {r: _details(s) for r, s in running.items()}
 
     def verdict(kind: type[Hang], deadlock: bool, summary: str, rank: int | None) -> Diagnosis:
@@ -137,6 +141,10 @@ def diagnose(states: Mapping[int, RankState | None], finished: Mapping[int, str]
         for q in _peers(a, running[r], world_size, known):
             if q == r:
                 continue
+            if q in dead:
+                return verdict(MissedCollective, True,
+                               f"rank {r} waits in {_call(a, running[r])}, which rank {q} can never join: it died "
+                               f"({dead[q]})", r)
             other = known.get(q)
             entered = None if other is None else len(_steps(other, a.group, a.p2p))
             if q in finished or (other is not None and other.finished):

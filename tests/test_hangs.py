@@ -239,3 +239,9 @@ def test_a_blocked_stream_names_the_works_still_blocking_it():
         "Work 0 blocks stream 7: its future is unresolved (the drawn steps: "
         "(('complete', 1), ('complete', 0)))"]
     assert blocked.fuzzdist_pending_works()[0] in state.pending_works
+
+
+def test_a_survivor_waiting_for_a_dead_rank_is_told():
+    d = diagnose({1: _state(1, _c(1, shape=(5,)), call="all_reduce")}, {}, 2, dead={0: "SIGABRT"})
+    assert d.kind is MissedCollective and d.deadlock
+    assert d.summary == "rank 1 waits in all_reduce #1 (float32[5]), which rank 0 can never join: it died (SIGABRT)"

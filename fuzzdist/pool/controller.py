@@ -150,6 +150,14 @@ class Controller(ABC):
         """The results, or the failure the outcome amounts to (after the transport recovered)."""
         if out.dead:
             crash = self._crash(out.dead)
+            if out.pending - crash.ranks_set():  # a survivor may just be raising (its peer's socket closed)
+                self._receive(out, CONFIRM_PROBE_S)
+            survivors = out.pending - crash.ranks_set()
+            if survivors:  # they may wait for the dead rank: say where (before the restart kills them)
+                states = self._snapshots(out.seq, set(range(self.world_size)) - crash.ranks_set(), with_stack=False)
+                diagnosis = hangs.diagnose(states, out.finished(), self.world_size, dead=crash.causes)
+                if diagnosis.deadlock:  # only a survivor seen waiting for the dead rank is worth a line
+                    crash.explain_survivors(diagnosis)
             self._recover(crash)
             raise crash
         if out.pending:
