@@ -67,7 +67,8 @@ class ChainedHandler:
             return
         self._removed = True
         try:
-            if signal.getsignal(self.signum) is self:
+            current: Any = signal.getsignal(self.signum)
+            if current is self:
                 signal.signal(self.signum, _restorable(self.previous))
         except ValueError:  # not the main thread: stay a pass-through
             pass
