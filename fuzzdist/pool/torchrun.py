@@ -13,8 +13,9 @@ torchrun's agent (it stops the whole group when one process dies), is a
 :class:`~fuzzdist.errors.RankCrash` in the running example, so Hypothesis
 saves it.  The pool's SIGTERM handler chains to the one it replaced
 (:mod:`fuzzdist._signals`), so ``fuzzdist run``'s still ends the campaign
-and writes its report, whichever was installed first.  Unlike a spawned pool, this one can't restart its ranks: after a
-crash or timeout it is spent, and the next ``run`` raises
+and writes its report, whichever was installed first.  Unlike a spawned
+pool, this one can't restart its ranks: after a crash or timeout it is
+spent, and the next ``run`` raises
 :class:`~fuzzdist.errors.PoolGone`, a ``BaseException`` that ends the
 campaign at once.  torchrun's ``--max-restarts`` then starts a fresh group,
 whose first run replays the saved failures.
