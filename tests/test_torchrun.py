@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from cli_helpers import read_report, stored, wait_for_report
 
 HERE = Path(__file__).resolve().parent
 TORCHRUN = shutil.which("torchrun") or str(Path(sys.executable).parent / "torchrun")
@@ -90,3 +92,66 @@ def test_fuzzdist_run_under_torchrun(tmp_path, planted):
     else:
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert result["status"] == "passed"
+
+
+# Rank 1 fails most examples; the campaign (rank 0's process, which runs this test function) notes its pid.
+SIGNALLED_PROP = '''
+import os
+from hypothesis import given, strategies as st
+
+def check(ctx, n):
+    if n >= 10 and ctx.rank == 1:
+        raise ValueError(f"planted: n={n}")
+
+@given(n=st.integers(0, 10**9))
+def test_bug(rank_pool, n):
+    if not os.path.exists("driver.pid"):
+        with open("driver.pid.tmp", "w") as f:
+            f.write(str(os.getpid()))
+        os.replace("driver.pid.tmp", "driver.pid")
+    rank_pool.run(check, n)
+'''
+
+
+@pytest.mark.parametrize("target", ["rank0", "agent"])
+def test_sigterm_under_torchrun_writes_the_report_and_loses_no_failure(tmp_path, target):
+    """SIGTERM to rank 0 (the campaign), or to torchrun's agent (which forwards it to every rank), after a
+    failure was found: the campaign's handler runs although TorchrunPool handles SIGTERM too, so the
+    report says interrupted by SIGTERM with the failure in it, and the failure is in the database."""
+    (tmp_path / "test_sig_prop.py").write_text(SIGNALLED_PROP)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    env.pop("HYPOTHESIS_STORAGE_DIRECTORY", None)
+    cmd = [TORCHRUN, "--nnodes", "1", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+           "--master-port", str(_free_port()), "--max-restarts", "0", "-m", "fuzzdist", "run", "test_sig_prop.py",
+           "--duration", "300s", "--world-size", "2", "--report", "r.json", "--junit", "", "--database", "db",
+           "--progress", "none"]
+    log = tmp_path / "torchrun.log"
+    with open(log, "w") as out:  # a file, not a pipe: nobody reads a pipe while the campaign runs
+        proc = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    try:
+        try:
+            found = wait_for_report(tmp_path / "r.json", lambda r: r["totals"]["distinct_failures"] >= 1
+                                    and r["properties"][0]["rounds"] >= 2, proc=proc, timeout=180)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{log.read_text()[-4000:]}") from None
+        pid = proc.pid if target == "agent" else int((tmp_path / "driver.pid").read_text())
+        os.kill(pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=120)  # torchrun's agent gives its workers 30 s before SIGKILL
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"torchrun did not end after SIGTERM\n{log.read_text()[-4000:]}") from None
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    output = log.read_text()
+    report = read_report(tmp_path / "r.json")
+    assert report["status"] == "interrupted" and report["interrupted_by"] == "SIGTERM", output[-4000:]
+    [prop] = report["properties"]
+    assert prop["status"] == "interrupted" and prop["stop_reason"] == "interrupted by SIGTERM", prop
+    assert "planted: n=10" in prop["failures"][0]["summary"], prop["failures"]
+    key = found["properties"][0]["database_key"]
+    assert stored(tmp_path / "db", key), "the failure found before the SIGTERM is not in the database"
+    assert proc.returncode != 0  # a failure was found (rank 0 exits 1), or the agent was stopped
+    assert "interrupted by SIGTERM" in output

@@ -114,7 +114,11 @@ def _check_writable(path: str, flag: str) -> None:
 
 @contextlib.contextmanager
 def _interrupts(on_signal: Callable[[str], None]) -> Iterator[None]:
-    """SIGINT and SIGTERM raise Terminated (a KeyboardInterrupt) so the campaign ends cleanly."""
+    """SIGINT and SIGTERM raise Terminated (a KeyboardInterrupt) so the campaign ends cleanly.
+
+    The handlers chain to those they replace (under torchrun, the TorchrunPool's), in either order.
+    """
+    from fuzzdist._signals import ChainedHandler
     from fuzzdist.campaign.runner import Terminated
 
     def handler(signum: int, frame: Any) -> None:
@@ -122,7 +126,7 @@ def _interrupts(on_signal: Callable[[str], None]) -> Iterator[None]:
         on_signal(name)
         raise Terminated(name)
 
-    previous = {}
+    installed: list[ChainedHandler] = []
     if hasattr(signal, "SIGUSR1"):  # kill -USR1 PID: every thread's stack, for a campaign that seems stuck
         import faulthandler
 
@@ -134,14 +138,15 @@ def _interrupts(on_signal: Callable[[str], None]) -> Iterator[None]:
             pass
     for sig in (signal.SIGINT, signal.SIGTERM):
         try:
-            previous[sig] = signal.signal(sig, handler)
+            # It raises, so the campaign ends the process itself: no SIG_DFL default action after it.
+            installed.append(ChainedHandler(sig, handler, ends_process=True))
         except ValueError:  # not the main thread
             pass
     try:
         yield
     finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
+        for chained in reversed(installed):
+            chained.remove()
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -11,8 +11,11 @@ seeding and failure capture.
 Every wait is bounded.  A rank whose heartbeat stops, or a SIGTERM from
 torchrun's agent (it stops the whole group when one process dies), is a
 :class:`~fuzzdist.errors.RankCrash` in the running example, so Hypothesis
-saves it.  Unlike a spawned pool, this one can't restart its ranks: after a
-crash or timeout it is spent, and the next ``run`` raises
+saves it.  The pool's SIGTERM handler chains to the one it replaced
+(:mod:`fuzzdist._signals`), so ``fuzzdist run``'s still ends the campaign
+and writes its report, whichever was installed first.  Unlike a spawned
+pool, this one can't restart its ranks: after a crash or timeout it is
+spent, and the next ``run`` raises
 :class:`~fuzzdist.errors.PoolGone`, a ``BaseException`` that ends the
 campaign at once.  torchrun's ``--max-restarts`` then starts a fresh group,
 whose first run replays the saved failures.
@@ -32,6 +35,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from datetime import timedelta
 from typing import Any
 
+from fuzzdist._signals import ChainedHandler
 from fuzzdist.errors import CapabilityError, InvalidState, PoolGone, RankCrash
 from fuzzdist.pool import messages, rank_state
 from fuzzdist.pool.controller import DEFAULT_TIMEOUT, Controller, Outcome, decode_reply
@@ -141,7 +145,23 @@ class TorchrunPool(Controller):
         self._local: Future[Any] | None = None  # rank 0's share of the running example
         self._requests = 0  # snapshot requests sent
         self._stopping = False
-        self._previous_sigterm = signal.signal(signal.SIGTERM, self._on_sigterm)
+        self._in_flight = False  # inside run(): a SIGTERM ends the example as a RankCrash, then PoolGone
+        # With an example in flight the pool ends the work itself (RankCrash, then PoolGone); otherwise a
+        # SIGTERM over SIG_DFL still ends the process at once.
+        self._sigterm = ChainedHandler(signal.SIGTERM, self._on_sigterm, ends_process=lambda: self._in_flight)
+
+    @property
+    def stopping(self) -> bool:
+        """A SIGTERM arrived (torchrun's agent is stopping the group): the example in flight is a RankCrash."""
+        return self._stopping
+
+    def run(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> list[Any]:
+        """:meth:`Controller.run <fuzzdist.pool.controller.Controller.run>`, noting that an example is in flight."""
+        self._in_flight = True
+        try:
+            return super().run(fn, *args, **kwargs)
+        finally:
+            self._in_flight = False
 
     def close(self) -> None:
         """Tell the other ranks to stop; they leave the group and exit 0."""
@@ -150,7 +170,7 @@ class TorchrunPool(Controller):
         except Exception:
             pass
         self._heart.stop()
-        signal.signal(signal.SIGTERM, self._previous_sigterm)
+        self._sigterm.remove()
 
     # -- the transport: moving one example's bytes ------------------------------------
 
