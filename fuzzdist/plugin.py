@@ -25,11 +25,12 @@ from dataclasses import dataclass
 
 import pytest
 
-from fuzzdist import _hypothesis_compat, newhooks, profiles
+from fuzzdist import _hypothesis_compat, newhooks, profiles, variant_keys
 from fuzzdist.capabilities import missing, missing_gpus
 from fuzzdist.errors import CapabilityError
 from fuzzdist.newhooks import RankPools
 from fuzzdist.pool import DEFAULT_TIMEOUT, RankPool
+from fuzzdist.variant_keys import parametrized_by_pool
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ class PoolKey:
 
 
 pool_cache_key = pytest.StashKey[RankPools]()  # config.stash[pool_cache_key]: the session's pool cache
+_notes_key = pytest.StashKey[list[str]]()  # what the session adopted from shared database keys
 
 
 class PoolCache:
@@ -145,12 +147,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("rank_pool", params, indirect=True, scope="session")
 
 
-def parametrized_by_pool(item: pytest.Item) -> bool:
-    """Whether ``item`` is one of several rank-pool variants of a test (``[cpu-w2]``, ``[cuda-w3]``...)."""
-    callspec = getattr(item, "callspec", None)
-    return callspec is not None and "rank_pool" in callspec.params
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_call(item: pytest.Item) -> None:
     """Give each rank-pool variant of a property its own database key.
@@ -163,6 +159,28 @@ def pytest_runtest_call(item: pytest.Item) -> None:
     inner = getattr(getattr(getattr(item, "obj", None), "hypothesis", None), "inner_test", None)
     if inner is not None and parametrized_by_pool(item):
         _hypothesis_compat.set_extra_digest(inner, item.nodeid.encode())
+
+
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> None:
+    """Before plain pytest runs a pool variant whose own key holds nothing, adopt the examples stored
+    under the key its variants shared (:mod:`fuzzdist.variant_keys`); ``fuzzdist run`` and ``fuzzdist
+    replay`` call the test themselves (their ``pytest_pyfunc_call`` runs first) and do the same with
+    their own database."""
+    inner = getattr(getattr(pyfuncitem.obj, "hypothesis", None), "inner_test", None)
+    if inner is None or not parametrized_by_pool(pyfuncitem):
+        return
+    database = _hypothesis_compat.given_settings(pyfuncitem.obj).database
+    note = variant_keys.adopt(pyfuncitem, database, _hypothesis_compat.function_digest(inner))
+    if note is not None:
+        pyfuncitem.config.stash.setdefault(_notes_key, []).append(note)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    notes = terminalreporter.config.stash.get(_notes_key, [])
+    if notes:
+        terminalreporter.section("fuzzdist: examples from the shared database key", sep="-")
+        for note in notes:
+            terminalreporter.write_line(note)
 
 
 @pytest.hookimpl(tryfirst=True)
