@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -181,6 +182,28 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.section("fuzzdist: examples from the shared database key", sep="-")
         for note in notes:
             terminalreporter.write_line(note)
+
+
+_backstop_scaled = pytest.StashKey[bool]()  # item.stash: pytest-timeout's settings already scaled
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> bool | None:
+    """pytest-timeout's backstop for a ``@given`` test, scaled to the examples it runs
+    (:func:`fuzzdist.profiles.timeout_backstop`): the ``campaign`` profile is not cut off after the
+    configured timeout.  A ``timeout`` marker on the test is its own choice and is kept as it is."""
+    test = getattr(item, "obj", None)
+    if (item.stash.get(_backstop_scaled, False) or item.get_closest_marker("timeout") is not None
+            or getattr(test, "hypothesis", None) is None):
+        return None  # pytest-timeout (or another implementation) sets the timer as configured
+    timeout = profiles.timeout_backstop(settings.timeout, _hypothesis_compat.given_settings(test).max_examples)
+    if timeout == settings.timeout:
+        return None
+    item.stash[_backstop_scaled] = True
+    try:  # the hook again, with the scaled timeout: whichever implementation sets timers sets this one
+        return item.config.hook.pytest_timeout_set_timer(item=item, settings=settings._replace(timeout=timeout))
+    finally:
+        del item.stash[_backstop_scaled]
 
 
 @pytest.hookimpl(tryfirst=True)

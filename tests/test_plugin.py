@@ -313,3 +313,54 @@ def test_fuzzdist_run_adopts_the_shared_key_like_pytest(shared_key_suite):
     assert w1["status"] == "passed"
     after = _shared_key_db(suite)["entries"]
     assert after["shared"] == db["entries"]["shared"] and db["entries"]["shared"][0] in after["w2"]
+
+
+# -- pytest-timeout's backstop follows the examples a profile runs --------------------------------
+
+BACKSTOP_CONFTEST = '''
+def pytest_timeout_set_timer(item, settings):
+    """Records the timer pytest-timeout is about to set (after fuzzdist's scaling), then lets it."""
+    with open("timers.txt", "a") as f:
+        f.write(f"{item.name} {settings.timeout:g}\\n")
+'''
+
+BACKSTOP_TESTS = '''
+import time
+import pytest
+from hypothesis import given, strategies as st
+
+@given(st.none())  # one example: st.none() has nothing else to draw
+def test_slow(x):
+    time.sleep(4)  # twice the ini's timeout
+
+@pytest.mark.timeout(3)
+@given(st.none())
+def test_marked(x):
+    pass
+
+def test_plain():
+    pass
+'''
+
+
+def _timers(suite, *args):
+    (suite.path / "timers.txt").unlink(missing_ok=True)
+    result = suite.runpytest("-p", "no:cacheprovider", *args)
+    timers = dict(line.split() for line in (suite.path / "timers.txt").read_text().splitlines())
+    return result, timers
+
+
+def test_timeout_backstop_grows_with_the_campaign_profile_and_is_unchanged_by_default(suite, monkeypatch):
+    monkeypatch.delenv("CI", raising=False)
+    suite.makeini("[pytest]\ntimeout = 2\n")
+    suite.makeconftest(BACKSTOP_CONFTEST)
+    suite.makepyfile(test_backstop=BACKSTOP_TESTS)
+    # campaign: 100,000 examples per test, 1000 x the ini's timeout; test_slow outlives the ini's 2 s.
+    result, timers = _timers(suite, "--hypothesis-profile=campaign")
+    assert timers == {"test_slow": "2000", "test_marked": "3", "test_plain": "2"}
+    result.assert_outcomes(passed=3)
+    # The default profile (dev, 100 examples): the ini's timeout, and test_slow is cut off at 2 s.
+    result, timers = _timers(suite)
+    assert timers == {"test_slow": "2", "test_marked": "3", "test_plain": "2"}
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(["*Timeout (>2.0s) from pytest-timeout*", "FAILED*test_slow*"])
