@@ -193,8 +193,8 @@ def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> bool | None:
     (:func:`fuzzdist.profiles.timeout_backstop`): the ``campaign`` profile is not cut off after the
     configured timeout.  A ``timeout`` marker on the test is its own choice and is kept as it is."""
     test = getattr(item, "obj", None)
-    if (item.stash.get(_backstop_scaled, False) or item.get_closest_marker("timeout") is not None
-            or getattr(test, "hypothesis", None) is None):
+    if (test is None or getattr(test, "hypothesis", None) is None or item.stash.get(_backstop_scaled, False)
+            or item.get_closest_marker("timeout") is not None):
         return None  # pytest-timeout (or another implementation) sets the timer as configured
     timeout = profiles.timeout_backstop(settings.timeout, _hypothesis_compat.given_settings(test).max_examples)
     if timeout == settings.timeout:
