@@ -364,3 +364,60 @@ def test_timeout_backstop_grows_with_the_campaign_profile_and_is_unchanged_by_de
     assert timers == {"test_slow": "2", "test_marked": "3", "test_plain": "2"}
     result.assert_outcomes(passed=2, failed=1)
     result.stdout.fnmatch_lines(["*Timeout (>2.0s) from pytest-timeout*", "FAILED*test_slow*"])
+
+
+# -- --fuzzdist-world-size replaces (N[,N...]) or adds to (+N[,N...]) each property's world sizes ---
+
+WORLD_SIZE_TESTS = '''
+import pytest
+
+@pytest.mark.fuzzdist(world_size=[1, 3])
+def test_pinned(rank_pool):
+    pass
+
+def test_unpinned(rank_pool):
+    pass
+'''
+
+
+@pytest.mark.parametrize("option, expected", [
+    ([], ["test_pinned[cpu-w1]", "test_pinned[cpu-w3]", "test_unpinned[cpu-w2]"]),
+    (["--fuzzdist-world-size=4"], ["test_pinned[cpu-w4]", "test_unpinned[cpu-w4]"]),
+    (["--fuzzdist-world-size=2,4"], ["test_pinned[cpu-w2]", "test_pinned[cpu-w4]", "test_unpinned[cpu-w2]",
+                                     "test_unpinned[cpu-w4]"]),
+    (["--fuzzdist-world-size=+1,4"], ["test_pinned[cpu-w1]", "test_pinned[cpu-w3]", "test_pinned[cpu-w4]",
+                                      "test_unpinned[cpu-w2]", "test_unpinned[cpu-w1]", "test_unpinned[cpu-w4]"]),
+])
+def test_world_size_option_replaces_or_adds_to_the_markers_sizes(suite, option, expected):
+    suite.makepyfile(test_ws=WORLD_SIZE_TESTS)
+    result = suite.runpytest("--collect-only", "-q", "-p", "no:cacheprovider", *option)
+    # (pytest groups the items by pool, so compare them sorted)
+    assert sorted(line.split("::")[1] for line in result.stdout.lines if "::" in line) == sorted(expected)
+
+
+@pytest.mark.parametrize("value, message", [
+    ("0", "'0': a world size must be at least 1"),
+    ("two", "'two' is not N[,N...] or +N[,N...]: give whole numbers of ranks, e.g. 4 (every property at 4 ranks) "
+            "or +4,8 (each property's own world sizes, and 4 and 8)"),
+    ("+", "'+' is not N[,N...] or +N[,N...]"),
+    ("2,,4", "'2,,4' is not N[,N...] or +N[,N...]"),
+    ("-1", "'-1' is not N[,N...] or +N[,N...]"),
+])
+def test_bad_world_size_option_is_a_usage_error(suite, value, message):
+    suite.makepyfile(test_ws=WORLD_SIZE_TESTS)
+    result = suite.runpytest("--collect-only", "-p", "no:cacheprovider", f"--fuzzdist-world-size={value}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert f"argument --fuzzdist-world-size: {message}" in result.stderr.str()
+
+
+def test_bad_marker_world_size_is_a_usage_error(suite):
+    suite.makepyfile(test_ws='''
+import pytest
+@pytest.mark.fuzzdist(world_size=[2, 0])
+def test_p(rank_pool):
+    pass
+''')
+    result = suite.runpytest("--collect-only", "-p", "no:cacheprovider")
+    assert result.ret != 0
+    assert ("test_ws.py::test_p: the fuzzdist marker's world_size must be a whole number of ranks (at least 1) "
+            "or a list of them, got [2, 0]") in result.stdout.str()
