@@ -48,15 +48,19 @@ def set_extra_digest(fn: Callable[..., Any], extra: bytes) -> None:
     setattr(fn, _ADD_DIGEST, extra)
 
 
-def digest_with(fn: Callable[..., Any], extra: bytes) -> bytes:
-    """``fn``'s digest as if ``extra`` were its extra digest; ``fn`` is left as it was."""
+def digest_with(fn: Callable[..., Any], extra: bytes | None) -> bytes:
+    """``fn``'s digest as if ``extra`` were its extra digest (None: as if it had none); ``fn`` is left
+    as it was."""
     saved = fn.__dict__.get(_ADD_DIGEST, _MISSING)
-    setattr(fn, _ADD_DIGEST, extra)
+    if extra is None:
+        fn.__dict__.pop(_ADD_DIGEST, None)
+    else:
+        setattr(fn, _ADD_DIGEST, extra)
     try:
         return function_digest(fn)
     finally:
         if saved is _MISSING:
-            delattr(fn, _ADD_DIGEST)
+            fn.__dict__.pop(_ADD_DIGEST, None)
         else:
             setattr(fn, _ADD_DIGEST, saved)
 

@@ -9,9 +9,11 @@ device and timeout.  A test picks its pool with the ``fuzzdist`` marker::
     def test_something(rank_pool, ...):
         rank_pool.run(check, ...)
 
-A list of devices or world sizes parametrizes the test.  What the machine
-can't run (no GPU, too few GPUs) is skipped with the reason, before any
-rank process starts.
+A list of devices or world sizes parametrizes the test; the
+``--fuzzdist-world-size`` option replaces every property's world sizes
+(``4``, ``2,4``) or adds to them (``+4``).  What the machine can't run (no
+GPU, too few GPUs) is skipped with the reason, before any rank process
+starts.
 
 The session's pools come from the ``pytest_fuzzdist_make_pool_cache`` hook
 (:mod:`fuzzdist.newhooks`; default: a :class:`PoolCache`) and are kept in
@@ -20,18 +22,21 @@ The session's pools come from the ``pytest_fuzzdist_make_pool_cache`` hook
 
 from __future__ import annotations
 
+import argparse
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
-from fuzzdist import _hypothesis_compat, newhooks, profiles
+from fuzzdist import _hypothesis_compat, newhooks, profiles, variant_keys
 from fuzzdist.capabilities import missing, missing_gpus
 from fuzzdist.errors import CapabilityError
 from fuzzdist.newhooks import RankPools
 from fuzzdist.pool import DEFAULT_TIMEOUT, RankPool, rank_output
+from fuzzdist.variant_keys import parametrized_by_pool
 
 
 @dataclass(frozen=True)
@@ -45,9 +50,42 @@ class PoolKey:
         return f"{self.device}-w{self.world_size}" + ("" if self.backend == "gloo" else f"-{self.backend}")
 
 
+DEFAULT_WORLD_SIZE = 2  # for a property whose marker names no world size
+
+
+@dataclass(frozen=True)
+class WorldSizes:
+    """What ``--fuzzdist-world-size`` asks for: ``sizes`` in place of every property's own world
+    sizes, or (``add``) added to each property's own."""
+
+    sizes: tuple[int, ...]
+    add: bool = False
+
+    def apply(self, own: list[int]) -> list[int]:
+        """A property's world sizes, given its own (its marker's, else the default)."""
+        return list(dict.fromkeys([*own, *self.sizes])) if self.add else list(self.sizes)
+
+    def __str__(self) -> str:
+        return ("+" if self.add else "") + ",".join(map(str, self.sizes))
+
+
+def parse_world_sizes(text: str) -> WorldSizes:
+    """``--fuzzdist-world-size``'s value: ``N[,N...]`` (these sizes for every property, in place of its
+    marker's) or ``+N[,N...]`` (added to each property's own)."""
+    if not re.fullmatch(r"\+?\d+(,\d+)*", text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not N[,N...] or +N[,N...]: give whole numbers of ranks, e.g. 4 (every property at "
+            "4 ranks) or +4,8 (each property's own world sizes, and 4 and 8)")
+    sizes = tuple(int(part) for part in text.removeprefix("+").split(","))
+    if min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a world size must be at least 1")
+    return WorldSizes(sizes, add=text.startswith("+"))
+
+
 pool_cache_key = pytest.StashKey[RankPools]()  # config.stash[pool_cache_key]: the session's pool cache
 # config.stash[rank_output_key]: what the ranks wrote in passing examples, per test
 rank_output_key = pytest.StashKey[rank_output.OutputLog]()
+_notes_key = pytest.StashKey[list[str]]()  # what the session adopted from shared database keys
 
 
 class PoolCache:
@@ -85,8 +123,10 @@ def pytest_fuzzdist_make_pool_cache(config: pytest.Config) -> RankPools:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("fuzzdist", "fuzzdist: property testing of torch.distributed")
-    group.addoption("--fuzzdist-world-size", type=int, default=2, metavar="N",
-                    help="ranks per pool for properties that don't pin a world size (default 2)")
+    group.addoption("--fuzzdist-world-size", type=parse_world_sizes, default=None, metavar="[+]N[,N...]",
+                    help=f"world sizes: N[,N...] runs every property at these sizes, in place of its marker's; "
+                         f"+N[,N...] adds them to each property's own (default: the marker's, else "
+                         f"{DEFAULT_WORLD_SIZE})")
     group.addoption("--fuzzdist-timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
                     help=f"per-example timeout on the ranks; a hang past it is a RankTimeout "
                          f"(default {DEFAULT_TIMEOUT:g})")
@@ -107,7 +147,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "fuzzdist(world_size=None, backend='gloo', device='cpu', timeout=None): the rank pool(s) "
-        "the test's rank_pool fixture gets; a list of world sizes or devices parametrizes the test",
+        "the test's rank_pool fixture gets; a list of world sizes or devices parametrizes the test "
+        "(--fuzzdist-world-size replaces or adds to the world sizes)",
     )
     profiles.register()
     if not config.getoption("hypothesis_profile", None):
@@ -129,9 +170,12 @@ def pytest_report_header(config: pytest.Config) -> str:
     import torch
 
     cuda = torch.cuda.device_count() if torch.backends.cuda.is_built() else 0
+    requested = config.getoption("fuzzdist_world_size")
+    own = f"per marker (else {DEFAULT_WORLD_SIZE})"
+    world_sizes = own if requested is None else f"{own} {requested}" if requested.add else str(requested)
     return (f"fuzzdist: torch {torch.__version__}, {cuda} CUDA device(s), "
             f"hypothesis profile {_hypothesis_compat.current_profile_name()!r}, "
-            f"world size {config.getoption('fuzzdist_world_size')}, "
+            f"world size {world_sizes}, "
             f"timeout {config.getoption('fuzzdist_timeout'):g}s")
 
 
@@ -145,23 +189,20 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if unknown:
         raise pytest.UsageError(f"{metafunc.definition.nodeid}: unknown fuzzdist marker arguments "
                                 f"{sorted(unknown)}; use world_size, backend, device, timeout")
-    world_sizes = _as_list(options.get("world_size") or config.getoption("fuzzdist_world_size"))
+    world_sizes = _marker_world_sizes(metafunc.definition.nodeid, options.get("world_size"))
+    requested: WorldSizes | None = config.getoption("fuzzdist_world_size")
+    if requested is not None:
+        world_sizes = requested.apply(world_sizes)
     devices = _as_list(options.get("device", "cpu"))
     backend = options.get("backend", "gloo")
     timeout = float(options.get("timeout") or config.getoption("fuzzdist_timeout"))
     params = []
     for device in devices:
         for world_size in world_sizes:
-            key = PoolKey(int(world_size), backend, device, timeout)
+            key = PoolKey(world_size, backend, device, timeout)
             marks = [pytest.mark.gpu] if device == "cuda" else []
             params.append(pytest.param(key, id=str(key), marks=marks))
     metafunc.parametrize("rank_pool", params, indirect=True, scope="session")
-
-
-def parametrized_by_pool(item: pytest.Item) -> bool:
-    """Whether ``item`` is one of several rank-pool variants of a test (``[cpu-w2]``, ``[cuda-w3]``...)."""
-    callspec = getattr(item, "callspec", None)
-    return callspec is not None and "rank_pool" in callspec.params
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
@@ -185,16 +226,60 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
         yield
 
 
-def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    """What the ranks wrote in examples that passed, once per property (failures show their own)."""
-    log = config.stash.get(rank_output_key, None)
-    if log is None or not log.tests:
+
+
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> None:
+    """Before plain pytest runs a pool variant whose own key holds nothing, adopt the examples stored
+    under the key its variants shared (:mod:`fuzzdist.variant_keys`); ``fuzzdist run`` and ``fuzzdist
+    replay`` call the test themselves (their ``pytest_pyfunc_call`` runs first) and do the same with
+    their own database."""
+    inner = getattr(getattr(pyfuncitem.obj, "hypothesis", None), "inner_test", None)
+    if inner is None or not parametrized_by_pool(pyfuncitem):
         return
-    terminalreporter.write_sep("=", "fuzzdist: what the ranks wrote in passing examples")
-    for line in log.summary():
-        terminalreporter.write_line(line)
-    terminalreporter.write_line("(a failure shows its ranks' output in full; --fuzzdist-rank-output=live prints "
-                                "it as it comes)")
+    database = _hypothesis_compat.given_settings(pyfuncitem.obj).database
+    note = variant_keys.adopt(pyfuncitem, database, _hypothesis_compat.function_digest(inner))
+    if note is not None:
+        pyfuncitem.config.stash.setdefault(_notes_key, []).append(note)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """What the session adopted from shared database keys, and what the ranks wrote in passing examples
+    (once per property: failures show their own)."""
+    config = terminalreporter.config
+    notes = config.stash.get(_notes_key, [])
+    if notes:
+        terminalreporter.section("fuzzdist: examples from the shared database key", sep="-")
+        for note in notes:
+            terminalreporter.write_line(note)
+    log = config.stash.get(rank_output_key, None)
+    if log is not None and log.tests:
+        terminalreporter.write_sep("=", "fuzzdist: what the ranks wrote in passing examples")
+        for line in log.summary():
+            terminalreporter.write_line(line)
+        terminalreporter.write_line("(a failure shows its ranks' output in full; --fuzzdist-rank-output=live "
+                                    "prints it as it comes)")
+
+
+_backstop_scaled = pytest.StashKey[bool]()  # item.stash: pytest-timeout's settings already scaled
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> bool | None:
+    """pytest-timeout's backstop for a ``@given`` test, scaled to the examples it runs
+    (:func:`fuzzdist.profiles.timeout_backstop`): the ``campaign`` profile is not cut off after the
+    configured timeout.  A ``timeout`` marker on the test is its own choice and is kept as it is."""
+    test = getattr(item, "obj", None)
+    if (test is None or getattr(test, "hypothesis", None) is None or item.stash.get(_backstop_scaled, False)
+            or item.get_closest_marker("timeout") is not None):
+        return None  # pytest-timeout (or another implementation) sets the timer as configured
+    timeout = profiles.timeout_backstop(settings.timeout, _hypothesis_compat.given_settings(test).max_examples)
+    if timeout == settings.timeout:
+        return None
+    item.stash[_backstop_scaled] = True
+    try:  # the hook again, with the scaled timeout: whichever implementation sets timers sets this one
+        return item.config.hook.pytest_timeout_set_timer(item=item, settings=settings._replace(timeout=timeout))
+    finally:
+        del item.stash[_backstop_scaled]
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -226,12 +311,25 @@ def rank_pool(request: pytest.FixtureRequest, rank_pools: RankPools) -> RankPool
     """The session's RankPool for this test's ``fuzzdist`` marker (default: 2 CPU ranks over gloo)."""
     key = getattr(request, "param", None)
     if key is None:  # used outside pytest_generate_tests' parametrization (e.g. by another fixture)
-        key = PoolKey(request.config.getoption("fuzzdist_world_size"), "gloo", "cpu",
+        requested = request.config.getoption("fuzzdist_world_size")
+        world_size = requested.apply([DEFAULT_WORLD_SIZE])[0] if requested else DEFAULT_WORLD_SIZE
+        key = PoolKey(world_size, "gloo", "cpu",
                       request.config.getoption("fuzzdist_timeout"))
     try:
         return rank_pools.get(key)
     except CapabilityError as exc:
         pytest.skip(str(exc))
+
+
+def _marker_world_sizes(nodeid: str, value: object) -> list[int]:
+    """The ``fuzzdist`` marker's world sizes (an int or a list of them), else the default."""
+    if value is None:
+        return [DEFAULT_WORLD_SIZE]
+    sizes = _as_list(value)
+    if not sizes or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in sizes):
+        raise pytest.UsageError(f"{nodeid}: the fuzzdist marker's world_size must be a whole number of ranks "
+                                f"(at least 1) or a list of them, got {value!r}")
+    return sizes
 
 
 def _as_list(value: object) -> list:

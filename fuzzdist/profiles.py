@@ -44,6 +44,20 @@ PROFILES = {
 }
 
 
+def timeout_backstop(timeout: float, max_examples: int) -> float:
+    """pytest-timeout's per-test timeout for a test that runs ``max_examples`` examples, where
+    ``timeout`` is the one configured (pyproject.toml's ``timeout = 900``).
+
+    The configured timeout is a backstop sized for the everyday profiles (``dev``'s 100 examples per
+    test, or fewer); the pool's per-example timeout is the real bound on each example.  A profile that
+    runs more examples gets a backstop that grows with them, so it allows the same average time per
+    example as under ``dev``: ``campaign``'s 100,000 examples get 1000 x 900 s (about 10 days), which a
+    run is not cut off by, while a driver stuck outside any example is still stopped in the end.
+    Profiles with up to 100 examples (``ci``, ``dev``, ``replay``) keep the configured timeout.
+    """
+    return timeout * max(1.0, max_examples / PROFILES["dev"].max_examples)
+
+
 def register() -> None:
     """(Re-)register fuzzdist's profiles with Hypothesis."""
     for name, profile in PROFILES.items():

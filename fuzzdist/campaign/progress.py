@@ -43,6 +43,9 @@ class Progress:
     def property_done(self, state: CampaignState, prop: PropertyState) -> None:
         pass
 
+    def note(self, state: CampaignState, text: str) -> None:
+        """Something the user should know once (e.g. examples adopted from another database key)."""
+
     def stop(self, state: CampaignState) -> None:
         pass
 
@@ -80,6 +83,9 @@ class PlainProgress(Progress):
     def property_done(self, state, prop):
         self._line(state, f"done {_status_line(prop)} [{prop.status}"
                           + (f": {prop.stop_reason or prop.reason}]" if (prop.stop_reason or prop.reason) else "]"))
+
+    def note(self, state, text):
+        self._line(state, text)
 
 
 def _status_line(prop: PropertyState) -> str:
@@ -119,6 +125,9 @@ class RichProgress(Progress):
 
     def property_done(self, state, prop):
         self.update(state, force=True)
+
+    def note(self, state, text):
+        self.console.print(f"[{fmt_seconds(state.elapsed())}] {text}", markup=False, highlight=False)
 
     def stop(self, state: CampaignState) -> None:
         if self.live is not None:

@@ -2,7 +2,9 @@
 
 For each selected property, every example stored under its current
 Hypothesis key (the minimal failing examples a campaign or plain pytest
-saved), and every example stored under a key fuzzdist's index recorded for
+saved; if it holds nothing, those stored under the key its rank-pool variants
+shared before each had its own, as plain pytest would: fuzzdist.variant_keys),
+and every example stored under a key fuzzdist's index recorded for
 the same test before its source changed, is run exactly once, the way
 ``@reproduce_failure`` runs one: no generation, no shrinking, and the
 database is only read, never changed.  Each one is reported as
@@ -33,7 +35,7 @@ from _pytest.outcomes import Failed, OutcomeException
 from fuzzdist import _hypothesis_compat as hc
 from fuzzdist.campaign.database import Database, read_index, reproduce_command
 from fuzzdist.campaign.selection import SelectionPlugin, Targets
-from fuzzdist.plugin import parametrized_by_pool
+from fuzzdist.variant_keys import fallback, keyed_by_hypothesis, parametrized_by_pool, shared_key
 
 _HIDDEN_FRAMES = ("/hypothesis/", "/_pytest/", "/pluggy/", "/fuzzdist/campaign/")
 
@@ -43,9 +45,7 @@ def database_key(item: pytest.Function) -> bytes:
     digest of the test, plus the node id for a test pytest parametrizes itself or fuzzdist's
     plugin runs on several rank pools (``fuzzdist.plugin.pytest_runtest_call``)."""
     inner = item.obj.hypothesis.inner_test
-    parametrized = item.get_closest_marker("parametrize") is not None or parametrized_by_pool(item) or any(
-        fixturedef.params for defs in item._fixtureinfo.name2fixturedefs.values() for fixturedef in defs)
-    if not parametrized:
+    if not (keyed_by_hypothesis(item) or parametrized_by_pool(item)):
         return hc.function_digest(inner)
     return hc.digest_with(inner, item.nodeid.encode())
 
@@ -67,6 +67,7 @@ class ReplayPlugin(SelectionPlugin):
         self._index: dict[str, set[bytes]] | None = None
         self._stored: dict[str, tuple[bytes, list[bytes], dict[bytes, list[bytes]]]] = {}
         self._reported: set[str] = set()
+        self._shared: dict[str, bytes] = {}  # node id -> the shared key its stored failures are read from
 
     @property
     def index(self) -> dict[str, set[bytes]]:
@@ -81,9 +82,16 @@ class ReplayPlugin(SelectionPlugin):
     def _lookup(self, item: pytest.Function, key: bytes):
         db = self.database.db
         current = _sorted_entries(db.fetch(key))
+        # What plain pytest would adopt from the key the test's pool variants shared (variant_keys).
+        shared = shared_key(item)
+        self._shared.pop(item.nodeid, None)
+        if not current and shared is not None:
+            current = _sorted_entries(fallback(db, key, shared))
+            if current:
+                self._shared[item.nodeid] = shared
         older = {}
         for old_key in sorted(self.index.get(item.nodeid, ())):
-            if old_key != key:
+            if old_key != key and old_key != self._shared.get(item.nodeid):
                 entries = _sorted_entries(db.fetch(old_key))
                 if entries:
                     older[old_key] = entries
@@ -161,6 +169,11 @@ class ReplayPlugin(SelectionPlugin):
             current, older = self._lookup(item, key)
         testargs = {arg: item.funcargs[arg] for arg in item._fixtureinfo.argnames}
         failing = []
+        if item.nodeid in self._shared:
+            self.counts["shared key"] += 1
+            self._out(f"SHARED KEY      {item.nodeid}: its own database key holds nothing; replaying the "
+                      f"{len(current)} failure(s) stored under the key its pool variants shared before each "
+                      f"had its own ({self._shared[item.nodeid].hex()})")
         for i, entry in enumerate(current, 1):
             outcome = self._replay_one(item, testargs, entry)
             self._show(item, outcome, f"stored failure {i} of {len(current)}")
@@ -238,10 +251,11 @@ class ReplayPlugin(SelectionPlugin):
         self._out()
 
     def print_summary(self) -> None:
-        order = ["fails", "passes", "doesn't fit", "unreadable", "older version", "orphaned", "not replayed",
-                 "nothing stored"]
+        order = ["fails", "passes", "doesn't fit", "unreadable", "shared key", "older version", "orphaned",
+                 "not replayed", "nothing stored"]
         words = {"fails": "still fail", "passes": "no longer fail", "doesn't fit": "no longer fit the test",
-                 "unreadable": "unreadable", "older version": "properties with failures stored under an "
+                 "unreadable": "unreadable", "shared key": "properties replayed from the key their pool "
+                 "variants shared", "older version": "properties with failures stored under an "
                  "older version of the test", "orphaned": "stored for tests that no longer exist",
                  "not replayed": "properties not replayed (skipped)", "nothing stored": "properties with "
                  "nothing stored"}

@@ -61,6 +61,7 @@ from fuzzdist.campaign.database import Database, record_in_index, reproduce_comm
 from fuzzdist.campaign.progress import Progress
 from fuzzdist.campaign.report import CampaignState, FailureRecord, PropertyState, write_json_atomic
 from fuzzdist.campaign.selection import SelectionPlugin, Targets
+from fuzzdist.variant_keys import adopt
 
 if sys.version_info < (3, 11):  # Hypothesis depends on the backport there
     from exceptiongroup import BaseExceptionGroup, ExceptionGroup
@@ -189,6 +190,9 @@ class CampaignPlugin(SelectionPlugin):
         key = self._key = hc.function_digest(inner)
         db = self.database.db
         prop.database_key = key.hex()
+        adopted = adopt(item, db, key)  # what its pool variants' shared key holds, as plain pytest does
+        if adopted is not None:
+            self.progress.note(state, adopted)
         known = frozenset(db.fetch(key))
         prop.stored_before = len(known)
         given = set(hc.given_argument_names(fn))

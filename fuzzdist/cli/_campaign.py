@@ -25,7 +25,8 @@ def add_pool_arguments(parser: argparse.ArgumentParser, device_default: str | No
                         help="example database: a directory or a redis://HOST:PORT/DB URL "
                              "(default: Hypothesis's .hypothesis/examples, which plain pytest uses)")
     parser.add_argument("--world-size", type=positive_int, metavar="N",
-                        help="ranks for properties that don't pin a world size (default 2)")
+                        help="ranks for every property, in place of the world sizes its marker pins "
+                             "(default: the marker's, else 2)")
     parser.add_argument("--timeout", type=positive_float, metavar="SECONDS",
                         help="per-example timeout on the ranks (default 30)")
 
