@@ -203,7 +203,8 @@ def example_context(test: Callable[..., Any], events: dict[str, str]) -> Iterato
 # ``event()`` (public); its ``timing`` has no public way in.  fuzzdist adds each rank's wall time
 # there by wrapping ``hypothesis.core.make_testcase``, which builds every test case's observation:
 # the wrapper adds the times recorded for that test case's ConjectureData and leaves other test
-# cases alone.  Where the names are missing, nothing is added.
+# cases alone.  Where the names are missing (releases before 2025-08 have no
+# ``observability_enabled``: their TESTCASE_CALLBACKS is not looked at), nothing is added.
 
 try:
     from hypothesis.internal.observability import observability_enabled as _observability_enabled
