@@ -126,7 +126,7 @@ class Controller(ABC):
             sys_path = self._sent_sys_path = list(sys.path)
         self._send(seq, seed, payload, messages.run(seq, seed, payload, sys_path))
         out = self._collect(seq)
-        if not _hypothesis_compat.observability_enabled():  # the one check per example when it is off
+        if not _hypothesis_compat.observability_enabled():  # the one check per run when it is off
             return self._conclude(seq, out)
         with _observability.recording(self, out):  # what the ranks did, for Hypothesis's observations
             return self._conclude(seq, out)
