@@ -15,7 +15,9 @@ introduced in that release.  Releases between 6.124 and 6.170 were not run.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+import functools
+import weakref
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from hypothesis import settings as Settings
@@ -196,3 +198,73 @@ def example_context(test: Callable[..., Any], events: dict[str, str]) -> Iterato
     data.events.update(events)
     with BuildContext(data, wrapped_test=test):
         yield
+
+
+# -- observability ------------------------------------------------------------------------
+#
+# Hypothesis writes one observation per test case when observability is on (a callback is
+# registered: HYPOTHESIS_EXPERIMENTAL_OBSERVABILITY, Tyche, HypoFuzz).  Its ``features`` come from
+# ``event()`` (public); its ``timing`` has no public way in.  fuzzdist adds each rank's wall time
+# there by wrapping ``hypothesis.core.make_testcase``, which builds every test case's observation:
+# the wrapper adds the times recorded for that test case's ConjectureData and leaves other test
+# cases alone.  Where the names are missing (releases before 2025-08 have no
+# ``observability_enabled``: their TESTCASE_CALLBACKS is not looked at), nothing is added.
+
+try:
+    from hypothesis.internal.observability import observability_enabled as _observability_enabled
+except ImportError:  # a Hypothesis without observability callbacks
+    def _observability_enabled() -> bool:
+        return False
+
+_WRAPPED = "_fuzzdist_adds_timing"
+_example_timing: weakref.WeakKeyDictionary[Any, dict[str, float]] = weakref.WeakKeyDictionary()
+
+
+def observability_enabled() -> bool:
+    """Whether Hypothesis records observations now (cheap: what fuzzdist checks once per example)."""
+    return _observability_enabled()
+
+
+def add_example_timing(timing: Mapping[str, float]) -> bool:
+    """Add ``timing`` (name -> seconds, summed per name over the calls of one example) to the
+    ``timing`` of the running example's observation.  False where it can't be (outside an example,
+    or a Hypothesis without the names this needs)."""
+    data = _current_data()
+    if data is None or not _wrap_make_testcase():
+        return False
+    try:
+        kept = _example_timing.setdefault(data, {})
+    except TypeError:  # a ConjectureData that can't be weakly referenced
+        return False
+    for name, seconds in timing.items():
+        kept[name] = kept.get(name, 0.0) + seconds
+    return True
+
+
+def _wrap_make_testcase() -> bool:
+    try:
+        import hypothesis.core as core
+
+        original = core.make_testcase
+    except (ImportError, AttributeError):
+        return False
+    if getattr(original, _WRAPPED, False):
+        return True
+
+    @functools.wraps(original)
+    def make_testcase(*args: Any, **kwargs: Any) -> Any:
+        extra = _pop_example_timing(kwargs.get("data"))
+        if extra:
+            kwargs["timing"] = {**(kwargs.get("timing") or {}), **extra}
+        return original(*args, **kwargs)
+
+    setattr(make_testcase, _WRAPPED, True)
+    core.make_testcase = make_testcase
+    return True
+
+
+def _pop_example_timing(data: Any) -> dict[str, float] | None:
+    try:
+        return _example_timing.pop(data, None)
+    except TypeError:  # None, or a ConjectureData that can't be weakly referenced
+        return None

@@ -125,6 +125,9 @@ class PropertyFailure(FuzzdistError, AssertionError):
     def __init__(self, message: str, results: Sequence[Any] = ()) -> None:
         super().__init__(message)
         self.results: list[Any] = list(results)
+        from fuzzdist import _observability
+
+        _observability.failed(self)  # raised in the driver, after pool.run: tag the example's observation
 
 
 # What became of the pool after a failure, in the failure's message: a spawned pool restarts its

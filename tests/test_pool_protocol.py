@@ -48,7 +48,10 @@ def test_worker_answers_run_by_name_and_stops(tmp_path):
     channel = _ListChannel(messages.run(7, derive_seed(payload), payload, None), messages.stop(),
                            messages.run(8, 0, payload, None))
     assert Worker(_ctx(tmp_path)).serve(channel) == 0  # stopped before the last message
-    assert channel.replies == [("ok", {"seq": 7, "result": (derive_seed(payload), 7, 5), "recycle": []})]
+    ((name, fields),) = channel.replies
+    elapsed = fields.pop("elapsed")  # the rank's wall time: a duration, not a fixed value
+    assert isinstance(elapsed, float) and 0 <= elapsed < 60
+    assert (name, fields) == ("ok", {"seq": 7, "result": (derive_seed(payload), 7, 5), "recycle": [], "output": None})
 
 
 def test_worker_returns_the_channels_code_when_the_controller_is_gone(tmp_path):
@@ -71,11 +74,13 @@ def test_a_reply_the_driver_cant_unpickle_is_an_error_not_a_broken_pool():
 
 def test_outcome_files_replies_by_name():
     out = Outcome(seq=3, world_size=2, straggler_grace=5.0)
-    out.take(0, messages.load(messages.ok(3, "r0", ["recycle me"])))
+    out.take(0, messages.load(messages.ok(3, "r0", ["recycle me"], elapsed=0.25)))
     assert out.results == ["r0", None] and out.pending == {1} and out.recycle == ["recycle me"]
+    assert out.elapsed == {0: 0.25}
     assert out.grace_deadline == float("inf")
-    out.take(1, messages.load(messages.err(3, "record", [])))
+    out.take(1, ("err", {"seq": 3, "error": "record", "recycle": []}))  # as older ranks send it: no output, elapsed
     assert out.errors == {1: "record"} and not out.pending and out.grace_deadline < float("inf")
+    assert out.elapsed == {0: 0.25}
     with pytest.raises(RuntimeError, match="fuzzdist bug: rank 0 answered example 2, expected 3"):
         out.take(0, messages.load(messages.ok(2, None, [])))
     with pytest.raises(RuntimeError, match="fuzzdist bug: Outcome got the unexpected message 'ready'"):

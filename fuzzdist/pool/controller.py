@@ -24,7 +24,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Set
 from typing import Any, Protocol, runtime_checkable
 
-from fuzzdist import _coverage, _remote, hangs
+from fuzzdist import _coverage, _hypothesis_compat, _observability, _remote, hangs
 from fuzzdist.errors import RESTARTED, CallError, RankCrash, RankError, RankTimeout
 from fuzzdist.pool import messages, rank_output
 from fuzzdist.pool.rank_output import RankOutput
@@ -125,7 +125,11 @@ class Controller(ABC):
         if sys.path != self._sent_sys_path:  # new test directories since the ranks last heard
             sys_path = self._sent_sys_path = list(sys.path)
         self._send(seq, seed, payload, messages.run(seq, seed, payload, sys_path))
-        return self._conclude(seq, self._collect(seq))
+        out = self._collect(seq)
+        if not _hypothesis_compat.observability_enabled():  # the one check per run when it is off
+            return self._conclude(seq, out)
+        with _observability.recording(self, out):  # what the ranks did, for Hypothesis's observations
+            return self._conclude(seq, out)
 
     def _collect(self, seq: int) -> Outcome:
         """Every rank's reply, until the timeout, a death, a certain deadlock, or the straggler grace
@@ -249,6 +253,7 @@ class Outcome:
         self.pending: set[int] = set(range(world_size))
         self.recycle: list[str] = []
         self.outputs: dict[int, RankOutput] = {}  # what ranks wrote during the example, where they did
+        self.elapsed: dict[int, float] = {}  # each answering rank's wall time in the example, as it measured it
         self.started = time.monotonic()
         self.deadline = float("inf")  # the controller sets the timeout's
         self.grace_deadline = float("inf")  # set once a rank failed: the others get straggler_grace
@@ -267,14 +272,15 @@ class Outcome:
     def died(self, rank: int) -> None:
         self.dead.add(rank)
 
-    def on_ok(self, rank: int, seq: int, result: Any, recycle: list[str], output: Any = None) -> None:
-        self._answered(rank, seq, recycle, output)
+    def on_ok(self, rank: int, seq: int, result: Any, recycle: list[str], output: Any = None,
+              elapsed: float | None = None) -> None:
+        self._answered(rank, seq, recycle, output, elapsed)
         self.results[rank] = result
         self._outcomes[rank] = "returned"
 
     def on_err(self, rank: int, seq: int, error: _remote.RemoteRecord, recycle: list[str],
-               output: Any = None) -> None:
-        self._answered(rank, seq, recycle, output)
+               output: Any = None, elapsed: float | None = None) -> None:
+        self._answered(rank, seq, recycle, output, elapsed)
         self.errors[rank] = error
         self._outcomes[rank] = f"raised {str(getattr(error, 'type_name', '?')).rsplit('.', 1)[-1]}"
         self._failed()
@@ -285,13 +291,16 @@ class Outcome:
         self._outcomes[rank] = "could not load the call"
         self._failed()
 
-    def _answered(self, rank: int, seq: int, recycle: list[str], output: Any = None) -> None:
+    def _answered(self, rank: int, seq: int, recycle: list[str], output: Any = None,
+                  elapsed: float | None = None) -> None:
         if seq != self.seq:
             raise RuntimeError(f"fuzzdist bug: rank {rank} answered example {seq}, expected {self.seq}")
         self.pending.discard(rank)
         self.recycle.extend(recycle)
         if output is not None:
             self.outputs[rank] = output
+        if elapsed is not None:
+            self.elapsed[rank] = elapsed
 
     def _failed(self) -> None:
         # The others may be stuck in a collective the failed rank never joined.

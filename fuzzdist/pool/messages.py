@@ -55,20 +55,23 @@ def init_error(traceback: str) -> bytes:
     return _dump(("init_error", {"traceback": traceback}))
 
 
-def ok(seq: int, result: Any, recycle: list[str], output: Any = None) -> bytes:
+def ok(seq: int, result: Any, recycle: list[str], output: Any = None, elapsed: float | None = None) -> bytes:
     """Example ``seq`` returned ``result``.
 
     ``recycle``: reasons this rank's process must be replaced before the
     next example (``ctx.request_recycle``, an allocator setting that can't
     be undone); empty when it can be reused.  ``output``: what the rank wrote
     during the example (a :class:`~fuzzdist.pool.rank_output.RankOutput`), or None.
+    ``elapsed``: the rank function's wall time in seconds, measured on the rank (None if unknown).
     """
-    return _dump(("ok", {"seq": seq, "result": result, "recycle": recycle, "output": output}))
+    return _dump(("ok", {"seq": seq, "result": result, "recycle": recycle, "output": output,
+                         "elapsed": elapsed}))
 
 
-def err(seq: int, error: Any, recycle: list[str], output: Any = None) -> bytes:
+def err(seq: int, error: Any, recycle: list[str], output: Any = None, elapsed: float | None = None) -> bytes:
     """Example ``seq`` raised: ``error`` is the exception as a :class:`~fuzzdist._remote.RemoteRecord`."""
-    return _dump(("err", {"seq": seq, "error": error, "recycle": recycle, "output": output}))
+    return _dump(("err", {"seq": seq, "error": error, "recycle": recycle, "output": output,
+                          "elapsed": elapsed}))
 
 
 def load_error(seq: int, error: Any) -> bytes:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pickle
 import sys
+import time
 from typing import Any, Protocol
 
 from fuzzdist.errors import CallError
@@ -84,20 +85,22 @@ def execute(ctx: Any, seq: int, seed: int, payload: bytes) -> bytes:
     error = None
     rank_state.begin_example(ctx.rank, seq)  # a hang's snapshot looks at this thread
     with rank_output.example() as written:  # what the example prints travels with its reply
+        started = time.perf_counter()
         try:
             _isolation.seed_everything(seed, ctx.device.type == "cuda")
             result = fn(ctx, *args, **kwargs)
         except BaseException as exc:  # noqa: BLE001 - every failure goes back to the driver
             error = _remote.capture(exc)
         finally:
+            elapsed = time.perf_counter() - started  # the rank's wall time, for observability
             rank_state.end_example()
     recycle = ctx._recycle_reasons
     recycle.extend(guard.restore())
     if error is not None:
-        return messages.err(seq, error, recycle, written.output)
+        return messages.err(seq, error, recycle, written.output, elapsed)
     try:
-        return messages.ok(seq, result, recycle, written.output)
+        return messages.ok(seq, result, recycle, written.output, elapsed)
     except Exception as exc:  # an unpicklable return value
         unsendable = CallError(f"fn returned a value that can't be sent back to the driver: {exc}. "
                                "Return plain values (numbers, lists, CPU tensors), not handles.")
-        return messages.err(seq, _remote.capture(unsendable), recycle, written.output)
+        return messages.err(seq, _remote.capture(unsendable), recycle, written.output, elapsed)
