@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+
+import clean_fns
 import rank_fns
 
 from fuzzdist import RankPool
@@ -41,3 +44,55 @@ def test_state_that_cannot_be_undone_recycles_the_ranks():
         after = pool.run(rank_fns.observe_state)
         assert {s["pid"] for s in after}.isdisjoint(pids)
         assert pool.run(rank_fns.read_alloc_conf) == [None, None]
+
+
+def test_logging_is_restored(rank_pool):
+    before = rank_pool.run(clean_fns.observe_logging)  # makes "fuzzdist.test.before"
+    assert rank_pool.run(clean_fns.observe_made_logger) == [None, None]
+    changed = rank_pool.run(clean_fns.change_logging)
+    assert changed[0]["root"]["level"] == logging.DEBUG and changed[0]["disable"] == logging.CRITICAL
+    assert changed[0]["torch.distributed"]["propagate"] is False and changed[0]["fuzzdist.test.before"]["disabled"]
+    assert changed[0]["made"]["level"] == logging.ERROR
+    assert rank_pool.run(clean_fns.observe_logging) == before
+    # the logger the example made stays (code may hold it), as fresh as getLogger makes one
+    fresh = {"level": logging.NOTSET, "propagate": True, "disabled": False, "handlers": [], "filters": 0}
+    assert rank_pool.run(clean_fns.observe_made_logger) == [fresh, fresh]
+
+
+def test_process_groups_created_in_an_example_are_destroyed(rank_pool):
+    before = rank_pool.run(clean_fns.observe_groups)
+    changed = rank_pool.run(clean_fns.change_groups)
+    # new_group(), new_group([0]) (rank 0 only) and each rank's sub-group of the mesh
+    assert [len(c["groups"]) - len(b["groups"]) for c, b in zip(changed, before, strict=True)] == [3, 2]
+    assert changed[0]["debug_level"] != before[0]["debug_level"]
+    assert rank_pool.run(clean_fns.observe_groups) == before
+    again = rank_pool.run(clean_fns.change_groups)
+    assert len(again[0]["groups"]) == len(changed[0]["groups"])  # none piled up
+    assert again[0]["groups"] != changed[0]["groups"]  # new names: the store keys of the old ones are not reused
+    assert rank_pool.run(clean_fns.observe_groups) == before
+
+
+def test_kept_process_groups_outlive_the_example(rank_pool):
+    before = rank_pool.run(clean_fns.observe_groups)
+    assert rank_pool.run(clean_fns.cache_kept_group) == [[1.0, 1.0], [1.0, 1.0]]
+    kept = rank_pool.run(clean_fns.observe_groups)
+    assert len(kept[0]["groups"]) == len(before[0]["groups"]) + 1
+    assert rank_pool.run(clean_fns.cache_kept_group) == [[1.0, 1.0], [1.0, 1.0]]  # the cached group still works
+    assert rank_pool.run(clean_fns.observe_groups) == kept
+
+
+def test_a_destroyed_default_group_recycles_the_ranks():
+    with RankPool(2, timeout=10) as pool:
+        pool.run(clean_fns.destroy_default_group)
+        assert pool.generation == 2
+        assert pool.run(rank_fns.broadcast_sum, 4, 0) == [6.0, 6.0]
+
+
+def test_global_hooks_and_modes_are_removed(rank_pool):
+    before = rank_pool.run(clean_fns.observe_hooks)
+    assert before[0]["calls"] == [] and before[0]["dispatch_modes"] == 0
+    changed = rank_pool.run(clean_fns.change_hooks)
+    assert changed[0] == ["forward", "forward_pre", "full_backward", "pack"]
+    assert rank_pool.run(clean_fns.observe_hooks) == before
+    assert rank_pool.run(clean_fns.disable_saved_tensor_hooks)[0] == "disabled by an earlier example"
+    assert rank_pool.run(clean_fns.observe_hooks) == before
