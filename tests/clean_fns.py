@@ -96,6 +96,30 @@ def cache_kept_group(ctx):
     return t.tolist()
 
 
+def keep_then_raise(ctx):
+    with fuzzdist.keep_process_groups():
+        dist.new_group()
+        raise RuntimeError("planted: the block raises after creating a group")
+
+
+def create_group_unlisted(ctx):
+    """A group created where fuzzdist can't list the groups (a torch that keeps them elsewhere)."""
+    from fuzzdist import _isolation
+
+    _isolation._registered_groups = lambda: None  # this process is recycled: nothing else sees it
+    dist.new_group()
+    return True
+
+
+def create_group_with_reaper_stuck(ctx):
+    """A group created while earlier destroyed groups are still waiting for their Works."""
+    from fuzzdist import _isolation
+
+    _isolation._REAP_BACKLOG = 0  # this process is recycled: nothing else sees it
+    dist.new_group()
+    return True
+
+
 def destroy_default_group(ctx):
     dist.destroy_process_group()
     return True
@@ -181,3 +205,12 @@ def disable_saved_tensor_hooks(ctx):
     disabled.__enter__()
     _CACHED["disabled"] = disabled  # held: a collected generator would leave the block itself
     return torch._C._autograd._saved_tensors_hooks_get_disabled_error_message()
+
+
+def bury_function_mode(ctx):
+    """A torch function mode left entered under a DeviceContext (set_default_device's mode, not fuzzdist's to pop)."""
+    from torch.utils._device import DeviceContext
+
+    _PassThrough().__enter__()
+    torch._C._push_on_torch_function_stack(DeviceContext("cpu"))  # set_default_device would put it underneath
+    return torch._C._len_torch_function_stack()
