@@ -73,18 +73,26 @@ def _decode(snapshot: dict) -> dict[str, str]:
 _MANAGER = logging.Logger.manager
 _PLACEHOLDER = logging.PlaceHolder
 _FRESH_LOGGER = (logging.NOTSET, True, False, (), ())  # what getLogger() gives a new name
+_loggers_seen: tuple[list[Any], list[logging.Logger]] = ([], [])  # loggerDict's values -> the loggers among them
 
 
-def _logger_states() -> list[tuple[Any, ...]]:
-    """``(logger, level, propagate, disabled, handlers, filters)`` for the root and every named logger.
+def _loggers() -> list[logging.Logger]:
+    """The root and every named logger; the same list object while no logger is added (the usual case)."""
+    global _loggers_seen
+    values: list[Any] = list(_MANAGER.loggerDict.values())
+    if values != _loggers_seen[0]:  # identity comparisons, in C
+        _loggers_seen = (values, [logging.root, *(lg for lg in values if lg.__class__ is not _PLACEHOLDER)])
+    return _loggers_seen[1]
 
-    One pass over ``loggerDict`` (~110 loggers once torch is imported): the
-    lists are copied into tuples, so a later change to them shows up.
+
+def _logger_states(loggers: list[logging.Logger]) -> list[tuple[Any, ...]]:
+    """``(level, propagate, disabled, handlers, filters)`` of each logger, the lists copied into tuples.
+
+    One pass of ~110 loggers once torch is imported: the bulk of a snapshot's cost.
     """
-    loggers: tuple[Any, ...] = (logging.root, *_MANAGER.loggerDict.values())
-    return [(lg, lg.level, lg.propagate, lg.disabled,
+    return [(lg.level, lg.propagate, lg.disabled,
              tuple(lg.handlers) if lg.handlers else (), tuple(lg.filters) if lg.filters else ())
-            for lg in loggers if lg.__class__ is not _PLACEHOLDER]
+            for lg in loggers]
 
 
 def _set_logger(lg: logging.Logger, level: int, propagate: bool, disabled: bool,
@@ -98,19 +106,20 @@ def _set_logger(lg: logging.Logger, level: int, propagate: bool, disabled: bool,
         lg.filters[:] = filters
 
 
-def _restore_logging(before: list[tuple[Any, ...]], disable: int) -> None:
+def _restore_logging(loggers: list[logging.Logger], states: list[tuple[Any, ...]], disable: int) -> None:
     """Loggers that existed go back to their settings; loggers made in the example to a fresh logger's."""
     if _MANAGER.disable != disable:
         logging.disable(disable)
-    now = _logger_states()
-    if now == before:
+    now = _loggers()
+    if now is loggers and _logger_states(loggers) == states:
         return
-    for state in before:
-        _set_logger(*state)
-    existed = {state[0] for state in before}
-    for state in now:
-        if state[0] not in existed and state[1:] != _FRESH_LOGGER:
-            _set_logger(state[0], *_FRESH_LOGGER)
+    for lg, state in zip(loggers, states, strict=True):
+        _set_logger(lg, *state)
+    if now is not loggers:
+        existed = set(loggers)
+        for lg in now:
+            if lg not in existed:
+                _set_logger(lg, *_FRESH_LOGGER)
 
 
 # ---------------------------------------------------------------------------
@@ -254,6 +263,7 @@ def _hook_registries() -> tuple[dict[int, Any], ...]:
 
 
 _HOOK_REGISTRIES = _hook_registries()
+_NO_HOOKS: dict[int, Any] = {}  # the snapshot of an empty registry (never written to)
 _MODULE = torch.nn.modules.module
 _FULL_BACKWARD = "_global_is_full_backward_hook"  # which kind of global backward hook was registered last
 
@@ -330,7 +340,7 @@ class StateGuard:
     """Snapshot of the process-global state an example may change."""
 
     __slots__ = ("env", "dtype", "grad", "sharing", "threads", "deterministic", "anomaly",
-                 "cwd", "default_device", "warning_filters", "loggers", "logging_disable",
+                 "cwd", "default_device", "warning_filters", "loggers", "logger_states", "logging_disable",
                  "groups", "default_group", "pg_count", "debug_level", "hooks", "full_backward", "autograd")
 
     def __init__(self) -> None:
@@ -345,14 +355,15 @@ class StateGuard:
         self.cwd = os.getcwd()
         self.default_device = _get_default_device() if _get_default_device else None
         self.warning_filters = list(warnings.filters)
-        self.loggers = _logger_states()
+        self.loggers = _loggers()
+        self.logger_states = _logger_states(self.loggers)
         self.logging_disable = _MANAGER.disable
         groups = _registered_groups()
         self.groups = tuple(groups) if groups is not None else None
         self.default_group = _default_group()
         self.pg_count = torch.distributed.get_pg_count() if torch.distributed.is_available() else 0
         self.debug_level = _debug_level()
-        self.hooks = [d.copy() for d in _HOOK_REGISTRIES]
+        self.hooks = [d.copy() if d else _NO_HOOKS for d in _HOOK_REGISTRIES]
         self.full_backward = getattr(_MODULE, _FULL_BACKWARD, None)
         self.autograd = _autograd_state()
 
@@ -389,7 +400,7 @@ class StateGuard:
             mutated = getattr(warnings, "_filters_mutated", None)
             if mutated is not None:
                 mutated()  # drop the per-module "already warned" caches
-        _restore_logging(self.loggers, self.logging_disable)
+        _restore_logging(self.loggers, self.logger_states, self.logging_disable)
         self._restore_hooks(unrestorable)
         _restore_groups(self.groups, self.default_group, self.pg_count, unrestorable)
         if self.debug_level is not None and _debug_level() != self.debug_level:
