@@ -73,7 +73,7 @@ def _decode(snapshot: dict) -> dict[str, str]:
 _MANAGER = logging.Logger.manager
 _PLACEHOLDER = logging.PlaceHolder
 _FRESH_LOGGER = (logging.NOTSET, True, False, (), ())  # what getLogger() gives a new name
-_loggers_seen: tuple[list[Any], list[logging.Logger]] = ([], [])  # loggerDict's values -> the loggers among them
+_loggers_seen: tuple[list[Any] | None, list[logging.Logger]] = (None, [])  # loggerDict's values, the loggers
 
 
 def _loggers() -> list[logging.Logger]:
@@ -126,7 +126,8 @@ def _restore_logging(loggers: list[logging.Logger], states: list[tuple[Any, ...]
 # process groups: the ones an example creates are destroyed after it
 
 _KEPT: weakref.WeakSet[Any] = weakref.WeakSet()  # created under keep_process_groups(): they outlive examples
-_REAP_BACKLOG = 8  # destroyed groups still waiting for their destructor before the rank is recycled
+_REAP_BACKLOG = 8  # examples' groups the reaper may lag behind before an example waits for it
+_REAP_WAIT_S = 10.0  # how long an example waits for it before its rank is recycled instead
 
 
 def _registered_groups() -> dict[Any, Any] | None:
@@ -178,33 +179,38 @@ class _Reaper:
 
     A group's destructor waits for its Works: ~20 ms for an idle gloo group,
     and for a Work an example left pending, until the peers destroy their
-    side.  The example's thread never waits for it; a backlog that keeps
-    growing (Works that never end) recycles the rank instead.
+    side.  The example's thread waits only when the backlog is long, and
+    for a bounded time: a backlog that doesn't drain (Works that never end)
+    recycles the rank instead.
     """
 
     def __init__(self) -> None:
         self._queue: queue.SimpleQueue[list[Any]] = queue.SimpleQueue()
-        self._lock = threading.Lock()
+        self._drained = threading.Condition()
         self._thread: threading.Thread | None = None
-        self.backlog = 0
+        self.backlog = 0  # lists of groups handed over and not yet dropped
 
-    def drop(self, groups: list[Any]) -> int:
-        """Take the last references to ``groups`` (the caller keeps none); return the backlog."""
-        with self._lock:
+    def drop(self, groups: list[Any]) -> None:
+        """Take the last references to ``groups``: the caller must keep none."""
+        with self._drained:
             self.backlog += 1
-            backlog = self.backlog
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="fuzzdist-group-reaper", daemon=True)
                 self._thread.start()
         self._queue.put(groups)
-        return backlog
+
+    def settle(self, limit: int, timeout: float) -> bool:
+        """Wait until at most ``limit`` lists are left, for up to ``timeout`` seconds; whether they are."""
+        with self._drained:
+            return self._drained.wait_for(lambda: self.backlog <= limit, timeout)
 
     def _run(self) -> None:
         while True:
             groups = self._queue.get()
             groups.clear()  # the destructors run here
-            with self._lock:
+            with self._drained:
                 self.backlog -= 1
+                self._drained.notify_all()
 
 
 _REAPER = _Reaper()
@@ -234,9 +240,10 @@ def _restore_groups(before: tuple[Any, ...] | None, default: Any, count: int, re
         except Exception as exc:  # noqa: BLE001 - the process is recycled instead
             reasons.append(f"process group {getattr(created[i], 'group_name', '?')} created in the example "
                            f"could not be destroyed: {type(exc).__name__}: {exc}")
-    if _REAPER.drop(created) > _REAP_BACKLOG:  # no other reference left here: the destructors run there
-        reasons.append(f"{_REAPER.backlog} process groups destroyed after earlier examples are still waiting for "
-                       "their Works (left pending by an example?)")
+    _REAPER.drop(created)  # no other reference is left here: the destructors run there
+    if not _REAPER.settle(_REAP_BACKLOG, _REAP_WAIT_S):
+        reasons.append(f"the process groups of {_REAPER.backlog} earlier examples are still being destroyed "
+                       f"after {_REAP_WAIT_S:g}s: their destructors wait for Works that don't end")
 
 
 # ---------------------------------------------------------------------------

@@ -8,6 +8,7 @@ example with the one before.
 from __future__ import annotations
 
 import logging
+import threading
 
 import torch
 import torch.distributed as dist
@@ -111,11 +112,19 @@ def create_group_unlisted(ctx):
     return True
 
 
+class _NeverDestroyed:
+    """Stands for a group whose destructor waits for a Work that never ends."""
+
+    def __del__(self):
+        threading.Event().wait(60)  # longer than the test needs: the rank is recycled first
+
+
 def create_group_with_reaper_stuck(ctx):
-    """A group created while earlier destroyed groups are still waiting for their Works."""
+    """A group created while the reaper is stuck in an earlier group's destructor."""
     from fuzzdist import _isolation
 
-    _isolation._REAP_BACKLOG = 0  # this process is recycled: nothing else sees it
+    _isolation._REAP_BACKLOG, _isolation._REAP_WAIT_S = 0, 0.1  # this process is recycled: nothing else sees it
+    _isolation._REAPER.drop([_NeverDestroyed()])
     dist.new_group()
     return True
 
