@@ -14,11 +14,13 @@ Public API:
     InvalidArgument (a ValueError), CallError (a TypeError), InvalidState (a RuntimeError).
     ReorderingProcessGroup: wraps any ProcessGroup and releases its Work
         objects in a drawn completion order.
+    keep_process_groups: groups created inside it outlive the example (a per-process DeviceMesh cache).
     strategies: Hypothesis strategies for distributed inputs.
     profiles: the Hypothesis profiles fuzzdist registers (ci, dev, campaign, replay).
 """
 
 from fuzzdist import profiles
+from fuzzdist._isolation import keep_process_groups
 from fuzzdist.context import RankContext
 from fuzzdist.errors import (
     CallError,
@@ -58,6 +60,7 @@ __all__ = [
     "RankPool",
     "RankTimeout",
     "ReorderingProcessGroup",
+    "keep_process_groups",
     "profiles",
     "watch_pending",
 ]

@@ -41,6 +41,7 @@ import torch
 from hypothesis import strategies as st
 
 from fuzzdist import strategies as fst
+from fuzzdist._isolation import keep_process_groups
 from fuzzdist.capabilities import GLOO_DTYPES
 from fuzzdist.checks import first_difference
 from fuzzdist.properties import PropertyFailure
@@ -106,7 +107,8 @@ def device_mesh(device_type: str, shape: tuple[int, ...]) -> DeviceMesh:
     (a collective: every rank gets here in the same example), once per rank process."""
     key = (device_type, tuple(shape))
     if key not in _MESHES:
-        _MESHES[key] = init_device_mesh(device_type, tuple(shape))
+        with keep_process_groups():  # cached for the process's life: not destroyed after the example
+            _MESHES[key] = init_device_mesh(device_type, tuple(shape))
     return _MESHES[key]
 
 
