@@ -155,3 +155,41 @@ def test_sigterm_under_torchrun_writes_the_report_and_loses_no_failure(tmp_path,
     assert stored(tmp_path / "db", key), "the failure found before the SIGTERM is not in the database"
     assert proc.returncode != 0  # a failure was found (rank 0 exits 1), or the agent was stopped
     assert "interrupted by SIGTERM" in output
+
+
+# Rank 1 dies in most examples; torchrun's agent then SIGTERMs every worker, rank 0 (the campaign) included.
+CRASHING_PROP = '''
+import os
+from hypothesis import given, strategies as st
+
+def check(ctx, n):
+    if n >= 50 and ctx.rank == 1:
+        os._exit(7)
+
+@given(n=st.integers(0, 100))
+def test_crash(rank_pool, n):
+    rank_pool.run(check, n)
+'''
+
+
+def test_a_rank_dying_under_fuzzdist_run_is_a_rank_crash_in_the_report_and_the_database(tmp_path):
+    """torchrun's agent answers rank 1's death with a SIGTERM to every worker: rank 0 tells the dead rank
+    (no SIGTERM mark, no heartbeat) from the signalled ones, so the example is a RankCrash of rank 1, which
+    Hypothesis saves and the campaign reports, before the campaign ends as interrupted by SIGTERM."""
+    (tmp_path / "test_crash_prop.py").write_text(CRASHING_PROP)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    env.pop("HYPOTHESIS_STORAGE_DIRECTORY", None)
+    cmd = [TORCHRUN, "--nnodes", "1", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+           "--master-port", str(_free_port()), "--max-restarts", "0", "-m", "fuzzdist", "run", "test_crash_prop.py",
+           "--max-examples", "1000", "--world-size", "2", "--report", "r.json", "--junit", "", "--database", "db",
+           "--progress", "none"]
+    proc = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    output = proc.stdout[-4000:] + proc.stderr[-4000:]
+    report = read_report(tmp_path / "r.json")
+    [prop] = report["properties"]
+    assert [f["summary"].split(":")[0] for f in prop["failures"]] == ["RankCrash"], (prop["failures"], output)
+    assert "rank 1 (" in prop["failures"][0]["summary"] and "rank 0" not in prop["failures"][0]["summary"]
+    assert "check" in prop["failures"][0]["example"] or "n=" in prop["failures"][0]["example"], prop["failures"]
+    assert stored(tmp_path / "db", prop["database_key"]), "the crashing example is not in the database"
+    assert report["status"] == "interrupted" and report["interrupted_by"] == "SIGTERM", report
+    assert proc.returncode != 0
