@@ -101,7 +101,7 @@ def _rank1(store, how: str) -> None:
     elif how == "beating":
         def beat() -> None:
             while True:
-                store.add(f"{torchrun._PREFIX}alive/1", 1)
+                store.add(torchrun._alive_key(1), 1)
                 time.sleep(0.1)
 
         threading.Thread(target=beat, daemon=True).start()

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from fuzzdist._signals import ChainedHandler, Hold, held
-from fuzzdist.pool.torchrun_stop import VERDICT_S
+from fuzzdist.pool import torchrun_stop
+from fuzzdist.pool.torchrun_stop import VERDICT_S, Verdict
 
 HERE = Path(__file__).resolve().parent
 
@@ -275,3 +276,37 @@ def test_a_serving_rank_marks_its_sigterm_then_ends_as_sigterm_says(tmp_path, ma
     expected = -signal.SIGTERM if main_thread == "python" else 128 + signal.SIGTERM
     assert proc.returncode == expected, out + err
     assert "survived" not in out
+
+
+class _Store:
+    """The part of torchrun's store a Verdict reads: which keys exist; ``gone`` makes it fail as a closed store."""
+
+    def __init__(self, keys=()):
+        self.keys, self.gone = set(keys), False
+
+    def check(self, keys):
+        if self.gone:
+            raise RuntimeError("Connection reset by peer")
+        return all(k in self.keys for k in keys)
+
+
+def test_a_verdict_names_only_the_ranks_that_neither_marked_nor_beat(monkeypatch):
+    monkeypatch.setattr(torchrun_stop, "VERDICT_S", 0.3)
+    beats = {1: 5, 2: 7, 3: 9}
+    store = _Store({torchrun_stop.mark_key("p/", 2)})
+    verdict = Verdict(store, "p/", [1, 2, 3], beats.__getitem__)
+    assert verdict.dead([1, 2, 3]) is None  # 1 and 3 undecided, time left
+    beats[3] += 1  # rank 3 beat: alive
+    assert verdict.dead([1, 2, 3]) is None
+    time.sleep(0.35)
+    assert verdict.dead([1, 2, 3]) == {1}
+    assert verdict.dead([2, 3]) == set()  # rank 1 answered meanwhile: nobody else is in question
+
+
+def test_a_verdict_takes_nobody_for_dead_once_the_store_is_gone(monkeypatch):
+    """torchrun's agent closing its store means the job is being stopped from above, not that a rank crashed."""
+    monkeypatch.setattr(torchrun_stop, "VERDICT_S", 0.0)
+    store = _Store()
+    verdict = Verdict(store, "p/", [1], lambda r: 0)
+    store.gone = True
+    assert verdict.dead([1]) == set()

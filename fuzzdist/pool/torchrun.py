@@ -220,7 +220,7 @@ class TorchrunPool(Controller):
         """After a SIGTERM: the ranks that died (no SIGTERM mark, no heartbeat) within VERDICT_S are the
         example's crash; if none died and some never answered, the group is being stopped."""
         verdict = Verdict(self._store, _PREFIX, out.pending - {0},
-                          lambda r: self._store.add(f"{_PREFIX}alive/{r}", 0))
+                          lambda r: self._store.add(_alive_key(r), 0))
         dead = verdict.wait(lambda: out.pending - {0}, lambda seconds: self._take(out, seconds))
         for r in dead:
             out.died(r)
@@ -343,9 +343,9 @@ class _Heartbeat:
     def _loop(self) -> None:
         while not self._stop.wait(HEARTBEAT_S):
             try:
-                self._store.add(f"{_PREFIX}alive/{self.rank}", 1)
+                self._store.add(_alive_key(self.rank), 1)
                 for r in self._watch:
-                    beats = self._store.add(f"{_PREFIX}alive/{r}", 0)
+                    beats = self._store.add(_alive_key(r), 0)
                     with self._lock:
                         if beats != self._seen[r][0]:
                             self._seen[r] = (beats, time.monotonic())
@@ -358,6 +358,11 @@ class _Heartbeat:
                                         answer_snapshot(**fields))
             except Exception:  # the store went away: the job is ending
                 return
+
+
+def _alive_key(rank: int) -> str:
+    """The counter ``rank``'s heartbeat thread adds to."""
+    return f"{_PREFIX}alive/{rank}"
 
 
 def _store_client(timeout: float) -> Any:

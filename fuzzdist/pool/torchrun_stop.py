@@ -69,6 +69,10 @@ class SigtermMark:
     def remove(self) -> None:
         """Stop watching and put the previous handler and wakeup fd back (main thread)."""
         self._stop.set()
+        try:
+            os.write(self._write, b"\0")  # wakes the watching thread's select
+        except OSError:
+            pass
         self._handler.remove()
         current = signal.set_wakeup_fd(self._previous_fd)
         if current != self._write:  # another was set over ours since: leave it
