@@ -17,9 +17,8 @@ the other SIGTERM handlers do (``fuzzdist run``'s ends the campaign) until
 the example is classified (:class:`fuzzdist._signals.Hold`).  A job stopped
 by a user or scheduler records no crash.  The pool's SIGTERM handler chains
 to the one it replaced (:mod:`fuzzdist._signals`), whichever was installed
-first.  Unlike a spawned
-pool, this one can't restart its ranks: after a crash or timeout it is
-spent, and the next ``run`` raises
+first.  Unlike a spawned pool, this one can't restart its ranks: after a
+crash or timeout it is spent, and the next ``run`` raises
 :class:`~fuzzdist.errors.PoolGone`, a ``BaseException`` that ends the
 campaign at once.  torchrun's ``--max-restarts`` then starts a fresh group,
 whose first run replays the saved failures.
@@ -171,10 +170,11 @@ class TorchrunPool(Controller):
         """:meth:`Controller.run <fuzzdist.pool.controller.Controller.run>`; a SIGTERM during it is classified.
 
         If a rank died (torchrun's agent then SIGTERMs the group), the example
-        is a ``RankCrash`` of the dead ranks and what the other SIGTERM handlers
-        raise (``fuzzdist run``'s ``Terminated``) or owe (SIG_DFL's end of the
-        process) waits for the next run.  If none died (the job is being
-        stopped), that happens at once; with no such handler, ``PoolGone``.
+        is a ``RankCrash`` of the dead ranks: what the other SIGTERM handlers
+        raise (``fuzzdist run``'s ``Terminated``) is raised by the next run, and
+        SIG_DFL's end of the process is not done (the next run raises
+        ``PoolGone``).  If none died (the job is being stopped), what they raise
+        or owe happens at once; if nothing, this run raises ``PoolGone``.
         """
         self._in_flight = True
         try:
