@@ -14,12 +14,20 @@ handler in the chain has run, the signal's default action follows, unless
 one of them says it ends the process itself (``ends_process``, e.g. the
 campaign, which raises and returns from ``fuzzdist run``).  So a SIGTERM is
 never swallowed, and never ends the process before every handler has run.
+
+A :class:`Hold` postpones what a chain does to the main thread: while one is
+open, the exception a chain raises and the default action it owes wait
+until the hold ends.  The TorchrunPool holds SIGTERM while it runs an
+example, so that it can first tell whether a rank died (then the example is
+a ``RankCrash``, which Hypothesis saves) before the campaign's
+``Terminated`` cuts the example short.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import threading
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
@@ -75,22 +83,113 @@ class ChainedHandler:
 
     def __call__(self, signum: int, frame: FrameType | None) -> None:
         delivery = _deliveries.get(signum)
-        outermost = delivery is None
-        if delivery is None:
-            delivery = _deliveries[signum] = _Delivery()
+        if delivery is not None:  # a link further down the chain being delivered
+            self._run(signum, frame, delivery)
+            return
+        delivery = _deliveries[signum] = _Delivery()
         try:
-            if not self._removed:
-                delivery.ran.append(self)
-            try:
-                _call(self.previous, signum, frame, delivery)
-            finally:
-                if not self._removed:
-                    self._handler(signum, frame)
+            self._run(signum, frame, delivery)
+        except BaseException as exc:
+            hold = _open_hold(signum)
+            if hold is None:
+                raise
+            hold.owed.exception = exc  # the latest wins, as for handlers raising in one chain
         finally:
-            if outermost:
-                del _deliveries[signum]
-                if delivery.default_owed and not any(h.ends_process() for h in delivery.ran):
+            del _deliveries[signum]
+            if delivery.default_owed and not any(h.ends_process() for h in delivery.ran):
+                hold = _open_hold(signum)
+                if hold is None:
                     default_action(signum)
+                else:
+                    hold.owed.default_action = True
+
+    def _run(self, signum: int, frame: FrameType | None, delivery: _Delivery) -> None:
+        if not self._removed:
+            delivery.ran.append(self)
+        try:
+            _call(self.previous, signum, frame, delivery)
+        finally:
+            if not self._removed:
+                self._handler(signum, frame)
+
+
+class _Owed:
+    """What a held signal's chain still has to do: raise its exception, or the signal's default action."""
+
+    def __init__(self) -> None:
+        self.exception: BaseException | None = None
+        self.default_action = False
+
+    def __bool__(self) -> bool:
+        return self.exception is not None or self.default_action
+
+    def deliver(self, signum: int) -> None:
+        if self.exception is not None:
+            exc, self.exception = self.exception, None
+            raise exc
+        if self.default_action:
+            default_action(signum)
+
+
+_holds: dict[int, list[Hold]] = {}  # open holds per signal, innermost last (main thread only)
+_raise_later: dict[int, BaseException] = {}  # raised by a chain during a hold that ended with a failure
+
+
+class Hold:
+    """While open (in the main thread), what the chains of :class:`ChainedHandler` for ``signum`` would
+    raise, or the default action they owe, waits: the signal's handlers all run at once, their effect on
+    the main thread's work waits for the hold to end.
+
+    When the hold ends normally, the owed exception is raised (or the default action done) there.  When
+    it ends with an exception of its own (a failure to report), that exception goes on unchanged: the
+    owed exception is raised when the next hold for ``signum`` opens, and the default action is not
+    done, since ending the process would lose the failure; the holder sees to ending the work (a spent
+    TorchrunPool raises PoolGone).  Opened outside the main thread, where handlers don't run, a hold
+    does nothing.
+    """
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        self.owed = _Owed()
+        self._open = False
+
+    def __enter__(self) -> Hold:
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        earlier = _raise_later.pop(self.signum, None)
+        if earlier is not None:
+            raise earlier
+        _holds.setdefault(self.signum, []).append(self)
+        self._open = True
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        if not self._open:
+            return
+        self._open = False
+        _holds[self.signum].remove(self)
+        owed, self.owed = self.owed, _Owed()
+        if not owed:
+            return
+        outer = _open_hold(self.signum)
+        if outer is not None:  # nested: the outer hold delivers it
+            outer.owed.exception = owed.exception or outer.owed.exception
+            outer.owed.default_action = owed.default_action or outer.owed.default_action
+        elif exc_type is not None:
+            if owed.exception is not None:
+                _raise_later[self.signum] = owed.exception
+        else:
+            owed.deliver(self.signum)
+
+
+def held(signum: int) -> bool:
+    """Is a :class:`Hold` for ``signum`` open?"""
+    return _open_hold(signum) is not None
+
+
+def _open_hold(signum: int) -> Hold | None:
+    holds = _holds.get(signum)
+    return holds[-1] if holds else None
 
 
 def default_action(signum: int) -> None:

@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -151,7 +152,127 @@ def test_sigterm_under_torchrun_writes_the_report_and_loses_no_failure(tmp_path,
     [prop] = report["properties"]
     assert prop["status"] == "interrupted" and prop["stop_reason"] == "interrupted by SIGTERM", prop
     assert "planted: n=10" in prop["failures"][0]["summary"], prop["failures"]
+    assert not [f for f in prop["failures"] if "RankCrash" in f["summary"]], prop["failures"]  # a stop is no crash
     key = found["properties"][0]["database_key"]
     assert stored(tmp_path / "db", key), "the failure found before the SIGTERM is not in the database"
     assert proc.returncode != 0  # a failure was found (rank 0 exits 1), or the agent was stopped
     assert "interrupted by SIGTERM" in output
+
+
+# Rank 1 dies in most examples; torchrun's agent then SIGTERMs every worker, rank 0 (the campaign) included.
+CRASHING_PROP = '''
+import os
+from hypothesis import given, strategies as st
+
+def check(ctx, n):
+    if n >= 50 and ctx.rank == 1:
+        os._exit(7)
+
+@given(n=st.integers(0, 100))
+def test_crash(rank_pool, n):
+    rank_pool.run(check, n)
+'''
+
+
+@pytest.mark.parametrize("nproc", [2, 3])
+def test_a_rank_dying_under_fuzzdist_run_is_a_rank_crash_in_the_report_and_the_database(tmp_path, nproc):
+    """torchrun's agent answers rank 1's death with a SIGTERM to every worker: rank 0 tells the dead rank
+    (no SIGTERM mark, no heartbeat) from the signalled ones (rank 2 marks), so the example is a RankCrash of
+    rank 1 alone, which Hypothesis saves and the campaign reports, before the campaign ends as interrupted
+    by SIGTERM."""
+    (tmp_path / "test_crash_prop.py").write_text(CRASHING_PROP)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    env.pop("HYPOTHESIS_STORAGE_DIRECTORY", None)
+    cmd = [TORCHRUN, "--nnodes", "1", "--nproc-per-node", str(nproc), "--master-addr", "127.0.0.1",
+           "--master-port", str(_free_port()), "--max-restarts", "0", "-m", "fuzzdist", "run", "test_crash_prop.py",
+           "--max-examples", "1000", "--world-size", str(nproc), "--report", "r.json", "--junit", "",
+           "--database", "db", "--progress", "none"]
+    proc = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    output = proc.stdout[-4000:] + proc.stderr[-4000:]
+    report = read_report(tmp_path / "r.json")
+    [prop] = report["properties"]
+    assert [f["summary"].split(":")[0] for f in prop["failures"]] == ["RankCrash"], (prop["failures"], output)
+    assert "died: rank 1 (" in prop["failures"][0]["summary"], prop["failures"]
+    assert "rank 0" not in prop["failures"][0]["summary"] and "rank 2" not in prop["failures"][0]["summary"]
+    assert "check" in prop["failures"][0]["example"] or "n=" in prop["failures"][0]["example"], prop["failures"]
+    assert stored(tmp_path / "db", prop["database_key"]), "the crashing example is not in the database"
+    assert report["status"] == "interrupted" and report["interrupted_by"] == "SIGTERM", report
+    assert proc.returncode != 0
+
+
+# Once the test writes "slow", every example stays in flight: rank 0 sleeps; rank 1 sleeps too ("python"), or
+# waits for rank 0 in all_reduce ("collective": blocked in C++, where a Python signal handler can't run).
+STOPPED_PROP = '''
+import os
+import time
+
+import torch
+import torch.distributed as dist
+from hypothesis import given, strategies as st
+
+def check(ctx, n, slow):
+    if slow:
+        if ctx.rank == 0:
+            open("in_flight", "w").close()
+        if ctx.rank == 0 or slow == "python":
+            time.sleep(60)
+        dist.all_reduce(torch.ones(1), group=ctx.group)
+    if n >= 10 and ctx.rank == 1:
+        raise ValueError(f"planted: n={n}")
+
+@given(n=st.integers(0, 10**9))
+def test_bug(rank_pool, n):
+    if not os.path.exists("driver.pid"):
+        with open("driver.pid.tmp", "w") as f:
+            f.write(str(os.getpid()))
+        os.replace("driver.pid.tmp", "driver.pid")
+    slow = open("slow").read() if os.path.exists("slow") else None
+    rank_pool.run(check, n, slow)  # decided once, for every rank
+'''
+
+
+@pytest.mark.parametrize("target, rank1", [("agent", "python"), ("agent", "collective"), ("rank0", "collective")])
+def test_stopping_the_job_during_an_example_records_no_false_crash(tmp_path, target, rank1):
+    """SIGTERM while an example is in flight, from a user: to torchrun's agent (every rank is signalled; rank 1
+    marks it before it ends, from Python at once, or blocked in all_reduce from its watching thread) or to
+    rank 0 alone (rank 1 is alive: it beats).  Either way no rank died, so the example in flight is dropped,
+    not saved as a RankCrash: the report holds only the failure found before, and says interrupted by SIGTERM."""
+    (tmp_path / "test_stop_prop.py").write_text(STOPPED_PROP)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    env.pop("HYPOTHESIS_STORAGE_DIRECTORY", None)
+    cmd = [TORCHRUN, "--nnodes", "1", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+           "--master-port", str(_free_port()), "--max-restarts", "0", "-m", "fuzzdist", "run", "test_stop_prop.py",
+           "--duration", "300s", "--world-size", "2", "--report", "r.json", "--junit", "", "--database", "db",
+           "--progress", "none"]
+    log = tmp_path / "torchrun.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    try:
+        try:
+            found = wait_for_report(tmp_path / "r.json", lambda r: r["totals"]["distinct_failures"] >= 1
+                                    and r["properties"][0]["rounds"] >= 2, proc=proc, timeout=180)
+            (tmp_path / "slow").write_text(rank1)
+            deadline = time.monotonic() + 120
+            while not (tmp_path / "in_flight").exists():
+                assert time.monotonic() < deadline and proc.poll() is None, "no example went in flight"
+                time.sleep(0.05)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{log.read_text()[-4000:]}\n{(tmp_path / 'r.json').read_text()}") from None
+        time.sleep(0.5)  # rank 1 into its sleep or all_reduce
+        pid = proc.pid if target == "agent" else int((tmp_path / "driver.pid").read_text())
+        os.kill(pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"torchrun did not end after SIGTERM\n{log.read_text()[-4000:]}") from None
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    output = log.read_text()
+    report = read_report(tmp_path / "r.json")
+    assert report["status"] == "interrupted" and report["interrupted_by"] == "SIGTERM", output[-4000:]
+    [prop] = report["properties"]
+    assert len(prop["failures"]) == 1 and "planted: n=10" in prop["failures"][0]["summary"], prop["failures"]
+    assert len(stored(tmp_path / "db", found["properties"][0]["database_key"])) == 1, "only the planted failure"

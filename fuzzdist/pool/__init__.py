@@ -7,6 +7,7 @@ One protocol, two transports::
     worker.py       inside a rank: answers the messages, runs each call isolated and seeded
     local.py        transport 1: RankPool, rank processes spawned here, over pipes
     torchrun.py     transport 2: TorchrunPool, torchrun's processes, over torchrun's store
+    torchrun_stop.py  under torchrun, a SIGTERM during an example: a rank died, or the job is being stopped
 
 Public names:
     Pool: the protocol (``run``, ``world_size``, ``start``, ``close``, context manager).

@@ -8,14 +8,17 @@ only execute (:func:`serve`), with the same
 :class:`~fuzzdist.pool.worker.Worker` as a spawned rank: same isolation,
 seeding and failure capture.
 
-Every wait is bounded.  A rank whose heartbeat stops, or a SIGTERM from
-torchrun's agent (it stops the whole group when one process dies), is a
+Every wait is bounded.  A rank whose heartbeat stops is a
 :class:`~fuzzdist.errors.RankCrash` in the running example, so Hypothesis
-saves it.  The pool's SIGTERM handler chains to the one it replaced
-(:mod:`fuzzdist._signals`), so ``fuzzdist run``'s still ends the campaign
-and writes its report, whichever was installed first.  Unlike a spawned
-pool, this one can't restart its ranks: after a crash or timeout it is
-spent, and the next ``run`` raises
+saves it.  So is a rank that dies and makes torchrun's agent SIGTERM the
+group: on a SIGTERM during an example rank 0 first tells the dead ranks from
+the signalled ones (:mod:`fuzzdist.pool.torchrun_stop`), holding back what
+the other SIGTERM handlers do (``fuzzdist run``'s ends the campaign) until
+the example is classified (:class:`fuzzdist._signals.Hold`).  A job stopped
+by a user or scheduler records no crash.  The pool's SIGTERM handler chains
+to the one it replaced (:mod:`fuzzdist._signals`), whichever was installed
+first.  Unlike a spawned pool, this one can't restart its ranks: after a
+crash or timeout it is spent, and the next ``run`` raises
 :class:`~fuzzdist.errors.PoolGone`, a ``BaseException`` that ends the
 campaign at once.  torchrun's ``--max-restarts`` then starts a fresh group,
 whose first run replays the saved failures.
@@ -35,11 +38,12 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from datetime import timedelta
 from typing import Any
 
-from fuzzdist._signals import ChainedHandler
+from fuzzdist._signals import ChainedHandler, Hold, held
 from fuzzdist.errors import CapabilityError, InvalidState, PoolGone, RankCrash
 from fuzzdist.pool import messages, rank_state
 from fuzzdist.pool.controller import DEFAULT_TIMEOUT, Controller, Outcome, decode_reply
 from fuzzdist.pool.rank_state import RankState
+from fuzzdist.pool.torchrun_stop import SigtermMark, Verdict, mark_key
 from fuzzdist.pool.worker import Worker, answer_snapshot, execute
 
 # Keys live in torchrun's store, which outlives a restart of the group: one namespace per attempt.
@@ -88,10 +92,15 @@ def serve(ctx: Any, store: Any) -> int:
     """Execute the examples rank 0 sends until it says stop (return 0) or goes away (return 3)."""
     heart = _Heartbeat(ctx.rank, watch_rank0=True)
     heart.start()
+    sigterm = None
+    if threading.current_thread() is threading.main_thread():  # signal handlers can only be set there
+        sigterm = SigtermMark(_store_client(30.0), mark_key(_PREFIX, ctx.rank))  # tells rank 0 "stopped, not dead"
     try:
         return Worker(ctx).serve(_StoreChannel(store, ctx.rank, heart))
     finally:
         heart.stop()
+        if sigterm is not None:
+            sigterm.remove()
 
 
 class _StoreChannel:
@@ -145,21 +154,36 @@ class TorchrunPool(Controller):
         self._local: Future[Any] | None = None  # rank 0's share of the running example
         self._requests = 0  # snapshot requests sent
         self._stopping = False
-        self._in_flight = False  # inside run(): a SIGTERM ends the example as a RankCrash, then PoolGone
-        # With an example in flight the pool ends the work itself (RankCrash, then PoolGone); otherwise a
-        # SIGTERM over SIG_DFL still ends the process at once.
-        self._sigterm = ChainedHandler(signal.SIGTERM, self._on_sigterm, ends_process=lambda: self._in_flight)
+        self._judged = 0  # the example whose ranks were judged after the SIGTERM
+        self._in_flight = False  # inside run()
+        # In the main thread run() holds SIGTERM's effects (a Hold) until the example is classified.  Elsewhere
+        # the pool ends the work itself (a RankCrash or PoolGone) instead of SIG_DFL ending it mid-example.
+        self._sigterm = ChainedHandler(signal.SIGTERM, self._on_sigterm,
+                                       ends_process=lambda: self._in_flight and not held(signal.SIGTERM))
 
     @property
     def stopping(self) -> bool:
-        """A SIGTERM arrived (torchrun's agent is stopping the group): the example in flight is a RankCrash."""
+        """A SIGTERM arrived: the group is being stopped, or torchrun's agent stops it because a rank died."""
         return self._stopping
 
     def run(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> list[Any]:
-        """:meth:`Controller.run <fuzzdist.pool.controller.Controller.run>`, noting that an example is in flight."""
+        """:meth:`Controller.run <fuzzdist.pool.controller.Controller.run>`; a SIGTERM during it is classified.
+
+        If a rank died (torchrun's agent then SIGTERMs the group), the example
+        is a ``RankCrash`` of the dead ranks: what the other SIGTERM handlers
+        raise (``fuzzdist run``'s ``Terminated``) is raised by the next run, and
+        SIG_DFL's end of the process is not done (the next run raises
+        ``PoolGone``).  If none died (the job is being stopped), what they raise
+        or owe happens at once; if nothing, this run raises ``PoolGone``.
+        """
         self._in_flight = True
         try:
-            return super().run(fn, *args, **kwargs)
+            with Hold(signal.SIGTERM):
+                try:
+                    return super().run(fn, *args, **kwargs)
+                except _GroupStopped as stopped:
+                    self._gone = stopped
+            raise PoolGone(self._gone)  # nothing else ends the work: the pool is spent
         finally:
             self._in_flight = False
 
@@ -183,10 +207,29 @@ class TorchrunPool(Controller):
         self._local = _in_daemon_thread(execute, self._ctx, seq, seed, payload)
 
     def _receive(self, out: Outcome, seconds: float) -> bool:
-        if self._stopping:
-            for r in out.pending - {0}:  # the agent is stopping the group: a rank died
+        if self._stopping and self._judged != out.seq:
+            self._judged = out.seq
+            return self._judge(out)
+        self._take(out, seconds)
+        for r in self._heart.lost():
+            if r in out.pending:
                 out.died(r)
-            return False
+        return True
+
+    def _judge(self, out: Outcome) -> bool:
+        """After a SIGTERM: the ranks that died (no SIGTERM mark, no heartbeat) within VERDICT_S are the
+        example's crash; if none died and some never answered, the group is being stopped."""
+        verdict = Verdict(self._store, _PREFIX, out.pending - {0},
+                          lambda r: self._store.add(_alive_key(r), 0))
+        dead = verdict.wait(lambda: out.pending - {0}, lambda seconds: self._take(out, seconds))
+        for r in dead:
+            out.died(r)
+        if out.pending and not dead:
+            raise _GroupStopped()
+        return not dead
+
+    def _take(self, out: Outcome, seconds: float) -> None:
+        """File the replies that arrive within ``seconds``."""
         if 0 in out.pending:
             assert self._local is not None
             try:
@@ -203,15 +246,11 @@ class TorchrunPool(Controller):
                 if self._store.check([key]):
                     out.take(r, decode_reply(self._store.get(key), r, out.seq))
                     self._store.delete_key(key)
-            for r in self._heart.lost():
-                if r in out.pending:
-                    out.died(r)
-        return True
 
     def _crash(self, dead: Set[int]) -> RankCrash:
         return RankCrash(sorted(dead), {r: -signal.SIGKILL for r in dead},
-                         {r: "(rank lost under torchrun: its heartbeat stopped or torchrun's "
-                             "agent stopped the group; its exit code is in torchrun's log)"
+                         {r: "(rank lost under torchrun: its heartbeat stopped, or it had died when "
+                             "torchrun's agent stopped the group; its exit code is in torchrun's log)"
                           for r in dead}, self.aftermath)
 
     def _recover(self, failure: BaseException) -> None:
@@ -244,9 +283,16 @@ class TorchrunPool(Controller):
                 for r in ranks}
 
     def _on_sigterm(self, signum: int, frame: Any) -> None:
-        # torchrun's agent stops every worker when one dies: the running example
-        # becomes a RankCrash (saved by Hypothesis), then the campaign ends.
+        # The example in flight is classified by _judge (torchrun's agent stops every worker when one dies).
         self._stopping = True
+
+
+class _GroupStopped(BaseException):
+    """SIGTERM during an example and no rank died: the job is being stopped (not a failure to save)."""
+
+    def __init__(self) -> None:
+        super().__init__("SIGTERM: the torchrun group is being stopped (every rank that did not answer "
+                         "received the SIGTERM too or is alive; none died)")
 
 
 class TorchrunPoolCache:
@@ -297,9 +343,9 @@ class _Heartbeat:
     def _loop(self) -> None:
         while not self._stop.wait(HEARTBEAT_S):
             try:
-                self._store.add(f"{_PREFIX}alive/{self.rank}", 1)
+                self._store.add(_alive_key(self.rank), 1)
                 for r in self._watch:
-                    beats = self._store.add(f"{_PREFIX}alive/{r}", 0)
+                    beats = self._store.add(_alive_key(r), 0)
                     with self._lock:
                         if beats != self._seen[r][0]:
                             self._seen[r] = (beats, time.monotonic())
@@ -312,6 +358,11 @@ class _Heartbeat:
                                         answer_snapshot(**fields))
             except Exception:  # the store went away: the job is ending
                 return
+
+
+def _alive_key(rank: int) -> str:
+    """The counter ``rank``'s heartbeat thread adds to."""
+    return f"{_PREFIX}alive/{rank}"
 
 
 def _store_client(timeout: float) -> Any:
