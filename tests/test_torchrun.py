@@ -38,6 +38,42 @@ def _torchrun(tmp_path, nproc, mode, timeout=240):
     return proc, json.loads(report.read_text())
 
 
+def _campaign_cmd(prop_file, nproc, *budget):
+    """``torchrun ... -m fuzzdist run PROP_FILE`` for ``nproc`` processes, and the environment to run it in."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    env.pop("HYPOTHESIS_STORAGE_DIRECTORY", None)
+    cmd = [TORCHRUN, "--nnodes", "1", "--nproc-per-node", str(nproc), "--master-addr", "127.0.0.1",
+           "--master-port", str(_free_port()), "--max-restarts", "0", "-m", "fuzzdist", "run", prop_file,
+           *budget, "--world-size", str(nproc), "--report", "r.json", "--junit", "", "--database", "db",
+           "--progress", "none"]
+    return cmd, env
+
+
+def _start_campaign(tmp_path, prop_file):
+    """A 2-process campaign in the background, its output in a log file (a pipe nobody reads would fill)."""
+    cmd, env = _campaign_cmd(prop_file, 2, "--duration", "300s")
+    log = tmp_path / "torchrun.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    return proc, log
+
+
+def _sigterm_and_wait(proc, log, pid):
+    """SIGTERM ``pid`` and wait, bounded, for torchrun to end (its agent gives workers 30 s before SIGKILL)."""
+    os.kill(pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"torchrun did not end after SIGTERM\n{log.read_text()[-4000:]}") from None
+
+
+def _kill(proc):
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 @pytest.mark.parametrize("nproc", [2, 4])
 def test_property_runs_on_every_torchrun_rank(tmp_path, nproc):
     proc, report = _torchrun(tmp_path, nproc, "ok")
@@ -120,32 +156,16 @@ def test_sigterm_under_torchrun_writes_the_report_and_loses_no_failure(tmp_path,
     failure was found: the campaign's handler runs although TorchrunPool handles SIGTERM too, so the
     report says interrupted by SIGTERM with the failure in it, and the failure is in the database."""
     (tmp_path / "test_sig_prop.py").write_text(SIGNALLED_PROP)
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    env.pop("HYPOTHESIS_STORAGE_DIRECTORY", None)
-    cmd = [TORCHRUN, "--nnodes", "1", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
-           "--master-port", str(_free_port()), "--max-restarts", "0", "-m", "fuzzdist", "run", "test_sig_prop.py",
-           "--duration", "300s", "--world-size", "2", "--report", "r.json", "--junit", "", "--database", "db",
-           "--progress", "none"]
-    log = tmp_path / "torchrun.log"
-    with open(log, "w") as out:  # a file, not a pipe: nobody reads a pipe while the campaign runs
-        proc = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+    proc, log = _start_campaign(tmp_path, "test_sig_prop.py")
     try:
         try:
             found = wait_for_report(tmp_path / "r.json", lambda r: r["totals"]["distinct_failures"] >= 1
                                     and r["properties"][0]["rounds"] >= 2, proc=proc, timeout=180)
         except AssertionError as exc:
             raise AssertionError(f"{exc}\n{log.read_text()[-4000:]}") from None
-        pid = proc.pid if target == "agent" else int((tmp_path / "driver.pid").read_text())
-        os.kill(pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=120)  # torchrun's agent gives its workers 30 s before SIGKILL
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f"torchrun did not end after SIGTERM\n{log.read_text()[-4000:]}") from None
+        _sigterm_and_wait(proc, log, proc.pid if target == "agent" else int((tmp_path / "driver.pid").read_text()))
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        _kill(proc)
     output = log.read_text()
     report = read_report(tmp_path / "r.json")
     assert report["status"] == "interrupted" and report["interrupted_by"] == "SIGTERM", output[-4000:]
@@ -181,12 +201,7 @@ def test_a_rank_dying_under_fuzzdist_run_is_a_rank_crash_in_the_report_and_the_d
     rank 1 alone, which Hypothesis saves and the campaign reports, before the campaign ends as interrupted
     by SIGTERM."""
     (tmp_path / "test_crash_prop.py").write_text(CRASHING_PROP)
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    env.pop("HYPOTHESIS_STORAGE_DIRECTORY", None)
-    cmd = [TORCHRUN, "--nnodes", "1", "--nproc-per-node", str(nproc), "--master-addr", "127.0.0.1",
-           "--master-port", str(_free_port()), "--max-restarts", "0", "-m", "fuzzdist", "run", "test_crash_prop.py",
-           "--max-examples", "1000", "--world-size", str(nproc), "--report", "r.json", "--junit", "",
-           "--database", "db", "--progress", "none"]
+    cmd, env = _campaign_cmd("test_crash_prop.py", nproc, "--max-examples", "1000")
     proc = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240)
     output = proc.stdout[-4000:] + proc.stderr[-4000:]
     report = read_report(tmp_path / "r.json")
@@ -238,16 +253,7 @@ def test_stopping_the_job_during_an_example_records_no_false_crash(tmp_path, tar
     rank 0 alone (rank 1 is alive: it beats).  Either way no rank died, so the example in flight is dropped,
     not saved as a RankCrash: the report holds only the failure found before, and says interrupted by SIGTERM."""
     (tmp_path / "test_stop_prop.py").write_text(STOPPED_PROP)
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    env.pop("HYPOTHESIS_STORAGE_DIRECTORY", None)
-    cmd = [TORCHRUN, "--nnodes", "1", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
-           "--master-port", str(_free_port()), "--max-restarts", "0", "-m", "fuzzdist", "run", "test_stop_prop.py",
-           "--duration", "300s", "--world-size", "2", "--report", "r.json", "--junit", "", "--database", "db",
-           "--progress", "none"]
-    log = tmp_path / "torchrun.log"
-    with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+    proc, log = _start_campaign(tmp_path, "test_stop_prop.py")
     try:
         try:
             found = wait_for_report(tmp_path / "r.json", lambda r: r["totals"]["distinct_failures"] >= 1
@@ -260,16 +266,9 @@ def test_stopping_the_job_during_an_example_records_no_false_crash(tmp_path, tar
         except AssertionError as exc:
             raise AssertionError(f"{exc}\n{log.read_text()[-4000:]}\n{(tmp_path / 'r.json').read_text()}") from None
         time.sleep(0.5)  # rank 1 into its sleep or all_reduce
-        pid = proc.pid if target == "agent" else int((tmp_path / "driver.pid").read_text())
-        os.kill(pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f"torchrun did not end after SIGTERM\n{log.read_text()[-4000:]}") from None
+        _sigterm_and_wait(proc, log, proc.pid if target == "agent" else int((tmp_path / "driver.pid").read_text()))
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        _kill(proc)
     output = log.read_text()
     report = read_report(tmp_path / "r.json")
     assert report["status"] == "interrupted" and report["interrupted_by"] == "SIGTERM", output[-4000:]
