@@ -1,0 +1,210 @@
+"""Known torch bugs, as data.
+
+A property that runs into a bug of torch's own keeps drawing the inputs that trigger it: leaving
+them out of the strategies would hide exactly what fuzzdist exists to show, and nobody would notice
+when torch fixes the bug or when a new one appears next to it.  Instead each bug is a
+:class:`KnownBug` here, with a predicate that recognises it from the example and the failure, and
+the property runs its check inside :func:`known_failures`:
+
+* a failure the predicate recognises is a *sighting*: it is tallied (and given to Hypothesis as an
+  ``event``), not raised, so the search goes on for failures that are new.  The pytest plugin
+  reports a test whose only failures were sightings as KNOWN, not as passed and not as failed;
+  ``fuzzdist run`` and ``fuzzdist check-pg`` count them in their reports;
+* a failure of the same property with a different symptom is not recognised and stays a failure;
+* with no tally collecting (a check called outside pytest or a campaign), a recognised failure is
+  raised as it is, with a note naming the known bug: nothing is ever swallowed silently.
+
+Whether a known bug still reproduces on the installed torch is checked by running its pinned minimal
+example with :func:`reproduces` (``properties/test_known_bugs.py``); its standalone reproducer, with
+torch alone, is the script named by :attr:`KnownBug.reproducer` (``docs/findings/``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from fuzzdist.errors import InvalidArgument, InvalidState
+
+__all__ = [
+    "KnownBug", "Sighting", "Tally", "collecting", "known_failures", "recognise", "register", "registry",
+    "reproduces",
+]
+
+Example = Mapping[str, Any]
+
+_ID = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
+
+
+@dataclass(frozen=True)
+class KnownBug:
+    """One bug of torch's that a property or ``check-pg`` runs into.
+
+    ``where`` names the checks whose failures it can explain (a property module's name such as
+    ``"broadcast"``, or ``"check-pg:<collective>"``); ``recognise(example, failure)`` says whether
+    this failure of that check, on this example, is this bug: it must look at the symptom (the
+    failure's type and message), not only at the inputs, so that a different failure on the same
+    inputs stays a failure.  ``seen_on`` lists the torch versions (``"2.13"``) it reproduced on,
+    ``upstream`` the issue where torch tracks it, ``reproducer`` the standalone script (a path
+    relative to the repository, under ``docs/findings/``).
+    """
+
+    id: str
+    summary: str
+    where: tuple[str, ...]
+    recognise: Callable[[Example, BaseException], bool] = field(repr=False)
+    seen_on: tuple[str, ...]
+    upstream: str | None = None
+    reproducer: str | None = None
+
+
+_REGISTRY: dict[str, KnownBug] = {}
+
+
+def register(bug: KnownBug) -> KnownBug:
+    """Add ``bug`` to the registry (once per id) and return it."""
+    if not _ID.fullmatch(bug.id):
+        raise InvalidArgument(f"known bug id {bug.id!r} must be lower-case words joined by '-', "
+                              "such as 'gloo-broadcast-ignores-strides'")
+    if not bug.where:
+        raise InvalidArgument(f"known bug {bug.id!r} names no check in where=; name the property module "
+                              "(e.g. 'broadcast') or 'check-pg:<collective>' whose failures it explains")
+    if bug.id in _REGISTRY and _REGISTRY[bug.id] != bug:
+        raise InvalidArgument(f"a known bug with id {bug.id!r} is already registered; give this one its own id")
+    _REGISTRY[bug.id] = bug
+    return bug
+
+
+def registry() -> Mapping[str, KnownBug]:
+    """Every registered known bug by id (the built-in ones are registered on import)."""
+    _load_builtin()
+    return dict(_REGISTRY)
+
+
+def recognise(where: str, example: Example, failure: BaseException) -> KnownBug | None:
+    """The known bug that explains ``failure`` of check ``where`` on ``example``, or None."""
+    _load_builtin()
+    for bug in _REGISTRY.values():
+        if where in bug.where:
+            try:
+                if bug.recognise(example, failure):
+                    return bug
+            except Exception as exc:  # a broken predicate must not turn a failure into a pass
+                raise InvalidState(f"the predicate of known bug {bug.id!r} raised {exc!r} on "
+                                   f"{type(failure).__name__}; fix it in fuzzdist.known_bugs") from exc
+    return None
+
+
+@dataclass
+class Sighting:
+    """How often one known bug was seen in one test, and the first example that showed it."""
+
+    bug: KnownBug
+    count: int
+    example: str
+    failure: str
+
+
+@dataclass
+class Tally:
+    """The sightings of one test (or one check-pg collective), by bug id, in the order first seen."""
+
+    sightings: dict[str, Sighting] = field(default_factory=dict)
+
+    def add(self, bug: KnownBug, example: Example, failure: BaseException) -> None:
+        seen = self.sightings.get(bug.id)
+        if seen is None:
+            example_text = ", ".join(f"{k}={v!r}" for k, v in example.items())
+            first_line = (str(failure).strip().splitlines() or [""])[0]
+            self.sightings[bug.id] = Sighting(bug, 1, example_text, f"{type(failure).__name__}: {first_line}"[:300])
+        else:
+            seen.count += 1
+
+    def __bool__(self) -> bool:
+        return bool(self.sightings)
+
+    def lines(self) -> list[str]:
+        """One line per bug: id, count, summary, upstream; then the first example that showed it."""
+        out = []
+        for s in self.sightings.values():
+            upstream = f" ({s.bug.upstream})" if s.bug.upstream else ""
+            out.append(f"KNOWN {s.bug.id} x{s.count}: {s.bug.summary}{upstream}")
+            out.append(f"    first seen on: {s.example}")
+            out.append(f"    failure: {s.failure}")
+        return out
+
+    def as_json(self) -> list[dict[str, Any]]:
+        return [{"id": s.bug.id, "count": s.count, "summary": s.bug.summary, "upstream": s.bug.upstream,
+                 "reproducer": s.bug.reproducer, "example": s.example, "failure": s.failure}
+                for s in self.sightings.values()]
+
+
+_collecting: list[Tally] = []
+
+
+@contextlib.contextmanager
+def collecting() -> Iterator[Tally]:
+    """Tally the sightings of the checks run inside; the pytest plugin wraps every test in one."""
+    tally = Tally()
+    _collecting.append(tally)
+    try:
+        yield tally
+    finally:
+        _collecting.remove(tally)
+
+
+@contextlib.contextmanager
+def known_failures(where: str, **example: Any) -> Iterator[None]:
+    """Run one check of ``where`` on ``example``; a failure it raises that a known bug explains is
+    tallied as a sighting instead of raised (see the module docstring).  Anything else propagates."""
+    try:
+        yield
+    except Exception as failure:
+        bug = recognise(where, example, failure)
+        if bug is None:
+            raise
+        if not _collecting:
+            # add_note() is 3.11+; __notes__ is what it writes and what 3.10's exceptiongroup backport prints
+            failure.__notes__ = [*getattr(failure, "__notes__", []),
+                                 f"fuzzdist: this is known torch bug {bug.id!r}: {bug.summary}"]
+            raise
+        _collecting[-1].add(bug, example, failure)
+        _event(f"known torch bug: {bug.id}")
+
+
+def reproduces(bug_id: str, where: str, example: Example, check: Callable[[], object]) -> bool:
+    """Run ``check`` (the pinned minimal example of ``bug_id``): True if it fails and ``bug_id`` explains
+    the failure, False if it passes (torch fixed it); a failure that is not this bug propagates."""
+    bugs = registry()
+    if bug_id not in bugs:
+        raise InvalidArgument(f"no known bug {bug_id!r}; registered: {sorted(bugs)}")
+    try:
+        check()
+    except Exception as failure:
+        if recognise(where, example, failure) is bugs[bug_id]:
+            return True
+        raise
+    return False
+
+
+def _event(text: str) -> None:
+    try:
+        from hypothesis import event
+
+        event(text)
+    except Exception:  # hypothesis.errors.InvalidArgument outside a test: nothing to record into
+        pass
+
+
+_loaded = False
+
+
+def _load_builtin() -> None:
+    """Register the bugs fuzzdist's own properties know (imported late: they import torch)."""
+    global _loaded
+    if not _loaded:
+        _loaded = True
+        from fuzzdist import _known_torch_bugs  # noqa: F401  (registers on import)

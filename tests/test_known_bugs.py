@@ -1,0 +1,66 @@
+"""The known-bug registry: a recognised failure is a sighting, anything else stays a failure."""
+
+from __future__ import annotations
+
+import pytest
+
+from fuzzdist import known_bugs
+from fuzzdist.errors import InvalidArgument, PropertyFailure
+
+BUG = known_bugs.register(known_bugs.KnownBug(
+    id="test-only-odd-sizes", summary="a planted 'torch bug': odd sizes fail with 'odd'", where=("test-prop",),
+    recognise=lambda ex, f: isinstance(f, PropertyFailure) and ex["size"] % 2 == 1 and "odd" in str(f),
+    seen_on=("2.13",)))
+
+
+def check(size: int, message: str = "odd size differs") -> None:
+    if size % 2:
+        raise PropertyFailure(message)
+
+
+def test_a_recognised_failure_is_tallied_not_raised():
+    with known_bugs.collecting() as tally:
+        for size in (1, 2, 3):
+            with known_bugs.known_failures("test-prop", size=size):
+                check(size)
+    (sighting,) = tally.sightings.values()
+    assert (sighting.bug, sighting.count, sighting.example) == (BUG, 2, "size=1")
+    assert tally.lines()[0].startswith("KNOWN test-only-odd-sizes x2:")
+
+
+def test_same_inputs_with_a_different_symptom_stay_a_failure():
+    with known_bugs.collecting() as tally, pytest.raises(PropertyFailure, match="garbage"):
+        with known_bugs.known_failures("test-prop", size=3):
+            check(3, message="garbage")
+    assert not tally
+
+
+def test_another_check_is_not_explained_by_the_bug():
+    with known_bugs.collecting(), pytest.raises(PropertyFailure):
+        with known_bugs.known_failures("other-prop", size=3):
+            check(3)
+
+
+def test_without_a_tally_the_failure_is_raised_with_a_note():
+    with pytest.raises(PropertyFailure) as info:
+        with known_bugs.known_failures("test-prop", size=3):
+            check(3)
+    assert any("known torch bug 'test-only-odd-sizes'" in n for n in info.value.__notes__)
+
+
+def test_reproduces_tells_present_from_fixed():
+    assert known_bugs.reproduces(BUG.id, "test-prop", {"size": 3}, lambda: check(3))
+    assert not known_bugs.reproduces(BUG.id, "test-prop", {"size": 3}, lambda: None)
+    with pytest.raises(PropertyFailure):
+        known_bugs.reproduces(BUG.id, "test-prop", {"size": 3}, lambda: check(3, "garbage"))
+
+
+@pytest.mark.parametrize("bad, match", [
+    (dict(id="Bad Id"), "lower-case words"),
+    (dict(where=()), "names no check"),
+    (dict(summary="another bug under the same id"), "already registered"),
+])
+def test_bad_entries_say_what_to_do(bad, match):
+    fields = dict(id=BUG.id, summary=BUG.summary, where=BUG.where, recognise=BUG.recognise, seen_on=BUG.seen_on)
+    with pytest.raises(InvalidArgument, match=match):
+        known_bugs.register(known_bugs.KnownBug(**{**fields, **bad}))
