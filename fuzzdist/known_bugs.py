@@ -168,7 +168,7 @@ def known_failures(where: str, **example: Any) -> Iterator[None]:
             raise
         if not _collecting:
             # add_note() is 3.11+; __notes__ is what it writes and what 3.10's exceptiongroup backport prints
-            failure.__notes__ = [*getattr(failure, "__notes__", []),
+            failure.__notes__ = [  # type: ignore[attr-defined]*getattr(failure, "__notes__", []),
                                  f"fuzzdist: this is known torch bug {bug.id!r}: {bug.summary}"]
             raise
         _collecting[-1].add(bug, example, failure)
