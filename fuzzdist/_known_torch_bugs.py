@@ -2,11 +2,110 @@
 
 One :func:`~fuzzdist.known_bugs.register` call per bug, each with its standalone reproducer in
 ``docs/findings/`` and its entry in ``docs/findings.md``.  A predicate looks at the symptom, not only
-at the inputs: a different failure on the same inputs must stay a failure.
+at the inputs: a different failure on the same inputs must stay a failure.  Where a property can
+tell that a wrong result is exactly what the bug computes, its rank function says so in the failure
+(``STRIDES_IGNORED``, ``FORWARD_OP_ON_GRADS``), and the predicate asks for that on every rank.
 """
 
 from __future__ import annotations
 
-from fuzzdist.known_bugs import KnownBug, register  # noqa: F401  (used by the entries below)
+from collections.abc import Callable, Mapping
+from typing import Any
 
-# Entries are added below, one register(KnownBug(...)) per bug.
+from fuzzdist.errors import PropertyFailure
+from fuzzdist.known_bugs import KnownBug, register
+
+SEEN_ON = ("2.13",)
+_DENSE_NON_CONTIGUOUS = ("transposed", "channels_last")  # the layouts whose memory order differs
+
+
+def _problems(failure: BaseException) -> list[str] | None:
+    """Every problem a property's ranks reported (rank results are a string, a list of them, or None);
+    None if ``failure`` is not a property's failure."""
+    if not isinstance(failure, PropertyFailure):
+        return None
+    out: list[str] = []
+    for result in failure.results:
+        if isinstance(result, str):
+            out.append(result)
+        elif isinstance(result, (list, tuple)):
+            out.extend(str(p) for p in result)
+    return out
+
+
+def _every_problem(failure: BaseException, test: Callable[[str], bool]) -> bool:
+    problems = _problems(failure)
+    return bool(problems) and all(test(p) for p in problems)
+
+
+# -- broadcast ---------------------------------------------------------------------------------
+
+
+def _broadcast_ignores_strides(example: Mapping[str, Any], failure: BaseException) -> bool:
+    from fuzzdist.properties.broadcast import STRIDES_IGNORED
+
+    return (example["spec"].layout in _DENSE_NON_CONTIGUOUS
+            and _every_problem(failure, lambda p: STRIDES_IGNORED in p))
+
+
+register(KnownBug(
+    id="gloo-broadcast-ignores-strides",
+    summary="gloo's broadcast sends a non-contiguous source tensor's memory as if it were row-major: "
+            "the receivers get its elements in memory order",
+    where=("broadcast",), recognise=_broadcast_ignores_strides, seen_on=SEEN_ON,
+    upstream="https://github.com/pytorch/pytorch/issues/192920",
+    reproducer="docs/findings/gloo-broadcast-ignores-strides.py"))
+
+
+# -- torch.distributed.nn collectives ----------------------------------------------------------
+
+
+def _collective(name: str, example: Mapping[str, Any]) -> bool:
+    return bool(example.get("name") == name)
+
+
+def _all_to_all_scatter_ignores_strides(example: Mapping[str, Any], failure: BaseException) -> bool:
+    from fuzzdist.properties.collectives import STRIDES_IGNORED
+
+    return (_collective("all_to_all", example) and example["case"].out_layout in _DENSE_NON_CONTIGUOUS
+            and _every_problem(failure, lambda p: p.startswith("output ") and STRIDES_IGNORED in p))
+
+
+register(KnownBug(
+    id="gloo-scatter-ignores-strides",
+    summary="gloo's scatter writes row-major bytes into the memory of a non-contiguous output tensor "
+            "(torch.distributed.nn.all_to_all on gloo is built from scatters)",
+    where=("collectives",), recognise=_all_to_all_scatter_ignores_strides, seen_on=SEEN_ON,
+    upstream="https://github.com/pytorch/pytorch/issues/24836",
+    reproducer="docs/findings/gloo-scatter-ignores-strides.py"))
+
+
+def _all_gather_grad_transposed(example: Mapping[str, Any], failure: BaseException) -> bool:
+    from fuzzdist.properties.collectives import STRIDES_IGNORED
+
+    return (_collective("all_gather", example) and example["case"].grad_layout in _DENSE_NON_CONTIGUOUS
+            and _every_problem(failure, lambda p: p.startswith("grad of input") and STRIDES_IGNORED in p))
+
+
+register(KnownBug(
+    id="nn-all-gather-grad-transposed",
+    summary="torch.distributed.nn.all_gather on gloo: a transposed (or channels_last) upstream gradient "
+            "gives a wrong input gradient (its backward scatters into empty_like(grad), and gloo's "
+            "scatter ignores strides)",
+    where=("collectives",), recognise=_all_gather_grad_transposed, seen_on=SEEN_ON,
+    reproducer="docs/findings/nn-all-gather-grad-transposed.py"))
+
+
+def _all_reduce_backward_non_sum(example: Mapping[str, Any], failure: BaseException) -> bool:
+    from fuzzdist.properties.collectives import FORWARD_OP_ON_GRADS
+
+    return (_collective("all_reduce", example) and example["case"].op in ("PRODUCT", "MIN", "MAX")
+            and _every_problem(failure, lambda p: p.startswith("grad of input") and FORWARD_OP_ON_GRADS in p))
+
+
+register(KnownBug(
+    id="nn-all-reduce-backward-non-sum",
+    summary="torch.distributed.nn.all_reduce's backward all-reduces the upstream gradients with the "
+            "forward's op: wrong input gradients for PRODUCT, MIN and MAX",
+    where=("collectives",), recognise=_all_reduce_backward_non_sum, seen_on=SEEN_ON,
+    reproducer="docs/findings/nn-all-reduce-backward-non-sum.py"))

@@ -60,3 +60,34 @@ def first_difference(actual: torch.Tensor, expected: torch.Tensor) -> str | None
     count = int(sum(1 for i in range(0, len(a), itemsize) if a[i:i + itemsize] != e[i:i + itemsize]))
     return (f"{count} of {actual.numel()} elements differ; first at flat index {index}: "
             f"got {flat_a[index].item()!r}, expected {flat_e[index].item()!r}")
+
+
+def storage_order(t: torch.Tensor) -> torch.Tensor | None:
+    """``t``'s elements in the order its memory holds them, shaped like ``t``: what a backend that
+    ignores strides (copies memory as if it were row-major) reads from ``t`` or makes of a row-major
+    write into it.  None where ``t`` is not dense (gaps or overlaps): there is no such order."""
+    if t.numel() and sorted(s for s, n in zip(t.stride(), t.shape, strict=True) if n > 1) != sorted(
+            _dense_strides(t)):
+        return None
+    return t.as_strided((t.numel(),), (1,), t.storage_offset()).reshape(t.shape)
+
+
+def _dense_strides(t: torch.Tensor) -> list[int]:
+    """The strides a dense tensor of ``t``'s shape has in some dim order (ignoring size-1 dims)."""
+    sizes = sorted((s, n) for s, n in zip(t.stride(), t.shape, strict=True) if n > 1)
+    out, step = [], 1
+    for _, n in sizes:
+        out.append(step)
+        step *= n
+    return out
+
+
+def written_ignoring_strides(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor | None:
+    """What a backend that ignores strides leaves in a tensor laid out like ``like`` when it writes
+    ``values`` (row-major) into its memory; None where ``like`` is not dense."""
+    out = torch.empty_like(like)
+    in_memory_order = storage_order(out)
+    if in_memory_order is None:
+        return None
+    in_memory_order.copy_(values)
+    return out

@@ -30,8 +30,8 @@ from typing import Any
 from fuzzdist.errors import InvalidArgument, InvalidState
 
 __all__ = [
-    "KnownBug", "Sighting", "Tally", "collecting", "known_failures", "recognise", "register", "registry",
-    "reproduces",
+    "KnownBug", "Sighting", "Tally", "collecting", "current_tally", "fixed_message", "known_failures", "recognise",
+    "register", "registry", "reproduces", "sighted",
 ]
 
 Example = Mapping[str, Any]
@@ -126,6 +126,11 @@ class Tally:
     def __bool__(self) -> bool:
         return bool(self.sightings)
 
+    @property
+    def total(self) -> int:
+        """Sightings of every bug together."""
+        return sum(s.count for s in self.sightings.values())
+
     def lines(self) -> list[str]:
         """One line per bug: id, count, summary, upstream; then the first example that showed it."""
         out = []
@@ -156,6 +161,31 @@ def collecting() -> Iterator[Tally]:
         _collecting.remove(tally)
 
 
+def current_tally() -> Tally | None:
+    """The tally the innermost :func:`collecting` block fills, or None outside one."""
+    return _collecting[-1] if _collecting else None
+
+
+def sighted(where: str, example: Example, failure: BaseException) -> bool:
+    """Whether ``failure`` of check ``where`` on ``example`` is a known bug, tallied as a sighting.
+
+    True: it was tallied into the current tally (the caller drops the failure).  False: either no
+    known bug explains it, or none is collecting (then a recognised failure gets a note naming the
+    bug, and the caller raises it as it is).  For callers that can't wrap the check in
+    :func:`known_failures`, such as ``check-pg``, which builds its failure messages itself."""
+    bug = recognise(where, example, failure)
+    if bug is None:
+        return False
+    if not _collecting:
+        # add_note() is 3.11+; __notes__ is what it writes and what 3.10's exceptiongroup backport prints
+        notes = [*getattr(failure, "__notes__", []), f"fuzzdist: this is known torch bug {bug.id!r}: {bug.summary}"]
+        setattr(failure, "__notes__", notes)  # noqa: B010  (mypy's 3.10 target has no __notes__)
+        return False
+    _collecting[-1].add(bug, example, failure)
+    _event(f"known torch bug: {bug.id}")
+    return True
+
+
 @contextlib.contextmanager
 def known_failures(where: str, **example: Any) -> Iterator[None]:
     """Run one check of ``where`` on ``example``; a failure it raises that a known bug explains is
@@ -163,21 +193,15 @@ def known_failures(where: str, **example: Any) -> Iterator[None]:
     try:
         yield
     except Exception as failure:
-        bug = recognise(where, example, failure)
-        if bug is None:
+        if not sighted(where, example, failure):
             raise
-        if not _collecting:
-            # add_note() is 3.11+; __notes__ is what it writes and what 3.10's exceptiongroup backport prints
-            notes = [*getattr(failure, "__notes__", []), f"fuzzdist: this is known torch bug {bug.id!r}: {bug.summary}"]
-            setattr(failure, "__notes__", notes)  # noqa: B010  (mypy's 3.10 target has no __notes__)
-            raise
-        _collecting[-1].add(bug, example, failure)
-        _event(f"known torch bug: {bug.id}")
 
 
 def reproduces(bug_id: str, where: str, example: Example, check: Callable[[], object]) -> bool:
     """Run ``check`` (the pinned minimal example of ``bug_id``): True if it fails and ``bug_id`` explains
-    the failure, False if it passes (torch fixed it); a failure that is not this bug propagates."""
+    the failure (tallied as a sighting when a tally is collecting, so pytest reports the test KNOWN),
+    False if it passes (torch fixed it: fail with :func:`fixed_message`); a failure that is not this
+    bug propagates."""
     bugs = registry()
     if bug_id not in bugs:
         raise InvalidArgument(f"no known bug {bug_id!r}; registered: {sorted(bugs)}")
@@ -185,9 +209,20 @@ def reproduces(bug_id: str, where: str, example: Example, check: Callable[[], ob
         check()
     except Exception as failure:
         if recognise(where, example, failure) is bugs[bug_id]:
+            if _collecting:
+                _collecting[-1].add(bugs[bug_id], example, failure)
             return True
         raise
     return False
+
+
+def fixed_message(bug_id: str) -> str:
+    """What to say when ``bug_id``'s pinned example no longer fails: torch fixed it."""
+    import torch
+
+    version = torch.__version__.split("+")[0]
+    return (f"known bug {bug_id} no longer reproduces on torch {version}: torch fixed it; "
+            "narrow seen_on / drop the entry")
 
 
 def _event(text: str) -> None:

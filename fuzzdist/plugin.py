@@ -15,6 +15,11 @@ A list of devices or world sizes parametrizes the test; the
 GPU, too few GPUs) is skipped with the reason, before any rank process
 starts.
 
+Each test runs inside :func:`fuzzdist.known_bugs.collecting`: a test whose only
+failures were sightings of known torch bugs is reported KNOWN (``K``, "2 known"
+in the summary line), with the sightings listed at the end of the run; a test
+that also failed otherwise fails, and shows its sightings with its failure.
+
 The session's pools come from the ``pytest_fuzzdist_make_pool_cache`` hook
 (:mod:`fuzzdist.newhooks`; default: a :class:`PoolCache`) and are kept in
 ``config.stash[pool_cache_key]``.
@@ -31,7 +36,7 @@ from typing import Any
 
 import pytest
 
-from fuzzdist import _hypothesis_compat, newhooks, profiles, variant_keys
+from fuzzdist import _hypothesis_compat, known_bugs, newhooks, profiles, variant_keys
 from fuzzdist.capabilities import missing, missing_gpus
 from fuzzdist.errors import CapabilityError
 from fuzzdist.newhooks import RankPools
@@ -86,6 +91,9 @@ pool_cache_key = pytest.StashKey[RankPools]()  # config.stash[pool_cache_key]: t
 # config.stash[rank_output_key]: what the ranks wrote in passing examples, per test
 rank_output_key = pytest.StashKey[rank_output.OutputLog]()
 _notes_key = pytest.StashKey[list[str]]()  # what the session adopted from shared database keys
+_tally_key = pytest.StashKey[known_bugs.Tally]()  # item.stash: the known-bug sightings of its call
+_known_key = pytest.StashKey[list[tuple[str, str, list[str]]]]()  # (nodeid, outcome, Tally.lines()) per test
+KNOWN_SECTION = "fuzzdist: known torch bugs"
 
 
 class PoolCache:
@@ -219,11 +227,37 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     if inner is not None and parametrized_by_pool(item):
         _hypothesis_compat.set_extra_digest(inner, item.nodeid.encode())
     log = item.config.stash.get(rank_output_key, None)
-    if log is None:
-        yield
+    with known_bugs.collecting() as tally:
+        item.stash[_tally_key] = tally
+        if log is None:
+            yield
+        else:
+            with log.collecting(item.nodeid):
+                yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A call whose only failures were known torch bugs' sightings passed, and is marked KNOWN; any
+    call with sightings lists them in a report section (shown with a failure)."""
+    outcome = yield
+    tally = item.stash.get(_tally_key, None)
+    if call.when != "call" or not tally:
         return
-    with log.collecting(item.nodeid):
-        yield
+    report = outcome.get_result()
+    lines = tally.lines()
+    report.sections.append((KNOWN_SECTION, "\n".join(lines)))
+    if report.passed:
+        report.fuzzdist_known = tally.total  # read by pytest_report_teststatus
+    item.config.stash.setdefault(_known_key, []).append((item.nodeid, report.outcome, lines))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -> tuple[str, str, Any] | None:
+    """KNOWN: the test passed apart from sightings of known torch bugs (neither passed nor failed)."""
+    if report.when == "call" and report.passed and getattr(report, "fuzzdist_known", 0):
+        return "known", "K", ("KNOWN", {"yellow": True})
+    return None
 
 
 
@@ -246,6 +280,14 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """What the session adopted from shared database keys, and what the ranks wrote in passing examples
     (once per property: failures show their own)."""
     config = terminalreporter.config
+    known = config.stash.get(_known_key, [])
+    if known:
+        terminalreporter.write_sep("=", KNOWN_SECTION)
+        for nodeid, outcome, lines in known:
+            terminalreporter.write_line(f"{nodeid}: {'KNOWN' if outcome == 'passed' else outcome.upper()}")
+            for line in lines:
+                terminalreporter.write_line(f"  {line}")
+        terminalreporter.write_line("(a known torch bug is a finding: see fuzzdist.known_bugs and docs/findings.md)")
     notes = config.stash.get(_notes_key, [])
     if notes:
         terminalreporter.section("fuzzdist: examples from the shared database key", sep="-")

@@ -13,6 +13,9 @@ gradient for its output; for list outputs g_s[k] is the gradient of rank s's k-t
 * reduce(x, dst, SUM): y_dst = sum_s x_s; the other ranks' outputs are unspecified (gloo leaves
   partial sums there), so they are neither checked nor differentiated: grad x_r = g_dst.
 * all_reduce(x, SUM): y_s = sum_t x_t.  grad x_r = sum_s g_s.  AVG: grad x_r = (1/W) sum_s g_s.
+  PRODUCT: grad x_r = (sum_s g_s) * prod_{t != r} x_t.  MIN/MAX: grad x_r = sum_s g_s where x_r
+  is the only rank holding the extreme, 0 where it does not hold it; where several ranks hold it
+  the split between them is not defined, and those elements are not checked.
 * all_gather(x): y_s[k] = x_k.  grad x_r = sum_s g_s[r].
 * gather(x, dst): y_dst[k] = x_k; the other ranks' outputs are constant.  grad x_r = g_dst[r].
 * scatter(xs, src) (every rank passes W tensors): y_r = xs_src[r].  On src: grad xs[j] = g_j;
@@ -22,24 +25,31 @@ gradient for its output; for list outputs g_s[k] is the gradient of rank s's k-t
   in order; y_r = cat_i(block of x_i for r).  grad x_r = cat_j(block of g_j that came from r).
 * reduce_scatter(out, xs, SUM): y_r = sum_s xs_s[r].  grad xs_r[j] = g_j.
 
-Found in torch's source (torch/distributed/nn/functional.py), and so left out by construction:
+Known torch bugs, drawn like any other input: the check runs inside
+``known_failures("collectives", ...)`` (:mod:`fuzzdist.known_bugs`), and a failure with exactly their
+symptom is tallied as a sighting, not raised.  The rank functions say when a wrong result is exactly
+what the bug computes (``STRIDES_IGNORED``, ``FORWARD_OP_ON_GRADS``), and the predicates look for that:
 
-* Only SUM (and AVG for all_reduce) has a correct backward.  ``_AllReduce.backward`` all-reduces
-  the upstream gradients with the *forward's* op (right for SUM and AVG; for MAX it returns the
-  max of the gradients, for PRODUCT their product), and the backward of reduce (a broadcast of
-  g_dst) and of reduce_scatter (an all_gather) ignore the op.  Other ops get forward checks only.
+* ``nn-all-reduce-backward-non-sum``: ``_AllReduce.backward`` all-reduces the upstream gradients
+  with the *forward's* op (right for SUM and AVG; for MAX it returns the max of the gradients, for
+  PRODUCT their product).  all_reduce draws every op with gradients.
+* ``gloo-scatter-ignores-strides`` (pytorch/pytorch issues 24836 and 192920, open): gloo's
+  ``dist.scatter`` copies row-major bytes into the storage of a non-contiguous output.  all_to_all
+  on gloo is built from scatters, so its output tensors are drawn in every layout.
+* ``nn-all-gather-grad-transposed``: all_gather's backward on gloo is an all_to_all built from
+  scatters into ``torch.empty_like(upstream gradient)``, so a transposed (or channels_last)
+  upstream gradient gives a silently wrong input gradient.  Upstream gradients take every layout.
+
+Found in torch's source (torch/distributed/nn/functional.py), and left out by construction:
+
+* The backward of reduce (a broadcast of g_dst) and of reduce_scatter (an all_gather) ignore the
+  op, so they get gradients checked for SUM only; their other ops get forward checks only.
 * ``all_to_all_single`` hands its input to ``dist.all_to_all_single`` without ``.contiguous()``:
   a non-contiguous input raises "Tensors must be contiguous", so its inputs are drawn contiguous
   or sliced only (its upstream gradients may have any layout: the backward makes them contiguous).
-* gloo's ``dist.scatter`` ignores strides: it copies row-major bytes into the storage of a
-  non-contiguous output, and sends the raw storage of non-contiguous inputs (pytorch/pytorch
-  issues 24836 and 192920, open).  all_gather's backward on gloo is an all_to_all built from
-  scatters into ``torch.empty_like(upstream gradient)``, so a transposed upstream gradient gives a
-  silently wrong (transposed) input gradient: all_gather's upstream gradients are drawn contiguous
-  or sliced only, and ``test_all_gather_grad_with_transposed_upstream_gradient`` pins the bug
-  (xfail, strict).  For the same reason all_to_all gets contiguous output tensors, and every rank
-  uses the same layout: scatter's forward and gather's backward scatter into ``zeros_like`` of
-  the receiver's own tensor, right only while sender and receiver agree on the layout.
+* Every rank uses the same input layout: scatter's forward and gather's backward scatter into
+  ``zeros_like`` of the receiver's own tensor (see gloo-scatter-ignores-strides), right only while
+  sender and receiver agree on the layout.
 * PRODUCT over float16 can overflow in some reduction orders and not others (values reach 2**8,
   float16's max is 65504), so float16 PRODUCT is never drawn.
 
@@ -72,8 +82,9 @@ import torch.distributed as dist
 import torch.distributed.nn.functional as dnn
 from hypothesis import strategies as st
 
+from fuzzdist import known_bugs
 from fuzzdist import strategies as fst
-from fuzzdist.checks import first_difference
+from fuzzdist.checks import first_difference, written_ignoring_strides
 from fuzzdist.errors import InvalidArgument
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.strategies import TensorSpec
@@ -87,8 +98,11 @@ COLLECTIVES = ("broadcast", "reduce", "all_reduce", "all_gather", "gather", "sca
 ROOTED = ("broadcast", "reduce", "gather", "scatter")  # these take a drawn source/destination rank
 REDUCTIONS = ("reduce", "all_reduce", "reduce_scatter")
 REDUCE_OPS = ("SUM", "AVG", "PRODUCT", "MIN", "MAX")  # shrink order: SUM first
-# The ops whose backward torch gets right (see the module docstring); the others: forward only.
-GRAD_OPS = {"reduce": ("SUM",), "all_reduce": ("SUM", "AVG"), "reduce_scatter": ("SUM",)}
+# The ops whose gradients are checked (see the module docstring); the others: forward only.
+GRAD_OPS = {"reduce": ("SUM",), "all_reduce": REDUCE_OPS, "reduce_scatter": ("SUM",)}
+# What a rank adds to a wrong result that is exactly what a known torch bug computes.
+STRIDES_IGNORED = "exactly what a write that ignores the output's strides leaves"
+FORWARD_OP_ON_GRADS = "exactly the forward's op over the upstream gradients"
 FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 BASE_DTYPES = (torch.float32, torch.float64)  # always drawn; probed only for reduce_scatter
 MAX_BYTES = 1024
@@ -104,7 +118,8 @@ class Case:
     ``splits`` sets per rank).  ``root`` is the source or destination rank, ``op`` the ReduceOp
     name (None for data movement), ``grad`` whether gradients are checked, ``grad_layout`` the
     layout of the upstream gradients (contiguous where it doesn't fit), ``splits[i][j]`` the rows
-    rank i sends rank j in all_to_all_single, passed explicitly when ``explicit_splits``.
+    rank i sends rank j in all_to_all_single, passed explicitly when ``explicit_splits``,
+    ``out_layout`` the layout of all_to_all's output tensors (contiguous where it doesn't fit).
     """
 
     spec: TensorSpec
@@ -115,6 +130,7 @@ class Case:
     grad_layout: str = "contiguous"
     splits: tuple[tuple[int, ...], ...] = ()
     explicit_splits: bool = False
+    out_layout: str = "contiguous"
 
 
 # ---------------------------------------------------------------------------
@@ -131,14 +147,17 @@ def _x(case: Case, device: str | torch.device, rank: int, index: int = 0,
     return (spec or case.spec).materialize(device, _sub_seed(case.seed, 0, rank, index))
 
 
+def _laid_out(shape: tuple[int, ...], dtype: torch.dtype, layout: str) -> TensorSpec:
+    """A random-valued spec of ``shape`` in ``layout``, or contiguous where the layout can't hold."""
+    try:
+        return TensorSpec(tuple(shape), dtype, layout, "random", 3 if layout == "sliced" else 0)
+    except ValueError:  # the layout can't hold for this shape
+        return TensorSpec(tuple(shape), dtype)
+
+
 def _g(case: Case, shape: tuple[int, ...], device: str | torch.device, rank: int, index: int = 0) -> torch.Tensor:
     """Rank ``rank``'s upstream gradient for its ``index``-th output: random values, drawn layout."""
-    shape = tuple(shape)
-    try:
-        spec = TensorSpec(shape, case.spec.dtype, case.grad_layout, "random",
-                          3 if case.grad_layout == "sliced" else 0)
-    except ValueError:  # the layout can't hold for this shape
-        spec = TensorSpec(shape, case.spec.dtype)
+    spec = _laid_out(shape, case.spec.dtype, case.grad_layout)
     return spec.materialize(device, _sub_seed(case.seed, 1, rank, index))
 
 
@@ -272,8 +291,49 @@ def all_reduce_and_check(ctx: RankContext, case: Case,
         if case.grad:
             grads = [_g(case, case.spec.shape, dev, s) for s in range(w)]
             (gx,) = torch.autograd.grad(y, x, grads[r])
-            problems.append(_reduced("grad of input", gx, grads, case.op))
+            problem = _reduction_grad("grad of input", gx, xs, r, grads, case.op)
+            if problem is not None and case.op not in ("SUM", "AVG") and _reduced("", gx, grads, case.op) is None:
+                problem += f" ({FORWARD_OP_ON_GRADS})"
+            problems.append(problem)
     return _report(problems)
+
+
+def _reduction_grad(what: str, actual: torch.Tensor, xs: list[torch.Tensor], r: int,
+                    grads: list[torch.Tensor], op: str | None) -> str | None:
+    """Check ``actual``, the gradient of x_r (``xs[r]``) for y = ``op`` over ``xs`` when every rank's
+    output y gets upstream gradient ``grads[s]`` (see the module docstring)."""
+    if op in ("SUM", "AVG"):
+        return _reduced(what, actual, grads, op)
+    dtype = xs[0].dtype
+    if tuple(actual.shape) != tuple(xs[0].shape) or actual.dtype != dtype:
+        return f"{what}: got shape {tuple(actual.shape)} {actual.dtype}, expected {tuple(xs[0].shape)} {dtype}"
+    n = len(xs)
+    x64 = torch.stack([x.detach().to(torch.float64) for x in xs])
+    total = torch.stack([g.detach().to(torch.float64) for g in grads]).sum(0)
+    magnitude = torch.stack([g.detach().to(torch.float64).abs() for g in grads]).sum(0)
+    checked = torch.ones(x64.shape[1:], dtype=torch.bool)
+    if op == "PRODUCT":
+        others = torch.cat([x64[:r], x64[r + 1:]]).prod(0)
+        ref, scale = total * others, magnitude * others.abs()
+    elif op in ("MIN", "MAX"):
+        extreme = x64.amin(0) if op == "MIN" else x64.amax(0)
+        holders = (x64 == extreme).sum(0)
+        checked = holders == 1  # a tie: how the gradient is split between the holders is not defined
+        ref = torch.where(x64[r] == extreme, total, torch.zeros_like(total))
+        scale = torch.where(x64[r] == extreme, magnitude, torch.zeros_like(magnitude))
+    else:
+        raise InvalidArgument(f"unknown op {op!r}")
+    info = torch.finfo(dtype)
+    bound = 2 * (n + 1) * info.eps * scale + n * info.smallest_normal * info.eps
+    got = actual.detach().to(torch.float64)
+    bad = ~((got - ref).abs() <= bound) & checked  # NaN counts as bad
+    if not bool(bad.any()):
+        return None
+    flat_bad = bad.reshape(-1)
+    i = int(flat_bad.nonzero()[0])
+    return (f"{what}: {int(flat_bad.sum())} of {bad.numel()} elements differ from the gradient of {op} over "
+            f"{n} ranks; first at flat index {i}: got {got.reshape(-1)[i].item()!r}, "
+            f"expected {ref.reshape(-1)[i].item()!r} +- {bound.reshape(-1)[i].item():.3g}")
 
 
 def all_gather_and_check(ctx: RankContext, case: Case,
@@ -288,7 +348,14 @@ def all_gather_and_check(ctx: RankContext, case: Case,
         if problems[0] is None:
             problems += [_exact(f"output {k}", ys[k], _x(case, dev, k)) for k in range(w)]
         (gx,) = torch.autograd.grad(ys, x, [_g(case, shape, dev, r, k) for k in range(len(ys))])
-    problems.append(_reduced("grad of input", gx, [_g(case, shape, dev, s, r) for s in range(w)], "SUM"))
+    received = [_g(case, shape, dev, s, r) for s in range(w)]
+    problem = _reduced("grad of input", gx, received, "SUM")
+    if problem is not None:
+        # gloo's backward scatters each rank's gradient into empty_like(this rank's upstream gradient)
+        scattered = [written_ignoring_strides(g, _g(case, shape, dev, r, s)) for s, g in enumerate(received)]
+        if all(t is not None for t in scattered) and _reduced("", gx, scattered, "SUM") is None:  # type: ignore[arg-type]
+            problem += f" ({STRIDES_IGNORED}: the upstream gradient's)"
+    problems.append(problem)
     return _report(problems)
 
 
@@ -333,12 +400,20 @@ def all_to_all_and_check(ctx: RankContext, case: Case,
     r, w, dev = ctx.rank, ctx.world_size, ctx.device
     shape, dtype = case.spec.shape, case.spec.dtype
     xs = [_leaf(_x(case, dev, r, j)) for j in range(w)]
-    outs = [torch.empty(shape, dtype=dtype, device=dev) for _ in range(w)]
+    out_spec = _laid_out(shape, dtype, case.out_layout)
+    outs = [out_spec.materialize(dev, 0).zero_() for _ in range(w)]
     with _quiet():
         ys = all_to_all(outs, xs, group=ctx.group)
         problems = [_count("outputs", ys, w)]
         if problems[0] is None:
-            problems += [_exact(f"output {i}", ys[i], _x(case, dev, i, r)) for i in range(w)]
+            for i in range(w):
+                problem = _exact(f"output {i}", ys[i], _x(case, dev, i, r))
+                if problem is not None:
+                    # gloo's all_to_all scatters into the output tensors
+                    scattered = written_ignoring_strides(_x(case, dev, i, r), out_spec.materialize(dev, 0))
+                    if scattered is not None and _exact("", ys[i], scattered) is None:
+                        problem += f" ({STRIDES_IGNORED}: output {i}'s)"
+                problems.append(problem)
         gxs = torch.autograd.grad(ys, xs, [_g(case, shape, dev, r, i) for i in range(len(ys))])
     problems += [_exact(f"grad of input {j}", gx, _g(case, shape, dev, j, r)) for j, gx in enumerate(gxs)]
     return _report(problems)
@@ -496,10 +571,8 @@ def cases(draw: st.DrawFn, name: str, world_size: int, allowed: list[tuple[torch
     seed = draw(SEEDS, label="seed")
     root = draw(fst.source_ranks(world_size), label="root") if name in ROOTED else 0
     grad = op is None or op in GRAD_OPS[name]
-    # gloo's scatter writes row-major data into non-contiguous outputs (see the module docstring),
-    # and all_gather's backward scatters into empty_like(upstream gradient).
-    grad_layouts = ("contiguous", "sliced") if name == "all_gather" else fst.LAYOUTS
-    grad_layout = draw(st.sampled_from(grad_layouts), label="grad_layout")
+    grad_layout = draw(st.sampled_from(fst.LAYOUTS), label="grad_layout")
+    out_layout = draw(st.sampled_from(fst.LAYOUTS), label="out_layout") if name == "all_to_all" else "contiguous"
     splits: tuple[tuple[int, ...], ...] = ()
     explicit = False
     if name == "all_to_all_single":
@@ -510,7 +583,7 @@ def cases(draw: st.DrawFn, name: str, world_size: int, allowed: list[tuple[torch
         else:  # split sizes None: dim 0 is divided evenly between the ranks
             k = draw(st.integers(0, MAX_SPLIT), label="rows per rank")
             splits = tuple(tuple(k for _ in range(world_size)) for _ in range(world_size))
-    return Case(spec, seed, root, op, grad, grad_layout, splits, explicit)
+    return Case(spec, seed, root, op, grad, grad_layout, splits, explicit, out_layout)
 
 
 # ---------------------------------------------------------------------------
@@ -521,8 +594,10 @@ def check(pool: Pool, name: str, case: Case, **impl: Any) -> None:
     """Run collective ``name`` (one of ``COLLECTIVES``) on every rank of ``pool`` as ``case`` says;
     raise :class:`PropertyFailure` if any rank's outputs or input gradients differ from the
     reference.  ``impl`` swaps the collective: ``all_gather=my_all_gather`` (the rank function's
-    keyword, named after the collective)."""
-    results = pool.run(CHECKS[name], case, **impl)
-    wrong = {rank: problems for rank, problems in enumerate(results) if problems}
-    if wrong:
-        raise PropertyFailure(f"{name}: ranks {sorted(wrong)} differ from the reference: {wrong}", results)
+    keyword, named after the collective).  Run inside ``known_failures("collectives", ...)``: a known
+    torch bug's failure is tallied, not raised."""
+    with known_bugs.known_failures("collectives", name=name, case=case, world_size=pool.world_size):
+        results = pool.run(CHECKS[name], case, **impl)
+        wrong = {rank: problems for rank, problems in enumerate(results) if problems}
+        if wrong:
+            raise PropertyFailure(f"{name}: ranks {sorted(wrong)} differ from the reference: {wrong}", results)
