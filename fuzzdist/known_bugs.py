@@ -30,8 +30,8 @@ from typing import Any
 from fuzzdist.errors import InvalidArgument, InvalidState
 
 __all__ = [
-    "KnownBug", "Sighting", "Tally", "collecting", "current_tally", "fixed_message", "known_failures", "recognise",
-    "register", "registry", "reproduces", "sighted",
+    "KnownBug", "Sighting", "Tally", "collecting", "current_tally", "fixed_message", "known_failures", "not_collecting",
+    "recognise", "register", "registry", "reproduces", "sighted",
 ]
 
 Example = Mapping[str, Any]
@@ -161,6 +161,18 @@ def collecting() -> Iterator[Tally]:
         _collecting.remove(tally)
 
 
+@contextlib.contextmanager
+def not_collecting() -> Iterator[None]:
+    """Run checks as outside every :func:`collecting` block: a recognised failure is raised, with a
+    note naming the bug (:func:`reproduces` runs a pinned example so)."""
+    outer = _collecting[:]
+    _collecting.clear()
+    try:
+        yield
+    finally:
+        _collecting[:] = outer
+
+
 def current_tally() -> Tally | None:
     """The tally the innermost :func:`collecting` block fills, or None outside one."""
     return _collecting[-1] if _collecting else None
@@ -205,12 +217,14 @@ def reproduces(bug_id: str, where: str, example: Example, check: Callable[[], ob
     bugs = registry()
     if bug_id not in bugs:
         raise InvalidArgument(f"no known bug {bug_id!r}; registered: {sorted(bugs)}")
+    outer = current_tally()
     try:
-        check()
+        with not_collecting():  # the check's own known_failures() must raise the failure, not tally it
+            check()
     except Exception as failure:
         if recognise(where, example, failure) is bugs[bug_id]:
-            if _collecting:
-                _collecting[-1].add(bugs[bug_id], example, failure)
+            if outer is not None:
+                outer.add(bugs[bug_id], example, failure)
             return True
         raise
     return False

@@ -42,14 +42,16 @@ def test_another_check_is_not_explained_by_the_bug():
 
 
 def test_without_a_tally_the_failure_is_raised_with_a_note():
-    with pytest.raises(PropertyFailure) as info:
+    with known_bugs.not_collecting(), pytest.raises(PropertyFailure) as info:
         with known_bugs.known_failures("test-prop", size=3):
             check(3)
     assert any("known torch bug 'test-only-odd-sizes'" in n for n in info.value.__notes__)
 
 
 def test_reproduces_tells_present_from_fixed():
-    assert known_bugs.reproduces(BUG.id, "test-prop", {"size": 3}, lambda: check(3))
+    with known_bugs.collecting() as tally:  # a reproduced bug is tallied (pytest reports it KNOWN)
+        assert known_bugs.reproduces(BUG.id, "test-prop", {"size": 3}, lambda: check(3))
+    assert tally.total == 1
     assert not known_bugs.reproduces(BUG.id, "test-prop", {"size": 3}, lambda: None)
     with pytest.raises(PropertyFailure):
         known_bugs.reproduces(BUG.id, "test-prop", {"size": 3}, lambda: check(3, "garbage"))
@@ -64,3 +66,31 @@ def test_bad_entries_say_what_to_do(bad, match):
     fields = dict(id=BUG.id, summary=BUG.summary, where=BUG.where, recognise=BUG.recognise, seen_on=BUG.seen_on)
     with pytest.raises(InvalidArgument, match=match):
         known_bugs.register(known_bugs.KnownBug(**{**fields, **bad}))
+
+
+def test_reproduces_runs_the_check_as_outside_a_tally():
+    """The property's own known_failures() inside the pinned check must raise, not tally."""
+    def property_check():
+        with known_bugs.known_failures("test-prop", size=3):
+            check(3)
+
+    with known_bugs.collecting() as tally:
+        assert known_bugs.reproduces(BUG.id, "test-prop", {"size": 3}, property_check)
+    assert tally.total == 1
+
+
+def test_fixed_message_says_what_to_do():
+    message = known_bugs.fixed_message(BUG.id)
+    assert message.startswith(f"known bug {BUG.id} no longer reproduces on torch ")
+    assert "torch fixed it; narrow seen_on / drop the entry" in message
+
+
+def test_sighted_tallies_only_inside_a_tally():
+    with known_bugs.collecting() as tally:
+        assert known_bugs.sighted("test-prop", {"size": 3}, PropertyFailure("odd"))
+        assert not known_bugs.sighted("test-prop", {"size": 3}, PropertyFailure("garbage"))
+    assert tally.total == 1
+    with known_bugs.not_collecting():
+        failure = PropertyFailure("odd")
+        assert not known_bugs.sighted("test-prop", {"size": 3}, failure)
+    assert any(BUG.id in note for note in failure.__notes__)

@@ -18,8 +18,8 @@ import torch
 import torch.distributed as dist
 from hypothesis import strategies as st
 
-from fuzzdist import strategies as fst
 from fuzzdist import known_bugs
+from fuzzdist import strategies as fst
 from fuzzdist.capabilities import GLOO_DTYPES
 from fuzzdist.checks import bitwise_equal, first_difference, storage_order
 from fuzzdist.properties import PropertyFailure

@@ -1,0 +1,74 @@
+"""Known torch bugs, each run on its pinned minimal example (``fuzzdist.known_bugs``).
+
+A bug that still reproduces is reported KNOWN (a strict xfail, in effect); one that no longer
+reproduces fails the test, saying torch fixed it, so running the suite against a newer torch tells
+which entries to narrow or drop.  The examples are what fuzzdist shrank each bug to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+from fuzzdist import known_bugs
+from fuzzdist.strategies import TensorSpec
+
+
+def _broadcast(pool: Any, spec: TensorSpec, src: int, seed: int, world_size: int) -> None:
+    from fuzzdist.properties import broadcast
+
+    broadcast.check(pool, spec, src, seed)
+
+
+def _collective(pool: Any, name: str, case: Any, world_size: int) -> None:
+    from fuzzdist.properties import collectives
+
+    collectives.check(pool, name, case)
+
+
+def _case(**fields: Any) -> Any:
+    collectives = pytest.importorskip("fuzzdist.properties.collectives",
+                                      reason="torch.distributed.nn is not available in this torch build")
+    return collectives.Case(**fields)
+
+
+RUNNERS: dict[str, Callable[..., None]] = {"broadcast": _broadcast, "collectives": _collective}
+
+# bug id -> (where, the pinned minimal example's fields; world_size picks the pool)
+PINNED: dict[str, tuple[str, Callable[[], dict[str, Any]]]] = {
+    "gloo-broadcast-ignores-strides": ("broadcast", lambda: dict(
+        spec=TensorSpec((2, 2), torch.float32, "transposed"), src=0, seed=0, world_size=2)),
+    "nn-all-reduce-backward-non-sum": ("collectives", lambda: dict(
+        name="all_reduce", case=_case(spec=TensorSpec((1,), torch.float32), seed=0, op="PRODUCT"), world_size=2)),
+    "nn-all-gather-grad-transposed": ("collectives", lambda: dict(
+        name="all_gather", case=_case(spec=TensorSpec((2, 2), torch.float32), seed=0, grad_layout="transposed"),
+        world_size=2)),
+    "gloo-scatter-ignores-strides": ("collectives", lambda: dict(
+        name="all_to_all", case=_case(spec=TensorSpec((2, 2), torch.float32), seed=0, out_layout="transposed"),
+        world_size=2)),
+}
+
+
+def _params() -> list[Any]:
+    out = []
+    for bug_id in sorted(known_bugs.registry()):
+        marks = [] if bug_id in PINNED else [pytest.mark.skip(
+            reason=f"{bug_id} is met by check-pg (tests/test_conformance_known_bugs.py pins it) or has no "
+                   "pytest-runnable example here")]
+        out.append(pytest.param(bug_id, id=bug_id, marks=marks))
+    return out
+
+
+@pytest.mark.fuzzdist(world_size=2)
+@pytest.mark.parametrize("bug_id", _params())
+def test_known_bug_still_reproduces(rank_pool, bug_id):
+    """The bug's minimal example still fails the property with the bug's symptom (KNOWN); if the
+    property now holds, torch fixed it and this fails, naming the entry to narrow or drop."""
+    where, make = PINNED[bug_id]
+    example = make()
+    assert example["world_size"] == rank_pool.world_size
+    if not known_bugs.reproduces(bug_id, where, example, lambda: RUNNERS[where](rank_pool, **example)):
+        pytest.fail(known_bugs.fixed_message(bug_id))
