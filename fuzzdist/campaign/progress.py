@@ -90,7 +90,7 @@ class PlainProgress(Progress):
 
 def _status_line(prop: PropertyState) -> str:
     line = (f"{prop.nodeid}: {prop.examples:,} examples, {prop.examples_per_s:.1f}/s, "
-            f"{len(prop.failures)} failure(s), left {fmt_left(prop)}")
+            f"{len(prop.failures)} failure(s), {prop.known_count} known, left {fmt_left(prop)}")
     events = fmt_events(prop.events)
     return line + (f"; events: {events}" if events else "")
 
@@ -150,14 +150,16 @@ class RichProgress(Progress):
         table.add_column("examples", justify="right")
         table.add_column("ex/s", justify="right")
         table.add_column("failures", justify="right")
+        table.add_column("known", justify="right")
         table.add_column("left", justify="right")
         table.add_column("events", overflow="fold", max_width=60)
-        styles = {"running": "bold cyan", "failed": "bold red", "passed": "green", "error": "red",
+        styles = {"running": "bold cyan", "failed": "bold red", "passed": "green", "known": "yellow", "error": "red",
                   "interrupted": "yellow", "skipped": "dim", "pending": "dim", "not run": "dim"}
         for prop in state.properties.values():
             failures = Text(str(len(prop.failures)), style="bold red" if prop.failures else "")
             table.add_row(prop.nodeid, Text(prop.status, style=styles.get(prop.status, "")),
                           f"{prop.examples:,}", f"{prop.examples_per_s:.1f}", failures,
+                          Text(str(prop.known_count), style="yellow" if prop.known_count else ""),
                           fmt_left(prop) if prop.status == "running" else "",
                           fmt_events(prop.events))
         if not self._log:

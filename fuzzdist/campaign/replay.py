@@ -13,6 +13,7 @@ database is only read, never changed.  Each one is reported as
   traceback, and a pytest command that reproduces it (``--export`` adds an
   ``@example(...)`` line that pins it as a regression test);
 - **PASSES**: no longer fails (the bug was fixed, or it was flaky);
+- **KNOWN**: fails only with known torch bugs (``fuzzdist.known_bugs``), listed;
 - **DOESN'T FIT**: the stored choices no longer fit the test's strategies;
 
 and properties with stored failures under an older version of the test,
@@ -33,6 +34,7 @@ import pytest
 from _pytest.outcomes import Failed, OutcomeException
 
 from fuzzdist import _hypothesis_compat as hc
+from fuzzdist import known_bugs
 from fuzzdist.campaign.database import Database, read_index, reproduce_command
 from fuzzdist.campaign.selection import SelectionPlugin, Targets
 from fuzzdist.variant_keys import fallback, keyed_by_hypothesis, parametrized_by_pool, shared_key
@@ -203,12 +205,14 @@ class ReplayPlugin(SelectionPlugin):
             return _Outcome("unreadable", reason="the stored bytes are not a Hypothesis choice sequence "
                                                  "(written by another Hypothesis version?)")
         lines: list[str] = []
-        with hc.reproducing(item.obj, blob) as decorator:
+        with hc.reproducing(item.obj, blob) as decorator, known_bugs.collecting() as tally:
             try:
                 with hc.reports_to(lines.append):
                     item.obj(**testargs)
             except DidNotReproduce as exc:
                 if "completed successfully" in str(exc):
+                    if tally:
+                        return _Outcome("known", lines=lines, decorator=decorator, reason="\n".join(tally.lines()))
                     return _Outcome("passes", lines=lines, decorator=decorator)
                 return _Outcome("doesn't fit", lines=lines, decorator=decorator, reason=_first_line(str(exc)))
             except KeyboardInterrupt:
@@ -219,6 +223,8 @@ class ReplayPlugin(SelectionPlugin):
                 return _Outcome("fails", lines=lines, exc=exc, decorator=decorator)
             except BaseException as exc:
                 return _Outcome("fails", lines=lines, exc=exc, decorator=decorator)
+        if tally:
+            return _Outcome("known", lines=lines, decorator=decorator, reason="\n".join(tally.lines()))
         return _Outcome("passes", lines=lines, decorator=decorator)
 
     def _show(self, item: pytest.Function, outcome: _Outcome, what: str, older: bool = False) -> None:
@@ -228,6 +234,12 @@ class ReplayPlugin(SelectionPlugin):
             self._out(f"NO LONGER FAILS {item.nodeid} ({what}): it passes now")
             if example:
                 self._out(_indent(example, 4))
+            return
+        if outcome.status == "known":
+            self._out(f"KNOWN           {item.nodeid} ({what}): it fails only with known torch bugs")
+            if example:
+                self._out(_indent(example, 4))
+            self._out(_indent(outcome.reason, 4))
             return
         if outcome.status in ("doesn't fit", "unreadable"):
             self._out(f"DOESN'T FIT     {item.nodeid} ({what}): {outcome.reason}")
@@ -251,9 +263,10 @@ class ReplayPlugin(SelectionPlugin):
         self._out()
 
     def print_summary(self) -> None:
-        order = ["fails", "passes", "doesn't fit", "unreadable", "shared key", "older version", "orphaned",
+        order = ["fails", "known", "passes", "doesn't fit", "unreadable", "shared key", "older version", "orphaned",
                  "not replayed", "nothing stored"]
-        words = {"fails": "still fail", "passes": "no longer fail", "doesn't fit": "no longer fit the test",
+        words = {"fails": "still fail", "known": "fail only with known torch bugs", "passes": "no longer fail",
+                 "doesn't fit": "no longer fit the test",
                  "unreadable": "unreadable", "shared key": "properties replayed from the key their pool "
                  "variants shared", "older version": "properties with failures stored under an "
                  "older version of the test", "orphaned": "stored for tests that no longer exist",

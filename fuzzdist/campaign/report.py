@@ -10,6 +10,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 REPORT_FORMAT = 1
 
@@ -44,7 +45,9 @@ class FailureRecord:
 @dataclass
 class PropertyState:
     nodeid: str
-    status: str = "pending"  # pending, running, passed, failed, error, skipped, interrupted, not run
+    # pending, running, passed, known (no failure, but known torch bugs seen), failed, error, skipped,
+    # interrupted, not run
+    status: str = "pending"
     examples: int = 0  # examples executed (passing and failing; shrinking included)
     invalid: int = 0  # examples rejected by assume() or a filter
     rounds: int = 0
@@ -60,6 +63,12 @@ class PropertyState:
     share_end: float | None = None  # monotonic: when its share of the time budget ends
     budget_examples: int | None = None
     rank_output: list = field(default_factory=list)  # what the ranks wrote in passing examples (OutputLog.entries)
+    known: Any = None  # its fuzzdist.known_bugs.Tally: sightings of known torch bugs, counted, not failures
+
+    @property
+    def known_count(self) -> int:
+        """Sightings of known torch bugs (examples whose only failure was a known bug)."""
+        return self.known.total if self.known else 0
 
     @property
     def examples_per_s(self) -> float:
@@ -96,6 +105,8 @@ class PropertyState:
             "stored_failures_at_start": self.stored_before,
             "distinct_failures": len(self.failures),
             "failures": [f.to_dict() for f in self.failures.values()],
+            "known_sightings": self.known_count,
+            "known_bugs": self.known.as_json() if self.known else [],
             "events": dict(self.events.most_common()),
             "targets": dict(self.targets),
             "rank_output": self.rank_output,
@@ -159,6 +170,10 @@ class CampaignState:
                 "examples": sum(p.examples for p in self.properties.values()),
                 "distinct_failures": self.failure_count(),
                 "failing_properties": sum(1 for p in self.properties.values() if p.failures),
+                "known_sightings": sum(p.known_count for p in self.properties.values()),
+                "known_bugs": sorted({b["id"] for p in self.properties.values() if p.known
+                                      for b in p.known.as_json()}),
+                "properties_with_known_bugs": sum(1 for p in self.properties.values() if p.known_count),
             },
             "properties": [p.to_dict() for p in self.properties.values()],
         }
@@ -219,25 +234,32 @@ def fmt_events(events: Counter, limit: int = 3) -> str:
 
 def summary_text(state: CampaignState, report_path: str | None, junit_path: str | None) -> str:
     """The end-of-campaign summary: a table, then each failure with its minimal example."""
-    rows = [("property", "status", "examples", "ex/s", "failures", "stopped because")]
+    rows = [("property", "status", "examples", "ex/s", "failures", "known", "stopped because")]
     for prop in state.properties.values():
         why = prop.stop_reason or prop.reason or ""
         rows.append((prop.nodeid, prop.status, f"{prop.examples:,}", f"{prop.examples_per_s:.1f}",
-                     str(len(prop.failures)), why if len(why) <= 60 else why[:57] + "..."))
+                     str(len(prop.failures)), str(prop.known_count), why if len(why) <= 60 else why[:57] + "..."))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = [f"fuzzdist campaign {state.status}"
              + (f" by {state.interrupted_by}" if state.interrupted_by else "")
              + f" after {fmt_seconds(state.elapsed())}: "
              + f"{sum(p.examples for p in state.properties.values()):,} examples, "
-             + f"{state.failure_count()} distinct failure(s) in {len(state.properties)} properties"]
+             + f"{state.failure_count()} distinct failure(s) in {len(state.properties)} properties"
+             + (f", {known} sighting(s) of known torch bugs" if (known := sum(
+                 p.known_count for p in state.properties.values())) else "")]
     for i, row in enumerate(rows):
-        lines.append("  ".join(cell.ljust(widths[j]) if j in (0, 1, 5) else cell.rjust(widths[j])
+        lines.append("  ".join(cell.ljust(widths[j]) if j in (0, 1, 6) else cell.rjust(widths[j])
                                for j, cell in enumerate(row)).rstrip())
         if i == 0:
             lines.append("  ".join("-" * w for w in widths))
     for prop in state.properties.values():
         if prop.events:
             lines.append(f"events in {prop.nodeid}: {fmt_events(prop.events, limit=8)}")
+    for prop in state.properties.values():
+        if prop.known_count:
+            lines.append("")
+            lines.append(f"known torch bugs in {prop.nodeid} (counted, not failures):")
+            lines.extend("  " + line for line in prop.known.lines())
     n = 0
     for prop in state.properties.values():
         for failure in prop.failures.values():

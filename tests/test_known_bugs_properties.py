@@ -1,0 +1,63 @@
+"""Each re-widened property meets a known torch bug on its pinned example: the failure is tallied as
+a sighting, not raised; the same inputs with a different symptom (a planted bug) stay a failure."""
+
+from __future__ import annotations
+
+import planted_collectives
+import planted_known
+import pytest
+import torch
+
+from fuzzdist import known_bugs
+from fuzzdist.errors import PropertyFailure
+from fuzzdist.properties import broadcast, collectives
+from fuzzdist.properties.collectives import Case
+from fuzzdist.strategies import TensorSpec
+
+pytestmark = pytest.mark.fuzzdist(world_size=2)
+
+TRANSPOSED = TensorSpec((2, 2), torch.float32, "transposed")
+MATRIX = TensorSpec((2, 2), torch.float32)
+
+# (bug id, the property's check on the bug's pinned example, the same with a planted bug of another symptom)
+CASES = {
+    "gloo-broadcast-ignores-strides": (
+        lambda pool: broadcast.check(pool, TRANSPOSED, 0, 0),
+        lambda pool: broadcast.check(pool, TRANSPOSED, 0, 0, broadcast=planted_known.broadcast_negating_receivers)),
+    "nn-all-reduce-backward-non-sum": (
+        lambda pool: collectives.check(pool, "all_reduce", Case(TensorSpec((4,), torch.float32), 0, op="PRODUCT")),
+        lambda pool: collectives.check(pool, "all_reduce", Case(TensorSpec((4,), torch.float32), 0, op="PRODUCT"),
+                                       all_reduce=planted_collectives.all_reduce_dropping_last_rank)),
+    "nn-all-gather-grad-transposed": (
+        lambda pool: collectives.check(pool, "all_gather", Case(MATRIX, 0, grad_layout="transposed")),
+        lambda pool: collectives.check(pool, "all_gather", Case(MATRIX, 0, grad_layout="transposed"),
+                                       all_gather=planted_collectives.all_gather_swapping_ranks_0_and_1)),
+    "gloo-scatter-ignores-strides": (
+        lambda pool: collectives.check(pool, "all_to_all", Case(MATRIX, 0, out_layout="transposed")),
+        lambda pool: collectives.check(pool, "all_to_all", Case(MATRIX, 0, out_layout="transposed"),
+                                       all_to_all=planted_known.all_to_all_reversing_outputs)),
+}
+
+
+@pytest.mark.parametrize("bug_id", sorted(CASES))
+def test_known_bug_is_tallied_not_raised(rank_pool, bug_id):
+    real, _ = CASES[bug_id]
+    with known_bugs.collecting() as tally:
+        real(rank_pool)
+    assert list(tally.sightings) == [bug_id]
+    assert tally.total == 1
+
+
+@pytest.mark.parametrize("bug_id", sorted(CASES))
+def test_same_inputs_with_another_symptom_stay_a_failure(rank_pool, bug_id):
+    _, planted = CASES[bug_id]
+    with known_bugs.collecting() as tally, pytest.raises(PropertyFailure):
+        planted(rank_pool)
+    assert not tally
+
+
+def test_outside_a_tally_the_known_bug_is_raised_with_its_name(rank_pool):
+    real, _ = CASES["gloo-broadcast-ignores-strides"]
+    with known_bugs.not_collecting(), pytest.raises(PropertyFailure) as info:
+        real(rank_pool)
+    assert any("gloo-broadcast-ignores-strides" in note for note in info.value.__notes__)
