@@ -109,3 +109,41 @@ register(KnownBug(
             "forward's op: wrong input gradients for PRODUCT, MIN and MAX",
     where=("collectives",), recognise=_all_reduce_backward_non_sum, seen_on=SEEN_ON,
     reproducer="docs/findings/nn-all-reduce-backward-non-sum.py"))
+
+
+# -- check-pg (fuzzdist.conformance) -----------------------------------------------------------
+
+_REDUCING = ("allreduce", "reduce", "reduce_scatter", "reduce_scatter_tensor", "_reduce_scatter_base")
+
+
+def _problem_lines(failure: BaseException) -> list[str] | None:
+    """The problem lines of a check-pg ConformanceFailure ("  rank r, ...", "  call i (op): ..."),
+    None for any other failure."""
+    from fuzzdist.conformance import ConformanceFailure
+
+    if not isinstance(failure, ConformanceFailure):
+        return None
+    return [line for line in str(failure).splitlines() if line.startswith(("  rank ", "  call "))]
+
+
+def _bool_sum_calls(example: Mapping[str, Any]) -> list[Any]:
+    calls = [example["call"]] if "call" in example else list(example.get("calls", ()))
+    import torch
+
+    return [c for c in calls if c.reduce_op == "SUM" and c.spec.dtype == torch.bool]
+
+
+def _bool_sum_stores_2(example: Mapping[str, Any], failure: BaseException) -> bool:
+    from fuzzdist.conformance._reference import BOOL_BYTES_NOT_0_OR_1
+
+    lines = _problem_lines(failure)
+    return (bool(lines) and bool(_bool_sum_calls(example))
+            and all(BOOL_BYTES_NOT_0_OR_1 in line for line in lines or ()))
+
+
+register(KnownBug(
+    id="gloo-bool-sum-stores-2",
+    summary="gloo's SUM over bool tensors adds the bytes: the result holds the byte 2 where two ranks "
+            "hold True (right by truth value, but not a valid bool)",
+    where=tuple(f"check-pg:{op}" for op in (*_REDUCING, "async")), recognise=_bool_sum_stores_2,
+    seen_on=SEEN_ON, reproducer="docs/findings/gloo-bool-sum-stores-2.py"))

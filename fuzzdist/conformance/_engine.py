@@ -13,6 +13,7 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import settings as Settings
 from hypothesis import strategies as st
 
+from fuzzdist import known_bugs
 from fuzzdist import strategies as fst
 from fuzzdist.conformance import _rank
 from fuzzdist.conformance._checks import ASYNC, DDP, all_checks
@@ -400,12 +401,16 @@ class ConformanceSession:
             now = time.monotonic()
             self._check_deadline = now + max(0.0, self._deadline - now) / max(1, self._checks_left)
         try:
-            if name == ASYNC:
-                self._run_async(report)
-            elif name == DDP:
-                self._run_ddp(report)
-            else:
-                self._run_op(name, report)
+            with known_bugs.collecting() as tally:  # known torch bugs' sightings: counted, not failures
+                if name == ASYNC:
+                    self._run_async(report)
+                elif name == DDP:
+                    self._run_ddp(report)
+                else:
+                    self._run_op(name, report)
+            report.known = tally.as_json()
+            if tally and report.status == "conforms":
+                report.status = "known"
         finally:
             self._checks_left = max(1, self._checks_left - 1)
             self.report.duration_s = time.monotonic() - self._started
@@ -436,18 +441,23 @@ class ConformanceSession:
         def execute(w: int, call: OpCall, failing: list[Failure]) -> None:
             head = (f"{op} does not conform: {call.describe()} with world_size={w} "
                     f"(ProcessGroup.{info.method}, called as torch.distributed.{info.mirrors} calls it)")
+            example = {"world_size": w, "call": call}
             try:
                 observed = self.pool(w).run(_rank.run_calls, self.ref, (call,))
             except RankFailure as exc:
-                failing.append(Failure(op, self._raised_message(head, exc, call), {"world_size": w, "call": call},
-                                       exc))
                 self._reset(w)
+                if known_bugs.sighted(f"check-pg:{op}", example, exc):
+                    return
+                failing.append(Failure(op, self._raised_message(head, exc, call), example, exc))
                 raise
             problems = info.check(call, w, [obs[0] for obs in observed])
             if problems:
                 message = head + "\n" + "\n".join(f"  {p}" for p in problems) + "\n" + info.inputs_summary(call, w)
-                failing.append(Failure(op, message.rstrip(), {"world_size": w, "call": call}))
-                raise ConformanceFailure(message)
+                failure = ConformanceFailure(message)
+                if known_bugs.sighted(f"check-pg:{op}", example, failure):
+                    return
+                failing.append(Failure(op, message.rstrip(), example))
+                raise failure
 
         if not info.reduces:
             self._fuzz(op, sizes, lambda w: info.calls(self._caps[w], self.max_bytes), execute, report)
@@ -504,8 +514,10 @@ class ConformanceSession:
             try:
                 observed = self.pool(w).run(_rank.run_calls, self.ref, calls, waits)
             except RankFailure as exc:
-                failing.append(Failure(ASYNC, self._raised_message(head, exc, None), example, exc))
                 self._reset(w)
+                if known_bugs.sighted(f"check-pg:{ASYNC}", example, exc):
+                    return
+                failing.append(Failure(ASYNC, self._raised_message(head, exc, None), example, exc))
                 raise
             problems = []
             for i, call in enumerate(calls):
@@ -513,8 +525,11 @@ class ConformanceSession:
                     problems.append(f"call {i} ({call.op}): {p}")
             if problems:
                 message = head + "\n" + "\n".join(f"  {p}" for p in problems)
+                failure = ConformanceFailure(message)
+                if known_bugs.sighted(f"check-pg:{ASYNC}", example, failure):
+                    return
                 failing.append(Failure(ASYNC, message, example))
-                raise ConformanceFailure(message)
+                raise failure
 
         report.supported = ["every supported operation, 2 to 4 in flight"]
         self._fuzz(ASYNC, sizes, draw, execute, report)

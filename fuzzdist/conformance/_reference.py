@@ -12,8 +12,9 @@ Reductions follow the c10d contract, which leaves the order of operations
 to the backend:
 
 * integers and bool: exact (wrapping arithmetic is order-independent); for
-  bool, SUM and MAX are OR, PRODUCT and MIN are AND, compared by truth value
-  (gloo's reduce and reduce_scatter leave the byte 2 in a bool after SUM);
+  bool, SUM and MAX are OR, PRODUCT and MIN are AND, byte for byte: a bool
+  holding any byte but 0 or 1 is wrong, and its message says so (gloo's
+  SUM leaves the byte 2 in a bool: known torch bug gloo-bool-sum-stores-2);
 * floating SUM and PRODUCT (complex: on the real view, as torch.distributed
   hands it to the backend): element by element, the result must equal what
   *some* order of pairwise operations in the dtype gives (every binary tree
@@ -48,6 +49,8 @@ from fuzzdist.errors import InvalidArgument
 
 _MAX_TREE_RANKS = 5
 _SHOWN = 12  # values shown per tensor in a message
+# What a bool comparison says of bools that are right by truth value but hold other bytes than 0 and 1.
+BOOL_BYTES_NOT_0_OR_1 = "hold a byte other than 0 and 1"
 _WIDE_UNSIGNED = tuple(getattr(torch, n) for n in ("uint16", "uint32", "uint64") if hasattr(torch, n))
 
 
@@ -234,13 +237,16 @@ def reduction_problem(what: str, reduce_op: str, inputs: list[torch.Tensor], act
         return (f"{what}: got shape {tuple(actual.shape)} {actual.dtype}, expected {expected_shape} "
                 f"{inputs[0].dtype}")
     if inputs[0].dtype == torch.bool:
-        # By truth value: a backend that sums bools as bytes leaves 2 in a bool (gloo's
-        # reduce and reduce_scatter do); any nonzero byte reads as True.
         expected = exact_reduction(reduce_op, inputs)
-        truth = actual.contiguous().view(torch.uint8) != 0
-        problem = exact_problem(what, truth, expected)
+        problem = exact_problem(what, actual, expected)
         if problem is None:
             return None
+        raw = actual.contiguous().view(torch.uint8)
+        truth = raw != 0
+        if exact_problem(what, truth, expected) is None:  # right by truth value, but not valid bools
+            odd = sorted({int(b) for b in raw.reshape(-1).tolist() if b > 1})
+            return (f"{what}: {int((raw > 1).sum())} of {raw.numel()} bools {BOOL_BYTES_NOT_0_OR_1} "
+                    f"(bytes {odd}; True is the byte 1)" + _inputs_at(inputs, _first_bad_index(actual, expected)))
         return problem + _inputs_at(inputs, _first_bad_index(truth, expected))
     if _kind(inputs[0].dtype) != "float":
         expected = exact_reduction(reduce_op, inputs)

@@ -90,9 +90,12 @@ class OpReport:
 
     ``status``: "conforms" (every example passed), "failed", "unsupported"
     (the backend implements it for no dtype or world size), "not applicable"
-    (e.g. send/recv with one rank), "skipped" (with ``note``) or "not run".
-    ``supported`` lists the variants fuzzed ("ReduceOp.SUM: float32, ..."),
-    ``unsupported`` what was refused, ``examples`` how many examples ran.
+    (e.g. send/recv with one rank), "skipped" (with ``note``) or "not run";
+    "known" where every example passed but for sightings of known torch bugs
+    (``known``: ``fuzzdist.known_bugs.Tally.as_json()``, counted, neither
+    failures nor passes).  ``supported`` lists the variants fuzzed
+    ("ReduceOp.SUM: float32, ..."), ``unsupported`` what was refused,
+    ``examples`` how many examples ran.
     """
 
     op: str
@@ -103,6 +106,7 @@ class OpReport:
     unsupported: list[Unsupported] = field(default_factory=list)
     failure: Failure | None = None
     note: str = ""
+    known: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -133,13 +137,19 @@ class ConformanceReport:
 
     @property
     def conforms(self) -> bool:
-        """No failure (unsupported operations do not count against it)."""
+        """No failure (unsupported operations and known torch bugs' sightings do not count against it)."""
         return not self.failures
+
+    @property
+    def known_sightings(self) -> int:
+        """Sightings of known torch bugs, every operation together."""
+        return sum(k["count"] for r in self.ops.values() for k in r.known)
 
     def summary(self, *, details: bool = True) -> str:
         lines = [f"fuzzdist check-pg {self.factory} ({self.backend or 'unknown backend'}), world sizes "
                  f"{', '.join(map(str, self.world_sizes))}: "
                  + ("CONFORMS" if self.conforms else f"{len(self.failures)} FAILURE(S)")
+                 + (f", {self.known_sightings} sighting(s) of known torch bugs" if self.known_sightings else "")
                  + f" in {self.duration_s:.1f} s"]
         for w, msg in sorted(self.factory_errors.items()):
             lines.append(f"  factory failed at world size {w}: {_indent(msg, 4).lstrip()}")
@@ -149,6 +159,11 @@ class ConformanceReport:
             if r.note:
                 extra = f"{extra}; {r.note}" if extra else r.note
             lines.append(f"  {name:<{width}}  {r.status:<14} {extra}".rstrip())
+            for k in r.known:
+                upstream = f" ({k['upstream']})" if k["upstream"] else ""
+                lines.append(f"    KNOWN {k['id']} x{k['count']}: {k['summary']}{upstream}")
+                if details:
+                    lines.append(f"      first seen on: {k['example']}")
         unsupported = self.unsupported
         if unsupported and details:
             lines.append("unsupported (reported once each, not failures):")
@@ -168,6 +183,7 @@ class ConformanceReport:
             "backend": self.backend,
             "world_sizes": list(self.world_sizes),
             "conforms": self.conforms,
+            "known_sightings": self.known_sightings,
             "duration_s": round(self.duration_s, 3),
             "factory_errors": {str(w): msg for w, msg in self.factory_errors.items()},
             "ops": {
@@ -179,6 +195,7 @@ class ConformanceReport:
                     "unsupported": [str(u) for u in r.unsupported],
                     "failure": None if r.failure is None else r.failure.message,
                     "note": r.note,
+                    "known": r.known,
                 }
                 for name, r in self.ops.items()
             },
