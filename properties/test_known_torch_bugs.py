@@ -35,7 +35,24 @@ def _case(**fields: Any) -> Any:
     return collectives.Case(**fields)
 
 
-RUNNERS: dict[str, Callable[..., None]] = {"broadcast": _broadcast, "collectives": _collective}
+def _check_pg(pool: Any, call: Any, world_size: int) -> None:
+    """One check-pg call on gloo, compared with check-pg's reference; raises its ConformanceFailure."""
+    from fuzzdist.conformance import ConformanceFailure, _rank
+
+    observed = pool.run(_rank.run_calls, "fuzzdist.conformance:gloo", (call,))
+    problems = call.info.check(call, world_size, [obs[0] for obs in observed])
+    if problems:
+        raise ConformanceFailure(f"{call.describe()}:\n" + "\n".join(f"  {p}" for p in problems))
+
+
+def _call(op: str, **fields: Any) -> Any:
+    from fuzzdist.conformance import OpCall
+
+    return OpCall(op, **fields)
+
+
+RUNNERS: dict[str, Callable[..., None]] = {"broadcast": _broadcast, "collectives": _collective,
+                                           "check-pg:allreduce": _check_pg}
 
 # bug id -> (where, the pinned minimal example's fields; world_size picks the pool)
 PINNED: dict[str, tuple[str, Callable[[], dict[str, Any]]]] = {
@@ -49,6 +66,8 @@ PINNED: dict[str, tuple[str, Callable[[], dict[str, Any]]]] = {
     "gloo-scatter-ignores-strides": ("collectives", lambda: dict(
         name="all_to_all", case=_case(spec=TensorSpec((2, 2), torch.float32), seed=0, out_layout="transposed"),
         world_size=2)),
+    "gloo-bool-sum-stores-2": ("check-pg:allreduce", lambda: dict(
+        call=_call("allreduce", spec=TensorSpec((1,), torch.bool), seed=3, reduce_op="SUM"), world_size=2)),
 }
 
 
@@ -56,8 +75,7 @@ def _params() -> list[Any]:
     out = []
     for bug_id in sorted(known_bugs.registry()):
         marks = [] if bug_id in PINNED else [pytest.mark.skip(
-            reason=f"{bug_id} is met by check-pg (tests/test_conformance_known_bugs.py pins it) or has no "
-                   "pytest-runnable example here")]
+            reason=f"no pinned example of {bug_id} runs from pytest here (see its reproducer script)")]
         out.append(pytest.param(bug_id, id=bug_id, marks=marks))
     return out
 
