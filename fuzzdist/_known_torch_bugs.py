@@ -147,3 +147,23 @@ register(KnownBug(
             "hold True (right by truth value, but not a valid bool)",
     where=tuple(f"check-pg:{op}" for op in (*_REDUCING, "async")), recognise=_bool_sum_stores_2,
     seen_on=SEEN_ON, reproducer="docs/findings/gloo-bool-sum-stores-2.py"))
+
+
+def _second_wait_blocks(example: Mapping[str, Any], failure: BaseException) -> bool:
+    from fuzzdist.conformance._rank import REPEAT_WAIT_BLOCKED
+    from fuzzdist.errors import RankError
+
+    if not isinstance(failure, RankError) or not failure.exceptions:
+        return False
+    calls, waits = example.get("calls", ()), list(example.get("wait_order", ()))
+    repeated = {calls[i].op for i in set(waits) if waits.count(i) > 1}
+    return repeated == {"send_recv"} and all(
+        REPEAT_WAIT_BLOCKED in str(exc) and "(send_recv)" in str(exc) for exc in failure.exceptions.values())
+
+
+register(KnownBug(
+    id="gloo-p2p-second-wait-blocks",
+    summary="gloo: a second wait() on a send/recv Work that already completed blocks until its timeout "
+            "(and the timeout then closes the pair)",
+    where=("check-pg:async",), recognise=_second_wait_blocks, seen_on=SEEN_ON,
+    reproducer="docs/findings/gloo-p2p-second-wait-blocks.py"))

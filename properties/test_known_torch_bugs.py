@@ -45,6 +45,16 @@ def _check_pg(pool: Any, call: Any, world_size: int) -> None:
         raise ConformanceFailure(f"{call.describe()}:\n" + "\n".join(f"  {p}" for p in problems))
 
 
+def _check_pg_async(pool: Any, calls: tuple[Any, ...], wait_order: tuple[int, ...], world_size: int) -> None:
+    """check-pg's async check of ``calls`` on gloo, waited in ``wait_order`` (repeats bounded)."""
+    from fuzzdist.conformance import ConformanceFailure, _rank
+
+    observed = pool.run(_rank.run_calls, "fuzzdist.conformance:gloo", calls, wait_order)
+    problems = [p for i, call in enumerate(calls) for p in call.info.check(call, world_size, [o[i] for o in observed])]
+    if problems:
+        raise ConformanceFailure("async:\n" + "\n".join(f"  call: {p}" for p in problems))
+
+
 def _call(op: str, **fields: Any) -> Any:
     from fuzzdist.conformance import OpCall
 
@@ -52,7 +62,7 @@ def _call(op: str, **fields: Any) -> Any:
 
 
 RUNNERS: dict[str, Callable[..., None]] = {"broadcast": _broadcast, "collectives": _collective,
-                                           "check-pg:allreduce": _check_pg}
+                                           "check-pg:allreduce": _check_pg, "check-pg:async": _check_pg_async}
 
 # bug id -> (where, the pinned minimal example's fields; world_size picks the pool)
 PINNED: dict[str, tuple[str, Callable[[], dict[str, Any]]]] = {
@@ -68,6 +78,10 @@ PINNED: dict[str, tuple[str, Callable[[], dict[str, Any]]]] = {
         world_size=2)),
     "gloo-bool-sum-stores-2": ("check-pg:allreduce", lambda: dict(
         call=_call("allreduce", spec=TensorSpec((1,), torch.bool), seed=3, reduce_op="SUM"), world_size=2)),
+    "gloo-p2p-second-wait-blocks": ("check-pg:async", lambda: dict(
+        calls=(_call("send_recv", spec=TensorSpec((1,), torch.float32), root=0, peer=1),
+               _call("send_recv", spec=TensorSpec((1,), torch.float32), root=0, peer=1)),
+        wait_order=(0, 1, 0), world_size=2)),
 }
 
 

@@ -43,9 +43,9 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("--seed", type=int, metavar="N", help="Hypothesis seed, for a repeatable run")
     parser.add_argument("--no-database", action="store_true",
                         help="don't read or save examples in Hypothesis's database (.hypothesis/)")
-    parser.add_argument("--repeat-waits", action="store_true",
-                        help="async check: also wait() again on works already waited on (gloo's send/recv "
-                             "Work hangs on that)")
+    parser.add_argument("--repeat-waits", action=argparse.BooleanOptionalAction, default=True,
+                        help="async check: also wait() again on works already waited on, bounded at "
+                             "2 s (default on; gloo's send/recv Work blocks on that: a known torch bug)")
     parser.add_argument("--ddp-reorder", action="store_true",
                         help="DDP check: also run DDP through a ReorderingProcessGroup over the group")
     parser.add_argument("--json", metavar="PATH", help="also write the report as JSON to PATH")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import torch
@@ -178,6 +179,28 @@ class _IssueError(Exception):
         self.error = error
 
 
+# A wait() on a Work already waited on must return at once; it is given this long (generous) before
+# the rank says it blocked, so a backend whose repeated wait blocks until its timeout costs seconds,
+# not the example's timeout and a pool restart (gloo's send/recv Work: gloo-p2p-second-wait-blocks).
+REPEAT_WAIT_S = 2.0
+REPEAT_WAIT_BLOCKED = "a repeated wait() on a Work that had completed did not return"
+
+
+class _RepeatedWaitBlocked(Exception):
+    """A repeated wait() raised or did not return within REPEAT_WAIT_S (the message says which call)."""
+
+
+def _wait_again(work: Any, index: int, call: OpCall) -> None:
+    """Wait on ``work`` again, bounded by REPEAT_WAIT_S (Works whose wait() takes no timeout: unbounded)."""
+    try:
+        work.wait(timedelta(seconds=REPEAT_WAIT_S))
+    except TypeError:  # a Python Work whose wait() takes no timeout
+        work.wait()
+    except Exception as exc:  # noqa: BLE001 - the backend's timeout error, whatever its type
+        raise _RepeatedWaitBlocked(f"{REPEAT_WAIT_BLOCKED} within {REPEAT_WAIT_S:g} s: call {index} "
+                                   f"({call.op}): {type(exc).__name__}: {exc}") from exc
+
+
 def _agree(ctx: Any, failed: bool) -> int:
     """How many ranks failed, agreed over the pool's own group (not the one under test)."""
     if ctx.world_size == 1:
@@ -243,9 +266,15 @@ def _run_calls(ctx: Any, ref: str, calls: tuple[OpCall, ...], wait_order: tuple[
                     work.wait()
         else:
             works = _issue(ctx, ref, prepared, True)
+            waited: set[int] = set()
             for i in wait_order:
-                if works[i] is not None:
+                if works[i] is None:
+                    continue
+                if i in waited:
+                    _wait_again(works[i], i, calls[i])
+                else:
                     works[i].wait()
+                    waited.add(i)
     except _Abandoned:
         raise
     except _IssueError as exc:
