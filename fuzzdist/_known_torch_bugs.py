@@ -167,3 +167,21 @@ register(KnownBug(
             "(and the timeout then closes the pair)",
     where=("check-pg:async",), recognise=_second_wait_blocks, seen_on=SEEN_ON,
     reproducer="docs/findings/gloo-p2p-second-wait-blocks.py"))
+
+
+_STACK_CHECK = "outputShape[0] * worldSize == inputShape[0]"  # the CHECK gloo aborts on
+
+
+def _reduce_scatter_stack_aborts(example: Mapping[str, Any], failure: BaseException) -> bool:
+    # torch 2.13 raises the CHECK's fatal message as a RuntimeError on every rank where the ranks'
+    # C++ lets it (check-pg's probe sees that); where it aborts the process instead, a RankCrash
+    # carries the same message in the rank's last output.
+    return getattr(example.get("call"), "form", None) == "stack" and _STACK_CHECK in str(failure)
+
+
+register(KnownBug(
+    id="gloo-reduce-scatter-stack-aborts",
+    summary="gloo fails a fatal CHECK (outputShape[0] * worldSize == inputShape[0]) on reduce_scatter_tensor's "
+            "documented 'stack' input form",
+    where=("check-pg:reduce_scatter_tensor",), recognise=_reduce_scatter_stack_aborts, seen_on=SEEN_ON,
+    reproducer="docs/findings/gloo-reduce-scatter-stack-aborts.py"))

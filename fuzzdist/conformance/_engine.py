@@ -134,6 +134,8 @@ class ConformanceSession:
         self._caps: dict[int, Capabilities] = {}
         self._refused: dict[tuple[str, str | None, str | None], tuple[str, list[int]]] = {}
         self._probed: dict[tuple[str, str | None], set[str | None]] = {}  # (op, variant) -> dtypes probed
+        # op -> (known bug, example, failure): known torch bugs its probes met, tallied when the op runs
+        self._probe_sightings: dict[str, list[tuple[known_bugs.KnownBug, dict[str, Any], BaseException]]] = {}
         self._started = time.monotonic()
         self._deadline = None if duration is None else self._started + float(duration)
         known = all_checks()
@@ -255,7 +257,50 @@ class ConformanceSession:
             self._refuse(op, variant, None, reason, w)
             if variant == UNEVEN_VARIANT:
                 caps.uneven[op] = False
+        for op, info in OPS.items():  # other argument forms: one probe each, as one may abort the ranks
+            if not info.forms or not caps.available(op):
+                continue
+            reduce_op = caps.reduce_ops(op)[0] if info.reduces else None
+            for form, call in info.form_probes(w, caps.dtypes[(op, reduce_op)][0], reduce_op):
+                if self._probe_form(w, caps, op, form, call):
+                    caps.forms[op] = caps.forms.get(op, ()) + (form,)
         return caps
+
+    def _probe_form(self, w: int, caps: Capabilities, op: str, form: str, call: OpCall) -> bool:
+        """Whether ``op`` accepts its argument form ``form``.  A probe that meets a known torch bug (gloo
+        fails a CHECK on reduce_scatter_tensor's "stack" form) is a sighting, reported with the op, and
+        the form is not drawn: probed once per world size, a bug that aborts the ranks costs one pool
+        restart per run, not one per example."""
+        variant = f"form={form}"
+        self._probed.setdefault((op, variant), set()).add(None)
+        example = {"world_size": w, "call": call}
+        try:
+            per_rank = self.pool(w).run(_rank.probe, self.ref, (call,))
+        except RankFailure as exc:
+            self._reset(w)
+            bug = known_bugs.recognise(f"check-pg:{op}", example, exc)
+            if bug is not None:
+                self._probe_sightings.setdefault(op, []).append((bug, example, exc))
+                return False
+            result = self._probe_failure(exc)
+            if isinstance(result, str):
+                caps.hung[op] = result
+            else:
+                self._refuse(op, variant, None, unsupported_reason(result[0], result[1], OPS[op].method)
+                             or f"{result[0].rsplit('.', 1)[-1]}: {(result[1].strip().splitlines() or [''])[0]}", w)
+            return False
+        raised = [r[0] for r in per_rank if r[0] is not None]
+        if raised:
+            type_name, message = raised[0]
+            error = ConformanceFailure(f"{call.describe()} raised on the ranks: {type_name}: {message}")
+            bug = known_bugs.recognise(f"check-pg:{op}", example, error)
+            if bug is not None:
+                self._probe_sightings.setdefault(op, []).append((bug, example, error))
+                return False
+            self._refuse(op, variant, None, unsupported_reason(type_name, message, OPS[op].method)
+                         or f"{type_name.rsplit('.', 1)[-1]}: {(message.strip().splitlines() or [''])[0]}", w)
+            return False
+        return True
 
     def _refuse(self, op: str, variant: str | None, dtype: str | None, reason: str, w: int) -> None:
         key = (op, variant, dtype)
@@ -402,6 +447,8 @@ class ConformanceSession:
             self._check_deadline = now + max(0.0, self._deadline - now) / max(1, self._checks_left)
         try:
             with known_bugs.collecting() as tally:  # known torch bugs' sightings: counted, not failures
+                for bug, example, failure in self._probe_sightings.get(name, ()):
+                    tally.add(bug, example, failure)
                 if name == ASYNC:
                     self._run_async(report)
                 elif name == DDP:

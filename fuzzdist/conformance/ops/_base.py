@@ -71,6 +71,7 @@ class Capabilities:
     layouts: dict[str, tuple[str, ...]] = field(default_factory=dict)  # op -> layouts it accepted
     hung: dict[str, str] = field(default_factory=dict)  # op -> what happened when it was probed
     uneven: dict[str, bool] = field(default_factory=dict)  # all-to-all op -> False if uneven splits refused
+    forms: dict[str, tuple[str, ...]] = field(default_factory=dict)  # op -> the extra argument forms it accepted
 
     def reduce_ops(self, op: str) -> tuple[str, ...]:
         """The ReduceOps ``op`` accepted for some dtype."""
@@ -116,6 +117,9 @@ class OpInfo(ABC):
     min_world: int = 1
     layouts: bool = False  # its main input takes the drawn layout (else contiguous)
     rows: bool = False  # the spec is the shape of one row; the drawn splits count rows
+    # Other forms of its arguments torch.distributed documents (reduce_scatter_tensor: "stack"), each
+    # probed once per world size and drawn where the backend accepts it.
+    forms: tuple[str, ...] = ()
 
     @property
     def needs_dtypes(self) -> bool:
@@ -154,8 +158,10 @@ class OpInfo(ABC):
         splits, even = self.draw_splits(d, caps)
         out_offset = d(OUT_OFFSETS)
         seed = d(SEEDS)
+        accepted = caps.forms.get(self.name, ())
+        form = d(st.sampled_from((None, *accepted))) if accepted else None  # shrinks to the plain form
         return self.call(spec, seed, reduce_op=chosen, root=root, peer=peer, splits=splits, even_splits=even,
-                         out_offset=out_offset)
+                         out_offset=out_offset, form=form)
 
     def specs(self, dtypes: tuple[torch.dtype, ...], caps: Capabilities, max_bytes: int,
               ) -> st.SearchStrategy[TensorSpec]:
@@ -185,6 +191,11 @@ class OpInfo(ABC):
             for reduce_op in (REDUCE_OPS_BY_KIND[kinds[dtype]] if self.reduces else (None,)):
                 plan.append((reduce_op, dtype, self.probe_call(world, TensorSpec((2,), dtype), reduce_op)))
         return plan
+
+    def form_probes(self, world: int, dtype: torch.dtype, reduce_op: str | None) -> list[tuple[str, OpCall]]:
+        """(form, call) probes of the op's other argument forms, each run on its own (it may abort a rank)."""
+        return [(form, self.call(TensorSpec((2,), dtype), 0, reduce_op=reduce_op,
+                                 root=0 if self.root is not None else None, form=form)) for form in self.forms]
 
     def variant_probes(self, world: int, dtype: torch.dtype, reduce_op: str | None) -> list[tuple[str, OpCall]]:
         """(variant, call) probes run once a plain call worked: the memory layouts of the main input."""
@@ -261,6 +272,8 @@ class OpInfo(ABC):
             parts.append(f"splits={[list(row) for row in call.splits]}")
         if call.out_offset:
             parts.append(f"output_offset={call.out_offset}")
+        if call.form is not None:
+            parts.append(f"form={call.form!r}")
         parts.append(f"seed={call.seed}")
         return parts
 
@@ -293,6 +306,7 @@ class OpCall:
     even_splits: bool = False
     out_offset: int = 0
     late_rank: int | None = None
+    form: str | None = None  # one of the op's ``forms`` (None: its plain form)
     # the op's definition (OpInfo.call passes it; otherwise looked up in OPS by name), pickled with the call
     _info: OpInfo | None = field(default=None, compare=False)
 

@@ -47,7 +47,8 @@ class ReduceScatter(_ReduceScatterFamily):
 
 
 class ReduceScatterTensor(_ReduceScatterFamily):
-    """``reduce_scatter_tensor``: the inputs concatenated along dim 0 into one tensor."""
+    """``reduce_scatter_tensor``: the inputs concatenated along dim 0 into one tensor, or (form
+    ``"stack"``, which torch.distributed also documents) stacked along a new dim 0."""
 
     def specs(self, dtypes: tuple[torch.dtype, ...], caps: Capabilities, max_bytes: int,
               ) -> st.SearchStrategy[TensorSpec]:
@@ -55,8 +56,9 @@ class ReduceScatterTensor(_ReduceScatterFamily):
 
     def prepare(self, ctx: Any, pg: Any, call: OpCall, index: int) -> Prepared:
         p = Prepared(call, ctx.device)
-        cat = torch.cat([input_values(call, ctx.rank, j) for j in range(ctx.world_size)])
-        tensor = p.keep("the input tensor", cat.to(ctx.device))
+        slots = [input_values(call, ctx.rank, j) for j in range(ctx.world_size)]
+        joined = torch.stack(slots) if call.form == "stack" else torch.cat(slots)
+        tensor = p.keep("the input tensor", joined.to(ctx.device))
         output = p.output("the output tensor", call.spec.shape)
         fn = getattr(pg, self.method)
         p.issue = lambda a: fn(output, tensor, options(ReduceScatterOptions, a,
@@ -67,6 +69,6 @@ class ReduceScatterTensor(_ReduceScatterFamily):
 REDUCE_SCATTER = ReduceScatter("reduce_scatter", "reduce_scatter", "reduce_scatter", reduces=True)
 REDUCE_SCATTER_TENSOR = ReduceScatterTensor("reduce_scatter_tensor",
                                             method_name("reduce_scatter_single", "_reduce_scatter_base"),
-                                            "reduce_scatter_tensor", reduces=True)
+                                            "reduce_scatter_tensor", reduces=True, forms=("stack",))
 REDUCE_SCATTER_BASE = ReduceScatterTensor("_reduce_scatter_base", "_reduce_scatter_base",
                                           "ProcessGroup._reduce_scatter_base (C++ callers)", reduces=True)
