@@ -34,7 +34,7 @@ def _problems(failure: BaseException) -> list[str] | None:
 
 
 def _every_problem(failure: BaseException, test: Callable[[str], bool]) -> bool:
-    problems = _problems(failure)
+    problems = _problems(failure) or []
     return bool(problems) and all(test(p) for p in problems)
 
 

@@ -240,7 +240,7 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     """A call whose only failures were known torch bugs' sightings passed, and is marked KNOWN; any
     call with sightings lists them in a report section (shown with a failure)."""
-    outcome = yield
+    outcome: Any = yield
     tally = item.stash.get(_tally_key, None)
     if call.when != "call" or not tally:
         return
@@ -255,7 +255,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 @pytest.hookimpl(tryfirst=True)
 def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -> tuple[str, str, Any] | None:
     """KNOWN: the test passed apart from sightings of known torch bugs (neither passed nor failed)."""
-    if report.when == "call" and report.passed and getattr(report, "fuzzdist_known", 0):
+    if report.when == "call" and report.passed and getattr(report, "fuzzdist_known", None):
         return "known", "K", ("KNOWN", {"yellow": True})
     return None
 

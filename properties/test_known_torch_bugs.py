@@ -62,7 +62,8 @@ def _call(op: str, **fields: Any) -> Any:
 
 
 RUNNERS: dict[str, Callable[..., None]] = {"broadcast": _broadcast, "collectives": _collective,
-                                           "check-pg:allreduce": _check_pg, "check-pg:async": _check_pg_async}
+                                           "check-pg:allreduce": _check_pg, "check-pg:reduce_scatter_tensor": _check_pg,
+                                           "check-pg:async": _check_pg_async}
 
 # bug id -> (where, the pinned minimal example's fields; world_size picks the pool)
 PINNED: dict[str, tuple[str, Callable[[], dict[str, Any]]]] = {
@@ -78,10 +79,15 @@ PINNED: dict[str, tuple[str, Callable[[], dict[str, Any]]]] = {
         world_size=2)),
     "gloo-bool-sum-stores-2": ("check-pg:allreduce", lambda: dict(
         call=_call("allreduce", spec=TensorSpec((1,), torch.bool), seed=3, reduce_op="SUM"), world_size=2)),
+    "gloo-reduce-scatter-stack-aborts": ("check-pg:reduce_scatter_tensor", lambda: dict(
+        call=_call("reduce_scatter_tensor", spec=TensorSpec((2,), torch.float32), reduce_op="SUM", form="stack"),
+        world_size=2)),
     "gloo-p2p-second-wait-blocks": ("check-pg:async", lambda: dict(
-        calls=(_call("send_recv", spec=TensorSpec((1,), torch.float32), root=0, peer=1),
+        calls=(_call("allreduce", spec=TensorSpec((1,), torch.float32), reduce_op="SUM"),
+               _call("barrier", late_rank=0),
+               _call("allreduce", spec=TensorSpec((1,), torch.float32), reduce_op="SUM"),
                _call("send_recv", spec=TensorSpec((1,), torch.float32), root=0, peer=1)),
-        wait_order=(0, 1, 0), world_size=2)),
+        wait_order=(0, 1, 2, 3, 3), world_size=2)),
 }
 
 

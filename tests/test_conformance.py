@@ -51,7 +51,13 @@ def test_gloo_conforms(pools):
                                  max_examples=8, pools=pools, settings=REPEATABLE)
     assert report.conforms, report.summary()
     assert report.backend == "gloo"
-    assert {name: r.status for name, r in report.ops.items()} == {name: "conforms" for name in (*OPS, ASYNC)}
+    # known torch bugs are sightings, neither failures nor passes: gloo's stack-form CHECK is met by
+    # its probe on every run; the bool SUM bytes and the second wait only on the examples that draw them
+    statuses = {name: r.status for name, r in report.ops.items()}
+    assert statuses["reduce_scatter_tensor"] == "known"
+    assert set(statuses.values()) <= {"conforms", "known"}, statuses
+    assert "gloo-reduce-scatter-stack-aborts" in {k["id"] for k in report.ops["reduce_scatter_tensor"].known}
+    assert all(bool(r.known) == (r.status == "known") for r in report.ops.values())
     # every ReduceOp gloo claims was fuzzed, and what it refuses is reported once each
     assert "ReduceOp.BXOR: int64, int32, int8, uint8, bool" in report.ops["allreduce"].supported
     refused = [(u.op, u.variant, u.reason) for u in report.unsupported]
@@ -266,8 +272,10 @@ def test_reference_nan_and_overflow_rules():
     ys = [torch.tensor([big]), torch.tensor([-inf]), torch.tensor([big])]
     assert reduction_problem("avg", "AVG", ys, torch.tensor([nan])) is None  # big + big overflowed
     bools = [torch.tensor([True, False]), torch.tensor([True, False])]
-    two = torch.tensor([2, 0], dtype=torch.uint8).view(torch.bool)  # a byte-summing backend
-    assert reduction_problem("sum", "SUM", bools, two) is None
+    two = torch.tensor([2, 0], dtype=torch.uint8).view(torch.bool)  # a byte-summing backend (gloo's SUM)
+    assert "hold a byte other than 0 and 1 (bytes [2]" in reduction_problem("sum", "SUM", bools, two)
+    assert reduction_problem("sum", "SUM", bools, torch.tensor([True, False])) is None
+    assert "expected" in reduction_problem("sum", "SUM", bools, torch.tensor([False, False]))  # wrong by truth
 
 
 # -- the command line ----------------------------------------------------------------------------

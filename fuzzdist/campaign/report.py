@@ -245,7 +245,7 @@ def summary_text(state: CampaignState, report_path: str | None, junit_path: str 
              + f" after {fmt_seconds(state.elapsed())}: "
              + f"{sum(p.examples for p in state.properties.values()):,} examples, "
              + f"{state.failure_count()} distinct failure(s) in {len(state.properties)} properties"
-             + (f", {known} sighting(s) of known torch bugs" if (known := sum(
+             + (f", {sightings} sighting(s) of known torch bugs" if (sightings := sum(
                  p.known_count for p in state.properties.values())) else "")]
     for i, row in enumerate(rows):
         lines.append("  ".join(cell.ljust(widths[j]) if j in (0, 1, 6) else cell.rjust(widths[j])

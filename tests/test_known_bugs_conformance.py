@@ -1,0 +1,81 @@
+"""check-pg and known torch bugs: what gloo's known bugs look like to check-pg is tallied per
+collective, reported as KNOWN (not failures, not passes); the same operation failing with another
+symptom stays a failure."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from hypothesis import settings
+
+from fuzzdist import known_bugs
+from fuzzdist.conformance import ConformanceFailure, OpCall, check_process_group
+from fuzzdist.conformance._rank import REPEAT_WAIT_BLOCKED
+from fuzzdist.conformance._reference import BOOL_BYTES_NOT_0_OR_1
+from fuzzdist.errors import RankError
+from fuzzdist.plugin import PoolKey
+from fuzzdist.strategies import TensorSpec
+
+BOOL_SUM = OpCall("allreduce", TensorSpec((1,), torch.bool), 3, reduce_op="SUM")
+STACK = OpCall("reduce_scatter_tensor", TensorSpec((2,), torch.float32), 0, reduce_op="SUM", form="stack")
+SEND = OpCall("send_recv", TensorSpec((1,), torch.float32), root=0, peer=1)
+ALLREDUCE = OpCall("allreduce", TensorSpec((1,), torch.float32), reduce_op="SUM")
+
+
+@pytest.fixture(scope="module")
+def pools(request, rank_pools):
+    timeout = request.config.getoption("fuzzdist_timeout")
+    return lambda world_size: rank_pools.get(PoolKey(world_size, "gloo", "cpu", timeout))
+
+
+def test_check_pg_reports_gloo_known_bugs_per_collective(pools):
+    report = check_process_group("fuzzdist.conformance:gloo", world_sizes=(2,), ops=("reduce_scatter_tensor",),
+                                 dtypes=(torch.float32,), max_examples=3, pools=pools,
+                                 settings=settings(derandomize=True, database=None))
+    op = report.ops["reduce_scatter_tensor"]
+    assert report.conforms and op.status == "known" and op.failure is None
+    [known] = op.known
+    assert known["id"] == "gloo-reduce-scatter-stack-aborts" and known["count"] == 1
+    assert "form='stack'" in known["example"]
+    assert report.known_sightings == 1
+    summary = report.summary()
+    assert "1 sighting(s) of known torch bugs" in summary and "KNOWN gloo-reduce-scatter-stack-aborts x1" in summary
+    data = json.loads(json.dumps(report.to_json(), default=str))
+    assert data["known_sightings"] == 1 and data["ops"]["reduce_scatter_tensor"]["known"][0]["count"] == 1
+
+
+def _message(*problems: str) -> ConformanceFailure:
+    return ConformanceFailure("op does not conform: ...\n" + "\n".join(f"  {p}" for p in problems))
+
+
+def _rank_error(message: str) -> RankError:
+    exc = RankError.__new__(RankError)
+    exc.exceptions = {0: RuntimeError(message), 1: RuntimeError(message)}
+    return exc
+
+
+@pytest.mark.parametrize("where, example, failure, bug", [
+    ("check-pg:allreduce", {"world_size": 2, "call": BOOL_SUM},
+     _message(f"rank 0, the reduced tensor: 1 of 1 bools {BOOL_BYTES_NOT_0_OR_1} (bytes [2]; True is the byte 1)"),
+     "gloo-bool-sum-stores-2"),
+    ("check-pg:allreduce", {"world_size": 2, "call": BOOL_SUM},  # wrong by truth value: another bug
+     _message("rank 0, the reduced tensor: 1 of 1 elements differ; first at flat index 0"), None),
+    ("check-pg:allreduce", {"world_size": 2, "call": BOOL_SUM},  # one rank's bytes, another's truth
+     _message(f"rank 0, the reduced tensor: 1 of 1 bools {BOOL_BYTES_NOT_0_OR_1} (bytes [2]; True is the byte 1)",
+              "rank 1, the reduced tensor: 1 of 1 elements differ"), None),
+    ("check-pg:reduce_scatter_tensor", {"world_size": 2, "call": STACK},
+     ConformanceFailure("raised: RuntimeError: Check failed: outputShape[0] * worldSize == inputShape[0] (4 vs. 2)"),
+     "gloo-reduce-scatter-stack-aborts"),
+    ("check-pg:reduce_scatter_tensor", {"world_size": 2, "call": STACK},
+     ConformanceFailure("raised: RuntimeError: some other error"), None),
+    ("check-pg:async", {"world_size": 2, "calls": (SEND, ALLREDUCE), "wait_order": (0, 1, 0)},
+     _rank_error(f"{REPEAT_WAIT_BLOCKED} within 2 s: call 0 (send_recv): RuntimeError: Timed out"),
+     "gloo-p2p-second-wait-blocks"),
+    ("check-pg:async", {"world_size": 2, "calls": (ALLREDUCE, SEND), "wait_order": (0, 1, 0)},  # an allreduce's
+     _rank_error(f"{REPEAT_WAIT_BLOCKED} within 2 s: call 0 (allreduce): RuntimeError: Timed out"), None),
+])
+def test_check_pg_predicates_look_at_the_symptom(where, example, failure, bug):
+    found = known_bugs.recognise(where, example, failure)
+    assert (found.id if found else None) == bug
