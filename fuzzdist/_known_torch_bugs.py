@@ -12,7 +12,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from fuzzdist.errors import PropertyFailure
+from fuzzdist._symptoms import (
+    BOOL_BYTES_NOT_0_OR_1,
+    BROADCAST_STRIDES_IGNORED,
+    FORWARD_OP_ON_GRADS,
+    REPEAT_WAIT_BLOCKED,
+    STACK_CHECK,
+    STRIDES_IGNORED,
+)
+from fuzzdist.errors import PropertyFailure, RankError
 from fuzzdist.known_bugs import KnownBug, register
 
 SEEN_ON = ("2.13",)
@@ -42,10 +50,8 @@ def _every_problem(failure: BaseException, test: Callable[[str], bool]) -> bool:
 
 
 def _broadcast_ignores_strides(example: Mapping[str, Any], failure: BaseException) -> bool:
-    from fuzzdist.properties.broadcast import STRIDES_IGNORED
-
     return (example["spec"].layout in _DENSE_NON_CONTIGUOUS
-            and _every_problem(failure, lambda p: STRIDES_IGNORED in p))
+            and _every_problem(failure, lambda p: BROADCAST_STRIDES_IGNORED in p))
 
 
 register(KnownBug(
@@ -65,8 +71,6 @@ def _collective(name: str, example: Mapping[str, Any]) -> bool:
 
 
 def _all_to_all_scatter_ignores_strides(example: Mapping[str, Any], failure: BaseException) -> bool:
-    from fuzzdist.properties.collectives import STRIDES_IGNORED
-
     return (_collective("all_to_all", example) and example["case"].out_layout in _DENSE_NON_CONTIGUOUS
             and _every_problem(failure, lambda p: p.startswith("output ") and STRIDES_IGNORED in p))
 
@@ -81,8 +85,6 @@ register(KnownBug(
 
 
 def _all_gather_grad_transposed(example: Mapping[str, Any], failure: BaseException) -> bool:
-    from fuzzdist.properties.collectives import STRIDES_IGNORED
-
     return (_collective("all_gather", example) and example["case"].grad_layout in _DENSE_NON_CONTIGUOUS
             and _every_problem(failure, lambda p: p.startswith("grad of input") and STRIDES_IGNORED in p))
 
@@ -97,8 +99,6 @@ register(KnownBug(
 
 
 def _all_reduce_backward_non_sum(example: Mapping[str, Any], failure: BaseException) -> bool:
-    from fuzzdist.properties.collectives import FORWARD_OP_ON_GRADS
-
     return (_collective("all_reduce", example) and example["case"].op in ("PRODUCT", "MIN", "MAX")
             and _every_problem(failure, lambda p: p.startswith("grad of input") and FORWARD_OP_ON_GRADS in p))
 
@@ -119,9 +119,8 @@ _REDUCING = ("allreduce", "reduce", "reduce_scatter", "reduce_scatter_tensor", "
 def _problem_lines(failure: BaseException) -> list[str] | None:
     """The problem lines of a check-pg ConformanceFailure ("  rank r, ...", "  call i (op): ..."),
     None for any other failure."""
-    from fuzzdist.conformance import ConformanceFailure
-
-    if not isinstance(failure, ConformanceFailure):
+    # by name: importing fuzzdist.conformance here would make an import cycle with fuzzdist.known_bugs
+    if not any(cls.__name__ == "ConformanceFailure" for cls in type(failure).__mro__):
         return None
     return [line for line in str(failure).splitlines() if line.startswith(("  rank ", "  call "))]
 
@@ -134,8 +133,6 @@ def _bool_sum_calls(example: Mapping[str, Any]) -> list[Any]:
 
 
 def _bool_sum_stores_2(example: Mapping[str, Any], failure: BaseException) -> bool:
-    from fuzzdist.conformance._reference import BOOL_BYTES_NOT_0_OR_1
-
     lines = _problem_lines(failure)
     return (bool(lines) and bool(_bool_sum_calls(example))
             and all(BOOL_BYTES_NOT_0_OR_1 in line for line in lines or ()))
@@ -150,9 +147,6 @@ register(KnownBug(
 
 
 def _second_wait_blocks(example: Mapping[str, Any], failure: BaseException) -> bool:
-    from fuzzdist.conformance._rank import REPEAT_WAIT_BLOCKED
-    from fuzzdist.errors import RankError
-
     if not isinstance(failure, RankError) or not failure.exceptions:
         return False
     calls, waits = example.get("calls", ()), list(example.get("wait_order", ()))
@@ -169,14 +163,11 @@ register(KnownBug(
     reproducer="docs/findings/gloo-p2p-second-wait-blocks.py"))
 
 
-_STACK_CHECK = "outputShape[0] * worldSize == inputShape[0]"  # the CHECK gloo aborts on
-
-
 def _reduce_scatter_stack_aborts(example: Mapping[str, Any], failure: BaseException) -> bool:
     # torch 2.13 raises the CHECK's fatal message as a RuntimeError on every rank where the ranks'
     # C++ lets it (check-pg's probe sees that); where it aborts the process instead, a RankCrash
     # carries the same message in the rank's last output.
-    return getattr(example.get("call"), "form", None) == "stack" and _STACK_CHECK in str(failure)
+    return getattr(example.get("call"), "form", None) == "stack" and STACK_CHECK in str(failure)
 
 
 register(KnownBug(

@@ -24,6 +24,7 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import Backend as _C10dBackend  # dist.Backend is the name enum
 
+from fuzzdist._symptoms import REPEAT_WAIT_BLOCKED
 from fuzzdist.conformance.ops import OpCall
 from fuzzdist.conformance.ops._buffers import Prepared
 from fuzzdist.errors import FuzzdistError, InvalidType
@@ -183,7 +184,6 @@ class _IssueError(Exception):
 # the rank says it blocked, so a backend whose repeated wait blocks until its timeout costs seconds,
 # not the example's timeout and a pool restart (gloo's send/recv Work: gloo-p2p-second-wait-blocks).
 REPEAT_WAIT_S = 2.0
-REPEAT_WAIT_BLOCKED = "a repeated wait() on a Work that had completed did not return"
 
 
 class _RepeatedWaitBlocked(Exception):

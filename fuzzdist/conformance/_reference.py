@@ -44,13 +44,12 @@ from typing import Any
 
 import torch
 
+from fuzzdist._symptoms import BOOL_BYTES_NOT_0_OR_1
 from fuzzdist.checks import first_difference, raw_bytes
 from fuzzdist.errors import InvalidArgument
 
 _MAX_TREE_RANKS = 5
 _SHOWN = 12  # values shown per tensor in a message
-# What a bool comparison says of bools that are right by truth value but hold other bytes than 0 and 1.
-BOOL_BYTES_NOT_0_OR_1 = "hold a byte other than 0 and 1"
 _WIDE_UNSIGNED = tuple(getattr(torch, n) for n in ("uint16", "uint32", "uint64") if hasattr(torch, n))
 
 

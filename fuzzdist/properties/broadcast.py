@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from fuzzdist import known_bugs
 from fuzzdist import strategies as fst
+from fuzzdist._symptoms import BROADCAST_STRIDES_IGNORED
 from fuzzdist.capabilities import GLOO_DTYPES
 from fuzzdist.checks import bitwise_equal, first_difference, storage_order
 from fuzzdist.properties import PropertyFailure
@@ -33,7 +34,7 @@ MAX_BYTES = 64 * 1024
 # Every dtype gloo can broadcast, any shape up to 64 KiB, every layout, every value pattern.
 SPECS = fst.tensor_specs(shapes=fst.shapes(max_bytes=MAX_BYTES), dtypes=st.sampled_from(GLOO_DTYPES))
 # What a receiver's difference says when it holds the source's memory order (see storage_order).
-STRIDES_IGNORED = "holds the source's elements in the order of its memory: strides ignored"
+STRIDES_IGNORED = BROADCAST_STRIDES_IGNORED
 SEEDS = st.integers(0, 2**32 - 1)
 
 

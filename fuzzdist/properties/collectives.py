@@ -82,7 +82,7 @@ import torch.distributed as dist
 import torch.distributed.nn.functional as dnn
 from hypothesis import strategies as st
 
-from fuzzdist import known_bugs
+from fuzzdist import _symptoms, known_bugs
 from fuzzdist import strategies as fst
 from fuzzdist.checks import first_difference, written_ignoring_strides
 from fuzzdist.errors import InvalidArgument
@@ -100,9 +100,8 @@ REDUCTIONS = ("reduce", "all_reduce", "reduce_scatter")
 REDUCE_OPS = ("SUM", "AVG", "PRODUCT", "MIN", "MAX")  # shrink order: SUM first
 # The ops whose gradients are checked (see the module docstring); the others: forward only.
 GRAD_OPS = {"reduce": ("SUM",), "all_reduce": REDUCE_OPS, "reduce_scatter": ("SUM",)}
-# What a rank adds to a wrong result that is exactly what a known torch bug computes.
-STRIDES_IGNORED = "exactly what a write that ignores the output's strides leaves"
-FORWARD_OP_ON_GRADS = "exactly the forward's op over the upstream gradients"
+# What a rank adds to a wrong result that is exactly what a known torch bug computes (fuzzdist._symptoms).
+STRIDES_IGNORED, FORWARD_OP_ON_GRADS = _symptoms.STRIDES_IGNORED, _symptoms.FORWARD_OP_ON_GRADS
 FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 BASE_DTYPES = (torch.float32, torch.float64)  # always drawn; probed only for reduce_scatter
 MAX_BYTES = 1024
