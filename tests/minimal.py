@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis.strategies import SearchStrategy
 
+from fuzzdist import known_bugs
 from fuzzdist.errors import PropertyFailure
 
 SETTINGS = settings(
@@ -78,7 +79,9 @@ def minimal_failure(check: Callable[..., Any], /, *, expect: type[AssertionError
             failing.append(Shrunk(example, exc))
             raise
 
-    with pytest.raises(AssertionError):
+    # Real torch bugs the search meets on the way (the planted stand-ins delegate to torch) are
+    # sightings of this search, not of the calling test: kept out of its KNOWN status.
+    with known_bugs.collecting(), pytest.raises(AssertionError):
         run()
     assert failing, "the planted bug was never caught"
     shrunk = failing[-1]  # Hypothesis runs the minimal example once more, last
