@@ -177,23 +177,3 @@ register(KnownBug(
     where=("check-pg:reduce_scatter_tensor",), recognise=_reduce_scatter_stack_aborts, seen_on=SEEN_ON,
     reproducer="docs/findings/gloo-reduce-scatter-stack-aborts.py"))
 
-
-# -- pickling ----------------------------------------------------------------------------------
-
-_WIDE = ("uint16", "uint32", "uint64", "float8")
-
-
-def _wide_unsigned_unpickle(example: Mapping[str, Any], failure: BaseException) -> bool:
-    # pickle.loads of such a tensor: "type object 'torch.storage.UntypedStorage' has no attribute 'dtype'"
-    text = str(failure)
-    return ("UntypedStorage" in text and "has no attribute 'dtype'" in text
-            and any(name in repr(dict(example)) for name in _WIDE))
-
-
-register(KnownBug(
-    id="wide-unsigned-unpickle",
-    summary="uint16/uint32/uint64/float8 tensors pickle (pickle.dumps) but don't unpickle: "
-            "'torch.storage.UntypedStorage' has no attribute 'dtype'",
-    # the object-collectives property (broadcast_object_list & co. pickle their objects) meets it
-    where=("object_collectives",), recognise=_wide_unsigned_unpickle, seen_on=SEEN_ON,
-    reproducer="docs/findings/wide-unsigned-unpickle.py"))

@@ -62,19 +62,3 @@ def test_outside_a_tally_the_known_bug_is_raised_with_its_name(rank_pool):
         real(rank_pool)
     assert any("gloo-broadcast-ignores-strides" in note for note in info.value.__notes__)
 
-
-def test_wide_unsigned_unpickle_is_recognised_by_its_message():
-    """The object-collectives property meets it; here only its predicate, on torch's own error."""
-    import pickle
-
-    data = pickle.dumps(torch.zeros(2, dtype=torch.uint16))
-    try:
-        pickle.loads(data)
-    except AttributeError as exc:
-        error: BaseException = exc
-    else:
-        pytest.skip("this torch unpickles uint16 tensors")
-    example = {"obj": TensorSpec((2,), torch.uint16)}
-    assert known_bugs.recognise("object_collectives", example, error).id == "wide-unsigned-unpickle"
-    assert known_bugs.recognise("object_collectives", {"obj": TensorSpec((2,), torch.int16)}, error) is None
-    assert known_bugs.recognise("object_collectives", example, AttributeError("something else")) is None
