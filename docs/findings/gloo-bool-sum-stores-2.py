@@ -1,10 +1,10 @@
 """gloo-bool-sum-stores-2: a SUM over bool tensors on gloo stores the byte 2 in a bool tensor.
 
 gloo adds bools as bytes, so True + True leaves the byte 2 where a bool must hold 0 or 1 (NCCL maps
-SUM over bool to MAX).  Most torch ops read any nonzero byte as True, but the tensor's bytes are
-wrong: .view(torch.uint8), .numpy().tobytes(), hashing its bytes and gloo's own bitwise reductions
-of it (2 & 1 == 0) see the 2.  Two ranks each contribute [True] to all_reduce, reduce and the list
-form of reduce_scatter (reduce_scatter_tensor gets it right).
+SUM over bool to MAX).  The torch ops tried read any nonzero byte as True, but the tensor's bytes
+are wrong, and whatever reads them sees the 2: .view(torch.uint8), .numpy().view(numpy.uint8),
+.numpy().tobytes().  Two ranks each contribute [True] to all_reduce, reduce and the list form of
+reduce_scatter (reduce_scatter_tensor gets it right).
 
     python docs/findings/gloo-bool-sum-stores-2.py
 
