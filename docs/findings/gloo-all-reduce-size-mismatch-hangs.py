@@ -14,6 +14,7 @@ has ended 3 s after rank 0's returned.
 
 Prints one line; exits 1 while the bug reproduces ("BUG: ..."), 0 once torch gets it right ("FIXED: ...").
 """
+import multiprocessing as mp
 import queue
 import socket
 import sys
@@ -21,15 +22,15 @@ import time
 import traceback
 from datetime import timedelta
 
-import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
-
 BOUND_S = 3
 SIZES = {0: 1, 1: 3}  # rank -> numel of its float32 tensor
 
 
 def rank_main(rank, world_size, port, results):
+    # torch is imported in the rank processes only: the parent just starts them and compares.
+    import torch
+    import torch.distributed as dist
+
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
                             timeout=timedelta(seconds=60))
     tensor = torch.full((SIZES[rank],), float(rank + 1))  # rank 0: [1.], rank 1: [2., 2., 2.]

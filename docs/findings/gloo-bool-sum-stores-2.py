@@ -10,17 +10,18 @@ reduce_scatter (reduce_scatter_tensor gets it right).
 
 Prints one line; exits 1 while the bug reproduces ("BUG: ..."), 0 once torch gets it right ("FIXED: ...").
 """
+import multiprocessing as mp
 import socket
 import sys
 import traceback
 from datetime import timedelta
 
-import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
-
 
 def rank_main(rank, world_size, port, results):
+    # torch is imported in the rank processes only: the parent just starts them and compares.
+    import torch
+    import torch.distributed as dist
+
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
                             timeout=timedelta(seconds=10))
     all_reduced = torch.tensor([True])

@@ -12,6 +12,7 @@ The ranks run in their own processes so the crash is seen from outside.
 
 Prints one line; exits 1 while the bug reproduces ("BUG: ..."), 0 once torch gets it right ("FIXED: ...").
 """
+import multiprocessing as mp
 import queue
 import signal
 import socket
@@ -19,14 +20,14 @@ import sys
 import traceback
 from datetime import timedelta
 
-import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
-
 CASES = [(2,), ()]  # output shapes; the stacked input is (world_size, *shape), all ones
 
 
 def rank_main(rank, world_size, port, results):
+    # torch is imported in the rank processes only: the parent just starts them and compares.
+    import torch
+    import torch.distributed as dist
+
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
                             timeout=timedelta(seconds=10))
     for shape in CASES:

@@ -11,21 +11,22 @@ PRODUCT; torch gives rank 0 the gradient 1 in all three (the MAX/MIN/PRODUCT of 
 
 Prints one line; exits 1 while the bug reproduces ("BUG: ..."), 0 once torch gets it right ("FIXED: ...").
 """
+import multiprocessing as mp
 import socket
 import sys
 import traceback
 from datetime import timedelta
-
-import torch
-import torch.distributed as dist
-import torch.distributed.nn
-import torch.multiprocessing as mp
 
 INPUTS = {"MAX": (1.0, 2.0), "MIN": (1.0, 2.0), "PRODUCT": (2.0, 3.0)}  # op -> (rank 0's x, rank 1's x)
 EXPECTED_RANK0_GRAD = {"MAX": 0.0, "MIN": 2.0, "PRODUCT": 6.0}  # d(y_0 + y_1)/dx on rank 0
 
 
 def rank_main(rank, world_size, port, results):
+    # torch is imported in the rank processes only: the parent just starts them and compares.
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.nn
+
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
                             timeout=timedelta(seconds=10))
     grads = {}
