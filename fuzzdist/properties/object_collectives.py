@@ -189,6 +189,7 @@ def object_cases(draw: st.DrawFn, world_size: int, op: st.SearchStrategy[str] | 
     """An ObjectCase for ``world_size`` ranks; shrinks to broadcast_object_list of ``[None]`` from rank 0."""
     name = draw(st.sampled_from(OPS) if op is None else op, label="op")
     root = draw(fst.source_ranks(world_size), label="root")
+    per_rank: list[Any]
     if name == "broadcast_object_list":
         per_rank = [draw(st.lists(objects(), min_size=1, max_size=3)) for _ in range(world_size)]
     elif name == "scatter_object_list":

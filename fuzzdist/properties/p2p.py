@@ -134,7 +134,8 @@ def _try_refused(m: Message, sending: bool, api: str, fns: dict[str, Callable[..
     return f"{api} {label} was accepted ({len(works)} Work(s)) where it should be refused"
 
 
-def p2p_and_check(ctx: RankContext, case: P2PCase, api: dict[str, Callable[..., Any]] | None = None) -> list[str] | None:
+def p2p_and_check(ctx: RankContext, case: P2PCase,
+                  api: dict[str, Callable[..., Any]] | None = None) -> list[str] | None:
     """On every rank: issue this rank's ops of ``case`` in its drawn order, wait for each Work once, then
     try the ops that must be refused; None if every received tensor is the sender's and every refusal
     was clear, else what went wrong.  ``api`` maps the torch function names to stand-ins."""
@@ -250,7 +251,7 @@ GLOO_P2P_SELF_LOOP_UNCLEAR = register(KnownBug(
     where=("p2p",),
     recognise=_is_self_loop_unclear,
     seen_on=("2.13",),
-    reproducer="docs/findings/gloo-p2p-self-loop-unclear-error.py",
+    reproducer=None,  # standalone reproducer: in the report to the lead (docs/findings is theirs)
 ))
 
 

@@ -175,7 +175,7 @@ def subgroups_and_check(ctx: RankContext, case: SubgroupCase,
     """On every rank: create ``case.groups``, run ``case.ops`` on each; None if every tensor is what the
     reference says, else what differs.  ``new_group`` and ``collectives`` (keyed ``all_reduce``,
     ``broadcast``, ``all_gather``) are swappable, for planted bugs."""
-    fns = {"all_reduce": dist.all_reduce, "broadcast": dist.broadcast, "all_gather": dist.all_gather,
+    fns: dict[str, Callable[..., Any]] = {"all_reduce": dist.all_reduce, "broadcast": dist.broadcast, "all_gather": dist.all_gather,
            **(collectives or {})}
     rank = ctx.rank
     made = _make_groups(case, new_group, ctx.device.type)  # first: nothing may fail before every rank made them
@@ -345,7 +345,7 @@ LOCAL_SYNC_RECREATE = register(KnownBug(
     where=("subgroups",),
     recognise=_is_local_sync_recreate,
     seen_on=("2.13",),
-    reproducer="docs/findings/new-group-local-sync-recreate-fails.py",
+    reproducer=None,  # standalone reproducer: in the report to the lead
 ))
 MESH_LOCAL_RANK = register(KnownBug(
     id="device-mesh-local-rank-not-coordinate",
@@ -354,7 +354,7 @@ MESH_LOCAL_RANK = register(KnownBug(
     where=("subgroups",),
     recognise=_is_mesh_order,
     seen_on=("2.13",),
-    reproducer="docs/findings/device-mesh-local-rank-not-coordinate.py",
+    reproducer=None,  # standalone reproducer: in the report to the lead
 ))
 
 
