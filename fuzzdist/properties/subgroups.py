@@ -175,8 +175,8 @@ def subgroups_and_check(ctx: RankContext, case: SubgroupCase,
     """On every rank: create ``case.groups``, run ``case.ops`` on each; None if every tensor is what the
     reference says, else what differs.  ``new_group`` and ``collectives`` (keyed ``all_reduce``,
     ``broadcast``, ``all_gather``) are swappable, for planted bugs."""
-    fns: dict[str, Callable[..., Any]] = {"all_reduce": dist.all_reduce, "broadcast": dist.broadcast, "all_gather": dist.all_gather,
-           **(collectives or {})}
+    fns: dict[str, Callable[..., Any]] = {"all_reduce": dist.all_reduce, "broadcast": dist.broadcast,
+                                          "all_gather": dist.all_gather, **(collectives or {})}
     rank = ctx.rank
     made = _make_groups(case, new_group, ctx.device.type)  # first: nothing may fail before every rank made them
     problems: list[str] = []
