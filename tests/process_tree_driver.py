@@ -26,12 +26,12 @@ from fuzzdist import RankPool  # noqa: E402
 if __name__ == "__main__":
     made: list[RankPool] = []
     if "--from-thread" in sys.argv:
-        thread = threading.Thread(target=lambda: made.append(RankPool(2, timeout=30)))
+        thread = threading.Thread(target=lambda: made.append(RankPool(1, timeout=30)))
         thread.start()
         thread.join()
         pool = made[0]
     else:
-        pool = RankPool(2, timeout=30)
+        pool = RankPool(1, timeout=30)
     found = pool.run(descendants.start_descendants)
     if "--stop-ranks" in sys.argv:
         for pid in pool.pids:
