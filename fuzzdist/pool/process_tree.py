@@ -12,7 +12,9 @@ started outlives it, each rank:
 * forks a small watchdog (:func:`start_watchdog`) that SIGKILLs the group as
   soon as the rank dies (a crash, or its own exit) or the driver does (the
   driver's end of the rank's pipe hangs up).  It is a process of its own,
-  single-threaded, so a rank wedged with the GIL held can't stall it;
+  single-threaded, so a rank wedged with the GIL held can't stall it (the
+  driver's hang-up is watched on Linux; elsewhere the rank's own thread
+  that watches its parent does that part);
 * on Linux, asks the kernel to SIGKILL it when the driver dies
   (:func:`die_with_driver`), whatever the rank is doing; the watchdog then
   sees the rank gone and kills the rest.
@@ -112,7 +114,8 @@ def _watch(rank_pid: int, lifeline_fd: int) -> None:
         with contextlib.suppress(OSError, ValueError):
             signal.signal(sig, signal.SIG_DFL)
     poller = select.poll()
-    poller.register(lifeline_fd, 0)  # only POLLHUP/POLLERR: the driver's end closed (never the rank's messages)
+    if sys.platform.startswith("linux"):  # where POLLHUP on a socket with no events asked for is checked to work
+        poller.register(lifeline_fd, 0)  # only POLLHUP/POLLERR: the driver's end closed (never the rank's messages)
     while os.getppid() == rank_pid:
         try:
             if poller.poll(_WATCH_MS):
