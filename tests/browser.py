@@ -122,14 +122,17 @@ def load(url: str, chromium: str, width: int = 1280, settle_s: float = 0.5) -> P
     deadline = time.monotonic() + TIMEOUT
     to_browser_r, to_browser_w = os.pipe()
     from_browser_r, from_browser_w = os.pipe()
+    # Above 4, so that the shell's `3<&A 4>&B` can't overwrite one end with the other.
+    to_browser_r, from_browser_w = _above_4(to_browser_r), _above_4(from_browser_w)
     profile = tempfile.mkdtemp(prefix="fuzzdist-chromium-")
     args = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
             "--remote-debugging-pipe", "--no-first-run", "--no-default-browser-check", "--hide-scrollbars",
             f"--user-data-dir={profile}", "about:blank"]
-    # The browser reads commands on fd 3 and writes to fd 4.
-    proc = subprocess.Popen(["sh", "-c", f'exec "$@" 3<&{to_browser_r} 4>&{from_browser_w}', "sh", *args],
+    log = tempfile.TemporaryFile()  # chromium's stderr, for the message when it fails
+    # The browser reads commands on fd 3 and writes to fd 4 (bash: dash takes no fd number above 9).
+    proc = subprocess.Popen(["bash", "-c", f'exec "$@" 3<&{to_browser_r} 4>&{from_browser_w}', "bash", *args],
                             pass_fds=(to_browser_r, from_browser_w), stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL, stderr=log)
     os.close(to_browser_r)
     os.close(from_browser_w)
     pipe = _Pipe(proc, to_browser_w, from_browser_r)
@@ -161,6 +164,10 @@ def load(url: str, chromium: str, width: int = 1280, settle_s: float = 0.5) -> P
             if event.get("method") == "Network.requestWillBeSent":
                 result.requests.append(event["params"]["request"]["url"])
         return result
+    except (AssertionError, OSError) as exc:
+        log.seek(0)
+        lines = [line for line in log.read().decode(errors="replace").splitlines() if "dbus" not in line]
+        raise AssertionError(f"{exc}\nchromium's stderr (D-Bus noise left out):\n" + "\n".join(lines[-30:])) from None
     finally:
         try:
             pipe.call("Browser.close", deadline=min(deadline, time.monotonic() + 5))
@@ -173,7 +180,17 @@ def load(url: str, chromium: str, width: int = 1280, settle_s: float = 0.5) -> P
             proc.wait(timeout=10)
         os.close(to_browser_w)
         os.close(from_browser_r)
+        log.close()
         shutil.rmtree(profile, ignore_errors=True)
+
+
+def _above_4(fd: int) -> int:
+    """``fd`` moved to a number above 4 (the original closed)."""
+    import fcntl
+
+    moved = fcntl.fcntl(fd, fcntl.F_DUPFD, 5)
+    os.close(fd)
+    return moved
 
 
 def _errors(event: dict) -> list[str]:
