@@ -57,21 +57,19 @@ def test_the_browser_check_sees_console_errors_exceptions_and_fetches(tmp_path):
     bad = write(tmp_path, "bad.html", "<!DOCTYPE html><html><body><p>x</p><script>console.error('boom');"
                                       "console.log('just-a-log')</script><script>notDefined()</script>"
                                       '<img src="http://127.0.0.1:1/missing.png"></body></html>')
-    good = write(tmp_path, "good.html", "<!DOCTYPE html><html><body><p>fine</p></body></html>")
     seen = load(bad.as_uri(), CHROMIUM)
     errors = "\n".join(seen.errors)
     assert "console.error: boom" in errors and "ReferenceError: notDefined is not defined" in errors, errors
     assert "just-a-log" not in errors  # console.log is no error
     assert any("127.0.0.1:1/missing.png" in e for e in seen.errors), errors
     assert "http://127.0.0.1:1/missing.png" in seen.requests
-    clean = load(good.as_uri(), CHROMIUM)
-    assert clean.errors == [] and clean.requests == [good.as_uri()]
-    assert clean.screenshot.startswith(b"\x89PNG\r\n\x1a\n")
+    assert seen.screenshot.startswith(b"\x89PNG\r\n\x1a\n")
+    # A clean page (the campaign's, below) reports no error.
 
 
 def test_a_campaigns_page_loads_cleanly_in_chromium(tmp_path):
     write(tmp_path, "test_tiny.py", PROPERTIES)
-    result = run_cli(["run", "test_tiny.py", "--max-examples", "150", "--world-size", "1", "--report", "r.json",
+    result = run_cli(["run", "test_tiny.py", "--max-examples", "60", "--world-size", "1", "--report", "r.json",
                       "--html", "r.html", "--junit", "", "--progress", "none"], cwd=tmp_path)
     assert result.returncode == 1, result.stdout + result.stderr  # the planted bug
     assert "HTML report: r.html" in result.stdout

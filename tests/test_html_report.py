@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 
 import pytest
 
@@ -184,3 +185,27 @@ def test_fuzzdist_report_needs_html_and_a_writable_place(tmp_path, capsys):
     assert main(["report", str(tmp_path / "r.json"), "--html", str(tmp_path / "no" / "r.html")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "pass --html with a path in a writable directory" in err, err
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    (tmp_path / "properties").mkdir()
+    (tmp_path / "properties" / "test_p.py").write_text("def test_p():\n    pass\n", encoding="utf-8")
+    (tmp_path / "r.json").write_text(json.dumps(_report()), encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.mark.parametrize("argv", [["run", "--html", "r.html"], ["report", "r.json", "--html", "r.html"]])
+def test_without_pygal_html_fails_early_saying_what_to_install(project, capsys, monkeypatch, argv):
+    monkeypatch.setitem(sys.modules, "pygal", None)  # what find_spec sees when it is not installed
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "pip install pygal" in err, err
+    assert not (project / "r.html").exists()
+
+
+def test_fuzzdist_run_html_that_cant_be_written(project, capsys):
+    assert main(["run", "--html", "no_dir/r.html"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "can't write no_dir/r.html" in err and "--html" in err, err
