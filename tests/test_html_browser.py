@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
 from browser import find_chromium, load
-from cli_helpers import read_report, run_cli, write
+from cli_helpers import finish, read_report, start_cli, wait_for_report, write
 
 from fuzzdist.cli import main
 
@@ -69,8 +70,16 @@ def test_the_browser_check_sees_console_errors_exceptions_and_fetches(tmp_path):
 
 def test_a_campaigns_page_loads_cleanly_in_chromium(tmp_path):
     write(tmp_path, "test_tiny.py", PROPERTIES)
-    result = run_cli(["run", "test_tiny.py", "--max-examples", "60", "--world-size", "1", "--report", "r.json",
+    proc = start_cli(["run", "test_tiny.py", "--max-examples", "60", "--world-size", "1", "--report", "r.json",
                       "--html", "r.html", "--junit", "", "--progress", "none"], cwd=tmp_path)
+    # While it runs, the page is there already, says so, and reloads itself.
+    wait_for_report(tmp_path / "r.json", lambda r: r["status"] == "running", proc)
+    deadline = time.monotonic() + 30
+    while not (tmp_path / "r.html").exists() and time.monotonic() < deadline:  # written right after the JSON
+        time.sleep(0.05)
+    running = (tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "<title>fuzzdist campaign running</title>" in running and 'http-equiv="refresh"' in running
+    result = finish(proc)
     assert result.returncode == 1, result.stdout + result.stderr  # the planted bug
     assert "HTML report: r.html" in result.stdout
     report = read_report(tmp_path / "r.json")
@@ -93,6 +102,7 @@ def test_a_campaigns_page_loads_cleanly_in_chromium(tmp_path):
     assert "planted <script>alert('x')</script> n=3" in facts["text"]  # shown as text, shrunk
     assert "pytest 'test_tiny.py::test_planted[cpu-w1]'" in facts["text"]
     assert facts["title"] == "fuzzdist campaign finished"
+    assert 'http-equiv="refresh"' not in page.read_text(encoding="utf-8")  # nothing more to follow
     assert seen.screenshot.startswith(b"\x89PNG") and facts["height"] > 900
 
     # `fuzzdist report` makes the same page from the JSON.

@@ -194,7 +194,8 @@ def _coverage(prop: dict) -> str:
     if grids:
         parts.append("<h3>Pairs reached together</h3><p class=\"note\">Examples that reached both values; "
                      "<span class=\"never legend\">never</span> marks a pair of values, each reached by "
-                     "some example, that no example reached together.</p>")
+                     "some example, that no example reached together (some pairs can't occur by "
+                     "construction).</p>")
         for i, grid in enumerate(grids):
             if i == OPEN_GRIDS:
                 parts.append(f"<details><summary>{len(grids) - OPEN_GRIDS} more pair(s) of events</summary>")
