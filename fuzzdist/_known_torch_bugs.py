@@ -177,3 +177,23 @@ register(KnownBug(
     where=("check-pg:reduce_scatter_tensor",), recognise=_reduce_scatter_stack_aborts, seen_on=SEEN_ON,
     reproducer="docs/findings/gloo-reduce-scatter-stack-aborts.py"))
 
+
+# -- functional collectives -----------------------------------------------------------------
+
+
+def _functional_all_to_all_complex(example: Mapping[str, Any], failure: BaseException) -> bool:
+    case = example.get("case")
+    calls = getattr(case, "calls", ())
+    return ("Invalid scalar type" in str(failure)
+            and any(c.op == "all_to_all_single" and c.spec.dtype.is_complex for c in calls))
+
+
+register(KnownBug(
+    id="gloo-functional-all-to-all-complex-raises",
+    summary="functional all_to_all_single raises 'Invalid scalar type' for complex tensors on gloo "
+            "(dist.all_to_all_single works: it views them as real)",
+    where=("functional",),
+    recognise=_functional_all_to_all_complex,
+    seen_on=("2.13",),
+    reproducer="docs/findings/gloo-functional-all-to-all-complex-raises.py",
+))

@@ -153,6 +153,20 @@ class RotatedAllgatherGroup(GlooForwardingGroup):
         return completed_work(output_tensors)
 
 
+class ForgetsRankGroup(WrongSourceBroadcastGroup):
+    """Two defects in one wrapper.  Its base is built before it knows its place (rank 0 of 1, as
+    torchft's wrappers build theirs); it forwards size() to the real group but forgets rank(), so
+    every rank says it is rank 0.  And its broadcast ignores the root (``WrongSourceBroadcastGroup``)."""
+
+    def __init__(self, rank: int, world_size: int, store: Any) -> None:
+        dist.ProcessGroup.__init__(self, 0, 1)
+        self.inner = gloo(rank, world_size, store, torch.device("cpu"))
+        self.world = world_size
+
+    def getSize(self) -> int:
+        return self.inner.size()
+
+
 # -- the seed's single-rank group (torch's test_c10d_pypg.py) -------------------------------
 
 
@@ -239,6 +253,10 @@ def wrong_source_broadcast(rank, world_size, store, device):
 
 def rotated_allgather(rank, world_size, store, device):
     return RotatedAllgatherGroup(rank, world_size, store)
+
+
+def forgets_rank(rank, world_size, store, device):
+    return ForgetsRankGroup(rank, world_size, store)
 
 
 def lonely_rank(rank, world_size, store, device):

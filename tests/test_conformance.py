@@ -241,6 +241,27 @@ def test_a_factory_that_fails_on_the_ranks_is_a_failure(pools):
     assert "not a torch.distributed ProcessGroup" in report.factory_errors[1]
 
 
+def test_a_group_that_forgets_its_rank_is_a_failure_and_its_operations_are_checked_all_the_same(pools):
+    # forwards size() but says rank 0 on every rank; and its broadcast ignores the root
+    report = check_process_group("planted_backends:forgets_rank", world_sizes=(1, 2, 3),
+                                 ops=("allgather", "broadcast"), dtypes=(torch.float32,), pools=pools,
+                                 settings=settings(REPEATABLE, max_examples=30))
+    assert sorted(report.factory_errors) == [2, 3]  # rank 0 of 1 is right
+    assert "rank 1's group says rank 0 of 2" in report.factory_errors[2]
+    assert "rank 2's group says rank 0 of 3" in report.factory_errors[3]
+    assert "checked all the same" in report.factory_errors[2]
+    # the rank defect, then every collective, at every world size, in the same run
+    allgather, broadcast = report.ops["allgather"], report.ops["broadcast"]
+    assert allgather.status == "conforms" and allgather.world_sizes == [1, 2, 3], report.summary()
+    assert broadcast.status == "failed" and broadcast.world_sizes == [1, 2, 3], report.summary()
+    assert broadcast.failure is not None and broadcast.failure.world_size == 2 and broadcast.failure.call.root == 1
+    assert [f.op for f in report.failures] == ["factory", "factory", "broadcast"]
+    summary = report.summary()
+    assert "factory failed at world size 2: the group's rank()/size() disagree" in summary
+    assert "FAILURE in broadcast" in summary and "3 FAILURE(S)" in summary
+    assert report.to_json()["ops"]["allgather"]["world_sizes"] == [1, 2, 3]
+
+
 # -- the reference and the unsupported classification (no ranks) -------------------------------
 
 

@@ -12,6 +12,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from fuzzdist.campaign.series import EventPairs, TimeSeries
+
 REPORT_FORMAT = 1
 
 
@@ -63,6 +65,8 @@ class PropertyState:
     share_end: float | None = None  # monotonic: when its share of the time budget ends
     budget_examples: int | None = None
     rank_output: list = field(default_factory=list)  # what the ranks wrote in passing examples (OutputLog.entries)
+    series: TimeSeries = field(default_factory=TimeSeries)  # (t_s, examples, invalid, distinct failures) over time
+    event_pairs: EventPairs = field(default_factory=EventPairs)  # event() values reached in one example together
     known: Any = None  # its fuzzdist.known_bugs.Tally: sightings of known torch bugs, counted, not failures
 
     @property
@@ -110,6 +114,9 @@ class PropertyState:
             "events": dict(self.events.most_common()),
             "targets": dict(self.targets),
             "rank_output": self.rank_output,
+            "series": self.series.to_dict(),
+            "event_pairs": self.event_pairs.to_list(),
+            "event_pairs_dropped": self.event_pairs.dropped,
         }
 
 
@@ -180,14 +187,18 @@ class CampaignState:
 
 
 def write_json_atomic(path: str | os.PathLike, data: dict) -> None:
-    """Write ``data`` to ``path`` so that a reader only ever sees a complete file:
+    """Write ``data`` as JSON to ``path`` so that a reader only ever sees a complete file."""
+    write_text_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` to ``path`` so that a reader only ever sees a complete file:
     a temporary file in the same directory, flushed and fsynced, then os.replace."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent or Path("."), prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2, default=str)
-            f.write("\n")
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -232,7 +243,8 @@ def fmt_events(events: Counter, limit: int = 3) -> str:
     return top + (f" (+{more} more)" if more > 0 else "")
 
 
-def summary_text(state: CampaignState, report_path: str | None, junit_path: str | None) -> str:
+def summary_text(state: CampaignState, report_path: str | None, junit_path: str | None,
+                 html_path: str | None = None) -> str:
     """The end-of-campaign summary: a table, then each failure with its minimal example."""
     rows = [("property", "status", "examples", "ex/s", "failures", "known", "stopped because")]
     for prop in state.properties.values():
@@ -281,10 +293,12 @@ def summary_text(state: CampaignState, report_path: str | None, junit_path: str 
             lines.append(f"    reproduce: {failure.reproduce}")
     if state.error:
         lines.append(f"\nerror: {state.error}")
-    if report_path or junit_path:
+    if report_path or junit_path or html_path:
         lines.append("")
         if report_path:
             lines.append(f"JSON report: {report_path}")
+        if html_path:
+            lines.append(f"HTML report: {html_path}")
         if junit_path:
             lines.append(f"JUnit XML:   {junit_path}")
     return "\n".join(lines)

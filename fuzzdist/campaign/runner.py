@@ -28,7 +28,8 @@ For each property it replaces pytest's single call of the ``@given`` test by
   exception Hypothesis lets through without saving the example in flight
   (any other would be filed as a failing example).  The JSON report is
   rewritten atomically after every new failure, every few seconds, and at
-  the end.
+  the end; the HTML page (``--html``) with it, at each property's end and as
+  often between as keeps its rendering under 2% of the time.
 - **Distinct failures** are told apart by Hypothesis's InterestingOrigin
   (exception type and raising site, with its chain: a RankError carries the
   remote site), the same way Hypothesis does.
@@ -60,14 +61,22 @@ from fuzzdist import _hypothesis_compat as hc
 from fuzzdist import known_bugs
 from fuzzdist.campaign.database import Database, record_in_index, reproduce_command
 from fuzzdist.campaign.progress import Progress
-from fuzzdist.campaign.report import CampaignState, FailureRecord, PropertyState, write_json_atomic
+from fuzzdist.campaign.report import (
+    CampaignState,
+    FailureRecord,
+    PropertyState,
+    write_json_atomic,
+    write_text_atomic,
+)
 from fuzzdist.campaign.selection import SelectionPlugin, Targets
+from fuzzdist.campaign.series import split_event
 from fuzzdist.variant_keys import adopt
 
 if sys.version_info < (3, 11):  # Hypothesis depends on the backport there
     from exceptiongroup import BaseExceptionGroup, ExceptionGroup
 
 REPORT_INTERVAL_S = 5.0
+HTML_COST_SHARE = 0.02  # the HTML page is rewritten no oftener than keeps its rendering under 2% of the time
 # Examples per round when only time limits a property: the campaign profile's budget, so
 # Hypothesis schedules its phases (e.g. target() optimisation at half-way) as usual.
 ROUND_EXAMPLES = 100_000
@@ -105,8 +114,10 @@ class CampaignPlugin(SelectionPlugin):
     def __init__(self, targets: Targets, *, state: CampaignState, database: Database, progress: Progress,
                  report_path: str | None = None, device: str | None = None,
                  round_examples: int = ROUND_EXAMPLES, pytest_options: Sequence[str] = (),
-                 seed: int | None = None) -> None:
+                 seed: int | None = None, html_path: str | None = None) -> None:
         super().__init__(targets, device)
+        self.html_path = html_path  # the HTML report, rewritten with the JSON one
+        self._next_html = 0.0
         self.pytest_options = list(pytest_options)  # what a reproducing pytest command needs
         self.seed = seed
         self._rank_output: Any = None  # the plugin's OutputLog, once pytest is configured
@@ -120,7 +131,7 @@ class CampaignPlugin(SelectionPlugin):
         self._expected_skips: dict[str, str] = {}
         self._indexed: set[str] = set()
         self._key: bytes | None = None  # the database key of the property running
-        self._report_error: str | None = None
+        self._report_errors: dict[str, str] = {}  # "json"/"html" -> the first error writing it (warned once)
 
     # -- set-up ---------------------------------------------------------------------------
 
@@ -200,6 +211,7 @@ class CampaignPlugin(SelectionPlugin):
         given = set(hc.given_argument_names(fn))
         prop.known = known_bugs.current_tally()  # the fuzzdist plugin's, around this test's call
         prop.status, prop.started_at = "running", now
+        self._sample(prop)
         self.progress.update(state, force=True)
         base_phases = tuple(original_settings.phases)
         later_phases = tuple(p for p in base_phases if p not in (Phase.explicit, Phase.reuse))
@@ -268,13 +280,14 @@ class CampaignPlugin(SelectionPlugin):
             self._round = None
             self._key = None
             prop.elapsed_s = time.monotonic() - now
+            self._sample(prop)
             if prop.status == "running":
                 if any(f.kind == "error" for f in prop.failures.values()):
                     prop.status = "error"
                 else:
                     prop.status = "failed" if prop.failures else "known" if prop.known_count else "passed"
             self.progress.property_done(state, prop)
-            self.write_report()
+            self.write_report(html_now=True)
         if prop.failures:
             pytest.fail(_failure_text(prop), pytrace=False)
 
@@ -334,18 +347,29 @@ class CampaignPlugin(SelectionPlugin):
         if observed is not None:
             events = prop.events
             seen_events, scores = observed
+            values: dict[str, set[str]] = {}  # key -> values, for the pairs reached together
             for label, value in seen_events.items():
+                pair = split_event(label, value)
+                if pair is not None:
+                    values.setdefault(pair[0], set()).add(pair[1])
                 label = label if value == "" else f"{label}: {value}"
                 if label not in events and len(events) >= MAX_EVENT_LABELS:
                     label = OTHER_EVENTS
                 events[label] += 1
+            if len(values) > 1:
+                prop.event_pairs.add_example(values)
             for label, score in scores.items():
                 if label not in prop.targets or score > prop.targets[label]:
                     prop.targets[label] = score
         now = time.monotonic()
+        self._sample(prop)
         self.progress.update(self.state)
         if now >= self._next_report:
             self.write_report()
+
+    def _sample(self, prop: PropertyState) -> None:
+        """A point of the property's time series (kept at most once a series interval)."""
+        prop.series.add(self.state.elapsed(), prop.examples, prop.invalid, len(prop.failures))
 
     def _on_failure(self, item, prop: PropertyState, exc: BaseException, kwargs: dict, given: set) -> bool:
         """Record a failing example as it happens; True if its origin is masked (counts as a pass)."""
@@ -426,20 +450,41 @@ class CampaignPlugin(SelectionPlugin):
 
     # -- the report -----------------------------------------------------------------------
 
-    def write_report(self) -> None:
-        self._next_report = time.monotonic() + REPORT_INTERVAL_S
-        if not self.report_path:
+    def write_report(self, html_now: bool = False) -> None:
+        """Rewrite the JSON report and the HTML page (each atomically), whichever were asked for.
+
+        The page takes longer to make than the JSON (tens of milliseconds per property), so between
+        properties it is rewritten with the JSON only while that keeps it under HTML_COST_SHARE of the
+        time; ``html_now`` (a property's end, the campaign's) rewrites it regardless.
+        """
+        now = time.monotonic()
+        self._next_report = now + REPORT_INTERVAL_S
+        if not self.report_path and not self.html_path:
             return
         log = self._rank_output
         if log is not None:  # what the ranks wrote in passing examples, per property
             for nodeid, prop in self.state.properties.items():
                 prop.rank_output = log.entries(nodeid)
-        try:
-            write_json_atomic(self.report_path, self.state.to_dict())
-        except OSError as exc:
-            if self._report_error is None:
-                self._report_error = f"can't write the report {self.report_path}: {exc}"
-                self.progress.stream.write(f"fuzzdist: warning: {self._report_error}\n")
+        data = self.state.to_dict()
+        if self.report_path:
+            try:
+                write_json_atomic(self.report_path, data)
+            except OSError as exc:
+                self._warn_once("json", f"can't write the report {self.report_path}: {exc}")
+        if self.html_path and (html_now or now >= self._next_html):
+            from fuzzdist.campaign.html_report import render_page
+
+            try:
+                write_text_atomic(self.html_path, render_page(data))
+                self._next_html = now + max(REPORT_INTERVAL_S, (time.monotonic() - now) / HTML_COST_SHARE)
+            except Exception as exc:  # the campaign goes on: the JSON report has it all
+                self._warn_once("html", f"can't write the HTML report {self.html_path}: "
+                                        f"{type(exc).__name__}: {exc}")
+
+    def _warn_once(self, what: str, text: str) -> None:
+        if what not in self._report_errors:
+            self._report_errors[what] = text
+            self.progress.stream.write(f"fuzzdist: warning: {text}\n")
 
 
 def _example_text(item, kwargs: dict, given: set) -> str:

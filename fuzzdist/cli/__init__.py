@@ -3,12 +3,13 @@ and conformance fuzzing of a ProcessGroup.
 
     fuzzdist run [PATH_OR_PROPERTY ...] [--duration 10m] [--max-examples N] [--device cpu|cuda]
                  [--database DIR_OR_URL] [--report FILE.json] [--junit FILE.xml] [--seed N]
-                 [--world-size N] [--timeout SECONDS] [--progress auto|rich|plain|none]
+                 [--world-size N] [--timeout SECONDS] [--progress auto|rich|plain|none] [--html FILE.html]
     fuzzdist replay [PATH_OR_PROPERTY ...] [--database DIR_OR_URL] [--export] [--device cpu|cuda]
     fuzzdist check-pg MODULE:CALLABLE [-w N ...] [--duration 10m] [--max-examples N] [--ops OP,...]
+    fuzzdist report REPORT.json --html OUT.html
 
 Every command (one module each: :mod:`~fuzzdist.cli.run`,
-:mod:`~fuzzdist.cli.replay`, :mod:`~fuzzdist.cli.check_pg`) shares one
+:mod:`~fuzzdist.cli.replay`, :mod:`~fuzzdist.cli.check_pg`, :mod:`~fuzzdist.cli.report`) shares one
 parser, one duration syntax and these exit codes (:mod:`fuzzdist.cli._common`):
 
     0   nothing failed (check-pg: the group conforms)
@@ -24,7 +25,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from fuzzdist.cli import check_pg, replay, run
+from fuzzdist.cli import check_pg, replay, report, run
 from fuzzdist.cli._common import EXIT_USAGE, Parser, UsageError, parse_duration
 
 __all__ = ["build_parser", "main", "parse_duration"]
@@ -37,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     check_pg.add_parser(sub)
     run.add_parser(sub)
     replay.add_parser(sub)
+    report.add_parser(sub)
     return parser
 
 

@@ -57,6 +57,9 @@ def add_parser(sub: Any) -> None:
     add_pool_arguments(run)
     run.add_argument("--report", default=DEFAULT_REPORT, metavar="FILE.json",
                      help=f"JSON report, rewritten atomically during the run (default {DEFAULT_REPORT}; '' for none)")
+    run.add_argument("--html", default=None, metavar="FILE.html",
+                     help="also write a self-contained HTML report (throughput, failures, coverage), rewritten "
+                          "with the JSON one during the run (default: none; `fuzzdist report` makes one later)")
     run.add_argument("--junit", default=DEFAULT_JUNIT, metavar="FILE.xml",
                      help=f"JUnit XML written at the end (default {DEFAULT_JUNIT}; '' for none)")
     run.add_argument("--progress", choices=["auto", "rich", "plain", "none"], default="auto",
@@ -166,14 +169,21 @@ def cmd_run(args: argparse.Namespace) -> int:
         from hypothesis import settings
 
         state.max_examples = settings.get_profile("campaign").max_examples
-    for path, flag in ((report_path, "--report"), (junit_path, "--junit")):
+    html_path = args.html or None
+    if html_path:
+        from fuzzdist.campaign.charts import missing_plotting
+
+        reason = missing_plotting()
+        if reason:
+            raise UsageError(f"--html: {reason}")
+    for path, flag in ((report_path, "--report"), (junit_path, "--junit"), (html_path, "--html")):
         if path:
             _check_writable(path, flag)
     stream = terminal_stream()
     progress = make_progress(stream, args.progress, interval=args.progress_interval)
     plugin = CampaignPlugin(targets, state=state, database=database, progress=progress,
                             report_path=report_path, device=args.device, pytest_options=pool_options(args),
-                            seed=args.seed)
+                            seed=args.seed, html_path=html_path)
     plugins: list[object] = [plugin]
     launched = _pool_cache_for_launch(args)
     if launched is not None:
@@ -217,8 +227,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     for prop in state.properties.values():
         if prop.status == "pending":
             prop.status = "not run"
-    plugin.write_report()
-    stream.write("\n" + summary_text(state, report_path, junit_path) + "\n")
+    plugin.write_report(html_now=True)
+    stream.write("\n" + summary_text(state, report_path, junit_path, html_path) + "\n")
     stream.flush()
     if state.failure_count() or any(p.status == "error" for p in state.properties.values()):
         return EXIT_FOUND

@@ -194,10 +194,11 @@ class ConformanceSession:
             return
         wrong = [f"rank {r}'s group says rank {i['rank']} of {i['size']}" for r, i in enumerate(infos)
                  if (i["rank"], i["size"]) != (r, w)]
-        if wrong:
-            self.report.factory_errors[w] = (f"the group's rank()/size() disagree with the ranks it was built on "
-                                             f"(world size {w}): " + "; ".join(wrong))
-            return
+        if wrong:  # a failure, and no reason to leave the collectives unchecked: they run on the pool's ranks
+            self.report.factory_errors[w] = (
+                f"the group's rank()/size() disagree with the ranks it was built on (world size {w}): "
+                + "; ".join(wrong) + ". Its operations were checked all the same, each rank as the rank "
+                "the factory was called with.")
         if not self.report.backend:
             self.report.backend = infos[0]["name"] or infos[0]["type"]
         self._caps[w] = self._probe(w)
@@ -381,6 +382,7 @@ class ConformanceSession:
         """
         failing: list[Failure] = []
         count = [0]
+        ran_at: set[int] = set()  # the world sizes examples ran at
         deadline = None
         if self._check_deadline is not None:
             now = time.monotonic()
@@ -392,6 +394,7 @@ class ConformanceSession:
             if deadline is not None and not failing and time.monotonic() > deadline:
                 raise _OutOfTime()
             count[0] += 1
+            ran_at.add(w)
             execute(w, example, failing)
 
         from fuzzdist._hypothesis_compat import set_extra_digest
@@ -424,6 +427,7 @@ class ConformanceSession:
             report.failure = failure
             report.status = "failed"
         report.examples += count[0]
+        report.world_sizes = sorted(ran_at.union(report.world_sizes))
 
     @staticmethod
     def _finish(report: OpReport) -> None:

@@ -95,13 +95,14 @@ class OpReport:
     (``known``: ``fuzzdist.known_bugs.Tally.as_json()``, counted, neither
     failures nor passes).  ``supported`` lists the variants fuzzed
     ("ReduceOp.SUM: float32, ..."), ``unsupported`` what was refused,
-    ``examples`` how many examples ran.
+    ``examples`` how many examples ran, ``world_sizes`` the world sizes they ran at.
     """
 
     op: str
     status: str = "not run"
     method: str = ""
     examples: int = 0
+    world_sizes: list[int] = field(default_factory=list)
     supported: list[str] = field(default_factory=list)
     unsupported: list[Unsupported] = field(default_factory=list)
     failure: Failure | None = None
@@ -156,6 +157,8 @@ class ConformanceReport:
         width = max((len(n) for n in self.ops), default=0)
         for name, r in self.ops.items():
             extra = f"{r.examples} examples" if r.examples else ""
+            if r.world_sizes and tuple(r.world_sizes) != self.world_sizes:  # say which, when not all
+                extra += f" at world size{'s' if len(r.world_sizes) > 1 else ''} {', '.join(map(str, r.world_sizes))}"
             if r.note:
                 extra = f"{extra}; {r.note}" if extra else r.note
             lines.append(f"  {name:<{width}}  {r.status:<14} {extra}".rstrip())
@@ -191,6 +194,7 @@ class ConformanceReport:
                     "status": r.status,
                     "method": r.method,
                     "examples": r.examples,
+                    "world_sizes": r.world_sizes,
                     "supported": r.supported,
                     "unsupported": [str(u) for u in r.unsupported],
                     "failure": None if r.failure is None else r.failure.message,

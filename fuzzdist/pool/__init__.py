@@ -6,6 +6,7 @@ One protocol, two transports::
     messages.py     the named messages between the controller and its ranks
     worker.py       inside a rank: answers the messages, runs each call isolated and seeded
     local.py        transport 1: RankPool, rank processes spawned here, over pipes
+    process_tree.py   a spawned rank's processes (it may start some) die with it and with the driver
     torchrun.py     transport 2: TorchrunPool, torchrun's processes, over torchrun's store
     torchrun_stop.py  under torchrun, a SIGTERM during an example: a rank died, or the job is being stopped
 

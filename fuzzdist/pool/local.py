@@ -37,7 +37,7 @@ from typing import Any
 
 from fuzzdist.capabilities import validate_pool_args
 from fuzzdist.errors import InvalidState, PoolStartupError, RankCrash
-from fuzzdist.pool import messages, rank_state
+from fuzzdist.pool import messages, process_tree, rank_state
 from fuzzdist.pool import rank_output as rank_output_mod
 from fuzzdist.pool.controller import DEFAULT_TIMEOUT, Controller, Outcome, decode_reply
 from fuzzdist.pool.rank_state import RankState
@@ -167,7 +167,11 @@ class RankPool(Controller):
                 crash_path=os.path.join(self._tmpdir, f"rank{rank}.gen{gen}.crash"),
                 output_path=(os.path.join(self._tmpdir, f"rank{rank}.gen{gen}.out")
                              if self.rank_output == "capture" else None),
+                driver_pid=os.getpid(),
+                from_main_thread=threading.current_thread() is threading.main_thread(),
             )
+            # daemon=True on this side: at exit multiprocessing kills the ranks instead of waiting for
+            # them.  Each rank clears the flag on its own side, so that it may start processes (rank_main).
             process = context.Process(target=rank_main, args=(spec, child_conn, watch_child),
                                       name=f"fuzzdist-rank{rank}", daemon=True)
             process.start()
@@ -364,6 +368,7 @@ class _Poller:
 
 def _kill_ranks(ranks: list[_Rank]) -> None:
     for r in ranks:
+        process_tree.kill_tree(r.process.pid)  # the rank and every process it started
         if r.process.exitcode is None:
             try:
                 r.process.kill()
@@ -418,10 +423,18 @@ class RankSpec:
     stack_path: str  # faulthandler writes the stack here on STACK_SIGNAL
     crash_path: str  # ... and here on a fatal signal (SIGSEGV, SIGABRT, ...)
     output_path: str | None  # the rank's stdout and stderr go here (None: left alone)
+    driver_pid: int = 0  # the process that spawned the rank
+    from_main_thread: bool = False  # spawned from the driver's main thread (see process_tree.die_with_driver)
 
 
 def rank_main(spec: RankSpec, conn: Any, watch: Any) -> None:
     """Entry point of a rank process (the target of a spawned ``Process``)."""
+    # The rank's process tree dies with it and with the driver (see process_tree), so it may start processes.
+    if process_tree.lead_own_group():
+        process_tree.start_watchdog(conn.fileno())
+    if spec.from_main_thread:
+        process_tree.die_with_driver(spec.driver_pid)
+    mp.current_process().daemon = False
     if spec.output_path is not None:
         rank_output_mod.install(spec.output_path)
     _exit_with_parent()
@@ -536,13 +549,13 @@ class _Watcher:
 
 
 def _exit_with_parent() -> None:
-    """Die when the driver dies, even while stuck in a collective."""
+    """Die when the driver dies, even while stuck in a collective, and take what the rank started along."""
     parent = os.getppid()
 
     def watch() -> None:
         while True:
             time.sleep(0.5)
             if os.getppid() != parent:
-                os._exit(70)
+                process_tree.kill_own_tree(70)
 
     threading.Thread(target=watch, name="fuzzdist-parent-watch", daemon=True).start()

@@ -19,6 +19,9 @@ Strategies and what they shrink to:
 * ``completion_orders(n)``: ``CompletionOrder`` -> in-order completion
 * ``ddp_configs(world_size)``: ``DDPConfig`` -> one 1->1 layer, batch 1 on
   every rank, DDP defaults, one SGD step
+* ``fsdp_configs(world_size)``: ``FSDPConfig`` -> one 1->1 layer, batch 1 on
+  every rank, the 1-D mesh, root-only ``fully_shard`` with its defaults, one
+  SGD step
 """
 
 from fuzzdist.strategies._allocator import (
@@ -31,6 +34,7 @@ from fuzzdist.strategies._completion import CompletionOrder, completion_orders
 from fuzzdist.strategies._ddp import DDPConfig, ddp_configs
 from fuzzdist.strategies._dtype_catalogue import DTYPE_KINDS
 from fuzzdist.strategies._dtypes import dtypes, supported_dtypes
+from fuzzdist.strategies._fsdp import FSDPConfig, fsdp_configs
 from fuzzdist.strategies._ranks import rank_subsets, source_ranks, world_sizes
 from fuzzdist.strategies._shapes import shapes
 from fuzzdist.strategies._tensor_specs import tensor_specs
@@ -44,12 +48,14 @@ __all__ = [
     "CompletionOrder",
     "CudaAllocatorMode",
     "DDPConfig",
+    "FSDPConfig",
     "SharingStrategyMode",
     "TensorSpec",
     "allocator_modes",
     "completion_orders",
     "ddp_configs",
     "dtypes",
+    "fsdp_configs",
     "rank_subsets",
     "shapes",
     "source_ranks",

@@ -1,0 +1,68 @@
+"""gloo-bool-sum-stores-2: a SUM over bool tensors on gloo stores the byte 2 in a bool tensor.
+
+gloo adds bools as bytes, so True + True leaves the byte 2 where a bool must hold 0 or 1 (NCCL maps
+SUM over bool to MAX).  The torch ops tried read any nonzero byte as True, but the tensor's bytes
+are wrong, and whatever reads them sees the 2: .view(torch.uint8), .numpy().view(numpy.uint8),
+.numpy().tobytes().  Two ranks each contribute [True] to all_reduce, reduce and the list form of
+reduce_scatter (reduce_scatter_tensor gets it right).
+
+    python docs/findings/gloo-bool-sum-stores-2.py
+
+Prints one line; exits 1 while the bug reproduces ("BUG: ..."), 0 once torch gets it right ("FIXED: ...").
+"""
+import multiprocessing as mp
+import socket
+import sys
+import traceback
+from datetime import timedelta
+
+
+def rank_main(rank, world_size, port, results):
+    # torch is imported in the rank processes only: the parent just starts them and compares.
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
+                            timeout=timedelta(seconds=10))
+    all_reduced = torch.tensor([True])
+    dist.all_reduce(all_reduced)  # SUM is the default op
+    reduced = torch.tensor([True])
+    dist.reduce(reduced, dst=0)
+    scattered = torch.tensor([False])
+    dist.reduce_scatter(scattered, [torch.tensor([True]) for _ in range(world_size)])
+    results.put((rank, {name: t.view(torch.uint8).item() for name, t in
+                        (("all_reduce", all_reduced), ("reduce", reduced), ("reduce_scatter", scattered))}))
+    dist.destroy_process_group()
+
+
+def main():
+    with socket.socket() as s:  # a free port for the rendezvous
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    ranks = [ctx.Process(target=rank_main, args=(r, 2, port, results), daemon=True) for r in range(2)]
+    for p in ranks:
+        p.start()
+    try:
+        got = dict(results.get(timeout=30) for _ in ranks)
+    finally:
+        for p in ranks:
+            p.join(timeout=5)
+            p.kill()
+    rank0 = got[0]  # reduce's result is defined on its dst, rank 0
+    wrong = {op: byte for op, byte in rank0.items() if byte != 1}
+    if wrong:
+        print("BUG: SUM of True and True left the byte(s) " + ", ".join(f"{op} {b}" for op, b in wrong.items())
+              + " in a bool tensor on rank 0 (a bool holds 0 or 1)")
+        return 1
+    print(f"FIXED: SUM of True and True gave a bool holding the byte 1: {rank0}")
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except Exception:  # the script itself failed: neither verdict
+        traceback.print_exc()
+        sys.exit(2)

@@ -1,0 +1,67 @@
+"""torch.distributed._functional_collectives.all_to_all_single raises "Invalid scalar type" for a
+complex tensor on gloo, where dist.all_to_all_single on the same tensor works (c10d's Python API
+views complex tensors as real before calling the backend; the functional op does not).
+
+Run: python docs/findings/gloo-functional-all-to-all-complex-raises.py
+Exit 1 and "BUG: ..." if it reproduces, 0 and "FIXED: ..." if not; anything else is a script error.
+"""
+
+import os
+import socket
+import sys
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+import torch.distributed._functional_collectives as fc
+import torch.multiprocessing as mp
+
+WORLD = 2
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank(rank: int, port: int, results: "mp.Queue") -> None:
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD,
+                            timeout=timedelta(seconds=20))
+    x = (torch.arange(WORLD) + rank).to(torch.complex64)
+    out = torch.empty_like(x)
+    dist.all_to_all_single(out, x)  # c10d: works
+    try:
+        got = fc.wait_tensor(fc.all_to_all_single(x, None, None, dist.group.WORLD))
+        outcome = "ok" if torch.equal(got, out) else f"wrong: {got.tolist()} vs c10d {out.tolist()}"
+    except RuntimeError as exc:
+        outcome = f"raised: {str(exc).splitlines()[0]}"
+    results.put((rank, outcome))
+    dist.destroy_process_group()
+
+
+def main() -> int:
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=_rank, args=(r, port, results)) for r in range(WORLD)]
+    for p in procs:
+        p.start()
+    try:
+        outcomes = dict(results.get(timeout=60) for _ in range(WORLD))
+    finally:
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+    if all(o == "ok" for o in outcomes.values()):
+        print(f"FIXED: functional all_to_all_single on complex64 matches c10d (torch {torch.__version__})")
+        return 0
+    print(f"BUG: functional all_to_all_single on complex64 over gloo: rank 0 {outcomes[0]} "
+          f"(dist.all_to_all_single works; torch {torch.__version__})")
+    return 1
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""nn-all-reduce-backward-non-sum: torch.distributed.nn.all_reduce's backward is wrong for PRODUCT,
+MIN and MAX.
+
+Its backward all-reduces the upstream gradients with the forward's op, which is right only for SUM
+(and AVG).  Two ranks hold x = 1 and 2 (3 for PRODUCT) and each computes y = all_reduce(x, op).sum()
+and y.backward().  The gradient of the total y_0 + y_1 with respect to rank 0's x is 0 for MAX
+(rank 0's x is not the max), 2 for MIN (it is the min, counted on both ranks) and 2 * 3 = 6 for
+PRODUCT; torch gives rank 0 the gradient 1 in all three (the MAX/MIN/PRODUCT of the upstream 1s).
+
+    python docs/findings/nn-all-reduce-backward-non-sum.py
+
+Prints one line; exits 1 while the bug reproduces ("BUG: ..."), 0 once torch gets it right ("FIXED: ...").
+"""
+import multiprocessing as mp
+import socket
+import sys
+import traceback
+from datetime import timedelta
+
+INPUTS = {"MAX": (1.0, 2.0), "MIN": (1.0, 2.0), "PRODUCT": (2.0, 3.0)}  # op -> (rank 0's x, rank 1's x)
+EXPECTED_RANK0_GRAD = {"MAX": 0.0, "MIN": 2.0, "PRODUCT": 6.0}  # d(y_0 + y_1)/dx on rank 0
+
+
+def rank_main(rank, world_size, port, results):
+    # torch is imported in the rank processes only: the parent just starts them and compares.
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.nn
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
+                            timeout=timedelta(seconds=10))
+    grads = {}
+    for op, xs in INPUTS.items():
+        x = torch.tensor([xs[rank]], requires_grad=True)
+        torch.distributed.nn.all_reduce(x, op=getattr(dist.ReduceOp, op)).sum().backward()
+        grads[op] = x.grad.item()
+    results.put((rank, grads))
+    dist.destroy_process_group()
+
+
+def main():
+    with socket.socket() as s:  # a free port for the rendezvous
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    ranks = [ctx.Process(target=rank_main, args=(r, 2, port, results), daemon=True) for r in range(2)]
+    for p in ranks:
+        p.start()
+    try:
+        got = dict(results.get(timeout=30) for _ in ranks)
+    finally:
+        for p in ranks:
+            p.join(timeout=5)
+            p.kill()
+    wrong = [f"{op} {got[0][op]} (expected {want})" for op, want in EXPECTED_RANK0_GRAD.items() if got[0][op] != want]
+    if wrong:
+        print("BUG: rank 0's input gradient after all_reduce(x, op).sum().backward(): " + ", ".join(wrong))
+        return 1
+    print(f"FIXED: rank 0's input gradients are right: {got[0]}")
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except Exception:  # the script itself failed: neither verdict
+        traceback.print_exc()
+        sys.exit(2)

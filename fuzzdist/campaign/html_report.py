@@ -1,0 +1,364 @@
+"""The campaign's HTML report: one self-contained page made from the JSON report.
+
+The page fetches nothing (CSS inline, charts inline SVG, no script), so it can
+be mailed, archived as a CI artefact or opened from disk.  It shows, per
+property, the examples and examples per second over time, the distinct
+failures with their minimal examples and reproducing commands, and the
+coverage of the drawn inputs: the ``event()`` values reached and, for each
+pair of event keys (dtype x layout, ...), a grid whose empty cells are the
+pairs no example reached.  Every user-derived string is escaped.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import re
+from collections.abc import Iterable, Sequence
+
+from fuzzdist.campaign.charts import xy_chart
+from fuzzdist.campaign.report import REPORT_FORMAT, fmt_seconds
+from fuzzdist.campaign.series import split_event
+
+REFRESH_S = 30  # a running campaign's page reloads itself this often (fuzzdist run rewrites it)
+OPEN_GRIDS = 4  # pair grids shown open per property; the others are folded
+MAX_AXIS_VALUES = 40  # rows or columns of one grid; past it the least reached values are left out
+# Pairs a reader looks for first, when the property reached them (the others follow, folded).
+PAIR_ORDER = (("dtype", "layout"), ("dtype", "pattern"), ("layout", "ndim"), ("sharing", "dtype"),
+              ("sharing", "layout"), ("allocator", "dtype"), ("completion", "completion-has"),
+              ("ddp-depth", "ddp-batches"))
+
+
+class BadReport(ValueError):
+    """The JSON is not a fuzzdist campaign report this version can read; the message says why."""
+
+
+def check_report(report: object) -> dict:
+    """``report`` if it looks like a JSON report of ``fuzzdist run``; BadReport saying why not."""
+    if not isinstance(report, dict) or not isinstance(report.get("properties"), list) or "format" not in report:
+        raise BadReport("it is not a fuzzdist campaign report (no 'format' and 'properties'): pass the file "
+                        "fuzzdist run wrote with --report")
+    if not isinstance(report["format"], int) or report["format"] > REPORT_FORMAT:
+        raise BadReport(f"its format {report['format']!r} is newer than this fuzzdist reads ({REPORT_FORMAT}): "
+                        "upgrade fuzzdist")
+    return report
+
+
+def render_page(report: dict) -> str:
+    """The whole page for a JSON report (a finished or a running campaign's)."""
+    props = [p for p in report.get("properties", []) if isinstance(p, dict)]
+    status = str(report.get("status", "?"))
+    title = f"fuzzdist campaign {status}"
+    refresh = f'<meta http-equiv="refresh" content="{REFRESH_S}">' if status in ("running", "starting") else ""
+    body = [_header(report, props), _timeline(report, props)]
+    body += [_property(i, prop) for i, prop in enumerate(props)]
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">{refresh}'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+            f"<title>{_e(title)}</title><style>{CSS}</style></head>\n<body>\n" + "\n".join(body)
+            + '\n<footer>Written by fuzzdist from the campaign\'s JSON report: '
+            + _e(f"fuzzdist {report.get('fuzzdist_version', '?')}, hypothesis {report.get('hypothesis_version', '?')}"
+                 f", torch {report.get('torch_version', '?')}") + "</footer>\n</body></html>\n")
+
+
+# -- the campaign as a whole ------------------------------------------------------------------
+
+def _header(report: dict, props: list[dict]) -> str:
+    totals = report.get("totals", {})
+    status = str(report.get("status", "?"))
+    by = report.get("interrupted_by")
+    budget = report.get("budget") or {}
+    budget_text = " or ".join(
+        ([fmt_seconds(budget["duration_s"])] if budget.get("duration_s") else [])
+        + ([f"{budget['max_examples_per_property']:,} examples per property"]
+           if budget.get("max_examples_per_property") else [])) or "-"
+    facts = [("status", status + (f" (by {by})" if by else "")),
+             ("command", " ".join(str(a) for a in report.get("command", []))),
+             ("started", report.get("started")), ("updated", report.get("updated")),
+             ("finished", report.get("finished") or "-"), ("elapsed", fmt_seconds(report.get("elapsed_s"))),
+             ("budget", budget_text), ("device", report.get("device") or "-"),
+             ("world size", report.get("world_size") or "the markers'"), ("database", report.get("database"))]
+    rows = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in facts)
+    error = f'<p class="error">error: {_e(report["error"])}</p>' if report.get("error") else ""
+    failing = totals.get("distinct_failures", 0)
+    headline = (f"{totals.get('examples', 0):,} examples, {failing} distinct failure(s) in "
+                f"{totals.get('failing_properties', 0)} of {totals.get('properties', len(props))} properties")
+    table = ['<table class="props"><thead><tr><th>property</th><th>status</th><th>examples</th><th>ex/s</th>'
+             "<th>failures</th><th>never-reached pairs</th><th>stopped because</th></tr></thead><tbody>"]
+    for i, prop in enumerate(props):
+        grids = _grids(prop)
+        never = sum(g.never for g in grids)
+        cells = sum(g.cells for g in grids)
+        table.append(
+            f'<tr class="status-{_e(prop.get("status", ""))}"><td><a href="#prop-{i}">{_e(prop.get("nodeid"))}</a>'
+            f'</td><td>{_e(prop.get("status"))}</td><td class="n">{prop.get("examples", 0):,}</td>'
+            f'<td class="n">{prop.get("examples_per_s", 0):.1f}</td>'
+            f'<td class="n{" bad" if prop.get("distinct_failures") else ""}">{prop.get("distinct_failures", 0)}</td>'
+            f'<td class="n">{f"{never} of {cells}" if cells else "-"}</td>'
+            f'<td>{_e(prop.get("stop_reason") or prop.get("reason") or "")}</td></tr>')
+    table.append("</tbody></table>")
+    cls = "bad" if failing else "good"
+    return (f'<header id="summary"><h1>fuzzdist campaign <span class="{cls}">{_e(status)}</span></h1>'
+            f'<p class="headline {cls}">{_e(headline)}</p>{error}<table class="facts">{rows}</table>'
+            + "".join(table) + "</header>")
+
+
+def _timeline(report: dict, props: list[dict]) -> str:
+    """Distinct failures over the campaign's time, one line per property (exact: from when each was found)."""
+    end = float(report.get("elapsed_s") or 0.0)
+    series = [(str(p.get("nodeid")), failure_steps(p.get("failures", []), _start(p), _end(p, end)))
+              for p in props if p.get("status") not in ("pending", "skipped", "not run")]
+    svg = xy_chart("Distinct failures over time", series, x_title="seconds into the campaign",
+                   y_title="distinct failures", height=300, counts=True)
+    return f'<section id="timeline"><h2>Failures over time</h2><div class="chart">{svg}</div></section>'
+
+
+# -- one property -----------------------------------------------------------------------------
+
+def _property(index: int, prop: dict) -> str:
+    failures = prop.get("failures", [])
+    head = (f'<h2>{_e(prop.get("nodeid"))} <span class="status status-{_e(prop.get("status"))}">'
+            f'{_e(prop.get("status"))}</span></h2>')
+    numbers = (f'<p class="numbers">{prop.get("examples", 0):,} examples '
+               f'({prop.get("invalid_examples", 0):,} invalid) in {fmt_seconds(prop.get("elapsed_s"))}, '
+               f'{prop.get("examples_per_s", 0):.1f}/s, {prop.get("rounds", 0)} round(s), '
+               f'{len(failures)} distinct failure(s); stopped because: '
+               f'{_e(prop.get("stop_reason") or prop.get("reason") or "-")}</p>')
+    return (f'<section class="property" id="prop-{index}">{head}{numbers}{_throughput(prop)}'
+            f'{_failures(failures)}{_coverage(prop)}</section>')
+
+
+def _throughput(prop: dict) -> str:
+    columns = series_columns(prop.get("series"))
+    if columns is None:
+        return '<p class="note">No time series in this report (it was written by an older fuzzdist).</p>'
+    t, examples = columns["t_s"], columns["examples"]
+    svg = xy_chart("Examples and examples per second", [("examples per second", rates(t, examples))],
+                   x_title="seconds into the campaign", y_title="examples per second",
+                   secondary=[("examples", list(zip(t, examples, strict=True)))], secondary_title="right axis")
+    return f'<div class="chart throughput">{svg}</div>'
+
+
+def _failures(failures: list[dict]) -> str:
+    if not failures:
+        return '<div class="failures"><h3>Failures</h3><p class="good">None found.</p></div>'
+    parts = ['<div class="failures"><h3>Failures</h3>']
+    for n, failure in enumerate(failures, 1):
+        known = " (known: replayed from the database)" if failure.get("from_database") else ""
+        when = (f"found after {fmt_seconds(failure.get('found_after_s'))} and "
+                f"{failure.get('found_after_examples', 0):,} examples; {failure.get('occurrences', 1):,} "
+                f"failing example(s)")
+        if failure.get("kind") == "error":
+            label = "the property itself is broken (Hypothesis could not run it)"
+        elif failure.get("shrunk"):
+            label = "minimal example"
+        else:
+            label = "smallest example so far (still shrinking; the next run goes on)"
+        hang = failure.get("hang")
+        hang_html = ""
+        if isinstance(hang, dict):
+            ranks = "".join(f"<li>rank {_e(r)}: {_e(w)}</li>" for r, w in (hang.get("ranks") or {}).items())
+            hang_html = (f'<p>why it hung ({_e(hang.get("kind"))}): {_e(hang.get("summary"))}</p>'
+                         f"<ul>{ranks}</ul>")
+        blob = failure.get("reproduce_failure")
+        parts.append(
+            f'<div class="failure kind-{_e(failure.get("kind"))}">'
+            f'<h4>[{n}] {_e(failure.get("summary"))}{_e(known)}</h4>'
+            f'<p class="when">{_e(when)}; where: <code>{_e(failure.get("origin"))}</code></p>{hang_html}'
+            f'<p>{_e(label)}:</p><pre class="example">{_e(failure.get("example"))}</pre>'
+            f'<p>reproduce:</p><pre class="reproduce">{_e(failure.get("reproduce"))}</pre>'
+            + (f'<p>or pin it with:</p><pre class="reproduce">{_e(blob)}</pre>' if blob else "")
+            + (f'<details><summary>traceback</summary><pre>{_e(failure.get("traceback"))}</pre></details>'
+               if failure.get("traceback") else "")
+            + "</div>")
+    parts.append("</div>")
+    return "".join(parts)
+
+
+def _coverage(prop: dict) -> str:
+    events = prop.get("events") or {}
+    if not events:
+        return ('<div class="coverage"><h3>Coverage</h3><p class="note">No <code>event()</code> was recorded: '
+                "the property passed no fuzzdist spec to <code>pool.run</code> and called no "
+                "<code>event()</code> itself.</p></div>")
+    values, loose = event_values(events)
+    parts = ['<div class="coverage"><h3>Coverage: the <code>event()</code> values reached</h3>'
+             '<table class="events"><thead><tr><th>event</th><th>values reached (examples)</th></tr></thead><tbody>']
+    for key in sorted(values):
+        chips = " ".join(f'<span class="chip">{_e(v)} <b>{n:,}</b></span>'
+                         for v, n in sorted(values[key].items(), key=lambda vn: _natural(vn[0])))
+        parts.append(f"<tr><th>{_e(key)}</th><td>{chips}</td></tr>")
+    for label, n in loose:
+        parts.append(f'<tr><th>{_e(label)}</th><td><span class="chip"><b>{n:,}</b></span></td></tr>')
+    parts.append("</tbody></table>")
+    grids = _grids(prop)
+    if grids:
+        parts.append("<h3>Pairs reached together</h3><p class=\"note\">Examples that reached both values; "
+                     "<span class=\"never legend\">never</span> marks a pair of values, each reached by "
+                     "some example, that no example reached together (some pairs can't occur by "
+                     "construction).</p>")
+        for i, grid in enumerate(grids):
+            if i == OPEN_GRIDS:
+                parts.append(f"<details><summary>{len(grids) - OPEN_GRIDS} more pair(s) of events</summary>")
+            parts.append(grid.html())
+        if len(grids) > OPEN_GRIDS:
+            parts.append("</details>")
+    if prop.get("event_pairs_dropped"):
+        parts.append(f'<p class="note">{prop["event_pairs_dropped"]:,} pair counts were not kept: the report '
+                     "keeps a bounded number of pairs per property.</p>")
+    parts.append("</div>")
+    return "".join(parts)
+
+
+class _Grid:
+    """One pair of event keys: rows x columns of example counts."""
+
+    def __init__(self, x: str, y: str, rows: list[str], columns: list[str], counts: dict, hidden: int) -> None:
+        self.x, self.y, self.rows, self.columns, self.counts, self.hidden = x, y, rows, columns, counts, hidden
+        self.cells = len(rows) * len(columns)
+        self.never = sum(1 for r in rows for c in columns if not counts.get((r, c)))
+
+    def html(self) -> str:
+        top = max(self.counts.values(), default=1)
+        head = "".join(f"<th>{_e(c)}</th>" for c in self.columns)
+        rows = []
+        for r in self.rows:
+            cells = []
+            for c in self.columns:
+                n = self.counts.get((r, c), 0)
+                if n:
+                    level = math.log1p(n) / math.log1p(top)
+                    ink = "#fff" if level > 0.6 else "#111"
+                    cells.append(f'<td class="n" style="background:rgba(31,119,180,{0.1 + 0.8 * level:.2f});'
+                                 f'color:{ink}">{n:,}</td>')
+                else:
+                    cells.append(f'<td class="never" title="{_e(self.x)}={_e(r)} with {_e(self.y)}={_e(c)}: '
+                                 'never reached">never</td>')
+            rows.append(f"<tr><th>{_e(r)}</th>{''.join(cells)}</tr>")
+        hidden = (f'<p class="note">{self.hidden} less reached value(s) left out of this grid.</p>'
+                  if self.hidden else "")
+        return (f'<div class="pair-grid"><h4>{_e(self.x)} &times; {_e(self.y)} '
+                f'<small>({self.never} of {self.cells} pairs never reached)</small></h4>'
+                f'<table class="grid"><thead><tr><th class="corner">{_e(self.x)} \\ {_e(self.y)}</th>{head}'
+                f'</tr></thead><tbody>{"".join(rows)}</tbody></table>{hidden}</div>')
+
+
+def _grids(prop: dict) -> list[_Grid]:
+    """The pair grids of a property, the pairs of PAIR_ORDER first; axes hold every value reached."""
+    values, _ = event_values(prop.get("events") or {})
+    pairs = [p for p in prop.get("event_pairs") or [] if isinstance(p, dict) and "x" in p and "y" in p]
+    for pair in pairs:  # values only the pairs know (event("key", value) labels)
+        for va, vb, _ in pair.get("cells", []):
+            values.setdefault(pair["x"], {}).setdefault(va, 0)
+            values.setdefault(pair["y"], {}).setdefault(vb, 0)
+    grids = []
+    for pair in pairs:
+        x, y = pair["x"], pair["y"]
+        counts = {(va, vb): n for va, vb, n in pair.get("cells", [])}
+        if len(values.get(x, ())) < len(values.get(y, ())):  # more values down than across
+            x, y = y, x
+            counts = {(b, a): n for (a, b), n in counts.items()}
+        rows, hidden_rows = _axis(values.get(x, {}))
+        columns, hidden_columns = _axis(values.get(y, {}))
+        grids.append(_Grid(x, y, rows, columns, counts, hidden_rows + hidden_columns))
+
+    def rank(grid: _Grid) -> tuple:
+        for i, (a, b) in enumerate(PAIR_ORDER):
+            if {grid.x, grid.y} == {a, b}:
+                return (0, i, "", "")
+        return (1, -grid.cells, grid.x, grid.y)
+
+    return sorted(grids, key=rank)
+
+
+def _axis(counts: dict[str, int]) -> tuple[list[str], int]:
+    """An axis's values in natural order, at most MAX_AXIS_VALUES (the most reached), and how many were left out."""
+    kept = sorted(counts, key=lambda v: -counts[v])[:MAX_AXIS_VALUES]
+    return sorted(kept, key=_natural), len(counts) - len(kept)
+
+
+# -- what the page computes from the JSON (tested on their own) -------------------------------
+
+def series_columns(series: object) -> dict[str, list[float]] | None:
+    """The series' columns (``t_s``, ``examples``, ...) if the report has a usable one; None otherwise."""
+    if not isinstance(series, dict):
+        return None
+    t, examples = series.get("t_s"), series.get("examples")
+    if not isinstance(t, list) or not isinstance(examples, list) or len(t) != len(examples) or not t:
+        return None
+    return {k: v for k, v in series.items() if isinstance(v, list)}
+
+
+def rates(t: Sequence[float], examples: Sequence[float]) -> list[tuple[float, float]]:
+    """Examples per second between consecutive samples, plotted at the later one."""
+    steps = zip(t, t[1:], examples, examples[1:], strict=False)  # n - 1 steps from n samples
+    return [(t1, (e1 - e0) / (t1 - t0)) for t0, t1, e0, e1 in steps if t1 > t0]
+
+
+def failure_steps(failures: Iterable[dict], start: float, end: float) -> list[tuple[float, float]]:
+    """The count of distinct failures as a step line from ``start`` to ``end`` (campaign seconds)."""
+    found = sorted(float(f.get("found_after_s") or 0.0) for f in failures)
+    points = [(start, 0.0)]
+    for n, at in enumerate(found, 1):
+        points += [(at, float(n - 1)), (at, float(n))]
+    points.append((max(end, found[-1] if found else start), float(len(found))))
+    return points
+
+
+def event_values(events: dict[str, int]) -> tuple[dict[str, dict[str, int]], list[tuple[str, int]]]:
+    """The ``key=value`` event labels grouped by key (key -> value -> examples), and the other labels."""
+    values: dict[str, dict[str, int]] = {}
+    loose = []
+    for label, n in events.items():
+        pair = split_event(label)
+        if pair is None:
+            loose.append((label, n))
+        else:
+            values.setdefault(pair[0], {})[pair[1]] = n
+    return values, loose
+
+
+def _start(prop: dict) -> float:
+    columns = series_columns(prop.get("series"))
+    return columns["t_s"][0] if columns else 0.0
+
+
+def _end(prop: dict, campaign_end: float) -> float:
+    columns = series_columns(prop.get("series"))
+    return columns["t_s"][-1] if columns else campaign_end
+
+
+def _natural(text: str) -> list:
+    """Sort key: numbers by value (ndim=2 before ndim=10), the rest by text."""
+    return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", text)]
+
+
+def _e(value: object) -> str:
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:0 auto;max-width:1100px;padding:1em 1.5em;
+color:#111;background:#fafafa}
+h1{margin:.2em 0}h2{margin-top:0;word-break:break-all}h3{margin:1em 0 .4em}h4{margin:.6em 0 .3em}
+section,header{background:#fff;border:1px solid #ddd;border-radius:6px;padding:1em 1.2em;margin:1em 0}
+table{border-collapse:collapse;margin:.4em 0}th,td{border:1px solid #e3e3e3;padding:.2em .5em;text-align:left;
+vertical-align:top}td.n{text-align:right;font-variant-numeric:tabular-nums}
+table.facts th{background:#f4f4f4;white-space:nowrap}table.facts td{word-break:break-all}
+table.props{width:100%}table.props td:first-child{word-break:break-all}
+.good{color:#1a7f37}.bad{color:#c62828;font-weight:bold}.error{color:#c62828}
+.headline{font-size:1.15em}.note{color:#555;font-size:.92em}
+.status{font-size:.7em;padding:.1em .5em;border-radius:1em;background:#eee;vertical-align:middle}
+.status-failed,.status-error{background:#fde2e1;color:#a01919}.status-passed{background:#dcf5e3;color:#1a7f37}
+tr.status-failed td,tr.status-error td{background:#fff6f6}
+.failure{border-left:4px solid #c62828;padding:.2em .8em;margin:.6em 0;background:#fffafa}
+.failure.kind-flaky{border-color:#ef6c00}.failure.kind-error{border-color:#6a1b9a}
+pre{background:#f6f8fa;border:1px solid #e3e3e3;padding:.5em;overflow-x:auto;white-space:pre-wrap;
+word-break:break-all;margin:.2em 0}pre.reproduce{background:#f0f4ff}
+.chip{display:inline-block;border:1px solid #d0d7de;border-radius:1em;padding:0 0 0 .5em;margin:.1em;font-size:.9em}
+.chip b{display:inline-block;background:#e8eef7;border-radius:1em;padding:0 .45em;margin-left:.2em;font-weight:normal}
+table.grid td,table.grid th{font-size:.85em;text-align:center;min-width:3.5em}table.grid tbody th{text-align:right}
+td.never,.never.legend{background:#fff3e0;color:#b35c00;font-size:.8em;font-style:italic}
+.never.legend{padding:0 .4em;border:1px solid #f0c080}
+.chart svg{width:100%;height:auto;max-width:860px}
+footer{color:#777;font-size:.85em;margin:1em 0}
+"""

@@ -1,0 +1,369 @@
+"""Subgroups: collectives on ``dist.new_group`` and ``DeviceMesh`` subgroups over drawn rank subsets
+give each member what an independent reference computed from the members' drawn inputs says, in the
+group's rank order, and leave the ranks outside the group untouched.
+
+An example creates one or two groups (on every rank, first thing, as ``new_group`` requires), then
+runs a drawn sequence of ``all_reduce`` (SUM, MAX, MIN), ``broadcast`` (from a drawn group rank) and
+``all_gather`` on each.  A group is either
+
+* ``new_group(ranks)`` with the ranks in a drawn order, ``sort_ranks`` drawn where torch has it
+  (group rank ``i`` is ``sorted(ranks)[i]``, or ``ranks[i]`` with ``sort_ranks=False``) and
+  ``use_local_synchronization`` drawn for the example's first group (torch documents that several
+  locally synchronised groups that overlap can deadlock); ranks outside the group call its
+  all_reduce and all_gather too (torch returns at once) and must find their tensors unchanged
+  (not its broadcast: torch checks ``src`` against the group before it checks membership, so
+  there it raises ValueError); or
+* a 1-D or 2-D ``DeviceMesh`` over a drawn permutation of a drawn subset: for every mesh dimension,
+  ``get_coordinate()`` and ``get_local_rank(d)`` are this rank's position in the drawn mesh, and
+  collectives on ``get_group(d)`` follow the mesh's order along that dimension.
+
+Singleton groups, the whole world, and the same ranks twice in another order are all drawn.  The
+groups are destroyed after the example by the rank's isolation (``fuzzdist._isolation``).
+
+Two torch bugs show here, registered below as known: re-creating a ``use_local_synchronization``
+group over ranks that had one before (destroyed) fails in its first collective
+(``new-group-local-sync-recreate-fails``: the hashed group name, and with it the store keys of the
+rendezvous, are reused), and on a mesh whose ranks are not sorted along a dimension,
+``get_local_rank(d)`` and the dim group's order are the sorted order, not the mesh position
+``get_coordinate()`` reports (``device-mesh-local-rank-not-coordinate``).
+
+Values: float32/float64/int8/int32/int64/uint8 of random or constant values (no NaN: what gloo's
+MAX/MIN make of NaN is not this property's subject).  SUM over floats is compared with a tolerance
+(gloo's summation order is its own); everything else bitwise.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.distributed as dist
+from hypothesis import strategies as st
+
+from fuzzdist import strategies as fst
+from fuzzdist.checks import first_difference
+from fuzzdist.known_bugs import KnownBug, known_failures, register
+from fuzzdist.properties import PropertyFailure
+
+if TYPE_CHECKING:
+    from fuzzdist.context import RankContext
+    from fuzzdist.pool import Pool
+
+HAS_SORT_RANKS = "sort_ranks" in inspect.signature(dist.new_group).parameters
+DTYPES = (torch.float32, torch.float64, torch.int8, torch.int32, torch.int64, torch.uint8)
+REDUCE_OPS = ("SUM", "MAX", "MIN")
+MAX_BYTES = 1024
+SEEDS = st.integers(0, 2**32 - 1)
+
+
+@dataclass(frozen=True)
+class Group:
+    """One subgroup.  ``kind`` is ``"new_group"`` (``ranks`` as passed to it) or ``"mesh"`` (``ranks``
+    is the mesh, row-major, of ``mesh_shape``)."""
+
+    kind: str
+    ranks: tuple[int, ...]
+    mesh_shape: tuple[int, ...] = ()
+    sort_ranks: bool = True
+    local_sync: bool = False
+
+
+@dataclass(frozen=True)
+class SubgroupCase:
+    """One example: the groups, the collectives run on each (``("all_reduce", "SUM")``,
+    ``("broadcast", group_src)``, ``("all_gather", 0)``), the tensor spec and the seed of the inputs."""
+
+    groups: tuple[Group, ...]
+    ops: tuple[tuple[str, Any], ...]
+    spec: fst.TensorSpec
+    seed: int
+
+
+# ---------------------------------------------------------------------------
+# the reference, from the drawn case alone
+
+
+def member_orders(group: Group, rank: int) -> list[tuple[str, list[int]] | None]:
+    """Per collective group this rank should use for ``group``: (label, global ranks in group-rank order),
+    or None where the rank is outside it.  One for a new_group, one per dimension for a mesh."""
+    if group.kind == "new_group":
+        if rank not in group.ranks:
+            return [None]
+        order = sorted(group.ranks) if group.sort_ranks else list(group.ranks)
+        return [("new_group", order)]
+    if rank not in group.ranks:
+        return [None] * len(group.mesh_shape)
+    coord = mesh_coordinate(group, rank)
+    out: list[tuple[str, list[int]] | None] = []
+    for d in range(len(group.mesh_shape)):
+        row = [r for r in group.ranks
+               if all(c == k for i, (c, k) in enumerate(zip(mesh_coordinate(group, r), coord, strict=True)) if i != d)]
+        out.append((f"mesh dim {d}", row))  # row-major order: ascending along d
+    return out
+
+
+def mesh_coordinate(group: Group, rank: int) -> tuple[int, ...]:
+    """``rank``'s position in the drawn mesh."""
+    flat = group.ranks.index(rank)
+    coord = []
+    for size in reversed(group.mesh_shape):
+        coord.append(flat % size)
+        flat //= size
+    return tuple(reversed(coord))
+
+
+def input_of(spec: fst.TensorSpec, seed: int, step: int, rank: int, device: Any = "cpu") -> torch.Tensor:
+    """Global rank ``rank``'s input to collective ``step`` of the example."""
+    return spec.materialize(device, (seed * 64 + step * 8 + rank) % 2**63)
+
+
+def _reduce(inputs: list[torch.Tensor], op: str) -> torch.Tensor:
+    stacked = torch.stack([t.contiguous() for t in inputs])
+    if op == "MAX":
+        return stacked.amax(0)
+    if op == "MIN":
+        return stacked.amin(0)
+    wide = torch.float64 if stacked.is_floating_point() else torch.int64
+    return stacked.to(wide).sum(0).to(stacked.dtype)  # integer SUM wraps, as the dtype does
+
+
+def _close(actual: torch.Tensor, expected: torch.Tensor, inputs: list[torch.Tensor]) -> str | None:
+    """Float SUM: equal up to rounding in any summation order (a bound from the sum of magnitudes)."""
+    if tuple(actual.shape) != tuple(expected.shape) or actual.dtype != expected.dtype:
+        return first_difference(actual, expected)
+    bound = torch.stack([t.to(torch.float64).abs() for t in inputs]).sum(0) * 4 * torch.finfo(actual.dtype).eps
+    err = (actual.to(torch.float64) - torch.stack([t.to(torch.float64) for t in inputs]).sum(0)).abs()
+    bad = err > bound
+    if bool(bad.any()):
+        i = int(bad.reshape(-1).nonzero()[0])
+        return (f"{int(bad.sum())} of {actual.numel()} elements differ beyond rounding; first at flat index {i}: "
+                f"got {actual.reshape(-1)[i].item()!r}, expected about {expected.reshape(-1)[i].item()!r}")
+    return None
+
+
+# ---------------------------------------------------------------------------
+# on the ranks
+
+
+def _make_groups(case: SubgroupCase, new_group: Callable[..., Any], device_type: str) -> list[list[Any]]:
+    """Every rank creates every group, in the same order (``new_group`` needs all ranks); per group,
+    the process group(s) this rank uses, None where it is outside."""
+    made: list[list[Any]] = []
+    for g in case.groups:
+        if g.kind == "new_group":
+            kwargs: dict[str, Any] = {"use_local_synchronization": True} if g.local_sync else {}
+            if HAS_SORT_RANKS and not g.sort_ranks:
+                kwargs["sort_ranks"] = False
+            pg = new_group(list(g.ranks), **kwargs)
+            made.append([pg if dist.get_rank() in g.ranks else None])
+        else:
+            from torch.distributed.device_mesh import DeviceMesh
+
+            mesh = DeviceMesh(device_type, torch.tensor(g.ranks).reshape(g.mesh_shape))
+            made.append([mesh])
+    return made
+
+
+def subgroups_and_check(ctx: RankContext, case: SubgroupCase,
+                        new_group: Callable[..., Any] = dist.new_group,
+                        collectives: dict[str, Callable[..., Any]] | None = None) -> list[str] | None:
+    """On every rank: create ``case.groups``, run ``case.ops`` on each; None if every tensor is what the
+    reference says, else what differs.  ``new_group`` and ``collectives`` (keyed ``all_reduce``,
+    ``broadcast``, ``all_gather``) are swappable, for planted bugs."""
+    fns: dict[str, Callable[..., Any]] = {"all_reduce": dist.all_reduce, "broadcast": dist.broadcast,
+                                          "all_gather": dist.all_gather, **(collectives or {})}
+    rank = ctx.rank
+    made = _make_groups(case, new_group, ctx.device.type)  # first: nothing may fail before every rank made them
+    problems: list[str] = []
+    for gi, (g, handles) in enumerate(zip(case.groups, made, strict=True)):
+        orders = member_orders(g, rank)
+        if g.kind == "mesh":
+            mesh = handles[0]
+            coord = mesh.get_coordinate()
+            want = mesh_coordinate(g, rank) if rank in g.ranks else None
+            if (tuple(coord) if coord is not None else None) != want:
+                problems.append(f"mesh {g.ranks} {g.mesh_shape}: get_coordinate() is {coord}, expected {want}")
+            if want is None:
+                continue
+            pgs = [mesh.get_group(d) for d in range(len(g.mesh_shape))]
+            for d, pg in enumerate(pgs):
+                if mesh.get_local_rank(d) != want[d]:
+                    problems.append(f"mesh dim {d} of {g.ranks} {g.mesh_shape}: get_local_rank({d}) is "
+                                    f"{mesh.get_local_rank(d)}, expected the coordinate {want[d]} "
+                                    f"(group ranks {dist.get_process_group_ranks(pg)})")
+        else:
+            pgs = [handles[0] if handles[0] is not None else dist.GroupMember.NON_GROUP_MEMBER]
+        for d, (pg, member) in enumerate(zip(pgs, orders, strict=True)):
+            for i, (name, arg) in enumerate(case.ops):
+                step = gi * 16 + d * 4 + i  # the same on every rank, members or not
+                problems += _run_op(fns, name, arg, pg, member, case, step, rank, ctx.device, g)
+    return problems or None
+
+
+def _run_op(fns: dict[str, Callable[..., Any]], name: str, arg: Any, pg: Any, member: tuple[str, list[int]] | None,
+            case: SubgroupCase, step: int, rank: int, device: Any, g: Group) -> list[str]:
+    spec, seed = case.spec, case.seed
+    if member is None and name == "broadcast":
+        return []  # torch checks src against the group before membership: a ValueError outside it
+    mine = input_of(spec, seed, step, rank, device)
+    where = f"{name}{'(' + str(arg) + ')' if name != 'all_gather' else ''} on {g.kind} {list(g.ranks)}"
+    with warnings.catch_warnings():  # torch warns each rank outside a group that calls its collective
+        warnings.filterwarnings("ignore", message=".*does not belong to the given group.*")
+        if name == "all_gather":
+            size = len(member[1]) if member else 1
+            outs = [torch.zeros_like(mine) for _ in range(size)]
+            fns["all_gather"](outs, mine, group=pg)
+        elif name == "broadcast":
+            src = member[1][arg % len(member[1])] if member else 0
+            fns["broadcast"](mine, src, group=pg)
+        else:
+            fns["all_reduce"](mine, op=getattr(dist.ReduceOp, arg), group=pg)
+    if member is None:  # outside the group: nothing may change
+        diff = first_difference(mine, input_of(spec, seed, step, rank, device))
+        if name == "all_gather":
+            diff = diff or next((first_difference(o, torch.zeros_like(o)) for o in outs
+                                 if first_difference(o, torch.zeros_like(o))), None)
+        return [] if diff is None else [f"{where}: rank {rank} is outside the group, yet its tensor changed: {diff}"]
+    label, order = member
+    inputs = [input_of(spec, seed, step, r, device) for r in order]
+    where = f"{where} ({label}, group order {order})"
+    if name == "all_gather":
+        return [f"{where}: output {i} (group rank {i} = rank {order[i]}): {d}"
+                for i, (o, e) in enumerate(zip(outs, inputs, strict=True)) if (d := first_difference(o, e))]
+    if name == "broadcast":
+        diff = first_difference(mine, inputs[arg % len(order)])
+    elif arg == "SUM" and spec.dtype.is_floating_point:
+        diff = _close(mine, _reduce(inputs, arg), inputs)
+    else:
+        diff = first_difference(mine, _reduce(inputs, arg))
+    return [] if diff is None else [f"{where}: {diff}"]
+
+
+# ---------------------------------------------------------------------------
+# strategies
+
+
+def _mesh_shapes(n: int) -> list[tuple[int, ...]]:
+    return [(n,)] + [(a, n // a) for a in range(2, n) if n % a == 0]
+
+
+@st.composite
+def groups(draw: st.DrawFn, world_size: int, first: bool = True, like: Group | None = None,
+           kinds: tuple[str, ...] = ("new_group", "mesh")) -> Group:
+    """A Group over a drawn subset in a drawn order (``like``'s ranks in another order, if given).
+    Shrinks to ``new_group([0])``, sorted."""
+    kind = draw(st.sampled_from(kinds))
+    if like is not None:
+        subset = like.ranks
+    else:
+        subset = draw(fst.rank_subsets(world_size, min_size=1))
+    ranks = tuple(draw(st.permutations(subset)))
+    if kind == "mesh":
+        return Group("mesh", ranks, draw(st.sampled_from(_mesh_shapes(len(ranks)))))
+    sort_ranks = draw(st.booleans().map(lambda b: not b)) if HAS_SORT_RANKS else True
+    local_sync = draw(st.booleans()) if first else False
+    return Group("new_group", ranks, (), sort_ranks, local_sync)
+
+
+def _ops() -> st.SearchStrategy[tuple[str, Any]]:
+    return st.one_of(st.tuples(st.just("all_reduce"), st.sampled_from(REDUCE_OPS)),
+                     st.tuples(st.just("broadcast"), st.integers(0, 3)),
+                     st.tuples(st.just("all_gather"), st.just(0)))
+
+
+@st.composite
+def subgroup_cases(draw: st.DrawFn, world_size: int, kinds: tuple[str, ...] = ("new_group", "mesh"),
+                   local_sync: bool = False) -> SubgroupCase:
+    """A SubgroupCase: one or two groups (the second one, often, the first one's ranks in another
+    order), one to three collectives, a tensor up to 1 KiB.  Shrinks to one sorted ``new_group([0])``
+    all-reducing a float32[1] with SUM.
+
+    ``local_sync=True`` also draws ``use_local_synchronization`` for the first group.  It is off by
+    default: the known bug ``new-group-local-sync-recreate-fails`` depends on what earlier examples
+    in the same rank processes created (a group over the same ranks), and often hangs the rendezvous
+    until the pool's timeout, so in the per-example loop it would cost a timeout and a pool restart
+    per sighting and could not be shrunk; its standalone reproducer shows it instead."""
+    first = draw(groups(world_size, first=local_sync, kinds=kinds), label="group")
+    chosen = [first]
+    if draw(st.booleans(), label="second group"):
+        same = draw(st.booleans(), label="same ranks")
+        chosen.append(draw(groups(world_size, first=False, like=first if same else None, kinds=kinds)))
+    ops = tuple(draw(st.lists(_ops(), min_size=1, max_size=3), label="ops"))
+    spec = draw(fst.tensor_specs(dtypes=st.sampled_from(DTYPES), patterns=("random", "constant"),
+                                 max_bytes=MAX_BYTES), label="spec")
+    return SubgroupCase(tuple(chosen), ops, spec, draw(SEEDS, label="seed"))
+
+
+# ---------------------------------------------------------------------------
+# known bugs, and the driver-side check
+
+_STALE_RENDEZVOUS = re.compile(r"Connection (reset|closed) by peer|ProcessGroupGloo\(|Socket Timeout|Timed out", re.I)
+
+
+def _is_local_sync_recreate(example: Any, failure: BaseException) -> bool:
+    """A rank of a locally synchronised group raised a connection error in that group's collective, or
+    hung building the group (its rendezvous read the stale keys)."""
+    case = example.get("case")
+    if not isinstance(case, SubgroupCase) or not any(g.local_sync for g in case.groups):
+        return False
+    from fuzzdist.errors import RankFailure
+
+    return isinstance(failure, RankFailure) and bool(_STALE_RENDEZVOUS.search(str(failure)))
+
+
+def _is_mesh_order(example: Any, failure: BaseException) -> bool:
+    """Every problem is on a mesh dimension whose drawn ranks are not ascending: its local rank, or a
+    collective that followed the sorted order instead of the mesh's."""
+    case = example.get("case")
+    results = getattr(failure, "results", None)
+    if not isinstance(case, SubgroupCase) or not isinstance(failure, PropertyFailure) or not results:
+        return False
+    unsorted = set()
+    for g in case.groups:
+        if g.kind != "mesh":
+            continue
+        for r in g.ranks:
+            for entry in member_orders(g, r):
+                if entry is not None and entry[1] != sorted(entry[1]):
+                    unsorted.add((g.ranks, entry[0]))
+    problems = [p for result in results if result for p in result]
+    return bool(problems) and all(
+        any(p.startswith(f"{dim} of {ranks} ") or (f"on mesh {list(ranks)} ({dim}," in p) for ranks, dim in unsorted)
+        for p in problems)
+
+
+LOCAL_SYNC_RECREATE = register(KnownBug(
+    id="new-group-local-sync-recreate-fails",
+    summary="new_group(ranks, use_local_synchronization=True) over ranks that had such a group before, "
+            "destroyed, reuses its hashed name and store keys: the new group's first collective fails "
+            "('Connection reset by peer') or hangs",
+    where=("subgroups",),
+    recognise=_is_local_sync_recreate,
+    seen_on=("2.13",),
+    reproducer=None,  # standalone reproducer: in the report to the lead
+))
+MESH_LOCAL_RANK = register(KnownBug(
+    id="device-mesh-local-rank-not-coordinate",
+    summary="on a DeviceMesh whose ranks are not ascending along a dimension, get_local_rank(d) and the "
+            "order of get_group(d) are the sorted ranks', not the position get_coordinate() reports",
+    where=("subgroups",),
+    recognise=_is_mesh_order,
+    seen_on=("2.13",),
+    reproducer=None,  # standalone reproducer: in the report to the lead
+))
+
+
+def check(pool: Pool, case: SubgroupCase, *, new_group: Callable[..., Any] = dist.new_group,
+          collectives: dict[str, Callable[..., Any]] | None = None) -> None:
+    """Run ``case`` over ``pool`` (with ``new_group`` and the ``collectives`` stand-ins, torch's by
+    default); raise :class:`PropertyFailure` naming every rank that saw a value other than the reference's."""
+    with known_failures("subgroups", case=case):
+        results = pool.run(subgroups_and_check, case, new_group=new_group, collectives=collectives)
+        wrong = {rank: problems for rank, problems in enumerate(results) if problems}
+        if wrong:
+            raise PropertyFailure(f"ranks {sorted(wrong)} saw wrong subgroup results: {wrong}", results)
