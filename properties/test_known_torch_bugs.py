@@ -29,6 +29,23 @@ def _collective(pool: Any, name: str, case: Any, world_size: int) -> None:
     collectives.check(pool, name, case)
 
 
+def _functional(pool: Any, case: Any, world_size: int) -> None:
+    from fuzzdist.properties import functional
+
+    functional.check(pool, case)
+
+
+def _functional_case() -> Any:
+    """What fuzzdist shrank gloo-functional-all-to-all-complex-raises to (two all_reduces come first:
+    the strategy's draws shrink to all_reduce, and the third call is where the bug is)."""
+    functional = pytest.importorskip("fuzzdist.properties.functional",
+                                     reason="torch has no functional collectives")
+    reduce = functional.Call("all_reduce", TensorSpec((1,), torch.float32))
+    return functional.FunctionalCase(
+        calls=(reduce, reduce, functional.Call("all_to_all_single", TensorSpec((2,), torch.complex64))),
+        order=(0, 1, 2), completions=("wait_tensor",) * 3, seed=0)
+
+
 def _case(**fields: Any) -> Any:
     collectives = pytest.importorskip("fuzzdist.properties.collectives",
                                       reason="torch.distributed.nn is not available in this torch build")
@@ -62,6 +79,7 @@ def _call(op: str, **fields: Any) -> Any:
 
 
 RUNNERS: dict[str, Callable[..., None]] = {"broadcast": _broadcast, "collectives": _collective,
+                                           "functional": _functional,
                                            "check-pg:allreduce": _check_pg, "check-pg:reduce_scatter_tensor": _check_pg,
                                            "check-pg:async": _check_pg_async}
 
@@ -77,6 +95,8 @@ PINNED: dict[str, tuple[str, Callable[[], dict[str, Any]]]] = {
     "gloo-scatter-ignores-strides": ("collectives", lambda: dict(
         name="all_to_all", case=_case(spec=TensorSpec((2, 2), torch.float32), seed=0, out_layout="transposed"),
         world_size=2)),
+    "gloo-functional-all-to-all-complex-raises": ("functional", lambda: dict(
+        case=_functional_case(), world_size=2)),
     "gloo-bool-sum-stores-2": ("check-pg:allreduce", lambda: dict(
         call=_call("allreduce", spec=TensorSpec((1,), torch.bool), seed=3, reduce_op="SUM"), world_size=2)),
     "gloo-reduce-scatter-stack-aborts": ("check-pg:reduce_scatter_tensor", lambda: dict(
