@@ -7,6 +7,7 @@ which entries to narrow or drop.  The examples are what fuzzdist shrank each bug
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from typing import Any
 
@@ -14,6 +15,7 @@ import pytest
 import torch
 
 from fuzzdist import known_bugs
+from fuzzdist.plugin import PoolKey
 from fuzzdist.strategies import TensorSpec
 
 
@@ -44,6 +46,33 @@ def _functional_case() -> Any:
     return functional.FunctionalCase(
         calls=(reduce, reduce, functional.Call("all_to_all_single", TensorSpec((2,), torch.complex64))),
         order=(0, 1, 2), completions=("wait_tensor",) * 3, seed=0)
+
+
+def _by_case(module: str) -> Callable[..., None]:
+    """The runner of a property whose check takes ``(pool, case)`` (object collectives, p2p, subgroups)."""
+    def run(pool: Any, case: Any, world_size: int) -> None:
+        importlib.import_module(f"fuzzdist.properties.{module}").check(pool, case)
+    return run
+
+
+def _property(module: str) -> Any:
+    return pytest.importorskip(f"fuzzdist.properties.{module}", reason=f"this torch can't run the {module} property")
+
+
+def _object_case() -> Any:
+    m = _property("object_collectives")
+    return m.ObjectCase("all_gather_object", 0, (None, m.Tensor(TensorSpec((1,), torch.uint16), 0)))
+
+
+def _p2p_case() -> Any:
+    m = _property("p2p")
+    return m.P2PCase("batch", (m.Message(0, 0, 0, TensorSpec((1,), torch.float32), 0),), ((), (), ()))
+
+
+def _mesh_case() -> Any:
+    m = _property("subgroups")
+    return m.SubgroupCase((m.Group("mesh", (1, 0), (2,), True, False),), (("all_reduce", "SUM"),),
+                          TensorSpec((1,), torch.float32), 0)
 
 
 def _case(**fields: Any) -> Any:
@@ -78,10 +107,11 @@ def _call(op: str, **fields: Any) -> Any:
     return OpCall(op, **fields)
 
 
-RUNNERS: dict[str, Callable[..., None]] = {"broadcast": _broadcast, "collectives": _collective,
-                                           "functional": _functional,
-                                           "check-pg:allreduce": _check_pg, "check-pg:reduce_scatter_tensor": _check_pg,
-                                           "check-pg:async": _check_pg_async}
+RUNNERS: dict[str, Callable[..., None]] = {
+    "broadcast": _broadcast, "collectives": _collective, "functional": _functional,
+    "object_collectives": _by_case("object_collectives"), "p2p": _by_case("p2p"), "subgroups": _by_case("subgroups"),
+    "check-pg:allreduce": _check_pg, "check-pg:reduce_scatter_tensor": _check_pg, "check-pg:async": _check_pg_async,
+}
 
 # bug id -> (where, the pinned minimal example's fields; world_size picks the pool)
 PINNED: dict[str, tuple[str, Callable[[], dict[str, Any]]]] = {
@@ -97,6 +127,9 @@ PINNED: dict[str, tuple[str, Callable[[], dict[str, Any]]]] = {
         world_size=2)),
     "gloo-functional-all-to-all-complex-raises": ("functional", lambda: dict(
         case=_functional_case(), world_size=2)),
+    "wide-unsigned-unpickle-objects": ("object_collectives", lambda: dict(case=_object_case(), world_size=2)),
+    "gloo-p2p-self-loop-unclear-error": ("p2p", lambda: dict(case=_p2p_case(), world_size=3)),
+    "device-mesh-local-rank-not-coordinate": ("subgroups", lambda: dict(case=_mesh_case(), world_size=3)),
     "gloo-bool-sum-stores-2": ("check-pg:allreduce", lambda: dict(
         call=_call("allreduce", spec=TensorSpec((1,), torch.bool), seed=3, reduce_op="SUM"), world_size=2)),
     "gloo-reduce-scatter-stack-aborts": ("check-pg:reduce_scatter_tensor", lambda: dict(
@@ -111,7 +144,16 @@ PINNED: dict[str, tuple[str, Callable[[], dict[str, Any]]]] = {
 }
 
 
+# Property modules that register their known bugs themselves: imported, so every run sees the same entries.
+_REGISTERING = ("object_collectives", "p2p", "subgroups", "functional")
+
+
 def _params() -> list[Any]:
+    for name in _REGISTERING:
+        try:
+            importlib.import_module(f"fuzzdist.properties.{name}")
+        except ImportError:  # a torch without what the property needs: its bugs can't run here
+            pass
     out = []
     for bug_id in sorted(known_bugs.registry()):
         marks = [] if bug_id in PINNED else [pytest.mark.skip(
@@ -120,13 +162,12 @@ def _params() -> list[Any]:
     return out
 
 
-@pytest.mark.fuzzdist(world_size=2)
 @pytest.mark.parametrize("bug_id", _params())
-def test_known_bug_still_reproduces(rank_pool, bug_id):
+def test_known_bug_still_reproduces(request, rank_pools, bug_id):
     """The bug's minimal example still fails the property with the bug's symptom (KNOWN); if the
     property now holds, torch fixed it and this fails, naming the entry to narrow or drop."""
     where, make = PINNED[bug_id]
     example = make()
-    assert example["world_size"] == rank_pool.world_size
-    if not known_bugs.reproduces(bug_id, where, example, lambda: RUNNERS[where](rank_pool, **example)):
+    pool = rank_pools.get(PoolKey(example["world_size"], "gloo", "cpu", request.config.getoption("fuzzdist_timeout")))
+    if not known_bugs.reproduces(bug_id, where, example, lambda: RUNNERS[where](pool, **example)):
         pytest.fail(known_bugs.fixed_message(bug_id))
