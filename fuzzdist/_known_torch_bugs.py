@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from fuzzdist._known_bug_registry import KnownBug, register
 from fuzzdist._symptoms import (
     BOOL_BYTES_NOT_0_OR_1,
     BROADCAST_STRIDES_IGNORED,
@@ -21,7 +22,6 @@ from fuzzdist._symptoms import (
     STRIDES_IGNORED,
 )
 from fuzzdist.errors import PropertyFailure, RankError
-from fuzzdist.known_bugs import KnownBug, register
 
 SEEN_ON = ("2.13",)
 _DENSE_NON_CONTIGUOUS = ("transposed", "channels_last")  # the layouts whose memory order differs

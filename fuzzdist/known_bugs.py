@@ -22,12 +22,12 @@ torch alone, is the script named by :attr:`KnownBug.reproducer` (``docs/findings
 from __future__ import annotations
 
 import contextlib
-import importlib
-import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from fuzzdist import _known_torch_bugs  # noqa: F401  (registers the built-in entries on import)
+from fuzzdist._known_bug_registry import _REGISTRY, Example, KnownBug, register
 from fuzzdist.errors import InvalidArgument, InvalidState
 
 __all__ = [
@@ -35,59 +35,13 @@ __all__ = [
     "recognise", "register", "registry", "reproduces", "sighted",
 ]
 
-Example = Mapping[str, Any]
-
-_ID = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
-
-
-@dataclass(frozen=True)
-class KnownBug:
-    """One bug of torch's that a property or ``check-pg`` runs into.
-
-    ``where`` names the checks whose failures it can explain (a property module's name such as
-    ``"broadcast"``, or ``"check-pg:<collective>"``); ``recognise(example, failure)`` says whether
-    this failure of that check, on this example, is this bug: it must look at the symptom (the
-    failure's type and message), not only at the inputs, so that a different failure on the same
-    inputs stays a failure.  ``seen_on`` lists the torch versions (``"2.13"``) it reproduced on,
-    ``upstream`` the issue where torch tracks it, ``reproducer`` the standalone script (a path
-    relative to the repository, under ``docs/findings/``).
-    """
-
-    id: str
-    summary: str
-    where: tuple[str, ...]
-    recognise: Callable[[Example, BaseException], bool] = field(repr=False)
-    seen_on: tuple[str, ...]
-    upstream: str | None = None
-    reproducer: str | None = None
-
-
-_REGISTRY: dict[str, KnownBug] = {}
-
-
-def register(bug: KnownBug) -> KnownBug:
-    """Add ``bug`` to the registry (once per id) and return it."""
-    if not _ID.fullmatch(bug.id):
-        raise InvalidArgument(f"known bug id {bug.id!r} must be lower-case words joined by '-', "
-                              "such as 'gloo-broadcast-ignores-strides'")
-    if not bug.where:
-        raise InvalidArgument(f"known bug {bug.id!r} names no check in where=; name the property module "
-                              "(e.g. 'broadcast') or 'check-pg:<collective>' whose failures it explains")
-    if bug.id in _REGISTRY and _REGISTRY[bug.id] != bug:
-        raise InvalidArgument(f"a known bug with id {bug.id!r} is already registered; give this one its own id")
-    _REGISTRY[bug.id] = bug
-    return bug
-
-
 def registry() -> Mapping[str, KnownBug]:
     """Every registered known bug by id (the built-in ones are registered on import)."""
-    _load_builtin()
     return dict(_REGISTRY)
 
 
 def recognise(where: str, example: Example, failure: BaseException) -> KnownBug | None:
     """The known bug that explains ``failure`` of check ``where`` on ``example``, or None."""
-    _load_builtin()
     for bug in _REGISTRY.values():
         if where in bug.where:
             try:
@@ -247,16 +201,3 @@ def _event(text: str) -> None:
         event(text)
     except Exception:  # hypothesis.errors.InvalidArgument outside a test: nothing to record into
         pass
-
-
-_loaded = False
-
-
-def _load_builtin() -> None:
-    """Register the bugs fuzzdist's own properties know (imported late: they import torch)."""
-    global _loaded
-    if not _loaded:
-        _loaded = True
-        # By name: the entry file imports this module (register, KnownBug); loading it by name here
-        # keeps the static import graph one-way (tests/test_architecture.py), as a plugin is loaded.
-        importlib.import_module("fuzzdist._known_torch_bugs")  # registers on import

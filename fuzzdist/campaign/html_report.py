@@ -19,6 +19,7 @@ from collections.abc import Iterable, Sequence
 from fuzzdist.campaign.charts import xy_chart
 from fuzzdist.campaign.report import REPORT_FORMAT, fmt_seconds
 from fuzzdist.campaign.series import split_event
+from fuzzdist.errors import InvalidArgument
 
 REFRESH_S = 30  # a running campaign's page reloads itself this often (fuzzdist run rewrites it)
 OPEN_GRIDS = 4  # pair grids shown open per property; the others are folded
@@ -29,7 +30,7 @@ PAIR_ORDER = (("dtype", "layout"), ("dtype", "pattern"), ("layout", "ndim"), ("s
               ("ddp-depth", "ddp-batches"))
 
 
-class BadReport(ValueError):
+class BadReport(InvalidArgument):
     """The JSON is not a fuzzdist campaign report this version can read; the message says why."""
 
 

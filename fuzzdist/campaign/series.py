@@ -11,6 +11,8 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 
+from fuzzdist.errors import InvalidArgument
+
 SERIES_INTERVAL_S = 1.0  # the first sampling interval: a sample a second, until the series is full
 SERIES_MAX_POINTS = 200  # samples kept per property (the latest one comes on top)
 SERIES_COLUMNS = ("t_s", "examples", "invalid_examples", "distinct_failures")
@@ -28,7 +30,7 @@ class TimeSeries:
 
     def __init__(self, interval: float = SERIES_INTERVAL_S, max_points: int = SERIES_MAX_POINTS) -> None:
         if max_points < 2 or not interval > 0:
-            raise ValueError(f"a time series needs max_points >= 2 and interval > 0, got {max_points}, {interval}")
+            raise InvalidArgument(f"a time series needs max_points >= 2 and interval > 0, got {max_points}, {interval}")
         self.interval = interval
         self.max_points = max_points
         self.points: list[tuple[float, ...]] = []

@@ -55,6 +55,7 @@ from torch import nn
 from fuzzdist import strategies as fst
 from fuzzdist._isolation import keep_process_groups
 from fuzzdist.checks import fingerprint
+from fuzzdist.errors import InvalidArgument
 from fuzzdist.known_bugs import known_failures
 from fuzzdist.properties import PropertyFailure
 
@@ -274,7 +275,7 @@ def fsdp_parity(ctx: RankContext, config: fst.FSDPConfig, dtype: torch.dtype, se
     comm set on every FSDP module (``set_custom_reduce_scatter``/``set_custom_all_gather``).
     """
     if config.world_size != ctx.world_size:
-        raise ValueError(f"the config is for {config.world_size} ranks; this pool has {ctx.world_size}: "
+        raise InvalidArgument(f"the config is for {config.world_size} ranks; this pool has {ctx.world_size}: "
                          f"draw it with fsdp_configs({ctx.world_size})")
     mesh = device_mesh(ctx.device.type, config.mesh_shape)
     model = config.build_model(seed).to(dtype)

@@ -1,0 +1,55 @@
+"""What a known torch bug is, and the registry holding them: a leaf module, so that the entry file
+(``fuzzdist._known_torch_bugs``) and the property modules that register bugs import it without
+importing :mod:`fuzzdist.known_bugs`, which loads the entry file (one-way import graph)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from fuzzdist.errors import InvalidArgument
+
+Example = Mapping[str, Any]
+
+_ID = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
+
+
+@dataclass(frozen=True)
+class KnownBug:
+    """One bug of torch's that a property or ``check-pg`` runs into.
+
+    ``where`` names the checks whose failures it can explain (a property module's name such as
+    ``"broadcast"``, or ``"check-pg:<collective>"``); ``recognise(example, failure)`` says whether
+    this failure of that check, on this example, is this bug: it must look at the symptom (the
+    failure's type and message), not only at the inputs, so that a different failure on the same
+    inputs stays a failure.  ``seen_on`` lists the torch versions (``"2.13"``) it reproduced on,
+    ``upstream`` the issue where torch tracks it, ``reproducer`` the standalone script (a path
+    relative to the repository, under ``docs/findings/``).
+    """
+
+    id: str
+    summary: str
+    where: tuple[str, ...]
+    recognise: Callable[[Example, BaseException], bool] = field(repr=False)
+    seen_on: tuple[str, ...]
+    upstream: str | None = None
+    reproducer: str | None = None
+
+
+_REGISTRY: dict[str, KnownBug] = {}
+
+
+def register(bug: KnownBug) -> KnownBug:
+    """Add ``bug`` to the registry (once per id) and return it."""
+    if not _ID.fullmatch(bug.id):
+        raise InvalidArgument(f"known bug id {bug.id!r} must be lower-case words joined by '-', "
+                              "such as 'gloo-broadcast-ignores-strides'")
+    if not bug.where:
+        raise InvalidArgument(f"known bug {bug.id!r} names no check in where=; name the property module "
+                              "(e.g. 'broadcast') or 'check-pg:<collective>' whose failures it explains")
+    if bug.id in _REGISTRY and _REGISTRY[bug.id] != bug:
+        raise InvalidArgument(f"a known bug with id {bug.id!r} is already registered; give this one its own id")
+    _REGISTRY[bug.id] = bug
+    return bug
