@@ -79,12 +79,14 @@ def main():
             s = got[rank][mesh]
             c = s["coordinate"]
             chunk = expected[2 * c:2 * c + 2]  # the chunk at this rank's coordinate
-            problems = [f"get_local_rank() {s['local_rank']}" if s["local_rank"] != c else "",
-                        f"distribute_tensor's shard {s['distribute_tensor']}" if s["distribute_tensor"] != chunk else "",
-                        f"redistribute's shard {s['redistribute']}" if s["redistribute"] != chunk else ""]
-            if any(problems):
-                wrong.append(f"mesh {list(mesh)}, rank {rank} at coordinate ({c},): "
-                             + ", ".join(p for p in problems if p))
+            problems = []
+            if s["local_rank"] != c:
+                problems.append(f"get_local_rank() {s['local_rank']}")
+            for how in ("distribute_tensor", "redistribute"):
+                if s[how] != chunk:
+                    problems.append(f"{how}'s shard {s[how]}")
+            if problems:
+                wrong.append(f"mesh {list(mesh)}, rank {rank} at coordinate ({c},): " + ", ".join(problems))
         full = got[mesh[0]][mesh]["redistribute_full"]
         if full != expected:
             wrong.append(f"mesh {list(mesh)}: Replicate -> Shard(0) -> full_tensor() gave {full}, not {expected}")
