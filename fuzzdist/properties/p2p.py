@@ -251,7 +251,7 @@ GLOO_P2P_SELF_LOOP_UNCLEAR = register(KnownBug(
     where=("p2p",),
     recognise=_is_self_loop_unclear,
     seen_on=("2.13",),
-    reproducer=None,  # standalone reproducer: in the report to the lead (docs/findings is theirs)
+    reproducer="docs/findings/gloo-p2p-self-loop-unclear-error.py",
 ))
 
 

@@ -345,7 +345,7 @@ LOCAL_SYNC_RECREATE = register(KnownBug(
     where=("subgroups",),
     recognise=_is_local_sync_recreate,
     seen_on=("2.13",),
-    reproducer=None,  # standalone reproducer: in the report to the lead
+    reproducer="docs/findings/new-group-local-sync-recreate-fails.py",
 ))
 MESH_LOCAL_RANK = register(KnownBug(
     id="device-mesh-local-rank-not-coordinate",
@@ -354,7 +354,7 @@ MESH_LOCAL_RANK = register(KnownBug(
     where=("subgroups",),
     recognise=_is_mesh_order,
     seen_on=("2.13",),
-    reproducer=None,  # standalone reproducer: in the report to the lead
+    reproducer="docs/findings/device-mesh-local-rank-not-coordinate.py",
 ))
 
 
