@@ -112,3 +112,32 @@ def test_reproducer_needs_torch_alone(finding: str) -> None:
     modules |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
     foreign = {m for m in modules if m.split(".")[0] not in sys.stdlib_module_names | {"torch"}}
     assert not foreign, f"docs/findings/{finding}.py imports {sorted(foreign)}: use torch and the standard library"
+
+
+# Findings no property draws on purpose (mismatched sizes across ranks are the user's error; the
+# findings are about how gloo fails on them), so they have no registry entry.
+NO_ENTRY = {"gloo-all-reduce-size-mismatch-hangs", "gloo-broadcast-size-mismatch-silent"}
+
+
+def test_registry_and_findings_name_each_other() -> None:
+    """Every known-bug entry names a reproducer that exists and is described here; every finding with a
+    reproducer has an entry (its id, or the id of the script it names), unless it is in NO_ENTRY."""
+    import importlib
+
+    from fuzzdist import known_bugs
+
+    for module in ("object_collectives", "p2p", "subgroups"):  # they register their own entries
+        try:
+            importlib.import_module(f"fuzzdist.properties.{module}")
+        except ImportError:
+            pass
+    entries = known_bugs.registry().values()
+    listed = set(re.findall(r"docs/findings/([a-z0-9-]+)\.py", FINDINGS_MD.read_text(encoding="utf-8")))
+    named = set()
+    for bug in entries:
+        assert bug.reproducer is not None, f"known bug {bug.id!r} names no reproducer: write docs/findings/<id>.py"
+        stem = Path(bug.reproducer).stem
+        assert (ROOT / bug.reproducer).is_file(), f"known bug {bug.id!r} names {bug.reproducer}, which doesn't exist"
+        assert stem in listed, f"known bug {bug.id!r}'s reproducer {bug.reproducer} is not in docs/findings.md"
+        named.add(stem)
+    assert set(IDS) - named - NO_ENTRY == set(), "findings with a reproducer but no KnownBug entry"
