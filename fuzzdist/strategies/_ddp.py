@@ -18,6 +18,24 @@ from fuzzdist.errors import InvalidArgument, InvalidStrategyArgument
 from fuzzdist.strategies._seeds import _generator, _mix_seed
 
 OPTIMIZERS: tuple[str, ...] = ("sgd", "adam", "adamw")
+
+
+def check_model_arguments(world_size: int, max_depth: int, max_width: int, max_batch: int, max_steps: int,
+                          optimizers: str | Iterable[str] | None) -> tuple[str, ...]:
+    """Check the bounds shared by the model strategies (DDP's, FSDP's), early and with a clear error;
+    return the optimizer names to draw from, in shrink order."""
+    for name, value, minimum in (
+        ("world_size", world_size, 1), ("max_depth", max_depth, 1),
+        ("max_width", max_width, 1), ("max_batch", max_batch, 1), ("max_steps", max_steps, 1),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise InvalidStrategyArgument(f"{name} must be an int >= {minimum}, got {value!r}")
+    if optimizers is None:
+        return OPTIMIZERS
+    names = (optimizers,) if isinstance(optimizers, str) else tuple(optimizers)
+    if not names or any(n not in OPTIMIZERS for n in names):
+        raise InvalidStrategyArgument(f"optimizers must be a non-empty subset of {OPTIMIZERS}, got {names!r}")
+    return tuple(n for n in OPTIMIZERS if n in names)
 # None = DDP's default (25 MiB with a 1 MiB first bucket); the tiny caps put
 # every parameter, or a few, in a bucket of its own even for small models.
 _BUCKET_CAPS: tuple[float | None, ...] = (None, 25, 1, 1e-3, 1e-5)
@@ -254,20 +272,7 @@ def ddp_configs(
     1->1 model, batch size 1 on every rank, no extras, DDP defaults
     (``ddp_kwargs() == {}``), one SGD step.
     """
-    for name, value, minimum in (
-        ("world_size", world_size, 1), ("max_depth", max_depth, 1),
-        ("max_width", max_width, 1), ("max_batch", max_batch, 1), ("max_steps", max_steps, 1),
-    ):
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise InvalidStrategyArgument(f"{name} must be an int >= {minimum}, got {value!r}")
-    if optimizers is None:
-        optimizer_names = OPTIMIZERS
-    else:
-        names = (optimizers,) if isinstance(optimizers, str) else tuple(optimizers)
-        unknown = [n for n in names if n not in OPTIMIZERS]
-        if not names or unknown:
-            raise InvalidStrategyArgument(f"optimizers must be a non-empty subset of {OPTIMIZERS}")
-        optimizer_names = tuple(n for n in OPTIMIZERS if n in names)
+    optimizer_names = check_model_arguments(world_size, max_depth, max_width, max_batch, max_steps, optimizers)
 
     supported = _ddp_parameters()
 

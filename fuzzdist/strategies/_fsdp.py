@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 from fuzzdist.errors import InvalidArgument, InvalidStrategyArgument
-from fuzzdist.strategies._ddp import OPTIMIZERS, DDPConfig
+from fuzzdist.strategies._ddp import DDPConfig, check_model_arguments
 
 # Mixed-precision dtypes drawn, in shrink order (None = no cast, FSDP's default).
 PARAM_DTYPES: tuple[torch.dtype | None, ...] = (None, torch.float32, torch.bfloat16, torch.float16)
@@ -202,19 +202,7 @@ def fsdp_configs(
     Shrinks towards ``FSDPConfig((1, 1), (1,) * world_size, (world_size,))``: one 1->1 layer,
     batch 1 on every rank, the 1-D mesh, root-only sharding, FSDP's defaults, one SGD step.
     """
-    for name, value, minimum in (
-        ("world_size", world_size, 1), ("max_depth", max_depth, 1),
-        ("max_width", max_width, 1), ("max_batch", max_batch, 1), ("max_steps", max_steps, 1),
-    ):
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise InvalidStrategyArgument(f"{name} must be an int >= {minimum}, got {value!r}")
-    if optimizers is None:
-        optimizer_names = OPTIMIZERS
-    else:
-        names = (optimizers,) if isinstance(optimizers, str) else tuple(optimizers)
-        if not names or any(n not in OPTIMIZERS for n in names):
-            raise InvalidStrategyArgument(f"optimizers must be a non-empty subset of {OPTIMIZERS}")
-        optimizer_names = tuple(n for n in OPTIMIZERS if n in names)
+    optimizer_names = check_model_arguments(world_size, max_depth, max_width, max_batch, max_steps, optimizers)
     none: tuple[torch.dtype | None, ...] = (None,)
 
     @st.composite
