@@ -198,7 +198,8 @@ def p2p_and_check(ctx: RankContext, case: P2PCase,
                   api: dict[str, Callable[..., Any]] | None = None) -> list[str] | None:
     """On every rank: issue this rank's ops of ``case`` in its drawn order, wait for each Work once, then
     try its self-loops and the ops that must be refused; None if every received tensor is the sender's,
-    every self-loop delivered or was refused clearly and every refusal was clear, else what went wrong.  ``api`` maps the torch function names to stand-ins."""
+    every self-loop delivered or was refused clearly and every refusal was clear, else what went wrong.
+    ``api`` maps the torch function names to stand-ins."""
     fns = _default_api() if api is None else {**_default_api(), **api}
     rank, group = ctx.rank, ctx.group
     problems: list[str] = []

@@ -21,11 +21,12 @@ Singleton groups, the whole world, and the same ranks twice in another order are
 groups are destroyed after the example by the rank's isolation (``fuzzdist._isolation``).
 
 Two torch bugs show here, registered below as known: re-creating a ``use_local_synchronization``
-group over ranks that had one before (destroyed) fails in its first collective
-(``new-group-local-sync-recreate-fails``: the hashed group name, and with it the store keys of the
-rendezvous, are reused), and on a mesh whose ranks are not sorted along a dimension,
-``get_local_rank(d)`` and the dim group's order are the sorted order, not the mesh position
-``get_coordinate()`` reports (``device-mesh-local-rank-not-coordinate``).
+group over ranks that had one before (destroyed) fails to connect, fails in its first collective
+or hangs (``new-group-local-sync-recreate-fails``: the hashed group name, and with it the store keys
+of the rendezvous, are reused; ``check`` remembers per pool which ranks earlier examples made such
+groups over), and on a mesh whose ranks are not sorted along a dimension, ``get_local_rank(d)`` and
+the dim group's order are the sorted order, not the mesh position ``get_coordinate()`` reports
+(``device-mesh-local-rank-not-coordinate``).
 
 Values: float32/float64/int8/int32/int64/uint8 of random or constant values (no NaN: what gloo's
 MAX/MIN make of NaN is not this property's subject).  SUM over floats is compared with a tolerance
