@@ -1,6 +1,6 @@
 """Point-to-point: batch_isend_irecv, isend/irecv and send/recv deliver exactly the sender's tensor for
-drawn pairs, tags and issue orders; self-loops and non-contiguous tensors are refused clearly
-(``fuzzdist.properties.p2p``)."""
+drawn pairs, tags and issue orders; a self-loop delivers or is refused clearly, non-contiguous tensors
+are refused clearly (``fuzzdist.properties.p2p``)."""
 
 from __future__ import annotations
 

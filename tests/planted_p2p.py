@@ -3,6 +3,7 @@ functions, each wrong only for some inputs and entering the same communication a
 
 from __future__ import annotations
 
+import torch
 import torch.distributed as dist
 
 
@@ -41,3 +42,58 @@ def broadcast_object_list_int64(object_list, src=None, group=None, **kwargs):
     dist.broadcast_object_list(object_list, src=src, group=group, **kwargs)
     if dist.get_rank() != src:
         object_list[:] = _wrap_ints(object_list)
+
+
+class _Done:
+    """A Work that is complete once ``wait`` ran ``on_wait`` (a receive's copy), if any."""
+
+    def __init__(self, on_wait=None):
+        self._on_wait = on_wait
+
+    def wait(self, timeout=None):
+        if self._on_wait is not None:
+            self._on_wait()
+            self._on_wait = None
+        return True
+
+    def is_completed(self):
+        return self._on_wait is None
+
+
+_MAILBOX: dict = {}  # tag -> the tensors this rank sent itself, first in, first out
+
+
+def isend_to_self(tensor, dst, group=None, tag=0):
+    """An isend that delivers a self-loop, as torch documents ("isend allows src == dst rank"); torch's
+    own isend to the other ranks."""
+    if dst != dist.get_rank():
+        return dist.isend(tensor, dst, group=group, tag=tag)
+    _MAILBOX.setdefault(tag, []).append(tensor.clone())
+    return _Done()
+
+
+def _receive_from_self(tensor, tag, corrupt):
+    def deliver():
+        tensor.copy_(corrupt(_MAILBOX[tag].pop(0)))
+    return _Done(deliver)
+
+
+def irecv_from_self(tensor, src, group=None, tag=0):
+    """The irecv that goes with ``isend_to_self``: a self-loop gets what the rank sent itself."""
+    if src != dist.get_rank():
+        return dist.irecv(tensor, src, group=group, tag=tag)
+    return _receive_from_self(tensor, tag, lambda t: t)
+
+
+def _flip_a_bit(t):
+    out = t.clone()
+    if out.numel():
+        out.view(-1).view(torch.uint8)[0] ^= 1  # self-loops tried whole are contiguous
+    return out
+
+
+def irecv_from_self_flipping_a_bit(tensor, src, group=None, tag=0):
+    """Like ``irecv_from_self``, but a self-loop's receiver gets the first byte with its low bit flipped."""
+    if src != dist.get_rank():
+        return dist.irecv(tensor, src, group=group, tag=tag)
+    return _receive_from_self(tensor, tag, _flip_a_bit)

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from minimal import minimal_failure
 
 from fuzzdist import strategies as fst
+from fuzzdist.errors import PropertyFailure
 from fuzzdist.known_bugs import collecting
 from fuzzdist.properties import object_collectives, p2p, subgroups
 
@@ -48,6 +49,38 @@ def test_p2p_catches_tags_ignored(rank_pool):
     assert (a.src, a.dst) == (b.src, b.dst) and a.tag != b.tag
     assert f.case.orders[a.src] != f.case.orders[a.dst]
     assert f.results[a.src] is None and "message #" in f.results[a.dst][0]
+
+
+SELF_DELIVERING = {"isend": planted.isend_to_self, "irecv": planted.irecv_from_self}
+
+
+def _self_loops_case() -> p2p.P2PCase:
+    f32, i64 = fst.TensorSpec((3,), torch.float32), fst.TensorSpec((2, 2), torch.int64)
+    messages = (p2p.Message(0, 0, 0, f32, 1), p2p.Message(0, 1, 0, i64, 2), p2p.Message(1, 1, 3, i64, 3),
+                p2p.Message(0, 0, 5, i64, 4))
+    return p2p.P2PCase("isend", messages, ((1,), (1,)))
+
+
+@pytest.mark.fuzzdist(world_size=2)
+def test_p2p_passes_a_torch_that_delivers_self_loops(rank_pool):
+    """torch documents isend/irecv to self as allowed: delivering them is right, not a known bug's sighting."""
+    with collecting() as tally:
+        p2p.check(rank_pool, _self_loops_case(), api=SELF_DELIVERING)
+    assert not tally
+
+
+@pytest.mark.fuzzdist(world_size=2)
+def test_p2p_catches_a_self_loop_delivering_wrong_values(rank_pool):
+    api = {**SELF_DELIVERING, "irecv": planted.irecv_from_self_flipping_a_bit}
+    with collecting() as tally, pytest.raises(PropertyFailure, match="delivered wrong values"):
+        p2p.check(rank_pool, _self_loops_case(), api=api)
+    assert not tally  # wrong values are not the known bug's unclear refusal
+    with collecting():
+        f = minimal_failure(partial(p2p.check, rank_pool, api=api),
+                            case=p2p.p2p_cases(rank_pool.world_size, apis=st.just("isend"), specs=ONE_FLOAT))
+    (m,) = f.case.messages
+    assert m.src == m.dst and m.tag == 0
+    assert "delivered wrong values" in f.results[m.src][0] and f.results[1 - m.src] is None
 
 
 @pytest.mark.fuzzdist(world_size=2)

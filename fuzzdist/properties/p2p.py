@@ -1,7 +1,9 @@
 """Point-to-point: every receiver gets exactly the sender's tensor, over ``batch_isend_irecv``,
-``isend``/``irecv`` and ``send``/``recv``, for drawn pairs, tags and issue orders; ops the API must
-refuse (a rank sending to or receiving from itself, a non-contiguous tensor on gloo) are refused
-at once with an error that says why, and hang nobody.
+``isend``/``irecv`` and ``send``/``recv``, for drawn pairs, tags and issue orders; a self-loop (a rank
+sending to itself, which torch documents as allowed for ``isend``/``irecv``: "isend allows src == dst
+rank, i.e. send to self") either delivers exactly the sent values or is refused at once with an error
+that says the peer is the rank itself; a non-contiguous tensor on gloo is refused at once with an
+error that says why; nothing hangs.
 
 An example is a list of messages ``(src, dst, tag, spec, seed)`` and one API:
 
@@ -14,18 +16,23 @@ An example is a list of messages ``(src, dst, tag, spec, seed)`` and one API:
   messages it takes part in (the list's order is the issue order, the same on both sides, so no
   blocking send waits on a receive that comes later).
 
-Refusals are tried apart from the messages that must go through, after them: a refused op of a
-batch would leave the ops posted before it without their peers.  Each is expected to raise at
-once (every wait here is bounded by the pool's timeout, so a hang is a ``RankTimeout``), with a
-message that names what is wrong: the rank (``"same as the rank of the current process"``, as
-``dist.send`` says) or contiguity.
+Self-loops and non-contiguous messages are tried apart from the messages that must go through,
+after them: a refused op of a batch would leave the ops posted before it without their peers.
+A self-loop is tried whole on its rank, the send posted before the receive (``send`` then ``recv``
+for the blocking API), then each Work waited once: the received tensor must equal the sent one,
+or the first refused call must say the peer is the rank itself (``"same as the rank of the current
+process"``, as ``dist.send`` says); a receive refused after its send was accepted is a problem too.
+A non-contiguous message is tried side by side (its send, its receive) and must be refused, with
+an error that names contiguity (or, for a self-loop, the rank).  Every wait here is bounded by the
+pool's timeout, so a hang is a ``RankTimeout``.
 
 A second ``wait()`` on a send/recv Work blocks until its timeout on gloo (the known bug
 ``gloo-p2p-second-wait-blocks``): this property waits on each Work exactly once, so it can't meet
-that bug; ``check-pg``'s async check is where it shows.  gloo's isend/irecv/recv/batch_isend_irecv
-refuse a self-loop only with gloo's internal "Pair is not connected" enforce (``dist.send``
-checks the rank first): that is the known bug ``gloo-p2p-self-loop-unclear-error``, registered
-below.
+that bug; ``check-pg``'s async check is where it shows.  On gloo (torch 2.13) isend/irecv/recv/
+batch_isend_irecv to or from the rank itself neither deliver nor refuse clearly: they fail with
+gloo's internal "Pair is not connected" enforce (``dist.send`` checks the rank first and refuses
+clearly): that is the known bug ``gloo-p2p-self-loop-unclear-error``, registered below.  Once torch
+delivers self-loops (or refuses them clearly), the property passes.
 """
 
 from __future__ import annotations
@@ -67,9 +74,19 @@ class Message:
     seed: int
 
     @property
+    def self_loop(self) -> bool:
+        """Whether the rank sends to itself: delivered, or refused clearly, both are right."""
+        return self.src == self.dst
+
+    @property
     def refused(self) -> bool:
-        """Whether the API must refuse it: a self-loop, or a tensor that is not contiguous."""
-        return self.src == self.dst or not _contiguous(self.spec)
+        """Whether the API must refuse it: a tensor that is not contiguous."""
+        return not _contiguous(self.spec)
+
+    @property
+    def apart(self) -> bool:
+        """Whether it is tried apart from the messages that must go through: a self-loop, or refused."""
+        return self.self_loop or self.refused
 
 
 @dataclass(frozen=True)
@@ -90,8 +107,9 @@ def _contiguous(spec: fst.TensorSpec) -> bool:
 
 
 def ops_of(case: P2PCase, rank: int) -> list[int]:
-    """The indices of the messages ``rank`` sends or receives that must go through, in message order."""
-    return [i for i, m in enumerate(case.messages) if not m.refused and rank in (m.src, m.dst)]
+    """The indices of the messages ``rank`` sends or receives that must go through (neither a self-loop
+    nor refused), in message order."""
+    return [i for i, m in enumerate(case.messages) if not m.apart and rank in (m.src, m.dst)]
 
 
 # ---------------------------------------------------------------------------
@@ -134,11 +152,54 @@ def _try_refused(m: Message, sending: bool, api: str, fns: dict[str, Callable[..
     return f"{api} {label} was accepted ({len(works)} Work(s)) where it should be refused"
 
 
+def _try_self_loop(m: Message, api: str, fns: dict[str, Callable[..., Any]], group: Any,
+                   device: str | torch.device) -> str | None:
+    """Send ``m`` (contiguous) from its rank to itself and receive it; None if the receive got exactly the
+    sent values, or if the first refused call said the peer is the rank itself."""
+    expected = m.spec.materialize(device, m.seed)
+    received = m.spec.materialize(device, m.seed + 1)  # a decoy, in the same layout
+    rank = m.src
+    step = f"send to rank {rank}"
+    accepted: list[str] = []  # the calls that went through before one was refused
+    try:
+        if api == "batch":
+            works = fns["batch_isend_irecv"]([dist.P2POp(fns["isend"], m.spec.materialize(device, m.seed), rank,
+                                                         group=group, tag=m.tag),
+                                              dist.P2POp(fns["irecv"], received, rank, group=group, tag=m.tag)])
+        elif api == "isend":
+            works = [fns["isend"](m.spec.materialize(device, m.seed), rank, group=group, tag=m.tag)]
+            accepted.append("isend")
+            step = f"receive from rank {rank}"
+            works.append(fns["irecv"](received, rank, group=group, tag=m.tag))
+        else:
+            fns["send"](m.spec.materialize(device, m.seed), rank, group=group, tag=m.tag)
+            accepted.append("send")
+            step = f"receive from rank {rank}"
+            fns["recv"](received, rank, group=group, tag=m.tag)
+            works = []
+        step = f"wait for the send to rank {rank} and the receive from it"
+        for work in works:  # each once: see gloo-p2p-second-wait-blocks
+            work.wait()
+    except Exception as exc:  # noqa: BLE001 - a refusal is one of the two right outcomes
+        text = f"{type(exc).__name__}: {exc}"
+        label = f"{api} {step} (tag {m.tag}, {m.spec}, a self-loop)"
+        if not _CLEAR_REFUSAL["self"].search(str(exc)):
+            return f"{label} was refused, but the error does not say why: {text.splitlines()[0][:300]}"
+        if accepted:
+            return f"{label} was refused after its {accepted[-1]} was accepted: {text.splitlines()[0][:300]}"
+        return None
+    diff = first_difference(received, expected)
+    if diff is not None:
+        return f"{api} self-loop message on rank {rank} (tag {m.tag}, {m.spec}) delivered wrong values: {diff}"
+    return None
+
+
 def p2p_and_check(ctx: RankContext, case: P2PCase,
                   api: dict[str, Callable[..., Any]] | None = None) -> list[str] | None:
     """On every rank: issue this rank's ops of ``case`` in its drawn order, wait for each Work once, then
-    try the ops that must be refused; None if every received tensor is the sender's and every refusal
-    was clear, else what went wrong.  ``api`` maps the torch function names to stand-ins."""
+    try its self-loops and the ops that must be refused; None if every received tensor is the sender's,
+    every self-loop delivered or was refused clearly and every refusal was clear, else what went wrong.
+    ``api`` maps the torch function names to stand-ins."""
     fns = _default_api() if api is None else {**_default_api(), **api}
     rank, group = ctx.rank, ctx.group
     problems: list[str] = []
@@ -184,8 +245,13 @@ def p2p_and_check(ctx: RankContext, case: P2PCase,
             m = case.messages[i]
             problems.append(f"message #{i} from rank {m.src} (tag {m.tag}, {m.spec}): {diff}")
     if group is not None:
-        dist.barrier(group=group)  # every message is in before any rank tries what must be refused
+        dist.barrier(group=group)  # every message is in before any rank tries a self-loop or a refusal
     for m in case.messages:
+        if m.self_loop and not m.refused and m.src == rank:
+            problem = _try_self_loop(m, case.api, fns, group, ctx.device)
+            if problem is not None:
+                problems.append(problem)
+            continue
         roles = [sending for sending, r in ((True, m.src), (False, m.dst)) if r == rank] if m.refused else []
         for sending in roles:  # a self-loop: this rank tries both its send and its receive
             problem = _try_refused(m, sending, case.api, fns, group)
@@ -204,9 +270,9 @@ SPECS = fst.tensor_specs(dtypes=st.sampled_from(GLOO_DTYPES), max_bytes=MAX_BYTE
 @st.composite
 def p2p_cases(draw: st.DrawFn, world_size: int, apis: st.SearchStrategy[str] | None = None,
               specs: st.SearchStrategy[fst.TensorSpec] = SPECS) -> P2PCase:
-    """A P2PCase for ``world_size`` ranks (at least 2): 1 to 5 messages between drawn pairs (a self-loop
-    now and then), distinct tags per pair, every layout, and a drawn issue order per rank.  Shrinks to
-    one contiguous float32[1] message from rank 0 to rank 1, tag 0, over ``batch_isend_irecv``."""
+    """A P2PCase for ``world_size`` ranks (at least 2): 1 to 5 messages between drawn pairs (a self-loop,
+    one message in ten), distinct tags per pair, every layout, and a drawn issue order per rank.  Shrinks
+    to one contiguous float32[1] message from rank 0 to rank 1, tag 0, over ``batch_isend_irecv``."""
     api = draw(st.sampled_from(APIS) if apis is None else apis, label="api")
     ranks = st.integers(0, world_size - 1)
 
@@ -234,7 +300,8 @@ _GLOO_PAIR = re.compile(r"Pair is not connected")
 
 
 def _is_self_loop_unclear(example: Any, failure: BaseException) -> bool:
-    """Every problem is a self-loop refused with gloo's "Pair is not connected" enforce."""
+    """Every problem is a self-loop refused with gloo's "Pair is not connected" enforce, an error that
+    doesn't say the peer is the rank itself (a self-loop may deliver, or be refused clearly)."""
     case = example.get("case")
     if not isinstance(case, P2PCase) or not isinstance(failure, PropertyFailure) or failure.results is None:
         return False
@@ -246,8 +313,10 @@ def _is_self_loop_unclear(example: Any, failure: BaseException) -> bool:
 
 GLOO_P2P_SELF_LOOP_UNCLEAR = register(KnownBug(
     id="gloo-p2p-self-loop-unclear-error",
-    summary="isend/irecv/recv/batch_isend_irecv to or from a rank's own rank fail on gloo only with the "
-            "internal enforce 'Pair is not connected', where dist.send says 'Invalid destination rank'",
+    summary="isend/irecv/recv/batch_isend_irecv to or from a rank's own rank, documented as allowed for "
+            "isend/irecv ('isend allows src == dst rank, i.e. send to self'), neither deliver nor refuse "
+            "clearly on gloo: they fail with the internal enforce 'Pair is not connected', where dist.send "
+            "refuses clearly with 'Invalid destination rank'",
     where=("p2p",),
     recognise=_is_self_loop_unclear,
     seen_on=("2.13",),

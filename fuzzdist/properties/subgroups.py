@@ -21,11 +21,12 @@ Singleton groups, the whole world, and the same ranks twice in another order are
 groups are destroyed after the example by the rank's isolation (``fuzzdist._isolation``).
 
 Two torch bugs show here, registered below as known: re-creating a ``use_local_synchronization``
-group over ranks that had one before (destroyed) fails in its first collective
-(``new-group-local-sync-recreate-fails``: the hashed group name, and with it the store keys of the
-rendezvous, are reused), and on a mesh whose ranks are not sorted along a dimension,
-``get_local_rank(d)`` and the dim group's order are the sorted order, not the mesh position
-``get_coordinate()`` reports (``device-mesh-local-rank-not-coordinate``).
+group over ranks that had one before (destroyed) fails to connect, fails in its first collective
+or hangs (``new-group-local-sync-recreate-fails``: the hashed group name, and with it the store keys
+of the rendezvous, are reused; ``check`` remembers per pool which ranks earlier examples made such
+groups over), and on a mesh whose ranks are not sorted along a dimension, ``get_local_rank(d)`` and
+the dim group's order are the sorted order, not the mesh position ``get_coordinate()`` reports
+(``device-mesh-local-rank-not-coordinate``).
 
 Values: float32/float64/int8/int32/int64/uint8 of random or constant values (no NaN: what gloo's
 MAX/MIN make of NaN is not this property's subject).  SUM over floats is compared with a tolerance
@@ -37,6 +38,7 @@ from __future__ import annotations
 import inspect
 import re
 import warnings
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -302,14 +304,33 @@ def subgroup_cases(draw: st.DrawFn, world_size: int, kinds: tuple[str, ...] = ("
 # ---------------------------------------------------------------------------
 # known bugs, and the driver-side check
 
-_STALE_RENDEZVOUS = re.compile(r"Connection (reset|closed) by peer|ProcessGroupGloo\(|Socket Timeout|Timed out", re.I)
+# What a rendezvous that read a destroyed group's stale keys looks like: the new group's construction
+# fails to connect ("Gloo connectFullMesh failed with ..."), its first collective loses the peer
+# ("Connection reset/closed by peer") or times out in a recv, or a rank hangs inside ProcessGroupGloo(...)
+# (a RankTimeout's stack).
+_STALE_RENDEZVOUS = re.compile(r"Connection (reset|closed) by peer|connectFullMesh failed|ProcessGroupGloo\(|"
+                               r"Socket Timeout|Timed out|timeout .{0,40}recv|recv.{0,80}time(d)? ?out", re.I)
+
+# Per pool, the rank sets of the locally synchronised groups its earlier examples made (every group is
+# destroyed after its example): the bug needs one of those made again.
+_LOCAL_SYNC_BEFORE: weakref.WeakKeyDictionary[Any, set[tuple[int, ...]]] = weakref.WeakKeyDictionary()
+
+
+def _local_sync_before(pool: Any) -> set[tuple[int, ...]]:
+    try:
+        return _LOCAL_SYNC_BEFORE.setdefault(pool, set())
+    except TypeError:  # a pool that can't be weakly referenced: no history, so never this bug
+        return set()
 
 
 def _is_local_sync_recreate(example: Any, failure: BaseException) -> bool:
-    """A rank of a locally synchronised group raised a connection error in that group's collective, or
-    hung building the group (its rendezvous read the stale keys)."""
+    """A locally synchronised group over ranks that an earlier example's (destroyed) locally synchronised
+    group had, and a rank failed to connect, lost its peer or timed out in the group's rendezvous or
+    first collective, or hung building the group (its rendezvous read the stale keys)."""
     case = example.get("case")
-    if not isinstance(case, SubgroupCase) or not any(g.local_sync for g in case.groups):
+    before = example.get("local_sync_before") or ()
+    if not isinstance(case, SubgroupCase) or not any(g.local_sync and tuple(sorted(g.ranks)) in before
+                                                     for g in case.groups):
         return False
     from fuzzdist.errors import RankFailure
 
@@ -340,8 +361,8 @@ def _is_mesh_order(example: Any, failure: BaseException) -> bool:
 LOCAL_SYNC_RECREATE = register(KnownBug(
     id="new-group-local-sync-recreate-fails",
     summary="new_group(ranks, use_local_synchronization=True) over ranks that had such a group before, "
-            "destroyed, reuses its hashed name and store keys: the new group's first collective fails "
-            "('Connection reset by peer') or hangs",
+            "destroyed, reuses its hashed name and store keys: building it fails ('Gloo connectFullMesh "
+            "failed'), its first collective fails ('Connection reset by peer', a recv timeout) or a rank hangs",
     where=("subgroups",),
     recognise=_is_local_sync_recreate,
     seen_on=("2.13",),
@@ -350,7 +371,10 @@ LOCAL_SYNC_RECREATE = register(KnownBug(
 MESH_LOCAL_RANK = register(KnownBug(
     id="device-mesh-local-rank-not-coordinate",
     summary="on a DeviceMesh whose ranks are not ascending along a dimension, get_local_rank(d) and the "
-            "order of get_group(d) are the sorted ranks', not the position get_coordinate() reports",
+            "order of get_group(d) are the sorted ranks', not the position get_coordinate() reports; so on "
+            "mesh [1, 0], distribute_tensor(arange(4), mesh, [Replicate()]).redistribute(mesh, [Shard(0)])"
+            ".full_tensor() returns [2, 3, 0, 1] (distribute_tensor with Shard places chunks by group rank, "
+            "redistribute by coordinate)",
     where=("subgroups",),
     recognise=_is_mesh_order,
     seen_on=("2.13",),
@@ -362,8 +386,14 @@ def check(pool: Pool, case: SubgroupCase, *, new_group: Callable[..., Any] = dis
           collectives: dict[str, Callable[..., Any]] | None = None) -> None:
     """Run ``case`` over ``pool`` (with ``new_group`` and the ``collectives`` stand-ins, torch's by
     default); raise :class:`PropertyFailure` naming every rank that saw a value other than the reference's."""
-    with known_failures("subgroups", case=case):
-        results = pool.run(subgroups_and_check, case, new_group=new_group, collectives=collectives)
-        wrong = {rank: problems for rank, problems in enumerate(results) if problems}
-        if wrong:
-            raise PropertyFailure(f"ranks {sorted(wrong)} saw wrong subgroup results: {wrong}", results)
+    before = _local_sync_before(pool)
+    local_sync = {tuple(sorted(g.ranks)) for g in case.groups if g.local_sync}
+    again = tuple(sorted(before & local_sync))  # the example's field only where it matters
+    try:
+        with known_failures("subgroups", case=case, **({"local_sync_before": again} if again else {})):
+            results = pool.run(subgroups_and_check, case, new_group=new_group, collectives=collectives)
+            wrong = {rank: problems for rank, problems in enumerate(results) if problems}
+            if wrong:
+                raise PropertyFailure(f"ranks {sorted(wrong)} saw wrong subgroup results: {wrong}", results)
+    finally:
+        before |= local_sync

@@ -1,0 +1,78 @@
+"""The subgroups property's predicate for ``new-group-local-sync-recreate-fails``, on hand-made failures: it
+knows the symptoms of a stale rendezvous only where a locally synchronised group is made again over ranks
+an earlier example's (destroyed) one had."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fuzzdist import known_bugs
+from fuzzdist.errors import PropertyFailure, RankFailure, RankTimeout
+from fuzzdist.properties import subgroups
+from fuzzdist.strategies import TensorSpec
+
+SPEC = TensorSpec((1,), torch.float32)
+
+
+def _case(ranks=(1, 0), local_sync=True) -> subgroups.SubgroupCase:
+    return subgroups.SubgroupCase((subgroups.Group("new_group", ranks, (), True, local_sync),),
+                                  (("all_reduce", "SUM"),), SPEC, 0)
+
+
+STALE = {
+    "connect": RankFailure("rank 1 raised (rank 1: RuntimeError: Gloo connectFullMesh failed with "
+                           "[../third_party/gloo/gloo/transport/tcp/pair.cc:144] no error)", [1]),
+    "reset": RankFailure("rank 0 raised (rank 0: RuntimeError: [../third_party/gloo/gloo/transport/tcp/"
+                         "pair.cc:534] Connection reset by peer)", [0]),
+    "recv timeout": RankFailure("rank 0 raised (rank 0: RuntimeError: [../third_party/gloo/gloo/transport/"
+                                "tcp/unbound_buffer.cc:81] Timed out waiting 2000ms for recv operation to "
+                                "complete)", [0]),
+    "hang": RankTimeout([0], 5.0, {0: '  File "distributed_c10d.py", line 1, in _new_process_group_helper\n'
+                                      '    backend_class = ProcessGroupGloo(backend_prefix_store, ...)'}),
+}
+
+
+def _recognised(example, failure) -> bool:
+    return known_bugs.recognise("subgroups", example, failure) is subgroups.LOCAL_SYNC_RECREATE
+
+
+@pytest.mark.parametrize("symptom", sorted(STALE))
+def test_a_stale_rendezvous_of_a_recreated_local_sync_group_is_the_known_bug(symptom):
+    assert _recognised({"case": _case(), "local_sync_before": ((0, 1),)}, STALE[symptom])
+
+
+@pytest.mark.parametrize("symptom", sorted(STALE))
+def test_the_same_symptom_without_a_recreated_local_sync_group_is_not(symptom):
+    failure = STALE[symptom]
+    assert not _recognised({"case": _case()}, failure)  # the first such group over these ranks
+    assert not _recognised({"case": _case(), "local_sync_before": ((0, 2),)}, failure)  # other ranks before
+    assert not _recognised({"case": _case(local_sync=False), "local_sync_before": ((0, 1),)}, failure)
+
+
+def test_other_failures_of_a_recreated_local_sync_group_are_not():
+    example = {"case": _case(), "local_sync_before": ((0, 1),)}
+    assert not _recognised(example, PropertyFailure("ranks [0] saw wrong subgroup results: {0: ['...']}", [["x"]]))
+    assert not _recognised(example, RankFailure("rank 0 raised (rank 0: ValueError: invalid src)", [0]))
+
+
+class _FailingPool:
+    """A pool whose ranks always fail as a stale rendezvous does."""
+
+    world_size = 2
+
+    def run(self, fn, *args, **kwargs):
+        raise STALE["connect"]
+
+
+def test_check_counts_only_a_group_made_again_in_the_same_pool():
+    pool = _FailingPool()
+    with known_bugs.collecting() as tally:
+        with pytest.raises(RankFailure):  # the pool's first local-sync group over (0, 1): not the bug
+            subgroups.check(pool, _case())
+        subgroups.check(pool, _case())  # made again over the same ranks: the known bug, tallied
+        with pytest.raises(RankFailure):
+            subgroups.check(pool, _case(ranks=(0, 2)))
+        with pytest.raises(RankFailure):
+            subgroups.check(_FailingPool(), _case())  # another pool has no history
+    assert list(tally.sightings) == ["new-group-local-sync-recreate-fails"] and tally.total == 1
