@@ -9,6 +9,7 @@ tell that a wrong result is exactly what the bug computes, its rank function say
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -138,11 +139,38 @@ def _bool_sum_stores_2(example: Mapping[str, Any], failure: BaseException) -> bo
             and all(BOOL_BYTES_NOT_0_OR_1 in line for line in lines or ()))
 
 
+_CALL_INDEX = re.compile(r"call (\d+) ")
+
+
+def _functional_bool_sum_stores_2(example: Mapping[str, Any], failure: BaseException) -> bool:
+    """The functional-collectives property: every problem is a bool byte other than 0/1, in a call
+    that reduces bools with SUM (the same gloo kernel as c10d's; met by ``fuzzdist run``)."""
+    case = example.get("case")
+    calls = getattr(case, "calls", ())
+    problems = _problems(failure)
+    if not problems or not calls:
+        return False
+    import torch
+
+    for problem in problems:
+        found = _CALL_INDEX.match(problem)
+        if found is None or BOOL_BYTES_NOT_0_OR_1 not in problem or int(found.group(1)) >= len(calls):
+            return False
+        call = calls[int(found.group(1))]
+        if call.reduce_op != "SUM" or call.spec.dtype != torch.bool or not call.op.startswith(("all_reduce", "reduce")):
+            return False
+    return True
+
+
+def _bool_sum_any(example: Mapping[str, Any], failure: BaseException) -> bool:
+    return _bool_sum_stores_2(example, failure) or _functional_bool_sum_stores_2(example, failure)
+
+
 register(KnownBug(
     id="gloo-bool-sum-stores-2",
     summary="gloo's SUM over bool tensors adds the bytes: the result holds the byte 2 where two ranks "
             "hold True (right by truth value, but not a valid bool)",
-    where=tuple(f"check-pg:{op}" for op in (*_REDUCING, "async")), recognise=_bool_sum_stores_2,
+    where=(*(f"check-pg:{op}" for op in (*_REDUCING, "async")), "functional"), recognise=_bool_sum_any,
     seen_on=SEEN_ON, reproducer="docs/findings/gloo-bool-sum-stores-2.py"))
 
 

@@ -62,3 +62,26 @@ def test_outside_a_tally_the_known_bug_is_raised_with_its_name(rank_pool):
         real(rank_pool)
     assert any("gloo-broadcast-ignores-strides" in note for note in info.value.__notes__)
 
+
+
+def test_bool_sum_through_functional_collectives_is_the_gloo_bug_and_only_that():
+    """``fuzzdist run`` met gloo-bool-sum-stores-2 through the functional property: recognised there
+    when every problem is a bool byte in a SUM reduction of bools; any other problem stays a failure."""
+    functional = pytest.importorskip("fuzzdist.properties.functional")
+    from fuzzdist import known_bugs
+    from fuzzdist.errors import PropertyFailure
+    from fuzzdist.strategies import TensorSpec
+
+    def case(dtype, reduce_op="SUM"):
+        return functional.FunctionalCase(calls=(functional.Call("all_reduce", TensorSpec((1,), dtype),
+                                                                reduce_op=reduce_op),),
+                                         order=(0,), completions=("wait_tensor",), seed=0)
+
+    byte_2 = ["call 0 all_reduce: 1 of 1 bools hold a byte other than 0 and 1 (bytes [2]; True is the byte 1)"]
+    failure = PropertyFailure("functional collectives wrong on ranks [0, 1]", [byte_2, byte_2])
+    bug = known_bugs.recognise("functional", {"case": case(torch.bool)}, failure)
+    assert bug is not None and bug.id == "gloo-bool-sum-stores-2"
+    assert known_bugs.recognise("functional", {"case": case(torch.bool, "MAX")}, failure) is None
+    assert known_bugs.recognise("functional", {"case": case(torch.float32)}, failure) is None
+    other = PropertyFailure("wrong", [["call 0 all_reduce: values differ at index 0"], None])
+    assert known_bugs.recognise("functional", {"case": case(torch.bool)}, other) is None

@@ -191,6 +191,12 @@ def write_json_atomic(path: str | os.PathLike, data: dict) -> None:
     write_text_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
 
 
+def _umask() -> int:
+    mask = os.umask(0)  # the only way to read it is to set it
+    os.umask(mask)
+    return mask
+
+
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     """Write ``text`` to ``path`` so that a reader only ever sees a complete file:
     a temporary file in the same directory, flushed and fsynced, then os.replace."""
@@ -201,6 +207,8 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
+        # mkstemp makes the file 0600; a report is for sharing: the mode a plain open() would give
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         try:
