@@ -209,11 +209,25 @@ register(KnownBug(
 # -- functional collectives -----------------------------------------------------------------
 
 
+# fuzzdist._symptoms.CALL_RAISED as the functional property's ranks raise it ("call {index} {op} raised
+# {type}: {message}"), for an all_to_all_single that raised "Invalid scalar type"
+_CALL_RAISED_INVALID_SCALAR = re.compile(r"call (\d+) all_to_all_single raised \w+: .*Invalid scalar type", re.S)
+
+
 def _functional_all_to_all_complex(example: Mapping[str, Any], failure: BaseException) -> bool:
-    case = example.get("case")
-    calls = getattr(case, "calls", ())
-    return ("Invalid scalar type" in str(failure)
-            and any(c.op == "all_to_all_single" and c.spec.dtype.is_complex for c in calls))
+    """Every rank that failed raised "Invalid scalar type" from a call that is an all_to_all_single of a
+    complex tensor (the property's ranks name the call in the error), and none was left waiting."""
+    calls = getattr(example.get("case"), "calls", ())
+    if not isinstance(failure, RankError) or not failure.exceptions or failure.stragglers:
+        return False
+    for exc in failure.exceptions.values():
+        found = _CALL_RAISED_INVALID_SCALAR.match(str(exc))
+        if found is None or int(found.group(1)) >= len(calls):
+            return False
+        call = calls[int(found.group(1))]
+        if call.op != "all_to_all_single" or not call.spec.dtype.is_complex:
+            return False
+    return set(failure.exceptions) == set(failure.ranks)
 
 
 register(KnownBug(

@@ -16,3 +16,7 @@ BOOL_BYTES_NOT_0_OR_1 = "hold a byte other than 0 and 1"
 REPEAT_WAIT_BLOCKED = "a repeated wait() on a Work that had completed did not return"
 # check-pg: gloo's CHECK on reduce_scatter_tensor's stack form
 STACK_CHECK = "outputShape[0] * worldSize == inputShape[0]"
+# functional collectives: what a call raised on a rank, re-raised naming the call (a RuntimeError)
+CALL_RAISED = "call {index} {op} raised {type}: {message}"
+# subgroups: on a mesh dimension whose ranks are not ascending, what the ascending order gives
+MESH_SORTED_ORDER = "exactly what the dimension's ranks in ascending order give"

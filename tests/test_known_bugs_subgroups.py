@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from fuzzdist import known_bugs
-from fuzzdist.errors import PropertyFailure, RankFailure, RankTimeout
+from fuzzdist.errors import PropertyFailure, RankError, RankFailure, RankTimeout
 from fuzzdist.properties import subgroups
 from fuzzdist.strategies import TensorSpec
 
@@ -20,16 +20,33 @@ def _case(ranks=(1, 0), local_sync=True) -> subgroups.SubgroupCase:
                                   (("all_reduce", "SUM"),), SPEC, 0)
 
 
+def _raised(*messages: str, stragglers: dict[int, str] | None = None) -> RankError:
+    """Ranks 0, 1, ... raised RuntimeErrors with ``messages``; ``stragglers``: rank -> its stack."""
+    excs = {r: RuntimeError(m) for r, m in enumerate(messages)}
+    return RankError(list(excs), {r: "Traceback ..." for r in excs}, dict.fromkeys(excs, "builtins.RuntimeError"),
+                     excs, stragglers=list(stragglers or ()), straggler_stacks=stragglers)
+
+
+CONNECT = "Gloo connectFullMesh failed with [../third_party/gloo/gloo/transport/tcp/pair.cc:144] no error"
+RESET = "[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection reset by peer"
+RECV_TIMEOUT = ("[../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 2000ms for recv "
+                "operation to complete")
+IN_NEW_GROUP = ('  File "distributed_c10d.py", line 1, in _new_process_group_helper\n'
+                '    backend_class = ProcessGroupGloo(backend_prefix_store, ...)')
 STALE = {
-    "connect": RankFailure("rank 1 raised (rank 1: RuntimeError: Gloo connectFullMesh failed with "
-                           "[../third_party/gloo/gloo/transport/tcp/pair.cc:144] no error)", [1]),
-    "reset": RankFailure("rank 0 raised (rank 0: RuntimeError: [../third_party/gloo/gloo/transport/tcp/"
-                         "pair.cc:534] Connection reset by peer)", [0]),
-    "recv timeout": RankFailure("rank 0 raised (rank 0: RuntimeError: [../third_party/gloo/gloo/transport/"
-                                "tcp/unbound_buffer.cc:81] Timed out waiting 2000ms for recv operation to "
-                                "complete)", [0]),
-    "hang": RankTimeout([0], 5.0, {0: '  File "distributed_c10d.py", line 1, in _new_process_group_helper\n'
-                                      '    backend_class = ProcessGroupGloo(backend_prefix_store, ...)'}),
+    "connect": _raised(CONNECT),
+    "reset": _raised(RESET, stragglers={1: '  File "subgroups.py", line 1, in _run_op\n    fns["all_reduce"](...)'}),
+    "recv timeout": _raised(RECV_TIMEOUT, RESET),
+    "hang": RankTimeout([0], 5.0, {0: IN_NEW_GROUP}),
+}
+# The same inputs, other symptoms: not the bug (every failing rank must show a stale rendezvous's symptom).
+NOT_STALE = {
+    "another error": _raised("invalid src"),
+    "another error on one rank": _raised(RESET, "Invalid scalar type"),
+    "a timeout that is not gloo's": _raised("Timed out waiting for the store key"),
+    "a straggler elsewhere": _raised(CONNECT, stragglers={1: '  File "mine.py", line 3, in helper\n    time.sleep(9)'}),
+    "a hang elsewhere": RankTimeout([0, 1], 5.0, {0: IN_NEW_GROUP, 1: '  File "x.py", line 2, in f\n    barrier()'}),
+    "a wrong value": PropertyFailure("ranks [0] saw wrong subgroup results: {0: ['...']}", [["x"]]),
 }
 
 
@@ -50,10 +67,9 @@ def test_the_same_symptom_without_a_recreated_local_sync_group_is_not(symptom):
     assert not _recognised({"case": _case(local_sync=False), "local_sync_before": ((0, 1),)}, failure)
 
 
-def test_other_failures_of_a_recreated_local_sync_group_are_not():
-    example = {"case": _case(), "local_sync_before": ((0, 1),)}
-    assert not _recognised(example, PropertyFailure("ranks [0] saw wrong subgroup results: {0: ['...']}", [["x"]]))
-    assert not _recognised(example, RankFailure("rank 0 raised (rank 0: ValueError: invalid src)", [0]))
+@pytest.mark.parametrize("symptom", sorted(NOT_STALE))
+def test_other_failures_of_a_recreated_local_sync_group_are_not(symptom):
+    assert not _recognised({"case": _case(), "local_sync_before": ((0, 1),)}, NOT_STALE[symptom])
 
 
 class _FailingPool:

@@ -31,8 +31,9 @@ function in place of torch's.
 
 from __future__ import annotations
 
+import contextlib
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +42,7 @@ import torch.distributed as dist
 from hypothesis import strategies as st
 
 from fuzzdist import strategies as fst
+from fuzzdist._symptoms import CALL_RAISED
 from fuzzdist.capabilities import GLOO_DTYPES
 from fuzzdist.conformance._reference import exact_problem, reduction_problem
 from fuzzdist.known_bugs import known_failures
@@ -192,6 +194,16 @@ def _c10d(call: Call, x: torch.Tensor, group: Any, rank: int) -> torch.Tensor:
     return out
 
 
+@contextlib.contextmanager
+def _naming_the_call(index: int, call: Call) -> Iterator[None]:
+    """Re-raise what a call raised as a RuntimeError that names the call (``CALL_RAISED``): the known
+    bugs' predicates tie a rank's error to the call that raised it."""
+    try:
+        yield
+    except Exception as exc:
+        raise RuntimeError(CALL_RAISED.format(index=index, op=call.op, type=type(exc).__name__, message=exc)) from exc
+
+
 def functional_and_check(ctx: RankContext, case: FunctionalCase,
                          functions: Mapping[str, Callable[..., Any]] | None = None) -> list[str] | None:
     """On every rank: issue ``case``'s calls, complete them in its order, check each result against
@@ -203,12 +215,14 @@ def functional_and_check(ctx: RankContext, case: FunctionalCase,
     results: list[Any] = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # the deprecated *_tensor aliases say so
-        for call, x in zip(case.calls, inputs, strict=True):
+        for i, (call, x) in enumerate(zip(case.calls, inputs, strict=True)):
             group = ctx.group if call.group_form == "group" else list(range(world))
-            results.append(_issue(call, x, group, rank, functions))
+            with _naming_the_call(i, call):
+                results.append(_issue(call, x, group, rank, functions))
     done: dict[int, torch.Tensor] = {}
     for i in case.order:
-        done[i] = _complete(results[i], case.completions[i])
+        with _naming_the_call(i, case.calls[i]):
+            done[i] = _complete(results[i], case.completions[i])
     for i, call in enumerate(case.calls):
         what = f"call {i} {call.op}"
         everyone = [rank_input(call, i, r, case.seed) for r in range(world)]

@@ -218,15 +218,36 @@ def _dtypes_in(desc: Any) -> set[str]:
     return set()
 
 
+def _unpickled_on(case: ObjectCase, rank: int, world: int) -> list[Any]:
+    """The objects ``rank`` unpickles in ``case``: the ones that travel to it."""
+    if case.op == "broadcast_object_list":
+        return [] if rank == case.root else [case.objects[case.root]]
+    if case.op == "scatter_object_list":
+        sent = case.objects[case.root]
+        return [sent[rank]] if isinstance(sent, (list, tuple)) and rank < len(sent) else []
+    if case.op == "gather_object" and rank != case.root:
+        return []
+    return list(case.objects[:world])  # all_gather_object everywhere, gather_object on the root
+
+
 def _is_wide_unsigned_unpickle(example: Any, failure: BaseException) -> bool:
-    """The failure says a tensor's storage could not be unpickled, and the example holds a tensor of a
-    dtype torch 2.13 can't unpickle (uint16/32/64, float8)."""
+    """Every problem is a rank's collective raising the unpickling error, on a rank that receives a
+    tensor of a dtype torch 2.13 can't unpickle (uint16/32/64, float8)."""
     case = example.get("case")
-    if not isinstance(case, ObjectCase) or not isinstance(failure, PropertyFailure):
+    if not isinstance(case, ObjectCase) or not isinstance(failure, PropertyFailure) or not failure.results:
         return False
-    dtypes = _dtypes_in(list(case.objects))
-    wide = any(d in _WIDE or d.startswith("float8") for d in dtypes)
-    return wide and bool(_UNPICKLE_ERROR.search(str(failure)))
+    world = len(failure.results)
+    seen = False
+    for rank, result in enumerate(failure.results):
+        for problem in result or ():
+            if not (isinstance(problem, str) and problem.startswith(f"{case.op} raised ")
+                    and _UNPICKLE_ERROR.search(problem)):
+                return False
+            dtypes = _dtypes_in(_unpickled_on(case, rank, world))
+            if not any(d in _WIDE or d.startswith("float8") for d in dtypes):
+                return False
+            seen = True
+    return seen
 
 
 # Registered here, not in fuzzdist/_known_torch_bugs.py: the same torch bug as

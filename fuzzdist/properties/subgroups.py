@@ -7,7 +7,8 @@ runs a drawn sequence of ``all_reduce`` (SUM, MAX, MIN), ``broadcast`` (from a d
 ``all_gather`` on each.  A group is either
 
 * ``new_group(ranks)`` with the ranks in a drawn order, ``sort_ranks`` drawn where torch has it
-  (group rank ``i`` is ``sorted(ranks)[i]``, or ``ranks[i]`` with ``sort_ranks=False``) and
+  (group rank ``i`` is ``sorted(ranks)[i]``, or ``ranks[i]`` with ``sort_ranks=False``) and, only
+  where asked (``subgroup_cases(..., local_sync=True)``; off by default, see there),
   ``use_local_synchronization`` drawn for the example's first group (torch documents that several
   locally synchronised groups that overlap can deadlock); ranks outside the group call its
   all_reduce and all_gather too (torch returns at once) and must find their tensors unchanged
@@ -48,6 +49,7 @@ import torch.distributed as dist
 from hypothesis import strategies as st
 
 from fuzzdist import strategies as fst
+from fuzzdist._symptoms import MESH_SORTED_ORDER
 from fuzzdist.checks import first_difference
 from fuzzdist.known_bugs import KnownBug, known_failures, register
 from fuzzdist.properties import PropertyFailure
@@ -194,10 +196,15 @@ def subgroups_and_check(ctx: RankContext, case: SubgroupCase,
                 continue
             pgs = [mesh.get_group(d) for d in range(len(g.mesh_shape))]
             for d, pg in enumerate(pgs):
-                if mesh.get_local_rank(d) != want[d]:
+                local = mesh.get_local_rank(d)
+                if local != want[d]:
+                    member = orders[d]
+                    row = member[1] if member is not None else []
+                    sorted_order = f": {MESH_SORTED_ORDER}" if row != sorted(row) and local == sorted(row).index(rank) \
+                        else ""
                     problems.append(f"mesh dim {d} of {g.ranks} {g.mesh_shape}: get_local_rank({d}) is "
-                                    f"{mesh.get_local_rank(d)}, expected the coordinate {want[d]} "
-                                    f"(group ranks {dist.get_process_group_ranks(pg)})")
+                                    f"{local}, expected the coordinate {want[d]} "
+                                    f"(group ranks {dist.get_process_group_ranks(pg)}){sorted_order}")
         else:
             pgs = [handles[0] if handles[0] is not None else dist.GroupMember.NON_GROUP_MEMBER]
         for d, (pg, member) in enumerate(zip(pgs, orders, strict=True)):
@@ -235,8 +242,13 @@ def _run_op(fns: dict[str, Callable[..., Any]], name: str, arg: Any, pg: Any, me
     inputs = [input_of(spec, seed, step, r, device) for r in order]
     where = f"{where} ({label}, group order {order})"
     if name == "all_gather":
-        return [f"{where}: output {i} (group rank {i} = rank {order[i]}): {d}"
-                for i, (o, e) in enumerate(zip(outs, inputs, strict=True)) if (d := first_difference(o, e))]
+        wrong = [f"{where}: output {i} (group rank {i} = rank {order[i]}): {d}"
+                 for i, (o, e) in enumerate(zip(outs, inputs, strict=True)) if (d := first_difference(o, e))]
+        if wrong and g.kind == "mesh" and order != sorted(order) and all(
+                first_difference(o, input_of(spec, seed, step, r, device)) is None
+                for o, r in zip(outs, sorted(order), strict=True)):
+            wrong = [f"{w}; the outputs are {MESH_SORTED_ORDER}" for w in wrong]
+        return wrong
     if name == "broadcast":
         diff = first_difference(mine, inputs[arg % len(order)])
     elif arg == "SUM" and spec.dtype.is_floating_point:
@@ -304,12 +316,17 @@ def subgroup_cases(draw: st.DrawFn, world_size: int, kinds: tuple[str, ...] = ("
 # ---------------------------------------------------------------------------
 # known bugs, and the driver-side check
 
-# What a rendezvous that read a destroyed group's stale keys looks like: the new group's construction
-# fails to connect ("Gloo connectFullMesh failed with ..."), its first collective loses the peer
-# ("Connection reset/closed by peer") or times out in a recv, or a rank hangs inside ProcessGroupGloo(...)
-# (a RankTimeout's stack).
-_STALE_RENDEZVOUS = re.compile(r"Connection (reset|closed) by peer|connectFullMesh failed|ProcessGroupGloo\(|"
-                               r"Socket Timeout|Timed out|timeout .{0,40}recv|recv.{0,80}time(d)? ?out", re.I)
+# What a rendezvous that read a destroyed group's stale keys looks like: a rank's error is gloo's, from
+# building the new group ("Gloo connectFullMesh failed ...") or from its tcp transport in the first
+# collective (the peer reset/closed the connection, a socket or recv timed out); or a rank hangs inside
+# ProcessGroupGloo(...) (a RankTimeout's stack).
+_STALE_RENDEZVOUS = re.compile(r"Gloo connectFullMesh failed|gloo/transport/tcp/\S+\] (Connection (reset|closed) by "
+                               r"peer|Socket Timeout|Timed out waiting \d+ms for recv operation)", re.S)
+_BUILDING_GLOO_GROUP = "ProcessGroupGloo("
+# where a rank left waiting by a peer that failed the rendezvous stands: in this property's group making
+# or collectives
+_IN_THE_EXAMPLE = ("_make_groups", "_run_op")
+
 
 # Per pool, the rank sets of the locally synchronised groups its earlier examples made (every group is
 # destroyed after its example): the bug needs one of those made again.
@@ -325,21 +342,34 @@ def _local_sync_before(pool: Any) -> set[tuple[int, ...]]:
 
 def _is_local_sync_recreate(example: Any, failure: BaseException) -> bool:
     """A locally synchronised group over ranks that an earlier example's (destroyed) locally synchronised
-    group had, and a rank failed to connect, lost its peer or timed out in the group's rendezvous or
-    first collective, or hung building the group (its rendezvous read the stale keys)."""
+    group had, and every rank that failed failed to connect, lost its peer or timed out in gloo's transport,
+    or hung building the group (its rendezvous read the stale keys)."""
     case = example.get("case")
     before = example.get("local_sync_before") or ()
     if not isinstance(case, SubgroupCase) or not any(g.local_sync and tuple(sorted(g.ranks)) in before
                                                      for g in case.groups):
         return False
-    from fuzzdist.errors import RankFailure
+    return _is_stale_rendezvous(failure)
 
-    return isinstance(failure, RankFailure) and bool(_STALE_RENDEZVOUS.search(str(failure)))
+
+def _is_stale_rendezvous(failure: BaseException) -> bool:
+    """Every rank that failed shows a stale rendezvous's symptom; a rank left waiting for it waits in
+    this example's groups or collectives."""
+    from fuzzdist.errors import RankError, RankTimeout
+
+    if isinstance(failure, RankTimeout):
+        return bool(failure.ranks) and all(_BUILDING_GLOO_GROUP in failure.stacks.get(r, "") for r in failure.ranks)
+    if not isinstance(failure, RankError) or not failure.exceptions:
+        return False
+    return (all(_STALE_RENDEZVOUS.search(str(exc)) for exc in failure.exceptions.values())
+            and all(any(where in failure.straggler_stacks.get(r, "") for where in _IN_THE_EXAMPLE)
+                    for r in failure.stragglers))
 
 
 def _is_mesh_order(example: Any, failure: BaseException) -> bool:
-    """Every problem is on a mesh dimension whose drawn ranks are not ascending: its local rank, or a
-    collective that followed the sorted order instead of the mesh's."""
+    """Every problem is on a mesh dimension whose drawn ranks are not ascending, and is exactly what the
+    ascending order gives (the rank says so, ``MESH_SORTED_ORDER``): its local rank, or an all_gather's
+    outputs (all_reduce and broadcast don't depend on the order, so a wrong one is never this bug)."""
     case = example.get("case")
     results = getattr(failure, "results", None)
     if not isinstance(case, SubgroupCase) or not isinstance(failure, PropertyFailure) or not results:
@@ -354,7 +384,8 @@ def _is_mesh_order(example: Any, failure: BaseException) -> bool:
                     unsorted.add((g.ranks, entry[0]))
     problems = [p for result in results if result for p in result]
     return bool(problems) and all(
-        any(p.startswith(f"{dim} of {ranks} ") or (f"on mesh {list(ranks)} ({dim}," in p) for ranks, dim in unsorted)
+        MESH_SORTED_ORDER in p
+        and any(p.startswith(f"{dim} of {ranks} ") or f"on mesh {list(ranks)} ({dim}," in p for ranks, dim in unsorted)
         for p in problems)
 
 
