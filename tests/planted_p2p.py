@@ -97,3 +97,23 @@ def irecv_from_self_flipping_a_bit(tensor, src, group=None, tag=0):
     if src != dist.get_rank():
         return dist.irecv(tensor, src, group=group, tag=tag)
     return _receive_from_self(tensor, tag, _flip_a_bit)
+
+
+def irecv_accepting_any_layout(tensor, src, group=None, tag=0):
+    """An irecv that accepts a non-contiguous tensor (which must be refused): it posts a real receive
+    into a contiguous buffer, left pending when the property doesn't wait on it."""
+    return dist.irecv(torch.empty(tensor.shape, dtype=tensor.dtype), src, group=group, tag=tag)
+
+
+def all_reduce_adding_one(tensor, op=None, group=None, **kwargs):
+    """An all_reduce whose result is one too big everywhere (any order of the ranks gives the same)."""
+    work = dist.all_reduce(tensor, op=op, group=group, **kwargs)
+    tensor.add_(1)
+    return work
+
+
+def pid(ctx):
+    """The rank process's pid (to see whether the pool replaced it)."""
+    import os
+
+    return os.getpid()

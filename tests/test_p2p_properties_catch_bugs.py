@@ -93,3 +93,27 @@ def test_object_collectives_catch_ints_wrapped_to_64_bits(rank_pool):
     # the smallest int 64 bits can't hold, alone
     assert f.case.objects[f.case.root] in ([2**63], [-(2**63) - 1])
     assert f.results[f.case.root] is None and f.results[1 - f.case.root]
+
+
+@pytest.mark.fuzzdist(world_size=2)
+def test_p2p_recycles_the_ranks_after_an_op_that_should_be_refused_was_accepted(rank_pool):
+    """An accepted receive of a non-contiguous tensor is left pending (never waited on): the ranks are
+    replaced, so it can't take the next example's message with the same peer and tag."""
+    refused = p2p.Message(0, 1, 0, fst.TensorSpec((2, 2), torch.float32, "transposed"), 1)
+    before = rank_pool.run(planted.pid)
+    with collecting() as tally, pytest.raises(PropertyFailure, match="was accepted"):
+        p2p.check(rank_pool, p2p.P2PCase("isend", (refused,), ((), ())),
+                  api={"irecv": planted.irecv_accepting_any_layout})
+    assert not tally
+    after = rank_pool.run(planted.pid)
+    assert not set(before) & set(after)
+    same_pair_and_tag = p2p.Message(0, 1, 0, fst.TensorSpec((1,), torch.float32), 2)
+    p2p.check(rank_pool, p2p.P2PCase("isend", (same_pair_and_tag,), ((0,), (0,))))
+
+
+@pytest.mark.fuzzdist(world_size=2)
+def test_p2p_keeps_the_ranks_when_every_op_was_waited(rank_pool):
+    before = rank_pool.run(planted.pid)
+    p2p.check(rank_pool, p2p.P2PCase("isend", (p2p.Message(0, 1, 0, fst.TensorSpec((1,), torch.float32), 2),),
+                                     ((0,), (0,))))
+    assert rank_pool.run(planted.pid) == before
