@@ -23,8 +23,10 @@ for the blocking API), then each Work waited once: the received tensor must equa
 or the first refused call must say the peer is the rank itself (``"same as the rank of the current
 process"``, as ``dist.send`` says); a receive refused after its send was accepted is a problem too.
 A non-contiguous message is tried side by side (its send, its receive) and must be refused, with
-an error that names contiguity (or, for a self-loop, the rank).  Every wait here is bounded by the
-pool's timeout, so a hang is a ``RankTimeout``.
+an error that names contiguity (or, for a self-loop, the rank); one that is accepted is never waited
+on, and the rank processes are replaced before the next example (``ctx.request_recycle``), so its
+pending receive can't take a later example's message.  Every wait here is bounded by the pool's
+timeout, so a hang is a ``RankTimeout``.
 
 A second ``wait()`` on a send/recv Work blocks until its timeout on gloo (the known bug
 ``gloo-p2p-second-wait-blocks``): this property waits on each Work exactly once, so it can't meet
