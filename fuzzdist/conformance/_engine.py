@@ -132,6 +132,7 @@ class ConformanceSession:
         self._pools_arg = pools
         self._own_pools: dict[int, RankPool] = {}
         self._caps: dict[int, Capabilities] = {}
+        self._backends: dict[int, str] = {}  # world size -> the group's name() (or type): known bugs are per backend
         self._refused: dict[tuple[str, str | None, str | None], tuple[str, list[int]]] = {}
         self._probed: dict[tuple[str, str | None], set[str | None]] = {}  # (op, variant) -> dtypes probed
         # op -> (known bug, example, failure): known torch bugs its probes met, tallied when the op runs
@@ -199,8 +200,9 @@ class ConformanceSession:
                 f"the group's rank()/size() disagree with the ranks it was built on (world size {w}): "
                 + "; ".join(wrong) + ". Its operations were checked all the same, each rank as the rank "
                 "the factory was called with.")
+        self._backends[w] = infos[0]["name"] or infos[0]["type"]
         if not self.report.backend:
-            self.report.backend = infos[0]["name"] or infos[0]["type"]
+            self.report.backend = self._backends[w]
         self._caps[w] = self._probe(w)
 
     def _probe_plan(self, w: int) -> list[tuple[tuple[str, str | None, torch.dtype | None], OpCall]]:
@@ -274,7 +276,7 @@ class ConformanceSession:
         restart per run, not one per example."""
         variant = f"form={form}"
         self._probed.setdefault((op, variant), set()).add(None)
-        example = {"world_size": w, "call": call}
+        example = self._example(w, call=call)
         try:
             per_rank = self.pool(w).run(_rank.probe, self.ref, (call,))
         except RankFailure as exc:
@@ -302,6 +304,10 @@ class ConformanceSession:
                          or f"{type_name.rsplit('.', 1)[-1]}: {(message.strip().splitlines() or [''])[0]}", w)
             return False
         return True
+
+    def _example(self, w: int, **fields: Any) -> dict[str, Any]:
+        """An example's fields for the report and the known-bug predicates (which look at the backend)."""
+        return {"world_size": w, **fields, "backend": self._backends.get(w, "")}
 
     def _refuse(self, op: str, variant: str | None, dtype: str | None, reason: str, w: int) -> None:
         key = (op, variant, dtype)
@@ -492,7 +498,7 @@ class ConformanceSession:
         def execute(w: int, call: OpCall, failing: list[Failure]) -> None:
             head = (f"{op} does not conform: {call.describe()} with world_size={w} "
                     f"(ProcessGroup.{info.method}, called as torch.distributed.{info.mirrors} calls it)")
-            example = {"world_size": w, "call": call}
+            example = self._example(w, call=call)
             try:
                 observed = self.pool(w).run(_rank.run_calls, self.ref, (call,))
             except RankFailure as exc:
@@ -561,7 +567,7 @@ class ConformanceSession:
             head = (f"async: {len(calls)} calls issued with async_op=True before any wait, then waited in the "
                     f"order {list(waits)} ({order!r}), with world_size={w}:\n"
                     + "\n".join(f"  call {i}: {c.describe()}" for i, c in enumerate(calls)))
-            example = {"world_size": w, "calls": calls, "wait_order": waits, "order": order}
+            example = self._example(w, calls=calls, wait_order=waits, order=order)
             try:
                 observed = self.pool(w).run(_rank.run_calls, self.ref, calls, waits)
             except RankFailure as exc:
