@@ -40,6 +40,7 @@ def test_check_pg_reports_gloo_known_bugs_per_collective(pools):
     assert known["id"] == "gloo-reduce-scatter-stack-aborts" and known["count"] == 1
     assert "form='stack'" in known["example"]
     assert report.known_sightings == 1
+    assert report.supported == ["reduce_scatter_tensor"]  # it ran and passed, known bugs aside
     summary = report.summary()
     assert "1 sighting(s) of known torch bugs" in summary and "KNOWN gloo-reduce-scatter-stack-aborts x1" in summary
     data = json.loads(json.dumps(report.to_json(), default=str))
