@@ -117,26 +117,49 @@ register(KnownBug(
 _REDUCING = ("allreduce", "reduce", "reduce_scatter", "reduce_scatter_tensor", "_reduce_scatter_base")
 
 
+def _on_gloo(example: Mapping[str, Any]) -> bool:
+    """Whether check-pg ran on gloo (or a group that names itself after it): the same symptom on
+    another backend is that backend's own bug."""
+    return "gloo" in str(example.get("backend") or "").lower()
+
+
+_ASYNC_PROBLEM = re.compile(r"  call (\d+) \((\w+)\): ")  # "  call 2 (allreduce): rank 0, ..."
+
+
 def _problem_lines(failure: BaseException) -> list[str] | None:
-    """The problem lines of a check-pg ConformanceFailure ("  rank r, ...", "  call i (op): ..."),
-    None for any other failure."""
+    """The problem lines of a check-pg ConformanceFailure ("  rank r, ..." for one op, "  call i (op):
+    ..." for the async check; not the async head's "  call i: ..." nor the inputs), None for any other
+    failure."""
     # by name: importing fuzzdist.conformance here would make an import cycle with fuzzdist.known_bugs
     if not any(cls.__name__ == "ConformanceFailure" for cls in type(failure).__mro__):
         return None
-    return [line for line in str(failure).splitlines() if line.startswith(("  rank ", "  call "))]
+    return [line for line in str(failure).splitlines()
+            if line.startswith("  rank ") or _ASYNC_PROBLEM.match(line)]
 
 
-def _bool_sum_calls(example: Mapping[str, Any]) -> list[Any]:
-    calls = [example["call"]] if "call" in example else list(example.get("calls", ()))
+def _is_bool_sum(call: Any) -> bool:
     import torch
 
-    return [c for c in calls if c.reduce_op == "SUM" and c.spec.dtype == torch.bool]
+    return bool(call.op in _REDUCING and call.reduce_op == "SUM" and call.spec.dtype == torch.bool)
 
 
 def _bool_sum_stores_2(example: Mapping[str, Any], failure: BaseException) -> bool:
+    """check-pg on gloo: every problem is a bool byte other than 0/1, in a bool SUM call (the single
+    op's call, or, in the async check, the call each problem line names)."""
     lines = _problem_lines(failure)
-    return (bool(lines) and bool(_bool_sum_calls(example))
-            and all(BOOL_BYTES_NOT_0_OR_1 in line for line in lines or ()))
+    if not lines or not _on_gloo(example) or any(BOOL_BYTES_NOT_0_OR_1 not in line for line in lines):
+        return False
+    if "call" in example:
+        return _is_bool_sum(example["call"]) and all(line.startswith("  rank ") for line in lines)
+    calls = list(example.get("calls", ()))
+    for line in lines:
+        found = _ASYNC_PROBLEM.match(line)
+        if found is None or int(found.group(1)) >= len(calls):
+            return False
+        call = calls[int(found.group(1))]
+        if call.op != found.group(2) or not _is_bool_sum(call):
+            return False
+    return True
 
 
 _CALL_INDEX = re.compile(r"call (\d+) ")
@@ -174,13 +197,24 @@ register(KnownBug(
     seen_on=SEEN_ON, reproducer="docs/findings/gloo-bool-sum-stores-2.py"))
 
 
+_REPEATED_CALL = re.compile(r": call (\d+) \((\w+)\): ")
+
+
 def _second_wait_blocks(example: Mapping[str, Any], failure: BaseException) -> bool:
-    if not isinstance(failure, RankError) or not failure.exceptions:
+    """check-pg's async check on gloo: every rank's error is a repeated wait() that timed out
+    (REPEAT_WAIT_BLOCKED, only on a timeout) on a send_recv call that the wait order repeats."""
+    if not isinstance(failure, RankError) or not failure.exceptions or not _on_gloo(example):
         return False
-    calls, waits = example.get("calls", ()), list(example.get("wait_order", ()))
-    repeated = {calls[i].op for i in set(waits) if waits.count(i) > 1}
-    return repeated == {"send_recv"} and all(
-        REPEAT_WAIT_BLOCKED in str(exc) and "(send_recv)" in str(exc) for exc in failure.exceptions.values())
+    calls, waits = list(example.get("calls", ())), list(example.get("wait_order", ()))
+    for exc in failure.exceptions.values():
+        text = str(exc)
+        found = _REPEATED_CALL.search(text)
+        if REPEAT_WAIT_BLOCKED not in text or found is None:
+            return False
+        i = int(found.group(1))
+        if i >= len(calls) or calls[i].op != "send_recv" or found.group(2) != "send_recv" or waits.count(i) < 2:
+            return False
+    return True
 
 
 register(KnownBug(
@@ -195,7 +229,8 @@ def _reduce_scatter_stack_aborts(example: Mapping[str, Any], failure: BaseExcept
     # torch 2.13 raises the CHECK's fatal message as a RuntimeError on every rank where the ranks'
     # C++ lets it (check-pg's probe sees that); where it aborts the process instead, a RankCrash
     # carries the same message in the rank's last output.
-    return getattr(example.get("call"), "form", None) == "stack" and STACK_CHECK in str(failure)
+    return (getattr(example.get("call"), "form", None) == "stack" and _on_gloo(example)
+            and STACK_CHECK in str(failure))
 
 
 register(KnownBug(

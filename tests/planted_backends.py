@@ -9,6 +9,7 @@ operation to a real gloo group (``GlooForwardingGroup``) and break one.
 
 from __future__ import annotations
 
+import os
 import weakref
 from typing import Any
 
@@ -232,6 +233,21 @@ class LonelyRankProcessGroup(dist.ProcessGroup):
         return f"PLG w:{self._world} r:{self._rank}"
 
 
+class StackFormCrashGroup(GlooForwardingGroup):
+    """reduce_scatter_tensor's "stack" input form kills the rank (for no reason the known-bug registry
+    knows); its plain, concatenated form conforms."""
+
+    def reduce_scatter_single(self, output, input, opts):  # noqa: A002
+        if input.dim() == output.dim() + 1:
+            os._exit(7)
+        return self.inner.reduce_scatter_single(output, input, opts)
+
+    def _reduce_scatter_base(self, output, input, opts):  # noqa: A002
+        if input.dim() == output.dim() + 1:
+            os._exit(7)
+        return self.inner._reduce_scatter_base(output, input, opts)
+
+
 # -- factories: factory(rank, world_size, store, device) -------------------------------------
 
 
@@ -257,6 +273,10 @@ def rotated_allgather(rank, world_size, store, device):
 
 def forgets_rank(rank, world_size, store, device):
     return ForgetsRankGroup(rank, world_size, store)
+
+
+def stack_form_crash(rank, world_size, store, device):
+    return StackFormCrashGroup(rank, world_size, store)
 
 
 def lonely_rank(rank, world_size, store, device):

@@ -222,6 +222,19 @@ def test_a_planted_fault_in_an_op_added_in_one_entry_is_caught_and_shrunk(pools,
 # -- bad factories -----------------------------------------------------------------------------
 
 
+def test_an_argument_form_that_crashes_the_ranks_fails_that_form_only(pools):
+    """The stack form's probe crashing the ranks (no known bug: not gloo) is a failure that names the
+    form, and the plain reduce_scatter_tensor is still fuzzed: one defect does not hide the rest."""
+    report = check_process_group("planted_backends:stack_form_crash", world_sizes=(2,),
+                                 ops=("reduce_scatter_tensor",), dtypes=(torch.float32,), max_examples=3,
+                                 pools=pools, settings=REPEATABLE)
+    op = report.ops["reduce_scatter_tensor"]
+    assert op.status == "failed" and op.failure is not None and not op.known
+    assert "form='stack'" in op.failure.message and "plain form was fuzzed" in op.failure.message
+    assert op.examples >= 3  # the plain form ran
+    assert report.supported == []
+
+
 def test_a_factory_that_cannot_be_imported_is_bad_input():
     with pytest.raises(FactoryError, match="can't import module"):
         check_process_group("no_such_module_for_fuzzdist:make")

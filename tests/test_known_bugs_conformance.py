@@ -11,7 +11,7 @@ import torch
 from hypothesis import settings
 
 from fuzzdist import known_bugs
-from fuzzdist.conformance import ConformanceFailure, OpCall, check_process_group
+from fuzzdist.conformance import ConformanceFailure, OpCall, _rank, check_process_group
 from fuzzdist.conformance._rank import REPEAT_WAIT_BLOCKED
 from fuzzdist.conformance._reference import BOOL_BYTES_NOT_0_OR_1
 from fuzzdist.errors import RankError
@@ -40,6 +40,7 @@ def test_check_pg_reports_gloo_known_bugs_per_collective(pools):
     assert known["id"] == "gloo-reduce-scatter-stack-aborts" and known["count"] == 1
     assert "form='stack'" in known["example"]
     assert report.known_sightings == 1
+    assert report.supported == ["reduce_scatter_tensor"]  # it ran and passed, known bugs aside
     summary = report.summary()
     assert "1 sighting(s) of known torch bugs" in summary and "KNOWN gloo-reduce-scatter-stack-aborts x1" in summary
     data = json.loads(json.dumps(report.to_json(), default=str))
@@ -56,26 +57,87 @@ def _rank_error(message: str) -> RankError:
     return exc
 
 
+BOOL_MARK = f"1 of 1 bools {BOOL_BYTES_NOT_0_OR_1} (bytes [2]; True is the byte 1)"
+BLOCKED = f"{REPEAT_WAIT_BLOCKED} within 2 s: call 0 (send_recv): RuntimeError: Timed out"
+GLOO = {"world_size": 2, "backend": "gloo"}
+MINE = {"world_size": 2, "backend": "planted:MyGroup"}  # a user's own group with gloo's symptoms
+
+
+def _async_bool(*problems: str) -> ConformanceFailure:
+    head = "async: 2 calls issued ...:\n  call 0: allreduce(...)\n  call 1: allreduce(...)"
+    return ConformanceFailure(head + "\n" + "\n".join(f"  {p}" for p in problems))
+
+
 @pytest.mark.parametrize("where, example, failure, bug", [
-    ("check-pg:allreduce", {"world_size": 2, "call": BOOL_SUM},
-     _message(f"rank 0, the reduced tensor: 1 of 1 bools {BOOL_BYTES_NOT_0_OR_1} (bytes [2]; True is the byte 1)"),
+    ("check-pg:allreduce", {**GLOO, "call": BOOL_SUM}, _message(f"rank 0, the reduced tensor: {BOOL_MARK}"),
      "gloo-bool-sum-stores-2"),
-    ("check-pg:allreduce", {"world_size": 2, "call": BOOL_SUM},  # wrong by truth value: another bug
+    ("check-pg:allreduce", {**MINE, "call": BOOL_SUM}, _message(f"rank 0, the reduced tensor: {BOOL_MARK}"),
+     None),  # not gloo: the user's backend's own bug
+    ("check-pg:allreduce", {**GLOO, "call": BOOL_SUM},  # wrong by truth value: another bug
      _message("rank 0, the reduced tensor: 1 of 1 elements differ; first at flat index 0"), None),
-    ("check-pg:allreduce", {"world_size": 2, "call": BOOL_SUM},  # one rank's bytes, another's truth
-     _message(f"rank 0, the reduced tensor: 1 of 1 bools {BOOL_BYTES_NOT_0_OR_1} (bytes [2]; True is the byte 1)",
-              "rank 1, the reduced tensor: 1 of 1 elements differ"), None),
-    ("check-pg:reduce_scatter_tensor", {"world_size": 2, "call": STACK},
+    ("check-pg:allreduce", {**GLOO, "call": BOOL_SUM},  # one rank's bytes, another's truth
+     _message(f"rank 0, the reduced tensor: {BOOL_MARK}", "rank 1, the reduced tensor: 1 of 1 elements differ"),
+     None),
+    # async: each problem line is tied to the call it names
+    ("check-pg:async", {**GLOO, "calls": (ALLREDUCE, BOOL_SUM), "wait_order": (0, 1)},
+     _async_bool(f"call 1 (allreduce): rank 0, the reduced tensor: {BOOL_MARK}"), "gloo-bool-sum-stores-2"),
+    ("check-pg:async", {**GLOO, "calls": (ALLREDUCE, BOOL_SUM), "wait_order": (0, 1)},  # the float call's line
+     _async_bool(f"call 0 (allreduce): rank 0, the reduced tensor: {BOOL_MARK}"), None),
+    ("check-pg:async", {**MINE, "calls": (ALLREDUCE, BOOL_SUM), "wait_order": (0, 1)},
+     _async_bool(f"call 1 (allreduce): rank 0, the reduced tensor: {BOOL_MARK}"), None),
+    ("check-pg:reduce_scatter_tensor", {**GLOO, "call": STACK},
      ConformanceFailure("raised: RuntimeError: Check failed: outputShape[0] * worldSize == inputShape[0] (4 vs. 2)"),
      "gloo-reduce-scatter-stack-aborts"),
-    ("check-pg:reduce_scatter_tensor", {"world_size": 2, "call": STACK},
+    ("check-pg:reduce_scatter_tensor", {**MINE, "call": STACK},
+     ConformanceFailure("raised: RuntimeError: Check failed: outputShape[0] * worldSize == inputShape[0] (4 vs. 2)"),
+     None),
+    ("check-pg:reduce_scatter_tensor", {**GLOO, "call": STACK},
      ConformanceFailure("raised: RuntimeError: some other error"), None),
-    ("check-pg:async", {"world_size": 2, "calls": (SEND, ALLREDUCE), "wait_order": (0, 1, 0)},
-     _rank_error(f"{REPEAT_WAIT_BLOCKED} within 2 s: call 0 (send_recv): RuntimeError: Timed out"),
+    ("check-pg:async", {**GLOO, "calls": (SEND, ALLREDUCE), "wait_order": (0, 1, 0)}, _rank_error(BLOCKED),
      "gloo-p2p-second-wait-blocks"),
-    ("check-pg:async", {"world_size": 2, "calls": (ALLREDUCE, SEND), "wait_order": (0, 1, 0)},  # an allreduce's
+    ("check-pg:async", {**GLOO, "calls": (SEND, ALLREDUCE), "wait_order": (0, 1, 1, 0)},  # an allreduce repeated
+     _rank_error(BLOCKED), "gloo-p2p-second-wait-blocks"),  # too, and it returned: still the send_recv's bug
+    ("check-pg:async", {**MINE, "calls": (SEND, ALLREDUCE), "wait_order": (0, 1, 0)}, _rank_error(BLOCKED), None),
+    ("check-pg:async", {**GLOO, "calls": (SEND, ALLREDUCE), "wait_order": (0, 1)},  # call 0 waited once only
+     _rank_error(BLOCKED), None),
+    ("check-pg:async", {**GLOO, "calls": (ALLREDUCE, SEND), "wait_order": (0, 1, 0)},  # an allreduce's
      _rank_error(f"{REPEAT_WAIT_BLOCKED} within 2 s: call 0 (allreduce): RuntimeError: Timed out"), None),
 ])
 def test_check_pg_predicates_look_at_the_symptom(where, example, failure, bug):
     found = known_bugs.recognise(where, example, failure)
     assert (found.id if found else None) == bug
+
+
+class _Work:
+    """A Work stand-in whose wait() does what it is told."""
+
+    def __init__(self, outcome: object) -> None:
+        self.outcome = outcome
+
+    def wait(self, timeout: object = None) -> object:
+        if isinstance(self.outcome, BaseException):
+            raise self.outcome
+        return self.outcome
+
+
+@pytest.mark.parametrize("outcome, blocked", [
+    (RuntimeError("[unbound_buffer.cc:78] Timed out waiting 2000ms for recv operation to complete"), True),
+    (TimeoutError("deadline passed"), True),
+    (False, True),  # wait(timeout) said it did not finish
+    (True, False),
+    (None, False),
+])
+def test_a_repeated_wait_is_blocked_only_on_a_timeout(outcome, blocked):
+    work = _Work(outcome)
+    if blocked:
+        with pytest.raises(_rank._RepeatedWaitBlocked, match="call 3 \\(send_recv\\)"):
+            _rank._wait_again(work, 3, SEND)
+    else:
+        _rank._wait_again(work, 3, SEND)
+
+
+def test_a_repeated_wait_that_raises_another_error_is_the_ranks_error():
+    """A group whose second wait() raises at once (not a timeout) has not blocked: its error propagates
+    as it is, and gloo-p2p-second-wait-blocks can't claim it."""
+    with pytest.raises(ValueError, match="already consumed"):
+        _rank._wait_again(_Work(ValueError("already consumed")), 0, SEND)

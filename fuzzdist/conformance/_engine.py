@@ -132,6 +132,8 @@ class ConformanceSession:
         self._pools_arg = pools
         self._own_pools: dict[int, RankPool] = {}
         self._caps: dict[int, Capabilities] = {}
+        self._form_failures: dict[str, list[str]] = {}  # op -> "world size w, form=...: its probe hung: ..."
+        self._backends: dict[int, str] = {}  # world size -> the group's name() (or type): known bugs are per backend
         self._refused: dict[tuple[str, str | None, str | None], tuple[str, list[int]]] = {}
         self._probed: dict[tuple[str, str | None], set[str | None]] = {}  # (op, variant) -> dtypes probed
         # op -> (known bug, example, failure): known torch bugs its probes met, tallied when the op runs
@@ -199,8 +201,9 @@ class ConformanceSession:
                 f"the group's rank()/size() disagree with the ranks it was built on (world size {w}): "
                 + "; ".join(wrong) + ". Its operations were checked all the same, each rank as the rank "
                 "the factory was called with.")
+        self._backends[w] = infos[0]["name"] or infos[0]["type"]
         if not self.report.backend:
-            self.report.backend = infos[0]["name"] or infos[0]["type"]
+            self.report.backend = self._backends[w]
         self._caps[w] = self._probe(w)
 
     def _probe_plan(self, w: int) -> list[tuple[tuple[str, str | None, torch.dtype | None], OpCall]]:
@@ -274,7 +277,7 @@ class ConformanceSession:
         restart per run, not one per example."""
         variant = f"form={form}"
         self._probed.setdefault((op, variant), set()).add(None)
-        example = {"world_size": w, "call": call}
+        example = self._example(w, call=call)
         try:
             per_rank = self.pool(w).run(_rank.probe, self.ref, (call,))
         except RankFailure as exc:
@@ -284,8 +287,8 @@ class ConformanceSession:
                 self._probe_sightings.setdefault(op, []).append((bug, example, exc))
                 return False
             result = self._probe_failure(exc)
-            if isinstance(result, str):
-                caps.hung[op] = result
+            if isinstance(result, str):  # a failure of this form only: the plain form is still fuzzed
+                self._form_failures.setdefault(op, []).append(f"world size {w}, {call.describe()}: {result}")
             else:
                 self._refuse(op, variant, None, unsupported_reason(result[0], result[1], OPS[op].method)
                              or f"{result[0].rsplit('.', 1)[-1]}: {(result[1].strip().splitlines() or [''])[0]}", w)
@@ -302,6 +305,10 @@ class ConformanceSession:
                          or f"{type_name.rsplit('.', 1)[-1]}: {(message.strip().splitlines() or [''])[0]}", w)
             return False
         return True
+
+    def _example(self, w: int, **fields: Any) -> dict[str, Any]:
+        """An example's fields for the report and the known-bug predicates (which look at the backend)."""
+        return {"world_size": w, **fields, "backend": self._backends.get(w, "")}
 
     def _refuse(self, op: str, variant: str | None, dtype: str | None, reason: str, w: int) -> None:
         key = (op, variant, dtype)
@@ -475,6 +482,7 @@ class ConformanceSession:
             report.status = "failed"
             report.failure = Failure(op, f"{op} ({info.method}) did not complete when probed with a 2-element "
                                          f"tensor:\n" + "\n".join(hung), {"probe": True})
+            self._report_form_failures(op, report)
             return
         sizes = [w for w, caps in sorted(self._caps.items()) if caps.available(op)]
         if not sizes:
@@ -492,7 +500,7 @@ class ConformanceSession:
         def execute(w: int, call: OpCall, failing: list[Failure]) -> None:
             head = (f"{op} does not conform: {call.describe()} with world_size={w} "
                     f"(ProcessGroup.{info.method}, called as torch.distributed.{info.mirrors} calls it)")
-            example = {"world_size": w, "call": call}
+            example = self._example(w, call=call)
             try:
                 observed = self.pool(w).run(_rank.run_calls, self.ref, (call,))
             except RankFailure as exc:
@@ -522,7 +530,24 @@ class ConformanceSession:
                 op_sizes = [w for w in sizes if reduce_op in self._caps[w].reduce_ops(op)]
                 self._fuzz(op, op_sizes, functools.partial(self._op_calls, info, reduce_op=reduce_op),
                            execute, report, variant=reduce_op, parts_left=len(reduce_ops) - i)
+        self._report_form_failures(op, report)
         self._finish(report)
+
+    def _report_form_failures(self, op: str, report: OpReport) -> None:
+        """An argument form whose probe hung or crashed is a failure of ``op`` (that form only: the
+        plain form was fuzzed all the same); a failure the fuzzing found keeps the report's failure
+        slot, and the form's is named in the note."""
+        failed = self._form_failures.get(op)
+        if not failed:
+            return
+        message = (f"{op} ({OPS[op].method}) did not complete when probed in another argument form "
+                   "(the plain form was fuzzed all the same):\n" + "\n".join(failed))
+        if report.failure is None:
+            report.status = "failed"
+            report.failure = Failure(op, message, {"probe": True})
+        else:
+            also = f"also: {message.splitlines()[0]} ({len(failed)} probe(s))"
+            report.note = f"{report.note}; {also}" if report.note else also
 
     def _reset(self, w: int) -> None:
         """After an example failed on the ranks: a fresh group for the next one (see _rank.forget)."""
@@ -561,7 +586,7 @@ class ConformanceSession:
             head = (f"async: {len(calls)} calls issued with async_op=True before any wait, then waited in the "
                     f"order {list(waits)} ({order!r}), with world_size={w}:\n"
                     + "\n".join(f"  call {i}: {c.describe()}" for i, c in enumerate(calls)))
-            example = {"world_size": w, "calls": calls, "wait_order": waits, "order": order}
+            example = self._example(w, calls=calls, wait_order=waits, order=order)
             try:
                 observed = self.pool(w).run(_rank.run_calls, self.ref, calls, waits)
             except RankFailure as exc:

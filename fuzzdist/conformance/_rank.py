@@ -16,6 +16,7 @@ with its own reference.
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -187,25 +188,42 @@ REPEAT_WAIT_S = 2.0
 
 
 class _RepeatedWaitBlocked(Exception):
-    """A repeated wait() raised or did not return within REPEAT_WAIT_S (the message says which call)."""
+    """A repeated wait() timed out, or returned False, within REPEAT_WAIT_S (the message says which call)."""
+
+
+_TIMEOUT_WORDS = re.compile(r"timed? ?out|timeout", re.I)
+
+
+def _is_timeout(exc: BaseException) -> bool:
+    """Whether a wait() raised because its timeout ran out (by type, else by message: backends raise
+    RuntimeError or DistBackendError with "Timed out ..." for it)."""
+    return isinstance(exc, TimeoutError) or bool(_TIMEOUT_WORDS.search(f"{type(exc).__name__}: {exc}"))
 
 
 def _wait_again(work: Any, index: int, call: OpCall) -> None:
-    """Wait on ``work`` again, bounded by REPEAT_WAIT_S (Works whose wait() takes no timeout: unbounded)."""
+    """Wait on ``work`` again, bounded by REPEAT_WAIT_S (Works whose wait() takes no timeout: bounded by
+    the example's timeout).  Only a timeout or a False return is "blocked"; any other exception is the
+    rank's error, as it is from a first wait()."""
+    def blocked(what: str) -> _RepeatedWaitBlocked:
+        return _RepeatedWaitBlocked(f"{REPEAT_WAIT_BLOCKED} within {REPEAT_WAIT_S:g} s: call {index} "
+                                    f"({call.op}): {what}")
+
     try:
-        try:
-            work.wait(timedelta(seconds=REPEAT_WAIT_S))
-        except TypeError:  # a Python Work whose wait() takes no timeout
+        done = work.wait(timedelta(seconds=REPEAT_WAIT_S))
+    except TypeError:  # a Python Work whose wait() takes no timeout
+        work.wait()
+        return
+    except Exception as exc:
+        # c10d's FutureWrappingWork (the Work a Python group's futures become) refuses any finite
+        # timeout; its wait() is then bounded by the example's timeout, as every other call is
+        if isinstance(exc, RuntimeError) and "finite timeout not implemented" in str(exc):
             work.wait()
-        except RuntimeError as exc:
-            # c10d's FutureWrappingWork (the Work a Python group's futures become) refuses any finite
-            # timeout; its wait() is then bounded by the example's timeout, as every other call is
-            if "finite timeout not implemented" not in str(exc):
-                raise
-            work.wait()
-    except Exception as exc:  # noqa: BLE001 - the backend's timeout error, whatever its type
-        raise _RepeatedWaitBlocked(f"{REPEAT_WAIT_BLOCKED} within {REPEAT_WAIT_S:g} s: call {index} "
-                                   f"({call.op}): {type(exc).__name__}: {exc}") from exc
+            return
+        if _is_timeout(exc):
+            raise blocked(f"{type(exc).__name__}: {exc}") from exc
+        raise
+    if done is False:
+        raise blocked("wait() returned False")
 
 
 def _agree(ctx: Any, failed: bool) -> int:
