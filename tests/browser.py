@@ -21,8 +21,11 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+import pytest
+
 TIMEOUT = 60.0  # seconds for the whole load; every wait below is bounded by it
 BINARIES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+REQUIRE_ENV = "FUZZDIST_REQUIRE_CHROMIUM"  # set (CI does): no Chromium fails the browser tests instead of skipping
 
 # What the page reports about itself once loaded.
 _PAGE_FACTS = """JSON.stringify({
@@ -43,6 +46,19 @@ def find_chromium() -> str | None:
         if path:
             return path
     return None
+
+
+def chromium_or_skip() -> str:
+    """The Chromium binary for a test; without one the test is skipped, or fails where $FUZZDIST_REQUIRE_CHROMIUM
+    is set to anything but "" or "0" (CI sets it, so that a failed install can't silently drop the check)."""
+    path = find_chromium()
+    if path is not None:
+        return path
+    why = f"no chromium binary on PATH (looked for {', '.join(BINARIES)}; Debian: apt-get install chromium)"
+    required = os.environ.get(REQUIRE_ENV, "")
+    if required not in ("", "0"):
+        pytest.fail(f"{REQUIRE_ENV}={required} but {why}", pytrace=False)
+    pytest.skip(why)
 
 
 @dataclass
