@@ -34,7 +34,7 @@ class FailureRecord:
     reproduce: str = ""  # one pytest command that replays it from the database
     found_after_examples: int = 0  # examples this property had run when it was first seen
     found_after_s: float = 0.0  # seconds into the campaign
-    from_database: bool = False  # a known failure, replayed from the database
+    from_database: bool = False  # found by an earlier run: replayed from the database (not a known torch bug)
     shrunk: bool = False  # Hypothesis finished shrinking it
     occurrences: int = 1  # failing examples with this origin
     hang: dict | None = None  # why the ranks hung (fuzzdist.hangs.Diagnosis.to_dict()), for a hang
@@ -285,8 +285,8 @@ def summary_text(state: CampaignState, report_path: str | None, junit_path: str 
         for failure in prop.failures.values():
             n += 1
             lines.append("")
-            known = " (known: replayed from the database)" if failure.from_database else ""
-            lines.append(f"[{n}] {prop.nodeid}: {failure.summary}{known}")
+            replayed = " (replayed from the database: found by an earlier run)" if failure.from_database else ""
+            lines.append(f"[{n}] {prop.nodeid}: {failure.summary}{replayed}")
             lines.append(f"    where: {failure.origin}")
             if failure.hang:
                 lines.append(f"    why it hung ({failure.hang['kind']}): {failure.hang['summary']}")
