@@ -266,3 +266,18 @@ def test_fuzzdist_run_html_that_cant_be_written(project, capsys):
     assert main(["run", "--html", "no_dir/r.html"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "can't write no_dir/r.html" in err and "--html" in err, err
+
+
+def test_fuzzdist_run_says_when_the_page_could_not_be_written(project, capsys, monkeypatch):
+    def broken(report):
+        raise ValueError("planted: no page")
+
+    (project / "properties" / "test_p.py").write_text(
+        "from hypothesis import given, strategies as st\n\n@given(st.integers())\ndef test_p(n):\n    pass\n",
+        encoding="utf-8")
+    monkeypatch.setattr("fuzzdist.campaign.html_report.render_page", broken)
+    assert main(["run", "--max-examples", "2", "--report", "r.json", "--html", "r.html", "--junit", "",
+                 "--progress", "none"]) == 0
+    out = capsys.readouterr().out
+    assert "HTML report: r.html NOT WRITTEN (ValueError: planted: no page)" in out, out
+    assert "JSON report: r.json\n" in out and not (project / "r.html").exists()
