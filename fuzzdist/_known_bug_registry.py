@@ -49,7 +49,15 @@ def register(bug: KnownBug) -> KnownBug:
     if not bug.where:
         raise InvalidArgument(f"known bug {bug.id!r} names no check in where=; name the property module "
                               "(e.g. 'broadcast') or 'check-pg:<collective>' whose failures it explains")
-    if bug.id in _REGISTRY and _REGISTRY[bug.id] != bug:
+    if bug.id in _REGISTRY and _identity(_REGISTRY[bug.id]) != _identity(bug):
         raise InvalidArgument(f"a known bug with id {bug.id!r} is already registered; give this one its own id")
-    _REGISTRY[bug.id] = bug
+    _REGISTRY[bug.id] = bug  # the same entry again (its module imported anew) replaces the old one
     return bug
+
+
+def _identity(bug: KnownBug) -> tuple:
+    """What makes two registrations the same entry: a module imported twice (pytest.main run twice in one
+    process, a reload) registers new function objects, so the predicate counts by its module and name."""
+    recognise = bug.recognise
+    return (bug.id, bug.where, bug.summary, getattr(recognise, "__module__", None),
+            getattr(recognise, "__qualname__", repr(recognise)))

@@ -8,6 +8,7 @@ error and the pytest plugin turns it into a skip reason.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import subprocess
 import sys
 from collections.abc import Callable
@@ -209,12 +210,40 @@ def missing_expandable_segments() -> str | None:
     return None
 
 
+def missing_fully_shard() -> str | None:
+    """Why FSDP2's ``fully_shard`` can't be used with the installed torch (older than 2.6), or None."""
+    if importlib.util.find_spec("torch.distributed.fsdp") is None:
+        return f"needs torch.distributed.fsdp.fully_shard, which torch {torch.__version__} does not have"
+    import torch.distributed.fsdp as fsdp
+
+    if not hasattr(fsdp, "fully_shard"):
+        return f"needs torch.distributed.fsdp.fully_shard, which torch {torch.__version__} does not have"
+    return None
+
+
+def missing_functional_collectives() -> str | None:
+    """Why ``torch.distributed._functional_collectives`` can't be used with the installed torch, or None."""
+    if importlib.util.find_spec("torch.distributed._functional_collectives") is None:
+        return f"needs torch.distributed._functional_collectives, which torch {torch.__version__} does not have"
+    return None
+
+
+def missing_distributed_nn() -> str | None:
+    """Why ``torch.distributed.nn`` (autograd-aware collectives) can't be used with the installed torch, or None."""
+    if importlib.util.find_spec("torch.distributed.nn") is None:
+        return f"needs torch.distributed.nn, which torch {torch.__version__} does not have"
+    return None
+
+
 PROBES: dict[str, Callable[[], str | None]] = {
     "cuda": lambda: missing_gpus(1),
     "pidfd_getfd": missing_pidfd_getfd,
     "cupy": missing_cupy,
     "block_current_stream": missing_block_current_stream,
     "expandable_segments": missing_expandable_segments,
+    "fully_shard": missing_fully_shard,
+    "functional_collectives": missing_functional_collectives,
+    "distributed_nn": missing_distributed_nn,
 }
 
 

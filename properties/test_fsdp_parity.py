@@ -8,11 +8,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fuzzdist import strategies as fst
+from fuzzdist.capabilities import missing_fully_shard
 
-try:
-    from fuzzdist.properties import fsdp
-except ImportError as exc:  # torch without fully_shard
-    pytest.skip(str(exc), allow_module_level=True)
+if missing_fully_shard():  # an older torch; any other ImportError below fails, with its traceback
+    pytest.skip(missing_fully_shard() or "", allow_module_level=True)
+
+from fuzzdist.properties import fsdp  # noqa: E402
 
 
 @pytest.mark.fuzzdist(world_size=[2, 4], device=["cpu"])

@@ -7,10 +7,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-try:
-    from fuzzdist.properties import functional
-except ImportError as exc:  # torch without functional collectives
-    pytest.skip(str(exc), allow_module_level=True)
+from fuzzdist.capabilities import missing_functional_collectives
+
+if missing_functional_collectives():  # an older torch; any other ImportError below fails, with its traceback
+    pytest.skip(missing_functional_collectives() or "", allow_module_level=True)
+
+from fuzzdist.properties import functional  # noqa: E402
 
 
 @pytest.mark.fuzzdist(world_size=[2, 3], device=["cpu"])

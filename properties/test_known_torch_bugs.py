@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import torch
 
-from fuzzdist import known_bugs
+from fuzzdist import capabilities, known_bugs
 from fuzzdist.plugin import PoolKey
 from fuzzdist.strategies import TensorSpec
 
@@ -40,8 +40,7 @@ def _functional(pool: Any, case: Any, world_size: int) -> None:
 def _functional_case() -> Any:
     """What fuzzdist shrank gloo-functional-all-to-all-complex-raises to (two all_reduces come first:
     the strategy's draws shrink to all_reduce, and the third call is where the bug is)."""
-    functional = pytest.importorskip("fuzzdist.properties.functional",
-                                     reason="torch has no functional collectives")
+    functional = _property("functional")
     reduce = functional.Call("all_reduce", TensorSpec((1,), torch.float32))
     return functional.FunctionalCase(
         calls=(reduce, reduce, functional.Call("all_to_all_single", TensorSpec((2,), torch.complex64))),
@@ -55,8 +54,22 @@ def _by_case(module: str) -> Callable[..., None]:
     return run
 
 
+# What a property module needs from torch beyond torch.distributed (fuzzdist.capabilities' probes).
+_NEEDS = {"functional": "functional_collectives", "collectives": "distributed_nn", "fsdp": "fully_shard"}
+
+
+def _missing(module: str) -> str | None:
+    """Why this torch can't run the property ``module``, or None (then importing it must work)."""
+    need = _NEEDS.get(module)
+    return capabilities.missing(need) if need else None
+
+
 def _property(module: str) -> Any:
-    return pytest.importorskip(f"fuzzdist.properties.{module}", reason=f"this torch can't run the {module} property")
+    """The property module; skipped where this torch lacks what it needs, any other ImportError fails."""
+    reason = _missing(module)
+    if reason:
+        pytest.skip(f"this torch can't run the {module} property: {reason}")
+    return importlib.import_module(f"fuzzdist.properties.{module}")
 
 
 def _object_case() -> Any:
@@ -76,8 +89,7 @@ def _mesh_case() -> Any:
 
 
 def _case(**fields: Any) -> Any:
-    collectives = pytest.importorskip("fuzzdist.properties.collectives",
-                                      reason="torch.distributed.nn is not available in this torch build")
+    collectives = _property("collectives")
     return collectives.Case(**fields)
 
 
@@ -149,12 +161,14 @@ _REGISTERING = ("object_collectives", "p2p", "subgroups", "functional")
 
 
 def _params() -> list[Any]:
-    for name in _REGISTERING:
-        try:
-            importlib.import_module(f"fuzzdist.properties.{name}")
-        except ImportError:  # a torch without what the property needs: its bugs can't run here
-            pass
     out = []
+    for name in _REGISTERING:
+        reason = _missing(name)
+        if reason:  # a torch without what the property needs: its bugs can't run here, and say so
+            out.append(pytest.param(f"{name}-entries", id=f"{name}-entries", marks=pytest.mark.skip(
+                reason=f"the {name} property's known bugs: this torch can't run it: {reason}")))
+        else:
+            importlib.import_module(f"fuzzdist.properties.{name}")
     for bug_id in sorted(known_bugs.registry()):
         marks = [] if bug_id in PINNED else [pytest.mark.skip(
             reason=f"no pinned example of {bug_id} runs from pytest here (see its reproducer script)")]

@@ -65,3 +65,12 @@ def wait_all_dead(pids: list[int], timeout: float = 15.0) -> list[int]:
         if not living or time.monotonic() > deadline:
             return living
         time.sleep(0.05)
+
+
+def start_child_and_raise(conn: Any) -> None:
+    """A rank's serve loop that starts a non-daemon child (as a rank may), reports its pid, then raises."""
+    mp.current_process().daemon = False  # as rank_main: a rank may start processes
+    child = mp.get_context("spawn").Process(target=_sleep, name="fuzzdist-test-child")
+    child.start()
+    conn.send(child.pid)
+    raise RuntimeError("planted: an error escaping the serve loop")

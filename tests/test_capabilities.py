@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 
 import pytest
 import rank_fns
@@ -74,3 +75,39 @@ def test_cuda():
     else:
         result.assert_outcomes(passed=1, skipped=1)
         result.stdout.fnmatch_lines(["*needs CUDA*"])
+
+
+@pytest.mark.parametrize("probe, module", [
+    (capabilities.missing_fully_shard, "torch.distributed.fsdp"),
+    (capabilities.missing_functional_collectives, "torch.distributed._functional_collectives"),
+    (capabilities.missing_distributed_nn, "torch.distributed.nn"),
+])
+def test_torch_feature_probes(monkeypatch, probe, module):
+    assert probe() is None  # every torch fuzzdist is tested with has them
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == module else real(name, *a))
+    reason = probe()
+    assert reason and module.rsplit(".", 1)[0] in reason and torch.__version__ in reason, reason
+
+
+PROPERTY_FILES = [("properties/test_fsdp_parity.py", "fsdp"), ("tests/test_fsdp_parity_catch_bugs.py", "fsdp"),
+                  ("properties/test_functional_collectives.py", "functional"),
+                  ("tests/test_functional_collectives_catch_bugs.py", "functional")]
+
+
+@pytest.mark.parametrize("path, module", PROPERTY_FILES)
+def test_a_property_file_skips_only_for_a_missing_torch_feature(monkeypatch, path, module):
+    """Its gate is the capability probe: an ImportError inside fuzzdist fails, it is not skipped away."""
+    from pathlib import Path
+
+    file = Path(__file__).resolve().parent.parent / path
+    monkeypatch.setitem(sys.modules, f"fuzzdist.properties.{module}", None)  # importing it raises ImportError
+    spec = importlib.util.spec_from_file_location(f"gate_{module}", file)
+    assert spec is not None and spec.loader is not None
+    with pytest.raises(ImportError):
+        spec.loader.exec_module(importlib.util.module_from_spec(spec))
+    probe = "missing_fully_shard" if module == "fsdp" else "missing_functional_collectives"
+    monkeypatch.setattr(capabilities, probe, lambda: "planted: this torch has no such thing")
+    monkeypatch.setitem(sys.modules, f"fuzzdist.properties.{module}", None)
+    with pytest.raises(pytest.skip.Exception, match="planted: this torch has no such thing"):
+        spec.loader.exec_module(importlib.util.module_from_spec(spec))

@@ -12,11 +12,12 @@ import torch
 from minimal import minimal_failure
 
 from fuzzdist import strategies as fst
+from fuzzdist.capabilities import missing_fully_shard
 
-try:
-    from fuzzdist.properties import fsdp
-except ImportError as exc:  # torch without fully_shard
-    pytest.skip(str(exc), allow_module_level=True)
+if missing_fully_shard():  # an older torch; any other ImportError below fails, with its traceback
+    pytest.skip(missing_fully_shard() or "", allow_module_level=True)
+
+from fuzzdist.properties import fsdp  # noqa: E402
 
 
 def _shrunk(pool, comm):

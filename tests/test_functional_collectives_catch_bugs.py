@@ -10,10 +10,12 @@ import pytest
 import torch
 from minimal import minimal_failure
 
-try:
-    from fuzzdist.properties import functional
-except ImportError as exc:  # torch without functional collectives
-    pytest.skip(str(exc), allow_module_level=True)
+from fuzzdist.capabilities import missing_functional_collectives
+
+if missing_functional_collectives():  # an older torch; any other ImportError below fails, with its traceback
+    pytest.skip(missing_functional_collectives() or "", allow_module_level=True)
+
+from fuzzdist.properties import functional  # noqa: E402
 
 pytestmark = pytest.mark.fuzzdist(world_size=2)
 

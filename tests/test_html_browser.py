@@ -1,9 +1,9 @@
 """The HTML report in a real headless Chromium: the page of a real ``fuzzdist run --html`` loads with no
 console error and fetches nothing, has its sections, and its screenshot is kept as the test's artefact.
 
-Skipped, with the reason, where no Chromium is installed (Debian: ``apt-get install chromium``; CI
-installs it).  The screenshot goes to the test's tmp_path and, when ``FUZZDIST_ARTEFACTS`` names a
-directory, there too.
+Skipped, with the reason, where no Chromium is installed (Debian: ``apt-get install chromium``), unless
+``FUZZDIST_REQUIRE_CHROMIUM=1`` (CI sets it and installs Chromium): then they fail.
+The screenshot goes to the test's tmp_path and, when ``FUZZDIST_ARTEFACTS`` names a directory, there too.
 """
 
 from __future__ import annotations
@@ -14,13 +14,15 @@ import time
 from pathlib import Path
 
 import pytest
-from browser import find_chromium, load
+from browser import REQUIRE_ENV, chromium_or_skip, load
 from cli_helpers import finish, read_report, start_cli, wait_for_report, write
 
 from fuzzdist.cli import main
 
-CHROMIUM = find_chromium()
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium binary on PATH (apt-get install chromium)")
+
+@pytest.fixture
+def chromium() -> str:
+    return chromium_or_skip()
 
 # A planted bug (whose message carries markup) and a passing property, both drawing tensor specs
 # so the coverage has event pairs.
@@ -53,12 +55,24 @@ def _keep(path: Path) -> None:
         shutil.copy(path, Path(where) / path.name)
 
 
-def test_the_browser_check_sees_console_errors_exceptions_and_fetches(tmp_path):
+@pytest.mark.parametrize("required, outcome", [(None, pytest.skip.Exception), ("0", pytest.skip.Exception),
+                                               ("1", pytest.fail.Exception)])
+def test_without_chromium_the_tests_skip_unless_it_is_required(tmp_path, monkeypatch, required, outcome):
+    monkeypatch.setenv("PATH", str(tmp_path))  # nothing to find there
+    if required is None:
+        monkeypatch.delenv(REQUIRE_ENV, raising=False)
+    else:
+        monkeypatch.setenv(REQUIRE_ENV, required)
+    with pytest.raises(outcome, match="no chromium binary on PATH"):
+        chromium_or_skip()
+
+
+def test_the_browser_check_sees_console_errors_exceptions_and_fetches(tmp_path, chromium):
     """The detection itself: a page with a console.error, an uncaught exception and a failed fetch."""
     bad = write(tmp_path, "bad.html", "<!DOCTYPE html><html><body><p>x</p><script>console.error('boom');"
                                       "console.log('just-a-log')</script><script>notDefined()</script>"
                                       '<img src="http://127.0.0.1:1/missing.png"></body></html>')
-    seen = load(bad.as_uri(), CHROMIUM)
+    seen = load(bad.as_uri(), chromium)
     errors = "\n".join(seen.errors)
     assert "console.error: boom" in errors and "ReferenceError: notDefined is not defined" in errors, errors
     assert "just-a-log" not in errors  # console.log is no error
@@ -68,7 +82,7 @@ def test_the_browser_check_sees_console_errors_exceptions_and_fetches(tmp_path):
     # A clean page (the campaign's, below) reports no error.
 
 
-def test_a_campaigns_page_loads_cleanly_in_chromium(tmp_path):
+def test_a_campaigns_page_loads_cleanly_in_chromium(tmp_path, chromium):
     write(tmp_path, "test_tiny.py", PROPERTIES)
     proc = start_cli(["run", "test_tiny.py", "--max-examples", "60", "--world-size", "1", "--report", "r.json",
                       "--html", "r.html", "--junit", "", "--progress", "none"], cwd=tmp_path)
@@ -88,7 +102,7 @@ def test_a_campaigns_page_loads_cleanly_in_chromium(tmp_path):
     assert any(p["x"] == "dtype" and p["y"] == "layout" for p in passing["event_pairs"])
 
     page = tmp_path / "r.html"
-    seen = load(page.as_uri(), CHROMIUM)
+    seen = load(page.as_uri(), chromium)
     shot = tmp_path / "fuzzdist-report.png"
     shot.write_bytes(seen.screenshot)
     _keep(shot)

@@ -133,13 +133,70 @@ def test_the_page_has_every_section_and_shows_the_pairs_never_reached():
     assert 'http-equiv="refresh"' not in page  # finished: nothing to follow
 
 
-def test_user_text_is_escaped_everywhere_and_nothing_is_fetched():
-    page = render_page(_report())
+@pytest.mark.parametrize("known", [False, True])
+def test_user_text_is_escaped_everywhere_and_nothing_is_fetched(known):
+    page = render_page(_known_report() if known else _report())
     assert "<script" not in page.lower()  # pygal's own config script is removed too
     assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page  # shown as text
-    assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", page, re.I)
+    links = re.findall(r"<a [^>]*>", page)  # a link is followed only when clicked: the upstream issues
+    assert all(re.fullmatch(r'<a href="(#[^"]*|https://github\.com/pytorch/pytorch/issues/\d+)"( rel="noreferrer")?>',
+                            a) for a in links), links
+    fetched = re.sub(r"<a [^>]*>", "", page)
+    assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", fetched, re.I)
     assert not re.search(r"url\(\s*['\"]?(https?:)?//", page, re.I)
     assert "@import" not in page
+    assert not re.search(r"""href\s*=\s*["']?\s*javascript:""", page, re.I)  # a bad upstream stays text
+
+
+KNOWN_BUG = {"id": "gloo-x-wrong", "count": 7, "summary": f"gloo's x writes the wrong elements {EVIL}",
+             "upstream": "https://github.com/pytorch/pytorch/issues/123", "reproducer": "docs/findings/gloo-x-wrong.py",
+             "example": f"shape=(2, 3), note='{EVIL}'", "failure": f"RankError: rank 1: got 8 {EVIL}"}
+
+
+def _known_report() -> dict:
+    """A campaign whose only sightings are known torch bugs: one property KNOWN, the other passed."""
+    report = _report()
+    failing, passing = report["properties"]
+    other = dict(KNOWN_BUG, id="nn-y-grad", count=2, upstream="javascript:alert(1)", reproducer=None)
+    failing.update(status="known", failures=[], distinct_failures=0, known_sightings=9,
+                   known_bugs=[KNOWN_BUG, other])
+    report["totals"].update(distinct_failures=0, failing_properties=0, known_sightings=9,
+                            known_bugs=["gloo-x-wrong", "nn-y-grad"], properties_with_known_bugs=1)
+    return report
+
+
+def test_known_sightings_are_shown_apart_from_failures():
+    page = render_page(_known_report())
+    summary = page[:page.index('id="known"')]
+    assert '<p class="headline known">' in summary and 'class="good"' not in summary  # not green, not failed
+    assert ("0 distinct failure(s) in 0 of 2 properties; 9 sighting(s) of 2 known torch bug(s) in 1 properties"
+            in summary)
+    row = re.search(r'<tr class="status-known">.*?</tr>', summary).group(0)
+    assert '<td class="n known">9</td>' in row  # the known column
+    assert "<th>known</th>" in summary
+    assert all(r.count("<td") == 8 for r in re.findall(r'<tr class="status-[a-z]+">.*?</tr>', summary))
+    known = page[page.index('id="known"'):page.index('id="timeline"')]
+    assert known.count('class="known-bug"') == 2
+    for text in ("gloo-x-wrong", "&times;7", "gloo&#x27;s x writes the wrong elements &lt;script&gt;",
+                 '<a href="https://github.com/pytorch/pytorch/issues/123" rel="noreferrer">',
+                 "python docs/findings/gloo-x-wrong.py", "shape=(2, 3), note=&#x27;&lt;script&gt;",
+                 "RankError: rank 1: got 8", "test_x.py::test_"):
+        assert text in known, text
+    assert "upstream: javascript:alert(1)</li>" in known  # shown, not linked
+    prop = page[page.index('id="prop-0"'):page.index('id="prop-1"')]
+    assert "None found." not in prop and "None found apart from the known torch bugs below." in prop
+    assert "9 sighting(s) of known torch bugs" in prop and prop.count('class="known-bug"') == 2
+    assert '<span class="status status-known">known</span>' in prop
+    assert ".status-known{" in page and "tr.status-known td{" in page  # styled
+
+
+def test_a_report_without_known_bugs_has_no_known_section_and_replays_are_not_called_known():
+    report = _report()
+    report["properties"][0]["failures"][0]["from_database"] = True
+    page = render_page(report)
+    assert 'id="known"' not in page and 'class="known-bug"' not in page and "sighting" not in page
+    assert '<p class="headline bad">' in page
+    assert "(replayed from the database: found by an earlier run)" in page and "(known:" not in page
 
 
 def test_a_running_campaigns_page_reloads_itself():
@@ -209,3 +266,18 @@ def test_fuzzdist_run_html_that_cant_be_written(project, capsys):
     assert main(["run", "--html", "no_dir/r.html"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "can't write no_dir/r.html" in err and "--html" in err, err
+
+
+def test_fuzzdist_run_says_when_the_page_could_not_be_written(project, capsys, monkeypatch):
+    def broken(report):
+        raise ValueError("planted: no page")
+
+    (project / "properties" / "test_p.py").write_text(
+        "from hypothesis import given, strategies as st\n\n@given(st.integers())\ndef test_p(n):\n    pass\n",
+        encoding="utf-8")
+    monkeypatch.setattr("fuzzdist.campaign.html_report.render_page", broken)
+    assert main(["run", "--max-examples", "2", "--report", "r.json", "--html", "r.html", "--junit", "",
+                 "--progress", "none"]) == 0
+    out = capsys.readouterr().out
+    assert "HTML report: r.html NOT WRITTEN (ValueError: planted: no page)" in out, out
+    assert "JSON report: r.json\n" in out and not (project / "r.html").exists()

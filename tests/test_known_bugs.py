@@ -57,15 +57,49 @@ def test_reproduces_tells_present_from_fixed():
         known_bugs.reproduces(BUG.id, "test-prop", {"size": 3}, lambda: check(3, "garbage"))
 
 
+def _other_predicate(example, failure) -> bool:
+    return False
+
+
 @pytest.mark.parametrize("bad, match", [
     (dict(id="Bad Id"), "lower-case words"),
     (dict(where=()), "names no check"),
     (dict(summary="another bug under the same id"), "already registered"),
+    (dict(where=("another-prop",)), "already registered"),
+    (dict(recognise=_other_predicate), "already registered"),
 ])
 def test_bad_entries_say_what_to_do(bad, match):
     fields = dict(id=BUG.id, summary=BUG.summary, where=BUG.where, recognise=BUG.recognise, seen_on=BUG.seen_on)
     with pytest.raises(InvalidArgument, match=match):
         known_bugs.register(known_bugs.KnownBug(**{**fields, **bad}))
+
+
+ENTRY_MODULE = """
+from fuzzdist import known_bugs
+
+def odd(example, failure):
+    return "odd" in str(failure)
+
+BUG = known_bugs.register(known_bugs.KnownBug(id="test-only-reimported", summary="registered on import",
+                                              where=("test-prop",), recognise=odd, seen_on=("2.13",)))
+"""
+
+
+def test_a_module_imported_again_registers_its_entry_again(tmp_path):
+    """pytest.main twice in one process (pytester in-process) imports a property module anew: its entry,
+    with new function objects, is the same entry, not a clash."""
+    import importlib.util
+
+    (tmp_path / "entry_module.py").write_text(ENTRY_MODULE, encoding="utf-8")
+    bugs = []
+    for _ in range(2):
+        spec = importlib.util.spec_from_file_location("entry_module", tmp_path / "entry_module.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        bugs.append(module.BUG)
+    assert bugs[0].recognise is not bugs[1].recognise  # two imports, two predicates
+    assert known_bugs.registry()["test-only-reimported"] is bugs[1]  # the latest import's
 
 
 def test_reproduces_runs_the_check_as_outside_a_tally():

@@ -4,7 +4,10 @@ driver being SIGKILLed."""
 
 from __future__ import annotations
 
+import functools
 import json
+import multiprocessing as mp
+import os
 import select
 import signal
 import subprocess
@@ -13,12 +16,14 @@ import time
 from pathlib import Path
 
 import descendants
+import pytest
 import rank_fns
 import torch
 from hypothesis import settings
 
 from fuzzdist import RankPool, RankTimeout
 from fuzzdist.conformance import check_process_group
+from fuzzdist.pool import local, process_tree
 
 TESTS = Path(__file__).resolve().parent
 
@@ -94,3 +99,46 @@ def test_nothing_a_rank_started_outlives_a_sigkilled_driver():
             if d.poll() is None:
                 d.kill()
                 d.wait(10)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="tells a reaped pid by /proc/<pid>")
+def test_the_driver_kills_a_ranks_tree_before_it_reaps_the_rank(monkeypatch):
+    """kill_tree's rule: once a rank is reaped its pid (the id of its group) may be reused by another process."""
+    calls: list[tuple[int, bool]] = []
+    kill_tree = process_tree.kill_tree
+
+    def recording(pid):
+        calls.append((pid, os.path.exists(f"/proc/{pid}")))  # a zombie still has its entry; a reaped rank none
+        kill_tree(pid)
+
+    monkeypatch.setattr(process_tree, "kill_tree", recording)
+    with RankPool(2, timeout=10) as pool:
+        pool.run(descendants.start_descendants)
+        with pytest.raises(Exception):  # noqa: B017 - a RankCrash, or the survivor's error
+            pool.run(rank_fns.die_on, 0, "kill")  # a crash: the pool reaps rank 0 and restarts
+        pool.run(descendants.start_descendants)
+    assert len(calls) >= 4, calls  # the crash's restart (2 ranks), close() (2 ranks)
+    reaped = [pid for pid, present in calls if not present]
+    assert reaped == [], f"kill_tree was called on ranks {reaped} already reaped; calls: {calls}"
+
+
+def test_an_error_escaping_a_ranks_serve_loop_ends_the_rank_at_once():
+    """Not through multiprocessing's exit handler, which would wait for the rank's non-daemon child (300 s)."""
+    spawn = mp.get_context("spawn")
+    here, there = spawn.Pipe()
+    rank = spawn.Process(target=local._serve_then_exit,
+                         args=(functools.partial(descendants.start_child_and_raise, there),), daemon=True)
+    rank.start()
+    child = None
+    try:
+        assert here.poll(60), "the stand-in rank reported no child within 60s"
+        child = here.recv()
+        rank.join(30)
+        assert rank.exitcode == 1, f"the rank did not end within 30s of the error (exit code {rank.exitcode})"
+        assert descendants.alive(child)  # the rank did not wait for it (a real rank's watchdog kills it)
+    finally:
+        if rank.exitcode is None:
+            rank.kill()
+            rank.join(10)
+        if child is not None:
+            os.kill(child, signal.SIGKILL)

@@ -6,7 +6,9 @@ property, the examples and examples per second over time, the distinct
 failures with their minimal examples and reproducing commands, and the
 coverage of the drawn inputs: the ``event()`` values reached and, for each
 pair of event keys (dtype x layout, ...), a grid whose empty cells are the
-pairs no example reached.  Every user-derived string is escaped.
+pairs no example reached.  Sightings of known torch bugs (``fuzzdist.known_bugs``:
+counted, not failures) are shown apart from the failures: in the headline, per
+property, and in a section listing each bug.  Every user-derived string is escaped.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ def render_page(report: dict) -> str:
     status = str(report.get("status", "?"))
     title = f"fuzzdist campaign {status}"
     refresh = f'<meta http-equiv="refresh" content="{REFRESH_S}">' if status in ("running", "starting") else ""
-    body = [_header(report, props), _timeline(report, props)]
+    body = [_header(report, props), _known_section(props), _timeline(report, props)]
     body += [_property(i, prop) for i, prop in enumerate(props)]
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">{refresh}'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
@@ -81,10 +83,16 @@ def _header(report: dict, props: list[dict]) -> str:
     rows = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in facts)
     error = f'<p class="error">error: {_e(report["error"])}</p>' if report.get("error") else ""
     failing = totals.get("distinct_failures", 0)
+    sightings = sum(_known_count(p) for p in props)
     headline = (f"{totals.get('examples', 0):,} examples, {failing} distinct failure(s) in "
                 f"{totals.get('failing_properties', 0)} of {totals.get('properties', len(props))} properties")
+    if sightings:
+        bugs = {b["id"] for p in props for b in _known_bugs(p)}
+        headline += (f"; {sightings:,} sighting(s) of {len(bugs)} known torch bug(s) in "
+                     f"{sum(1 for p in props if _known_count(p))} properties (counted, not failures)")
     table = ['<table class="props"><thead><tr><th>property</th><th>status</th><th>examples</th><th>ex/s</th>'
-             "<th>failures</th><th>never-reached pairs</th><th>stopped because</th></tr></thead><tbody>"]
+             "<th>failures</th><th>known</th><th>never-reached pairs</th><th>stopped because</th></tr></thead>"
+             "<tbody>"]
     for i, prop in enumerate(props):
         grids = _grids(prop)
         never = sum(g.never for g in grids)
@@ -94,13 +102,52 @@ def _header(report: dict, props: list[dict]) -> str:
             f'</td><td>{_e(prop.get("status"))}</td><td class="n">{prop.get("examples", 0):,}</td>'
             f'<td class="n">{prop.get("examples_per_s", 0):.1f}</td>'
             f'<td class="n{" bad" if prop.get("distinct_failures") else ""}">{prop.get("distinct_failures", 0)}</td>'
+            f'<td class="n{" known" if _known_count(prop) else ""}">{_known_count(prop):,}</td>'
             f'<td class="n">{f"{never} of {cells}" if cells else "-"}</td>'
             f'<td>{_e(prop.get("stop_reason") or prop.get("reason") or "")}</td></tr>')
     table.append("</tbody></table>")
-    cls = "bad" if failing else "good"
+    cls = "bad" if failing else "known" if sightings else "good"
     return (f'<header id="summary"><h1>fuzzdist campaign <span class="{cls}">{_e(status)}</span></h1>'
             f'<p class="headline {cls}">{_e(headline)}</p>{error}<table class="facts">{rows}</table>'
             + "".join(table) + "</header>")
+
+
+def _known_section(props: list[dict]) -> str:
+    """Each known torch bug seen in the campaign: what it is, where upstream, how often, the first example."""
+    seen: dict[str, dict] = {}  # bug id -> the bug, its count, the properties and the first sighting
+    for prop in props:
+        for bug in _known_bugs(prop):
+            entry = seen.setdefault(str(bug.get("id")), {"bug": bug, "count": 0, "properties": [], "first": prop})
+            entry["count"] += int(bug.get("count") or 0)
+            entry["properties"].append(str(prop.get("nodeid")))
+    if not seen:
+        return ""
+    parts = ['<section id="known"><h2>Known torch bugs seen</h2><p class="note">Failures of torch\'s own that '
+             "fuzzdist recognises (<code>fuzzdist.known_bugs</code>): counted, not failures, so the search went "
+             "on past them. Each has a standalone reproducer.</p>"]
+    for bug_id, entry in seen.items():
+        parts.append(f'<div class="known-bug" id="known-{_e(bug_id)}">'
+                     + _known_bug_html(entry["bug"], entry["count"], entry["properties"])
+                     + f'<p>first seen in <code>{_e(entry["first"].get("nodeid"))}</code> on:</p>'
+                     f'<pre class="example">{_e(entry["bug"].get("example"))}</pre>'
+                     f'<p>failure:</p><pre>{_e(entry["bug"].get("failure"))}</pre></div>')
+    parts.append("</section>")
+    return "".join(parts)
+
+
+def _known_bug_html(bug: dict, count: int, properties: list[str] | None = None) -> str:
+    """A known bug's heading and facts: id, sightings, summary, upstream link, reproducer (and properties)."""
+    upstream = str(bug.get("upstream") or "")
+    link = (f'<a href="{_e(upstream)}" rel="noreferrer">{_e(upstream)}</a>' if re.match(r"https?://", upstream)
+            else _e(upstream or "-"))  # only web links become links (the JSON could carry javascript:)
+    reproducer = bug.get("reproducer")
+    where = (f"<li>properties: {', '.join(f'<code>{_e(p)}</code>' for p in properties)}</li>"
+             if properties is not None else "")
+    return (f'<h4><span class="status status-known">KNOWN</span> <code>{_e(bug.get("id"))}</code> '
+            f'&times;{count:,}</h4><p>{_e(bug.get("summary"))}</p><ul class="known-facts">'
+            f"<li>upstream: {link}</li>"
+            + (f"<li>reproduce with torch alone: <code>python {_e(reproducer)}</code></li>" if reproducer else "")
+            + where + "</ul>")
 
 
 def _timeline(report: dict, props: list[dict]) -> str:
@@ -119,13 +166,29 @@ def _property(index: int, prop: dict) -> str:
     failures = prop.get("failures", [])
     head = (f'<h2>{_e(prop.get("nodeid"))} <span class="status status-{_e(prop.get("status"))}">'
             f'{_e(prop.get("status"))}</span></h2>')
+    known = _known_count(prop)
     numbers = (f'<p class="numbers">{prop.get("examples", 0):,} examples '
                f'({prop.get("invalid_examples", 0):,} invalid) in {fmt_seconds(prop.get("elapsed_s"))}, '
                f'{prop.get("examples_per_s", 0):.1f}/s, {prop.get("rounds", 0)} round(s), '
-               f'{len(failures)} distinct failure(s); stopped because: '
-               f'{_e(prop.get("stop_reason") or prop.get("reason") or "-")}</p>')
+               f'{len(failures)} distinct failure(s)'
+               + (f", {known:,} sighting(s) of known torch bugs" if known else "")
+               + f'; stopped because: {_e(prop.get("stop_reason") or prop.get("reason") or "-")}</p>')
     return (f'<section class="property" id="prop-{index}">{head}{numbers}{_throughput(prop)}'
-            f'{_failures(failures)}{_coverage(prop)}</section>')
+            f'{_failures(failures, known)}{_known_in(prop)}{_coverage(prop)}</section>')
+
+
+def _known_in(prop: dict) -> str:
+    """The known torch bugs one property ran into, each with its count and the property's first example."""
+    bugs = _known_bugs(prop)
+    if not bugs:
+        return ""
+    parts = ['<div class="known-bugs"><h3>Known torch bugs (counted, not failures)</h3>']
+    for bug in bugs:
+        parts.append(f'<div class="known-bug">{_known_bug_html(bug, int(bug.get("count") or 0))}'
+                     f'<p>first seen on:</p><pre class="example">{_e(bug.get("example"))}</pre>'
+                     f'<p>failure:</p><pre>{_e(bug.get("failure"))}</pre></div>')
+    parts.append("</div>")
+    return "".join(parts)
 
 
 def _throughput(prop: dict) -> str:
@@ -139,12 +202,15 @@ def _throughput(prop: dict) -> str:
     return f'<div class="chart throughput">{svg}</div>'
 
 
-def _failures(failures: list[dict]) -> str:
+def _failures(failures: list[dict], known: int = 0) -> str:
     if not failures:
+        if known:
+            return ('<div class="failures"><h3>Failures</h3><p class="known">None found apart from the known torch '
+                    "bugs below.</p></div>")
         return '<div class="failures"><h3>Failures</h3><p class="good">None found.</p></div>'
     parts = ['<div class="failures"><h3>Failures</h3>']
     for n, failure in enumerate(failures, 1):
-        known = " (known: replayed from the database)" if failure.get("from_database") else ""
+        replayed = " (replayed from the database: found by an earlier run)" if failure.get("from_database") else ""
         when = (f"found after {fmt_seconds(failure.get('found_after_s'))} and "
                 f"{failure.get('found_after_examples', 0):,} examples; {failure.get('occurrences', 1):,} "
                 f"failing example(s)")
@@ -163,7 +229,7 @@ def _failures(failures: list[dict]) -> str:
         blob = failure.get("reproduce_failure")
         parts.append(
             f'<div class="failure kind-{_e(failure.get("kind"))}">'
-            f'<h4>[{n}] {_e(failure.get("summary"))}{_e(known)}</h4>'
+            f'<h4>[{n}] {_e(failure.get("summary"))}{_e(replayed)}</h4>'
             f'<p class="when">{_e(when)}; where: <code>{_e(failure.get("origin"))}</code></p>{hang_html}'
             f'<p>{_e(label)}:</p><pre class="example">{_e(failure.get("example"))}</pre>'
             f'<p>reproduce:</p><pre class="reproduce">{_e(failure.get("reproduce"))}</pre>'
@@ -318,6 +384,17 @@ def event_values(events: dict[str, int]) -> tuple[dict[str, dict[str, int]], lis
     return values, loose
 
 
+def _known_bugs(prop: dict) -> list[dict]:
+    """The property's known-bug sightings (``known_bugs`` in the JSON; absent from older reports)."""
+    return [b for b in prop.get("known_bugs") or [] if isinstance(b, dict)]
+
+
+def _known_count(prop: dict) -> int:
+    """The property's sightings of known torch bugs, all bugs together."""
+    count = prop.get("known_sightings")
+    return count if isinstance(count, int) else sum(int(b.get("count") or 0) for b in _known_bugs(prop))
+
+
 def _start(prop: dict) -> float:
     columns = series_columns(prop.get("series"))
     return columns["t_s"][0] if columns else 0.0
@@ -346,11 +423,13 @@ table{border-collapse:collapse;margin:.4em 0}th,td{border:1px solid #e3e3e3;padd
 vertical-align:top}td.n{text-align:right;font-variant-numeric:tabular-nums}
 table.facts th{background:#f4f4f4;white-space:nowrap}table.facts td{word-break:break-all}
 table.props{width:100%}table.props td:first-child{word-break:break-all}
-.good{color:#1a7f37}.bad{color:#c62828;font-weight:bold}.error{color:#c62828}
+.good{color:#1a7f37}.bad{color:#c62828;font-weight:bold}.error{color:#c62828}.known{color:#9a5b00;font-weight:bold}
 .headline{font-size:1.15em}.note{color:#555;font-size:.92em}
 .status{font-size:.7em;padding:.1em .5em;border-radius:1em;background:#eee;vertical-align:middle}
 .status-failed,.status-error{background:#fde2e1;color:#a01919}.status-passed{background:#dcf5e3;color:#1a7f37}
 tr.status-failed td,tr.status-error td{background:#fff6f6}
+.status-known{background:#fff0c2;color:#7a4800}tr.status-known td{background:#fffbea}
+.known-bug{border-left:4px solid #e0a800;padding:.2em .8em;margin:.6em 0;background:#fffdf3}
 .failure{border-left:4px solid #c62828;padding:.2em .8em;margin:.6em 0;background:#fffafa}
 .failure.kind-flaky{border-color:#ef6c00}.failure.kind-error{border-color:#6a1b9a}
 pre{background:#f6f8fa;border:1px solid #e3e3e3;padding:.5em;overflow-x:auto;white-space:pre-wrap;

@@ -7,6 +7,7 @@ import os
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -34,7 +35,7 @@ class FailureRecord:
     reproduce: str = ""  # one pytest command that replays it from the database
     found_after_examples: int = 0  # examples this property had run when it was first seen
     found_after_s: float = 0.0  # seconds into the campaign
-    from_database: bool = False  # a known failure, replayed from the database
+    from_database: bool = False  # found by an earlier run: replayed from the database (not a known torch bug)
     shrunk: bool = False  # Hypothesis finished shrinking it
     occurrences: int = 1  # failing examples with this origin
     hang: dict | None = None  # why the ranks hung (fuzzdist.hangs.Diagnosis.to_dict()), for a hang
@@ -252,8 +253,9 @@ def fmt_events(events: Counter, limit: int = 3) -> str:
 
 
 def summary_text(state: CampaignState, report_path: str | None, junit_path: str | None,
-                 html_path: str | None = None) -> str:
-    """The end-of-campaign summary: a table, then each failure with its minimal example."""
+                 html_path: str | None = None, write_errors: Mapping[str, str] | None = None) -> str:
+    """The end-of-campaign summary: a table, then each failure with its minimal example, then the reports
+    written; one whose latest write failed (``write_errors``: "json"/"html" -> why) is marked so."""
     rows = [("property", "status", "examples", "ex/s", "failures", "known", "stopped because")]
     for prop in state.properties.values():
         why = prop.stop_reason or prop.reason or ""
@@ -285,8 +287,8 @@ def summary_text(state: CampaignState, report_path: str | None, junit_path: str 
         for failure in prop.failures.values():
             n += 1
             lines.append("")
-            known = " (known: replayed from the database)" if failure.from_database else ""
-            lines.append(f"[{n}] {prop.nodeid}: {failure.summary}{known}")
+            replayed = " (replayed from the database: found by an earlier run)" if failure.from_database else ""
+            lines.append(f"[{n}] {prop.nodeid}: {failure.summary}{replayed}")
             lines.append(f"    where: {failure.origin}")
             if failure.hang:
                 lines.append(f"    why it hung ({failure.hang['kind']}): {failure.hang['summary']}")
@@ -303,10 +305,12 @@ def summary_text(state: CampaignState, report_path: str | None, junit_path: str 
         lines.append(f"\nerror: {state.error}")
     if report_path or junit_path or html_path:
         lines.append("")
-        if report_path:
-            lines.append(f"JSON report: {report_path}")
-        if html_path:
-            lines.append(f"HTML report: {html_path}")
+        failed = write_errors or {}
+        for path, what, label in ((report_path, "json", "JSON report"), (html_path, "html", "HTML report")):
+            if path and what in failed:
+                lines.append(f"{label}: {path} NOT WRITTEN ({failed[what]})")
+            elif path:
+                lines.append(f"{label}: {path}")
         if junit_path:
             lines.append(f"JUnit XML:   {junit_path}")
     return "\n".join(lines)

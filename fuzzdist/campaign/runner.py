@@ -132,6 +132,7 @@ class CampaignPlugin(SelectionPlugin):
         self._indexed: set[str] = set()
         self._key: bytes | None = None  # the database key of the property running
         self._report_errors: dict[str, str] = {}  # "json"/"html" -> the first error writing it (warned once)
+        self.write_errors: dict[str, str] = {}  # "json"/"html" -> why its latest write failed (the summary says)
 
     # -- set-up ---------------------------------------------------------------------------
 
@@ -469,15 +470,19 @@ class CampaignPlugin(SelectionPlugin):
         if self.report_path:
             try:
                 write_json_atomic(self.report_path, data)
+                self.write_errors.pop("json", None)
             except OSError as exc:
+                self.write_errors["json"] = str(exc)
                 self._warn_once("json", f"can't write the report {self.report_path}: {exc}")
         if self.html_path and (html_now or now >= self._next_html):
             from fuzzdist.campaign.html_report import render_page
 
             try:
                 write_text_atomic(self.html_path, render_page(data))
+                self.write_errors.pop("html", None)
                 self._next_html = now + max(REPORT_INTERVAL_S, (time.monotonic() - now) / HTML_COST_SHARE)
             except Exception as exc:  # the campaign goes on: the JSON report has it all
+                self.write_errors["html"] = f"{type(exc).__name__}: {exc}"
                 self._warn_once("html", f"can't write the HTML report {self.html_path}: "
                                         f"{type(exc).__name__}: {exc}")
 

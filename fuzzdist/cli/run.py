@@ -228,7 +228,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if prop.status == "pending":
             prop.status = "not run"
     plugin.write_report(html_now=True)
-    stream.write("\n" + summary_text(state, report_path, junit_path, html_path) + "\n")
+    stream.write("\n" + summary_text(state, report_path, junit_path, html_path, plugin.write_errors) + "\n")
     stream.flush()
     if state.failure_count() or any(p.status == "error" for p in state.properties.values()):
         return EXIT_FOUND

@@ -15,6 +15,7 @@ starts fresh ones before the next example.
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import multiprocessing as mp
 import multiprocessing.connection as mp_connection
@@ -30,10 +31,10 @@ import time
 import traceback
 import warnings
 import weakref
-from collections.abc import Set
+from collections.abc import Callable, Set
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 from fuzzdist.capabilities import validate_pool_args
 from fuzzdist.errors import InvalidState, PoolStartupError, RankCrash
@@ -59,6 +60,7 @@ class _Rank:
     stack_path: str
     crash_path: str
     output_path: str | None  # where the rank's stdout and stderr go (None: left alone, "live")
+    reaped: bool = False  # its tree was killed and it was reaped: its pid may belong to another process now
 
 
 class RankPool(Controller):
@@ -134,8 +136,8 @@ class RankPool(Controller):
             except (OSError, ValueError):
                 pass
         deadline = time.monotonic() + _KILL_WAIT
-        for r in self._ranks:
-            r.process.join(max(0.0, deadline - time.monotonic()))
+        for r in self._ranks:  # waited for, not reaped: _kill_ranks kills each tree before it reaps the rank
+            _exited(r.process, max(0.0, deadline - time.monotonic()))
         self._finalizer()
 
     def __repr__(self) -> str:
@@ -187,9 +189,9 @@ class RankPool(Controller):
         if self._closed:
             raise InvalidState("this RankPool is closed; create a new one")
         if self._ready:
-            if all(r.process.exitcode is None for r in self._ranks):
+            dead = [r.rank for r in self._ranks if _exited(r.process)]
+            if not dead:
                 return
-            dead = [r.rank for r in self._ranks if r.process.exitcode is not None]
             warnings.warn(f"fuzzdist: rank processes {dead} died between examples; restarting the pool",
                           RuntimeWarning, stacklevel=3)
             self._restart()
@@ -210,9 +212,7 @@ class RankPool(Controller):
                     continue
                 message = self._read(rank, is_sentinel, 0)
                 if message is None:
-                    process = self._ranks[rank].process
-                    process.join(_KILL_WAIT)
-                    code = process.exitcode
+                    code = _reap(self._ranks[rank], _KILL_WAIT)
                     self._kill()
                     raise PoolStartupError(
                         f"rank {rank} died while starting ({_describe(code)}) before it joined the process "
@@ -260,12 +260,11 @@ class RankPool(Controller):
         return True
 
     def _crash(self, dead: Set[int]) -> RankCrash:
-        dead = set(dead) | {r.rank for r in self._ranks if r.process.exitcode is not None}
+        dead = set(dead) | {r.rank for r in self._ranks if _exited(r.process)}
         codes = {}
         for r in dead:
-            process = self._ranks[r].process
-            process.join(_KILL_WAIT)  # a rank whose pipe broke may not be reaped yet
-            codes[r] = process.exitcode if process.exitcode is not None else -signal.SIGKILL
+            code = _reap(self._ranks[r], _KILL_WAIT)  # a rank whose pipe broke may not have ended yet
+            codes[r] = code if code is not None else -signal.SIGKILL
         stacks = {r: _read_file(self._ranks[r].crash_path) for r in dead}
         last = {r: rank_output_mod.tail(path) for r in dead if (path := self._ranks[r].output_path)}
         return RankCrash(sorted(dead), codes, stacks, last_output=last)
@@ -366,9 +365,28 @@ class _Poller:
         return sorted((self._owners[fd] for fd, _ in events), key=lambda owner: owner[1])
 
 
+def _exited(process: Any, timeout: float = 0.0) -> bool:
+    """Whether a rank process has ended (waiting up to ``timeout``), from its sentinel: it is not reaped, so
+    its pid, the id of the group it leads, can't be reused before :func:`process_tree.kill_tree`."""
+    return bool(mp_connection.wait([process.sentinel], max(0.0, timeout)))
+
+
+def _reap(r: _Rank, timeout: float) -> int | None:
+    """Wait up to ``timeout`` for a rank to end, kill its tree (before reaping it: see kill_tree), reap it;
+    its exit code (None: it outlived the SIGKILL and the wait)."""
+    if not r.reaped:
+        _exited(r.process, timeout)
+        process_tree.kill_tree(r.process.pid)
+        r.process.join(_KILL_WAIT)
+        r.reaped = r.process.exitcode is not None
+    return r.process.exitcode
+
+
 def _kill_ranks(ranks: list[_Rank]) -> None:
+    for r in ranks:  # every tree before any rank is reaped (.exitcode reaps): a reaped pid may be reused
+        if not r.reaped:
+            process_tree.kill_tree(r.process.pid)  # the rank and every process it started
     for r in ranks:
-        process_tree.kill_tree(r.process.pid)  # the rank and every process it started
         if r.process.exitcode is None:
             try:
                 r.process.kill()
@@ -451,12 +469,27 @@ def rank_main(spec: RankSpec, conn: Any, watch: Any) -> None:
         channel.send(messages.init_error(traceback.format_exc()))
         return
     channel.send(messages.ready(os.getpid()))
-    Worker(ctx).serve(channel)
-    _leave_group()
-    # Skip the interpreter's teardown of torch (a second or more): nothing is left to flush.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    _serve_then_exit(lambda: Worker(ctx).serve(channel))
+
+
+def _serve_then_exit(serve: Callable[[], object]) -> NoReturn:
+    """Run the rank's serve loop, leave the group and end the process with os._exit, also when an error
+    escapes: never through multiprocessing's exit handler, which joins the non-daemon processes the rank
+    started with no time limit (the rank's watchdog kills what is left of its tree once it is gone), and
+    skipping the interpreter's teardown of torch (a second or more: nothing is left to flush)."""
+    code = 0
+    try:
+        serve()
+        _leave_group()
+    except BaseException:  # noqa: BLE001 - said on stderr, then the rank ends: the driver sees a crash
+        code = 1
+        with contextlib.suppress(Exception):
+            traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)
 
 
 class _PipeChannel:
