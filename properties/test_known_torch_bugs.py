@@ -93,7 +93,7 @@ def _case(**fields: Any) -> Any:
     return collectives.Case(**fields)
 
 
-def _check_pg(pool: Any, call: Any, world_size: int) -> None:
+def _check_pg(pool: Any, call: Any, world_size: int, backend: str) -> None:
     """One check-pg call on gloo, compared with check-pg's reference; raises its ConformanceFailure."""
     from fuzzdist.conformance import ConformanceFailure, _rank
 
@@ -103,7 +103,8 @@ def _check_pg(pool: Any, call: Any, world_size: int) -> None:
         raise ConformanceFailure(f"{call.describe()}:\n" + "\n".join(f"  {p}" for p in problems))
 
 
-def _check_pg_async(pool: Any, calls: tuple[Any, ...], wait_order: tuple[int, ...], world_size: int) -> None:
+def _check_pg_async(pool: Any, calls: tuple[Any, ...], wait_order: tuple[int, ...], world_size: int,
+                    backend: str) -> None:
     """check-pg's async check of ``calls`` on gloo, waited in ``wait_order`` (repeats bounded)."""
     from fuzzdist.conformance import ConformanceFailure, _rank
 
@@ -125,7 +126,8 @@ RUNNERS: dict[str, Callable[..., None]] = {
     "check-pg:allreduce": _check_pg, "check-pg:reduce_scatter_tensor": _check_pg, "check-pg:async": _check_pg_async,
 }
 
-# bug id -> (where, the pinned minimal example's fields; world_size picks the pool)
+# bug id -> (where, the pinned minimal example's fields; world_size picks the pool; check-pg's examples name
+# the backend, as check-pg's own do: its predicates recognise gloo's bugs on gloo only)
 PINNED: dict[str, tuple[str, Callable[[], dict[str, Any]]]] = {
     "gloo-broadcast-ignores-strides": ("broadcast", lambda: dict(
         spec=TensorSpec((2, 2), torch.float32, "transposed"), src=0, seed=0, world_size=2)),
@@ -143,16 +145,17 @@ PINNED: dict[str, tuple[str, Callable[[], dict[str, Any]]]] = {
     "gloo-p2p-self-loop-unclear-error": ("p2p", lambda: dict(case=_p2p_case(), world_size=3)),
     "device-mesh-local-rank-not-coordinate": ("subgroups", lambda: dict(case=_mesh_case(), world_size=3)),
     "gloo-bool-sum-stores-2": ("check-pg:allreduce", lambda: dict(
-        call=_call("allreduce", spec=TensorSpec((1,), torch.bool), seed=3, reduce_op="SUM"), world_size=2)),
+        call=_call("allreduce", spec=TensorSpec((1,), torch.bool), seed=3, reduce_op="SUM"),
+        world_size=2, backend="gloo")),
     "gloo-reduce-scatter-stack-aborts": ("check-pg:reduce_scatter_tensor", lambda: dict(
         call=_call("reduce_scatter_tensor", spec=TensorSpec((2,), torch.float32), reduce_op="SUM", form="stack"),
-        world_size=2)),
+        world_size=2, backend="gloo")),
     "gloo-p2p-second-wait-blocks": ("check-pg:async", lambda: dict(
         calls=(_call("allreduce", spec=TensorSpec((1,), torch.float32), reduce_op="SUM"),
                _call("barrier", late_rank=0),
                _call("allreduce", spec=TensorSpec((1,), torch.float32), reduce_op="SUM"),
                _call("send_recv", spec=TensorSpec((1,), torch.float32), root=0, peer=1)),
-        wait_order=(0, 1, 2, 3, 3), world_size=2)),
+        wait_order=(0, 1, 2, 3, 3), world_size=2, backend="gloo")),
 }
 
 

@@ -45,6 +45,7 @@ from fuzzdist import strategies as fst
 from fuzzdist._symptoms import CALL_RAISED
 from fuzzdist.capabilities import GLOO_DTYPES
 from fuzzdist.conformance._reference import exact_problem, reduction_problem
+from fuzzdist.errors import FuzzdistError
 from fuzzdist.known_bugs import known_failures
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.strategies import TensorSpec
@@ -194,14 +195,18 @@ def _c10d(call: Call, x: torch.Tensor, group: Any, rank: int) -> torch.Tensor:
     return out
 
 
+class CallRaised(FuzzdistError, RuntimeError):
+    """A functional collective raised on a rank; the message names the call (``CALL_RAISED``)."""
+
+
 @contextlib.contextmanager
 def _naming_the_call(index: int, call: Call) -> Iterator[None]:
-    """Re-raise what a call raised as a RuntimeError that names the call (``CALL_RAISED``): the known
+    """Re-raise what a call raised as a :class:`CallRaised` that names the call (``CALL_RAISED``): the known
     bugs' predicates tie a rank's error to the call that raised it."""
     try:
         yield
     except Exception as exc:
-        raise RuntimeError(CALL_RAISED.format(index=index, op=call.op, type=type(exc).__name__, message=exc)) from exc
+        raise CallRaised(CALL_RAISED.format(index=index, op=call.op, type=type(exc).__name__, message=exc)) from exc
 
 
 def functional_and_check(ctx: RankContext, case: FunctionalCase,
