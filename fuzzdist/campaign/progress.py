@@ -77,7 +77,7 @@ class PlainProgress(Progress):
                 self._line(state, _status_line(prop))
 
     def new_failure(self, state, prop, summary, known):
-        what = "known failure replayed" if known else "new failure"
+        what = "failure replayed from the database" if known else "new failure"
         self._line(state, f"{what} in {prop.nodeid}: {summary}")
 
     def property_done(self, state, prop):
@@ -119,7 +119,7 @@ class RichProgress(Progress):
             self.live.update(self._table(state), refresh=True)
 
     def new_failure(self, state, prop, summary, known):
-        what = "known failure replayed" if known else "new failure"
+        what = "failure replayed from the database" if known else "new failure"
         self._log.append(f"[{fmt_seconds(state.elapsed())}] {what} in {prop.nodeid}: {summary}")
         self.update(state, force=True)
 
