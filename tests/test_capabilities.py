@@ -101,7 +101,12 @@ def test_a_property_file_skips_only_for_a_missing_torch_feature(monkeypatch, pat
     from pathlib import Path
 
     file = Path(__file__).resolve().parent.parent / path
-    monkeypatch.setitem(sys.modules, f"fuzzdist.properties.{module}", None)  # importing it raises ImportError
+    import fuzzdist.properties
+
+    # importing it raises ImportError: None in sys.modules, and no attribute left on the package from an
+    # earlier import in this session (`from fuzzdist.properties import fsdp` would take that instead)
+    monkeypatch.setitem(sys.modules, f"fuzzdist.properties.{module}", None)
+    monkeypatch.delattr(fuzzdist.properties, module, raising=False)
     spec = importlib.util.spec_from_file_location(f"gate_{module}", file)
     assert spec is not None and spec.loader is not None
     with pytest.raises(ImportError):
