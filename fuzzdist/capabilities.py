@@ -176,15 +176,51 @@ def missing_peer_access(world_size: int) -> str | None:
     return None
 
 
+# The pip extra that installs the cupy build for each CUDA major version (pyproject.toml).
+CUPY_EXTRAS = {12: "gpu", 13: "gpu-cuda13"}
+
+
+def cupy_install_hint(cuda_major: int | None) -> str:
+    """What to install for cupy to match a torch built with CUDA ``cuda_major`` (None: unknown)."""
+    extra = CUPY_EXTRAS.get(cuda_major) if cuda_major is not None else None
+    if extra is not None:
+        return f"install fuzzdist[{extra}] (cupy-cuda{cuda_major}x, for torch's CUDA {cuda_major})"
+    choices = " or ".join(f"fuzzdist[{e}] (CUDA {m})" for m, e in sorted(CUPY_EXTRAS.items()))
+    return f"install fuzzdist[gpu] or the cupy build for your CUDA: {choices}"
+
+
+def _torch_cuda_major() -> int | None:
+    version = torch.version.cuda
+    if not version:
+        return None
+    try:
+        return int(str(version).split(".")[0])
+    except ValueError:
+        return None
+
+
 def missing_cupy() -> str | None:
-    """Why cupy can't be used here (not installed, or it sees no GPU), or None."""
+    """Why cupy can't be used here, or None: not installed, failing to import (any exception: a
+    cupy for another CUDA can raise more than ImportError), built for another CUDA major version
+    than torch's (``torch.version.cuda``), or seeing no GPU.  Says which extra to install."""
+    torch_major = _torch_cuda_major()
     try:
         import cupy
-    except ImportError as exc:
-        return f"needs cupy ({exc}); install fuzzdist[gpu] or the cupy build for your CUDA"
+    except Exception as exc:  # noqa: BLE001 - any failure to import means no usable cupy
+        return f"needs cupy, but importing it failed ({type(exc).__name__}: {exc}); {cupy_install_hint(torch_major)}"
+    try:
+        runtime = int(cupy.cuda.runtime.runtimeGetVersion())  # e.g. 12080 for CUDA 12.8
+    except Exception as exc:  # noqa: BLE001 - cupy without a usable CUDA runtime
+        return f"needs a working cupy, but it can't tell its CUDA runtime version: {exc}"
+    cupy_major = runtime // 1000
+    if torch_major is None:
+        return f"needs cupy next to a CUDA torch, but torch {torch.__version__} is a build without CUDA"
+    if cupy_major != torch_major:
+        return (f"needs cupy built for torch's CUDA {torch.version.cuda}, but the installed cupy uses CUDA "
+                f"{cupy_major}.{runtime % 1000 // 10}; {cupy_install_hint(torch_major)}")
     try:
         cupy.cuda.runtime.getDeviceCount()
-    except Exception as exc:  # cupy without a usable driver
+    except Exception as exc:  # noqa: BLE001 - cupy without a usable driver
         return f"needs a working cupy, but it can't see a GPU: {exc}"
     return None
 

@@ -18,32 +18,40 @@ Use with :func:`fuzzdist.sharing.share_tensor`::
 from __future__ import annotations
 
 import pickle
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, cast
 
 import torch
+from hypothesis import strategies as st
 
+from fuzzdist import strategies as fst
 from fuzzdist.errors import InvalidArgument
+from fuzzdist.strategies._allocator import inherited_allocator_settings
 
-__all__ = ["CudaArrayInterface", "expandable_segments_active", "ipc_allocator_modes", "open_cuda_handle",
-           "reduce_cuda_handles"]
+__all__ = ["CudaArrayInterface", "check_expandable_segment", "expandable_segment_mismatch",
+           "expandable_segments_active", "ipc_allocator_modes", "open_cuda_handle", "reduce_cuda_handles",
+           "segment_of"]
 
 _DEVICE_ARG = 6  # index of the device in rebuild_cuda_tensor's arguments
 
 
 def reduce_cuda_handles(tensor: torch.Tensor, receivers: Sequence[int]) -> dict[int, bytes]:
-    """``reduce_tensor`` of a CUDA tensor, pickled, for each receiver rank.
+    """One ``reduce_tensor`` of a CUDA tensor per receiver rank, pickled.
 
-    One reduction serves every receiver (each process opens the IPC handle
-    once; torch counts the references), but each gets its own bytes so the
-    interface matches ``fuzzdist.sharing.reduce_tensor_handles``.
+    Each reduction is its own: ``_share_cuda_`` gives it a fresh reference
+    counter set to 1, and the receiver that rebuilds it lets go of that
+    counter exactly once.  One reduction sent to several receivers would be
+    released once per receiver (down to -2 with three), and the source could
+    free and reuse the block while others still map it, a use-after-free of
+    fuzzdist's making.  (``fuzzdist.sharing.reduce_tensor_handles`` makes one
+    handle per receiver on CPU for the same reason.)
     """
-    from torch.multiprocessing.reductions import reduce_tensor
+    from torch.multiprocessing import reductions
 
     if not tensor.is_cuda:
         raise InvalidArgument(f"reduce_cuda_handles shares CUDA tensors; got one on {tensor.device}")
-    data = pickle.dumps(reduce_tensor(tensor))
-    return {int(r): data for r in receivers}
+    return {int(r): pickle.dumps(reductions.reduce_tensor(tensor)) for r in receivers}
 
 
 def open_cuda_handle(handle: bytes, device_index: int) -> torch.Tensor:
@@ -80,31 +88,74 @@ class CudaArrayInterface:
         }
 
 
-def expandable_segments_active(device: torch.device) -> bool:
-    """Did the allocator really give ``device`` expandable segments?  Checked, not assumed.
+def segment_of(pointer: int, snapshot: Iterable[Mapping[str, Any]], device_index: int) -> Mapping[str, Any] | None:
+    """The segment of ``snapshot`` (``torch.cuda.memory_snapshot()``) on ``device_index`` that holds
+    ``pointer`` (``address <= pointer < address + total_size``), or None."""
+    for segment in snapshot:
+        if segment.get("device") != device_index:
+            continue
+        address, size = segment.get("address"), segment.get("total_size")
+        if address is not None and size is not None and address <= pointer < address + size:
+            return segment
+    return None
 
-    Reads the allocator's snapshot: each segment says whether it is
-    expandable (torch >= 2.1).  False when the device has no segment yet.
+
+def expandable_segment_mismatch(pointer: int, expected: bool, snapshot: Iterable[Mapping[str, Any]],
+                                device_index: int) -> str | None:
+    """None if the segment holding ``pointer`` is expandable exactly when ``expected`` says so, else why not.
+
+    Asks about the tensor's own segment, not about any segment of the device:
+    the caching allocator reuses free blocks of segments made under an earlier
+    setting, so "some segment is expandable" says nothing about this tensor.
     """
+    segment = segment_of(pointer, snapshot, device_index)
+    if segment is None:
+        return f"no segment of cuda:{device_index} in the allocator's snapshot holds {pointer:#x}"
+    if "is_expandable" not in segment:
+        return f"torch {torch.__version__}'s memory snapshot does not say whether a segment is expandable"
+    actual = bool(segment["is_expandable"])
+    if actual == expected:
+        return None
+    wanted = "an expandable segment" if expected else "a non-expandable segment"
+    return (f"expected {wanted}, but the tensor at {pointer:#x} lies in a segment with is_expandable={actual} "
+            f"(address {segment['address']:#x}, {segment['total_size']} bytes)")
+
+
+def check_expandable_segment(tensor: torch.Tensor, expected: bool) -> str | None:
+    """``expandable_segment_mismatch`` for ``tensor``'s memory, from the allocator's snapshot now."""
+    return expandable_segment_mismatch(tensor.data_ptr(), expected, torch.cuda.memory_snapshot(),
+                                       tensor.device.index if tensor.device.index is not None
+                                       else torch.cuda.current_device())
+
+
+def expandable_segments_active(device: torch.device) -> bool:
+    """Does any segment of ``device`` say it is expandable?  (A device-wide hint only: a given
+    tensor can still sit in an older, non-expandable segment; see :func:`check_expandable_segment`.)"""
     index = torch.device(device).index
     if index is None:
         index = torch.cuda.current_device()
-    for segment in torch.cuda.memory_snapshot():
-        if segment.get("device") == index and segment.get("is_expandable"):
-            return True
-    return False
+    return any(segment.get("device") == index and segment.get("is_expandable")
+               for segment in torch.cuda.memory_snapshot())
 
 
-def ipc_allocator_modes():
-    """``allocator_modes("cuda")`` less expandable segments where this machine refuses ``pidfd_getfd``.
+def ipc_allocator_modes() -> st.SearchStrategy[fst.CudaAllocatorMode]:
+    """``allocator_modes("cuda")`` less the modes that would use expandable segments where this machine
+    refuses ``pidfd_getfd``.
 
     IPC of an expandable segment needs that syscall between the ranks; where a
     container forbids it the mode can't work, so it is left out, not failed.
+    The filter is on the *effective* setting: a mode that leaves
+    ``expandable_segments`` unset inherits ``PYTORCH_CUDA_ALLOC_CONF`` (or
+    ``PYTORCH_ALLOC_CONF``), which may turn them on.
     """
-    from fuzzdist import strategies as fst
     from fuzzdist.capabilities import missing_pidfd_getfd
 
-    modes = fst.allocator_modes("cuda")
+    modes = cast("st.SearchStrategy[fst.CudaAllocatorMode]", fst.allocator_modes("cuda"))
     if missing_pidfd_getfd() is not None:
-        modes = modes.filter(lambda mode: not mode.expandable_segments)
+        inherited = inherited_allocator_settings()
+
+        def without_expandable(mode: fst.CudaAllocatorMode) -> bool:
+            return not mode.effective_expandable_segments(inherited)
+
+        modes = modes.filter(without_expandable)
     return modes

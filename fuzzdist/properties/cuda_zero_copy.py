@@ -17,9 +17,9 @@ import torch
 from hypothesis import strategies as st
 
 from fuzzdist import strategies as fst
-from fuzzdist.capabilities import missing_cupy
 from fuzzdist.checks import first_difference
 from fuzzdist.cuda_ipc import CudaArrayInterface, ipc_allocator_modes, open_cuda_handle, reduce_cuda_handles
+from fuzzdist.errors import InvalidArgument
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.sharing import share_tensor
 
@@ -37,9 +37,36 @@ def _as_tensor(obj: Any, device: str | torch.device) -> torch.Tensor:
     return torch.as_tensor(obj, device=device)
 
 
+INTERFACE_SETS = ("torch", "cupy")  # each its own test: a missing cupy is a visible skip, never a silent drop
+
+
+def _torch_views(shared: torch.Tensor, ptr: int, nbytes: int, view_dtype: torch.dtype, index: int,
+                 as_tensor: Callable[..., Any]) -> dict[str, torch.Tensor]:
+    views = {}
+    wrapper = CudaArrayInterface(ptr, (nbytes,))
+    for device in ("cuda", f"cuda:{index}"):
+        views[f"__cuda_array_interface__ device={device}"] = as_tensor(wrapper, device).view(view_dtype)
+    views["dlpack"] = torch.from_dlpack(shared.view(view_dtype))
+    return views
+
+
+def _cupy_views(shared: torch.Tensor, ptr: int, nbytes: int, view_dtype: torch.dtype, index: int,
+                as_tensor: Callable[..., Any]) -> dict[str, torch.Tensor]:
+    import cupy  # the test asked for cupy (needs("cupy")): a cupy that fails here fails the example
+
+    memory = cupy.cuda.UnownedMemory(ptr, nbytes, shared, index)
+    array = cupy.ndarray((nbytes,), cupy.uint8, cupy.cuda.MemoryPointer(memory, 0))
+    return {"cupy __cuda_array_interface__": as_tensor(array, f"cuda:{index}").view(view_dtype),
+            "cupy dlpack": torch.from_dlpack(array).view(view_dtype)}
+
+
 def zero_copy_views(ctx: RankContext, nbytes: int, view_dtype: torch.dtype, src: int, seed: int,
-                    mode: fst.CudaAllocatorMode, as_tensor: Callable[..., Any] = _as_tensor) -> list[str]:
-    """On every rank: view memory shared from ``src`` through each interface; report every copy."""
+                    mode: fst.CudaAllocatorMode, as_tensor: Callable[..., Any] = _as_tensor,
+                    interfaces: str = "torch") -> list[str]:
+    """On every rank: view memory shared from ``src`` through each interface of the set ``interfaces``
+    (``"torch"``: the seed's wrapper and DLPack; ``"cupy"``: real cupy arrays); report every copy."""
+    if interfaces not in INTERFACE_SETS:
+        raise InvalidArgument(f"interfaces must be one of {INTERFACE_SETS}, got {interfaces!r}")
     problems: list[str] = []
     with mode.applied():
         base = None
@@ -51,18 +78,8 @@ def zero_copy_views(ctx: RankContext, nbytes: int, view_dtype: torch.dtype, src:
         assert shared is not None  # one rank: it is the source
         expected = fst.TensorSpec((nbytes,), torch.uint8).materialize("cpu", seed).view(view_dtype)
         ptr = shared.data_ptr()
-        views = {}
-        wrapper = CudaArrayInterface(ptr, (nbytes,))
-        for device in ("cuda", f"cuda:{ctx.device.index}"):
-            views[f"__cuda_array_interface__ device={device}"] = as_tensor(wrapper, device).view(view_dtype)
-        views["dlpack"] = torch.from_dlpack(shared.view(view_dtype))
-        if missing_cupy() is None:
-            import cupy
-
-            memory = cupy.cuda.UnownedMemory(ptr, nbytes, shared, ctx.device.index)
-            array = cupy.ndarray((nbytes,), cupy.uint8, cupy.cuda.MemoryPointer(memory, 0))
-            views["cupy __cuda_array_interface__"] = as_tensor(array, f"cuda:{ctx.device.index}").view(view_dtype)
-            views["cupy dlpack"] = torch.from_dlpack(array).view(view_dtype)
+        make = _torch_views if interfaces == "torch" else _cupy_views
+        views = make(shared, ptr, nbytes, view_dtype, ctx.device.index, as_tensor)
         for name, view in views.items():
             if nbytes and view.data_ptr() != ptr:
                 problems.append(f"{name}: copied (data_ptr {view.data_ptr():#x}, shared memory at {ptr:#x})")
@@ -70,15 +87,18 @@ def zero_copy_views(ctx: RankContext, nbytes: int, view_dtype: torch.dtype, src:
             if diff:
                 problems.append(f"{name}: {diff}")
         torch.cuda.synchronize(ctx.device)
+        del views, shared, base  # every rank lets go inside the mode, before the source frees the memory
         torch.distributed.barrier(group=ctx.group)
     return problems
 
 
 def check(pool: Pool, nbytes: int, view_dtype: torch.dtype, src: int, seed: int, mode: fst.CudaAllocatorMode, *,
-          as_tensor: Callable[..., Any] = _as_tensor) -> None:
+          as_tensor: Callable[..., Any] = _as_tensor, interfaces: str = "torch") -> None:
     """View ``nbytes`` of CUDA memory shared from rank ``src`` (under allocator ``mode``) as
-    ``view_dtype`` through every interface, with ``as_tensor`` for the ``__cuda_array_interface__``
-    ones; raise :class:`PropertyFailure` with every rank's problems if any view copies or differs."""
-    problems = pool.run(zero_copy_views, nbytes, view_dtype, src, seed, mode, as_tensor=as_tensor)
+    ``view_dtype`` through every interface of ``interfaces`` (``"torch"`` or ``"cupy"``), with
+    ``as_tensor`` for the ``__cuda_array_interface__`` ones; raise :class:`PropertyFailure` with every
+    rank's problems if any view copies or differs."""
+    problems = pool.run(zero_copy_views, nbytes, view_dtype, src, seed, mode, as_tensor=as_tensor,
+                        interfaces=interfaces)
     if problems != [[]] * pool.world_size:
         raise PropertyFailure(str(problems), problems)

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pytest
 import torch
 import torch.distributed as dist
 import torch.utils.dlpack
@@ -151,8 +150,8 @@ class Interface:
     dtypes: tuple[torch.dtype, ...]
 
 
-# By device, in shrink order. The CUDA ones (__cuda_array_interface__, cupy, DLPack on GPU) come
-# with CUDA sharing. Until then, the cuda variant of each test skips and says so.
+# By device, in shrink order. Host memory only: CUDA memory's interfaces (__cuda_array_interface__,
+# cupy, DLPack on GPU, over CUDA IPC) are fuzzdist.properties.cuda_zero_copy's.
 INTERFACES: dict[str, tuple[Interface, ...]] = {
     "cpu": (
         Interface("torch.as_tensor(np.asarray(__array_interface__))", as_tensor_of_array_interface, NUMPY_DTYPES),
@@ -162,16 +161,16 @@ INTERFACES: dict[str, tuple[Interface, ...]] = {
         Interface("torch.from_dlpack(DLPack capsule)", from_dlpack_of_capsule, DLPACK_DTYPES),
         Interface("torch.as_tensor(np.from_dlpack(__dlpack__))", as_tensor_of_numpy_from_dlpack, NUMPY_DTYPES),
     ),
-    "cuda": (),
 }
 
 
 def interface(device: str, name: str) -> Interface:
     """The interface called ``name`` on ``device``."""
-    for candidate in INTERFACES[device]:
+    for candidate in INTERFACES.get(device, ()):
         if candidate.name == name:
             return candidate
-    raise InvalidArgument(f"no interface {name!r} on {device}")
+    raise InvalidArgument(f"no interface {name!r} on {device}; devices with interfaces: {', '.join(INTERFACES)} "
+                          "(CUDA memory: fuzzdist.properties.cuda_zero_copy)")
 
 
 # ---------------------------------------------------------------------------
@@ -219,6 +218,9 @@ def alias_cases(draw: st.DrawFn, device: str = "cpu", interfaces: tuple[str, ...
     valid bools. Shrinks to the first interface, ``TensorSpec((1,), torch.float32)``, viewed as
     float32.
     """
+    if device not in INTERFACES:
+        raise InvalidArgument(f"alias_cases covers host memory ({', '.join(INTERFACES)}), not {device!r}; "
+                              "CUDA memory's interfaces are fuzzdist.properties.cuda_zero_copy's")
     names = [i.name for i in INTERFACES[device] if interfaces is None or i.name in interfaces]
     chosen = interface(device, draw(st.sampled_from(names), label="interface"))
     spec = draw(SPECS, label="spec")
@@ -327,13 +329,6 @@ def _alias_shared(ctx: RankContext, case: AliasCase, seed: int, src: int, writer
 
 # ---------------------------------------------------------------------------
 # driver-side checks
-
-
-def skip_unless_interfaces(device: str) -> None:
-    """Skip the calling test (``pytest.skip``) when ``device`` has no interfaces to check yet."""
-    if not INTERFACES[device]:
-        pytest.skip(f"no {device} interfaces yet: the CUDA variant (__cuda_array_interface__, cupy, "
-                    "DLPack on GPU) comes with CUDA sharing")
 
 
 def _wrong(problems: list[Any]) -> dict[int, Any]:

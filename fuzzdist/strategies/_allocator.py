@@ -158,12 +158,32 @@ _MIN_SPLIT_MB = 20
 
 
 def _release_cached_blocks() -> None:
+    # ipc_collect first: blocks shared over CUDA IPC wait in torch's hold queue
+    # until every receiver let go, and empty_cache can't release them before;
+    # left there, a later example's tensor could land in a segment made under
+    # this example's settings.
     cuda = getattr(torch, "cuda", None)
     try:
         if cuda is not None and cuda.is_available() and cuda.is_initialized():
+            cuda.synchronize()
+            cuda.ipc_collect()
             cuda.empty_cache()
     except Exception:  # noqa: BLE001 - best effort; the settings still change
         pass
+
+
+def inherited_allocator_settings() -> dict[str, str]:
+    """The allocator settings in force now, as key -> value strings: torch's runtime getter where it
+    has one (it knows which environment variable torch read), else the environment variable.
+
+    What a mode that leaves a setting as ``None`` inherits, ``PYTORCH_CUDA_ALLOC_CONF`` included.
+    """
+    api = _allocator_api()
+    try:
+        text = api.get() if api is not None else _env_settings()
+    except Exception:  # noqa: BLE001 - a getter that fails: fall back to what the process started with
+        text = _env_settings()
+    return _parse_settings(text)
 
 
 @dataclass(frozen=True)
@@ -172,10 +192,13 @@ class CudaAllocatorMode:
 
     ``expandable_segments`` changes how CUDA memory is mapped and therefore
     how it is shared between processes (IPC of expandable segments goes
-    through a different path); ``max_split_size_mb`` (>= 20),
-    ``roundup_power2_divisions`` (a power of two) and
-    ``garbage_collection_threshold`` (in (0, 1)) change how blocks are split,
-    rounded and reclaimed, which shifts where tensors land in memory.
+    through a different path); ``max_split_size_mb`` (>= 20) and
+    ``roundup_power2_divisions`` (a power of two) change how blocks are split
+    and rounded, which shifts where tensors land in memory.
+    ``garbage_collection_threshold`` (in (0, 1)) is accepted and applied, but
+    the allocator only acts on it once a per-process memory fraction is set
+    (``torch.cuda.set_per_process_memory_fraction``), which a mode does not
+    do, so ``allocator_modes`` never draws it.
     """
 
     expandable_segments: bool | None = None
@@ -206,6 +229,15 @@ class CudaAllocatorMode:
             "garbage_collection_threshold": self.garbage_collection_threshold,
         }
         return {k: _format_value(v) for k, v in fields.items() if v is not None}
+
+    def effective_expandable_segments(self, inherited: dict[str, str] | None = None) -> bool:
+        """Whether memory allocated under this mode comes from expandable segments: the drawn value,
+        or for ``None`` the inherited setting (``inherited``, by default
+        :func:`inherited_allocator_settings`), whose default is off."""
+        if self.expandable_segments is not None:
+            return self.expandable_segments
+        settings = inherited_allocator_settings() if inherited is None else inherited
+        return settings.get("expandable_segments", _DEFAULTS["expandable_segments"]) == "True"
 
     def settings_string(self) -> str:
         """This mode in ``PYTORCH_CUDA_ALLOC_CONF`` syntax ('' for no change)."""
@@ -297,8 +329,11 @@ def allocator_modes(device: str | torch.device = "cpu") -> st.SearchStrategy[All
     torch's Linux default.
 
     ``"cuda"``: expandable segments unchanged/off/on, combined with
-    ``max_split_size_mb``, ``roundup_power2_divisions`` and
-    ``garbage_collection_threshold``. Only if the installed torch has a runtime
+    ``max_split_size_mb`` and ``roundup_power2_divisions`` (not
+    ``garbage_collection_threshold``: the caching allocator only collects when
+    a per-process memory fraction is set, and a fraction small enough for the
+    threshold to be reached would make the properties' own allocations run
+    out of memory). Only if the installed torch has a runtime
     settings setter (feature-detected); otherwise only the no-change mode.
     Builds values without a GPU. Shrinks to ``CudaAllocatorMode()``, which
     leaves the allocator as configured.
@@ -318,6 +353,5 @@ def allocator_modes(device: str | torch.device = "cpu") -> st.SearchStrategy[All
             expandable_segments=st.sampled_from([None, False, True]),
             max_split_size_mb=st.sampled_from([None, min_split, max(min_split, 256)]),
             roundup_power2_divisions=st.sampled_from([None, 1, 4, 16]),
-            garbage_collection_threshold=st.sampled_from([None, 0.5, 0.9]),
         )
     raise InvalidStrategyArgument(f"allocator_modes supports 'cpu' and 'cuda', not {device!r}")
