@@ -90,6 +90,14 @@ named in ``ops`` go through the schedule.  The others resolve as soon as
 their real op completes, inside the call that issues them, and take no
 window slot.
 
+CUDA tensors
+------------
+The group works on CUDA tensors as on CPU ones (over gloo, several ranks can
+share one GPU; over nccl, one GPU per rank).  Each Work's future names the
+devices of its tensors (:func:`future_devices`), so completing it records an
+event on those devices' current streams, and DDP's reducer, chained on it,
+waits for the copy of the result into its bucket.
+
 Every wait is bounded.  A release waits on the real op for at most
 ``timeout`` seconds: gloo's ``Work.wait(timeout)`` raises past it, and the
 work then fails with that error.  A visible wait gives up with
@@ -122,6 +130,7 @@ __all__ = [
     "ScheduledWorkDropped",
     "ScheduledWorkFailure",
     "WorkForm",
+    "future_devices",
 ]
 
 WorkForm = Literal["subclass", "future"]
@@ -178,7 +187,11 @@ class _Entry:
         # The caller gets ``future``, chained on ``source``: completing ``source`` with an
         # exception makes ``future`` fail at the C++ level too (a C++ waiter such as DDP's
         # reducer sees the error), which Future.set_exception alone does not do.
-        self.source: torch.futures.Future[Any] = torch.futures.Future()
+        # On CUDA the futures name the devices of the tensors they carry: completing one then
+        # records an event on each device's current stream, and whoever waits on it or chains
+        # on it (DDP's reducer) waits for that event.  A future without devices takes CUDA
+        # tensors silently and synchronizes nothing (c10 ivalue::Future::markCompleted).
+        self.source: torch.futures.Future[Any] = torch.futures.Future(devices=future_devices(result))
         self.future: torch.futures.Future[Any] = self.source.then(_unwrap)
         self.done = threading.Event()
         self.window: int | None = None
@@ -190,6 +203,14 @@ class _Entry:
         # test_c10d_pypg.py keeps its MyWork objects: a Python override must still be
         # there whenever C++ calls wait() or get_future().
         self.handle: Any = None
+
+
+def future_devices(tensors: Sequence[Any]) -> list[int | str | torch.device]:
+    """The accelerator devices of ``tensors``, sorted and without repeats: what a
+    ``torch.futures.Future`` carrying them must name (``devices=``).  Empty for CPU tensors,
+    whose futures name no device."""
+    found = {t.device for t in tensors if t.device.type != "cpu"}
+    return list(sorted(found, key=lambda d: (d.type, -1 if d.index is None else d.index)))
 
 
 def _unwrap(source: torch.futures.Future[Any]) -> Any:
@@ -697,5 +718,9 @@ def _copier(targets: list[torch.Tensor], staging: list[torch.Tensor]) -> Callabl
         with torch.no_grad():
             for target, staged in zip(targets, staging, strict=False):
                 target.copy_(staged)
+                if staged.is_cuda:
+                    # The copy may run on another thread's stream than the one the staging copy was
+                    # made on: keep the allocator from reusing its memory until the copy has run.
+                    staged.record_stream(torch.cuda.current_stream(staged.device))
 
     return copy_back

@@ -5,12 +5,14 @@ from __future__ import annotations
 from functools import partial
 
 import planted
+import planted_pg
 import pytest
 import torch
 from hypothesis import strategies as st
 from minimal import minimal_failure
 
-from fuzzdist.properties import block_stream, cuda_ipc, cuda_zero_copy
+from fuzzdist import strategies as fst
+from fuzzdist.properties import block_stream, cuda_ipc, cuda_zero_copy, ddp
 from fuzzdist.strategies import CudaAllocatorMode
 
 
@@ -50,3 +52,36 @@ def test_cuda_zero_copy_property_catches_a_copy(rank_pool):
 
     f = minimal_failure(check, units=st.integers(0, 4096), src=st.integers(0, 1), seed=st.integers(0, 2**31))
     assert f.units == 1  # zero bytes have no address to compare; one unit copies
+
+
+# DDP parity on CUDA (issue 10, item 9): the planted groups of test_ddp_parity_catch_bugs.py, under DDP with
+# the model on the rank's GPU.  Their bugs depend on bucket sizes and completion order, not on the device, so
+# the minimal examples are expected to be the CPU ones; a different minimum on a GPU is itself a finding.
+
+
+@pytest.mark.fuzzdist(device="cuda", world_size=2)
+def test_ddp_parity_on_cuda_catches_a_corrupted_large_bucket(rank_pool):
+    """Several ranks on one GPU over gloo: a group that corrupts allreduces of 8 or more elements."""
+    def check(config, dtype, seed):
+        ddp.check(rank_pool, config, dtype, seed, wrap=planted_pg.CorruptingLargeAllreducePG, wrap_args=(8,))
+
+    f = minimal_failure(check, config=fst.ddp_configs(2), dtype=ddp.DTYPES, seed=ddp.SEEDS)
+    # the smallest model whose single bucket reaches 8 elements: one layer 1 -> 4 (4 weights + 4 biases)
+    assert f.config == fst.DDPConfig(widths=(1, 4), batch_sizes=(1, 1)), f.config
+    assert "step 0 grad layers.0.bias: 1 of 4 elements differ" in str(f.error)
+
+
+@pytest.mark.fuzzdist(device="cuda", world_size=2)
+def test_ddp_parity_on_cuda_catches_a_fifo_completion_assumption_through_device_futures(rank_pool):
+    """A ReorderingProcessGroup over CUDA tensors (device-aware futures) that puts each result into the
+    oldest pending allreduce: wrong only when the drawn schedule reorders two allreduces."""
+    def check(config, dtype, seed, schedule):
+        ddp.check(rank_pool, config, dtype, seed, wrap=planted_pg.FifoCompletionPG, wrap_args=(schedule,),
+                  wrap_kwargs={"ops": ("allreduce",)})
+
+    f = minimal_failure(check, config=fst.ddp_configs(2), dtype=ddp.DTYPES, seed=ddp.SEEDS,
+                        schedule=ddp.completion_schedules())
+    # two allreduces in flight, released second-first: the bucket, then the map of used parameters
+    assert f.schedule.resolution_order == (1, 0), f.schedule
+    assert f.config == fst.DDPConfig(widths=(1, 1), batch_sizes=(1, 1), find_unused_parameters=True), f.config
+    assert "got 2, expected" in str(f.error)

@@ -12,6 +12,10 @@ batches, run over the pool's gloo group directly or through a
   reference model's, also trained locally, within tolerance, and are
   bitwise equal on every rank.
 
+On CUDA (``device="cuda"``) the model, the reference and the batches live on the rank's GPU:
+several ranks share one GPU over gloo, the ``ReorderingProcessGroup`` kinds hand DDP
+device-aware futures, and with one GPU per rank the group can be nccl.
+
 Generalises torch's DDP-versus-local-model tests (seed 003, ``test_c10d_spawn_gloo.py``'s
 ``DistributedDataParallelSingleProcessTest``: one fixed model and batch) and DDP over a Python
 ProcessGroup (seed 002, ``test_c10d_pypg.py``'s ``test_ddp_with_pypg``) to drawn models, batches,
@@ -50,6 +54,7 @@ TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
 }
 MAX_WINDOW = 4  # the reordering schedule covers windows of 1..MAX_WINDOW allreduces
 PG_KINDS = ("gloo", "reorder-subclass", "reorder-future")
+NCCL_PG_KINDS = ("nccl", "reorder-subclass", "reorder-future")  # one GPU per rank: the pool's group is nccl
 _MAX_REPORTED = 6  # mismatches reported per rank
 
 
@@ -69,6 +74,21 @@ def _load_buffers(module: nn.Module, state: dict[str, torch.Tensor]) -> None:
     with torch.no_grad():
         for name, b in module.named_buffers():
             b.copy_(state[name])
+
+
+def _device_of(module: nn.Module) -> torch.device:
+    return next(module.parameters()).device
+
+
+def ddp_device_kwargs(device: torch.device) -> dict[str, Any]:
+    """DDP's device arguments for a model on ``device``: ``device_ids=[index]`` on a CUDA device
+    (the rank's own GPU, ``r % device_count``), none on CPU (DDP refuses device_ids there)."""
+    device = torch.device(device)
+    if device.type == "cpu":
+        return {}
+    if device.index is None:
+        raise ValueError(f"DDP needs the rank's device with its index, e.g. cuda:0, got {device}")
+    return {"device_ids": [device.index]}
 
 
 def reference_gradients(reference: nn.Module, config: fst.DDPConfig, step: int, seed: int,
@@ -110,7 +130,8 @@ def reference_gradients(reference: nn.Module, config: fst.DDPConfig, step: int, 
             _load_buffers(reference, rank_buffers[0] if config.broadcast_buffers else rank_buffers[r])
         reference.zero_grad(set_to_none=True)
         inputs, targets = config.make_batch(r, step, seed)
-        loss = nn.functional.mse_loss(reference(inputs.to(dtype)), targets.to(dtype))
+        device = _device_of(reference)
+        loss = nn.functional.mse_loss(reference(inputs.to(device, dtype)), targets.to(device, dtype))
         loss.backward()
         for name, p in reference.named_parameters():
             if p.grad is None:
@@ -131,10 +152,11 @@ def whole_batch_gradients(reference: nn.Module, config: fst.DDPConfig, step: int
     by W.  Only for models without buffers: with buffers, each rank's samples see that
     rank's own buffers, which one forward over the concatenation can't reproduce."""
     world, out_features = config.world_size, config.widths[-1]
+    device = _device_of(reference)
     batches = [config.make_batch(r, step, seed) for r in range(world)]
-    inputs = torch.cat([x for x, _ in batches]).to(dtype)
-    targets = torch.cat([y for _, y in batches]).to(dtype)
-    weights = torch.cat([torch.full((b, 1), 1.0 / (world * b * out_features), dtype=dtype)
+    inputs = torch.cat([x for x, _ in batches]).to(device, dtype)
+    targets = torch.cat([y for _, y in batches]).to(device, dtype)
+    weights = torch.cat([torch.full((b, 1), 1.0 / (world * b * out_features), dtype=dtype, device=device)
                          for b in config.batch_sizes])
     reference.zero_grad(set_to_none=True)
     (((reference(inputs) - targets) ** 2) * weights).sum().backward()
@@ -175,7 +197,8 @@ def ddp_parity(ctx: RankContext, config: fst.DDPConfig, dtype: torch.dtype, seed
                wrap: Callable[..., dist.ProcessGroup] | None = None, wrap_args: tuple[Any, ...] = (),
                wrap_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
     """On every rank: train DDP over ``wrap(ctx.group, *wrap_args, **wrap_kwargs)`` (or
-    ctx.group itself) next to a local reference model; return the mismatches and digests.
+    ctx.group itself) next to a local reference model, both on ``ctx.device`` (a CUDA rank's
+    model is on its own GPU and DDP gets ``device_ids``); return the mismatches and digests.
 
     ``wrap`` is swappable so that tests can plant faulty process groups.
     """
@@ -184,13 +207,13 @@ def ddp_parity(ctx: RankContext, config: fst.DDPConfig, dtype: torch.dtype, seed
     mismatches: list[str] = []
     grad_digests: list[tuple[tuple[str, tuple[object, ...] | None], ...]] = []
     try:
-        model = config.build_model(seed).to(dtype)
+        model = config.build_model(seed).to(ctx.device, dtype)
         reference = copy.deepcopy(model)  # same seed, same values: built before DDP touches them
         with warnings.catch_warnings():
             # Expected: the drawn pairing static_graph + find_unused_parameters is valid and kept
             # (both code paths run), and torch says the flag is redundant with static_graph.
             warnings.filterwarnings("ignore", message="You passed find_unused_parameters=true", category=UserWarning)
-            ddp = DDP(model, process_group=pg, **config.ddp_kwargs())
+            ddp = DDP(model, process_group=pg, **ddp_device_kwargs(ctx.device), **config.ddp_kwargs())
         optimizer = config.build_optimizer(ddp.parameters())
         ref_optimizer = config.build_optimizer(reference.parameters())
         rank_buffers = [_buffers(reference)] * config.world_size if config.buffers else []
@@ -198,7 +221,7 @@ def ddp_parity(ctx: RankContext, config: fst.DDPConfig, dtype: torch.dtype, seed
             expected, rank_buffers = reference_gradients(reference, config, step, seed, dtype, rank_buffers)
             whole = {} if config.buffers else whole_batch_gradients(reference, config, step, seed, dtype)
             inputs, targets = config.make_batch(ctx.rank, step, seed)
-            loss = nn.functional.mse_loss(ddp(inputs.to(dtype)), targets.to(dtype))
+            loss = nn.functional.mse_loss(ddp(inputs.to(ctx.device, dtype)), targets.to(ctx.device, dtype))
             loss.backward()
             grads = {name: None if p.grad is None else p.grad.detach().clone()
                      for name, p in model.named_parameters()}
@@ -262,8 +285,9 @@ def check(pool: Pool, config: fst.DDPConfig, dtype: torch.dtype, seed: int, *,
 
 def pg_wrapper(pg_kind: str, schedule: fst.CompletionOrder | None) -> dict[str, Any]:
     """The keyword arguments of ``check`` (and ``ddp_parity``) that select the process group: none
-    for ``"gloo"``, else a ``ReorderingProcessGroup`` releasing allreduces as ``schedule`` says."""
-    if pg_kind == "gloo":
+    for the pool's own group (``"gloo"``, ``"nccl"``), else a ``ReorderingProcessGroup`` over it
+    releasing allreduces as ``schedule`` says."""
+    if pg_kind in ("gloo", "nccl"):
         return {}
     form = pg_kind.split("-", 1)[1]
     # Only allreduces go through the schedule: DDP has several in flight (its buckets,
