@@ -41,6 +41,16 @@ def early_release_work(index: int):
     return work
 
 
+class _NonBlockingWork(BlockWork):
+    def block_current_stream(self) -> None:
+        """The bug: blocks nothing."""
+
+
+def only_first_work_blocks(index: int):
+    """'Only the first Work blocks the stream': from the second on, block_current_stream() does nothing."""
+    return BlockWork() if index == 0 else _NonBlockingWork()
+
+
 def open_cuda_handle_as_copy(handle, device_index):
     """'A copy instead of IPC': the receiver opens the shared memory, then keeps a private clone."""
     from fuzzdist.cuda_ipc import open_cuda_handle

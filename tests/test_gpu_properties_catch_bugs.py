@@ -33,6 +33,18 @@ def test_blocked_stream_property_catches_early_release(rank_pool):
     assert "stream ran on before step complete 0 with Works [0] unresolved" in str(f.error)
 
 
+@pytest.mark.fuzzdist(device="cuda", world_size=1)
+@pytest.mark.needs("cuda", "block_current_stream")
+def test_blocked_stream_property_catches_a_work_that_does_not_block(rank_pool):
+    f = minimal_failure(partial(block_stream.check, rank_pool, make_work=planted.only_first_work_blocks),
+                        order=block_stream.ORDERS)
+    # The minimum is TWO Works completed in order: with one, the only Work really blocks.  With two,
+    # completing Work 0 lifts the only real block while Work 1 is still unresolved, so the next poll
+    # sees the event done: in-order completion, the simplest order, already shows it.
+    assert f.order.n == 2 and f.order.steps == (("complete", 0), ("complete", 1)), f.order
+    assert "stream ran on before step complete 1 with Works [1] unresolved" in str(f.error)
+
+
 @pytest.mark.fuzzdist(device="cuda", world_size=2)
 @pytest.mark.needs("cuda")
 def test_cuda_ipc_property_catches_a_copy_instead_of_ipc(rank_pool):
