@@ -38,6 +38,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from fuzzdist import strategies as fst
 from fuzzdist.checks import fingerprint
+from fuzzdist.errors import InvalidArgument
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.reorder import ReorderingProcessGroup
 
@@ -87,7 +88,7 @@ def ddp_device_kwargs(device: torch.device) -> dict[str, Any]:
     if device.type == "cpu":
         return {}
     if device.index is None:
-        raise ValueError(f"DDP needs the rank's device with its index, e.g. cuda:0, got {device}")
+        raise InvalidArgument(f"DDP needs the rank's device with its index, e.g. cuda:0, got {device}")
     return {"device_ids": [device.index]}
 
 
