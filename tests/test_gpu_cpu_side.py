@@ -7,6 +7,7 @@ from __future__ import annotations
 import pickle
 import sys
 import types
+from typing import TypeVar
 
 import pytest
 import torch
@@ -310,3 +311,25 @@ def test_nothing_gpu_only_is_imported_and_cuda_variants_skip_with_the_reason():
                      "test_ddp_gradients_match_local_nccl[cuda-w2-nccl-nccl]"):
             assert any(f"::{name} SKIPPED" in line for line in results), f"{name} not collected as a skipped variant"
         assert not any("[cpu-" in line for line in results)  # -m gpu selects the CUDA variants only
+
+
+def test_each_reordered_works_future_is_made_with_its_tensors_devices(monkeypatch):
+    """The wiring, checked on CPU: a Work's future is built with ``devices=future_devices(its tensors)``
+    (a CUDA torch needs that to synchronize streams; a CPU torch refuses CUDA devices, so faked here)."""
+    from fuzzdist import reorder
+
+    made = []
+    real_future = torch.futures.Future
+    T = TypeVar("T")
+
+    class RecordingFuture(real_future[T]):  # generic, as torch.futures subscripts its Future in then()
+        def __init__(self, *, devices=None):
+            made.append(devices)
+            super().__init__()
+
+    monkeypatch.setattr(torch.futures, "Future", RecordingFuture)
+    monkeypatch.setattr(reorder, "future_devices", lambda tensors: [f"devices of {len(tensors)} tensors"])
+    entry = reorder._Entry(0, "allreduce", None, lambda: None, [torch.zeros(2), torch.zeros(3)])
+    assert made == [["devices of 2 tensors"]]
+    entry.source.set_result(entry.result)
+    assert entry.future.wait()[1].shape == (3,)  # the chained future the caller holds carries the result
