@@ -27,6 +27,7 @@ from fuzzdist._symptoms import (
     STRIDES_IGNORED,
     SUBGROUP_MAKING,
     SUBGROUP_OPS,
+    SUM_GRAD_FOR_ANY_OP,
 )
 from fuzzdist.errors import PropertyFailure, RankError, RankTimeout
 
@@ -118,14 +119,29 @@ register(KnownBug(
     reproducer="docs/findings/nn-all-reduce-backward-non-sum.py"))
 
 
+def _reduce_backward_ignores_op(example: Mapping[str, Any], failure: BaseException) -> bool:
+    return (example.get("name") in ("reduce", "reduce_scatter")
+            and example["case"].op in ("AVG", "PRODUCT", "MIN", "MAX")
+            and _every_problem(failure, lambda p: p.startswith("grad of input") and SUM_GRAD_FOR_ANY_OP in p))
+
+
+register(KnownBug(
+    id="nn-reduce-backward-ignores-op",
+    summary="torch.distributed.nn.reduce's and reduce_scatter's backward ignore the forward's op (a broadcast, "
+            "an all_gather of the upstream gradients): every input gradient is SUM's, wrong for AVG, "
+            "PRODUCT, MIN and MAX",
+    where=("collectives",), recognise=_reduce_backward_ignores_op, seen_on=SEEN_ON,
+    reproducer="docs/findings/nn-reduce-backward-ignores-op.py"))
+
+
 # -- check-pg (fuzzdist.conformance) -----------------------------------------------------------
 
 _REDUCING = ("allreduce", "reduce", "reduce_scatter", "reduce_scatter_tensor", "_reduce_scatter_base")
 
 
 def _on_gloo(example: Mapping[str, Any]) -> bool:
-    """Whether check-pg ran on gloo (or a group that names itself after it): the same symptom on
-    another backend is that backend's own bug."""
+    """Whether check-pg (or the functional property) ran on gloo (or a group that names itself after it):
+    the same symptom on another backend is that backend's own bug."""
     return "gloo" in str(example.get("backend") or "").lower()
 
 
@@ -172,12 +188,12 @@ _CALL_INDEX = re.compile(r"call (\d+) ")
 
 
 def _functional_bool_sum_stores_2(example: Mapping[str, Any], failure: BaseException) -> bool:
-    """The functional-collectives property: every problem is a bool byte other than 0/1, in a call
-    that reduces bools with SUM (the same gloo kernel as c10d's; met by ``fuzzdist run``)."""
+    """The functional-collectives property on gloo: every problem is a bool byte other than 0/1, in a
+    call that reduces bools with SUM (the same gloo kernel as c10d's; met by ``fuzzdist run``)."""
     case = example.get("case")
     calls = getattr(case, "calls", ())
     problems = _problems(failure)
-    if not problems or not calls:
+    if not problems or not calls or not _on_gloo(example):
         return False
     import torch
 

@@ -28,3 +28,5 @@ SUBGROUP_OPS = "_run_op"
 REFUSED_UNCLEARLY = "was refused, but the error does not say why"
 # object collectives: what a rank's collective raised ("{op} raised {type}: {message}")
 OBJECT_CALL_RAISED = "{op} raised {type}: {message}"
+# autograd reduce/reduce_scatter: an input gradient equals SUM's, whatever the forward's op
+SUM_GRAD_FOR_ANY_OP = "exactly SUM's gradient: the forward's op ignored"

@@ -10,8 +10,9 @@ Reference gradients, derived by hand (W ranks; x_s = rank s's input, g_s = rank 
 gradient for its output; for list outputs g_s[k] is the gradient of rank s's k-th output):
 
 * broadcast(x, src): y_s = x_src for every s.  grad x_src = sum_s g_s; grad x_r = 0 for r != src.
-* reduce(x, dst, SUM): y_dst = sum_s x_s; the other ranks' outputs are unspecified (gloo leaves
-  partial sums there), so they are neither checked nor differentiated: grad x_r = g_dst.
+* reduce(x, dst, op): y_dst = op over s of x_s; the other ranks' outputs are unspecified (gloo leaves
+  partial sums there), so they are neither checked nor differentiated: grad x_r is the gradient of
+  y_dst (as for all_reduce below, with g_dst the only upstream gradient): g_dst for SUM.
 * all_reduce(x, SUM): y_s = sum_t x_t.  grad x_r = sum_s g_s.  AVG: grad x_r = (1/W) sum_s g_s.
   PRODUCT: grad x_r = (sum_s g_s) * prod_{t != r} x_t.  MIN/MAX: grad x_r = sum_s g_s where x_r
   is the only rank holding the extreme, 0 where it does not hold it; where several ranks hold it
@@ -23,7 +24,8 @@ gradient for its output; for list outputs g_s[k] is the gradient of rank s's k-t
 * all_to_all(outs, xs): y_r[i] = xs_i[r].  grad xs_r[j] = g_j[r].
 * all_to_all_single(out, x, out_splits, in_splits): rank i sends rows S[i][j] of x_i to rank j,
   in order; y_r = cat_i(block of x_i for r).  grad x_r = cat_j(block of g_j that came from r).
-* reduce_scatter(out, xs, SUM): y_r = sum_s xs_s[r].  grad xs_r[j] = g_j.
+* reduce_scatter(out, xs, op): y_r = op over s of xs_s[r].  grad xs_r[j] is the gradient of y_j with
+  respect to its term xs_r[j], with upstream gradient g_j: g_j for SUM.
 
 Known torch bugs, drawn like any other input: the check runs inside
 ``known_failures("collectives", ...)`` (:mod:`fuzzdist.known_bugs`), and a failure with exactly their
@@ -33,6 +35,9 @@ what the bug computes (``STRIDES_IGNORED``, ``FORWARD_OP_ON_GRADS``), and the pr
 * ``nn-all-reduce-backward-non-sum``: ``_AllReduce.backward`` all-reduces the upstream gradients
   with the *forward's* op (right for SUM and AVG; for MAX it returns the max of the gradients, for
   PRODUCT their product).  all_reduce draws every op with gradients.
+* ``nn-reduce-backward-ignores-op``: the backward of reduce (a broadcast of g_dst) and of reduce_scatter
+  (an all_gather) ignore the op: every input gradient is SUM's, wrong for AVG, PRODUCT, MIN and MAX.
+  They draw every op with gradients too (``SUM_GRAD_FOR_ANY_OP``).
 * ``gloo-scatter-ignores-strides`` (pytorch/pytorch issues 24836 and 192920, open): gloo's
   ``dist.scatter`` copies row-major bytes into the storage of a non-contiguous output.  all_to_all
   on gloo is built from scatters, so its output tensors are drawn in every layout.
@@ -42,8 +47,6 @@ what the bug computes (``STRIDES_IGNORED``, ``FORWARD_OP_ON_GRADS``), and the pr
 
 Found in torch's source (torch/distributed/nn/functional.py), and left out by construction:
 
-* The backward of reduce (a broadcast of g_dst) and of reduce_scatter (an all_gather) ignore the
-  op, so they get gradients checked for SUM only; their other ops get forward checks only.
 * ``all_to_all_single`` hands its input to ``dist.all_to_all_single`` without ``.contiguous()``:
   a non-contiguous input raises "Tensors must be contiguous", so its inputs are drawn contiguous
   or sliced only (its upstream gradients may have any layout: the backward makes them contiguous).
@@ -99,9 +102,10 @@ ROOTED = ("broadcast", "reduce", "gather", "scatter")  # these take a drawn sour
 REDUCTIONS = ("reduce", "all_reduce", "reduce_scatter")
 REDUCE_OPS = ("SUM", "AVG", "PRODUCT", "MIN", "MAX")  # shrink order: SUM first
 # The ops whose gradients are checked (see the module docstring); the others: forward only.
-GRAD_OPS = {"reduce": ("SUM",), "all_reduce": REDUCE_OPS, "reduce_scatter": ("SUM",)}
+GRAD_OPS = {"reduce": REDUCE_OPS, "all_reduce": REDUCE_OPS, "reduce_scatter": REDUCE_OPS}
 # What a rank adds to a wrong result that is exactly what a known torch bug computes (fuzzdist._symptoms).
 STRIDES_IGNORED, FORWARD_OP_ON_GRADS = _symptoms.STRIDES_IGNORED, _symptoms.FORWARD_OP_ON_GRADS
+SUM_GRAD_FOR_ANY_OP = _symptoms.SUM_GRAD_FOR_ANY_OP
 FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 BASE_DTYPES = (torch.float32, torch.float64)  # always drawn; probed only for reduce_scatter
 MAX_BYTES = 1024
@@ -273,7 +277,7 @@ def reduce_and_check(ctx: RankContext, case: Case,
             problems.append(_reduced("output", y, xs, case.op))
         if case.grad:
             (gx,) = torch.autograd.grad(y, x, _g(case, case.spec.shape, dev, r))
-            problems.append(_exact("grad of input", gx, _g(case, case.spec.shape, dev, dst)))
+            problems.append(_op_grad("grad of input", gx, xs, r, _g(case, case.spec.shape, dev, dst), case.op))
     return _report(problems)
 
 
@@ -295,6 +299,20 @@ def all_reduce_and_check(ctx: RankContext, case: Case,
                 problem += f" ({FORWARD_OP_ON_GRADS})"
             problems.append(problem)
     return _report(problems)
+
+
+def _op_grad(what: str, actual: torch.Tensor, xs: list[torch.Tensor], r: int, g: torch.Tensor,
+             op: str | None) -> str | None:
+    """Check ``actual``, the gradient of x_r (``xs[r]``) for one output y = ``op`` over ``xs`` with upstream
+    gradient ``g`` (reduce's destination, reduce_scatter's receiver); SUM's is ``g`` itself, bitwise.  A
+    wrong gradient that is exactly ``g`` says so: what a backward that ignores the op gives."""
+    if op == "SUM":
+        return _exact(what, actual, g)
+    only = [g if s == r else torch.zeros_like(g) for s in range(len(xs))]  # one output gets a gradient
+    problem = _reduction_grad(what, actual, xs, r, only, op)
+    if problem is not None and _exact("", actual, g) is None:
+        problem += f" ({SUM_GRAD_FOR_ANY_OP})"
+    return problem
 
 
 def _reduction_grad(what: str, actual: torch.Tensor, xs: list[torch.Tensor], r: int,
@@ -468,10 +486,10 @@ def reduce_scatter_and_check(ctx: RankContext, case: Case,
     with _quiet():
         y = reduce_scatter(out, xs, op=_op(case), group=ctx.group)
         problems.append(_reduced("output", y, [_x(case, dev, s, r) for s in range(w)], case.op))
-        if case.grad:
+        if case.grad:  # rank r's entry j is a term of rank j's output
             gxs = torch.autograd.grad(y, xs, _g(case, shape, dev, r))
-            problems += [_exact(f"grad of input {j}", gx, _g(case, shape, dev, j))
-                         for j, gx in enumerate(gxs)]
+            problems += [_op_grad(f"grad of input {j}", gx, [_x(case, dev, s, j) for s in range(w)], r,
+                                  _g(case, shape, dev, j), case.op) for j, gx in enumerate(gxs)]
     return _report(problems)
 
 

@@ -109,6 +109,14 @@ def _contiguous(spec: fst.TensorSpec) -> bool:
     return spec.materialize("cpu", 0).is_contiguous()
 
 
+def decoy(spec: fst.TensorSpec, seed: int, device: Any = "cpu") -> torch.Tensor:
+    """A receive buffer in the layout of ``spec``, every element of which differs, bit for bit, from the
+    message ``spec.materialize(seed)``: 1 where the message holds 0 (-0.0 and False too), 0 elsewhere (NaN
+    too).  So a receive that writes nothing, or only part of the buffer, can never pass by chance."""
+    buffer = spec.materialize(device, seed)
+    return buffer.copy_(buffer == 0)
+
+
 def ops_of(case: P2PCase, rank: int) -> list[int]:
     """The indices of the messages ``rank`` sends or receives that must go through (neither a self-loop
     nor refused), in message order."""
@@ -165,7 +173,7 @@ def _try_self_loop(m: Message, api: str, fns: dict[str, Callable[..., Any]], gro
     sent values, or if the first refused call said the peer is the rank itself.  Works left un-waited
     by a refusal are added to ``pending``."""
     expected = m.spec.materialize(device, m.seed)
-    received = m.spec.materialize(device, m.seed + 1)  # a decoy, in the same layout
+    received = decoy(m.spec, m.seed, device)
     rank = m.src
     step = f"send to rank {rank}"
     accepted: list[str] = []  # the calls that went through before one was refused
@@ -224,7 +232,7 @@ def p2p_and_check(ctx: RankContext, case: P2PCase,
         if m.dst == rank:
             # built before the op, from the drawn spec and seed: independent of what arrives
             expected[i] = m.spec.materialize(ctx.device, m.seed)
-            received[i] = m.spec.materialize(ctx.device, m.seed + 1)  # a decoy, in the same layout
+            received[i] = decoy(m.spec, m.seed, ctx.device)
             posted.append(("recv", i))
         else:
             posted.append(("send", i))
