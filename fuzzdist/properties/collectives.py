@@ -54,7 +54,9 @@ Found in torch's source (torch/distributed/nn/functional.py), and left out by co
   ``zeros_like`` of the receiver's own tensor (see gloo-scatter-ignores-strides), right only while
   sender and receiver agree on the layout.
 * PRODUCT over float16 can overflow in some reduction orders and not others (values reach 2**8,
-  float16's max is 65504), so float16 PRODUCT is never drawn.
+  float16's max is 65504): it is drawn, and the elements where some partial product, in some
+  order, leaves the dtype's normal range are not compared (``products_in_range``); the others are
+  within the rounding bound in every order.
 
 Probed on the ranks once per pool, and left out (with a warning) where the installed torch/gloo
 raises: float16/bfloat16 per collective and op, and the ops AVG/PRODUCT/MIN/MAX; reduce_scatter
@@ -74,6 +76,7 @@ upstream gradients.  Importing this module raises ImportError where torch has no
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -210,6 +213,8 @@ def _reduced(what: str, actual: torch.Tensor, terms: list[torch.Tensor], op: str
         raise InvalidArgument(f"unknown op {op!r}")
     got = actual.detach().to(torch.float64)
     bad = ~((got - ref).abs() <= bound)  # NaN counts as bad
+    if op == "PRODUCT":
+        bad &= products_in_range(stacked, dtype)
     if not bool(bad.any()):
         return None
     flat_bad = bad.reshape(-1)
@@ -218,6 +223,22 @@ def _reduced(what: str, actual: torch.Tensor, terms: list[torch.Tensor], op: str
             f"rounding bound for {op} over {n} ranks; first at flat index {i}: "
             f"got {got.reshape(-1)[i].item()!r}, expected {ref.reshape(-1)[i].item()!r} "
             f"+- {bound.reshape(-1)[i].item():.3g}")
+
+
+def products_in_range(terms: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Per element of ``terms`` (stacked along dim 0, one per rank, float64), whether every partial product
+    of the terms, in any order, stays well within ``dtype``'s normal range (or is 0).  There a product
+    over the ranks rounds by at most eps per multiplication whatever the order, so the rounding bound
+    holds; elsewhere one order overflows to inf (or 0 * inf = NaN) or underflows where another doesn't,
+    and the result depends on gloo's order: those elements are not compared.  Matters for float16
+    (largest 65504, and values reach 2**8, so three ranks' product can overflow)."""
+    info = torch.finfo(dtype)
+    ok = torch.ones(terms.shape[1:], dtype=torch.bool)
+    for k in range(2, terms.shape[0] + 1):
+        for subset in itertools.combinations(range(terms.shape[0]), k):
+            p = terms[list(subset)].prod(0).abs()
+            ok &= (p == 0) | ((p >= 2 * info.smallest_normal) & (p <= info.max / 2))
+    return ok
 
 
 def _count(what: str, outputs: Sequence[Any], expected: int) -> str | None:
@@ -332,6 +353,8 @@ def _reduction_grad(what: str, actual: torch.Tensor, xs: list[torch.Tensor], r: 
     if op == "PRODUCT":
         others = torch.cat([x64[:r], x64[r + 1:]]).prod(0)
         ref, scale = total * others, magnitude * others.abs()
+        # the product of the other inputs and the upstream gradient, in any order: see products_in_range
+        checked = products_in_range(torch.cat([x64[:r], x64[r + 1:], total[None]]), dtype)
     elif op in ("MIN", "MAX"):
         extreme = x64.amin(0) if op == "MIN" else x64.amax(0)
         holders = (x64 == extreme).sum(0)
@@ -546,8 +569,7 @@ def supported(pool: Pool, name: str) -> list[tuple[torch.dtype, str | None]]:
     if key in _SUPPORT:
         return _SUPPORT[key]
     ops = REDUCE_OPS if name in REDUCTIONS else (None,)
-    combos = [(dt, op) for dt in FLOAT_DTYPES for op in ops
-              if not (op == "PRODUCT" and dt == torch.float16)]  # order-dependent overflow
+    combos = [(dt, op) for dt in FLOAT_DTYPES for op in ops]
     # float32/float64 SUM (and data movement) are always drawn, so a real failure there fails
     # the property; only the optional extras (and reduce_scatter, new in gloo) are probed.
     base = {(dt, op) for dt in BASE_DTYPES for op in ("SUM", None)}
