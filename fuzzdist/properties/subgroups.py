@@ -313,7 +313,10 @@ def subgroup_cases(draw: st.DrawFn, world_size: int, kinds: tuple[str, ...] = ("
     default: the known bug ``new-group-local-sync-recreate-fails`` depends on what earlier examples
     in the same rank processes created (a group over the same ranks), and often hangs the rendezvous
     until the pool's timeout, so in the per-example loop it would cost a timeout and a pool restart
-    per sighting and could not be shrunk; its standalone reproducer shows it instead."""
+    per sighting and could not be shrunk; its standalone reproducer shows it instead.  Measured through
+    RankPool (3 ranks, pool timeout 10 s, local-sync groups over (2, 0) and (0, 1) in turn): 30 examples,
+    11 sightings, every failure recognised, 130 s (the other examples take milliseconds).  Drawn by
+    default, half the examples would make such a group, and most sightings would cost a pool timeout."""
     first = draw(groups(world_size, first=local_sync, kinds=kinds), label="group")
     chosen = [first]
     if draw(st.booleans(), label="second group"):
