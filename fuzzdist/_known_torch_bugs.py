@@ -307,8 +307,9 @@ register(KnownBug(
 # building the new group ("Gloo connectFullMesh failed ...") or from its tcp transport in the first
 # collective (the peer reset/closed the connection, a socket or recv timed out); or a rank hangs inside
 # ProcessGroupGloo(...) (a RankTimeout's stack).
-_STALE_RENDEZVOUS = re.compile(r"Gloo connectFullMesh failed|gloo/transport/tcp/\S+\] (Read error \S+ )?(Connection "
-                               r"(reset|closed) by peer|Socket Timeout|Timed out waiting \d+ms for recv operation)", re.S)
+_STALE_RENDEZVOUS = re.compile(r"Gloo connectFullMesh failed|gloo/transport/tcp/\S+\] (Read error \S+ )?"
+                               r"(Connection (reset|closed) by peer|Socket Timeout|"
+                               r"Timed out waiting \d+ms for recv operation)", re.S)
 _BUILDING_GLOO_GROUP = "ProcessGroupGloo("
 # where a rank left waiting by a peer that failed the rendezvous stands: in the property's group making or
 # collectives
