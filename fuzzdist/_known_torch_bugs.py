@@ -9,6 +9,7 @@ tell that a wrong result is exactly what the bug computes, its rank function say
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -18,11 +19,17 @@ from fuzzdist._symptoms import (
     BOOL_BYTES_NOT_0_OR_1,
     BROADCAST_STRIDES_IGNORED,
     FORWARD_OP_ON_GRADS,
+    MESH_SORTED_ORDER,
+    OBJECT_CALL_RAISED,
+    REFUSED_UNCLEARLY,
     REPEAT_WAIT_BLOCKED,
     STACK_CHECK,
     STRIDES_IGNORED,
+    SUBGROUP_MAKING,
+    SUBGROUP_OPS,
+    SUM_GRAD_FOR_ANY_OP,
 )
-from fuzzdist.errors import PropertyFailure, RankError
+from fuzzdist.errors import PropertyFailure, RankError, RankTimeout
 
 SEEN_ON = ("2.13",)
 _DENSE_NON_CONTIGUOUS = ("transposed", "channels_last")  # the layouts whose memory order differs
@@ -112,14 +119,29 @@ register(KnownBug(
     reproducer="docs/findings/nn-all-reduce-backward-non-sum.py"))
 
 
+def _reduce_backward_ignores_op(example: Mapping[str, Any], failure: BaseException) -> bool:
+    return (example.get("name") in ("reduce", "reduce_scatter")
+            and example["case"].op in ("AVG", "PRODUCT", "MIN", "MAX")
+            and _every_problem(failure, lambda p: p.startswith("grad of input") and SUM_GRAD_FOR_ANY_OP in p))
+
+
+register(KnownBug(
+    id="nn-reduce-backward-ignores-op",
+    summary="torch.distributed.nn.reduce's and reduce_scatter's backward ignore the forward's op (a broadcast, "
+            "an all_gather of the upstream gradients): every input gradient is SUM's, wrong for AVG, "
+            "PRODUCT, MIN and MAX",
+    where=("collectives",), recognise=_reduce_backward_ignores_op, seen_on=SEEN_ON,
+    reproducer="docs/findings/nn-reduce-backward-ignores-op.py"))
+
+
 # -- check-pg (fuzzdist.conformance) -----------------------------------------------------------
 
 _REDUCING = ("allreduce", "reduce", "reduce_scatter", "reduce_scatter_tensor", "_reduce_scatter_base")
 
 
 def _on_gloo(example: Mapping[str, Any]) -> bool:
-    """Whether check-pg ran on gloo (or a group that names itself after it): the same symptom on
-    another backend is that backend's own bug."""
+    """Whether check-pg (or the functional property) ran on gloo (or a group that names itself after it):
+    the same symptom on another backend is that backend's own bug."""
     return "gloo" in str(example.get("backend") or "").lower()
 
 
@@ -166,12 +188,12 @@ _CALL_INDEX = re.compile(r"call (\d+) ")
 
 
 def _functional_bool_sum_stores_2(example: Mapping[str, Any], failure: BaseException) -> bool:
-    """The functional-collectives property: every problem is a bool byte other than 0/1, in a call
-    that reduces bools with SUM (the same gloo kernel as c10d's; met by ``fuzzdist run``)."""
+    """The functional-collectives property on gloo: every problem is a bool byte other than 0/1, in a
+    call that reduces bools with SUM (the same gloo kernel as c10d's; met by ``fuzzdist run``)."""
     case = example.get("case")
     calls = getattr(case, "calls", ())
     problems = _problems(failure)
-    if not problems or not calls:
+    if not problems or not calls or not _on_gloo(example):
         return False
     import torch
 
@@ -274,3 +296,174 @@ register(KnownBug(
     seen_on=("2.13",),
     reproducer="docs/findings/gloo-functional-all-to-all-complex-raises.py",
 ))
+
+
+# -- the property suite's entries (fuzzdist.properties: subgroups, p2p, object_collectives) ------------
+# The predicates read the drawn case through its attributes and the hooks its classes define
+# (``Group.unsorted_dims()``, ``ObjectCase.dtypes_received(rank, world)``): this module can't import the
+# property modules, which import fuzzdist.known_bugs.
+
+# What a rendezvous that read a destroyed group's stale keys looks like: a rank's error is gloo's, from
+# building the new group ("Gloo connectFullMesh failed ...") or from its tcp transport in the first
+# collective (the peer reset/closed the connection, a socket or recv timed out); or a rank hangs inside
+# ProcessGroupGloo(...) (a RankTimeout's stack).
+_STALE_RENDEZVOUS = re.compile(r"Gloo connectFullMesh failed|gloo/transport/tcp/\S+\] (Read error \S+ )?"
+                               r"(Connection (reset|closed) by peer|Socket Timeout|"
+                               r"Timed out waiting \d+ms for recv operation)", re.S)
+_BUILDING_GLOO_GROUP = "ProcessGroupGloo("
+# where a rank left waiting by a peer that failed the rendezvous stands: in the property's group making or
+# collectives
+_IN_THE_EXAMPLE = (SUBGROUP_MAKING, SUBGROUP_OPS)
+
+
+def _is_local_sync_recreate(example: Mapping[str, Any], failure: BaseException) -> bool:
+    """A locally synchronised group over ranks that an earlier example's (destroyed) locally synchronised
+    group had (``local_sync_before``, kept by the subgroups check per pool), and every rank that failed
+    failed to connect, lost its peer or timed out in gloo's transport, or hung building the group (its
+    rendezvous read the stale keys)."""
+    before = example.get("local_sync_before") or ()
+    groups = getattr(example.get("case"), "groups", ())
+    if not any(getattr(g, "local_sync", False) and tuple(sorted(g.ranks)) in before for g in groups):
+        return False
+    return _is_stale_rendezvous(failure)
+
+
+def _is_stale_rendezvous(failure: BaseException) -> bool:
+    """Every rank that failed shows a stale rendezvous's symptom; a rank left waiting for it waits in
+    this example's groups or collectives."""
+    if isinstance(failure, RankTimeout):
+        return bool(failure.ranks) and all(_BUILDING_GLOO_GROUP in failure.stacks.get(r, "") for r in failure.ranks)
+    if not isinstance(failure, RankError) or not failure.exceptions:
+        return False
+    return (all(_STALE_RENDEZVOUS.search(str(exc)) for exc in failure.exceptions.values())
+            and all(any(where in failure.straggler_stacks.get(r, "") for where in _IN_THE_EXAMPLE)
+                    for r in failure.stragglers))
+
+
+register(KnownBug(
+    id="new-group-local-sync-recreate-fails",
+    summary="new_group(ranks, use_local_synchronization=True) over ranks that had such a group before, "
+            "destroyed, reuses its hashed name and store keys: building it fails ('Gloo connectFullMesh "
+            "failed'), its first collective fails ('Connection reset by peer', a recv timeout) or a rank hangs",
+    where=("subgroups",), recognise=_is_local_sync_recreate, seen_on=SEEN_ON,
+    reproducer="docs/findings/new-group-local-sync-recreate-fails.py"))
+
+
+def _is_mesh_order(example: Mapping[str, Any], failure: BaseException) -> bool:
+    """Every problem is on a mesh dimension whose drawn ranks are not ascending, and is exactly what the
+    ascending order gives (the rank says so, ``MESH_SORTED_ORDER``): its local rank, or an all_gather's
+    outputs (all_reduce and broadcast don't depend on the order, so a wrong one is never this bug)."""
+    groups = getattr(example.get("case"), "groups", ())
+    unsorted = {(g.ranks, dim) for g in groups if g.kind == "mesh" for dim in g.unsorted_dims()}
+    problems = _problems(failure)
+    return bool(problems) and bool(unsorted) and all(
+        MESH_SORTED_ORDER in p
+        and any(p.startswith(f"{dim} of {ranks} ") or f"on mesh {list(ranks)} ({dim}," in p for ranks, dim in unsorted)
+        for p in problems or ())
+
+
+register(KnownBug(
+    id="device-mesh-local-rank-not-coordinate",
+    summary="on a DeviceMesh whose ranks are not ascending along a dimension, get_local_rank(d) and the "
+            "order of get_group(d) are the sorted ranks', not the position get_coordinate() reports; so on "
+            "mesh [1, 0], distribute_tensor(arange(4), mesh, [Replicate()]).redistribute(mesh, [Shard(0)])"
+            ".full_tensor() returns [2, 3, 0, 1] (distribute_tensor with Shard places chunks by group rank, "
+            "redistribute by coordinate)",
+    where=("subgroups",), recognise=_is_mesh_order, seen_on=SEEN_ON,
+    reproducer="docs/findings/device-mesh-local-rank-not-coordinate.py"))
+
+
+# gloo's rendezvous failing because a peer closed its side: the peer destroyed the group (dropped it)
+# while this rank was still connecting
+_PEER_CLOSED_MID_CONNECT = re.compile(r"Gloo connectFullMesh failed.*Connection (closed|reset) by peer", re.S)
+
+
+def _is_destroyed_early(example: Mapping[str, Any], failure: BaseException) -> bool:
+    """Every collective of the example moves no data (zero-size tensors: nothing makes a peer wait for
+    this rank after its ``new_group`` returned, so it can finish the example and destroy the group), every
+    rank that failed raised gloo's "connectFullMesh failed ... Connection closed by peer" while making
+    the example's groups, and a rank left waiting waits in a later group's making (for the failed rank)."""
+    spec = getattr(example.get("case"), "spec", None)
+    if spec is None or math.prod(spec.shape) != 0:
+        return False
+    if not isinstance(failure, RankError) or not failure.exceptions:
+        return False
+    return (all(_PEER_CLOSED_MID_CONNECT.search(str(exc)) and SUBGROUP_MAKING in failure.tracebacks.get(r, "")
+                for r, exc in failure.exceptions.items())
+            and all(SUBGROUP_MAKING in failure.straggler_stacks.get(r, "") for r in failure.stragglers))
+
+
+register(KnownBug(
+    id="gloo-new-group-destroyed-early-breaks-peer",
+    summary="gloo: a group that a member destroys (and drops) right after its new_group returned, with no "
+            "collective that moves data in between, can fail another member's new_group, still connecting: "
+            "'Gloo connectFullMesh failed ... Connection closed by peer' (on a busy machine)",
+    where=("subgroups",), recognise=_is_destroyed_early, seen_on=SEEN_ON,
+    reproducer="docs/findings/gloo-new-group-destroyed-early-breaks-peer.py"))
+
+
+# What the p2p property's self-loop tries report for a refusal that doesn't say why: the peer and the tag.
+_UNCLEAR = re.compile(r"(?:send to|receive from|wait for the send to) rank (\d+)(?: and the receive from it)? "
+                      rf"\(tag (\d+), .*{REFUSED_UNCLEARLY}: .*Pair is not connected")
+
+
+def _is_self_loop_unclear(example: Mapping[str, Any], failure: BaseException) -> bool:
+    """Every problem is a self-loop refused with gloo's "Pair is not connected" enforce, an error that
+    doesn't say the peer is the rank itself (a self-loop may deliver, or be refused clearly): the rank
+    that reported it, the peer it names and the tag are a drawn message from that rank to itself."""
+    messages = getattr(example.get("case"), "messages", None)
+    if messages is None or not isinstance(failure, PropertyFailure) or failure.results is None:
+        return False
+    loops = {(m.src, m.tag) for m in messages if m.src == m.dst}
+    seen = False
+    for rank, result in enumerate(failure.results):
+        for problem in result or ():
+            found = _UNCLEAR.search(problem)
+            if found is None or int(found.group(1)) != rank or (rank, int(found.group(2))) not in loops:
+                return False
+            seen = True
+    return seen
+
+
+register(KnownBug(
+    id="gloo-p2p-self-loop-unclear-error",
+    summary="isend/irecv/recv/batch_isend_irecv to or from a rank's own rank, documented as allowed for "
+            "isend/irecv ('isend allows src == dst rank, i.e. send to self'), neither deliver nor refuse "
+            "clearly on gloo: they fail with the internal enforce 'Pair is not connected', where dist.send "
+            "refuses clearly with 'Invalid destination rank'",
+    where=("p2p",), recognise=_is_self_loop_unclear, seen_on=SEEN_ON,
+    reproducer="docs/findings/gloo-p2p-self-loop-unclear-error.py"))
+
+
+_WIDE = ("uint16", "uint32", "uint64")
+_UNPICKLE_ERROR = re.compile(r"UntypedStorage' has no attribute 'dtype'|"
+                             r"(float8|uint16|uint32|uint64).*(not supported|unpickl)", re.S)
+
+
+def _is_wide_unsigned_unpickle(example: Mapping[str, Any], failure: BaseException) -> bool:
+    """Every problem is a rank's collective raising the unpickling error, on a rank that receives a
+    tensor of a dtype torch 2.13 can't unpickle (uint16/32/64, float8)."""
+    case: Any = example.get("case")
+    received = getattr(case, "dtypes_received", None)
+    if received is None or not isinstance(failure, PropertyFailure) or not failure.results:
+        return False
+    world = len(failure.results)
+    raised = OBJECT_CALL_RAISED.split("{type}")[0].format(op=case.op)  # "<op> raised "
+    seen = False
+    for rank, result in enumerate(failure.results):
+        for problem in result or ():
+            if not (isinstance(problem, str) and problem.startswith(raised) and _UNPICKLE_ERROR.search(problem)):
+                return False
+            if not any(d in _WIDE or d.startswith("float8") for d in received(rank, world)):
+                return False
+            seen = True
+    return seen
+
+
+# the torch bug of docs/findings/wide-unsigned-unpickle.py, seen through the object collectives
+register(KnownBug(
+    id="wide-unsigned-unpickle-objects",
+    summary="object collectives can't hand over uint16/uint32/uint64/float8 tensors: torch pickles them "
+            "but can't unpickle them ('UntypedStorage' has no attribute 'dtype')",
+    where=("object_collectives",), recognise=_is_wide_unsigned_unpickle, seen_on=SEEN_ON,
+    reproducer="docs/findings/wide-unsigned-unpickle.py"))

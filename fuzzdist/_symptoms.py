@@ -20,3 +20,13 @@ STACK_CHECK = "outputShape[0] * worldSize == inputShape[0]"
 CALL_RAISED = "call {index} {op} raised {type}: {message}"
 # subgroups: on a mesh dimension whose ranks are not ascending, what the ascending order gives
 MESH_SORTED_ORDER = "exactly what the dimension's ranks in ascending order give"
+# subgroups: the rank functions a rank left waiting by a failed rendezvous stands in (its group making,
+# its collectives); tests/test_known_bugs_registry.py checks fuzzdist.properties.subgroups defines them
+SUBGROUP_MAKING = "_make_groups"
+SUBGROUP_OPS = "_run_op"
+# p2p: a send/receive refused with an error that doesn't say why
+REFUSED_UNCLEARLY = "was refused, but the error does not say why"
+# object collectives: what a rank's collective raised ("{op} raised {type}: {message}")
+OBJECT_CALL_RAISED = "{op} raised {type}: {message}"
+# autograd reduce/reduce_scatter: an input gradient equals SUM's, whatever the forward's op
+SUM_GRAD_FOR_ANY_OP = "exactly SUM's gradient: the forward's op ignored"

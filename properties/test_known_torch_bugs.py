@@ -133,6 +133,8 @@ PINNED: dict[str, tuple[str, Callable[[], dict[str, Any]]]] = {
         spec=TensorSpec((2, 2), torch.float32, "transposed"), src=0, seed=0, world_size=2)),
     "nn-all-reduce-backward-non-sum": ("collectives", lambda: dict(
         name="all_reduce", case=_case(spec=TensorSpec((1,), torch.float32), seed=0, op="PRODUCT"), world_size=2)),
+    "nn-reduce-backward-ignores-op": ("collectives", lambda: dict(
+        name="reduce", case=_case(spec=TensorSpec((1,), torch.float32), seed=0, op="MAX"), world_size=2)),
     "nn-all-gather-grad-transposed": ("collectives", lambda: dict(
         name="all_gather", case=_case(spec=TensorSpec((2, 2), torch.float32), seed=0, grad_layout="transposed"),
         world_size=2)),
@@ -159,7 +161,7 @@ PINNED: dict[str, tuple[str, Callable[[], dict[str, Any]]]] = {
 }
 
 
-# Property modules that register their known bugs themselves: imported, so every run sees the same entries.
+# Property modules with known bugs: a torch that can't run one skips its entries, and says so.
 _REGISTERING = ("object_collectives", "p2p", "subgroups", "functional")
 
 

@@ -117,3 +117,10 @@ def pid(ctx):
     import os
 
     return os.getpid()
+
+
+def irecv_from_self_writing_nothing(tensor, src, group=None, tag=0):
+    """Like ``irecv_from_self``, but a self-loop's receive completes without writing into its buffer."""
+    if src != dist.get_rank():
+        return dist.irecv(tensor, src, group=group, tag=tag)
+    return _Done(lambda: _MAILBOX[tag].pop(0))

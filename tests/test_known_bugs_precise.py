@@ -190,3 +190,52 @@ def test_functional_all_to_all_complex_is_recognised_from_the_call_that_raised()
 ], ids=["other-call", "other-error", "untied", "straggler", "property-failure"])
 def test_functional_all_to_all_complex_other_symptoms_stay_failures(failure):
     assert _recognised("functional", _functional_example(), failure) is None
+
+
+# -- collectives: nn-reduce-backward-ignores-op ------------------------------------------------------
+
+
+def _reduce_example(name: str = "reduce", op: str = "MAX") -> dict:
+    collectives = pytest.importorskip("fuzzdist.properties.collectives")
+    return {"name": name, "case": collectives.Case(spec=F32, seed=0, op=op), "world_size": 2}
+
+
+def _grad_problem(collectives, op: str, got: float, g: float = 0.5) -> str | None:
+    """What the rank function reports for rank 0's gradient (x = 1 on rank 0, 2 on rank 1; upstream g)."""
+    xs = [torch.tensor([1.0]), torch.tensor([2.0])]
+    return collectives._op_grad("grad of input", torch.tensor([got]), xs, 0, torch.tensor([g]), op)
+
+
+def test_reduce_gradient_that_is_sums_is_named_so_and_recognised():
+    collectives = pytest.importorskip("fuzzdist.properties.collectives")
+    from fuzzdist._symptoms import SUM_GRAD_FOR_ANY_OP
+
+    assert _grad_problem(collectives, "MAX", 0.0) is None  # rank 0 doesn't hold the max: 0 is right
+    assert _grad_problem(collectives, "MIN", 0.5) is None  # it holds the min: g is right
+    assert _grad_problem(collectives, "PRODUCT", 1.0) is None  # g * 2
+    assert _grad_problem(collectives, "AVG", 0.25) is None  # g / 2
+    for op in ("MAX", "PRODUCT", "AVG"):
+        problem = _grad_problem(collectives, op, 0.5)  # what torch gives: SUM's gradient
+        assert problem is not None and SUM_GRAD_FOR_ANY_OP in problem
+        for name in ("reduce", "reduce_scatter"):
+            assert _recognised("collectives", _reduce_example(name, op), _failed([[problem], None])) \
+                == "nn-reduce-backward-ignores-op"
+
+
+SUMS = "grad of input: differs (exactly SUM's gradient: the forward's op ignored)"
+
+
+@pytest.mark.parametrize("example, results", [
+    (_reduce_example(op="SUM"), [[SUMS]]),
+    (_reduce_example(name="all_reduce"), [[SUMS]]),
+    (_reduce_example(), [["grad of input: 1 of 1 elements differ from the gradient of MAX over 2 ranks"]]),  # not SUM's
+    (_reduce_example(), [[SUMS], ["output: 3"]]),
+], ids=["sum", "all-reduce", "another-gradient", "and-a-wrong-output"])
+def test_reduce_backward_other_symptoms_stay_failures(example, results):
+    assert _recognised("collectives", example, _failed(results)) is None
+
+
+def test_a_gradient_other_than_sums_is_not_named_sums():
+    collectives = pytest.importorskip("fuzzdist.properties.collectives")
+    problem = _grad_problem(collectives, "MAX", 1.5)  # neither right (0) nor SUM's (0.5)
+    assert problem is not None and "SUM's gradient" not in problem

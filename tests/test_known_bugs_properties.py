@@ -79,9 +79,24 @@ def test_bool_sum_through_functional_collectives_is_the_gloo_bug_and_only_that()
 
     byte_2 = ["call 0 all_reduce: 1 of 1 bools hold a byte other than 0 and 1 (bytes [2]; True is the byte 1)"]
     failure = PropertyFailure("functional collectives wrong on ranks [0, 1]", [byte_2, byte_2])
-    bug = known_bugs.recognise("functional", {"case": case(torch.bool)}, failure)
+
+    def example(dtype, reduce_op="SUM", backend="gloo"):
+        return {"case": case(dtype, reduce_op), "backend": backend}
+
+    bug = known_bugs.recognise("functional", example(torch.bool), failure)
     assert bug is not None and bug.id == "gloo-bool-sum-stores-2"
-    assert known_bugs.recognise("functional", {"case": case(torch.bool, "MAX")}, failure) is None
-    assert known_bugs.recognise("functional", {"case": case(torch.float32)}, failure) is None
+    assert known_bugs.recognise("functional", example(torch.bool, "MAX"), failure) is None
+    assert known_bugs.recognise("functional", example(torch.float32), failure) is None
+    # the same bytes on another backend are that backend's own bug; with no backend named, nothing is known
+    assert known_bugs.recognise("functional", example(torch.bool, backend="nccl"), failure) is None
+    assert known_bugs.recognise("functional", {"case": case(torch.bool)}, failure) is None
     other = PropertyFailure("wrong", [["call 0 all_reduce: values differ at index 0"], None])
-    assert known_bugs.recognise("functional", {"case": case(torch.bool)}, other) is None
+    assert known_bugs.recognise("functional", example(torch.bool), other) is None
+    # the functional result right, c10d's right by truth value but holding the byte 2: the same gloo bug
+    c10d = torch.tensor([2], dtype=torch.uint8).view(torch.bool)
+    assert functional._invalid_bools(c10d, torch.tensor([False])) == ""  # c10d wrong by truth value too
+    assert functional._invalid_bools(torch.tensor([True]), torch.tensor([True])) == ""
+    vs_c10d = "call 0 all_reduce vs c10d: differs" + functional._invalid_bools(c10d, torch.tensor([True]))
+    failure = PropertyFailure("functional collectives wrong on ranks [0]", [[vs_c10d], None])
+    assert known_bugs.recognise("functional", example(torch.bool), failure).id == "gloo-bool-sum-stores-2"
+    assert known_bugs.recognise("functional", example(torch.bool, "MAX"), failure) is None

@@ -37,12 +37,17 @@ STALE = {
     "connect": _raised(CONNECT),
     "reset": _raised(RESET, stragglers={1: '  File "subgroups.py", line 1, in _run_op\n    fns["all_reduce"](...)'}),
     "recv timeout": _raised(RECV_TIMEOUT, RESET),
+    # seen through RankPool: one rank's connect refused, the other's first read reset
+    "read error": _raised("Gloo connectFullMesh failed with [../gloo/transport/tcp/pair.cc:152] timed out connecting: "
+                          "SO_ERROR: Connection refused, remote=[127.0.0.1]:18856",
+                          "[../gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:21934: Connection reset by peer"),
     "hang": RankTimeout([0], 5.0, {0: IN_NEW_GROUP}),
 }
 # The same inputs, other symptoms: not the bug (every failing rank must show a stale rendezvous's symptom).
 NOT_STALE = {
     "another error": _raised("invalid src"),
     "another error on one rank": _raised(RESET, "Invalid scalar type"),
+    "a read error that is not gloo's": _raised("Read error [127.0.0.1]:21934: Connection reset by peer"),
     "a timeout that is not gloo's": _raised("Timed out waiting for the store key"),
     "a straggler elsewhere": _raised(CONNECT, stragglers={1: '  File "mine.py", line 3, in helper\n    time.sleep(9)'}),
     "a hang elsewhere": RankTimeout([0, 1], 5.0, {0: IN_NEW_GROUP, 1: '  File "x.py", line 2, in f\n    barrier()'}),

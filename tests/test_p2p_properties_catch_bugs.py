@@ -8,6 +8,7 @@ from functools import partial
 import planted_p2p as planted
 import pytest
 import torch
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from minimal import minimal_failure
 
@@ -81,6 +82,27 @@ def test_p2p_catches_a_self_loop_delivering_wrong_values(rank_pool):
     (m,) = f.case.messages
     assert m.src == m.dst and m.tag == 0
     assert "delivered wrong values" in f.results[m.src][0] and f.results[1 - m.src] is None
+
+
+@pytest.mark.fuzzdist(world_size=2)
+def test_p2p_catches_a_self_loop_receive_that_writes_nothing(rank_pool):
+    """A message of constant False bools, the same for every seed: the receive buffer must not hold it already."""
+    api = {**SELF_DELIVERING, "irecv": planted.irecv_from_self_writing_nothing}
+    case = p2p.P2PCase("isend", (p2p.Message(0, 0, 0, fst.TensorSpec((3,), torch.bool, pattern="constant"), 1),),
+                       ((), ()))
+    with collecting() as tally, pytest.raises(PropertyFailure, match="delivered wrong values"):
+        p2p.check(rank_pool, case, api=api)
+    assert not tally
+
+
+@given(spec=p2p.SPECS, seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=50, deadline=None)
+def test_the_receive_buffer_differs_from_the_message_in_every_element(spec, seed):
+    sent, buffer = spec.materialize("cpu", seed), p2p.decoy(spec, seed)
+    assert buffer.shape == sent.shape and buffer.stride() == sent.stride() and buffer.dtype == sent.dtype
+    size = sent.element_size()
+    as_bytes = [t.contiguous().reshape(-1).view(torch.uint8).reshape(-1, size) for t in (sent, buffer)]
+    assert bool((as_bytes[0] != as_bytes[1]).any(1).all())
 
 
 @pytest.mark.fuzzdist(world_size=2)

@@ -10,8 +10,9 @@ Reference gradients, derived by hand (W ranks; x_s = rank s's input, g_s = rank 
 gradient for its output; for list outputs g_s[k] is the gradient of rank s's k-th output):
 
 * broadcast(x, src): y_s = x_src for every s.  grad x_src = sum_s g_s; grad x_r = 0 for r != src.
-* reduce(x, dst, SUM): y_dst = sum_s x_s; the other ranks' outputs are unspecified (gloo leaves
-  partial sums there), so they are neither checked nor differentiated: grad x_r = g_dst.
+* reduce(x, dst, op): y_dst = op over s of x_s; the other ranks' outputs are unspecified (gloo leaves
+  partial sums there), so they are neither checked nor differentiated: grad x_r is the gradient of
+  y_dst (as for all_reduce below, with g_dst the only upstream gradient): g_dst for SUM.
 * all_reduce(x, SUM): y_s = sum_t x_t.  grad x_r = sum_s g_s.  AVG: grad x_r = (1/W) sum_s g_s.
   PRODUCT: grad x_r = (sum_s g_s) * prod_{t != r} x_t.  MIN/MAX: grad x_r = sum_s g_s where x_r
   is the only rank holding the extreme, 0 where it does not hold it; where several ranks hold it
@@ -23,7 +24,8 @@ gradient for its output; for list outputs g_s[k] is the gradient of rank s's k-t
 * all_to_all(outs, xs): y_r[i] = xs_i[r].  grad xs_r[j] = g_j[r].
 * all_to_all_single(out, x, out_splits, in_splits): rank i sends rows S[i][j] of x_i to rank j,
   in order; y_r = cat_i(block of x_i for r).  grad x_r = cat_j(block of g_j that came from r).
-* reduce_scatter(out, xs, SUM): y_r = sum_s xs_s[r].  grad xs_r[j] = g_j.
+* reduce_scatter(out, xs, op): y_r = op over s of xs_s[r].  grad xs_r[j] is the gradient of y_j with
+  respect to its term xs_r[j], with upstream gradient g_j: g_j for SUM.
 
 Known torch bugs, drawn like any other input: the check runs inside
 ``known_failures("collectives", ...)`` (:mod:`fuzzdist.known_bugs`), and a failure with exactly their
@@ -33,6 +35,9 @@ what the bug computes (``STRIDES_IGNORED``, ``FORWARD_OP_ON_GRADS``), and the pr
 * ``nn-all-reduce-backward-non-sum``: ``_AllReduce.backward`` all-reduces the upstream gradients
   with the *forward's* op (right for SUM and AVG; for MAX it returns the max of the gradients, for
   PRODUCT their product).  all_reduce draws every op with gradients.
+* ``nn-reduce-backward-ignores-op``: the backward of reduce (a broadcast of g_dst) and of reduce_scatter
+  (an all_gather) ignore the op: every input gradient is SUM's, wrong for AVG, PRODUCT, MIN and MAX.
+  They draw every op with gradients too (``SUM_GRAD_FOR_ANY_OP``).
 * ``gloo-scatter-ignores-strides`` (pytorch/pytorch issues 24836 and 192920, open): gloo's
   ``dist.scatter`` copies row-major bytes into the storage of a non-contiguous output.  all_to_all
   on gloo is built from scatters, so its output tensors are drawn in every layout.
@@ -42,8 +47,6 @@ what the bug computes (``STRIDES_IGNORED``, ``FORWARD_OP_ON_GRADS``), and the pr
 
 Found in torch's source (torch/distributed/nn/functional.py), and left out by construction:
 
-* The backward of reduce (a broadcast of g_dst) and of reduce_scatter (an all_gather) ignore the
-  op, so they get gradients checked for SUM only; their other ops get forward checks only.
 * ``all_to_all_single`` hands its input to ``dist.all_to_all_single`` without ``.contiguous()``:
   a non-contiguous input raises "Tensors must be contiguous", so its inputs are drawn contiguous
   or sliced only (its upstream gradients may have any layout: the backward makes them contiguous).
@@ -51,7 +54,9 @@ Found in torch's source (torch/distributed/nn/functional.py), and left out by co
   ``zeros_like`` of the receiver's own tensor (see gloo-scatter-ignores-strides), right only while
   sender and receiver agree on the layout.
 * PRODUCT over float16 can overflow in some reduction orders and not others (values reach 2**8,
-  float16's max is 65504), so float16 PRODUCT is never drawn.
+  float16's max is 65504): it is drawn, and the elements where some partial product, in some
+  order, leaves the dtype's normal range are not compared (``products_in_range``); the others are
+  within the rounding bound in every order.
 
 Probed on the ranks once per pool, and left out (with a warning) where the installed torch/gloo
 raises: float16/bfloat16 per collective and op, and the ops AVG/PRODUCT/MIN/MAX; reduce_scatter
@@ -71,6 +76,7 @@ upstream gradients.  Importing this module raises ImportError where torch has no
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -99,9 +105,10 @@ ROOTED = ("broadcast", "reduce", "gather", "scatter")  # these take a drawn sour
 REDUCTIONS = ("reduce", "all_reduce", "reduce_scatter")
 REDUCE_OPS = ("SUM", "AVG", "PRODUCT", "MIN", "MAX")  # shrink order: SUM first
 # The ops whose gradients are checked (see the module docstring); the others: forward only.
-GRAD_OPS = {"reduce": ("SUM",), "all_reduce": REDUCE_OPS, "reduce_scatter": ("SUM",)}
+GRAD_OPS = {"reduce": REDUCE_OPS, "all_reduce": REDUCE_OPS, "reduce_scatter": REDUCE_OPS}
 # What a rank adds to a wrong result that is exactly what a known torch bug computes (fuzzdist._symptoms).
 STRIDES_IGNORED, FORWARD_OP_ON_GRADS = _symptoms.STRIDES_IGNORED, _symptoms.FORWARD_OP_ON_GRADS
+SUM_GRAD_FOR_ANY_OP = _symptoms.SUM_GRAD_FOR_ANY_OP
 FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 BASE_DTYPES = (torch.float32, torch.float64)  # always drawn; probed only for reduce_scatter
 MAX_BYTES = 1024
@@ -206,6 +213,8 @@ def _reduced(what: str, actual: torch.Tensor, terms: list[torch.Tensor], op: str
         raise InvalidArgument(f"unknown op {op!r}")
     got = actual.detach().to(torch.float64)
     bad = ~((got - ref).abs() <= bound)  # NaN counts as bad
+    if op == "PRODUCT":
+        bad &= products_in_range(stacked, dtype)
     if not bool(bad.any()):
         return None
     flat_bad = bad.reshape(-1)
@@ -214,6 +223,22 @@ def _reduced(what: str, actual: torch.Tensor, terms: list[torch.Tensor], op: str
             f"rounding bound for {op} over {n} ranks; first at flat index {i}: "
             f"got {got.reshape(-1)[i].item()!r}, expected {ref.reshape(-1)[i].item()!r} "
             f"+- {bound.reshape(-1)[i].item():.3g}")
+
+
+def products_in_range(terms: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Per element of ``terms`` (stacked along dim 0, one per rank, float64), whether every partial product
+    of the terms, in any order, stays well within ``dtype``'s normal range (or is 0).  There a product
+    over the ranks rounds by at most eps per multiplication whatever the order, so the rounding bound
+    holds; elsewhere one order overflows to inf (or 0 * inf = NaN) or underflows where another doesn't,
+    and the result depends on gloo's order: those elements are not compared.  Matters for float16
+    (largest 65504, and values reach 2**8, so three ranks' product can overflow)."""
+    info = torch.finfo(dtype)
+    ok = torch.ones(terms.shape[1:], dtype=torch.bool)
+    for k in range(2, terms.shape[0] + 1):
+        for subset in itertools.combinations(range(terms.shape[0]), k):
+            p = terms[list(subset)].prod(0).abs()
+            ok &= (p == 0) | ((p >= 2 * info.smallest_normal) & (p <= info.max / 2))
+    return ok
 
 
 def _count(what: str, outputs: Sequence[Any], expected: int) -> str | None:
@@ -273,7 +298,7 @@ def reduce_and_check(ctx: RankContext, case: Case,
             problems.append(_reduced("output", y, xs, case.op))
         if case.grad:
             (gx,) = torch.autograd.grad(y, x, _g(case, case.spec.shape, dev, r))
-            problems.append(_exact("grad of input", gx, _g(case, case.spec.shape, dev, dst)))
+            problems.append(_op_grad("grad of input", gx, xs, r, _g(case, case.spec.shape, dev, dst), case.op))
     return _report(problems)
 
 
@@ -297,6 +322,20 @@ def all_reduce_and_check(ctx: RankContext, case: Case,
     return _report(problems)
 
 
+def _op_grad(what: str, actual: torch.Tensor, xs: list[torch.Tensor], r: int, g: torch.Tensor,
+             op: str | None) -> str | None:
+    """Check ``actual``, the gradient of x_r (``xs[r]``) for one output y = ``op`` over ``xs`` with upstream
+    gradient ``g`` (reduce's destination, reduce_scatter's receiver); SUM's is ``g`` itself, bitwise.  A
+    wrong gradient that is exactly ``g`` says so: what a backward that ignores the op gives."""
+    if op == "SUM":
+        return _exact(what, actual, g)
+    only = [g if s == r else torch.zeros_like(g) for s in range(len(xs))]  # one output gets a gradient
+    problem = _reduction_grad(what, actual, xs, r, only, op)
+    if problem is not None and _exact("", actual, g) is None:
+        problem += f" ({SUM_GRAD_FOR_ANY_OP})"
+    return problem
+
+
 def _reduction_grad(what: str, actual: torch.Tensor, xs: list[torch.Tensor], r: int,
                     grads: list[torch.Tensor], op: str | None) -> str | None:
     """Check ``actual``, the gradient of x_r (``xs[r]``) for y = ``op`` over ``xs`` when every rank's
@@ -314,6 +353,8 @@ def _reduction_grad(what: str, actual: torch.Tensor, xs: list[torch.Tensor], r: 
     if op == "PRODUCT":
         others = torch.cat([x64[:r], x64[r + 1:]]).prod(0)
         ref, scale = total * others, magnitude * others.abs()
+        # the product of the other inputs and the upstream gradient, in any order: see products_in_range
+        checked = products_in_range(torch.cat([x64[:r], x64[r + 1:], total[None]]), dtype)
     elif op in ("MIN", "MAX"):
         extreme = x64.amin(0) if op == "MIN" else x64.amax(0)
         holders = (x64 == extreme).sum(0)
@@ -468,10 +509,10 @@ def reduce_scatter_and_check(ctx: RankContext, case: Case,
     with _quiet():
         y = reduce_scatter(out, xs, op=_op(case), group=ctx.group)
         problems.append(_reduced("output", y, [_x(case, dev, s, r) for s in range(w)], case.op))
-        if case.grad:
+        if case.grad:  # rank r's entry j is a term of rank j's output
             gxs = torch.autograd.grad(y, xs, _g(case, shape, dev, r))
-            problems += [_exact(f"grad of input {j}", gx, _g(case, shape, dev, j))
-                         for j, gx in enumerate(gxs)]
+            problems += [_op_grad(f"grad of input {j}", gx, [_x(case, dev, s, j) for s in range(w)], r,
+                                  _g(case, shape, dev, j), case.op) for j, gx in enumerate(gxs)]
     return _report(problems)
 
 
@@ -528,8 +569,7 @@ def supported(pool: Pool, name: str) -> list[tuple[torch.dtype, str | None]]:
     if key in _SUPPORT:
         return _SUPPORT[key]
     ops = REDUCE_OPS if name in REDUCTIONS else (None,)
-    combos = [(dt, op) for dt in FLOAT_DTYPES for op in ops
-              if not (op == "PRODUCT" and dt == torch.float16)]  # order-dependent overflow
+    combos = [(dt, op) for dt in FLOAT_DTYPES for op in ops]
     # float32/float64 SUM (and data movement) are always drawn, so a real failure there fails
     # the property; only the optional extras (and reduce_scatter, new in gloo) are probed.
     base = {(dt, op) for dt in BASE_DTYPES for op in ("SUM", None)}

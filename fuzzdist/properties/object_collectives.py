@@ -11,14 +11,13 @@ taken from the collective.
 
 The uint16/uint32/uint64/float8 tensors torch 2.13 pickles but can't unpickle are drawn like any
 other: the check runs inside :func:`fuzzdist.known_bugs.known_failures`, which reports that
-failure as the known bug ``wide-unsigned-unpickle-objects`` (registered below) and any other
+failure as the known bug ``wide-unsigned-unpickle-objects`` (in ``fuzzdist._known_torch_bugs``) and any other
 failure as new.
 """
 
 from __future__ import annotations
 
 import random
-import re
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,8 +28,9 @@ import torch.distributed as dist
 from hypothesis import strategies as st
 
 from fuzzdist import strategies as fst
+from fuzzdist._symptoms import OBJECT_CALL_RAISED
 from fuzzdist.checks import first_difference
-from fuzzdist.known_bugs import KnownBug, known_failures, register
+from fuzzdist.known_bugs import known_failures, registry
 from fuzzdist.properties import PropertyFailure
 
 if TYPE_CHECKING:
@@ -69,6 +69,11 @@ class ObjectCase:
     op: str
     root: int
     objects: tuple[Any, ...]
+
+    def dtypes_received(self, rank: int, world: int) -> set[str]:
+        """The dtypes (``"uint16"``, ...) of the tensors ``rank`` unpickles: in the objects that travel to it
+        (``wide-unsigned-unpickle-objects``'s predicate reads them)."""
+        return set().union(set(), *(_dtypes_in(obj) for obj in _unpickled_on(self, rank, world)))
 
 
 # ---------------------------------------------------------------------------
@@ -156,7 +161,7 @@ def object_collective_and_check(ctx: RankContext, case: ObjectCase,
             fn(mine, got, dst=root, group=ctx.group)
             expected = expected_all if rank == root else None
     except Exception as exc:  # noqa: BLE001 - an observation, reported by the driver
-        return [f"{case.op} raised {type(exc).__name__}: {exc}"]
+        return [OBJECT_CALL_RAISED.format(op=case.op, type=type(exc).__name__, message=exc)]
     diff = difference(got, expected)
     if diff is not None:
         problems.append(f"{case.op}: {diff}")
@@ -201,12 +206,7 @@ def object_cases(draw: st.DrawFn, world_size: int, op: st.SearchStrategy[str] | 
 
 
 # ---------------------------------------------------------------------------
-# the known bug, and the driver-side check
-
-_WIDE = {name for name in ("uint16", "uint32", "uint64") if hasattr(torch, name)}
-_UNPICKLE_ERROR = re.compile(r"UntypedStorage' has no attribute 'dtype'|"
-                             r"(float8|uint16|uint32|uint64).*(not supported|unpickl)", re.S)
-
+# the known bug (its entry is in fuzzdist._known_torch_bugs), and the driver-side check
 
 def _dtypes_in(desc: Any) -> set[str]:
     if isinstance(desc, Tensor):
@@ -230,37 +230,7 @@ def _unpickled_on(case: ObjectCase, rank: int, world: int) -> list[Any]:
     return list(case.objects[:world])  # all_gather_object everywhere, gather_object on the root
 
 
-def _is_wide_unsigned_unpickle(example: Any, failure: BaseException) -> bool:
-    """Every problem is a rank's collective raising the unpickling error, on a rank that receives a
-    tensor of a dtype torch 2.13 can't unpickle (uint16/32/64, float8)."""
-    case = example.get("case")
-    if not isinstance(case, ObjectCase) or not isinstance(failure, PropertyFailure) or not failure.results:
-        return False
-    world = len(failure.results)
-    seen = False
-    for rank, result in enumerate(failure.results):
-        for problem in result or ():
-            if not (isinstance(problem, str) and problem.startswith(f"{case.op} raised ")
-                    and _UNPICKLE_ERROR.search(problem)):
-                return False
-            dtypes = _dtypes_in(_unpickled_on(case, rank, world))
-            if not any(d in _WIDE or d.startswith("float8") for d in dtypes):
-                return False
-            seen = True
-    return seen
-
-
-# Registered here, not in fuzzdist/_known_torch_bugs.py: the same torch bug as
-# "wide-unsigned-unpickle", seen through the object collectives.
-WIDE_UNSIGNED_UNPICKLE = register(KnownBug(
-    id="wide-unsigned-unpickle-objects",
-    summary="object collectives can't hand over uint16/uint32/uint64/float8 tensors: torch pickles them "
-            "but can't unpickle them ('UntypedStorage' has no attribute 'dtype')",
-    where=("object_collectives",),
-    recognise=_is_wide_unsigned_unpickle,
-    seen_on=("2.13",),
-    reproducer="docs/findings/wide-unsigned-unpickle.py",
-))
+WIDE_UNSIGNED_UNPICKLE = registry()["wide-unsigned-unpickle-objects"]
 
 
 def check(pool: Pool, case: ObjectCase, *, ops: dict[str, Callable[..., Any]] | None = None) -> None:

@@ -33,7 +33,7 @@ A second ``wait()`` on a send/recv Work blocks until its timeout on gloo (the kn
 that bug; ``check-pg``'s async check is where it shows.  On gloo (torch 2.13) isend/irecv/recv/
 batch_isend_irecv to or from the rank itself neither deliver nor refuse clearly: they fail with
 gloo's internal "Pair is not connected" enforce (``dist.send`` checks the rank first and refuses
-clearly): that is the known bug ``gloo-p2p-self-loop-unclear-error``, registered below.  Once torch
+clearly): that is the known bug ``gloo-p2p-self-loop-unclear-error`` (in ``fuzzdist._known_torch_bugs``).  Once torch
 delivers self-loops (or refuses them clearly), the property passes.
 """
 
@@ -50,9 +50,10 @@ import torch.distributed as dist
 from hypothesis import strategies as st
 
 from fuzzdist import strategies as fst
+from fuzzdist._symptoms import REFUSED_UNCLEARLY
 from fuzzdist.capabilities import GLOO_DTYPES
 from fuzzdist.checks import first_difference
-from fuzzdist.known_bugs import KnownBug, known_failures, register
+from fuzzdist.known_bugs import known_failures, registry
 from fuzzdist.properties import PropertyFailure
 
 if TYPE_CHECKING:
@@ -108,6 +109,14 @@ def _contiguous(spec: fst.TensorSpec) -> bool:
     return spec.materialize("cpu", 0).is_contiguous()
 
 
+def decoy(spec: fst.TensorSpec, seed: int, device: Any = "cpu") -> torch.Tensor:
+    """A receive buffer in the layout of ``spec``, every element of which differs, bit for bit, from the
+    message ``spec.materialize(seed)``: 1 where the message holds 0 (-0.0 and False too), 0 elsewhere (NaN
+    too).  So a receive that writes nothing, or only part of the buffer, can never pass by chance."""
+    buffer = spec.materialize(device, seed)
+    return buffer.copy_(buffer == 0)
+
+
 def ops_of(case: P2PCase, rank: int) -> list[int]:
     """The indices of the messages ``rank`` sends or receives that must go through (neither a self-loop
     nor refused), in message order."""
@@ -152,7 +161,7 @@ def _try_refused(m: Message, sending: bool, api: str, fns: dict[str, Callable[..
         text = f"{type(exc).__name__}: {exc}"
         if any(_CLEAR_REFUSAL[reason].search(str(exc)) for reason in reasons):
             return None
-        return f"{api} {label} was refused, but the error does not say why: {text.splitlines()[0][:300]}"
+        return f"{api} {label} {REFUSED_UNCLEARLY}: {text.splitlines()[0][:300]}"
     # Not refused: don't wait on what can never complete; say so.
     pending.append(label)
     return f"{api} {label} was accepted ({len(works)} Work(s)) where it should be refused"
@@ -164,7 +173,7 @@ def _try_self_loop(m: Message, api: str, fns: dict[str, Callable[..., Any]], gro
     sent values, or if the first refused call said the peer is the rank itself.  Works left un-waited
     by a refusal are added to ``pending``."""
     expected = m.spec.materialize(device, m.seed)
-    received = m.spec.materialize(device, m.seed + 1)  # a decoy, in the same layout
+    received = decoy(m.spec, m.seed, device)
     rank = m.src
     step = f"send to rank {rank}"
     accepted: list[str] = []  # the calls that went through before one was refused
@@ -196,7 +205,7 @@ def _try_self_loop(m: Message, api: str, fns: dict[str, Callable[..., Any]], gro
         text = f"{type(exc).__name__}: {exc}"
         label = f"{api} {step} (tag {m.tag}, {m.spec}, a self-loop)"
         if not _CLEAR_REFUSAL["self"].search(str(exc)):
-            return f"{label} was refused, but the error does not say why: {text.splitlines()[0][:300]}"
+            return f"{label} {REFUSED_UNCLEARLY}: {text.splitlines()[0][:300]}"
         if accepted:
             return f"{label} was refused after its {accepted[-1]} was accepted: {text.splitlines()[0][:300]}"
         return None
@@ -223,7 +232,7 @@ def p2p_and_check(ctx: RankContext, case: P2PCase,
         if m.dst == rank:
             # built before the op, from the drawn spec and seed: independent of what arrives
             expected[i] = m.spec.materialize(ctx.device, m.seed)
-            received[i] = m.spec.materialize(ctx.device, m.seed + 1)  # a decoy, in the same layout
+            received[i] = decoy(m.spec, m.seed, ctx.device)
             posted.append(("recv", i))
         else:
             posted.append(("send", i))
@@ -311,42 +320,9 @@ def p2p_cases(draw: st.DrawFn, world_size: int, apis: st.SearchStrategy[str] | N
 
 
 # ---------------------------------------------------------------------------
-# the known bug, and the driver-side check
+# the known bug (its entry is in fuzzdist._known_torch_bugs), and the driver-side check
 
-# What _try_self_loop / _try_refused report for a refusal that doesn't say why: the peer and the tag.
-_UNCLEAR = re.compile(r"(?:send to|receive from|wait for the send to) rank (\d+)(?: and the receive from it)? "
-                      r"\(tag (\d+), .*was refused, but the error does not say why: .*Pair is not connected")
-
-
-def _is_self_loop_unclear(example: Any, failure: BaseException) -> bool:
-    """Every problem is a self-loop refused with gloo's "Pair is not connected" enforce, an error that
-    doesn't say the peer is the rank itself (a self-loop may deliver, or be refused clearly): the rank
-    that reported it, the peer it names and the tag are a drawn message from that rank to itself."""
-    case = example.get("case")
-    if not isinstance(case, P2PCase) or not isinstance(failure, PropertyFailure) or failure.results is None:
-        return False
-    loops = {(m.src, m.tag) for m in case.messages if m.self_loop}
-    seen = False
-    for rank, result in enumerate(failure.results):
-        for problem in result or ():
-            found = _UNCLEAR.search(problem)
-            if found is None or int(found.group(1)) != rank or (rank, int(found.group(2))) not in loops:
-                return False
-            seen = True
-    return seen
-
-
-GLOO_P2P_SELF_LOOP_UNCLEAR = register(KnownBug(
-    id="gloo-p2p-self-loop-unclear-error",
-    summary="isend/irecv/recv/batch_isend_irecv to or from a rank's own rank, documented as allowed for "
-            "isend/irecv ('isend allows src == dst rank, i.e. send to self'), neither deliver nor refuse "
-            "clearly on gloo: they fail with the internal enforce 'Pair is not connected', where dist.send "
-            "refuses clearly with 'Invalid destination rank'",
-    where=("p2p",),
-    recognise=_is_self_loop_unclear,
-    seen_on=("2.13",),
-    reproducer="docs/findings/gloo-p2p-self-loop-unclear-error.py",
-))
+GLOO_P2P_SELF_LOOP_UNCLEAR = registry()["gloo-p2p-self-loop-unclear-error"]
 
 
 def check(pool: Pool, case: P2PCase, *, api: dict[str, Callable[..., Any]] | None = None) -> None:

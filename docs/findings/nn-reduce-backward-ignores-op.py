@@ -1,0 +1,81 @@
+"""nn-reduce-backward-ignores-op: the backward of torch.distributed.nn.reduce and
+torch.distributed.nn.reduce_scatter ignores the forward's op: every rank's input gradient is what SUM's
+would be, wrong for MAX, MIN and PRODUCT.
+
+reduce's backward broadcasts the destination's upstream gradient to every rank, and reduce_scatter's
+all-gathers the upstream gradients, whatever the op.  Two ranks hold x = 2 and 3.  For
+y = reduce(x, dst=0, op) with upstream gradient 1 on rank 0, dy/dx on rank 0 is 0 for MAX (2 is not
+the max) and 3 for PRODUCT (2 * 3, differentiated by rank 0's x); torch gives 1 for both.  For
+reduce_scatter, rank r's input list is [x_r, x_r] and its output y_r = op over the ranks' entries r,
+with upstream gradient 1 on both: rank 0's gradient for its entry 0 is again 0 for MAX and 3 for
+PRODUCT; torch gives 1.
+
+    python docs/findings/nn-reduce-backward-ignores-op.py
+
+Prints one line; exits 1 while the bug reproduces ("BUG: ..."), 0 once torch gets it right ("FIXED: ...").
+"""
+import multiprocessing as mp
+import socket
+import sys
+import traceback
+from datetime import timedelta
+
+XS = (2.0, 3.0)  # rank 0's and rank 1's x
+EXPECTED_RANK0_GRAD = {"MAX": 0.0, "PRODUCT": 3.0}  # d y_0 / d x_0 (for reduce_scatter: of its entry 0)
+
+
+def rank_main(rank, world_size, port, results):
+    # torch is imported in the rank processes only: the parent just starts them and compares.
+    import warnings
+
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.nn
+
+    warnings.simplefilter("ignore", FutureWarning)  # torch.distributed.nn is deprecated, not gone
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
+                            timeout=timedelta(seconds=10))
+    grads = {}
+    for op in EXPECTED_RANK0_GRAD:
+        reduce_op = getattr(dist.ReduceOp, op)
+        x = torch.tensor([XS[rank]], requires_grad=True)
+        y = torch.distributed.nn.reduce(x, 0, op=reduce_op)
+        (grads[f"reduce {op}"],) = torch.autograd.grad(y, x, torch.ones(1))
+        xs = [torch.tensor([XS[rank]], requires_grad=True) for _ in range(world_size)]
+        y = torch.distributed.nn.reduce_scatter(torch.empty(1), xs, op=reduce_op)
+        grads[f"reduce_scatter {op}"] = torch.autograd.grad(y, xs, torch.ones(1))[0]
+    results.put((rank, {k: v.item() for k, v in grads.items()}))
+    dist.destroy_process_group()
+
+
+def main():
+    with socket.socket() as s:  # a free port for the rendezvous
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    ranks = [ctx.Process(target=rank_main, args=(r, 2, port, results), daemon=True) for r in range(2)]
+    for p in ranks:
+        p.start()
+    try:
+        got = dict(results.get(timeout=60) for _ in ranks)
+    finally:
+        for p in ranks:
+            p.join(timeout=5)
+            p.kill()
+    wrong = [f"{name} {got[0][name]} (expected {EXPECTED_RANK0_GRAD[name.split()[1]]})" for name in got[0]
+             if got[0][name] != EXPECTED_RANK0_GRAD[name.split()[1]]]
+    if wrong:
+        print("BUG: rank 0's input gradient of y_0 (x = 2 on rank 0, 3 on rank 1, upstream gradient 1): "
+              + ", ".join(wrong))
+        return 1
+    print(f"FIXED: rank 0's input gradients are right: {got[0]}")
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except Exception:  # the script itself failed: neither verdict
+        traceback.print_exc()
+        sys.exit(2)
