@@ -54,6 +54,10 @@ def add_parser(sub: Any) -> None:
     run.add_argument("--seed", type=int, metavar="N",
                      help="reproducible generation: round r of each property draws from seed N+r-1 "
                           "(round 1 draws what pytest --hypothesis-seed=N draws); default: fresh randomness")
+    run.add_argument("--schedule", choices=["adaptive", "even"], default="adaptive",
+                     help="how --duration is split: 'adaptive' (default) gives every property a floor (half the "
+                          "time, split evenly), then slices to the properties still reaching new events, "
+                          "targets or failures per second; 'even' gives each one equal share, once")
     add_pool_arguments(run)
     run.add_argument("--report", default=DEFAULT_REPORT, metavar="FILE.json",
                      help=f"JSON report, rewritten atomically during the run (default {DEFAULT_REPORT}; '' for none)")
@@ -183,7 +187,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     progress = make_progress(stream, args.progress, interval=args.progress_interval)
     plugin = CampaignPlugin(targets, state=state, database=database, progress=progress,
                             report_path=report_path, device=args.device, pytest_options=pool_options(args),
-                            seed=args.seed, html_path=html_path)
+                            seed=args.seed, html_path=html_path, schedule=args.schedule)
     plugins: list[object] = [plugin]
     launched = _pool_cache_for_launch(args)
     if launched is not None:
