@@ -144,6 +144,7 @@ class CampaignState:
     started: float = field(default_factory=time.monotonic)
     finished_wall: str | None = None
     deadline: float | None = None  # monotonic
+    worker: dict | None = None  # as a `fuzzdist run --jobs` worker: its index, seed and properties
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started
@@ -191,6 +192,7 @@ class CampaignState:
                 "properties_with_known_bugs": sum(1 for p in self.properties.values() if p.known_count),
             },
             "properties": [p.to_dict() for p in self.properties.values()],
+            **({"worker": self.worker} if self.worker is not None else {}),
         }
 
 

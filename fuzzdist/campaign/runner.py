@@ -46,6 +46,7 @@ torchrun formed.  Hypothesis internals go through
 from __future__ import annotations
 
 import functools
+import os
 import re
 import sys
 import time
@@ -118,8 +119,10 @@ class CampaignPlugin(SelectionPlugin):
     def __init__(self, targets: Targets, *, state: CampaignState, database: Database, progress: Progress,
                  report_path: str | None = None, device: str | None = None,
                  round_examples: int = ROUND_EXAMPLES, pytest_options: Sequence[str] = (),
-                 seed: int | None = None, html_path: str | None = None, schedule: str = "adaptive") -> None:
+                 seed: int | None = None, html_path: str | None = None, schedule: str = "adaptive",
+                 worker: tuple[int, int] | None = None) -> None:
         super().__init__(targets, device)
+        self.worker = worker  # (index, count): this process is worker `index` of `fuzzdist run --jobs count`
         self.schedule = schedule  # "adaptive" or "even" (fuzzdist.campaign.schedule), with a --duration
         self._scheduler: Scheduler | None = None
         self._grant: Grant | None = None  # the adaptive schedule's current visit
@@ -147,11 +150,33 @@ class CampaignPlugin(SelectionPlugin):
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, session, config, items) -> None:
         super().pytest_collection_modifyitems(session, config, items)
+        if self.worker is not None and items:
+            self._take_my_share(config, items)
         for item in items:
             self.state.properties[item.nodeid] = PropertyState(item.nodeid, budget_examples=self.state.max_examples)
             reason = _expected_skip(item)
             if reason:
                 self._expected_skips[item.nodeid] = reason
+
+    def _take_my_share(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        """As worker I of N: every Nth property from the I-th; with fewer properties than workers, property
+        I mod P, with the seed moved on by SEED_STRIDE for each worker before it on that property."""
+        from fuzzdist.campaign.jobs import SEED_STRIDE
+
+        assert self.worker is not None  # only called for a worker
+        index, count = self.worker
+        if len(items) >= count:
+            mine = items[index::count]
+        else:
+            mine = [items[index % len(items)]]
+            if self.seed is not None:
+                self.seed += index // len(items) * SEED_STRIDE
+        removed = [item for item in items if item not in mine]
+        if removed:
+            config.hook.pytest_deselected(items=removed)
+        items[:] = mine
+        self.state.worker = {"index": index, "count": count, "seed": self.seed,
+                             "properties": [item.nodeid for item in mine], "pid": os.getpid()}
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         from fuzzdist.plugin import rank_output_key
