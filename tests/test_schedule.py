@@ -122,5 +122,6 @@ def test_adaptive_campaign_gives_the_time_to_the_property_finding_events(tmp_pat
     assert " for new behaviour (" in events["schedule"]["why"]
     assert events["visits"] > 1 and events["schedule"]["adaptive_s"] > 0
     assert flat["startup_s"] > 0  # the first property's set-up started the pool; not charged
-    assert "time per property (pool start-up not counted):" in result.stdout
+    assert flat["warmup_s"] > 0 and events["warmup_s"] > 0  # each one's first example: not charged either
+    assert "time per property (pool start-up and first example not counted):" in result.stdout
     assert (tmp_path / "j.xml").read_text().count("<testcase ") == 2  # one per property, not per visit

@@ -29,6 +29,7 @@ def merge_properties(entries: Sequence[dict]) -> dict:
         merged[key] = sum(int(e.get(key) or 0) for e in entries)
     merged["elapsed_s"] = max(float(e.get("elapsed_s") or 0) for e in entries)  # they ran at the same time
     merged["startup_s"] = max(float(e.get("startup_s") or 0) for e in entries)
+    merged["warmup_s"] = max((float(e["warmup_s"]) for e in entries if e.get("warmup_s") is not None), default=None)
     merged["examples_per_s"] = round(merged["examples"] / merged["elapsed_s"], 2) if merged["elapsed_s"] else 0.0
     merged["stored_failures_at_start"] = max(int(e.get("stored_failures_at_start") or 0) for e in entries)
     merged["status"] = min((e.get("status", "pending") for e in entries), key=_status_rank)

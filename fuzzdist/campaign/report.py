@@ -70,6 +70,7 @@ class PropertyState:
     event_pairs: EventPairs = field(default_factory=EventPairs)  # event() values reached in one example together
     known: Any = None  # its fuzzdist.known_bugs.Tally: sightings of known torch bugs, counted, not failures
     startup_s: float = 0.0  # time in its set-up (its rank pool's start-up): not charged to the budget
+    warmup_s: float | None = None  # its first example's time (the ranks' one-off work): not charged either
     visits: int = 0  # slices it ran (the adaptive schedule visits a property several times)
     target_gains: int = 0  # times a target() label's best score improved
     schedule: dict = field(default_factory=dict)  # the time the schedule gave it and why
@@ -109,6 +110,7 @@ class PropertyState:
             "elapsed_s": round(self.current_elapsed(), 3),
             "rounds": self.rounds,
             "startup_s": round(self.startup_s, 3),
+            "warmup_s": None if self.warmup_s is None else round(self.warmup_s, 3),
             "visits": self.visits,
             "schedule": self.schedule,
             "stop_reason": self.stop_reason,
@@ -290,7 +292,7 @@ def summary_text(state: CampaignState, report_path: str | None, junit_path: str 
               if prop.schedule.get("why")]
     if shares:
         lines.append("")
-        lines.append("time per property (pool start-up not counted):")
+        lines.append("time per property (pool start-up and first example not counted):")
         lines.extend(f"  {nodeid}: {why}" for nodeid, why in shares)
     for prop in state.properties.values():
         if prop.known_count:

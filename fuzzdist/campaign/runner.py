@@ -257,7 +257,7 @@ class CampaignPlugin(SelectionPlugin):
                     if grant is None or (state.deadline is not None and state.time_left() == 0):
                         break
                     prop = state.properties[grant.nodeid]
-                    before, elapsed = behaviour(prop), prop.elapsed_s
+                    before, elapsed, warmup = behaviour(prop), prop.elapsed_s, prop.warmup_s or 0.0
                     self._grant = grant
                     try:
                         visit(items[grant.nodeid])
@@ -268,7 +268,8 @@ class CampaignPlugin(SelectionPlugin):
                         done = prop.status
                     elif prop.stop_reason != "time budget":
                         done = prop.stop_reason or prop.status
-                    scheduler.record(grant, prop.elapsed_s - elapsed, behaviour(prop) - before, done)
+                    charged = prop.elapsed_s - elapsed - ((prop.warmup_s or 0.0) - warmup)
+                    scheduler.record(grant, charged, behaviour(prop) - before, done)
                     prop.schedule = scheduler.share(grant.nodeid)
                     prop.visits += 1
         finally:
@@ -454,12 +455,16 @@ class CampaignPlugin(SelectionPlugin):
                 now = time.monotonic()
                 if now >= state.deadline or (not rnd.failed and now >= prop.share_end):
                     raise BudgetSpent()
+            warming_up = prop.warmup_s is None  # its first example: the ranks' lazy imports and set-up
+            started = time.monotonic()
             try:
                 result = inner(*args, **kwargs)
             except UnsatisfiedAssumption:
                 prop.invalid += 1
                 raise
             except FAILURE_TYPES as exc:
+                if warming_up:
+                    plugin._warmed_up(prop, started)
                 prop.examples += 1
                 rnd.valid += 1
                 masked = plugin._on_failure(item, prop, exc, kwargs, given)
@@ -467,12 +472,24 @@ class CampaignPlugin(SelectionPlugin):
                 if masked:
                     return None
                 raise
+            if warming_up:
+                plugin._warmed_up(prop, started)
             prop.examples += 1
             rnd.valid += 1
             plugin._after_example(prop)
             return result
 
         return fuzzdist_campaign_example
+
+    def _warmed_up(self, prop: PropertyState, started: float) -> None:
+        """A property's first example pays what the ranks do once for it (e.g. importing DTensor: seconds
+        on a 4-rank pool); like the pool's start-up, it is not charged to the time budget."""
+        took = time.monotonic() - started
+        prop.warmup_s = took
+        if prop.share_end is not None:
+            prop.share_end += took
+        if self.state.deadline is not None:
+            self.state.deadline += took
 
     def _after_example(self, prop: PropertyState) -> None:
         observed = hc.current_example_observations()
