@@ -232,8 +232,6 @@ class JobsCampaign:
                                      *worker_argv(self.args, index, jobs, report, junit)],
                                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env)
             self.workers.append(Worker(index, proc, report, junit, log_path, log, gpus, time.monotonic()))
-        self.progress.note(self.state, f"started {jobs} workers (pids "
-                                       + ", ".join(str(w.proc.pid) for w in self.workers) + ")")
 
     def stop(self, signal_name: str) -> None:
         """Pass SIGINT/SIGTERM on to every worker (each writes its report and exits)."""
@@ -249,7 +247,7 @@ class JobsCampaign:
     def run(self) -> None:
         """Watch the workers until every one has ended, merging and showing their reports."""
         self.state.status = "running"
-        self.progress.start(self.state)
+        started = False  # the display starts once the workers have collected their properties
         next_report = 0.0
         overrun_at = (time.monotonic() + self.args.duration + OVERRUN_GRACE_S) if self.args.duration else None
         with _forwarded_signals(self.stop):
@@ -259,6 +257,13 @@ class JobsCampaign:
                     if worker.proc.poll() is not None:
                         self._ended(worker)
                 changed = self._merge()
+                if not started and (self.state.properties or any(w.ended is not None for w in self.workers)):
+                    started = True
+                    self.progress.start(self.state)
+                    self.progress.note(self.state, f"{len(self.workers)} workers (pids "
+                                       + ", ".join(str(w.proc.pid) for w in self.workers) + ")")
+                if started:
+                    self._announce()
                 now = time.monotonic()
                 if changed or now >= next_report:
                     self.write_report()
@@ -301,14 +306,16 @@ class JobsCampaign:
         base["jobs"] = len(self.workers)
         self.merged = merge_reports(base, reports, [w.info(r) for w, r in zip(self.workers, reports, strict=True)])
         state_from_report(self.merged, self.state)
-        new = False
+        return any((prop.nodeid, origin) not in self._seen_failures
+                   for prop in self.state.properties.values() for origin in prop.failures)
+
+    def _announce(self) -> None:
+        """Show each failure once, as it turns up in a worker's report."""
         for prop in self.state.properties.values():
             for origin, failure in prop.failures.items():
                 if (prop.nodeid, origin) not in self._seen_failures:
                     self._seen_failures.add((prop.nodeid, origin))
                     self.progress.new_failure(self.state, prop, failure.summary, failure.from_database)
-                    new = True
-        return new
 
     def write_report(self, html_now: bool = False) -> None:
         self.merged["status"] = self.state.status
