@@ -230,7 +230,10 @@ class JobsCampaign:
             log = open(log_path, "wb")  # noqa: SIM115 - closed when the worker ends
             proc = subprocess.Popen([sys.executable, "-m", "fuzzdist",
                                      *worker_argv(self.args, index, jobs, report, junit)],
-                                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env)
+                                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                    # its own session: a Ctrl-C reaches the parent only, which passes on
+                                    # one SIGTERM (two signals could cut a worker's last report short)
+                                    start_new_session=True)
             self.workers.append(Worker(index, proc, report, junit, log_path, log, gpus, time.monotonic()))
 
     def stop(self, signal_name: str) -> None:
