@@ -7,10 +7,11 @@ import signal
 import xml.etree.ElementTree as ET
 
 import pytest
-from cli_helpers import finish, read_report, run_cli, start_cli, stored, wait_for_report, write
+from cli_helpers import finish, read_report, start_cli, stored, wait_for_report, write
 
 from fuzzdist.campaign.jobs import SEED_STRIDE, JobsError, check_jobs, gpu_slices, merge_junit
 from fuzzdist.campaign.merge import merge_properties
+from fuzzdist.cli import main
 
 # test_bug fails on almost every input (worker 0 gets it); test_passes never fails (worker 1).
 BUG_AND_PASS = '''
@@ -41,13 +42,15 @@ def test_passes(rank_pool, k):
     ("999", {}, "--jobs 999 is more than the"),
     ("2", {"TORCHELASTIC_RUN_ID": "x"}, "--jobs is not supported under torchrun"),
 ])
-def test_bad_jobs_is_one_line_and_exit_2_before_anything_runs(tmp_path, monkeypatch, jobs, env, message):
+def test_bad_jobs_is_one_line_and_exit_2_before_anything_runs(tmp_path, monkeypatch, capsys, jobs, env, message):
     write(tmp_path, "test_x.py", BUG_AND_PASS)
+    monkeypatch.chdir(tmp_path)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    result = run_cli(["run", "test_x.py", "--jobs", jobs, "--duration", "5s"], cwd=tmp_path)
-    assert result.returncode == 2, result.stdout + result.stderr
-    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    code = main(["run", "test_x.py", "--jobs", jobs, "--duration", "5s"])
+    out, err = capsys.readouterr()
+    assert code == 2, (out, err)
+    assert message in err and len(err.strip().splitlines()) == 1 and out == ""
     assert not (tmp_path / "fuzzdist-report.json").exists()
 
 
