@@ -34,6 +34,7 @@ from typing import IO, Any, TextIO
 
 from fuzzdist.campaign.merge import merge_reports, state_from_report
 from fuzzdist.campaign.report import CampaignState, _now_iso, write_json_atomic, write_text_atomic
+from fuzzdist.campaign.runner import HTML_COST_SHARE
 
 SEED_STRIDE = 1_000_003  # seed offset between workers fuzzing the same property
 STOP_GRACE_S = 30.0  # after SIGTERM, how long a worker gets to write its report before SIGKILL
@@ -215,6 +216,7 @@ class JobsCampaign:
         self._seen_failures: set[tuple[str, str]] = set()
         self._stop_sent: float | None = None
         self._reports: list[dict | None] = []  # each worker's latest report, as last read
+        self._next_html = 0.0
         self.write_errors: dict[str, str] = {}
 
     def start(self) -> None:
@@ -260,7 +262,8 @@ class JobsCampaign:
                     if worker.proc.poll() is not None:
                         self._ended(worker)
                 changed = self._merge()
-                if not started and (self.state.properties or any(w.ended is not None for w in self.workers)):
+                if not started and all(r is not None or w.ended is not None
+                                       for w, r in zip(self.workers, self._reports, strict=True)):
                     started = True
                     self.progress.start(self.state)
                     self.progress.note(self.state, f"{len(self.workers)} workers (pids "
@@ -329,12 +332,15 @@ class JobsCampaign:
                 self.write_errors.pop("json", None)
             except OSError as exc:
                 self.write_errors["json"] = str(exc)
-        if self.html_path and html_now:
+        now = time.monotonic()
+        if self.html_path and (html_now or now >= self._next_html):
             from fuzzdist.campaign.html_report import render_page
 
             try:
                 write_text_atomic(self.html_path, render_page(self.merged))
                 self.write_errors.pop("html", None)
+                # as for one campaign: rendering takes no more than HTML_COST_SHARE of the time
+                self._next_html = now + max(REPORT_INTERVAL_S, (time.monotonic() - now) / HTML_COST_SHARE)
             except Exception as exc:  # the JSON report has it all
                 self.write_errors["html"] = f"{type(exc).__name__}: {exc}"
 
