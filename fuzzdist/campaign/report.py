@@ -69,6 +69,11 @@ class PropertyState:
     series: TimeSeries = field(default_factory=TimeSeries)  # (t_s, examples, invalid, distinct failures) over time
     event_pairs: EventPairs = field(default_factory=EventPairs)  # event() values reached in one example together
     known: Any = None  # its fuzzdist.known_bugs.Tally: sightings of known torch bugs, counted, not failures
+    startup_s: float = 0.0  # time in its set-up (its rank pool's start-up): not charged to the budget
+    warmup_s: float | None = None  # its first example's time (the ranks' one-off work): not charged either
+    visits: int = 0  # slices it ran (the adaptive schedule visits a property several times)
+    target_gains: int = 0  # times a target() label's best score improved
+    schedule: dict = field(default_factory=dict)  # the time the schedule gave it and why
 
     @property
     def known_count(self) -> int:
@@ -82,7 +87,7 @@ class PropertyState:
 
     def current_elapsed(self) -> float:
         if self.status == "running" and self.started_at is not None:
-            return time.monotonic() - self.started_at
+            return self.elapsed_s + time.monotonic() - self.started_at
         return self.elapsed_s
 
     def time_left(self) -> float | None:
@@ -104,6 +109,10 @@ class PropertyState:
             "examples_per_s": round(self.examples_per_s, 2),
             "elapsed_s": round(self.current_elapsed(), 3),
             "rounds": self.rounds,
+            "startup_s": round(self.startup_s, 3),
+            "warmup_s": None if self.warmup_s is None else round(self.warmup_s, 3),
+            "visits": self.visits,
+            "schedule": self.schedule,
             "stop_reason": self.stop_reason,
             "reason": self.reason,
             "database_key": self.database_key,
@@ -137,6 +146,7 @@ class CampaignState:
     started: float = field(default_factory=time.monotonic)
     finished_wall: str | None = None
     deadline: float | None = None  # monotonic
+    worker: dict | None = None  # as a `fuzzdist run --jobs` worker: its index, seed and properties
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started
@@ -184,6 +194,7 @@ class CampaignState:
                 "properties_with_known_bugs": sum(1 for p in self.properties.values() if p.known_count),
             },
             "properties": [p.to_dict() for p in self.properties.values()],
+            **({"worker": self.worker} if self.worker is not None else {}),
         }
 
 
@@ -277,6 +288,12 @@ def summary_text(state: CampaignState, report_path: str | None, junit_path: str 
     for prop in state.properties.values():
         if prop.events:
             lines.append(f"events in {prop.nodeid}: {fmt_events(prop.events, limit=8)}")
+    shares = [(prop.nodeid, prop.schedule["why"]) for prop in state.properties.values()
+              if prop.schedule.get("why")]
+    if shares:
+        lines.append("")
+        lines.append("time per property (pool start-up and first example not counted):")
+        lines.extend(f"  {nodeid}: {why}" for nodeid, why in shares)
     for prop in state.properties.values():
         if prop.known_count:
             lines.append("")

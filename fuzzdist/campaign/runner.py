@@ -17,10 +17,13 @@ For each property it replaces pytest's single call of the ``@given`` test by
   labels and ``target()`` scores, records each failure the moment it is
   raised, and raises :class:`BudgetSpent` once the time is up.  With
   ``--duration`` (counted from the first example: imports, collection and
-  the first pool's start-up are not part of it) each property gets an
-  equal share of the time left when it starts; a failure found before its
-  share ends is shrunk to the end unless the whole campaign's time runs
-  out.  ``--max-examples`` is per property and counts every example run,
+  every pool's start-up, i.e. each test's set-up, are not part of it) the
+  time is split by :mod:`fuzzdist.campaign.schedule`: ``even`` gives each
+  property one visit, an equal share of the time left when it starts;
+  ``adaptive`` runs this plugin's own test loop, visiting properties in
+  slices (a floor each, then slices to those still finding new behaviour).
+  A failure found before a share ends is shrunk to the end unless the
+  whole campaign's time runs out.  ``--max-examples`` is per property and counts every example run,
   shrinking included (checked between rounds, so a shrink is never cut).
 - **Nothing is lost.** Hypothesis saves each failing example, and each
   shrink step, to the database as it happens.  BudgetSpent and the
@@ -43,6 +46,7 @@ torchrun formed.  Hypothesis internals go through
 from __future__ import annotations
 
 import functools
+import os
 import re
 import sys
 import time
@@ -68,6 +72,7 @@ from fuzzdist.campaign.report import (
     write_json_atomic,
     write_text_atomic,
 )
+from fuzzdist.campaign.schedule import Grant, Scheduler
 from fuzzdist.campaign.selection import SelectionPlugin, Targets
 from fuzzdist.campaign.series import split_event
 from fuzzdist.variant_keys import adopt
@@ -114,8 +119,14 @@ class CampaignPlugin(SelectionPlugin):
     def __init__(self, targets: Targets, *, state: CampaignState, database: Database, progress: Progress,
                  report_path: str | None = None, device: str | None = None,
                  round_examples: int = ROUND_EXAMPLES, pytest_options: Sequence[str] = (),
-                 seed: int | None = None, html_path: str | None = None) -> None:
+                 seed: int | None = None, html_path: str | None = None, schedule: str = "adaptive",
+                 worker: tuple[int, int] | None = None) -> None:
         super().__init__(targets, device)
+        self.worker = worker  # (index, count): this process is worker `index` of `fuzzdist run --jobs count`
+        self.schedule = schedule  # "adaptive" or "even" (fuzzdist.campaign.schedule), with a --duration
+        self._scheduler: Scheduler | None = None
+        self._grant: Grant | None = None  # the adaptive schedule's current visit
+        self._replaying = False  # the adaptive loop is handing pytest each property's final reports
         self.html_path = html_path  # the HTML report, rewritten with the JSON one
         self._next_html = 0.0
         self.pytest_options = list(pytest_options)  # what a reproducing pytest command needs
@@ -139,11 +150,33 @@ class CampaignPlugin(SelectionPlugin):
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, session, config, items) -> None:
         super().pytest_collection_modifyitems(session, config, items)
+        if self.worker is not None and items:
+            self._take_my_share(config, items)
         for item in items:
             self.state.properties[item.nodeid] = PropertyState(item.nodeid, budget_examples=self.state.max_examples)
             reason = _expected_skip(item)
             if reason:
                 self._expected_skips[item.nodeid] = reason
+
+    def _take_my_share(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        """As worker I of N: every Nth property from the I-th; with fewer properties than workers, property
+        I mod P, with the seed moved on by SEED_STRIDE for each worker before it on that property."""
+        from fuzzdist.campaign.jobs import SEED_STRIDE
+
+        assert self.worker is not None  # only called for a worker
+        index, count = self.worker
+        if len(items) >= count:
+            mine = items[index::count]
+        else:
+            mine = [items[index % len(items)]]
+            if self.seed is not None:
+                self.seed += index // len(items) * SEED_STRIDE
+        removed = [item for item in items if item not in mine]
+        if removed:
+            config.hook.pytest_deselected(items=removed)
+        items[:] = mine
+        self.state.worker = {"index": index, "count": count, "seed": self.seed,
+                             "properties": [item.nodeid for item in mine], "pid": os.getpid()}
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         from fuzzdist.plugin import rank_output_key
@@ -154,7 +187,25 @@ class CampaignPlugin(SelectionPlugin):
             self.progress.start(self.state)
             self.write_report()
 
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_setup(self, item: pytest.Item):
+        """Set-up (where a property's rank pool starts) is not charged to the time budget."""
+        start = time.monotonic()
+        try:
+            return (yield)
+        finally:
+            took = time.monotonic() - start
+            prop = self.state.properties.get(item.nodeid)
+            if prop is not None:
+                prop.startup_s += took
+            if self.state.deadline is not None:
+                self.state.deadline += took
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if not self._replaying:
+            self._take_report(report)
+
+    def _take_report(self, report: pytest.TestReport) -> None:
         prop = self.state.properties.get(report.nodeid)
         if prop is None:
             return
@@ -167,6 +218,78 @@ class CampaignPlugin(SelectionPlugin):
             prop.status = "error"
             prop.reason = f"{report.when} failed: " + _first_line(str(report.longreprtext))
             self.progress.property_done(self.state, prop)
+
+    # -- the adaptive schedule: visits in slices ----------------------------------------------
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtestloop(self, session: pytest.Session):
+        """With ``--duration`` and the adaptive schedule, visit the properties in slices (see
+        fuzzdist.campaign.schedule); otherwise pytest's own loop (one visit each, in order)."""
+        state = self.state
+        if (self.schedule != "adaptive" or state.duration_s is None or self.error or self.collect_errors
+                or session.testsfailed or session.config.option.collectonly or not session.items):
+            return None
+        from _pytest.runner import runtestprotocol
+
+        items = {item.nodeid: item for item in session.items}
+        last: dict[str, list] = {}  # nodeid -> the reports of its latest visit, handed to pytest at the end
+        # Between visits everything above the session is torn down (the next visit may be any test);
+        # session fixtures, and the pools, which live in the plugin's cache, stay up.
+        teardown_to = cast(Any, session)
+
+        def visit(item: pytest.Item) -> None:
+            reports = runtestprotocol(item, log=False, nextitem=teardown_to)
+            last[item.nodeid] = reports
+            for report in reports:
+                self._take_report(report)
+
+        try:
+            scheduled = []
+            for item in session.items:  # those this machine skips, or not properties: one visit, first
+                if item.nodeid in self._expected_skips or item.nodeid not in state.properties:
+                    visit(item)
+                else:
+                    scheduled.append(item.nodeid)
+            if scheduled:
+                self._scheduler = scheduler = Scheduler(scheduled, state.duration_s)
+                while not session.shouldstop and not session.shouldfail:
+                    grant = scheduler.next()
+                    if grant is None or (state.deadline is not None and state.time_left() == 0):
+                        break
+                    prop = state.properties[grant.nodeid]
+                    before, elapsed, warmup = behaviour(prop), prop.elapsed_s, prop.warmup_s or 0.0
+                    self._grant = grant
+                    try:
+                        visit(items[grant.nodeid])
+                    finally:
+                        self._grant = None
+                    done = None
+                    if prop.status in ("skipped", "error", "interrupted"):
+                        done = prop.status
+                    elif prop.stop_reason != "time budget":
+                        done = prop.stop_reason or prop.status
+                    charged = prop.elapsed_s - elapsed - ((prop.warmup_s or 0.0) - warmup)
+                    scheduler.record(grant, charged, behaviour(prop) - before, done)
+                    prop.schedule = scheduler.share(grant.nodeid)
+                    prop.visits += 1
+        finally:
+            self._replaying = True
+            try:  # pytest's own reporting (JUnit, exit code) gets each property's final visit, in order
+                for item in session.items:
+                    reports = last.get(item.nodeid)
+                    if reports is None:
+                        continue
+                    item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+                    for report in reports:
+                        item.ihook.pytest_runtest_logreport(report=report)
+                    item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+            finally:
+                self._replaying = False
+        if session.shouldfail:
+            raise session.Failed(session.shouldfail)
+        if session.shouldstop:
+            raise session.Interrupted(session.shouldstop)
+        return True
 
     # -- the campaign of one property -------------------------------------------------------
 
@@ -190,9 +313,14 @@ class CampaignPlugin(SelectionPlugin):
             if now >= state.deadline:
                 prop.status, prop.reason = "not run", "the campaign's time was spent before its turn"
                 pytest.skip(prop.reason)
-            waiting = [p for p in state.properties.values()
-                       if p.status == "pending" and p.nodeid not in self._expected_skips]
-            prop.share_end = now + (state.deadline - now) / max(1, len(waiting))
+            if self._grant is not None:  # the adaptive schedule's slice
+                prop.share_end = min(state.deadline, now + self._grant.seconds)
+            else:
+                waiting = [p for p in state.properties.values()
+                           if p.status == "pending" and p.nodeid not in self._expected_skips]
+                prop.share_end = now + (state.deadline - now) / max(1, len(waiting))
+                prop.schedule = {"even_share_s": round(prop.share_end - now, 3),
+                                 "why": f"even split: {len(waiting)} properties shared the time left"}
         fn = item.obj
         handle = fn.hypothesis
         inner = handle.inner_test
@@ -210,8 +338,11 @@ class CampaignPlugin(SelectionPlugin):
         known = frozenset(db.fetch(key))
         prop.stored_before = len(known)
         given = set(hc.given_argument_names(fn))
-        prop.known = known_bugs.current_tally()  # the fuzzdist plugin's, around this test's call
-        prop.status, prop.started_at = "running", now
+        earlier, prop.known = prop.known, known_bugs.current_tally()  # the fuzzdist plugin's, around this call
+        if earlier and prop.known is not None and prop.known is not earlier:  # an earlier visit's sightings
+            for bug_id, seen in earlier.sightings.items():
+                prop.known.sightings.setdefault(bug_id, seen)
+        prop.status, prop.started_at, prop.stop_reason = "running", now, None
         self._sample(prop)
         self.progress.update(state, force=True)
         base_phases = tuple(original_settings.phases)
@@ -280,7 +411,8 @@ class CampaignPlugin(SelectionPlugin):
                 self._index(item.nodeid)
             self._round = None
             self._key = None
-            prop.elapsed_s = time.monotonic() - now
+            prop.elapsed_s += time.monotonic() - now
+            prop.started_at = None
             self._sample(prop)
             if prop.status == "running":
                 if any(f.kind == "error" for f in prop.failures.values()):
@@ -323,12 +455,16 @@ class CampaignPlugin(SelectionPlugin):
                 now = time.monotonic()
                 if now >= state.deadline or (not rnd.failed and now >= prop.share_end):
                     raise BudgetSpent()
+            warming_up = prop.warmup_s is None  # its first example: the ranks' lazy imports and set-up
+            started = time.monotonic()
             try:
                 result = inner(*args, **kwargs)
             except UnsatisfiedAssumption:
                 prop.invalid += 1
                 raise
             except FAILURE_TYPES as exc:
+                if warming_up:
+                    plugin._warmed_up(prop, started)
                 prop.examples += 1
                 rnd.valid += 1
                 masked = plugin._on_failure(item, prop, exc, kwargs, given)
@@ -336,12 +472,24 @@ class CampaignPlugin(SelectionPlugin):
                 if masked:
                     return None
                 raise
+            if warming_up:
+                plugin._warmed_up(prop, started)
             prop.examples += 1
             rnd.valid += 1
             plugin._after_example(prop)
             return result
 
         return fuzzdist_campaign_example
+
+    def _warmed_up(self, prop: PropertyState, started: float) -> None:
+        """A property's first example pays what the ranks do once for it (e.g. importing DTensor: seconds
+        on a 4-rank pool); like the pool's start-up, it is not charged to the time budget."""
+        took = time.monotonic() - started
+        prop.warmup_s = took
+        if prop.share_end is not None:
+            prop.share_end += took
+        if self.state.deadline is not None:
+            self.state.deadline += took
 
     def _after_example(self, prop: PropertyState) -> None:
         observed = hc.current_example_observations()
@@ -361,6 +509,7 @@ class CampaignPlugin(SelectionPlugin):
                 prop.event_pairs.add_example(values)
             for label, score in scores.items():
                 if label not in prop.targets or score > prop.targets[label]:
+                    prop.target_gains += label in prop.targets
                     prop.targets[label] = score
         now = time.monotonic()
         self._sample(prop)
@@ -490,6 +639,13 @@ class CampaignPlugin(SelectionPlugin):
         if what not in self._report_errors:
             self._report_errors[what] = text
             self.progress.stream.write(f"fuzzdist: warning: {text}\n")
+
+
+def behaviour(prop: PropertyState) -> int:
+    """New behaviour reached so far, counted: event() values and value pairs, target() labels and
+    improvements of their best scores, distinct failures.  What the adaptive schedule rewards."""
+    return (len(prop.events) + prop.event_pairs.cells + len(prop.targets) + prop.target_gains
+            + len(prop.failures))
 
 
 def _example_text(item, kwargs: dict, given: set) -> str:

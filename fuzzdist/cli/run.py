@@ -54,7 +54,16 @@ def add_parser(sub: Any) -> None:
     run.add_argument("--seed", type=int, metavar="N",
                      help="reproducible generation: round r of each property draws from seed N+r-1 "
                           "(round 1 draws what pytest --hypothesis-seed=N draws); default: fresh randomness")
+    run.add_argument("--schedule", choices=["adaptive", "even"], default="adaptive",
+                     help="how --duration is split: 'adaptive' (default) gives every property a floor (half the "
+                          "time, split evenly), then slices to the properties still reaching new events, "
+                          "targets or failures per second; 'even' gives each one equal share, once")
     add_pool_arguments(run)
+    run.add_argument("--jobs", type=parse_jobs, default=1, metavar="N",
+                     help="campaign workers at once, each its own process with its own rank pools (with --device "
+                          "cuda, its own GPUs), sharing the database and splitting the properties; one progress "
+                          "display and one merged report (default 1; at most the cores, not under torchrun)")
+    run.add_argument("--worker", type=parse_worker, default=None, help=argparse.SUPPRESS)  # I/N: set by --jobs
     run.add_argument("--report", default=DEFAULT_REPORT, metavar="FILE.json",
                      help=f"JSON report, rewritten atomically during the run (default {DEFAULT_REPORT}; '' for none)")
     run.add_argument("--html", default=None, metavar="FILE.html",
@@ -152,12 +161,42 @@ def _interrupts(on_signal: Callable[[str], None]) -> Iterator[None]:
             chained.remove()
 
 
+def parse_jobs(text: str) -> int:
+    """An argparse type for --jobs: a whole number of workers, at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--jobs {text!r} is not a whole number: give the number of campaign "
+                                         "workers, e.g. --jobs 2") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"--jobs {text}: give at least 1 worker (--jobs 1, the default, runs the "
+                                         "campaign in this process)")
+    return value
+
+
+def parse_worker(text: str) -> tuple[int, int]:
+    index, _, count = text.partition("/")
+    return int(index), int(count)
+
+
+def _jobs_gpus(args: argparse.Namespace) -> list[str] | None:
+    """Refuse --jobs early where it can't work (see fuzzdist.campaign.jobs.check_jobs)."""
+    from fuzzdist.campaign.jobs import JobsError, check_jobs, usable_cores
+    from fuzzdist.pool import torchrun
+
+    try:
+        return check_jobs(args.jobs, args.device, args.world_size, torchrun.in_torchrun(), usable_cores())
+    except JobsError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     """``fuzzdist run``; returns the exit code."""
     from fuzzdist.campaign.progress import make_progress
     from fuzzdist.campaign.report import CampaignState, summary_text
     from fuzzdist.campaign.runner import CampaignPlugin
 
+    gpus = _jobs_gpus(args)
     check_device(args.device)
     targets, database = open_targets(args, write=True)
     report_path = args.report or None
@@ -181,9 +220,11 @@ def cmd_run(args: argparse.Namespace) -> int:
             _check_writable(path, flag)
     stream = terminal_stream()
     progress = make_progress(stream, args.progress, interval=args.progress_interval)
+    if args.jobs > 1:
+        return _run_jobs(args, state, progress, stream, report_path, junit_path, html_path, gpus)
     plugin = CampaignPlugin(targets, state=state, database=database, progress=progress,
                             report_path=report_path, device=args.device, pytest_options=pool_options(args),
-                            seed=args.seed, html_path=html_path)
+                            seed=args.seed, html_path=html_path, schedule=args.schedule, worker=args.worker)
     plugins: list[object] = [plugin]
     launched = _pool_cache_for_launch(args)
     if launched is not None:
@@ -230,6 +271,37 @@ def cmd_run(args: argparse.Namespace) -> int:
     plugin.write_report(html_now=True)
     stream.write("\n" + summary_text(state, report_path, junit_path, html_path, plugin.write_errors) + "\n")
     stream.flush()
+    return _exit_code(state)
+
+
+def _run_jobs(args: argparse.Namespace, state: Any, progress: Any, stream: Any, report_path: str | None,
+              junit_path: str | None, html_path: str | None, gpus: list[str] | None) -> int:
+    """``--jobs N``: N worker processes, watched and merged here (fuzzdist.campaign.jobs)."""
+    from fuzzdist.campaign.jobs import JobsCampaign
+    from fuzzdist.campaign.report import summary_text
+
+    campaign = JobsCampaign(args, state, progress, stream, report_path, junit_path, html_path, gpus)
+    try:
+        campaign.start()
+        campaign.run()
+    finally:
+        progress.stop(state)
+        died = [w for w in campaign.workers if w.died]
+        if state.interrupted_by:
+            state.status = "interrupted"
+        elif died:
+            state.status = "error"
+            state.error = "; ".join(f"worker {w.index} died: {w.died}" for w in died)
+        else:
+            state.status = "finished"
+        campaign.finish()
+    stream.write("\n" + summary_text(state, report_path, junit_path, html_path, campaign.write_errors) + "\n"
+                 + "\n".join(campaign.summary_lines()) + "\n")
+    stream.flush()
+    return _exit_code(state)
+
+
+def _exit_code(state: Any) -> int:
     if state.failure_count() or any(p.status == "error" for p in state.properties.values()):
         return EXIT_FOUND
     if state.error:
