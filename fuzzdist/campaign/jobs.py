@@ -32,6 +32,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, Any, TextIO
 
+from fuzzdist.campaign.lifeline import PARENT_ENV
 from fuzzdist.campaign.merge import merge_reports, state_from_report
 from fuzzdist.campaign.report import CampaignState, _now_iso, write_json_atomic, write_text_atomic
 from fuzzdist.campaign.runner import HTML_COST_SHARE
@@ -107,6 +108,15 @@ def worker_argv(args: argparse.Namespace, index: int, jobs: int, report: str, ju
         if value is not None:
             argv += [flag, repr(value) if isinstance(value, float) else str(value)]
     return argv
+
+
+def work_directory(report_path: str | None) -> str:
+    """Where the workers' reports and logs go: next to the JSON report (a dead worker's log is kept
+    there), else a temporary directory; removed at the end unless a worker died."""
+    if report_path:
+        folder, name = os.path.split(os.path.abspath(report_path))
+        return tempfile.mkdtemp(prefix=f"{name}.workers-", dir=folder)
+    return tempfile.mkdtemp(prefix="fuzzdist-jobs-")
 
 
 @dataclass
@@ -210,7 +220,7 @@ class JobsCampaign:
         self.args, self.state, self.progress, self.stream = args, state, progress, stream
         self.report_path, self.junit_path, self.html_path = report_path, junit_path, html_path
         self.gpus = gpus
-        self.workdir = tempfile.mkdtemp(prefix="fuzzdist-jobs-")
+        self.workdir = work_directory(report_path)
         self.workers: list[Worker] = []
         self.merged: dict = {}
         self._seen_failures: set[tuple[str, str]] = set()
@@ -226,6 +236,7 @@ class JobsCampaign:
             junit = os.path.join(self.workdir, f"worker-{index}.xml")
             log_path = os.path.join(self.workdir, f"worker-{index}.log")
             env = dict(os.environ)
+            env[PARENT_ENV] = str(os.getpid())  # the worker stops when this process dies (lifeline)
             gpus = self.gpus[index] if self.gpus else None
             if gpus is not None:
                 env["CUDA_VISIBLE_DEVICES"] = gpus

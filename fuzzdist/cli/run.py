@@ -197,6 +197,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     from fuzzdist.campaign.runner import CampaignPlugin
 
     gpus = _jobs_gpus(args)
+    if args.worker is not None:
+        from fuzzdist.campaign.lifeline import hold_to_parent, parent_from_env
+
+        parent = parent_from_env()
+        if parent is not None:
+            hold_to_parent(parent)
     check_device(args.device)
     targets, database = open_targets(args, write=True)
     report_path = args.report or None

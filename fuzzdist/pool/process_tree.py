@@ -64,21 +64,23 @@ def kill_own_tree(exit_code: int) -> None:
     os._exit(exit_code)
 
 
-def die_with_driver(driver_pid: int) -> None:
-    """Linux: the kernel SIGKILLs this process when the driver dies (elsewhere: no-op).
+def die_with_driver(driver_pid: int, signum: int = signal.SIGKILL) -> bool:
+    """Linux: the kernel sends ``signum`` (SIGKILL) to this process when the driver dies; False elsewhere.
 
     PR_SET_PDEATHSIG fires when the *thread* that started the process ends,
     so the driver asks for it only for ranks started from its main thread.
     """
     if not sys.platform.startswith("linux"):
-        return
+        return False
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        if libc.prctl(_PR_SET_PDEATHSIG, int(signum), 0, 0, 0) != 0:
+            return False
     except (OSError, AttributeError):
-        return
+        return False
     if os.getppid() != driver_pid:  # the driver died before the request took hold
         kill_own_tree(70)
+    return True
 
 
 def start_watchdog(lifeline_fd: int) -> int | None:
