@@ -119,7 +119,7 @@ def _alive(pid: int) -> bool:
 
 def test_a_worker_killed_mid_campaign_loses_nothing_and_the_others_go_on(tmp_path):
     write(tmp_path, "test_x.py", BUG_AND_PASS)
-    proc = start_cli(["run", "test_x.py", "--jobs", "2", "--duration", "12s", "--database", "db",
+    proc = start_cli(["run", "test_x.py", "--jobs", "2", "--duration", "8s", "--database", "db",
                       "--report", "r.json", "--junit", "j.xml", "--progress", "plain"], cwd=tmp_path)
     try:
         found = wait_for_report(tmp_path / "r.json", lambda r: r["totals"]["distinct_failures"] >= 1

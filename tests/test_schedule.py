@@ -112,7 +112,7 @@ def test_events(rank_pool, k, s):
 
 def test_adaptive_campaign_gives_the_time_to_the_property_finding_events(tmp_path):
     write(tmp_path, "test_adapt.py", EVENTS_AND_FLAT)
-    result = run_cli(["run", "test_adapt.py", "--duration", "6s", "--seed", "3", "--progress", "none",
+    result = run_cli(["run", "test_adapt.py", "--duration", "5s", "--seed", "3", "--progress", "plain",
                       "--database", "db", "--junit", "j.xml"], cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     report = read_report(tmp_path / "fuzzdist-report.json")
@@ -125,3 +125,5 @@ def test_adaptive_campaign_gives_the_time_to_the_property_finding_events(tmp_pat
     assert flat["warmup_s"] > 0 and events["warmup_s"] > 0  # each one's first example: not charged either
     assert "time per property (pool start-up and first example not counted):" in result.stdout
     assert (tmp_path / "j.xml").read_text().count("<testcase ") == 2  # one per property, not per visit
+    for name in ("test_flat", "test_events"):  # the plain log says "done" once, after the last visit
+        assert result.stdout.count(f"] done test_adapt.py::{name}[cpu-w2]: ") == 1, result.stdout

@@ -139,6 +139,7 @@ class CampaignPlugin(SelectionPlugin):
         self.round_examples = round_examples
         self._round: _Round | None = None
         self._next_report = 0.0
+        self._announced: set[str] = set()  # properties the progress display has been told are done
         self._expected_skips: dict[str, str] = {}
         self._indexed: set[str] = set()
         self._key: bytes | None = None  # the database key of the property running
@@ -212,11 +213,13 @@ class CampaignPlugin(SelectionPlugin):
         if report.when == "setup" and report.skipped:
             prop.status = "skipped" if prop.status == "pending" else prop.status
             prop.reason = _skip_reason(report)
+            self._announced.add(prop.nodeid)
             self.progress.property_done(self.state, prop)
         elif (report.failed and report.when in ("setup", "teardown")
               and prop.status in ("pending", "running", "passed", "known")):
             prop.status = "error"
             prop.reason = f"{report.when} failed: " + _first_line(str(report.longreprtext))
+            self._announced.add(prop.nodeid)
             self.progress.property_done(self.state, prop)
 
     # -- the adaptive schedule: visits in slices ----------------------------------------------
@@ -243,8 +246,8 @@ class CampaignPlugin(SelectionPlugin):
             for report in reports:
                 self._take_report(report)
 
+        scheduled: list[str] = []
         try:
-            scheduled = []
             for item in session.items:  # those this machine skips, or not properties: one visit, first
                 if item.nodeid in self._expected_skips or item.nodeid not in state.properties:
                     visit(item)
@@ -272,7 +275,15 @@ class CampaignPlugin(SelectionPlugin):
                     scheduler.record(grant, charged, behaviour(prop) - before, done)
                     prop.schedule = scheduler.share(grant.nodeid)
                     prop.visits += 1
+                    if done is not None and grant.nodeid not in self._announced:  # no further visit
+                        self._announced.add(grant.nodeid)
+                        self.progress.property_done(state, prop)
         finally:
+            for nodeid in scheduled:  # "done" once per property, after its last visit
+                prop = state.properties[nodeid]
+                if nodeid not in self._announced and prop.visits:
+                    self._announced.add(nodeid)
+                    self.progress.property_done(state, prop)
             self._replaying = True
             try:  # pytest's own reporting (JUnit, exit code) gets each property's final visit, in order
                 for item in session.items:
@@ -419,7 +430,8 @@ class CampaignPlugin(SelectionPlugin):
                     prop.status = "error"
                 else:
                     prop.status = "failed" if prop.failures else "known" if prop.known_count else "passed"
-            self.progress.property_done(state, prop)
+            if self._grant is None:  # a visit of the adaptive schedule is announced done at its last one
+                self.progress.property_done(state, prop)
             self.write_report(html_now=True)
         if prop.failures:
             pytest.fail(_failure_text(prop), pytrace=False)
@@ -490,6 +502,7 @@ class CampaignPlugin(SelectionPlugin):
             prop.share_end += took
         if self.state.deadline is not None:
             self.state.deadline += took
+        self._next_report = 0.0  # the report shows the property running at once (a --jobs parent reads it)
 
     def _after_example(self, prop: PropertyState) -> None:
         observed = hc.current_example_observations()
