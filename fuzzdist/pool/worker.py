@@ -16,7 +16,7 @@ import time
 from typing import Any, Protocol
 
 from fuzzdist.errors import CallError
-from fuzzdist.pool import messages
+from fuzzdist.pool import messages, rank_output, rank_state
 
 
 class Channel(Protocol):
@@ -72,9 +72,7 @@ def execute(ctx: Any, seq: int, seed: int, payload: bytes) -> bytes:
 
     Also how rank 0 under torchrun runs its own share (it is its own driver).
     """
-    from fuzzdist import _isolation, _remote
-    from fuzzdist.pool import rank_output, rank_state
-
+    _isolation, _remote = _rank_modules()
     guard = _isolation.StateGuard()
     ctx.seed, ctx.example = seed, seq
     ctx._recycle_reasons = []
@@ -104,3 +102,17 @@ def execute(ctx: Any, seq: int, seed: int, payload: bytes) -> bytes:
         unsendable = CallError(f"fn returned a value that can't be sent back to the driver: {exc}. "
                                "Return plain values (numbers, lists, CPU tensors), not handles.")
         return messages.err(seq, _remote.capture(unsendable), recycle, written.output, elapsed)
+
+
+_loaded: tuple[Any, Any] | None = None
+
+
+def _rank_modules() -> tuple[Any, Any]:
+    """``fuzzdist._isolation`` and ``fuzzdist._remote``: imported on a rank's first example (they need torch),
+    then kept (an import statement per example cost a few microseconds)."""
+    global _loaded
+    if _loaded is None:
+        from fuzzdist import _isolation, _remote
+
+        _loaded = (_isolation, _remote)
+    return _loaded
