@@ -2,13 +2,15 @@
 
 Run:  python bench/pool_stages.py [--examples 2000] [--rounds 3] [--compare OTHER_CHECKOUT]
 
-Each stage is timed on its own, in a tight loop, with the code the pool runs (no stamps in the pool):
+Each stage is timed on its own, in a tight loop, with the code the pool runs (no stamps in the pool), in
+CPU µs of the thread (the machine's other load cancels out); the round trips in wall-clock µs:
 
   driver  (this process, under a Hypothesis test context where the pool would be)
     pickle the call       controller.pickle_call(fn, args, kwargs) for the broadcast property's call
     seed                  controller.derive_seed(payload)
     coverage events       _coverage.record(args, kwargs) inside a running Hypothesis test
     run message           messages.run(...) around the payload
+    driver CPU per pool.run  the driver thread's CPU time in one pool.run of a no-op (send, poll, collect...)
   rank    (a spawned process set up as a rank is: output captured, flight recorder on, a gloo group)
     unpickle              messages.load(message) and pickle.loads(payload)
     isolation snapshot    _isolation.StateGuard()
@@ -18,8 +20,9 @@ Each stage is timed on its own, in a tight loop, with the code the pool runs (no
     flight-recorder book  rank_state.begin_example / end_example
     reply                 messages.ok(...) of a None result
     execute (all)         worker.execute(ctx, ...) of a no-op function: the rank's whole share
-  round trips  (a real 2-rank RankPool, and bare pipes to 2 echo processes for the transport floor)
-    pipe ping-pong        send_bytes + poll + recv_bytes to 2 processes that echo: wake-up and transport
+  round trips  (wall time: a real 2-rank RankPool, and bare pipes to 2 echo processes for the transport floor)
+    socketpair ping-pong  send_bytes + poll + recv_bytes to 2 processes that echo over Pipe(duplex=True)
+    pipe ping-pong        the same over two one-way pipes each (Pipe(duplex=False)): wake-up and transport
     pool.run no-op        a whole example through the pool, fn does nothing
     pool.run broadcast    the broadcast property's rank function (one collective: the per-example barrier)
 
@@ -40,24 +43,25 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-STAGES_DRIVER = ("pickle the call", "seed", "coverage events", "run message")
+STAGES_DRIVER = ("pickle the call", "seed", "coverage events", "run message", "driver CPU per pool.run")
 STAGES_RANK = ("unpickle", "isolation snapshot", "isolation restore", "seeding", "rank output capture",
                "flight-recorder book", "reply", "execute (all)")
-STAGES_TRIP = ("pipe ping-pong", "pool.run no-op", "pool.run broadcast")
+STAGES_TRIP = ("socketpair ping-pong", "pipe ping-pong", "pool.run no-op", "pool.run broadcast")
 
 
 def noop(ctx: Any, *args: Any) -> None:
     """A rank function that does nothing (what the pool costs on its own)."""
 
 
-def _per_call_us(fn: Callable[[], object], n: int) -> float:
-    """Median over 5 chunks of the µs one call of fn takes."""
+def _per_call_us(fn: Callable[[], object], n: int, clock: Callable[[], int] = time.thread_time_ns) -> float:
+    """Median over 5 chunks of the µs one call of fn takes: CPU time of this thread by default (a stage
+    in one process: the time the machine's other load takes the CPU away is not counted), else ``clock``."""
     chunks = []
     for _ in range(5):
-        start = time.perf_counter_ns()
+        start = clock()
         for _ in range(n):
             fn()
-        chunks.append((time.perf_counter_ns() - start) / n / 1e3)
+        chunks.append((clock() - start) / n / 1e3)
     return statistics.median(chunks)
 
 
@@ -164,53 +168,67 @@ def measure_rank(n: int) -> dict[str, float]:
     return out
 
 
-def _echo(conn: Any) -> None:
+def _echo(inbox: Any, outbox: Any) -> None:
     while True:
         try:
-            data = conn.recv_bytes()
+            data = inbox.recv_bytes()
         except EOFError:
             return
-        conn.send_bytes(data)
+        outbox.send_bytes(data)
+
+
+def _ping_pong_us(n: int, world_size: int, duplex: bool) -> float:
+    from fuzzdist.pool import controller, messages
+
+    context = mp.get_context("spawn")
+    links, procs = [], []
+    for _ in range(world_size):
+        if duplex:
+            a, b = context.Pipe()
+            to, back, ends = a, a, (b, b)
+        else:
+            inbox, to = context.Pipe(duplex=False)
+            back, outbox = context.Pipe(duplex=False)
+            ends = (inbox, outbox)
+        p = context.Process(target=_echo, args=ends, daemon=True)
+        p.start()
+        links.append((to, back))
+        procs.append(p)
+    fn, args, kwargs = _call()
+    message = messages.run(1, 2, controller.pickle_call(fn, args, kwargs), None)
+
+    def ping() -> None:
+        for to, _ in links:
+            to.send_bytes(message)
+        for _, back in links:
+            if not back.poll(10):
+                raise RuntimeError("echo process did not answer")
+            back.recv_bytes()
+
+    for _ in range(200):
+        ping()
+    us = _per_call_us(ping, n, time.perf_counter_ns)
+    for to, back in links:
+        to.close()
+        back.close()
+    for p in procs:
+        p.join(5)
+    return us
 
 
 def measure_trips(n: int, world_size: int = 2) -> dict[str, float]:
     from fuzzdist import RankPool
-    from fuzzdist.pool import controller, messages
 
-    context = mp.get_context("spawn")
-    pipes, procs = [], []
-    for _ in range(world_size):
-        a, b = context.Pipe()
-        p = context.Process(target=_echo, args=(b,), daemon=True)
-        p.start()
-        pipes.append(a)
-        procs.append(p)
-    fn, args, kwargs = _call()
-    message = messages.run(1, 2, controller.pickle_call(fn, args, kwargs), None)
-    reply = messages.ok(1, None, [], None, 0.001)
-
-    def ping() -> None:
-        for a in pipes:
-            a.send_bytes(message)
-        for a in pipes:
-            if not a.poll(10):
-                raise RuntimeError("echo process did not answer")
-            a.recv_bytes()
-
-    for _ in range(200):
-        ping()
-    out = {"pipe ping-pong": _per_call_us(ping, n)}
-    del reply
-    for a in pipes:
-        a.close()
-    for p in procs:
-        p.join(5)
+    fn, args, _ = _call()
+    out = {"socketpair ping-pong": _ping_pong_us(n, world_size, True),
+           "pipe ping-pong": _ping_pong_us(n, world_size, False)}
     with RankPool(world_size, timeout=60) as pool:
         for _ in range(200):
             pool.run(noop)
             pool.run(fn, *args)
-        out["pool.run no-op"] = _per_call_us(lambda: pool.run(noop), n)
-        out["pool.run broadcast"] = _per_call_us(lambda: pool.run(fn, *args), n)
+        out["driver CPU per pool.run"] = _per_call_us(lambda: pool.run(noop), n)
+        out["pool.run no-op"] = _per_call_us(lambda: pool.run(noop), n, time.perf_counter_ns)
+        out["pool.run broadcast"] = _per_call_us(lambda: pool.run(fn, *args), n, time.perf_counter_ns)
     return out
 
 
