@@ -38,7 +38,7 @@ from typing import Any, NoReturn
 
 from fuzzdist.capabilities import validate_pool_args
 from fuzzdist.errors import InvalidState, PoolStartupError, RankCrash
-from fuzzdist.pool import messages, process_tree, rank_state
+from fuzzdist.pool import framing, messages, process_tree, rank_state
 from fuzzdist.pool import rank_output as rank_output_mod
 from fuzzdist.pool.controller import DEFAULT_TIMEOUT, Controller, Outcome, decode_reply
 from fuzzdist.pool.rank_state import RankState
@@ -346,14 +346,21 @@ class RankPool(Controller):
 
 
 class _Link:
-    """The driver's ends of a rank's two one-way pipes: messages to the rank, and its replies."""
+    """The driver's ends of a rank's two one-way pipes: messages to the rank, and its replies
+    (framed by :mod:`~fuzzdist.pool.framing`; the Connections only own the descriptors)."""
 
     def __init__(self, to_rank: Any, from_rank: Any) -> None:
         self._to, self._from = to_rank, from_rank
-        self.send_bytes = to_rank.send_bytes
-        self.recv_bytes = from_rank.recv_bytes
-        self.poll = from_rank.poll
+        self._to_fd = to_rank.fileno()
+        self._reader = framing.Reader(from_rank.fileno())
+        self.recv_bytes = self._reader.recv
+        self.poll = self._reader.ready
         self.fileno = from_rank.fileno
+
+    def send_bytes(self, data: bytes) -> None:
+        if self._to.closed:
+            raise OSError("the pipe to the rank is closed")
+        framing.send(self._to_fd, data)
 
     def close(self) -> None:
         self._to.close()
@@ -524,17 +531,19 @@ class _PipeChannel:
     lost_exit_code = 0  # the driver went away: leave quietly
 
     def __init__(self, inbox: Any, outbox: Any) -> None:
-        self._inbox, self._outbox = inbox, outbox
+        self._inbox, self._outbox = inbox, outbox  # kept: they own the descriptors
+        self._reader = framing.Reader(inbox.fileno())
+        self._out_fd = outbox.fileno()
 
     def receive(self) -> messages.Message | None:
         try:
-            return messages.load(self._inbox.recv_bytes())
+            return messages.load(self._reader.recv())
         except (EOFError, OSError):  # the driver went away
             return None
 
     def send(self, data: bytes) -> bool:
         try:
-            self._outbox.send_bytes(data)
+            framing.send(self._out_fd, data)
             return True
         except (BrokenPipeError, OSError):
             return False
