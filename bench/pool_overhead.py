@@ -1,13 +1,13 @@
 """What the rank pool costs per example, against what can't be avoided.
 
-Run:  python bench/pool_overhead.py [--examples 1500] [--rounds 3] [--json FILE]
+Run:  python bench/pool_overhead.py [--examples 1500] [--rounds 3] [--world-size 2] [--json FILE]
 
-Measured in one run, on 2 CPU ranks over gloo, in microseconds per example
+Measured in one run, on --world-size CPU ranks over gloo, in microseconds per example
 (the median of --rounds interleaved rounds):
 
   a  Hypothesis alone: the broadcast property's strategies drawn with an
      empty test body.
-  b  a raw 2-rank gloo loop doing the same broadcast and check on the same
+  b  a raw N-rank gloo loop doing the same broadcast and check on the same
      examples, with no pool and no Hypothesis: the unavoidable
      collective cost.
   c  the broadcast property through fuzzdist's pool under Hypothesis.
@@ -17,7 +17,7 @@ Measured in one run, on 2 CPU ranks over gloo, in microseconds per example
      rank function on example i of the same examples.
 
 and the start-up time of the pool and of (d).  It prints c/(a+b) (what
-fuzzdist adds over the unavoidable cost; target <= 1.3) and c/d (the cost of
+fuzzdist adds over the unavoidable cost; target <= 1.2 at 2 ranks, 1.3 at 4 and 8) and c/d (the cost of
 a checked input through fuzzdist against a fixed test in torch's harness;
 target < 1).  a and c draw the same examples (derandomized), and b replays
 exactly those examples.
@@ -43,17 +43,17 @@ from fuzzdist.properties import broadcast as prop  # the property under measurem
 
 HERE = Path(__file__).resolve().parent
 
-WORLD_SIZE = 2
-EXAMPLE = st.tuples(prop.SPECS, st.integers(0, WORLD_SIZE - 1), prop.SEEDS)
+def _example(world_size: int) -> st.SearchStrategy:
+    return st.tuples(prop.SPECS, st.integers(0, world_size - 1), prop.SEEDS)
 
 
-def _hypothesis_run(n: int, body) -> tuple[float, list]:
+def _hypothesis_run(n: int, body, world_size: int) -> tuple[float, list]:
     """Run ``body`` under Hypothesis for n generated examples; (seconds, the examples)."""
     seen: list = []
 
     @settings(max_examples=n, database=None, derandomize=True, deadline=None,
               phases=[Phase.generate], suppress_health_check=list(__import__("hypothesis").HealthCheck))
-    @given(example=EXAMPLE)
+    @given(example=_example(world_size))
     def run(example):
         seen.append(example)
         body(example)
@@ -63,49 +63,52 @@ def _hypothesis_run(n: int, body) -> tuple[float, list]:
     return time.perf_counter() - start, seen
 
 
-def measure_a(n: int) -> tuple[float, list]:
-    seconds, seen = _hypothesis_run(n, lambda example: None)
+def measure_a(n: int, world_size: int) -> tuple[float, list]:
+    seconds, seen = _hypothesis_run(n, lambda example: None, world_size)
     return seconds / len(seen) * 1e6, seen
 
 
 def measure_c(pool: RankPool, n: int) -> float:
     def body(example):
-        assert pool.run(prop.broadcast_and_check, *example) == [None] * WORLD_SIZE
+        # A difference is returned, not raised: a transposed spec meets the known torch bug
+        # gloo-broadcast-ignores-strides, and the raw loop does the same work on it.
+        assert len(pool.run(prop.broadcast_and_check, *example)) == pool.world_size
 
-    seconds, seen = _hypothesis_run(n, body)
+    seconds, seen = _hypothesis_run(n, body, pool.world_size)
     return seconds / len(seen) * 1e6
 
 
-def _raw_rank(rank: int, store_path: str, examples: list, queue) -> None:
+def _raw_rank(rank: int, world_size: int, store_path: str, examples: list, queue) -> None:
     import torch
     import torch.distributed as dist
 
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // WORLD_SIZE))
-    dist.init_process_group("gloo", store=dist.FileStore(store_path, WORLD_SIZE), rank=rank,
-                            world_size=WORLD_SIZE)
-    ctx = _RawContext(rank)
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))  # as the pool sets its ranks
+    dist.init_process_group("gloo", store=dist.FileStore(store_path, world_size), rank=rank,
+                            world_size=world_size)
+    ctx = _RawContext(rank, world_size)
     prop.broadcast_and_check(ctx, *examples[0])  # warm-up
     dist.barrier()
     start = time.perf_counter()
     for example in examples:  # the same broadcast and check as the property's rank function
-        assert prop.broadcast_and_check(ctx, *example) is None
+        prop.broadcast_and_check(ctx, *example)  # a difference is returned (see measure_c), as there
     queue.put(time.perf_counter() - start)
     dist.destroy_process_group()
 
 
 class _RawContext:
-    def __init__(self, rank: int) -> None:
+    def __init__(self, rank: int, world_size: int) -> None:
         import torch
 
-        self.rank, self.world_size, self.device, self.group = rank, WORLD_SIZE, torch.device("cpu"), None
+        self.rank, self.world_size, self.device, self.group = rank, world_size, torch.device("cpu"), None
 
 
-def measure_b(examples: list, tmpdir: str) -> float:
+def measure_b(examples: list, tmpdir: str, world_size: int) -> float:
     context = mp.get_context("spawn")
     queue = context.Queue()
     store = os.path.join(tmpdir, f"raw-store-{time.monotonic_ns()}")
-    procs = [context.Process(target=_raw_rank, args=(r, store, examples, queue)) for r in range(WORLD_SIZE)]
+    procs = [context.Process(target=_raw_rank, args=(r, world_size, store, examples, queue))
+             for r in range(world_size)]
     for p in procs:
         p.start()
     seconds = max(queue.get(timeout=600) for _ in procs)
@@ -114,7 +117,7 @@ def measure_b(examples: list, tmpdir: str) -> float:
     return seconds / len(examples) * 1e6
 
 
-def measure_d(examples: list, tmpdir: str) -> dict:
+def measure_d(examples: list, tmpdir: str, world_size: int, large: int) -> dict:
     """torch's harness, each test running the property's rank function on one of the examples."""
     import pickle
 
@@ -122,8 +125,9 @@ def measure_d(examples: list, tmpdir: str) -> dict:
     with open(path, "wb") as f:
         pickle.dump(examples, f)
     env = dict(os.environ, FUZZDIST_TORCH_HARNESS_EXAMPLES=path)
-    out = subprocess.run([sys.executable, str(HERE / "_torch_harness.py"), "--json"],
-                         capture_output=True, text=True, timeout=600, check=True, env=env)
+    out = subprocess.run([sys.executable, str(HERE / "_torch_harness.py"), "--json", "--world-size",
+                          str(world_size), "--large", str(large)],
+                         capture_output=True, text=True, timeout=900, check=True, env=env)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -131,6 +135,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--examples", type=int, default=1500, help="examples per measurement")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; medians are reported")
+    parser.add_argument("--world-size", type=int, default=2, help="ranks of the pool, the raw loop and torch's harness")
+    parser.add_argument("--harness-tests", type=int, default=1000,
+                        help="tests of torch's large harness class (d = (T(large) - T(10)) / (large - 10))")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
 
@@ -140,21 +147,22 @@ def main() -> None:
 
     tmpdir = tempfile.mkdtemp(prefix="fuzzdist-bench-")
     start = time.perf_counter()
-    pool = RankPool(WORLD_SIZE, timeout=60).start()
+    ws = args.world_size
+    pool = RankPool(ws, timeout=60).start()
     pool_startup = time.perf_counter() - start
     a_runs, b_runs, c_runs = [], [], []
     try:
         measure_c(pool, 50)  # warm-up
         for round_ in range(args.rounds):
-            a, examples = measure_a(args.examples)
-            b = measure_b(examples, tmpdir)
+            a, examples = measure_a(args.examples, ws)
+            b = measure_b(examples, tmpdir, ws)
             c = measure_c(pool, args.examples)
             a_runs.append(a), b_runs.append(b), c_runs.append(c)
             print(f"round {round_ + 1}: a={a:.0f}us b={b:.0f}us c={c:.0f}us ({len(examples)} examples)",
                   file=sys.stderr)
     finally:
         pool.close()
-    d = measure_d(examples, tmpdir)
+    d = measure_d(examples, tmpdir, ws, args.harness_tests)
     a, b, c = (statistics.median(x) for x in (a_runs, b_runs, c_runs))
     figures = {
         "a_hypothesis_alone_us": round(a, 1),
@@ -165,6 +173,9 @@ def main() -> None:
         "torch_harness_startup_s": round(d["startup_s"], 2),
         "c_over_a_plus_b": round(c / (a + b), 3),
         "c_over_d": round(c / d["per_test_us"], 3),
+        "c_over_a_plus_b_per_round": [round(c_ / (a_ + b_), 3)
+                                      for a_, b_, c_ in zip(a_runs, b_runs, c_runs, strict=True)],
+        "world_size": ws,
         "examples_per_round": args.examples,
         "rounds": args.rounds,
         "torch": torch.__version__,
@@ -174,7 +185,8 @@ def main() -> None:
     for key, value in figures.items():
         print(f"{key:<{width}}  {value}")
     verdict = []
-    verdict.append("c/(a+b) <= 1.3: " + ("yes" if figures["c_over_a_plus_b"] <= 1.3 else "NO"))
+    target = 1.2 if ws <= 2 else 1.3
+    verdict.append(f"c/(a+b) <= {target}: " + ("yes" if figures["c_over_a_plus_b"] <= target else "NO"))
     verdict.append("c < d: " + ("yes" if figures["c_over_d"] < 1 else "NO"))
     print("; ".join(verdict))
     if args.json:

@@ -133,3 +133,24 @@ def test_what_cannot_be_undone_in_place_recycles_the_ranks():
             assert pool.generation == generation, fn.__name__
             assert pool.run(rank_fns.broadcast_sum, 4, 0) == [6.0, 6.0]
         assert [state["function_modes"] for state in pool.run(clean_fns.observe_hooks)] == [0, 0]
+
+
+def test_default_device_is_restored_both_ways():
+    # The guard reads torch's default device without calling get_default_device while none is set:
+    # a device set in the example, and one set before it and cleared in it, both go back.
+    import torch
+
+    from fuzzdist._isolation import StateGuard
+
+    try:
+        guard = StateGuard()
+        torch.set_default_device("meta")
+        assert guard.restore() == []
+        assert torch.get_default_device() == torch.device("cpu")
+        torch.set_default_device("meta")
+        guard = StateGuard()
+        torch.set_default_device(None)
+        assert guard.restore() == []
+        assert torch.get_default_device() == torch.device("meta")
+    finally:
+        torch.set_default_device(None)

@@ -22,6 +22,14 @@ def returns_a_lock(ctx):
     return threading.Lock()
 
 
+def pollute_env(ctx):
+    import os
+
+    seen = os.environ.get("FUZZDIST_TEST_AHEAD")
+    os.environ["FUZZDIST_TEST_AHEAD"] = str(ctx.example)
+    return seen
+
+
 class _ListChannel:
     """Feeds the Worker a fixed list of messages and keeps its replies."""
 
@@ -52,6 +60,21 @@ def test_worker_answers_run_by_name_and_stops(tmp_path):
     elapsed = fields.pop("elapsed")  # the rank's wall time: a duration, not a fixed value
     assert isinstance(elapsed, float) and 0 <= elapsed < 60
     assert (name, fields) == ("ok", {"seq": 7, "result": (derive_seed(payload), 7, 5), "recycle": [], "output": None})
+
+
+def test_worker_snapshots_each_example_ahead_and_still_restores_it(tmp_path):
+    # The Worker takes the next example's snapshot while it waits (after its reply): every example
+    # must still find the state as it was before the first, never the previous example's change.
+    payload = pickle_call(pollute_env, (), {})
+    channel = _ListChannel(*(messages.run(seq, 0, payload, None) for seq in (1, 2, 3)))
+    worker = Worker(_ctx(tmp_path))
+    try:
+        worker.serve(channel)
+    finally:
+        import os
+
+        os.environ.pop("FUZZDIST_TEST_AHEAD", None)
+    assert [fields["result"] for _, fields in channel.replies] == [None, None, None]
 
 
 def test_worker_returns_the_channels_code_when_the_controller_is_gone(tmp_path):

@@ -86,7 +86,7 @@ def die_with_driver(driver_pid: int, signum: int = signal.SIGKILL) -> bool:
 def start_watchdog(lifeline_fd: int) -> int | None:
     """Fork the watchdog that SIGKILLs this rank's group when the rank dies or ``lifeline_fd`` hangs up.
 
-    ``lifeline_fd`` is the rank's end of a socket whose other end only the
+    ``lifeline_fd`` is the rank's end of a pipe or socket whose other end only the
     driver holds.  Call first thing in the rank, before it starts threads.
     Returns the watchdog's pid (None where fork is missing or failed).
     """
@@ -116,7 +116,7 @@ def _watch(rank_pid: int, lifeline_fd: int) -> None:
         with contextlib.suppress(OSError, ValueError):
             signal.signal(sig, signal.SIG_DFL)
     poller = select.poll()
-    if sys.platform.startswith("linux"):  # where POLLHUP on a socket with no events asked for is checked to work
+    if sys.platform.startswith("linux"):  # POLLHUP with no events asked for: checked to work
         poller.register(lifeline_fd, 0)  # only POLLHUP/POLLERR: the driver's end closed (never the rank's messages)
     while os.getppid() == rank_pid:
         try:

@@ -85,28 +85,42 @@ def _written_since(capture: _Capture) -> str:
 
 
 class _Example:
-    output: RankOutput | None = None
+    """The context manager :func:`example` returns (a class, not a generator: entered every example)."""
+
+    __slots__ = ("output", "_capture", "_warnings", "_caught")
+
+    def __init__(self) -> None:
+        self.output: RankOutput | None = None
+        # Only the example's thread records: rank 0 under torchrun runs its share in a thread of the
+        # driver, whose own warnings must stay where they are (it is never captured there anyway).
+        capture = _capture
+        if capture is not None and threading.current_thread() is not threading.main_thread():
+            capture = None
+        self._capture = capture
+        self._warnings: warnings.catch_warnings | None = None
+        self._caught: list[warnings.WarningMessage] = []
+
+    def __enter__(self) -> _Example:
+        if self._capture is not None:
+            _written_since(self._capture)  # what came between examples is not this example's
+            self._warnings = warnings.catch_warnings(record=True)
+            self._caught = self._warnings.__enter__()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._capture is None or self._warnings is None:
+            return
+        self._warnings.__exit__(None, None, None)
+        text = _written_since(self._capture)
+        caught = self._caught
+        recorded = tuple((w.category.__name__, str(w.message), f"{w.filename}:{w.lineno}") for w in caught)
+        if text or recorded:
+            self.output = RankOutput(recorded, text)
 
 
-@contextlib.contextmanager
-def example() -> Iterator[_Example]:
+def example() -> _Example:
     """Record what the example writes; ``.output`` is set on exit (None if nothing, or not captured)."""
-    holder = _Example()
-    capture = _capture
-    # Only the example's thread records: rank 0 under torchrun runs its share in a thread of the
-    # driver, whose own warnings must stay where they are (it is never captured there anyway).
-    if capture is None or threading.current_thread() is not threading.main_thread():
-        yield holder
-        return
-    _written_since(capture)  # what came between examples is not this example's
-    with warnings.catch_warnings(record=True) as caught:
-        try:
-            yield holder
-        finally:
-            text = _written_since(capture)
-            recorded = tuple((w.category.__name__, str(w.message), f"{w.filename}:{w.lineno}") for w in caught)
-            if text or recorded:
-                holder.output = RankOutput(recorded, text)
+    return _Example()
 
 
 def tail(path: str, limit: int = 4000) -> str:

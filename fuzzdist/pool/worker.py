@@ -16,7 +16,7 @@ import time
 from typing import Any, Protocol
 
 from fuzzdist.errors import CallError
-from fuzzdist.pool import messages
+from fuzzdist.pool import messages, rank_output, rank_state
 
 
 class Channel(Protocol):
@@ -46,6 +46,7 @@ class Worker:
     def __init__(self, ctx: Any) -> None:
         self.ctx = ctx
         self.stopped = False
+        self._guard: Any = None  # the next example's StateGuard, taken while the rank waits for it
 
     def serve(self, channel: Channel) -> int:
         """Answer messages until a stop (return 0) or until the controller goes away."""
@@ -56,26 +57,31 @@ class Worker:
             reply = messages.dispatch(self, message)
             if reply is not None and not channel.send(reply):
                 return channel.lost_exit_code
+            if self._guard is None and not self.stopped:
+                # Snapshot the state for the next example now, off its critical path: the example just
+                # restored it and nothing but read-only plumbing threads runs before the next one.
+                self._guard = _rank_modules()[0].StateGuard()
         return 0
 
     def on_run(self, seq: int, seed: int, payload: bytes, sys_path: list[str] | None) -> bytes:
         if sys_path is not None:  # the driver's test directories (pytest puts them on sys.path)
             sys.path[:] = sys_path
-        return execute(self.ctx, seq, seed, payload)
+        guard, self._guard = self._guard, None  # each snapshot serves one example
+        return execute(self.ctx, seq, seed, payload, guard)
 
     def on_stop(self) -> None:
         self.stopped = True
 
 
-def execute(ctx: Any, seq: int, seed: int, payload: bytes) -> bytes:
+def execute(ctx: Any, seq: int, seed: int, payload: bytes, guard: Any = None) -> bytes:
     """Run one pickled call on this rank, isolated and seeded; return the reply message.
 
-    Also how rank 0 under torchrun runs its own share (it is its own driver).
+    ``guard``: a :class:`~fuzzdist._isolation.StateGuard` taken since the last example was restored
+    (None: take it now).  Also how rank 0 under torchrun runs its own share (it is its own driver).
     """
-    from fuzzdist import _isolation, _remote
-    from fuzzdist.pool import rank_output, rank_state
-
-    guard = _isolation.StateGuard()
+    _isolation, _remote = _rank_modules()
+    if guard is None:
+        guard = _isolation.StateGuard()
     ctx.seed, ctx.example = seed, seq
     ctx._recycle_reasons = []
     try:
@@ -104,3 +110,17 @@ def execute(ctx: Any, seq: int, seed: int, payload: bytes) -> bytes:
         unsendable = CallError(f"fn returned a value that can't be sent back to the driver: {exc}. "
                                "Return plain values (numbers, lists, CPU tensors), not handles.")
         return messages.err(seq, _remote.capture(unsendable), recycle, written.output, elapsed)
+
+
+_loaded: tuple[Any, Any] | None = None
+
+
+def _rank_modules() -> tuple[Any, Any]:
+    """``fuzzdist._isolation`` and ``fuzzdist._remote``: imported on a rank's first example (they need torch),
+    then kept (an import statement per example cost a few microseconds)."""
+    global _loaded
+    if _loaded is None:
+        from fuzzdist import _isolation, _remote
+
+        _loaded = (_isolation, _remote)
+    return _loaded
