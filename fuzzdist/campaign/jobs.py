@@ -393,6 +393,7 @@ class JobsCampaign:
             info = worker.info(report)
             what = f"died: {worker.died} (log: {worker.log_path})" if worker.died else info["status"]
             props = ", ".join(info["properties"] or []) or "-"
-            lines.append(f"  worker {worker.index} (pid {info['pid']}, seed {info['seed']}): {what}; "
+            seed = "random" if info["seed"] is None else info["seed"]  # no --seed: Hypothesis draws its own
+            lines.append(f"  worker {worker.index} (pid {info['pid']}, seed {seed}): {what}; "
                          f"{info['examples']:,} examples; {props}")
         return lines
