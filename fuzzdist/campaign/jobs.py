@@ -34,8 +34,8 @@ from typing import IO, Any, TextIO
 
 from fuzzdist.campaign.lifeline import PARENT_ENV
 from fuzzdist.campaign.merge import merge_reports, state_from_report
-from fuzzdist.campaign.report import CampaignState, _now_iso, write_json_atomic, write_text_atomic
-from fuzzdist.campaign.runner import HTML_COST_SHARE
+from fuzzdist.campaign.report import HTML_COST_SHARE, CampaignState, _now_iso, write_json_atomic, write_text_atomic
+from fuzzdist.errors import InvalidArgument
 
 SEED_STRIDE = 1_000_003  # seed offset between workers fuzzing the same property
 STOP_GRACE_S = 30.0  # after SIGTERM, how long a worker gets to write its report before SIGKILL
@@ -44,8 +44,8 @@ REPORT_INTERVAL_S = 5.0
 OVERRUN_GRACE_S = 300.0  # a worker still running this long past --duration is stopped (every wait bounded)
 
 
-class JobsError(ValueError):
-    """``--jobs`` can't be used as asked; the message says what to do."""
+class JobsError(InvalidArgument):
+    """``--jobs`` can't be used as asked; the message says what to do (a ``ValueError`` too)."""
 
 
 def usable_cores() -> int:

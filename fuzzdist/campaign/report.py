@@ -16,6 +16,7 @@ from typing import Any
 from fuzzdist.campaign.series import EventPairs, TimeSeries
 
 REPORT_FORMAT = 1
+HTML_COST_SHARE = 0.02  # the HTML page is rewritten no oftener than keeps its rendering under 2% of the time
 
 
 def _now_iso() -> str:

@@ -66,6 +66,7 @@ from fuzzdist import known_bugs
 from fuzzdist.campaign.database import Database, record_in_index, reproduce_command
 from fuzzdist.campaign.progress import Progress
 from fuzzdist.campaign.report import (
+    HTML_COST_SHARE,
     CampaignState,
     FailureRecord,
     PropertyState,
@@ -81,7 +82,6 @@ if sys.version_info < (3, 11):  # Hypothesis depends on the backport there
     from exceptiongroup import BaseExceptionGroup, ExceptionGroup
 
 REPORT_INTERVAL_S = 5.0
-HTML_COST_SHARE = 0.02  # the HTML page is rewritten no oftener than keeps its rendering under 2% of the time
 # Examples per round when only time limits a property: the campaign profile's budget, so
 # Hypothesis schedules its phases (e.g. target() optimisation at half-way) as usual.
 ROUND_EXAMPLES = 100_000

@@ -24,6 +24,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from fuzzdist.errors import InvalidArgument
+
 SCHEDULES = ("adaptive", "even")
 FLOOR_FRACTION = 0.5  # share of the budget split evenly before the adaptive slices
 DECAY = 0.5  # weight of a property's earlier slices in its rate, per slice it runs
@@ -76,9 +78,9 @@ class Scheduler:
 
     def __post_init__(self) -> None:
         if not self.nodeids:
-            raise ValueError("a schedule needs at least one property")
+            raise InvalidArgument("a schedule needs at least one property")
         if not 0.0 <= self.floor_fraction <= 1.0 or not 0.0 <= self.decay < 1.0:
-            raise ValueError("floor_fraction must be in [0, 1] and decay in [0, 1)")
+            raise InvalidArgument("floor_fraction must be in [0, 1] and decay in [0, 1)")
         self._records = {nodeid: _Record() for nodeid in self.nodeids}
         n = len(self.nodeids)
         self.floor_s = self.budget_s * self.floor_fraction / n
