@@ -1,0 +1,62 @@
+"""Where c's excess over a+b lies: the pool with and without Hypothesis driving it, in one process.
+
+Run:  python bench/pool_under_hypothesis.py [--rounds 4] [--examples 1000] [--no-coverage] [--gc-freeze]
+
+One 2-rank pool; each round measures, in microseconds per example:
+
+  a   Hypothesis alone (bench/pool_overhead.py's a),
+  c   the broadcast property through the pool under Hypothesis (its c),
+  p   ``pool.run`` of the same broadcast over the same drawn examples, without Hypothesis,
+
+and prints c - a - p: what running Hypothesis and the pool together costs beyond the sum of the
+two.  ``--no-coverage`` makes the pool's coverage events a no-op, ``--gc-freeze`` freezes the
+collector first: each rules one suspect in or out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import pool_overhead as po  # noqa: E402
+
+from fuzzdist import RankPool, _coverage  # noqa: E402
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--examples", type=int, default=1000)
+    parser.add_argument("--no-coverage", action="store_true")
+    parser.add_argument("--gc-freeze", action="store_true")
+    args = parser.parse_args()
+    if args.no_coverage:
+        _coverage.record = lambda a, k: None  # type: ignore[assignment]
+    if args.gc_freeze:
+        gc.collect()
+        gc.freeze()
+    excess = []
+    with RankPool(2) as pool:
+        _, seen = po._hypothesis_run(args.examples, lambda example: None, 2)
+        pool.run(po.prop.broadcast_and_check, *seen[0])  # warm-up
+        for r in range(args.rounds):
+            a, _ = po.measure_a(args.examples, 2)
+            c = po.measure_c(pool, args.examples)
+            start = time.perf_counter()
+            for example in seen:
+                pool.run(po.prop.broadcast_and_check, *example)
+            p = (time.perf_counter() - start) / len(seen) * 1e6
+            excess.append(c - a - p)
+            print(f"round {r + 1}: a={a:.0f}us c={c:.0f}us p={p:.0f}us c-a-p={c - a - p:.0f}us", flush=True)
+    print(f"median c-a-p: {statistics.median(excess):.0f}us")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
