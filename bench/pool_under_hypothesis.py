@@ -9,14 +9,17 @@ One 2-rank pool; each round measures, in microseconds per example:
   p   ``pool.run`` of the same broadcast over the same drawn examples, without Hypothesis,
 
 and prints c - a - p: what running Hypothesis and the pool together costs beyond the sum of the
-two.  ``--no-coverage`` makes the pool's coverage events a no-op, ``--gc-freeze`` freezes the
-collector first: each rules one suspect in or out.
+two, and, for c and p, the CPU time per example of the driver and of the ranks (from /proc: Linux)
+with their context switches: it tells waiting (more switches) from slower work (more CPU).
+``--no-coverage`` makes the pool's coverage events a no-op, ``--gc-freeze`` freezes the collector
+first: each rules one suspect in or out.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import os
 import statistics
 import sys
 import time
@@ -27,6 +30,28 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import pool_overhead as po  # noqa: E402
 
 from fuzzdist import RankPool, _coverage  # noqa: E402
+
+
+def _rank_cpu_s(pids: list[int]) -> float:
+    """User + system CPU seconds of the given processes so far (/proc/PID/stat; 0 off Linux)."""
+    total = 0.0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            return 0.0
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def _switches(pid: int) -> int:
+    """Voluntary context switches of ``pid`` so far (how often it slept), 0 off Linux."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return sum(int(line.split(":")[1]) for line in f if line.startswith("voluntary_ctxt_switches"))
+    except OSError:
+        return 0
 
 
 def main() -> int:
@@ -47,13 +72,21 @@ def main() -> int:
         pool.run(po.prop.broadcast_and_check, *seen[0])  # warm-up
         for r in range(args.rounds):
             a, _ = po.measure_a(args.examples, 2)
+            cpu = (time.process_time(), _rank_cpu_s(pool.pids), sum(map(_switches, pool.pids)))
             c = po.measure_c(pool, args.examples)
+            c_cpu = (time.process_time(), _rank_cpu_s(pool.pids), sum(map(_switches, pool.pids)))
             start = time.perf_counter()
             for example in seen:
                 pool.run(po.prop.broadcast_and_check, *example)
             p = (time.perf_counter() - start) / len(seen) * 1e6
+            p_cpu = (time.process_time(), _rank_cpu_s(pool.pids), sum(map(_switches, pool.pids)))
             excess.append(c - a - p)
-            print(f"round {r + 1}: a={a:.0f}us c={c:.0f}us p={p:.0f}us c-a-p={c - a - p:.0f}us", flush=True)
+            per = 1e6 / args.examples
+            print(f"round {r + 1}: a={a:.0f}us c={c:.0f}us p={p:.0f}us c-a-p={c - a - p:.0f}us | CPU per example: "
+                  f"c driver {(c_cpu[0] - cpu[0]) * per:.0f}us ranks {(c_cpu[1] - cpu[1]) * per:.0f}us "
+                  f"(rank sleeps {(c_cpu[2] - cpu[2]) / args.examples:.1f}); "
+                  f"p driver {(p_cpu[0] - c_cpu[0]) * per:.0f}us ranks {(p_cpu[1] - c_cpu[1]) * per:.0f}us "
+                  f"(rank sleeps {(p_cpu[2] - c_cpu[2]) / args.examples:.1f})", flush=True)
     print(f"median c-a-p: {statistics.median(excess):.0f}us")
     return 0
 
