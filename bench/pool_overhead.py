@@ -11,12 +11,23 @@ Measured in one run, on --world-size CPU ranks over gloo, in microseconds per ex
      examples, with no pool and no Hypothesis: the unavoidable
      collective cost.
   c  the broadcast property through fuzzdist's pool under Hypothesis.
+  a' Hypothesis alone again, its test body blocked (asleep) as long as a
+     pool.run takes (b), that sleep subtracted: what Hypothesis costs in a
+     process that waits between examples, as the driver waits for its ranks.
+  b' the raw loop again, its ranks asleep between examples as long as
+     Hypothesis draws one (a), the sleeps subtracted: what the collective
+     costs in ranks that wait for the next example.
   d  torch's own MultiProcContinuousTest doing the same check, per test,
      its start-up excluded: (T(1000 tests) - T(10 tests)) / 990
      (bench/_torch_harness.py, in a subprocess); test i runs the property's
      rank function on example i of the same examples.
 
-and the start-up time of the pool and of (d).  It prints c/(a+b) (what
+and the start-up time of the pool and of (d).  It prints c/(a'+b') too:
+a' and b' pay what waiting costs on this machine (on a small VM a process
+that slept wakes to cold caches, and both Hypothesis and the collective
+run slower after it) and nothing of the pool, so c/(a'+b') is what the
+pool adds over any design with a driver process apart from its ranks.  It
+prints c/(a+b) (what
 fuzzdist adds over the unavoidable cost; target <= 1.2 at 2 ranks, 1.3 at 4 and 8) and c/d (the cost of
 a checked input through fuzzdist against a fixed test in torch's harness;
 target < 1).  a and c draw the same examples (derandomized), and b replays
@@ -68,6 +79,19 @@ def measure_a(n: int, world_size: int) -> tuple[float, list]:
     return seconds / len(seen) * 1e6, seen
 
 
+def measure_a_waiting(n: int, world_size: int, pause_us: float) -> float:
+    """a': Hypothesis with a body that sleeps ``pause_us``; the sleeps (as slept) subtracted."""
+    slept = [0.0]
+
+    def body(example):
+        start = time.perf_counter()
+        time.sleep(pause_us / 1e6)
+        slept[0] += time.perf_counter() - start
+
+    seconds, seen = _hypothesis_run(n, body, world_size)
+    return (seconds - slept[0]) / len(seen) * 1e6
+
+
 def measure_c(pool: RankPool, n: int) -> float:
     def body(example):
         # A difference is returned, not raised: a transposed spec meets the known torch bug
@@ -78,7 +102,7 @@ def measure_c(pool: RankPool, n: int) -> float:
     return seconds / len(seen) * 1e6
 
 
-def _raw_rank(rank: int, world_size: int, store_path: str, examples: list, queue) -> None:
+def _raw_rank(rank: int, world_size: int, store_path: str, examples: list, queue, pause_us: float = 0.0) -> None:
     import torch
     import torch.distributed as dist
 
@@ -89,10 +113,15 @@ def _raw_rank(rank: int, world_size: int, store_path: str, examples: list, queue
     ctx = _RawContext(rank, world_size)
     prop.broadcast_and_check(ctx, *examples[0])  # warm-up
     dist.barrier()
+    slept = 0.0
     start = time.perf_counter()
     for example in examples:  # the same broadcast and check as the property's rank function
+        if pause_us:  # b': wait as a pool's rank waits for the driver's next example
+            asleep = time.perf_counter()
+            time.sleep(pause_us / 1e6)
+            slept += time.perf_counter() - asleep
         prop.broadcast_and_check(ctx, *example)  # a difference is returned (see measure_c), as there
-    queue.put(time.perf_counter() - start)
+    queue.put(time.perf_counter() - start - slept)
     dist.destroy_process_group()
 
 
@@ -103,11 +132,12 @@ class _RawContext:
         self.rank, self.world_size, self.device, self.group = rank, world_size, torch.device("cpu"), None
 
 
-def measure_b(examples: list, tmpdir: str, world_size: int) -> float:
+def measure_b(examples: list, tmpdir: str, world_size: int, pause_us: float = 0.0) -> float:
+    """b (``pause_us`` 0), or b': the raw loop's ranks sleeping ``pause_us`` before each example."""
     context = mp.get_context("spawn")
     queue = context.Queue()
     store = os.path.join(tmpdir, f"raw-store-{time.monotonic_ns()}")
-    procs = [context.Process(target=_raw_rank, args=(r, world_size, store, examples, queue))
+    procs = [context.Process(target=_raw_rank, args=(r, world_size, store, examples, queue, pause_us))
              for r in range(world_size)]
     for p in procs:
         p.start()
@@ -150,24 +180,28 @@ def main() -> None:
     ws = args.world_size
     pool = RankPool(ws, timeout=60).start()
     pool_startup = time.perf_counter() - start
-    a_runs, b_runs, c_runs = [], [], []
+    a_runs, b_runs, c_runs, aw_runs, bw_runs = [], [], [], [], []
     try:
         measure_c(pool, 50)  # warm-up
         for round_ in range(args.rounds):
             a, examples = measure_a(args.examples, ws)
             b = measure_b(examples, tmpdir, ws)
             c = measure_c(pool, args.examples)
-            a_runs.append(a), b_runs.append(b), c_runs.append(c)
-            print(f"round {round_ + 1}: a={a:.0f}us b={b:.0f}us c={c:.0f}us ({len(examples)} examples)",
-                  file=sys.stderr)
+            aw = measure_a_waiting(args.examples, ws, pause_us=b)
+            bw = measure_b(examples, tmpdir, ws, pause_us=a)
+            a_runs.append(a), b_runs.append(b), c_runs.append(c), aw_runs.append(aw), bw_runs.append(bw)
+            print(f"round {round_ + 1}: a={a:.0f}us b={b:.0f}us c={c:.0f}us a'={aw:.0f}us b'={bw:.0f}us "
+                  f"({len(examples)} examples)", file=sys.stderr)
     finally:
         pool.close()
     d = measure_d(examples, tmpdir, ws, args.harness_tests)
-    a, b, c = (statistics.median(x) for x in (a_runs, b_runs, c_runs))
+    a, b, c, aw, bw = (statistics.median(x) for x in (a_runs, b_runs, c_runs, aw_runs, bw_runs))
     figures = {
         "a_hypothesis_alone_us": round(a, 1),
         "b_raw_gloo_loop_us": round(b, 1),
         "c_fuzzdist_pool_us": round(c, 1),
+        "a_waiting_hypothesis_us": round(aw, 1),
+        "b_waiting_raw_loop_us": round(bw, 1),
         "d_torch_harness_per_test_us": round(d["per_test_us"], 1),
         "pool_startup_s": round(pool_startup, 2),
         "torch_harness_startup_s": round(d["startup_s"], 2),
@@ -175,6 +209,9 @@ def main() -> None:
         "c_over_d": round(c / d["per_test_us"], 3),
         "c_over_a_plus_b_per_round": [round(c_ / (a_ + b_), 3)
                                       for a_, b_, c_ in zip(a_runs, b_runs, c_runs, strict=True)],
+        "c_over_waiting_a_plus_b": round(c / (aw + bw), 3),
+        "c_over_waiting_a_plus_b_per_round": [round(c_ / (a_ + b_), 3)
+                                              for a_, b_, c_ in zip(aw_runs, bw_runs, c_runs, strict=True)],
         "world_size": ws,
         "examples_per_round": args.examples,
         "rounds": args.rounds,
