@@ -16,10 +16,11 @@ from __future__ import annotations
 import html
 import math
 import re
+import time
 from collections.abc import Iterable, Sequence
 
 from fuzzdist.campaign.charts import xy_chart
-from fuzzdist.campaign.report import REPORT_FORMAT, fmt_seconds
+from fuzzdist.campaign.report import HTML_COST_SHARE, REPORT_FORMAT, REPORT_INTERVAL_S, fmt_seconds, write_text_atomic
 from fuzzdist.campaign.series import split_event
 from fuzzdist.errors import InvalidArgument
 
@@ -442,3 +443,27 @@ td.never,.never.legend{background:#fff3e0;color:#b35c00;font-size:.8em;font-styl
 .chart svg{width:100%;height:auto;max-width:860px}
 footer{color:#777;font-size:.85em;margin:1em 0}
 """
+
+
+class HtmlPage:
+    """The campaign's HTML page, rewritten from the report's data no oftener than keeps its rendering
+    under HTML_COST_SHARE of the time: it takes tens of milliseconds per property, the JSON next to
+    nothing.  One campaign and the ``--jobs`` parent write theirs through it."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._next = 0.0  # monotonic time of the next throttled rewrite
+
+    def write(self, data: dict, force: bool = False) -> str | None:
+        """Rewrite the page atomically if it is due (or ``force``: a property's end, the campaign's).
+        None if it was written or not due; else why writing it failed (the caller says so: the
+        campaign goes on, the JSON report has it all)."""
+        now = time.monotonic()
+        if not force and now < self._next:
+            return None
+        try:
+            write_text_atomic(self.path, render_page(data))
+        except Exception as exc:  # noqa: BLE001 - a rendering bug must not end a campaign
+            return f"{type(exc).__name__}: {exc}"
+        self._next = now + max(REPORT_INTERVAL_S, (time.monotonic() - now) / HTML_COST_SHARE)
+        return None

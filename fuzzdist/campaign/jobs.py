@@ -32,15 +32,21 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, Any, TextIO
 
+from fuzzdist.campaign.html_report import HtmlPage
 from fuzzdist.campaign.lifeline import PARENT_ENV
 from fuzzdist.campaign.merge import merge_reports, state_from_report
-from fuzzdist.campaign.report import HTML_COST_SHARE, CampaignState, _now_iso, write_json_atomic, write_text_atomic
+from fuzzdist.campaign.report import (
+    REPORT_INTERVAL_S,
+    CampaignState,
+    now_iso,
+    write_json_atomic,
+    write_text_atomic,
+)
 from fuzzdist.errors import InvalidArgument
 
 SEED_STRIDE = 1_000_003  # seed offset between workers fuzzing the same property
 STOP_GRACE_S = 30.0  # after SIGTERM, how long a worker gets to write its report before SIGKILL
 POLL_S = 0.25
-REPORT_INTERVAL_S = 5.0
 OVERRUN_GRACE_S = 300.0  # a worker still running this long past --duration is stopped (every wait bounded)
 
 
@@ -226,7 +232,7 @@ class JobsCampaign:
         self._seen_failures: set[tuple[str, str]] = set()
         self._stop_sent: float | None = None
         self._reports: list[dict | None] = []  # each worker's latest report, as last read
-        self._next_html = 0.0
+        self._html = HtmlPage(html_path) if html_path else None
         self.write_errors: dict[str, str] = {}
 
     def start(self) -> None:
@@ -336,24 +342,19 @@ class JobsCampaign:
 
     def write_report(self, html_now: bool = False) -> None:
         self.merged["status"] = self.state.status
-        self.merged["updated"] = _now_iso()
+        self.merged["updated"] = now_iso()
         if self.report_path:
             try:
                 write_json_atomic(self.report_path, self.merged)
                 self.write_errors.pop("json", None)
             except OSError as exc:
                 self.write_errors["json"] = str(exc)
-        now = time.monotonic()
-        if self.html_path and (html_now or now >= self._next_html):
-            from fuzzdist.campaign.html_report import render_page
-
-            try:
-                write_text_atomic(self.html_path, render_page(self.merged))
+        if self._html is not None:
+            error = self._html.write(self.merged, force=html_now)
+            if error is None:
                 self.write_errors.pop("html", None)
-                # as for one campaign: rendering takes no more than HTML_COST_SHARE of the time
-                self._next_html = now + max(REPORT_INTERVAL_S, (time.monotonic() - now) / HTML_COST_SHARE)
-            except Exception as exc:  # the JSON report has it all
-                self.write_errors["html"] = f"{type(exc).__name__}: {exc}"
+            else:
+                self.write_errors["html"] = error
 
     def reap(self) -> None:
         """Make sure no worker outlives the parent: SIGTERM, then SIGKILL after STOP_GRACE_S."""
@@ -376,7 +377,7 @@ class JobsCampaign:
         """The final merge: report, page, JUnit; the work directory goes unless a worker died."""
         self.reap()
         self._merge()
-        self.state.finished_wall = _now_iso()
+        self.state.finished_wall = now_iso()
         self.merged["finished"] = self.state.finished_wall
         self.merged["elapsed_s"] = round(self.state.elapsed(), 3)
         self.merged["interrupted_by"] = self.state.interrupted_by

@@ -17,9 +17,10 @@ from fuzzdist.campaign.series import EventPairs, TimeSeries
 
 REPORT_FORMAT = 1
 HTML_COST_SHARE = 0.02  # the HTML page is rewritten no oftener than keeps its rendering under 2% of the time
+REPORT_INTERVAL_S = 5.0  # the JSON report (and at most the HTML page) is rewritten this often
 
 
-def _now_iso() -> str:
+def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
@@ -143,7 +144,7 @@ class CampaignState:
     status: str = "starting"  # starting, running, finished, interrupted, error
     interrupted_by: str | None = None
     error: str | None = None
-    started_wall: str = field(default_factory=_now_iso)
+    started_wall: str = field(default_factory=now_iso)
     started: float = field(default_factory=time.monotonic)
     finished_wall: str | None = None
     deadline: float | None = None  # monotonic
@@ -177,7 +178,7 @@ class CampaignState:
             "interrupted_by": self.interrupted_by,
             "error": self.error,
             "started": self.started_wall,
-            "updated": _now_iso(),
+            "updated": now_iso(),
             "finished": self.finished_wall,
             "elapsed_s": round(self.elapsed(), 3),
             "budget": {"duration_s": self.duration_s, "max_examples_per_property": self.max_examples},

@@ -64,14 +64,14 @@ from hypothesis.errors import Flaky, HypothesisException, UnsatisfiedAssumption
 from fuzzdist import _hypothesis_compat as hc
 from fuzzdist import known_bugs
 from fuzzdist.campaign.database import Database, record_in_index, reproduce_command
+from fuzzdist.campaign.html_report import HtmlPage
 from fuzzdist.campaign.progress import Progress
 from fuzzdist.campaign.report import (
-    HTML_COST_SHARE,
+    REPORT_INTERVAL_S,
     CampaignState,
     FailureRecord,
     PropertyState,
     write_json_atomic,
-    write_text_atomic,
 )
 from fuzzdist.campaign.schedule import Grant, Scheduler
 from fuzzdist.campaign.selection import SelectionPlugin, Targets
@@ -81,7 +81,6 @@ from fuzzdist.variant_keys import adopt
 if sys.version_info < (3, 11):  # Hypothesis depends on the backport there
     from exceptiongroup import BaseExceptionGroup, ExceptionGroup
 
-REPORT_INTERVAL_S = 5.0
 # Examples per round when only time limits a property: the campaign profile's budget, so
 # Hypothesis schedules its phases (e.g. target() optimisation at half-way) as usual.
 ROUND_EXAMPLES = 100_000
@@ -128,7 +127,7 @@ class CampaignPlugin(SelectionPlugin):
         self._grant: Grant | None = None  # the adaptive schedule's current visit
         self._replaying = False  # the adaptive loop is handing pytest each property's final reports
         self.html_path = html_path  # the HTML report, rewritten with the JSON one
-        self._next_html = 0.0
+        self._html = HtmlPage(html_path) if html_path else None
         self.pytest_options = list(pytest_options)  # what a reproducing pytest command needs
         self.seed = seed
         self._rank_output: Any = None  # the plugin's OutputLog, once pytest is configured
@@ -636,17 +635,13 @@ class CampaignPlugin(SelectionPlugin):
             except OSError as exc:
                 self.write_errors["json"] = str(exc)
                 self._warn_once("json", f"can't write the report {self.report_path}: {exc}")
-        if self.html_path and (html_now or now >= self._next_html):
-            from fuzzdist.campaign.html_report import render_page
-
-            try:
-                write_text_atomic(self.html_path, render_page(data))
+        if self._html is not None:
+            error = self._html.write(data, force=html_now)
+            if error is None:
                 self.write_errors.pop("html", None)
-                self._next_html = now + max(REPORT_INTERVAL_S, (time.monotonic() - now) / HTML_COST_SHARE)
-            except Exception as exc:  # the campaign goes on: the JSON report has it all
-                self.write_errors["html"] = f"{type(exc).__name__}: {exc}"
-                self._warn_once("html", f"can't write the HTML report {self.html_path}: "
-                                        f"{type(exc).__name__}: {exc}")
+            else:
+                self.write_errors["html"] = error
+                self._warn_once("html", f"can't write the HTML report {self.html_path}: {error}")
 
     def _warn_once(self, what: str, text: str) -> None:
         if what not in self._report_errors:

@@ -268,9 +268,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         state.status, state.error = "error", "pytest stopped with an internal error (see above)"
     else:
         state.status = "finished"
-    from fuzzdist.campaign.report import _now_iso
+    from fuzzdist.campaign.report import now_iso
 
-    state.finished_wall = _now_iso()
+    state.finished_wall = now_iso()
     for prop in state.properties.values():
         if prop.status == "pending":
             prop.status = "not run"
