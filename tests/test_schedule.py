@@ -127,3 +127,8 @@ def test_adaptive_campaign_gives_the_time_to_the_property_finding_events(tmp_pat
     assert (tmp_path / "j.xml").read_text().count("<testcase ") == 2  # one per property, not per visit
     for name in ("test_flat", "test_events"):  # the plain log says "done" once, after the last visit
         assert result.stdout.count(f"] done test_adapt.py::{name}[cpu-w2]: ") == 1, result.stdout
+    # ...and what each earlier visit achieved, as it ends (not "0 examples" as it starts)
+    visits = [line for line in result.stdout.splitlines() if "test_events[cpu-w2]: " in line and " visit of " in line]
+    assert len(visits) in (events["visits"] - 1, events["visits"]), result.stdout  # the last may end at the budget
+    assert "; floor visit of " in visits[0] and " new behaviour(s)" in visits[0], visits
+    assert " 0 examples" not in visits[0], visits

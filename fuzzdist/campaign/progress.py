@@ -43,6 +43,11 @@ class Progress:
     def property_done(self, state: CampaignState, prop: PropertyState) -> None:
         pass
 
+    def visit_done(self, state: CampaignState, prop: PropertyState, kind: str, seconds: float,
+                   found: int) -> None:
+        """One visit of the adaptive schedule ended and the property may get more (``kind``: "floor"
+        or "adaptive"; ``seconds`` charged to it; ``found``: new behaviours reached in it)."""
+
     def note(self, state: CampaignState, text: str) -> None:
         """Something the user should know once (e.g. examples adopted from another database key)."""
 
@@ -84,13 +89,23 @@ class PlainProgress(Progress):
         self._line(state, f"done {_status_line(prop)} [{prop.status}"
                           + (f": {prop.stop_reason or prop.reason}]" if (prop.stop_reason or prop.reason) else "]"))
 
+    def visit_done(self, state, prop, kind, seconds, found):
+        # What a visit achieved: a line at its start would say "0 examples" under the adaptive schedule
+        # (most visits are shorter than the interval), so the plain log speaks at its end.
+        self._line(state, f"{_counts(prop)}; {kind} visit of {fmt_seconds(seconds)}, "
+                          f"{found} new behaviour(s)")
+
     def note(self, state, text):
         self._line(state, text)
 
 
+def _counts(prop: PropertyState) -> str:
+    return (f"{prop.nodeid}: {prop.examples:,} examples, {prop.examples_per_s:.1f}/s, "
+            f"{len(prop.failures)} failure(s), {prop.known_count} known")
+
+
 def _status_line(prop: PropertyState) -> str:
-    line = (f"{prop.nodeid}: {prop.examples:,} examples, {prop.examples_per_s:.1f}/s, "
-            f"{len(prop.failures)} failure(s), {prop.known_count} known, left {fmt_left(prop)}")
+    line = f"{_counts(prop)}, left {fmt_left(prop)}"
     events = fmt_events(prop.events)
     return line + (f"; events: {events}" if events else "")
 

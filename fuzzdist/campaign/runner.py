@@ -277,6 +277,8 @@ class CampaignPlugin(SelectionPlugin):
                     if done is not None and grant.nodeid not in self._announced:  # no further visit
                         self._announced.add(grant.nodeid)
                         self.progress.property_done(state, prop)
+                    elif done is None:
+                        self.progress.visit_done(state, prop, grant.kind, charged, behaviour(prop) - before)
         finally:
             for nodeid in scheduled:  # "done" once per property, after its last visit
                 prop = state.properties[nodeid]
@@ -354,7 +356,8 @@ class CampaignPlugin(SelectionPlugin):
                 prop.known.sightings.setdefault(bug_id, seen)
         prop.status, prop.started_at, prop.stop_reason = "running", now, None
         self._sample(prop)
-        self.progress.update(state, force=True)
+        # A whole property's run is announced as it starts; the adaptive schedule's visits as they end.
+        self.progress.update(state, force=self._grant is None)
         base_phases = tuple(original_settings.phases)
         later_phases = tuple(p for p in base_phases if p not in (Phase.explicit, Phase.reuse))
         try:
