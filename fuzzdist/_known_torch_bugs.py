@@ -467,3 +467,45 @@ register(KnownBug(
             "but can't unpickle them ('UntypedStorage' has no attribute 'dtype')",
     where=("object_collectives",), recognise=_is_wide_unsigned_unpickle, seen_on=SEEN_ON,
     reproducer="docs/findings/wide-unsigned-unpickle.py"))
+
+
+# -- tensor parallelism ------------------------------------------------------------------------
+
+_TP_STEP_RAISED = "the SGD step on the parallelised parameters raised RuntimeError: "
+_TP_INPLACE = "in-place operations that require placement changes are not supported"
+
+
+def _tp_has_empty_shard(config: Any) -> bool:
+    """Whether some Colwise/Rowwise Linear of a tensor_parallel config has a sharded parameter dim smaller
+    than the world size (some rank's piece empty): Colwise shards out_features, Rowwise in_features."""
+    layers = getattr(config, "layers", None)
+    world = getattr(config, "world_size", None)
+    width = getattr(config, "in_features", None)
+    if layers is None or world is None or width is None:
+        return False
+    for layer in layers:
+        if layer.kind == "colwise" and layer.out_features < world:
+            return True
+        if layer.kind == "rowwise" and width < world:
+            return True
+        if layer.kind != "sequence":
+            width = layer.out_features
+    return False
+
+
+def _is_tp_empty_shard_step(example: Mapping[str, Any], failure: BaseException) -> bool:
+    """Every problem is the SGD step raising DTensor's in-place placement-change error, with some gradient
+    placed Replicate() for a Shard parameter, on a config with an empty parameter shard."""
+    if not _tp_has_empty_shard(example.get("config")):
+        return False
+    return _every_problem(failure, lambda p: p.startswith(_TP_STEP_RAISED) and _TP_INPLACE in p
+                          and "((Replicate(),), (Shard(dim=" in p)
+
+
+register(KnownBug(
+    id="tp-colwise-empty-shard-step-fails",
+    summary="a Colwise/Rowwise-parallel nn.Linear whose sharded dim is smaller than the mesh (a rank's piece "
+            "empty) gets Replicate() gradients for its Shard parameters, and the optimizer's in-place step "
+            "raises 'in-place operations that require placement changes are not supported'",
+    where=("tensor_parallel",), recognise=_is_tp_empty_shard_step, seen_on=SEEN_ON,
+    reproducer="docs/findings/tp-colwise-empty-shard-step-fails.py"))
