@@ -509,3 +509,62 @@ register(KnownBug(
             "raises 'in-place operations that require placement changes are not supported'",
     where=("tensor_parallel",), recognise=_is_tp_empty_shard_step, seen_on=SEEN_ON,
     reproducer="docs/findings/tp-colwise-empty-shard-step-fails.py"))
+
+
+_GATHER_FLOAT32 = "(exactly a float32 round trip of the original)"  # sharded_tensor.GATHER_FLOAT32_MARKER
+
+
+def _is_sharded_tensor_gather_float32(example: Mapping[str, Any], failure: BaseException) -> bool:
+    """Every problem is the gather's result on its destination, which the check found to be exactly
+    the original rounded to float32 and back (ShardedTensor.gather's default buffers are float32)."""
+    problems = _problems(failure)
+    if not problems:
+        return False
+    return all(p.startswith("gather to rank ") and p.endswith(_GATHER_FLOAT32) for p in problems)
+
+
+register(KnownBug(
+    id="sharded-tensor-gather-default-dtype-float32",
+    summary="ShardedTensor.gather(dst, out) without dtype gathers through buffers of torch's default dtype "
+            "(float32), so int64/int32/float64 values arrive in out rounded to float32",
+    where=("sharded_tensor",), recognise=_is_sharded_tensor_gather_float32, seen_on=SEEN_ON,
+    upstream="https://github.com/pytorch/pytorch/pull/110561",
+    reproducer="docs/findings/sharded-tensor-gather-default-dtype-float32.py"))
+
+
+_STALE_SHARD = "[STALE_SHARD: "  # join.STALE_SHARD's start: the check matched what the bug computes
+
+
+def _is_join_zero_joined_shard_stale(example: Mapping[str, Any], failure: BaseException) -> bool:
+    """DDP with ZeRO under Join, and every problem on every rank is a parameter that the check found
+    equal to the joined owner's shard stepped with that rank's own (stale or absent) gradients."""
+    case = example.get("case")
+    return bool(getattr(case, "zero", False)) and _every_problem(failure, lambda p: _STALE_SHARD in p)
+
+
+register(KnownBug(
+    id="join-zero-joined-shard-stale",
+    summary="Join([ddp, zero_optim]), the pattern Join's docstring shows: a joined rank's ZeroRedundancyOptimizer "
+            "shard is stepped with that rank's own gradients (none after zero_grad()), not the active ranks' "
+            "all-reduced ones (DDP's join hook discards them), so those parameters go wrong on every rank",
+    where=("join",), recognise=_is_join_zero_joined_shard_stale, seen_on=SEEN_ON,
+    upstream="https://github.com/pytorch/pytorch/pull/60757",
+    reproducer="docs/findings/join-zero-joined-shard-stale.py"))
+
+
+def _is_batched_powersgd_orthogonalize_assert(example: Mapping[str, Any], failure: BaseException) -> bool:
+    """The ranks raised the bare AssertionError of ``_orthogonalize``'s shape check, called from
+    ``batched_powerSGD_hook``."""
+    message = str(failure)
+    return (isinstance(failure, RankError) and "AssertionError" in message and "batched_powerSGD_hook" in message
+            and "_orthogonalize" in message)
+
+
+# docs/findings/batched-powersgd-orthogonalize-asserts.py, seen by properties/test_comm_hooks.py::test_powersgd
+register(KnownBug(
+    id="batched-powersgd-orthogonalize-asserts",
+    summary="DDP with batched_powerSGD_hook raises a bare AssertionError at the first compressed step: it "
+            "passes a 2-D Q to _orthogonalize, which asserts a 3-D batch of matrices",
+    where=("comm_hooks",), recognise=_is_batched_powersgd_orthogonalize_assert, seen_on=SEEN_ON,
+    upstream="https://github.com/pytorch/pytorch/pull/75157",
+    reproducer="docs/findings/batched-powersgd-orthogonalize-asserts.py"))

@@ -1,0 +1,72 @@
+"""batched-powersgd-orthogonalize-asserts: DDP with batched_powerSGD_hook fails at the first step
+it compresses, whatever the model, rank or options: a bare AssertionError from _orthogonalize.
+
+batched_powerSGD_hook keeps its low-rank Q as a 2-D (side x rank) matrix and passes it to
+_orthogonalize, which since PowerSGD was batched (powerSGD_hook's matrices became 3-D) asserts
+len(matrices.shape) == 3.  So every backward from start_powerSGD_iter on raises.  Here: 2 gloo ranks,
+DDP over nn.Linear(4, 4), PowerSGDState(matrix_approximation_rank=1, start_powerSGD_iter=2), three
+backward passes; the third is the first compressed one.
+
+    python docs/findings/batched-powersgd-orthogonalize-asserts.py
+
+Prints one line; exits 1 while the bug reproduces ("BUG: ..."), 0 once torch gets it right ("FIXED: ...").
+"""
+import multiprocessing as mp
+import socket
+import sys
+import traceback
+from datetime import timedelta
+
+
+def rank_main(rank, world_size, port, results):
+    # torch is imported in the rank processes only: the parent just starts them and compares.
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
+                            timeout=timedelta(seconds=10))
+    torch.manual_seed(0)
+    model = DDP(torch.nn.Linear(4, 4))
+    state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=1, start_powerSGD_iter=2)
+    model.register_comm_hook(state, powerSGD_hook.batched_powerSGD_hook)
+    outcome = "ok"
+    for step in range(3):
+        try:
+            model(torch.full((2, 4), float(rank + step + 1))).sum().backward()
+        except Exception as exc:  # noqa: BLE001 - what the bug raises is the point
+            outcome = f"step {step}: {type(exc).__name__}({str(exc)!r})"
+            break
+    results.put((rank, outcome))
+
+
+def main():
+    with socket.socket() as s:  # a free port for the rendezvous
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    ranks = [ctx.Process(target=rank_main, args=(r, 2, port, results), daemon=True) for r in range(2)]
+    for p in ranks:
+        p.start()
+    try:
+        got = dict(results.get(timeout=60) for _ in ranks)
+    finally:
+        for p in ranks:
+            p.join(timeout=5)
+            p.kill()
+    if any(v != "ok" for v in got.values()):
+        print(f"BUG: DDP with batched_powerSGD_hook (start_powerSGD_iter=2) raised at its first compressed "
+              f"backward: rank 0 {got[0]}, rank 1 {got[1]}")
+        return 1
+    print("FIXED: three backward passes with batched_powerSGD_hook ran (the third compressed)")
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except Exception:  # the script itself failed: neither verdict
+        traceback.print_exc()
+        sys.exit(2)
