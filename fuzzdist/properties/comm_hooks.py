@@ -13,9 +13,10 @@ Sub-families, each with its contract and the doc lines it comes from:
 
 * **allreduce** (``default_hooks.allreduce_hook``): "If user registers this DDP communication hook,
   DDP results is expected to be same as the case where no hook was registered."  Checked
-  *bitwise* against a twin DDP without a hook on the same data, every step: both divide each
-  bucket by the world size and sum it with the same allreduce (the reducer's built-in path does
-  the same), so "same" can be read literally.  Also within ``torch.testing``'s tolerance of the
+  against a twin DDP without a hook on the same data, every step: *bitwise* where the world size
+  is a power of two (scaling by 1/W is then exact whichever way it is done), else within
+  ``torch.testing``'s tolerance: seen on torch 2.13, at 3 ranks the hook's gradients differ from
+  DDP's own in the last bit, so "same" is read as "same up to the rounding of the 1/W scaling".  Also within ``torch.testing``'s tolerance of the
   exact mean ``(1/W) sum_r g_r``.
 * **fp16 / bf16** (``fp16_compress_hook``, ``bf16_compress_hook``, ``fp16_compress_wrapper`` and
   ``bf16_compress_wrapper`` of ``allreduce_hook``): "casts GradBucket tensor to half-precision
@@ -36,7 +37,7 @@ Sub-families, each with its contract and the doc lines it comes from:
   ``compression_cases(..., hooks=tuple(COMPRESSION_HOOKS))`` draws them for an nccl pool.
 * **PowerSGD** (``powerSGD_hook.PowerSGDState``, ``powerSGD_hook``, ``batched_powerSGD_hook``):
   "this communication hook enforces vanilla allreduce for the first start_powerSGD_iter
-  iterations": before it, gradients bitwise equal a twin DDP without a hook.  "If the specified
+  iterations": before it, gradients equal a twin DDP without a hook (as for allreduce_hook).  "If the specified
   compression rate threshold cannot be satisfied, the tensor will be directly allreduced without
   compression" (the test is ``(n + m) * min(n, m, rank) * min_compression_rate < n * m`` for the
   gradient viewed as ``n x m = shape[0] x rest``, from ``_should_compress``): those tensors get
@@ -440,8 +441,9 @@ def compressed_training(ctx: RankContext, case: CompressionCase, dtype: torch.dt
             if twin is not None and twin_model is not None:
                 _loss(twin, config, ctx.rank, step, seed, dtype, ctx.device, scale).backward()
                 for name, t in _grads(twin_model).items():
-                    if not _same(grads[name], t):
-                        problems.append(f"step {step} grad {name}: not bitwise equal to DDP without a hook")
+                    if not _same_as_vanilla(grads[name], t, ctx.world_size, dtype):
+                        problems.append(f"step {step} grad {name}: not equal to DDP without a hook "
+                                        f"({_VANILLA_EQUALITY[_exact_scale(ctx.world_size)]})")
             for name, grad in grads.items():
                 terms = [g[name] for g in local]
                 like = next((t for t in terms if t is not None), grad)
@@ -553,7 +555,7 @@ def powersgd_training(ctx: RankContext, case: PowerSGDCase, dtype: torch.dtype, 
         if step < case.start_iter:
             _loss(twin, config, ctx.rank, step, seed, dtype, ctx.device).backward()
             record["vanilla"] = [name for name, t in _grads(twin_model).items()
-                                 if not _same(grads[name], t)]
+                                 if not _same_as_vanilla(grads[name], t, ctx.world_size, dtype)]
             twin_opt.step()
             twin_opt.zero_grad(set_to_none=True)
         steps.append(record)
@@ -568,6 +570,24 @@ def _same(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
     if a is None or b is None:
         return a is None and b is None
     return fingerprint(a) == fingerprint(b)
+
+
+_VANILLA_EQUALITY = {True: "bitwise", False: "within tolerance"}
+
+
+def _exact_scale(world: int) -> bool:
+    """Whether 1/W is exact in binary (W a power of two)."""
+    return world & (world - 1) == 0
+
+
+def _same_as_vanilla(a: torch.Tensor | None, b: torch.Tensor | None, world: int, dtype: torch.dtype) -> bool:
+    """A hooked gradient against DDP's own: bitwise where W is a power of two; otherwise within
+    ``TOLERANCES`` (seen on torch 2.13: at 3 ranks the two differ in the last bit, as division by W
+    and multiplication by a rounded 1/W do)."""
+    if _exact_scale(world) or a is None or b is None:
+        return _same(a, b)
+    rtol, atol = TOLERANCES[dtype]
+    return bool(torch.allclose(a, b, rtol=rtol, atol=atol, equal_nan=True))
 
 
 def _unscale(optimizer: torch.optim.Optimizer, scale: float) -> None:
