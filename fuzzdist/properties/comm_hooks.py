@@ -16,8 +16,8 @@ Sub-families, each with its contract and the doc lines it comes from:
   against a twin DDP without a hook on the same data, every step: *bitwise* where the world size
   is a power of two (scaling by 1/W is then exact whichever way it is done), else within
   ``torch.testing``'s tolerance: seen on torch 2.13, at 3 ranks the hook's gradients differ from
-  DDP's own in the last bit, so "same" is read as "same up to the rounding of the 1/W scaling".  Also within ``torch.testing``'s tolerance of the
-  exact mean ``(1/W) sum_r g_r``.
+  DDP's own in the last bit, so "same" is read as "same up to the rounding of the 1/W scaling".  Also
+  within ``torch.testing``'s tolerance of the exact mean ``(1/W) sum_r g_r``.
 * **fp16 / bf16** (``fp16_compress_hook``, ``bf16_compress_hook``, ``fp16_compress_wrapper`` and
   ``bf16_compress_wrapper`` of ``allreduce_hook``): "casts GradBucket tensor to half-precision
   ... and then divides it by the process group size.  It allreduces those float16 gradient
