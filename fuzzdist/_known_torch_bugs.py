@@ -568,3 +568,29 @@ register(KnownBug(
     where=("comm_hooks",), recognise=_is_batched_powersgd_orthogonalize_assert, seen_on=SEEN_ON,
     upstream="https://github.com/pytorch/pytorch/pull/75157",
     reproducer="docs/findings/batched-powersgd-orthogonalize-asserts.py"))
+
+
+def _is_chunk_offset_past_end(example: Mapping[str, Any], failure: BaseException) -> bool:
+    """The source rank's ``ChunkShardingSpec.shard`` raised narrow's "start out of range" IndexError
+    (every other failed rank too), in a case whose chunk offsets run past the end of the sharded dim:
+    ceil(size / n) * (n - 1) > size for n placements."""
+    case: Any = example.get("case")
+    spec, placements = getattr(case, "spec", None), getattr(case, "placements", None)
+    if spec is None or not placements or not isinstance(failure, RankError) or not failure.exceptions:
+        return False
+    size, n = spec.shape[case.dim % len(spec.shape)], len(placements)
+    if not -(-size // n) * (n - 1) > size:
+        return False
+    return all(isinstance(exc, IndexError) and "start out of range" in str(exc)
+               and "chunk_sharding_spec" in failure.tracebacks.get(rank, "")
+               for rank, exc in failure.exceptions.items())
+
+
+register(KnownBug(
+    id="sharded-tensor-chunk-offsets-past-end",
+    summary="ChunkShardingSpec.shard raises 'IndexError: start out of range' on the source rank where torch.chunk "
+            "gives fewer pieces than placements (a (1,) tensor over 3 ranks, (5,) over 4): build_metadata puts "
+            "the empty shards at offsets past the end of the dim",
+    where=("sharded_tensor",), recognise=_is_chunk_offset_past_end, seen_on=SEEN_ON,
+    upstream="https://github.com/pytorch/pytorch/pull/121002",
+    reproducer="docs/findings/sharded-tensor-chunk-offsets-past-end.py"))

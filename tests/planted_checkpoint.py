@@ -51,3 +51,4 @@ def set_state_dict_ignoring_the_optimizer(model: torch.nn.Module, optimizer: tor
                                           model_state_dict: dict[str, Any], optim_state_dict: dict[str, Any]) -> None:
     """Sets the model's state, but leaves the optimizer's as it was."""
     set_model_state_dict(model, model_state_dict)
+

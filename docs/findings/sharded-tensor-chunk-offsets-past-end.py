@@ -1,0 +1,80 @@
+"""sharded-tensor-chunk-offsets-past-end: ChunkShardingSpec.shard crashes where torch.chunk gives fewer pieces.
+
+``ChunkShardingSpec`` promises ``torch.chunk``'s partition ("The semantics of how a tensor is
+partitioned is inline with :meth:`torch.chunk`, where ``dim`` in torch.chunk corresponds to the
+specified ``dim`` and ``chunks`` in torch.chunk is the number of elements in the placement
+specified").  Where ``torch.chunk`` returns fewer pieces than there are placements, ``build_metadata``
+gives the missing shards an offset of ``split_size * i``, past the end of the dim (a (1,) tensor over
+3 placements: offsets 0, 1, 2), and ``shard()`` on the source rank then narrows the tensor at that
+offset and raises ``IndexError: start out of range``; the other ranks are left waiting in the
+scatter.  Three gloo ranks shard ``torch.zeros(1)`` with placements ``rank:0/cpu .. rank:2/cpu``.
+
+    python docs/findings/sharded-tensor-chunk-offsets-past-end.py
+
+Prints one line; exits 1 while the bug reproduces ("BUG: ..."), 0 once torch gets it right ("FIXED: ...").
+"""
+import multiprocessing as mp
+import queue
+import socket
+import sys
+import traceback
+from datetime import timedelta
+
+
+def rank_main(rank, world_size, port, results):
+    # torch is imported in the rank processes only: the parent just starts them and compares.
+    import warnings
+
+    import torch
+    import torch.distributed as dist
+    from torch.distributed._shard.sharding_spec import ChunkShardingSpec
+
+    warnings.simplefilter("ignore")  # ShardedTensor's deprecation FutureWarnings
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
+                            timeout=timedelta(seconds=10))
+    spec = ChunkShardingSpec(dim=0, placements=[f"rank:{r}/cpu" for r in range(world_size)])
+    try:
+        sharded = spec.shard(torch.zeros(1), src_rank=0, process_group=dist.group.WORLD)
+        results.put((rank, ("ok", [tuple(s.tensor.shape) for s in sharded.local_shards()])))
+    except Exception as e:  # noqa: BLE001 - what the source rank raised is the verdict
+        results.put((rank, ("raised", f"{type(e).__name__}: {e}")))
+
+
+def main():
+    with socket.socket() as s:  # a free port for the rendezvous
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    ranks = [ctx.Process(target=rank_main, args=(r, 3, port, results), daemon=True) for r in range(3)]
+    for p in ranks:
+        p.start()
+    got = {}
+    try:
+        while 0 not in got:
+            rank, verdict = results.get(timeout=60)
+            got[rank] = verdict
+        for _ in range(2):  # the other ranks report too when the scatter completes (or times out)
+            try:
+                rank, verdict = results.get(timeout=20)
+                got[rank] = verdict
+            except queue.Empty:
+                break
+    finally:
+        for p in ranks:
+            p.join(timeout=1)
+            p.kill()
+    kind, detail = got[0]
+    if kind == "raised":
+        print(f"BUG: ChunkShardingSpec(dim=0, 3 placements).shard(torch.zeros(1)) raised on the source rank: {detail}")
+        return 1
+    print(f"FIXED: sharding a (1,) tensor over 3 placements works: local shard shapes {got}")
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except Exception:  # the script itself failed: neither verdict
+        traceback.print_exc()
+        sys.exit(2)

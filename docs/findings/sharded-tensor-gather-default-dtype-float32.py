@@ -1,0 +1,76 @@
+"""sharded-tensor-gather-default-dtype-float32: ShardedTensor.gather rounds values through float32.
+
+``ShardedTensor.gather(dst, out)`` ("Creates a full Tensor on rank ``dst`` by gathering all shards of
+the sharded tensor"; ``dtype``: "Force the gathered tensors to be this dtype. Default: None") builds
+its send and receive buffers with ``torch.empty(..., dtype=dtype)``.  With the default ``dtype=None``
+those buffers get torch's default dtype, float32, whatever the sharded tensor's dtype, so an int64,
+int32 or float64 tensor arrives in ``out`` rounded to float32.  Two ranks shard
+``torch.arange(4, dtype=torch.int64) + 2**30 + 1`` with ``ChunkShardingSpec(dim=0, placements=["rank:0/cpu",
+"rank:1/cpu"])`` and gather it to rank 0.
+
+    python docs/findings/sharded-tensor-gather-default-dtype-float32.py
+
+Prints one line; exits 1 while the bug reproduces ("BUG: ..."), 0 once torch gets it right ("FIXED: ...").
+"""
+import multiprocessing as mp
+import socket
+import sys
+import traceback
+from datetime import timedelta
+
+
+def rank_main(rank, world_size, port, results):
+    # torch is imported in the rank processes only: the parent just starts them and compares.
+    import warnings
+
+    import torch
+    import torch.distributed as dist
+    from torch.distributed._shard.sharding_spec import ChunkShardingSpec
+
+    warnings.simplefilter("ignore")  # ShardedTensor's deprecation FutureWarnings
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
+                            timeout=timedelta(seconds=10))
+    got = {}
+    for name in ("int64", "float64"):
+        dtype = getattr(torch, name)
+        full = torch.arange(4, dtype=dtype) + (2**30 + 1)
+        spec = ChunkShardingSpec(dim=0, placements=[f"rank:{r}/cpu" for r in range(world_size)])
+        sharded = spec.shard(full.clone(), src_rank=0, process_group=dist.group.WORLD)
+        out = torch.zeros_like(full) if rank == 0 else None
+        sharded.gather(dst=0, out=out)
+        if rank == 0:
+            got[name] = (full.tolist(), out.tolist())
+    results.put((rank, got))
+    dist.destroy_process_group()
+
+
+def main():
+    with socket.socket() as s:  # a free port for the rendezvous
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    ranks = [ctx.Process(target=rank_main, args=(r, 2, port, results), daemon=True) for r in range(2)]
+    for p in ranks:
+        p.start()
+    try:
+        got = dict(results.get(timeout=60) for _ in ranks)
+    finally:
+        for p in ranks:
+            p.join(timeout=5)
+            p.kill()
+    wrong = {name: pair for name, pair in got[0].items() if pair[0] != pair[1]}
+    if wrong:
+        print("BUG: ShardedTensor.gather(dst=0, out=out) rounded through float32: "
+              + "; ".join(f"{name} {full} gathered as {out}" for name, (full, out) in wrong.items()))
+        return 1
+    print(f"FIXED: ShardedTensor.gather kept the values: {got[0]}")
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except Exception:  # the script itself failed: neither verdict
+        traceback.print_exc()
+        sys.exit(2)

@@ -1,0 +1,371 @@
+"""Pipelining: a model split into ``PipelineStage``s and run by a schedule gives the unsplit model's loss,
+output and gradients.
+
+For any setup ``pipeline_configs`` draws (an MLP of ``nn.Linear`` layers with ``tanh`` between them,
+split at drawn layer boundaries into one stage per rank, or two per rank for a schedule with several
+stages per rank, stage ``s`` on rank ``s % W``; ``n_microbatches`` micro-batches of equal size; a loss
+function and ``scale_grads``), built by hand with ``PipelineStage`` (static or dynamic shape
+inference) on CPU ranks over gloo, one ``schedule.step(...)``:
+
+* on the rank holding the last stage, the returned output equals the unsplit model's output on the
+  whole batch, and ``losses`` holds, for each micro-batch in order, ``loss_fn`` of that micro-batch's
+  output and target;
+* on every rank, every parameter of every local stage has the gradient the docs promise: "Gradients
+  are scaled by num_microbatches depending on the scale_grads argument ... This setting should match
+  the configuration of your loss_fn, which may either average losses (scale_grads=True) or sum
+  losses (scale_grads=False)", i.e. ``(1/n if scale_grads else 1) * sum_mb grad(loss_fn(out_mb, y_mb))``.
+
+The reference is the unsplit model, built from the same seed on every rank, run on each micro-batch
+(``torch.tensor_split`` of the batch along dim 0, the default ``TensorChunkSpec(0)``) with no
+communication.
+
+What is drawn, and where the docs constrain it:
+
+* The batch is ``n_microbatches * microbatch_size``: the docs' examples split the batch into equal
+  micro-batches, and ``step`` documents only that it "will chunk the input into microbatches".
+* ``Schedule1F1B``: ``n_microbatches >= num_stages``; its docstring is silent, its constructor refuses
+  fewer with "Number of microbatches (n) must be greater than or equal to the number of stages (S)".
+  ``ScheduleInterleaved1F1B``: ``n_microbatches % max(1, n_microbatches // W) == 0``, as its docstring
+  states ("num_rounds = max(1, n_microbatches // pp_group_size) and it works as long as
+  n_microbatches % num_rounds is 0").  ``ScheduleGPipe`` and ``ScheduleLoopedBFS``: any count.
+* Loss functions: ``mse`` (mean, with ``scale_grads`` True or False: the reading checked is the
+  formula above whichever the loss is) and ``sse`` (the sum of squared errors).
+* Not drawn: the tracer frontend ``pipeline()`` (the brief: stages are built by hand), zero-bubble
+  and DualPipeV schedules (they split backward into input and weight passes; not this property's
+  contract), more than one ``step`` (gradients then accumulate, autograd's contract, not pipelining's).
+
+Tolerance.  Each micro-batch's forward and backward run the same operations on the same tensors as
+the reference's (activations are sent unchanged), so each micro-batch's gradient ``g_mb`` is the
+reference's up to its own rounding; the schedule then adds the n of them into ``.grad`` and divides
+by n: at most n + 1 roundings, plus a few for kernels that group sums differently, each within
+``eps(dtype)`` of the terms.  So every element must lie within
+``(n + 3) * eps * scale * sum_mb |g_mb| + (n + 3) * tiny(dtype)`` of ``scale * sum_mb g_mb`` computed
+in float64, a bound on rounding alone that no lost, doubled or misplaced micro-batch fits into.
+Outputs and losses: within ``4 * eps * |value| + tiny``.
+
+Generalises torch's pipelining schedule tests (``test_schedule_multiproc.py``: fixed MLPs, fixed
+micro-batch counts, GPU ranks) to drawn depths, widths, split points, micro-batch counts and sizes,
+losses and shape inference on CPU.  The implementation under test is ``check(...,
+schedule_class=...)``: any schedule class taking ``(stage or stages, n_microbatches, loss_fn=...,
+scale_grads=...)``; a ``PipelineScheduleMulti`` subclass gets two stages per rank.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+from hypothesis import strategies as st
+from torch import nn
+
+from fuzzdist.errors import InvalidArgument
+from fuzzdist.known_bugs import known_failures
+from fuzzdist.properties import PropertyFailure
+
+try:
+    from torch.distributed.pipelining import (
+        PipelineStage,
+        Schedule1F1B,
+        ScheduleGPipe,
+        ScheduleInterleaved1F1B,
+        ScheduleLoopedBFS,
+    )
+    from torch.distributed.pipelining.schedules import PipelineScheduleMulti
+except ImportError as exc:  # pragma: no cover - torch < 2.4
+    raise ImportError(f"torch {torch.__version__} has no torch.distributed.pipelining") from exc
+
+if TYPE_CHECKING:
+    from fuzzdist.context import RankContext
+    from fuzzdist.pool import Pool
+
+SEEDS = st.integers(0, 2**32 - 1)
+DTYPES = st.sampled_from([torch.float32, torch.float64])
+LOSSES = ("mse", "sse")
+SCHEDULES: tuple[type, ...] = (ScheduleGPipe, Schedule1F1B, ScheduleInterleaved1F1B, ScheduleLoopedBFS)
+_MAX_REPORTED = 8
+
+
+def stages_per_rank(schedule_class: type) -> int:
+    """Two stages per rank for a schedule with several stages per rank, else one."""
+    return 2 if issubclass(schedule_class, PipelineScheduleMulti) else 1
+
+
+def microbatch_counts_allowed(schedule_class: type, n: int, num_stages: int, world_size: int) -> bool:
+    """Whether ``schedule_class`` accepts ``n`` micro-batches (see the module docstring for where each rule is stated)."""
+    if issubclass(schedule_class, Schedule1F1B):
+        return n >= num_stages
+    if issubclass(schedule_class, ScheduleInterleaved1F1B):
+        return n % max(1, n // world_size) == 0
+    return n >= 1
+
+
+@dataclass(frozen=True)
+class PipeConfig:
+    """One example: an MLP ``widths[0] -> ... -> widths[-1]`` (``tanh`` between layers), split so that stage
+    ``s`` holds layers ``bounds[s]:bounds[s + 1]`` and sits on rank ``s % world_size``; ``n_microbatches``
+    micro-batches of ``microbatch_size`` rows; ``loss`` ("mse" or "sse"), ``scale_grads``, and whether the
+    stages get their shapes up front (``static``)."""
+
+    world_size: int
+    widths: tuple[int, ...]
+    bounds: tuple[int, ...]
+    n_microbatches: int = 1
+    microbatch_size: int = 1
+    loss: str = "mse"
+    scale_grads: bool = True
+    static: bool = False
+
+    def __post_init__(self) -> None:
+        layers = len(self.widths) - 1
+        if layers < 1 or min(self.widths) < 1:
+            raise InvalidArgument("widths needs >= 2 entries, all >= 1")
+        b = self.bounds
+        if len(b) < 2 or b[0] != 0 or b[-1] != layers or any(x >= y for x, y in zip(b, b[1:], strict=False)):
+            raise InvalidArgument(f"bounds must rise strictly from 0 to {layers} (one layer or more per stage), got {b}")
+        if (len(b) - 1) % self.world_size:
+            raise InvalidArgument(f"{len(b) - 1} stages don't place evenly on {self.world_size} ranks")
+        if self.loss not in LOSSES:
+            raise InvalidArgument(f"loss must be one of {LOSSES}, got {self.loss!r}")
+        if self.n_microbatches < 1 or self.microbatch_size < 1:
+            raise InvalidArgument("n_microbatches and microbatch_size must be >= 1")
+
+    @property
+    def num_stages(self) -> int:
+        """How many stages the model is split into."""
+        return len(self.bounds) - 1
+
+    @property
+    def batch(self) -> int:
+        """The whole batch: ``n_microbatches * microbatch_size`` rows."""
+        return self.n_microbatches * self.microbatch_size
+
+    def build_model(self, seed: int, dtype: torch.dtype) -> nn.Sequential:
+        """The unsplit model, identical on every rank for the same seed; the global RNG is left alone."""
+        gen = _generator(seed, 1)
+        layers: list[nn.Module] = []
+        for i, (a, b) in enumerate(zip(self.widths, self.widths[1:], strict=False)):
+            linear = nn.Linear(a, b, dtype=dtype)
+            with torch.no_grad():
+                for p in linear.parameters():
+                    p.copy_((torch.rand(p.shape, generator=gen, dtype=dtype) * 2 - 1) / math.sqrt(a))
+            layers.append(linear)
+            if i < len(self.widths) - 2:
+                layers.append(nn.Tanh())
+        return nn.Sequential(*layers)
+
+    def stage_module(self, model: nn.Sequential, stage: int) -> nn.Sequential:
+        """Stage ``stage``'s part of ``model`` (sharing its parameters): its Linear layers, each followed by
+        the tanh the model has after it."""
+        modules = list(model)
+        lo, hi = self.bounds[stage], self.bounds[stage + 1]
+        return nn.Sequential(*modules[2 * lo:min(2 * hi, len(modules))])
+
+    def batch_data(self, seed: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """(inputs, targets) of the whole batch, identical on every rank."""
+        gen = _generator(seed, 2)
+        x = torch.rand((self.batch, self.widths[0]), generator=gen, dtype=dtype) * 2 - 1
+        y = torch.rand((self.batch, self.widths[-1]), generator=gen, dtype=dtype) * 2 - 1
+        return x, y
+
+
+def _generator(seed: int, *salt: int) -> torch.Generator:
+    text = ",".join(str(int(p)) for p in (seed, *salt)).encode()
+    gen = torch.Generator()
+    gen.manual_seed(int.from_bytes(hashlib.blake2b(text, digest_size=4).digest(), "little"))
+    return gen
+
+
+def loss_function(name: str) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """The loss function a name stands for: ``mse`` (mean squared error) or ``sse`` (sum of squared errors)."""
+    if name == "mse":
+        return _mse
+    if name == "sse":
+        return _sse
+    raise InvalidArgument(f"loss must be one of {LOSSES}, got {name!r}")
+
+
+def _mse(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    return nn.functional.mse_loss(output, target)
+
+
+def _sse(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    return ((output - target) ** 2).sum()
+
+
+# ---------------------------------------------------------------------------
+# the reference
+
+
+def reference(config: PipeConfig, seed: int, dtype: torch.dtype) -> dict[str, Any]:
+    """Run the unsplit model on each micro-batch, locally: the output, each micro-batch's loss, and each
+    parameter's expected gradient with its rounding bound (see the module docstring)."""
+    model = config.build_model(seed, dtype)
+    x, y = config.batch_data(seed, dtype)
+    loss_fn = loss_function(config.loss)
+    n = config.n_microbatches
+    scale = 1.0 / n if config.scale_grads else 1.0
+    outputs, losses = [], []
+    sums: dict[str, torch.Tensor] = {}
+    magnitudes: dict[str, torch.Tensor] = {}
+    for xb, yb in zip(torch.tensor_split(x, n), torch.tensor_split(y, n), strict=True):
+        model.zero_grad(set_to_none=True)
+        out = model(xb)
+        loss = loss_fn(out, yb)
+        loss.backward()
+        outputs.append(out.detach())
+        losses.append(loss.detach())
+        for name, p in model.named_parameters():
+            g = torch.zeros_like(p, dtype=torch.float64) if p.grad is None else p.grad.double()
+            sums[name] = sums[name] + g if name in sums else g
+            magnitudes[name] = magnitudes[name] + g.abs() if name in magnitudes else g.abs()
+    info = torch.finfo(dtype)
+    roundings = n + 3
+    grads = {name: (sums[name] * scale, roundings * info.eps * magnitudes[name] * scale + roundings * info.tiny)
+             for name in sums}
+    return {"output": torch.cat(outputs), "losses": losses, "grads": grads}
+
+
+def _within(what: str, actual: torch.Tensor, expected: torch.Tensor, bound: torch.Tensor) -> str | None:
+    if tuple(actual.shape) != tuple(expected.shape):
+        return f"{what}: got shape {tuple(actual.shape)}, expected {tuple(expected.shape)}"
+    error = (actual.double() - expected.double()).abs()
+    bad = ~(error <= bound)  # NaN counts as bad
+    if not bool(bad.any()):
+        return None
+    i = int(torch.where(bad.reshape(-1), error.reshape(-1).nan_to_num(nan=math.inf), -1.0).argmax())
+    return (f"{what}: {int(bad.sum())} of {actual.numel()} elements differ; worst at flat index {i}: "
+            f"got {actual.reshape(-1)[i].item():.9g}, expected {expected.reshape(-1)[i].item():.9g} "
+            f"within {bound.reshape(-1)[i].item():.3g}")
+
+
+def _value_bound(expected: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    info = torch.finfo(dtype)
+    return 4 * info.eps * expected.double().abs() + 4 * info.tiny
+
+
+# ---------------------------------------------------------------------------
+# on the ranks
+
+
+def pipeline_parity(ctx: RankContext, config: PipeConfig, dtype: torch.dtype, seed: int,
+                    schedule_class: type = ScheduleGPipe) -> list[str]:
+    """On every rank: build this rank's stages by hand, run one ``schedule_class`` step and compare with the
+    local reference; return the problems (empty if none)."""
+    world, rank = ctx.world_size, ctx.rank
+    if config.world_size != world:
+        raise InvalidArgument(f"the config is for {config.world_size} ranks; this pool has {world}: "
+                              f"draw it with pipeline_configs({world}, ...)")
+    per_rank = stages_per_rank(schedule_class)
+    if config.num_stages != per_rank * world:
+        raise InvalidArgument(f"{schedule_class.__name__} runs {per_rank} stage(s) per rank: {per_rank * world} "
+                              f"stages on {world} ranks, the config has {config.num_stages}; draw it with "
+                              f"pipeline_configs({world}, {schedule_class.__name__})")
+    model = config.build_model(seed, dtype)
+    expected = reference(config, seed, dtype)
+    mine = list(range(rank, config.num_stages, world))
+    stages = []
+    modules = {}
+    for s in mine:
+        module = config.stage_module(model, s)
+        modules[s] = module
+        kwargs: dict[str, Any] = {}
+        if config.static:
+            mb = config.microbatch_size
+            kwargs = {"input_args": torch.empty((mb, config.widths[config.bounds[s]]), dtype=dtype),
+                      "output_args": torch.empty((mb, config.widths[config.bounds[s + 1]]), dtype=dtype)}
+        stages.append(PipelineStage(module, s, config.num_stages, ctx.device, group=ctx.group, **kwargs))
+    schedule = schedule_class(stages if per_rank > 1 else stages[0], config.n_microbatches,
+                              loss_fn=loss_function(config.loss), scale_grads=config.scale_grads)
+    x, y = config.batch_data(seed, dtype)
+    holds_first, holds_last = 0 in mine, config.num_stages - 1 in mine
+    args = (x,) if holds_first else ()
+    kwargs = {"target": y, "losses": []} if holds_last else {}
+    out = schedule.step(*args, **kwargs)
+    problems: list[str] = []
+    if holds_last:
+        if not isinstance(out, torch.Tensor):
+            problems.append(f"step() on the last stage's rank returned {type(out).__name__}, expected the output")
+        else:
+            problem = _within("output", out.detach(), expected["output"], _value_bound(expected["output"], dtype))
+            if problem:
+                problems.append(problem)
+        losses = kwargs["losses"]
+        if len(losses) != config.n_microbatches:
+            problems.append(f"losses: got {len(losses)}, expected one per micro-batch ({config.n_microbatches})")
+        else:
+            for i, (got, want) in enumerate(zip(losses, expected["losses"], strict=True)):
+                got_t = torch.as_tensor(got).detach()
+                problem = _within(f"loss of micro-batch {i}", got_t.reshape(()), want, _value_bound(want, dtype))
+                if problem:
+                    problems.append(problem)
+    names = dict(model.named_parameters())
+    for s in mine:
+        for p in modules[s].parameters():
+            name = next(n for n, q in names.items() if q is p)
+            want, bound = expected["grads"][name]
+            if p.grad is None:
+                problems.append(f"stage {s}: grad {name} is None")
+                continue
+            problem = _within(f"stage {s}: grad {name}", p.grad.detach(), want, bound)
+            if problem:
+                problems.append(problem)
+    more = len(problems) - _MAX_REPORTED
+    return problems[:_MAX_REPORTED] + ([f"... and {more} more"] if more > 0 else [])
+
+
+# ---------------------------------------------------------------------------
+# strategies
+
+
+@st.composite
+def pipeline_configs(draw: st.DrawFn, world_size: int, schedule_class: type = ScheduleGPipe, *,
+                     max_extra_layers: int = 2, max_width: int = 6, max_microbatches: int = 4,
+                     max_microbatch_size: int = 3) -> PipeConfig:
+    """A :class:`PipeConfig` for ``world_size`` ranks and ``schedule_class`` (one stage per rank, two for a
+    ``PipelineScheduleMulti``).
+
+    Covers one to ``1 + max_extra_layers`` Linear layers per stage (split points drawn), widths 1 to
+    ``max_width``, 1 to ``max_microbatches`` micro-batches the schedule accepts (see
+    :func:`microbatch_counts_allowed`) of 1 to ``max_microbatch_size`` rows, the ``mse`` and ``sse``
+    losses, ``scale_grads`` True or False, and static or dynamic stage shapes.
+
+    Shrinks towards one 1 -> 1 layer per stage, the fewest micro-batches the schedule accepts, one row
+    each, ``mse``, ``scale_grads=True``, dynamic shapes.
+    """
+    if world_size < 1:
+        raise InvalidArgument(f"world_size must be >= 1, got {world_size}")
+    num_stages = stages_per_rank(schedule_class) * world_size
+    layers = num_stages + draw(st.integers(0, max_extra_layers), label="extra_layers")
+    widths = tuple(draw(st.integers(1, max_width)) for _ in range(layers + 1))
+    cuts = draw(st.sets(st.integers(1, layers - 1), min_size=num_stages - 1, max_size=num_stages - 1)
+                if layers > num_stages else st.just(set(range(1, layers))))
+    bounds = (0, *sorted(cuts), layers)
+    counts = [n for n in range(1, max(max_microbatches, num_stages) + 1)
+              if microbatch_counts_allowed(schedule_class, n, num_stages, world_size)]
+    n = draw(st.sampled_from(counts), label="n_microbatches")
+    size = draw(st.integers(1, max_microbatch_size), label="microbatch_size")
+    loss = draw(st.sampled_from(LOSSES), label="loss")
+    scale = draw(st.booleans().map(lambda b: not b), label="scale_grads")
+    static = draw(st.booleans(), label="static")
+    return PipeConfig(world_size, widths, bounds, n, size, loss, scale, static)
+
+
+# ---------------------------------------------------------------------------
+# the driver-side check
+
+
+def check(pool: Pool, config: PipeConfig, dtype: torch.dtype, seed: int, *,
+          schedule_class: type = ScheduleGPipe) -> None:
+    """Run one ``schedule_class`` step of ``config``'s pipeline on ``pool`` next to the local reference;
+    raise :class:`PropertyFailure` if a loss, the output or a gradient differs.  ``schedule_class`` must be
+    importable on the ranks (a top-level class)."""
+    with known_failures("pipelining", config=config, dtype=dtype, seed=seed):
+        results = pool.run(pipeline_parity, config, dtype, seed, schedule_class=schedule_class)
+        wrong = {rank: problems for rank, problems in enumerate(results) if problems}
+        if wrong:
+            raise PropertyFailure(f"the pipeline differs from the unsplit model on ranks {sorted(wrong)}: {wrong}",
+                                  results)
