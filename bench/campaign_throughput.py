@@ -77,7 +77,7 @@ def _pytest_child(nodeid: str, n: int, tmp: Path) -> int:
     from hypothesis import settings
     from hypothesis.database import DirectoryBasedExampleDatabase
 
-    from fuzzdist import profiles
+    from fuzzdist.driver import profiles
 
     profiles.register()
     settings.register_profile("campaign-bench", settings(
@@ -111,12 +111,12 @@ def wrapper_overhead_us(calls: int = 100_000, repeats: int = 7) -> float:
     """CPU microseconds the campaign's per-example wrapper adds to one example: the wrapper around
     a no-op test, minus the no-op, inside a Hypothesis build context with one event() label (the
     min of ``repeats`` timings of ``calls`` calls; a figure machine load blurs far less)."""
-    from fuzzdist._hypothesis_compat import example_context
     from fuzzdist.campaign.database import Database
     from fuzzdist.campaign.progress import Progress
     from fuzzdist.campaign.report import CampaignState, PropertyState
     from fuzzdist.campaign.runner import CampaignPlugin, _Round
     from fuzzdist.campaign.selection import Targets
+    from fuzzdist.compat.hypothesis_internals import example_context
 
     class Item:
         nodeid = name = originalname = "noop"

@@ -92,7 +92,7 @@ def _benches(device: str = "cuda") -> list[Bench]:
 
 
 def _missing(bench: Bench) -> str | None:
-    from fuzzdist.capabilities import missing, missing_gpus
+    from fuzzdist.pool.capabilities import missing, missing_gpus
 
     reason = missing(*bench.needs) if bench.needs else None
     if reason is None and bench.backend == "nccl":

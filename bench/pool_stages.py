@@ -78,8 +78,8 @@ def measure_driver(n: int) -> dict[str, float]:
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from fuzzdist import _coverage
     from fuzzdist.pool import controller, messages
+    from fuzzdist.pool import input_coverage as _coverage
 
     fn, args, kwargs = _call()
     payload = controller.pickle_call(fn, args, kwargs)
@@ -100,7 +100,7 @@ def measure_driver(n: int) -> dict[str, float]:
 def _rank_side(conn: Any, n: int, tmpdir: str) -> None:
     """In a spawned process set up the way local.rank_main sets up a rank; times its stages."""
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    from fuzzdist.pool import rank_output, rank_state
+    from fuzzdist.pool.rank import rank_output, rank_state
 
     rank_output.install(os.path.join(tmpdir, "rank.out"))
     rank_state.enable_flight_recorder()
@@ -109,9 +109,10 @@ def _rank_side(conn: Any, n: int, tmpdir: str) -> None:
     import torch
     import torch.distributed as dist
 
-    from fuzzdist import _isolation
-    from fuzzdist.context import RankContext
-    from fuzzdist.pool import controller, messages, worker
+    from fuzzdist.pool import controller, messages
+    from fuzzdist.pool.rank import isolation as _isolation
+    from fuzzdist.pool.rank import worker
+    from fuzzdist.pool.rank.context import RankContext
 
     torch.set_num_threads(1)
     store = dist.FileStore(os.path.join(tmpdir, "store"), 1)

@@ -29,7 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import pool_overhead as po  # noqa: E402
 
-from fuzzdist import RankPool, _coverage  # noqa: E402
+from fuzzdist import RankPool
+from fuzzdist.pool import input_coverage as _coverage  # noqa: E402
 
 
 def _rank_cpu_s(pids: list[int]) -> float:

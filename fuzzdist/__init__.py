@@ -7,7 +7,7 @@ Public API:
     RankContext: the ``ctx`` a rank function receives.
     FuzzdistError: the base of every error fuzzdist raises (fuzzdist.errors).
     RankFailure and its kinds RankError, RankTimeout, RankCrash: also AssertionErrors.
-    Hang: why a RankTimeout's ranks hung (CollectiveMismatch, MissedCollective, ...; fuzzdist.hangs).
+    Hang: why a RankTimeout's ranks hung (CollectiveMismatch, MissedCollective, ...; fuzzdist.pool.hangs).
     watch_pending, PendingWorkSource: have a hang name the Works your own ProcessGroup holds.
     PropertyFailure: a property of fuzzdist.properties does not hold (an AssertionError).
     CapabilityError, PoolStartupError: the machine can't run what was asked.
@@ -19,9 +19,7 @@ Public API:
     profiles: the Hypothesis profiles fuzzdist registers (ci, dev, campaign, replay).
 """
 
-from fuzzdist import profiles
-from fuzzdist._isolation import keep_process_groups
-from fuzzdist.context import RankContext
+from fuzzdist.driver import profiles
 from fuzzdist.errors import (
     CallError,
     CapabilityError,
@@ -37,8 +35,10 @@ from fuzzdist.errors import (
     RankTimeout,
 )
 from fuzzdist.pool import Pool, RankPool
-from fuzzdist.pool.rank_state import PendingWorkSource, watch_pending
-from fuzzdist.reorder import ReorderingProcessGroup
+from fuzzdist.pool.rank.context import RankContext
+from fuzzdist.pool.rank.isolation import keep_process_groups
+from fuzzdist.pool.rank.rank_state import PendingWorkSource, watch_pending
+from fuzzdist.toolkit.reorder import ReorderingProcessGroup
 
 __version__ = "0.1.0"
 

@@ -14,10 +14,10 @@ Outside the family, by design:
   that and an ``Exception`` subclass such as ``FuzzdistError``: it would be
   caught by every ``except Exception``.  Like Hypothesis's own control-flow
   exceptions (``StopTest``), it stands alone.  So do
-  ``fuzzdist.campaign.runner.CampaignInterrupt`` and its kinds
+  :class:`CampaignInterrupt` and its kinds
   (``BudgetSpent``, ``Terminated``): ``KeyboardInterrupt`` subclasses, so that
   Hypothesis ends the campaign without saving the example in flight.
-* ``fuzzdist._remote.RemoteException`` stands in for an exception the code
+* ``fuzzdist.pool.remote.RemoteException`` stands in for an exception the code
   under test raised on a rank: it is the user's error, not fuzzdist's.
 * Bugs in fuzzdist itself ("fuzzdist bug: ...") stay ``RuntimeError``.
 
@@ -125,9 +125,6 @@ class PropertyFailure(FuzzdistError, AssertionError):
     def __init__(self, message: str, results: Sequence[Any] = ()) -> None:
         super().__init__(message)
         self.results: list[Any] = list(results)
-        from fuzzdist import _observability
-
-        _observability.failed(self)  # raised in the driver, after pool.run: tag the example's observation
 
 
 # What became of the pool after a failure, in the failure's message: a spawned pool restarts its
@@ -144,9 +141,9 @@ class RankError(RankFailure):
     ``stragglers`` are ranks that had not finished when the pool gave up
     waiting for them (usually blocked in a collective a failed rank never
     joined); ``straggler_stacks`` holds their Python stacks and
-    ``diagnosis`` (a :class:`fuzzdist.hangs.Diagnosis`, or None) where they wait.
+    ``diagnosis`` (a :class:`fuzzdist.pool.hangs.Diagnosis`, or None) where they wait.
     ``outputs[r]`` is what rank r wrote during the example (warnings, stderr),
-    a :class:`fuzzdist.pool.rank_output.RankOutput`, where it wrote anything.
+    a :class:`fuzzdist.pool.rank.rank_output.RankOutput`, where it wrote anything.
     """
 
     def __init__(
@@ -194,7 +191,7 @@ class RankTimeout(RankFailure):
     ``ranks`` are the ranks still inside ``fn``; ``stacks[r]`` is rank r's
     stack when fuzzdist gave up (the rank function down, fuzzdist's own
     frames and threads left out).  ``diagnosis`` (a
-    :class:`fuzzdist.hangs.Diagnosis`, or None) says why: where each rank
+    :class:`fuzzdist.pool.hangs.Diagnosis`, or None) says why: where each rank
     stands in the example's collectives and where they disagree.
     ``deadlock`` is True when fuzzdist declared the hang before the timeout
     because nothing could ever complete (every stuck rank waits in a
@@ -270,7 +267,7 @@ class RankCrash(RankFailure):
     ``causes[r]`` a readable form ("SIGSEGV", "exit code 3") and
     ``stacks[r]`` the stack faulthandler wrote on a fatal signal, if any, and
     ``last_output[r]`` the end of what the rank wrote (its stderr), where it was captured.
-    ``diagnosis`` (a :class:`fuzzdist.hangs.Diagnosis`, or None) says where
+    ``diagnosis`` (a :class:`fuzzdist.pool.hangs.Diagnosis`, or None) says where
     the ranks that outlived the crash were waiting.
     """
 
@@ -295,11 +292,82 @@ class RankCrash(RankFailure):
         return set(self.ranks)
 
     def explain_survivors(self, diagnosis: Any) -> None:
-        """Add where the ranks that outlived the crash were waiting (a :class:`fuzzdist.hangs.Diagnosis`)."""
+        """Add where the ranks that outlived the crash were waiting (a :class:`fuzzdist.pool.hangs.Diagnosis`)."""
         self.diagnosis = diagnosis
         lines = [f"The other ranks were still running: {diagnosis.summary}."]
         lines += [f"  rank {r}: {where}" for r, where in sorted(diagnosis.ranks.items())]
         self.args = (f"{self.args[0]}\n\n" + "\n".join(lines),)
+
+
+# Errors of the campaign, the CLI, check-pg and the toolkit: defined here, raised there, so that
+# every error fuzzdist raises is in this module.
+
+
+class JobsError(InvalidArgument):
+    """``--jobs`` can't be used as asked; the message says what to do (a ``ValueError`` too)."""
+
+
+class TargetError(FuzzdistError):
+    """A target names nothing runnable; the message says what to do."""
+
+
+class DatabaseError(FuzzdistError):
+    """The database can't be used; the message says what to do (the CLI prints it, exit 2)."""
+
+
+class SharingError(FuzzdistError, RuntimeError):
+    """``share_tensor`` failed on some rank. Every rank raises it, so none is left in a later collective."""
+
+
+class ScheduledWorkFailure(FuzzdistError, RuntimeError):
+    """The schedule made this work fail ("fail" outcome)."""
+
+
+class ScheduledWorkDropped(FuzzdistError, RuntimeError):
+    """The schedule dropped this work ("drop" outcome): its result was discarded."""
+
+
+class ReorderTimeout(FuzzdistError, RuntimeError):
+    """A wait on a held work did not return within its bound."""
+
+
+class UsageError(FuzzdistError):
+    """Bad input a command found after parsing: printed as one line, exit code 2."""
+
+
+class CallRaised(FuzzdistError, RuntimeError):
+    """A functional collective raised on a rank; the message names the call (``CALL_RAISED``)."""
+
+
+class FactoryError(FuzzdistError, ValueError):
+    """The factory reference can't be resolved to a callable."""
+
+
+class ConformanceFailure(FuzzdistError, AssertionError):
+    """An example where the ProcessGroup broke the c10d contract (the message says how)."""
+
+
+class BadReport(InvalidArgument):
+    """The JSON is not a fuzzdist campaign report this version can read; the message says why."""
+
+
+# The campaign's control flow: KeyboardInterrupts, outside the family (see above).
+
+
+class CampaignInterrupt(KeyboardInterrupt):
+    """Ends the run at once.  A KeyboardInterrupt so that Hypothesis does not save the example in flight."""
+
+
+class BudgetSpent(CampaignInterrupt):
+    """The time budget is spent; raised by the example wrapper before the next example runs."""
+
+
+class Terminated(CampaignInterrupt):
+    """SIGINT or SIGTERM arrived (raised by the CLI's signal handler)."""
+
+    def __init__(self, signal_name: str) -> None:
+        super().__init__(signal_name)
+        self.signal_name = signal_name
 
 
 def describe_exit(code: int) -> str:

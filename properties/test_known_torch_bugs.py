@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 import torch
 
-from fuzzdist import capabilities, known_bugs
-from fuzzdist.plugin import PoolKey
+from fuzzdist import known_bugs
+from fuzzdist.driver.plugin import PoolKey
+from fuzzdist.pool import capabilities
 from fuzzdist.strategies import TensorSpec
 
 
@@ -54,7 +55,7 @@ def _by_case(module: str) -> Callable[..., None]:
     return run
 
 
-# What a property module needs from torch beyond torch.distributed (fuzzdist.capabilities' probes).
+# What a property module needs from torch beyond torch.distributed (fuzzdist.pool.capabilities' probes).
 _NEEDS = {"functional": "functional_collectives", "collectives": "distributed_nn", "fsdp": "fully_shard"}
 
 
@@ -95,7 +96,8 @@ def _case(**fields: Any) -> Any:
 
 def _check_pg(pool: Any, call: Any, world_size: int, backend: str) -> None:
     """One check-pg call on gloo, compared with check-pg's reference; raises its ConformanceFailure."""
-    from fuzzdist.conformance import ConformanceFailure, _rank
+    from fuzzdist.conformance import _rank
+    from fuzzdist.errors import ConformanceFailure
 
     observed = pool.run(_rank.run_calls, "fuzzdist.conformance:gloo", (call,))
     problems = call.info.check(call, world_size, [obs[0] for obs in observed])
@@ -106,7 +108,8 @@ def _check_pg(pool: Any, call: Any, world_size: int, backend: str) -> None:
 def _check_pg_async(pool: Any, calls: tuple[Any, ...], wait_order: tuple[int, ...], world_size: int,
                     backend: str) -> None:
     """check-pg's async check of ``calls`` on gloo, waited in ``wait_order`` (repeats bounded)."""
-    from fuzzdist.conformance import ConformanceFailure, _rank
+    from fuzzdist.conformance import _rank
+    from fuzzdist.errors import ConformanceFailure
 
     observed = pool.run(_rank.run_calls, "fuzzdist.conformance:gloo", calls, wait_order)
     problems = [p for i, call in enumerate(calls) for p in call.info.check(call, world_size, [o[i] for o in observed])]

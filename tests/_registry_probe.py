@@ -12,8 +12,8 @@ from types import SimpleNamespace as NS
 import torch
 
 from fuzzdist import known_bugs
-from fuzzdist._symptoms import MESH_SORTED_ORDER, OBJECT_CALL_RAISED, REFUSED_UNCLEARLY
 from fuzzdist.errors import PropertyFailure, RankError
+from fuzzdist.known_bugs.symptoms import MESH_SORTED_ORDER, OBJECT_CALL_RAISED, REFUSED_UNCLEARLY
 
 
 def _raised(message: str, where: str = "  File \"subgroups.py\", line 1, in _make_groups\n") -> RankError:

@@ -105,7 +105,7 @@ def keep_then_raise(ctx):
 
 def create_group_unlisted(ctx):
     """A group created where fuzzdist can't list the groups (a torch that keeps them elsewhere)."""
-    from fuzzdist import _isolation
+    from fuzzdist.pool.rank import isolation as _isolation
 
     _isolation._registered_groups = lambda: None  # this process is recycled: nothing else sees it
     dist.new_group()
@@ -121,7 +121,7 @@ class _NeverDestroyed:
 
 def create_group_with_reaper_stuck(ctx):
     """A group created while the reaper is stuck in an earlier group's destructor."""
-    from fuzzdist import _isolation
+    from fuzzdist.pool.rank import isolation as _isolation
 
     _isolation._REAP_BACKLOG, _isolation._REAP_WAIT_S = 0, 0.1  # this process is recycled: nothing else sees it
     _isolation._REAPER.drop([_NeverDestroyed()])

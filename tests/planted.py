@@ -53,7 +53,7 @@ def only_first_work_blocks(index: int):
 
 def open_cuda_handle_as_copy(handle, device_index):
     """'A copy instead of IPC': the receiver opens the shared memory, then keeps a private clone."""
-    from fuzzdist.cuda_ipc import open_cuda_handle
+    from fuzzdist.toolkit.cuda_ipc import open_cuda_handle
 
     return open_cuda_handle(handle, device_index).clone()
 

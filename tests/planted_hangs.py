@@ -46,7 +46,7 @@ def mismatched_root(ctx, n):
 
 def never_completed_work(ctx, n):
     """A Work whose completion never comes: the drawn order releases a work that is never issued first."""
-    from fuzzdist.reorder import ReorderingProcessGroup
+    from fuzzdist.toolkit.reorder import ReorderingProcessGroup
 
     pg = ReorderingProcessGroup(ctx.group, [1, 0], work_form="future", stall_timeout=None)
     work = pg.allreduce([torch.ones(n)], dist.AllreduceOptions())

@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import _create_work_from_future
 
-from fuzzdist.reorder import ReorderingProcessGroup
+from fuzzdist.toolkit.reorder import ReorderingProcessGroup
 
 
 def _done_work(result: list[torch.Tensor]) -> dist._Work:

@@ -1,7 +1,7 @@
 """Planted bugs for the shared-tensor and zero-copy properties: faulty stand-ins for sharing and for
 interface conversions, each wrong only for some inputs.
 
-Sharing stand-ins have ``fuzzdist.sharing``'s signatures: a sharer maps (tensor, receiver ranks) to
+Sharing stand-ins have ``fuzzdist.toolkit.sharing``'s signatures: a sharer maps (tensor, receiver ranks) to
 {rank: handle bytes}, and a receiver maps handle bytes to a tensor. Conversions map a tensor to a
 tensor taken over its memory.
 """
@@ -14,7 +14,7 @@ from multiprocessing.reduction import ForkingPickler
 import numpy as np
 import torch
 
-from fuzzdist.sharing import open_tensor_handle, reduce_tensor_handles
+from fuzzdist.toolkit.sharing import open_tensor_handle, reduce_tensor_handles
 
 # ---------------------------------------------------------------------------
 # sharing

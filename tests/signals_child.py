@@ -40,8 +40,8 @@ def _say(**fields) -> None:
 
 def compose() -> None:
     """fuzzdist run's handlers and the pool's, installed in both orders: both run, the process lives on."""
-    from fuzzdist.campaign.runner import Terminated
     from fuzzdist.cli.run import _interrupts
+    from fuzzdist.errors import Terminated
 
     store = None
     for pool_first in (True, False):
@@ -144,7 +144,7 @@ def campaign_in_flight(how: str) -> None:
 def hold_default(ending: str) -> None:
     """A chain over SIG_DFL, SIGTERM inside a Hold: the process lives to the hold's end, then SIGTERM ends it
     (the hold ended normally) or not (it ended with a failure of its own, which goes on)."""
-    from fuzzdist._signals import ChainedHandler, Hold
+    from fuzzdist.pool.signals import ChainedHandler, Hold
 
     ChainedHandler(signal.SIGTERM, lambda signum, frame: _say(handler_ran=True))
     try:

@@ -136,9 +136,9 @@ def test_nothing_reaches_properties_by_path_or_test_module_name():
 # The public API (README's "API" table): every name these modules export has a docstring.
 PUBLIC_MODULES = [
     "fuzzdist", "fuzzdist.pool", "fuzzdist.pool.torchrun", "fuzzdist.strategies", "fuzzdist.conformance",
-    "fuzzdist.conformance.ops", "fuzzdist.properties", "fuzzdist.checks", "fuzzdist.sharing", "fuzzdist.cuda_ipc",
-    "fuzzdist.capabilities", "fuzzdist.newhooks", "fuzzdist.errors", "fuzzdist.reorder", "fuzzdist.context",
-    "fuzzdist.profiles",
+    "fuzzdist.conformance.ops", "fuzzdist.properties", "fuzzdist.toolkit.checks", "fuzzdist.toolkit.sharing",
+    "fuzzdist.toolkit.cuda_ipc", "fuzzdist.pool.capabilities", "fuzzdist.driver.newhooks", "fuzzdist.errors",
+    "fuzzdist.toolkit.reorder", "fuzzdist.pool.rank.context", "fuzzdist.driver.profiles", "fuzzdist.known_bugs",
 ]
 
 

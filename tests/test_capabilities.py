@@ -10,7 +10,7 @@ import rank_fns
 import torch
 import torch.distributed as dist
 
-from fuzzdist import capabilities
+from fuzzdist.pool import capabilities
 
 
 def test_gloo_dtypes_match_the_installed_gloo(rank_pool):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fuzzdist.checks import bitwise_equal, first_difference, raw_bytes
+from fuzzdist.toolkit.checks import bitwise_equal, first_difference, raw_bytes
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.uint16, torch.complex64, torch.bool])

@@ -16,20 +16,11 @@ from hypothesis import settings
 from torch._C._distributed_c10d import AllreduceCoalescedOptions
 
 from fuzzdist.cli import main
-from fuzzdist.conformance import (
-    ASYNC,
-    DDP,
-    OPS,
-    FactoryError,
-    OpCall,
-    OpInfo,
-    check_process_group,
-    gloo,
-    unsupported_reason,
-)
-from fuzzdist.conformance._reference import reduction_problem
+from fuzzdist.conformance import ASYNC, DDP, OPS, OpCall, OpInfo, check_process_group, gloo, unsupported_reason
 from fuzzdist.conformance.ops import Prepared, Reduction, input_values, options, real, reduce_op_enum
-from fuzzdist.plugin import PoolKey
+from fuzzdist.driver.plugin import PoolKey
+from fuzzdist.errors import FactoryError
+from fuzzdist.toolkit.oracle import reduction_problem
 
 REPEATABLE = settings(derandomize=True, database=None)
 FEW_DTYPES = (torch.float32, torch.float64, torch.int32, torch.bool)

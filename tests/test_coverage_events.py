@@ -5,8 +5,8 @@ from __future__ import annotations
 import rank_fns
 from hypothesis import given, settings
 
-from fuzzdist import _coverage
 from fuzzdist import strategies as fst
+from fuzzdist.pool import input_coverage as _coverage
 
 
 def test_specs_are_described():

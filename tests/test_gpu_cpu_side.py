@@ -14,13 +14,13 @@ import torch
 from hypothesis import find, given, settings
 from hypothesis.errors import NoSuchExample
 
-import fuzzdist.cuda_ipc as cuda_ipc
-from fuzzdist import capabilities
+import fuzzdist.toolkit.cuda_ipc as cuda_ipc
 from fuzzdist import strategies as fst
+from fuzzdist.pool import capabilities
 from fuzzdist.properties import cuda_ipc as ipc_property
 from fuzzdist.properties import ddp
-from fuzzdist.reorder import future_devices
 from fuzzdist.strategies import _allocator
+from fuzzdist.toolkit.reorder import future_devices
 
 MiB = 2**20
 
@@ -272,7 +272,7 @@ class _WatchCupy:
 
 sys.meta_path.insert(0, _WatchCupy())
 import torch
-import fuzzdist, fuzzdist.cuda_ipc, fuzzdist.properties
+import fuzzdist, fuzzdist.toolkit.cuda_ipc, fuzzdist.properties
 for info in pkgutil.iter_modules(fuzzdist.properties.__path__):
     importlib.import_module(f"fuzzdist.properties.{info.name}")
 import pytest
@@ -316,7 +316,7 @@ def test_nothing_gpu_only_is_imported_and_cuda_variants_skip_with_the_reason():
 def test_each_reordered_works_future_is_made_with_its_tensors_devices(monkeypatch):
     """The wiring, checked on CPU: a Work's future is built with ``devices=future_devices(its tensors)``
     (a CUDA torch needs that to synchronize streams; a CPU torch refuses CUDA devices, so faked here)."""
-    from fuzzdist import reorder
+    from fuzzdist.toolkit import reorder
 
     made = []
     real_future = torch.futures.Future

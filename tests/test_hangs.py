@@ -15,10 +15,10 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from fuzzdist import RankError, RankPool, RankTimeout
-from fuzzdist._hypothesis_compat import interesting_origin
+from fuzzdist.compat.hypothesis_internals import interesting_origin
 from fuzzdist.errors import CollectiveMismatch, MissedCollective, PendingWork, SlowExample, StuckCollective
-from fuzzdist.hangs import diagnose
-from fuzzdist.pool.rank_state import Collective, RankState, Site
+from fuzzdist.pool.hangs import diagnose
+from fuzzdist.pool.rank.rank_state import Collective, RankState, Site
 
 if sys.version_info < (3, 11):
     from exceptiongroup import BaseExceptionGroup
@@ -227,7 +227,7 @@ def test_a_blocked_stream_names_the_works_still_blocking_it():
     import torch
 
     from fuzzdist import strategies as fst
-    from fuzzdist.pool import rank_state
+    from fuzzdist.pool.rank import rank_state
     from fuzzdist.properties.block_stream import BlockedStream
 
     order = fst.CompletionOrder(n=2, steps=(("complete", 1), ("complete", 0)))

@@ -9,9 +9,10 @@ import xml.etree.ElementTree as ET
 import pytest
 from cli_helpers import finish, read_report, start_cli, stored, wait_for_report, write
 
-from fuzzdist.campaign.jobs import SEED_STRIDE, JobsError, check_jobs, gpu_slices, merge_junit
+from fuzzdist.campaign.jobs import SEED_STRIDE, check_jobs, gpu_slices, merge_junit
 from fuzzdist.campaign.merge import merge_properties
 from fuzzdist.cli import main
+from fuzzdist.errors import JobsError
 
 # test_bug fails on almost every input (worker 0 gets it); test_passes never fails (worker 1).
 BUG_AND_PASS = '''

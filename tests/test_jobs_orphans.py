@@ -87,7 +87,7 @@ for name in ("fuzzdist", "fuzzdist.pool", "fuzzdist.campaign"):  # the two modul
     package = sys.modules[name] = types.ModuleType(name)
     package.__path__ = [os.path.join(os.environ["FUZZDIST_ROOT"], *name.split(".")[1:])]
 from fuzzdist.campaign import lifeline
-from fuzzdist.pool import process_tree
+from fuzzdist.pool.rank import process_tree
 
 process_tree.die_with_driver = lambda pid, signum=None: False  # as on a platform without prctl
 lifeline.EXIT_GRACE_S = 1.0

@@ -11,12 +11,12 @@ import torch
 from hypothesis import settings
 
 from fuzzdist import known_bugs
-from fuzzdist.conformance import ConformanceFailure, OpCall, _rank, check_process_group
+from fuzzdist.conformance import OpCall, _rank, check_process_group
 from fuzzdist.conformance._rank import REPEAT_WAIT_BLOCKED
-from fuzzdist.conformance._reference import BOOL_BYTES_NOT_0_OR_1
-from fuzzdist.errors import RankError
-from fuzzdist.plugin import PoolKey
+from fuzzdist.driver.plugin import PoolKey
+from fuzzdist.errors import ConformanceFailure, RankError
 from fuzzdist.strategies import TensorSpec
+from fuzzdist.toolkit.oracle import BOOL_BYTES_NOT_0_OR_1
 
 BOOL_SUM = OpCall("allreduce", TensorSpec((1,), torch.bool), 3, reduce_op="SUM")
 STACK = OpCall("reduce_scatter_tensor", TensorSpec((2,), torch.float32), 0, reduce_op="SUM", form="stack")

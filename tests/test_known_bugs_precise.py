@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from fuzzdist import known_bugs
-from fuzzdist._symptoms import CALL_RAISED, MESH_SORTED_ORDER
 from fuzzdist.errors import PropertyFailure, RankError
+from fuzzdist.known_bugs.symptoms import CALL_RAISED, MESH_SORTED_ORDER
 from fuzzdist.strategies import TensorSpec
 
 F32 = TensorSpec((1,), torch.float32)
@@ -208,7 +208,7 @@ def _grad_problem(collectives, op: str, got: float, g: float = 0.5) -> str | Non
 
 def test_reduce_gradient_that_is_sums_is_named_so_and_recognised():
     collectives = pytest.importorskip("fuzzdist.properties.collectives")
-    from fuzzdist._symptoms import SUM_GRAD_FOR_ANY_OP
+    from fuzzdist.known_bugs.symptoms import SUM_GRAD_FOR_ANY_OP
 
     assert _grad_problem(collectives, "MAX", 0.0) is None  # rank 0 doesn't hold the max: 0 is right
     assert _grad_problem(collectives, "MIN", 0.5) is None  # it holds the min: g is right

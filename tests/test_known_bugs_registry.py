@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from fuzzdist import known_bugs
-from fuzzdist._symptoms import SUBGROUP_MAKING, SUBGROUP_OPS
 from fuzzdist.errors import PropertyFailure, RankError
+from fuzzdist.known_bugs.symptoms import SUBGROUP_MAKING, SUBGROUP_OPS
 from fuzzdist.properties import subgroups
 from fuzzdist.strategies import TensorSpec
 

@@ -22,9 +22,11 @@ from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 from hypothesis.internal.observability import with_observability_callback
 
-from fuzzdist import _hypothesis_compat, _observability, _remote
+from fuzzdist.compat import hypothesis_internals as _hypothesis_compat
 from fuzzdist.errors import PropertyFailure, RankCrash
 from fuzzdist.pool import messages
+from fuzzdist.pool import observability as _observability
+from fuzzdist.pool import remote as _remote
 from fuzzdist.pool.controller import FIRST_PROBE_S, Controller, Outcome
 
 # -- the observation schema, as Hypothesis documents it ------------------------------------------

@@ -111,7 +111,7 @@ def test_p(rank_pool):
 def test_profiles_are_registered_and_deadline_is_off(suite):
     suite.makepyfile(test_prop='''
 from hypothesis import settings
-from fuzzdist._hypothesis_compat import current_profile_name
+from fuzzdist.compat.hypothesis_internals import current_profile_name
 def test_profile():
     assert current_profile_name() == "ci"
     assert settings.default.deadline is None
@@ -126,7 +126,7 @@ def test_default_profile_has_no_deadline(suite, monkeypatch):
     monkeypatch.delenv("CI", raising=False)
     suite.makepyfile(test_prop='''
 from hypothesis import settings
-from fuzzdist._hypothesis_compat import current_profile_name
+from fuzzdist.compat.hypothesis_internals import current_profile_name
 def test_profile():
     assert current_profile_name() == "dev" and settings.default.deadline is None
 ''')
@@ -138,7 +138,7 @@ def test_ci_profile_keeps_the_database_on_a_ci_machine(suite, monkeypatch):
     monkeypatch.setenv("CI", "true")
     suite.makepyfile(test_prop='''
 from hypothesis import settings
-from fuzzdist._hypothesis_compat import current_profile_name
+from fuzzdist.compat.hypothesis_internals import current_profile_name
 def test_profile():
     assert current_profile_name() == "ci"
     assert settings.default.database is not None
@@ -148,7 +148,7 @@ def test_profile():
 
 
 def test_a_conftest_supplies_the_pool_cache_through_the_hook(suite):
-    """pytest_fuzzdist_make_pool_cache (fuzzdist.newhooks): the first non-None result is the session's
+    """pytest_fuzzdist_make_pool_cache (fuzzdist.driver.newhooks): the first non-None result is the session's
     rank_pools; rank_pool gets its pools from it, and it is closed once at the end of the session."""
     suite.makeconftest('''
 import pathlib
@@ -221,7 +221,7 @@ def test_p(rank_pool, n):
 SHARED_KEY_DB = '''
 import json, sys
 from hypothesis.database import DirectoryBasedExampleDatabase, choices_to_bytes
-from fuzzdist._hypothesis_compat import digest_with
+from fuzzdist.compat.hypothesis_internals import digest_with
 import test_prop
 
 inner = test_prop.test_p.hypothesis.inner_test

@@ -9,7 +9,8 @@ import clean_fns
 import pytest
 import rank_fns
 
-from fuzzdist import RankError, RankPool, _isolation
+from fuzzdist import RankError, RankPool
+from fuzzdist.pool.rank import isolation as _isolation
 
 
 def test_seed_depends_on_the_example_and_is_the_same_on_every_rank(rank_pool):
@@ -140,7 +141,7 @@ def test_default_device_is_restored_both_ways():
     # a device set in the example, and one set before it and cleared in it, both go back.
     import torch
 
-    from fuzzdist._isolation import StateGuard
+    from fuzzdist.pool.rank.isolation import StateGuard
 
     try:
         guard = StateGuard()

@@ -11,7 +11,7 @@ import torch
 from fuzzdist import CallError, RankContext
 from fuzzdist.pool import Pool, messages
 from fuzzdist.pool.controller import Outcome, decode_reply, derive_seed, pickle_call
-from fuzzdist.pool.worker import Worker
+from fuzzdist.pool.rank.worker import Worker
 
 
 def seed_and_sum(ctx, a, b=0):

@@ -23,7 +23,8 @@ from hypothesis import settings
 
 from fuzzdist import RankPool, RankTimeout
 from fuzzdist.conformance import check_process_group
-from fuzzdist.pool import local, process_tree
+from fuzzdist.pool import local
+from fuzzdist.pool.rank import process_tree
 
 TESTS = Path(__file__).resolve().parent
 

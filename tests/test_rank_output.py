@@ -11,7 +11,7 @@ from cli_helpers import cli_env, read_report, run_cli, write
 
 from fuzzdist import RankCrash, RankError, RankPool
 from fuzzdist.errors import InvalidArgument
-from fuzzdist.pool import rank_output
+from fuzzdist.pool.rank import rank_output
 
 NOISY = '''
 import os

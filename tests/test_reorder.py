@@ -30,13 +30,8 @@ from torch._C._distributed_c10d import (
 )
 
 from fuzzdist import strategies as fst
-from fuzzdist.reorder import (
-    ReorderingProcessGroup,
-    ReorderTimeout,
-    ScheduledWorkDropped,
-    ScheduledWorkFailure,
-    _busy_ns,
-)
+from fuzzdist.errors import ReorderTimeout, ScheduledWorkDropped, ScheduledWorkFailure
+from fuzzdist.toolkit.reorder import ReorderingProcessGroup, _busy_ns
 
 FORMS = ("subclass", "future")
 WAIT_BOUND = 5.0  # seconds: far above any release latency, far below a hang

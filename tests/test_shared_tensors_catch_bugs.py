@@ -12,8 +12,8 @@ from minimal import minimal_failure
 
 from fuzzdist import PropertyFailure, RankError
 from fuzzdist import strategies as fst
+from fuzzdist.errors import SharingError
 from fuzzdist.properties import shared_tensors as shared
-from fuzzdist.sharing import SharingError
 
 
 def _shrunk_failure(pool, expect=PropertyFailure, **planted):

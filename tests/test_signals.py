@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from fuzzdist._signals import ChainedHandler, Hold, held
 from fuzzdist.pool import torchrun_stop
+from fuzzdist.pool.signals import ChainedHandler, Hold, held
 from fuzzdist.pool.torchrun_stop import VERDICT_S, Verdict
 
 HERE = Path(__file__).resolve().parent

@@ -39,8 +39,9 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     from hypothesis import settings
 
-    from fuzzdist._hypothesis_compat import current_profile_name
-    from fuzzdist.campaign.database import DatabaseError, open_database
+    from fuzzdist.campaign.database import open_database
+    from fuzzdist.compat.hypothesis_internals import current_profile_name
+    from fuzzdist.errors import DatabaseError
 
     try:
         database = open_database(spec)

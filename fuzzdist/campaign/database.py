@@ -26,17 +26,13 @@ from pathlib import Path
 
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 
-from fuzzdist.errors import FuzzdistError
+from fuzzdist.errors import DatabaseError
 
 INDEX_KEY = b"fuzzdist.index.v1"
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 # Hypothesis's RedisExampleDatabase lets keys expire 8 days after their last use; a
 # fleet's findings should outlive a long weekend and a holiday, so keep them a year.
 REDIS_EXPIRE_AFTER = timedelta(days=365)
-
-
-class DatabaseError(FuzzdistError):
-    """The database can't be used; the message says what to do (the CLI prints it, exit 2)."""
 
 
 @dataclass

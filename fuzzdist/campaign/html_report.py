@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 from fuzzdist.campaign.charts import xy_chart
 from fuzzdist.campaign.report import HTML_COST_SHARE, REPORT_FORMAT, REPORT_INTERVAL_S, fmt_seconds, write_text_atomic
 from fuzzdist.campaign.series import split_event
-from fuzzdist.errors import InvalidArgument
+from fuzzdist.errors import BadReport
 
 REFRESH_S = 30  # a running campaign's page reloads itself this often (fuzzdist run rewrites it)
 OPEN_GRIDS = 4  # pair grids shown open per property; the others are folded
@@ -33,8 +33,7 @@ PAIR_ORDER = (("dtype", "layout"), ("dtype", "pattern"), ("layout", "ndim"), ("s
               ("ddp-depth", "ddp-batches"))
 
 
-class BadReport(InvalidArgument):
-    """The JSON is not a fuzzdist campaign report this version can read; the message says why."""
+
 
 
 def check_report(report: object) -> dict:

@@ -42,16 +42,12 @@ from fuzzdist.campaign.report import (
     write_json_atomic,
     write_text_atomic,
 )
-from fuzzdist.errors import InvalidArgument
+from fuzzdist.errors import JobsError
 
 SEED_STRIDE = 1_000_003  # seed offset between workers fuzzing the same property
 STOP_GRACE_S = 30.0  # after SIGTERM, how long a worker gets to write its report before SIGKILL
 POLL_S = 0.25
 OVERRUN_GRACE_S = 300.0  # a worker still running this long past --duration is stopped (every wait bounded)
-
-
-class JobsError(InvalidArgument):
-    """``--jobs`` can't be used as asked; the message says what to do (a ``ValueError`` too)."""
 
 
 def usable_cores() -> int:
@@ -93,7 +89,7 @@ def check_jobs(jobs: int, device: str | None, world_size: int | None, in_torchru
                         "run `fuzzdist run --jobs N` without torchrun (each worker spawns its own pool), "
                         "or drop --jobs")
     if device == "cuda":
-        from fuzzdist.plugin import DEFAULT_WORLD_SIZE
+        from fuzzdist.driver.plugin import DEFAULT_WORLD_SIZE
 
         return gpu_slices(gpus if gpus is not None else visible_gpus(), jobs, world_size or DEFAULT_WORLD_SIZE)
     if jobs > cores:

@@ -3,10 +3,10 @@
 The parent of ``fuzzdist run --jobs N`` may die without stopping its workers (SIGKILL, an OOM kill).
 Each worker then stops as if the parent had sent it SIGTERM: its campaign ends cleanly, it writes its
 report (its failures are already in the database), and its pools' ranks, which die with their driver
-(:mod:`fuzzdist.pool.process_tree`), go with it.
+(:mod:`fuzzdist.pool.rank.process_tree`), go with it.
 
 * On Linux the kernel sends the SIGTERM when the parent dies (``PR_SET_PDEATHSIG``, through
-  :func:`~fuzzdist.pool.process_tree.die_with_driver`).
+  :func:`~fuzzdist.pool.rank.process_tree.die_with_driver`).
 * A thread watches the parent's pid everywhere: where prctl is missing it sends that SIGTERM itself,
   and, since a worker stuck past :data:`EXIT_GRACE_S` must not linger either, it then SIGKILLs it.
 
@@ -20,7 +20,7 @@ import signal
 import threading
 import time
 
-from fuzzdist.pool import process_tree
+from fuzzdist.pool.rank import process_tree
 
 PARENT_ENV = "FUZZDIST_JOBS_PARENT"  # the parent's pid, set by the --jobs parent for each worker
 WATCH_S = 0.5  # how often the thread looks whether the parent is still there

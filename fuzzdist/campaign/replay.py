@@ -3,7 +3,7 @@
 For each selected property, every example stored under its current
 Hypothesis key (the minimal failing examples a campaign or plain pytest
 saved; if it holds nothing, those stored under the key its rank-pool variants
-shared before each had its own, as plain pytest would: fuzzdist.variant_keys),
+shared before each had its own, as plain pytest would: fuzzdist.driver.variant_keys),
 and every example stored under a key fuzzdist's index recorded for
 the same test before its source changed, is run exactly once, the way
 ``@reproduce_failure`` runs one: no generation, no shrinking, and the
@@ -33,11 +33,11 @@ from typing import TextIO, cast
 import pytest
 from _pytest.outcomes import Failed, OutcomeException
 
-from fuzzdist import _hypothesis_compat as hc
 from fuzzdist import known_bugs
 from fuzzdist.campaign.database import Database, read_index, reproduce_command
 from fuzzdist.campaign.selection import SelectionPlugin, Targets
-from fuzzdist.variant_keys import fallback, keyed_by_hypothesis, parametrized_by_pool, shared_key
+from fuzzdist.compat import hypothesis_internals as hc
+from fuzzdist.driver.variant_keys import fallback, keyed_by_hypothesis, parametrized_by_pool, shared_key
 
 _HIDDEN_FRAMES = ("/hypothesis/", "/_pytest/", "/pluggy/", "/fuzzdist/campaign/")
 
@@ -45,7 +45,7 @@ _HIDDEN_FRAMES = ("/hypothesis/", "/_pytest/", "/pluggy/", "/fuzzdist/campaign/"
 def database_key(item: pytest.Function) -> bytes:
     """Hypothesis's database key for ``item``, as pytest's hypothesis plugin makes it: the
     digest of the test, plus the node id for a test pytest parametrizes itself or fuzzdist's
-    plugin runs on several rank pools (``fuzzdist.plugin.pytest_runtest_call``)."""
+    plugin runs on several rank pools (``fuzzdist.driver.plugin.pytest_runtest_call``)."""
     inner = item.obj.hypothesis.inner_test
     if not (keyed_by_hypothesis(item) or parametrized_by_pool(item)):
         return hc.function_digest(inner)

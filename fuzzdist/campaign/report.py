@@ -40,7 +40,7 @@ class FailureRecord:
     from_database: bool = False  # found by an earlier run: replayed from the database (not a known torch bug)
     shrunk: bool = False  # Hypothesis finished shrinking it
     occurrences: int = 1  # failing examples with this origin
-    hang: dict | None = None  # why the ranks hung (fuzzdist.hangs.Diagnosis.to_dict()), for a hang
+    hang: dict | None = None  # why the ranks hung (fuzzdist.pool.hangs.Diagnosis.to_dict()), for a hang
 
 
     def to_dict(self) -> dict:

@@ -40,7 +40,7 @@ For each property it replaces pytest's single call of the ``@given`` test by
 Pools come from the fuzzdist plugin's ``rank_pools`` cache; under torchrun
 the CLI implements ``pytest_fuzzdist_make_pool_cache`` to hand it the pool
 torchrun formed.  Hypothesis internals go through
-:mod:`fuzzdist._hypothesis_compat`.
+:mod:`fuzzdist.compat.hypothesis_internals`.
 """
 
 from __future__ import annotations
@@ -61,7 +61,6 @@ from hypothesis import Phase
 from hypothesis import settings as Settings
 from hypothesis.errors import Flaky, HypothesisException, UnsatisfiedAssumption
 
-from fuzzdist import _hypothesis_compat as hc
 from fuzzdist import known_bugs
 from fuzzdist.campaign.database import Database, record_in_index, reproduce_command
 from fuzzdist.campaign.html_report import HtmlPage
@@ -76,7 +75,9 @@ from fuzzdist.campaign.report import (
 from fuzzdist.campaign.schedule import Grant, Scheduler
 from fuzzdist.campaign.selection import SelectionPlugin, Targets
 from fuzzdist.campaign.series import split_event
-from fuzzdist.variant_keys import adopt
+from fuzzdist.compat import hypothesis_internals as hc
+from fuzzdist.driver.variant_keys import adopt
+from fuzzdist.errors import BudgetSpent, CampaignInterrupt, Terminated
 
 if sys.version_info < (3, 11):  # Hypothesis depends on the backport there
     from exceptiongroup import BaseExceptionGroup, ExceptionGroup
@@ -87,22 +88,6 @@ ROUND_EXAMPLES = 100_000
 MAX_EVENT_LABELS = 1000  # distinct event() labels kept per property; the rest are counted together
 OTHER_EVENTS = "(other event labels)"
 FAILURE_TYPES = (Exception, SystemExit, GeneratorExit, Failed)  # what Hypothesis counts as a failure
-
-
-class CampaignInterrupt(KeyboardInterrupt):
-    """Ends the run at once.  A KeyboardInterrupt so that Hypothesis does not save the example in flight."""
-
-
-class BudgetSpent(CampaignInterrupt):
-    """The time budget is spent; raised by the example wrapper before the next example runs."""
-
-
-class Terminated(CampaignInterrupt):
-    """SIGINT or SIGTERM arrived (raised by the CLI's signal handler)."""
-
-    def __init__(self, signal_name: str) -> None:
-        super().__init__(signal_name)
-        self.signal_name = signal_name
 
 
 @dataclass
@@ -179,7 +164,7 @@ class CampaignPlugin(SelectionPlugin):
                              "properties": [item.nodeid for item in mine], "pid": os.getpid()}
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        from fuzzdist.plugin import rank_output_key
+        from fuzzdist.driver.plugin import rank_output_key
 
         self._rank_output = session.config.stash.get(rank_output_key, None)
         if self.error is None and not self.collect_errors and self.state.properties:
@@ -727,7 +712,7 @@ def _skip_reason(report: pytest.TestReport) -> str:
 def _expected_skip(item: pytest.Item) -> str | None:
     """Why the fuzzdist plugin will skip ``item`` on this machine (None: it will run)."""
     try:
-        from fuzzdist.capabilities import missing, missing_gpus
+        from fuzzdist.pool.capabilities import missing, missing_gpus
 
         if item.get_closest_marker("gpu") is not None:
             reason = missing_gpus(1)

@@ -17,13 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from fuzzdist.errors import FuzzdistError
+from fuzzdist.errors import TargetError
 
 DEFAULT_SUITE = "properties"
-
-
-class TargetError(FuzzdistError):
-    """A target names nothing runnable; the message says what to do."""
 
 
 @dataclass

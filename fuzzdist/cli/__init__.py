@@ -26,7 +26,8 @@ import argparse
 import sys
 
 from fuzzdist.cli import check_pg, replay, report, run
-from fuzzdist.cli._common import EXIT_USAGE, Parser, UsageError, parse_duration
+from fuzzdist.cli._common import EXIT_USAGE, Parser, parse_duration
+from fuzzdist.errors import UsageError
 
 __all__ = ["build_parser", "main", "parse_duration"]
 

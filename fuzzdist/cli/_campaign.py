@@ -8,7 +8,8 @@ import os
 import sys
 from typing import Any, TextIO
 
-from fuzzdist.cli._common import UsageError, positive_float, positive_int
+from fuzzdist.cli._common import positive_float, positive_int
+from fuzzdist.errors import UsageError
 
 
 def add_target_argument(parser: argparse.ArgumentParser) -> None:
@@ -33,7 +34,7 @@ def add_pool_arguments(parser: argparse.ArgumentParser, device_default: str | No
 
 def check_device(device: str | None) -> None:
     if device == "cuda":
-        from fuzzdist.capabilities import missing_gpus
+        from fuzzdist.pool.capabilities import missing_gpus
 
         reason = missing_gpus(1)
         if reason:
@@ -42,8 +43,9 @@ def check_device(device: str | None) -> None:
 
 def open_targets(args: argparse.Namespace, *, write: bool) -> tuple[Any, Any]:
     """The selected targets and the example database, or a UsageError saying what is wrong."""
-    from fuzzdist.campaign.database import DatabaseError, open_database
-    from fuzzdist.campaign.selection import TargetError, resolve_targets
+    from fuzzdist.campaign.database import open_database
+    from fuzzdist.campaign.selection import resolve_targets
+    from fuzzdist.errors import DatabaseError, TargetError
 
     try:
         targets = resolve_targets(args.targets)

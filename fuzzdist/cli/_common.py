@@ -11,8 +11,6 @@ import argparse
 import re
 from typing import NoReturn
 
-from fuzzdist.errors import FuzzdistError
-
 EXIT_OK = 0  # nothing failed (check-pg: the group conforms)
 EXIT_FOUND = 1  # a failure was found, a stored failure still fails, or a property errored
 EXIT_USAGE = 2  # bad input: one line on stderr says what to do
@@ -20,10 +18,6 @@ EXIT_INTERNAL = 3  # pytest's own internal error (run, replay)
 # 128+N: interrupted by signal N with nothing found (run, replay)
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-class UsageError(FuzzdistError):
-    """Bad input a command found after parsing: printed as one line, exit code 2."""
 
 
 class Parser(argparse.ArgumentParser):

@@ -8,7 +8,8 @@ import os
 import sys
 from typing import Any
 
-from fuzzdist.cli._common import EXIT_FOUND, EXIT_OK, UsageError, parse_duration, positive_float, positive_int
+from fuzzdist.cli._common import EXIT_FOUND, EXIT_OK, parse_duration, positive_float, positive_int
+from fuzzdist.errors import UsageError
 
 
 def add_parser(sub: Any) -> None:
@@ -72,8 +73,7 @@ def cmd_check_pg(args: argparse.Namespace) -> int:
     from hypothesis import settings as Settings
 
     from fuzzdist.conformance._engine import check_process_group
-    from fuzzdist.conformance._rank import FactoryError
-    from fuzzdist.errors import CapabilityError, PoolStartupError
+    from fuzzdist.errors import CapabilityError, FactoryError, PoolStartupError
 
     # As `python -m`: modules in the current directory can be named.
     if os.getcwd() not in sys.path and "" not in sys.path:

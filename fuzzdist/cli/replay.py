@@ -16,7 +16,8 @@ from fuzzdist.cli._campaign import (
     pytest_args,
     terminal_stream,
 )
-from fuzzdist.cli._common import EXIT_FOUND, EXIT_INTERNAL, EXIT_OK, UsageError
+from fuzzdist.cli._common import EXIT_FOUND, EXIT_INTERNAL, EXIT_OK
+from fuzzdist.errors import UsageError
 
 
 def add_parser(sub: Any) -> None:

@@ -7,7 +7,8 @@ import json
 import os
 from typing import Any
 
-from fuzzdist.cli._common import EXIT_OK, UsageError
+from fuzzdist.cli._common import EXIT_OK
+from fuzzdist.errors import UsageError
 
 
 def add_parser(sub: Any) -> None:
@@ -24,8 +25,9 @@ def add_parser(sub: Any) -> None:
 def cmd_report(args: argparse.Namespace) -> int:
     """``fuzzdist report``; returns the exit code (bad input raises UsageError)."""
     from fuzzdist.campaign.charts import missing_plotting
-    from fuzzdist.campaign.html_report import BadReport, check_report, render_page
+    from fuzzdist.campaign.html_report import check_report, render_page
     from fuzzdist.campaign.report import write_text_atomic
+    from fuzzdist.errors import BadReport
 
     reason = missing_plotting()
     if reason:

@@ -22,15 +22,8 @@ from fuzzdist.cli._campaign import (
     pytest_args,
     terminal_stream,
 )
-from fuzzdist.cli._common import (
-    EXIT_FOUND,
-    EXIT_INTERNAL,
-    EXIT_OK,
-    UsageError,
-    parse_duration,
-    positive_float,
-    positive_int,
-)
+from fuzzdist.cli._common import EXIT_FOUND, EXIT_INTERNAL, EXIT_OK, parse_duration, positive_float, positive_int
+from fuzzdist.errors import UsageError
 
 DEFAULT_REPORT = "fuzzdist-report.json"
 DEFAULT_JUNIT = "fuzzdist-junit.xml"
@@ -130,8 +123,8 @@ def _interrupts(on_signal: Callable[[str], None]) -> Iterator[None]:
 
     The handlers chain to those they replace (under torchrun, the TorchrunPool's), in either order.
     """
-    from fuzzdist._signals import ChainedHandler
-    from fuzzdist.campaign.runner import Terminated
+    from fuzzdist.errors import Terminated
+    from fuzzdist.pool.signals import ChainedHandler
 
     def handler(signum: int, frame: Any) -> None:
         name = signal.Signals(signum).name
@@ -181,7 +174,8 @@ def parse_worker(text: str) -> tuple[int, int]:
 
 def _jobs_gpus(args: argparse.Namespace) -> list[str] | None:
     """Refuse --jobs early where it can't work (see fuzzdist.campaign.jobs.check_jobs)."""
-    from fuzzdist.campaign.jobs import JobsError, check_jobs, usable_cores
+    from fuzzdist.campaign.jobs import check_jobs, usable_cores
+    from fuzzdist.errors import JobsError
     from fuzzdist.pool import torchrun
 
     try:

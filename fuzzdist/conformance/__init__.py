@@ -36,15 +36,9 @@ fixture, ``properties/test_pg_conformance.py``).  See
 """
 
 from fuzzdist.conformance._checks import ALL_CHECKS, ASYNC, DDP
-from fuzzdist.conformance._engine import (
-    DEFAULT_FACTORY,
-    DEFAULT_WORLD_SIZES,
-    ConformanceFailure,
-    ConformanceSession,
-    check_process_group,
-)
+from fuzzdist.conformance._engine import DEFAULT_FACTORY, DEFAULT_WORLD_SIZES, ConformanceSession, check_process_group
 from fuzzdist.conformance._factories import gloo, gloo_backend
-from fuzzdist.conformance._rank import FactoryError, resolve_factory
+from fuzzdist.conformance._rank import resolve_factory
 from fuzzdist.conformance._report import (
     UNSUPPORTED_PATTERNS,
     ConformanceReport,
@@ -54,6 +48,7 @@ from fuzzdist.conformance._report import (
     unsupported_reason,
 )
 from fuzzdist.conformance.ops import OPS, REDUCE_OPS, REDUCE_OPS_BY_KIND, OpCall, OpInfo
+from fuzzdist.errors import ConformanceFailure, FactoryError
 
 __all__ = [
     "ALL_CHECKS",

@@ -28,7 +28,14 @@ from fuzzdist.conformance._report import (
 )
 from fuzzdist.conformance.ops import OPS, REDUCE_OPS, Capabilities, OpCall, OpInfo
 from fuzzdist.conformance.ops._base import LAYOUT_VARIANT, UNEVEN_VARIANT
-from fuzzdist.errors import FuzzdistError, InvalidArgument, RankCrash, RankError, RankFailure, RankTimeout
+from fuzzdist.errors import (
+    ConformanceFailure,
+    InvalidArgument,
+    RankCrash,
+    RankError,
+    RankFailure,
+    RankTimeout,
+)
 from fuzzdist.pool import DEFAULT_TIMEOUT, RankPool
 from fuzzdist.properties import ddp as ddp_property
 
@@ -39,10 +46,6 @@ _UNLIMITED_EXAMPLES = 1_000_000  # with a duration and no max_examples: the cloc
 _MAX_MESSAGE = 6000
 
 PoolsArg = Mapping[int, RankPool] | Callable[[int], RankPool] | None
-
-
-class ConformanceFailure(FuzzdistError, AssertionError):
-    """An example where the ProcessGroup broke the c10d contract (the message says how)."""
 
 
 class _OutOfTime(BaseException):
@@ -404,7 +407,7 @@ class ConformanceSession:
             ran_at.add(w)
             execute(w, example, failing)
 
-        from fuzzdist._hypothesis_compat import set_extra_digest
+        from fuzzdist.compat.hypothesis_internals import set_extra_digest
 
         set_extra_digest(body, f"fuzzdist.conformance|{self.ref}|{name}|{variant}|{sizes}".encode())
         hypothesis_settings = self._hypothesis_settings()
@@ -761,7 +764,7 @@ def check_process_group(
             ``_rank.REPEAT_WAIT_S``; gloo's send/recv Work blocks on it: known
             torch bug gloo-p2p-second-wait-blocks, counted, not a failure).
         ddp_reorder: the DDP check also runs DDP through a
-            ``fuzzdist.reorder.ReorderingProcessGroup`` over the group, its
+            ``fuzzdist.toolkit.reorder.ReorderingProcessGroup`` over the group, its
             allreduces completing in a drawn order.
 
     Returns:

@@ -25,10 +25,10 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import Backend as _C10dBackend  # dist.Backend is the name enum
 
-from fuzzdist._symptoms import REPEAT_WAIT_BLOCKED
 from fuzzdist.conformance.ops import OpCall
 from fuzzdist.conformance.ops._buffers import Prepared
-from fuzzdist.errors import FuzzdistError, InvalidType
+from fuzzdist.errors import FactoryError, InvalidType
+from fuzzdist.known_bugs.symptoms import REPEAT_WAIT_BLOCKED
 
 # factory reference -> the ProcessGroup this rank built with it
 _GROUPS: dict[str, Any] = {}
@@ -38,10 +38,6 @@ _FACTORIES: dict[str, Callable[..., Any]] = {}
 
 
 # -- factories -----------------------------------------------------------------------
-
-
-class FactoryError(FuzzdistError, ValueError):
-    """The factory reference can't be resolved to a callable."""
 
 
 def resolve_factory(ref: str) -> Callable[..., Any]:

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 import pytest
 
 from fuzzdist.conformance._engine import DEFAULT_FACTORY, DEFAULT_WORLD_SIZES, ConformanceSession
-from fuzzdist.conformance._rank import FactoryError
+from fuzzdist.errors import FactoryError
 
 _SESSIONS = pytest.StashKey[list[ConformanceSession]]()  # config.stash: the sessions to summarise
 
@@ -63,7 +63,7 @@ def pg_factory(request: pytest.FixtureRequest) -> str:
 @pytest.fixture(scope="session")
 def pg_conformance(request: pytest.FixtureRequest, pg_factory: str, rank_pools) -> Iterator[ConformanceSession]:
     """A conformance session for ``pg_factory`` over the session's CPU rank pools."""
-    from fuzzdist.plugin import PoolKey
+    from fuzzdist.driver.plugin import PoolKey
 
     config = request.config
     timeout = float(config.getoption("fuzzdist_timeout", default=30.0))

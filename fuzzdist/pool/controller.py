@@ -24,11 +24,15 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Set
 from typing import Any, Protocol, runtime_checkable
 
-from fuzzdist import _coverage, _hypothesis_compat, _observability, _remote, hangs
+from fuzzdist.compat import hypothesis_internals as _hypothesis_compat
 from fuzzdist.errors import RESTARTED, CallError, RankCrash, RankError, RankTimeout
-from fuzzdist.pool import messages, rank_output
-from fuzzdist.pool.rank_output import RankOutput
-from fuzzdist.pool.rank_state import RankState
+from fuzzdist.pool import hangs, messages
+from fuzzdist.pool import input_coverage as _coverage
+from fuzzdist.pool import observability as _observability
+from fuzzdist.pool import remote as _remote
+from fuzzdist.pool.rank import rank_output
+from fuzzdist.pool.rank.rank_output import RankOutput
+from fuzzdist.pool.rank.rank_state import RankState
 
 DEFAULT_TIMEOUT = 30.0
 # While an example runs past FIRST_PROBE_S the pool reads the ranks' state (rank_state.py) to see
@@ -222,7 +226,7 @@ class Controller(ABC):
 
     @abstractmethod
     def _snapshots(self, seq: int, ranks: Set[int], with_stack: bool) -> dict[int, RankState | None]:
-        """Each rank's :class:`~fuzzdist.pool.rank_state.RankState` in example ``seq``, read without
+        """Each rank's :class:`~fuzzdist.pool.rank.rank_state.RankState` in example ``seq``, read without
         stopping it; None for a rank that did not answer within a short bound."""
 
     @abstractmethod

@@ -5,7 +5,7 @@ message down every rank's pipe, polls the pipes and the processes'
 sentinels with a deadline, reads a hung rank's stack from the file
 faulthandler writes on a signal, and recovers by killing every rank and
 spawning fresh ones.  The rank side, :func:`rank_main`, joins the group
-over a FileStore and lets a :class:`~fuzzdist.pool.worker.Worker` answer
+over a FileStore and lets a :class:`~fuzzdist.pool.rank.worker.Worker` answer
 the pipe.
 
 Every wait here is bounded: a rank that hangs is a ``RankTimeout``, a rank
@@ -36,13 +36,14 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, NoReturn
 
-from fuzzdist.capabilities import validate_pool_args
 from fuzzdist.errors import InvalidState, PoolStartupError, RankCrash
-from fuzzdist.pool import framing, messages, process_tree, rank_state
-from fuzzdist.pool import rank_output as rank_output_mod
+from fuzzdist.pool import framing, messages
+from fuzzdist.pool.capabilities import validate_pool_args
 from fuzzdist.pool.controller import DEFAULT_TIMEOUT, Controller, Outcome, decode_reply
-from fuzzdist.pool.rank_state import RankState
-from fuzzdist.pool.worker import Worker, answer_snapshot
+from fuzzdist.pool.rank import process_tree, rank_state
+from fuzzdist.pool.rank import rank_output as rank_output_mod
+from fuzzdist.pool.rank.rank_state import RankState
+from fuzzdist.pool.rank.worker import Worker, answer_snapshot
 
 DEFAULT_STARTUP_TIMEOUT = 180.0
 STACK_SIGNAL = signal.SIGUSR1  # the driver sends it to dump a hung rank's stack
@@ -526,7 +527,7 @@ def _serve_then_exit(serve: Callable[[], object]) -> NoReturn:
 
 
 class _PipeChannel:
-    """A spawned rank's end of its pipe (a :class:`~fuzzdist.pool.worker.Channel`)."""
+    """A spawned rank's end of its pipe (a :class:`~fuzzdist.pool.rank.worker.Channel`)."""
 
     lost_exit_code = 0  # the driver went away: leave quietly
 
@@ -553,7 +554,7 @@ def _join_group(spec: RankSpec) -> Any:
     import torch
     import torch.distributed as dist
 
-    from fuzzdist.context import RankContext
+    from fuzzdist.pool.rank.context import RankContext
 
     if spec.backend == "gloo" and "GLOO_SOCKET_IFNAME" not in os.environ:
         # Keep gloo's pairs on loopback, never on the host's public address.

@@ -61,7 +61,7 @@ def ok(seq: int, result: Any, recycle: list[str], output: Any = None, elapsed: f
     ``recycle``: reasons this rank's process must be replaced before the
     next example (``ctx.request_recycle``, an allocator setting that can't
     be undone); empty when it can be reused.  ``output``: what the rank wrote
-    during the example (a :class:`~fuzzdist.pool.rank_output.RankOutput`), or None.
+    during the example (a :class:`~fuzzdist.pool.rank.rank_output.RankOutput`), or None.
     ``elapsed``: the rank function's wall time in seconds, measured on the rank (None if unknown).
     """
     return _dump(("ok", {"seq": seq, "result": result, "recycle": recycle, "output": output,
@@ -69,7 +69,7 @@ def ok(seq: int, result: Any, recycle: list[str], output: Any = None, elapsed: f
 
 
 def err(seq: int, error: Any, recycle: list[str], output: Any = None, elapsed: float | None = None) -> bytes:
-    """Example ``seq`` raised: ``error`` is the exception as a :class:`~fuzzdist._remote.RemoteRecord`."""
+    """Example ``seq`` raised: ``error`` is the exception as a :class:`~fuzzdist.pool.remote.RemoteRecord`."""
     return _dump(("err", {"seq": seq, "error": error, "recycle": recycle, "output": output,
                           "elapsed": elapsed}))
 
@@ -80,7 +80,7 @@ def load_error(seq: int, error: Any) -> bytes:
 
 
 def state(request: int, state: Any) -> bytes:
-    """The answer to snapshot ``request``: a :class:`~fuzzdist.pool.rank_state.RankState`."""
+    """The answer to snapshot ``request``: a :class:`~fuzzdist.pool.rank.rank_state.RankState`."""
     return _dump(("state", {"request": request, "state": state}))
 
 

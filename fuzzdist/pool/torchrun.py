@@ -5,7 +5,7 @@ process joins torchrun's process group (:func:`join`).  Rank 0 drives
 Hypothesis: its :class:`TorchrunPool` puts each example's message in
 torchrun's store and runs it on rank 0 too, in a thread.  The other ranks
 only execute (:func:`serve`), with the same
-:class:`~fuzzdist.pool.worker.Worker` as a spawned rank: same isolation,
+:class:`~fuzzdist.pool.rank.worker.Worker` as a spawned rank: same isolation,
 seeding and failure capture.
 
 Every wait is bounded.  A rank whose heartbeat stops is a
@@ -14,9 +14,9 @@ saves it.  So is a rank that dies and makes torchrun's agent SIGTERM the
 group: on a SIGTERM during an example rank 0 first tells the dead ranks from
 the signalled ones (:mod:`fuzzdist.pool.torchrun_stop`), holding back what
 the other SIGTERM handlers do (``fuzzdist run``'s ends the campaign) until
-the example is classified (:class:`fuzzdist._signals.Hold`).  A job stopped
+the example is classified (:class:`fuzzdist.pool.signals.Hold`).  A job stopped
 by a user or scheduler records no crash.  The pool's SIGTERM handler chains
-to the one it replaced (:mod:`fuzzdist._signals`), whichever was installed
+to the one it replaced (:mod:`fuzzdist.pool.signals`), whichever was installed
 first.  Unlike a spawned pool, this one can't restart its ranks: after a
 crash or timeout it is spent, and the next ``run`` raises
 :class:`~fuzzdist.errors.PoolGone`, a ``BaseException`` that ends the
@@ -38,13 +38,14 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from datetime import timedelta
 from typing import Any
 
-from fuzzdist._signals import ChainedHandler, Hold, held
 from fuzzdist.errors import CapabilityError, InvalidState, PoolGone, RankCrash
-from fuzzdist.pool import messages, rank_state
+from fuzzdist.pool import messages
 from fuzzdist.pool.controller import DEFAULT_TIMEOUT, Controller, Outcome, decode_reply
-from fuzzdist.pool.rank_state import RankState
+from fuzzdist.pool.rank import rank_state
+from fuzzdist.pool.rank.rank_state import RankState
+from fuzzdist.pool.rank.worker import Worker, answer_snapshot, execute
+from fuzzdist.pool.signals import ChainedHandler, Hold, held
 from fuzzdist.pool.torchrun_stop import SigtermMark, Verdict, mark_key
-from fuzzdist.pool.worker import Worker, answer_snapshot, execute
 
 # Keys live in torchrun's store, which outlives a restart of the group: one namespace per attempt.
 _PREFIX = (f"fuzzdist/{os.environ.get('TORCHELASTIC_RUN_ID', 'run')}/"
@@ -66,8 +67,8 @@ def join(backend: str = "gloo", device: str = "cpu", timeout: float = DEFAULT_TI
     import torch
     import torch.distributed as dist
 
-    from fuzzdist.capabilities import validate_pool_args
-    from fuzzdist.context import RankContext
+    from fuzzdist.pool.capabilities import validate_pool_args
+    from fuzzdist.pool.rank.context import RankContext
 
     if not in_torchrun():
         raise InvalidState("not started by torchrun: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT and "
@@ -104,7 +105,7 @@ def serve(ctx: Any, store: Any) -> int:
 
 
 class _StoreChannel:
-    """A serving rank's end of the store (a :class:`~fuzzdist.pool.worker.Channel`).
+    """A serving rank's end of the store (a :class:`~fuzzdist.pool.rank.worker.Channel`).
 
     Example ``seq``'s call is the key ``call/<seq>``; this rank's reply goes
     to ``result/<seq>/<rank>``; ``stop`` holds a stop message once rank 0 closes.

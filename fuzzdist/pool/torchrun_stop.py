@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from fuzzdist._signals import ChainedHandler
+from fuzzdist.pool.signals import ChainedHandler
 
 VERDICT_S = 2.0  # rank 0's wait for the marks: four heartbeats (HEARTBEAT_S = 0.5)
 MARK_WAIT_S = 1.0  # a serving rank's handler waits this long for its mark before SIGTERM ends the process

@@ -16,12 +16,12 @@ import torch.distributed as dist
 from hypothesis import strategies as st
 
 from fuzzdist import strategies as fst
-from fuzzdist.pool.rank_state import watch_pending
+from fuzzdist.pool.rank.rank_state import watch_pending
 from fuzzdist.properties import PropertyFailure
 
 if TYPE_CHECKING:
-    from fuzzdist.context import RankContext
     from fuzzdist.pool import Pool
+    from fuzzdist.pool.rank.context import RankContext
 
 POLL_S = 0.02  # how long the GPU gets to (wrongly) run past a block that still holds
 RELEASE_S = 5.0  # how long a stream may take to run on once its last block is released

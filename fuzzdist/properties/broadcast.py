@@ -20,14 +20,14 @@ from hypothesis import strategies as st
 
 from fuzzdist import known_bugs
 from fuzzdist import strategies as fst
-from fuzzdist._symptoms import BROADCAST_STRIDES_IGNORED
-from fuzzdist.capabilities import GLOO_DTYPES
-from fuzzdist.checks import bitwise_equal, first_difference, storage_order
+from fuzzdist.known_bugs.symptoms import BROADCAST_STRIDES_IGNORED
+from fuzzdist.pool.capabilities import GLOO_DTYPES
 from fuzzdist.properties import PropertyFailure
+from fuzzdist.toolkit.checks import bitwise_equal, first_difference, storage_order
 
 if TYPE_CHECKING:
-    from fuzzdist.context import RankContext
     from fuzzdist.pool import Pool
+    from fuzzdist.pool.rank.context import RankContext
 
 MAX_BYTES = 64 * 1024
 

@@ -88,9 +88,9 @@ from hypothesis import strategies as st
 from torch import nn
 
 from fuzzdist import strategies as fst
-from fuzzdist.checks import first_difference
 from fuzzdist.errors import InvalidArgument
 from fuzzdist.properties import PropertyFailure, dtensor
+from fuzzdist.toolkit.checks import first_difference
 
 try:
     import torch.distributed.checkpoint as dcp
@@ -104,8 +104,8 @@ if not (hasattr(dcp, "save") and hasattr(dcp, "load")):  # pragma: no cover - to
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
 
-    from fuzzdist.context import RankContext
     from fuzzdist.pool import Pool
+    from fuzzdist.pool.rank.context import RankContext
 
 HAS_ASYNC_SAVE = hasattr(dcp, "async_save")
 SEEDS = st.integers(0, 2**32 - 1)

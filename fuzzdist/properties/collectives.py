@@ -88,16 +88,17 @@ import torch.distributed as dist
 import torch.distributed.nn.functional as dnn
 from hypothesis import strategies as st
 
-from fuzzdist import _symptoms, known_bugs
+from fuzzdist import known_bugs
 from fuzzdist import strategies as fst
-from fuzzdist.checks import first_difference, written_ignoring_strides
 from fuzzdist.errors import InvalidArgument
+from fuzzdist.known_bugs import symptoms as _symptoms
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.strategies import TensorSpec
+from fuzzdist.toolkit.checks import first_difference, written_ignoring_strides
 
 if TYPE_CHECKING:
-    from fuzzdist.context import RankContext
     from fuzzdist.pool import Pool
+    from fuzzdist.pool.rank.context import RankContext
 
 COLLECTIVES = ("broadcast", "reduce", "all_reduce", "all_gather", "gather", "scatter", "all_to_all",
                "all_to_all_single", "reduce_scatter")
@@ -106,7 +107,7 @@ REDUCTIONS = ("reduce", "all_reduce", "reduce_scatter")
 REDUCE_OPS = ("SUM", "AVG", "PRODUCT", "MIN", "MAX")  # shrink order: SUM first
 # The ops whose gradients are checked (see the module docstring); the others: forward only.
 GRAD_OPS = {"reduce": REDUCE_OPS, "all_reduce": REDUCE_OPS, "reduce_scatter": REDUCE_OPS}
-# What a rank adds to a wrong result that is exactly what a known torch bug computes (fuzzdist._symptoms).
+# What a rank adds to a wrong result that is exactly what a known torch bug computes (fuzzdist.known_bugs.symptoms).
 STRIDES_IGNORED, FORWARD_OP_ON_GRADS = _symptoms.STRIDES_IGNORED, _symptoms.FORWARD_OP_ON_GRADS
 SUM_GRAD_FOR_ANY_OP = _symptoms.SUM_GRAD_FOR_ANY_OP
 FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)

@@ -103,15 +103,15 @@ from torch.distributed.optim import PostLocalSGDOptimizer
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from fuzzdist import strategies as fst
-from fuzzdist.checks import fingerprint
 from fuzzdist.errors import InvalidArgument
 from fuzzdist.known_bugs import known_failures
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.properties.ddp import TOLERANCES, completion_schedules, ddp_device_kwargs, pg_wrapper
+from fuzzdist.toolkit.checks import fingerprint
 
 if TYPE_CHECKING:
-    from fuzzdist.context import RankContext
     from fuzzdist.pool import Pool
+    from fuzzdist.pool.rank.context import RankContext
 
 __all__ = [
     "COMPRESSION_HOOKS", "CompressionCase", "LocalSGDCase", "PowerSGDCase", "check_compression", "check_local_sgd",

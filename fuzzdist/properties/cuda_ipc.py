@@ -19,15 +19,20 @@ import torch.distributed as dist
 from hypothesis import strategies as st
 
 from fuzzdist import strategies as fst
-from fuzzdist.checks import first_difference
-from fuzzdist.cuda_ipc import check_expandable_segment, ipc_allocator_modes, open_cuda_handle, reduce_cuda_handles
 from fuzzdist.errors import InvalidArgument
 from fuzzdist.properties import PropertyFailure
-from fuzzdist.sharing import share_tensor
+from fuzzdist.toolkit.checks import first_difference
+from fuzzdist.toolkit.cuda_ipc import (
+    check_expandable_segment,
+    ipc_allocator_modes,
+    open_cuda_handle,
+    reduce_cuda_handles,
+)
+from fuzzdist.toolkit.sharing import share_tensor
 
 if TYPE_CHECKING:
-    from fuzzdist.context import RankContext
     from fuzzdist.pool import Pool
+    from fuzzdist.pool.rank.context import RankContext
 
 MiB = 2**20
 # The caching allocator's boundaries (c10/cuda/CUDACachingAllocator.cpp): every request is rounded up to a

@@ -17,15 +17,15 @@ import torch
 from hypothesis import strategies as st
 
 from fuzzdist import strategies as fst
-from fuzzdist.checks import first_difference
-from fuzzdist.cuda_ipc import CudaArrayInterface, ipc_allocator_modes, open_cuda_handle, reduce_cuda_handles
 from fuzzdist.errors import InvalidArgument
 from fuzzdist.properties import PropertyFailure
-from fuzzdist.sharing import share_tensor
+from fuzzdist.toolkit.checks import first_difference
+from fuzzdist.toolkit.cuda_ipc import CudaArrayInterface, ipc_allocator_modes, open_cuda_handle, reduce_cuda_handles
+from fuzzdist.toolkit.sharing import share_tensor
 
 if TYPE_CHECKING:
-    from fuzzdist.context import RankContext
     from fuzzdist.pool import Pool
+    from fuzzdist.pool.rank.context import RankContext
 
 UNITS = st.integers(0, 4096)  # the shared memory's size in 8-byte units (a multiple of every view dtype's size)
 SEEDS = st.integers(0, 2**31)

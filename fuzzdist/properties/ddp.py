@@ -37,14 +37,14 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from fuzzdist import strategies as fst
-from fuzzdist.checks import fingerprint
 from fuzzdist.errors import InvalidArgument
 from fuzzdist.properties import PropertyFailure
-from fuzzdist.reorder import ReorderingProcessGroup
+from fuzzdist.toolkit.checks import fingerprint
+from fuzzdist.toolkit.reorder import ReorderingProcessGroup
 
 if TYPE_CHECKING:
-    from fuzzdist.context import RankContext
     from fuzzdist.pool import Pool
+    from fuzzdist.pool.rank.context import RankContext
 
 SEEDS = st.integers(0, 2**32 - 1)
 DTYPES = st.sampled_from([torch.float32, torch.float64])

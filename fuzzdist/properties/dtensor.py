@@ -41,17 +41,17 @@ import torch
 from hypothesis import strategies as st
 
 from fuzzdist import strategies as fst
-from fuzzdist._isolation import keep_process_groups
-from fuzzdist.capabilities import GLOO_DTYPES
-from fuzzdist.checks import first_difference
+from fuzzdist.pool.capabilities import GLOO_DTYPES
+from fuzzdist.pool.rank.isolation import keep_process_groups
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.strategies import TensorSpec
+from fuzzdist.toolkit.checks import first_difference
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
 
-    from fuzzdist.context import RankContext
     from fuzzdist.pool import Pool
+    from fuzzdist.pool.rank.context import RankContext
 
 
 def _dtensor_api() -> Any:

@@ -53,11 +53,11 @@ from hypothesis import strategies as st
 from torch import nn
 
 from fuzzdist import strategies as fst
-from fuzzdist._isolation import keep_process_groups
-from fuzzdist.checks import fingerprint
 from fuzzdist.errors import InvalidArgument
 from fuzzdist.known_bugs import known_failures
+from fuzzdist.pool.rank.isolation import keep_process_groups
 from fuzzdist.properties import PropertyFailure
+from fuzzdist.toolkit.checks import fingerprint
 
 try:
     from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
@@ -67,8 +67,8 @@ except ImportError as exc:  # pragma: no cover - torch < 2.6
     raise ImportError(f"torch {torch.__version__} has no torch.distributed.fsdp.fully_shard") from exc
 
 if TYPE_CHECKING:
-    from fuzzdist.context import RankContext
     from fuzzdist.pool import Pool
+    from fuzzdist.pool.rank.context import RankContext
 
 SEEDS = st.integers(0, 2**32 - 1)
 DTYPES = st.sampled_from([torch.float32, torch.float64])  # the model's (master parameters') dtype

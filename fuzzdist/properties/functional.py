@@ -13,7 +13,7 @@ wait, and the view must still wait on use).
 
 Each completed result must equal (1) an independent reference computed on every rank from all
 ranks' inputs (rebuilt from the spec and seed): data movement bitwise, reductions by the c10d
-contract of ``fuzzdist.conformance._reference`` (any order of floating operations; bool by
+contract of ``fuzzdist.toolkit.oracle`` (any order of floating operations; bool by
 truth value), and (2) bitwise, the c10d collective (``dist.all_reduce``, ...) run on a copy of the
 same inputs over the same group: the same backend on the same inputs (except for AVG, where
 the two forms divide differently: c10d and functional reduce_scatter AVG of complex64 were seen
@@ -42,14 +42,14 @@ import torch.distributed as dist
 from hypothesis import strategies as st
 
 from fuzzdist import strategies as fst
-from fuzzdist._symptoms import BOOL_BYTES_NOT_0_OR_1, CALL_RAISED
-from fuzzdist.capabilities import GLOO_DTYPES
-from fuzzdist.conformance._reference import exact_problem, reduction_problem
-from fuzzdist.errors import FuzzdistError
+from fuzzdist.errors import CallRaised
 from fuzzdist.known_bugs import known_failures
+from fuzzdist.known_bugs.symptoms import BOOL_BYTES_NOT_0_OR_1, CALL_RAISED
+from fuzzdist.pool.capabilities import GLOO_DTYPES
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.strategies import TensorSpec
 from fuzzdist.strategies._seeds import _mix_seed
+from fuzzdist.toolkit.oracle import exact_problem, reduction_problem
 
 try:
     import torch.distributed._functional_collectives as fcol
@@ -57,8 +57,8 @@ except ImportError as exc:  # pragma: no cover - torch without functional collec
     raise ImportError(f"torch {torch.__version__} has no torch.distributed._functional_collectives") from exc
 
 if TYPE_CHECKING:
-    from fuzzdist.context import RankContext
     from fuzzdist.pool import Pool
+    from fuzzdist.pool.rank.context import RankContext
 
 OPS = ("all_reduce", "all_gather_single", "all_gather_tensor", "reduce_scatter_single", "reduce_scatter_tensor",
        "broadcast", "all_to_all_single")
@@ -193,10 +193,6 @@ def _c10d(call: Call, x: torch.Tensor, group: Any, rank: int) -> torch.Tensor:
     out = torch.empty((rows, *x.shape[1:]), dtype=x.dtype)
     dist.all_to_all_single(out, x, out_splits, in_splits, group=group)
     return out
-
-
-class CallRaised(FuzzdistError, RuntimeError):
-    """A functional collective raised on a rank; the message names the call (``CALL_RAISED``)."""
 
 
 @contextlib.contextmanager

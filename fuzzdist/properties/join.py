@@ -85,14 +85,14 @@ from torch.distributed.algorithms import Join
 from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel
 
-from fuzzdist.checks import fingerprint
 from fuzzdist.errors import InvalidArgument, InvalidStrategyArgument
 from fuzzdist.known_bugs import known_failures
 from fuzzdist.properties import PropertyFailure
+from fuzzdist.toolkit.checks import fingerprint
 
 if TYPE_CHECKING:
-    from fuzzdist.context import RankContext
     from fuzzdist.pool import Pool
+    from fuzzdist.pool.rank.context import RankContext
 
 SEEDS = st.integers(0, 2**32 - 1)
 DTYPES = st.sampled_from([torch.float32, torch.float64])
@@ -102,7 +102,7 @@ LR = 0.05
 MAX_WIDTH = 4
 MAX_LAYERS = 3
 # The marker of a ZeRO shard stepped with a joined rank's own gradients: the known bug's symptom
-# (``fuzzdist/_known_torch_bugs.py`` matches this text).
+# (``fuzzdist/known_bugs/torch_bugs.py`` matches this text).
 STALE_SHARD = "[STALE_SHARD: equals the joined owner's shard stepped with its own gradients]"
 _MAX_REPORTED = 6
 Digest = tuple[tuple[str, tuple[object, ...] | None], ...]

@@ -11,7 +11,7 @@ taken from the collective.
 
 The uint16/uint32/uint64/float8 tensors torch 2.13 pickles but can't unpickle are drawn like any
 other: the check runs inside :func:`fuzzdist.known_bugs.known_failures`, which reports that
-failure as the known bug ``wide-unsigned-unpickle-objects`` (in ``fuzzdist._known_torch_bugs``) and any other
+failure as the known bug ``wide-unsigned-unpickle-objects`` (in ``fuzzdist.known_bugs.torch_bugs``) and any other
 failure as new.
 """
 
@@ -28,14 +28,14 @@ import torch.distributed as dist
 from hypothesis import strategies as st
 
 from fuzzdist import strategies as fst
-from fuzzdist._symptoms import OBJECT_CALL_RAISED
-from fuzzdist.checks import first_difference
 from fuzzdist.known_bugs import known_failures, registry
+from fuzzdist.known_bugs.symptoms import OBJECT_CALL_RAISED
 from fuzzdist.properties import PropertyFailure
+from fuzzdist.toolkit.checks import first_difference
 
 if TYPE_CHECKING:
-    from fuzzdist.context import RankContext
     from fuzzdist.pool import Pool
+    from fuzzdist.pool.rank.context import RankContext
 
 OPS = ("broadcast_object_list", "all_gather_object", "scatter_object_list", "gather_object")
 MAX_TENSOR_BYTES = 4096
@@ -206,7 +206,7 @@ def object_cases(draw: st.DrawFn, world_size: int, op: st.SearchStrategy[str] | 
 
 
 # ---------------------------------------------------------------------------
-# the known bug (its entry is in fuzzdist._known_torch_bugs), and the driver-side check
+# the known bug (its entry is in fuzzdist.known_bugs.torch_bugs), and the driver-side check
 
 def _dtypes_in(desc: Any) -> set[str]:
     if isinstance(desc, Tensor):

@@ -33,8 +33,8 @@ A second ``wait()`` on a send/recv Work blocks until its timeout on gloo (the kn
 that bug; ``check-pg``'s async check is where it shows.  On gloo (torch 2.13) isend/irecv/recv/
 batch_isend_irecv to or from the rank itself neither deliver nor refuse clearly: they fail with
 gloo's internal "Pair is not connected" enforce (``dist.send`` checks the rank first and refuses
-clearly): that is the known bug ``gloo-p2p-self-loop-unclear-error`` (in ``fuzzdist._known_torch_bugs``).  Once torch
-delivers self-loops (or refuses them clearly), the property passes.
+clearly): that is the known bug ``gloo-p2p-self-loop-unclear-error`` (in
+``fuzzdist.known_bugs.torch_bugs``).  Once torch delivers self-loops (or refuses them clearly), the property passes.
 """
 
 from __future__ import annotations
@@ -50,15 +50,15 @@ import torch.distributed as dist
 from hypothesis import strategies as st
 
 from fuzzdist import strategies as fst
-from fuzzdist._symptoms import REFUSED_UNCLEARLY
-from fuzzdist.capabilities import GLOO_DTYPES
-from fuzzdist.checks import first_difference
 from fuzzdist.known_bugs import known_failures, registry
+from fuzzdist.known_bugs.symptoms import REFUSED_UNCLEARLY
+from fuzzdist.pool.capabilities import GLOO_DTYPES
 from fuzzdist.properties import PropertyFailure
+from fuzzdist.toolkit.checks import first_difference
 
 if TYPE_CHECKING:
-    from fuzzdist.context import RankContext
     from fuzzdist.pool import Pool
+    from fuzzdist.pool.rank.context import RankContext
 
 APIS = ("batch", "isend", "blocking")
 MAX_BYTES = 4096
@@ -320,7 +320,7 @@ def p2p_cases(draw: st.DrawFn, world_size: int, apis: st.SearchStrategy[str] | N
 
 
 # ---------------------------------------------------------------------------
-# the known bug (its entry is in fuzzdist._known_torch_bugs), and the driver-side check
+# the known bug (its entry is in fuzzdist.known_bugs.torch_bugs), and the driver-side check
 
 GLOO_P2P_SELF_LOOP_UNCLEAR = registry()["gloo-p2p-self-loop-unclear-error"]
 

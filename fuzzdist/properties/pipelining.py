@@ -79,8 +79,8 @@ except ImportError as exc:  # pragma: no cover - torch < 2.4
     raise ImportError(f"torch {torch.__version__} has no torch.distributed.pipelining") from exc
 
 if TYPE_CHECKING:
-    from fuzzdist.context import RankContext
     from fuzzdist.pool import Pool
+    from fuzzdist.pool.rank.context import RankContext
 
 SEEDS = st.integers(0, 2**32 - 1)
 DTYPES = st.sampled_from([torch.float32, torch.float64])

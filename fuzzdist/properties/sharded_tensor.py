@@ -53,10 +53,10 @@ import torch
 from hypothesis import strategies as st
 
 from fuzzdist import strategies as fst
-from fuzzdist.checks import first_difference
 from fuzzdist.errors import InvalidArgument
 from fuzzdist.known_bugs import known_failures
 from fuzzdist.properties import PropertyFailure, checkpoint
+from fuzzdist.toolkit.checks import first_difference
 
 try:
     from torch.distributed._shard.sharded_tensor import ShardedTensor
@@ -65,8 +65,8 @@ except ImportError as exc:  # pragma: no cover - a torch without ShardedTensor
     raise ImportError(f"torch {torch.__version__} has no ShardedTensor/ChunkShardingSpec") from exc
 
 if TYPE_CHECKING:
-    from fuzzdist.context import RankContext
     from fuzzdist.pool import Pool
+    from fuzzdist.pool.rank.context import RankContext
 
 SEEDS = st.integers(0, 2**32 - 1)
 # dtypes gloo's gather moves on CPU (the gather in ShardedTensor.gather), in shrink order

@@ -19,9 +19,9 @@ import torch.distributed as dist
 from hypothesis import strategies as st
 
 from fuzzdist import strategies as fst
-from fuzzdist.checks import first_difference
 from fuzzdist.properties import PropertyFailure
-from fuzzdist.sharing import (
+from fuzzdist.toolkit.checks import first_difference
+from fuzzdist.toolkit.sharing import (
     leftover_shared_memory,
     open_tensor_handle,
     reduce_tensor_handles,
@@ -30,8 +30,8 @@ from fuzzdist.sharing import (
 )
 
 if TYPE_CHECKING:
-    from fuzzdist.context import RankContext
     from fuzzdist.pool import Pool
+    from fuzzdist.pool.rank.context import RankContext
 
 MAX_BYTES = 64 * 1024
 
@@ -86,7 +86,7 @@ def share_write_and_check(ctx: RankContext, spec: fst.TensorSpec, seed: int, src
 
     Returns None, or a list of what this rank saw wrong: the layout, the values before and after
     each write, and shared memory still held after every rank has dropped the tensor. ``share``
-    and ``receive`` are ``fuzzdist.sharing``'s two halves of sharing, swappable so that tests can
+    and ``receive`` are ``fuzzdist.toolkit.sharing``'s two halves of sharing, swappable so that tests can
     plant bugs.
     """
     baseline = shared_memory_in_use()
@@ -135,7 +135,7 @@ def check(pool: Pool, spec: fst.TensorSpec, seed: int, src: int, writers: tuple[
           write_seed: int, mode: fst.SharingStrategyMode, *, share: Callable[..., Any] = reduce_tensor_handles,
           receive: Callable[..., Any] = open_tensor_handle) -> None:
     """Share ``spec``'s tensor from rank ``src`` under ``mode`` with ``share``/``receive``
-    (``fuzzdist.sharing``'s two halves by default), let each rank in ``writers`` write in turn,
+    (``fuzzdist.toolkit.sharing``'s two halves by default), let each rank in ``writers`` write in turn,
     and raise :class:`PropertyFailure` with what each rank saw wrong."""
     problems = pool.run(share_write_and_check, spec, seed, src, writers, write_pattern, write_seed, mode,
                         share=share, receive=receive)

@@ -19,9 +19,9 @@ runs a drawn sequence of ``all_reduce`` (SUM, MAX, MIN), ``broadcast`` (from a d
   collectives on ``get_group(d)`` follow the mesh's order along that dimension.
 
 Singleton groups, the whole world, and the same ranks twice in another order are all drawn.  The
-groups are destroyed after the example by the rank's isolation (``fuzzdist._isolation``).
+groups are destroyed after the example by the rank's isolation (``fuzzdist.pool.rank.isolation``).
 
-Three torch bugs show here (their entries are in ``fuzzdist._known_torch_bugs``): re-creating a
+Three torch bugs show here (their entries are in ``fuzzdist.known_bugs.torch_bugs``): re-creating a
 ``use_local_synchronization`` group over ranks that had one before (destroyed) fails to connect, fails
 in its first collective or hangs (``new-group-local-sync-recreate-fails``: the hashed group name, and
 with it the store keys of the rendezvous, are reused; ``check`` remembers per pool which ranks earlier
@@ -51,14 +51,14 @@ import torch.distributed as dist
 from hypothesis import strategies as st
 
 from fuzzdist import strategies as fst
-from fuzzdist._symptoms import MESH_SORTED_ORDER
-from fuzzdist.checks import first_difference
 from fuzzdist.known_bugs import known_failures, registry
+from fuzzdist.known_bugs.symptoms import MESH_SORTED_ORDER
 from fuzzdist.properties import PropertyFailure
+from fuzzdist.toolkit.checks import first_difference
 
 if TYPE_CHECKING:
-    from fuzzdist.context import RankContext
     from fuzzdist.pool import Pool
+    from fuzzdist.pool.rank.context import RankContext
 
 HAS_SORT_RANKS = "sort_ranks" in inspect.signature(dist.new_group).parameters
 DTYPES = (torch.float32, torch.float64, torch.int8, torch.int32, torch.int64, torch.uint8)
@@ -329,7 +329,7 @@ def subgroup_cases(draw: st.DrawFn, world_size: int, kinds: tuple[str, ...] = ("
 
 
 # ---------------------------------------------------------------------------
-# known bugs (their entries are in fuzzdist._known_torch_bugs), and the driver-side check
+# known bugs (their entries are in fuzzdist.known_bugs.torch_bugs), and the driver-side check
 
 # Per pool, the rank sets of the locally synchronised groups its earlier examples made (every group is
 # destroyed after its example): new-group-local-sync-recreate-fails needs one of those made again.

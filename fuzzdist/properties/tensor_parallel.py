@@ -88,11 +88,11 @@ import torch
 from hypothesis import strategies as st
 from torch import nn
 
-from fuzzdist.checks import first_difference
 from fuzzdist.errors import InvalidArgument
 from fuzzdist.known_bugs import known_failures
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.properties import dtensor as _dtensor
+from fuzzdist.toolkit.checks import first_difference
 
 try:
     from torch.distributed.tensor import DTensor, Replicate, Shard
@@ -110,8 +110,8 @@ if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.tensor.placement_types import Placement
 
-    from fuzzdist.context import RankContext
     from fuzzdist.pool import Pool
+    from fuzzdist.pool.rank.context import RankContext
 
 SEEDS = st.integers(0, 2**32 - 1)
 DTYPE = torch.float64
@@ -245,11 +245,13 @@ class TPModel(nn.Module):
             for i, module in enumerate(self.layers):
                 if self.linear[i]:
                     gen = _generator(linear_seed, 2, i)
+                    assert isinstance(module, nn.Linear)
                     for p in module.parameters():
                         bound = 1.0 / math.sqrt(max(module.in_features, 1))
                         p.copy_((torch.rand(p.shape, generator=gen, dtype=DTYPE) * 2 - 1) * bound)
                 else:
                     gen = _generator(seed, 3, i)
+                    assert isinstance(module, nn.LayerNorm)
                     module.weight.copy_(torch.rand(module.weight.shape, generator=gen, dtype=DTYPE) + 0.5)
                     module.bias.copy_(torch.rand(module.bias.shape, generator=gen, dtype=DTYPE) - 0.5)
 
@@ -336,7 +338,7 @@ def tp_parity(ctx: RankContext, config: TPConfig, seed: int,
     problems: list[str] = []
     model = parallelize(model, mesh, config.plan(), **kwargs)
     ref_params = dict(reference.named_parameters())
-    params = dict(model.named_parameters())
+    params: dict[str, Any] = dict(model.named_parameters())  # DTensor parameters after parallelize_module
     if sorted(params) != sorted(ref_params):
         return [f"parameter names {sorted(params)}, expected {sorted(ref_params)}"]
     kinds = {name: config.layers[int(name.split(".")[1])].kind for name in params}
@@ -365,7 +367,8 @@ def tp_parity(ctx: RankContext, config: TPConfig, seed: int,
         local = out
     else:
         if not isinstance(out, DTensor):
-            return [f"output: got a {type(out).__name__}, expected a DTensor (use_local_output={last.use_local_output})"]
+            return [f"output: got a {type(out).__name__}, expected a DTensor "
+                    f"(use_local_output={last.use_local_output})"]
         norm = tuple(Shard(p.dim % 3) if isinstance(p, Shard) else p for p in out_placements)
         if tuple(out.placements) != norm or tuple(out.shape) != tuple(ref_out.shape):
             return [f"output: DTensor {tuple(out.shape)} {tuple(out.placements)}, "

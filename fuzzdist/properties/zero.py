@@ -89,13 +89,13 @@ from torch import nn
 from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from fuzzdist.checks import fingerprint
 from fuzzdist.errors import InvalidArgument, InvalidStrategyArgument
 from fuzzdist.properties import PropertyFailure
+from fuzzdist.toolkit.checks import fingerprint
 
 if TYPE_CHECKING:
-    from fuzzdist.context import RankContext
     from fuzzdist.pool import Pool
+    from fuzzdist.pool.rank.context import RankContext
 
 SEEDS = st.integers(0, 2**32 - 1)
 DTYPES = st.sampled_from([torch.float32, torch.float64])

@@ -24,10 +24,10 @@ from hypothesis import assume
 from hypothesis import strategies as st
 
 from fuzzdist import strategies as fst
-from fuzzdist.checks import first_difference
 from fuzzdist.errors import InvalidArgument
 from fuzzdist.properties import PropertyFailure
-from fuzzdist.sharing import (
+from fuzzdist.toolkit.checks import first_difference
+from fuzzdist.toolkit.sharing import (
     leftover_shared_memory,
     open_tensor_handle,
     reduce_tensor_handles,
@@ -36,8 +36,8 @@ from fuzzdist.sharing import (
 )
 
 if TYPE_CHECKING:
-    from fuzzdist.context import RankContext
     from fuzzdist.pool import Pool
+    from fuzzdist.pool.rank.context import RankContext
 
 MAX_BYTES = 16 * 1024
 SEEDS = st.integers(0, 2**32 - 1)

@@ -18,10 +18,10 @@ import torch.distributed as dist
 from hypothesis import strategies as st
 
 from fuzzdist import strategies as fst
-from fuzzdist.conformance._reference import exact_problem, reduction_problem, show
 from fuzzdist.errors import InvalidArgument
 from fuzzdist.strategies import TensorSpec
 from fuzzdist.strategies._seeds import _mix_seed
+from fuzzdist.toolkit.oracle import exact_problem, reduction_problem, show
 
 REDUCE_OPS: tuple[str, ...] = ("SUM", "PRODUCT", "MIN", "MAX", "AVG", "BAND", "BOR", "BXOR")
 

@@ -13,8 +13,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from fuzzdist.checks import first_difference
 from fuzzdist.conformance.ops._base import OpCall, input_seed, input_values, pack
+from fuzzdist.toolkit.checks import first_difference
 
 SENTINEL = 0xA5  # every byte of an output buffer before the op runs
 GUARD_ELEMENTS = 8  # guard elements after every output tensor

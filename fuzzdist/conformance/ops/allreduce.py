@@ -6,10 +6,10 @@ from typing import Any
 
 from torch._C._distributed_c10d import AllreduceOptions, ReduceOptions
 
-from fuzzdist.checks import raw_bytes
-from fuzzdist.conformance._reference import show
 from fuzzdist.conformance.ops._base import Expected, OpCall, OpInfo, Reduction, input_values
 from fuzzdist.conformance.ops._buffers import Prepared, options, real, reduce_op_enum
+from fuzzdist.toolkit.checks import raw_bytes
+from fuzzdist.toolkit.oracle import show
 
 
 class AllReduce(OpInfo):

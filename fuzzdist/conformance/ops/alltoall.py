@@ -9,7 +9,6 @@ from hypothesis import strategies as st
 from torch._C._distributed_c10d import AllToAllOptions
 
 from fuzzdist import strategies as fst
-from fuzzdist.conformance._reference import show
 from fuzzdist.conformance.ops._base import (
     UNEVEN_VARIANT,
     Capabilities,
@@ -21,6 +20,7 @@ from fuzzdist.conformance.ops._base import (
 )
 from fuzzdist.conformance.ops._buffers import Prepared, options, real
 from fuzzdist.strategies import TensorSpec
+from fuzzdist.toolkit.oracle import show
 
 # Rows one rank sends another in an all-to-all: shrinks to 1; 0 (nothing) is drawn too.
 SPLIT_SIZES = st.one_of(st.integers(1, 3), st.just(0))

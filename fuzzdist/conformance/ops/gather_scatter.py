@@ -6,9 +6,9 @@ from typing import Any
 
 from torch._C._distributed_c10d import GatherOptions, ScatterOptions
 
-from fuzzdist.conformance._reference import show
 from fuzzdist.conformance.ops._base import Expected, OpCall, OpInfo, input_values
 from fuzzdist.conformance.ops._buffers import Prepared, main_input, options, real
+from fuzzdist.toolkit.oracle import show
 
 
 class Gather(OpInfo):

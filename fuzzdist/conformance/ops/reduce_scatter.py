@@ -8,7 +8,6 @@ import torch
 from hypothesis import strategies as st
 from torch._C._distributed_c10d import ReduceScatterOptions
 
-from fuzzdist.conformance._reference import show
 from fuzzdist.conformance.ops._base import (
     Capabilities,
     Expected,
@@ -20,6 +19,7 @@ from fuzzdist.conformance.ops._base import (
 )
 from fuzzdist.conformance.ops._buffers import Prepared, options, reduce_op_enum
 from fuzzdist.strategies import TensorSpec
+from fuzzdist.toolkit.oracle import show
 
 
 class _ReduceScatterFamily(OpInfo):

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 
-def record(args: tuple, kwargs: dict) -> None:
+def record(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
     from hypothesis import currently_in_test_context, event
 
     if not currently_in_test_context():

@@ -58,14 +58,14 @@ def seed_everything(seed: int, cuda: bool = False) -> None:
         _np.random.seed(seed % 2**32)
 
 
-def _environ_snapshot() -> dict:
+def _environ_snapshot() -> dict[Any, Any]:
     # os.environ's raw dict: a plain copy costs ~1us, against ~25us for
     # os.environ.copy(), which decodes every entry.  Falls back where absent.
     raw = getattr(os.environ, "_data", None)
     return raw.copy() if isinstance(raw, dict) else dict(os.environ)
 
 
-def _decode(snapshot: dict) -> dict[str, str]:
+def _decode(snapshot: dict[Any, Any]) -> dict[str, str]:
     if isinstance(os.environ.get("PATH", ""), str) and snapshot and isinstance(next(iter(snapshot)), bytes):
         return {os.fsdecode(k): os.fsdecode(v) for k, v in snapshot.items()}
     return dict(snapshot)

@@ -118,8 +118,8 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import _create_work_from_future  # type: ignore[attr-defined]  # not in the stubs
 
-from fuzzdist.errors import FuzzdistError, InvalidArgument
-from fuzzdist.pool import rank_state
+from fuzzdist.errors import InvalidArgument, ReorderTimeout, ScheduledWorkDropped, ScheduledWorkFailure
+from fuzzdist.pool.rank import rank_state
 from fuzzdist.strategies import CompletionOrder
 
 __all__ = [
@@ -137,18 +137,6 @@ WorkForm = Literal["subclass", "future"]
 SUPPORTED_OPS: frozenset[str] = frozenset(
     {"allreduce", "allreduce_coalesced", "broadcast", "allgather", "_allgather_base", "barrier"}
 )
-
-
-class ScheduledWorkFailure(FuzzdistError, RuntimeError):
-    """The schedule made this work fail ("fail" outcome)."""
-
-
-class ScheduledWorkDropped(FuzzdistError, RuntimeError):
-    """The schedule dropped this work ("drop" outcome): its result was discarded."""
-
-
-class ReorderTimeout(FuzzdistError, RuntimeError):
-    """A wait on a held work did not return within its bound."""
 
 
 @dataclass(frozen=True)
@@ -639,7 +627,7 @@ class ReorderingProcessGroup(dist.ProcessGroup):
 
     def fuzzdist_pending_works(self) -> list[str]:
         """The Works issued and not yet resolved, with what each waits for
-        (a :class:`~fuzzdist.pool.rank_state.PendingWorkSource`)."""
+        (a :class:`~fuzzdist.pool.rank.rank_state.PendingWorkSource`)."""
         return [f"{self.getBackendName()} group: {line}" for line in self._scheduler.pending()]
 
     def close(self) -> None:

@@ -14,12 +14,12 @@ instead: the rank's watch thread (``local.py``) or its heartbeat thread
   in with its root or peer (read from that call's frame), and the innermost
   frame of the user's own code, which gives a hang its identity;
 * the Works still pending in objects that say so (:class:`PendingWorkSource`,
-  implemented by :class:`~fuzzdist.reorder.ReorderingProcessGroup`);
+  implemented by :class:`~fuzzdist.toolkit.reorder.ReorderingProcessGroup`);
 * on request, the example thread's stack from the rank function down, and
   the other threads that are not fuzzdist's own plumbing.
 
 The driver turns the snapshots of all ranks into an explanation
-(:mod:`fuzzdist.hangs`).  Everything here is read-only and bounded; a
+(:mod:`fuzzdist.pool.hangs`).  Everything here is read-only and bounded; a
 snapshot never raises (a part that can't be read is left empty).
 """
 

@@ -21,27 +21,31 @@ in the summary line), with the sightings listed at the end of the run; a test
 that also failed otherwise fails, and shows its sightings with its failure.
 
 The session's pools come from the ``pytest_fuzzdist_make_pool_cache`` hook
-(:mod:`fuzzdist.newhooks`; default: a :class:`PoolCache`) and are kept in
+(:mod:`fuzzdist.driver.newhooks`; default: a :class:`PoolCache`) and are kept in
 ``config.stash[pool_cache_key]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
-from fuzzdist import _hypothesis_compat, known_bugs, newhooks, profiles, variant_keys
-from fuzzdist.capabilities import missing, missing_gpus
-from fuzzdist.errors import CapabilityError
-from fuzzdist.newhooks import RankPools
-from fuzzdist.pool import DEFAULT_TIMEOUT, RankPool, rank_output
-from fuzzdist.variant_keys import parametrized_by_pool
+from fuzzdist import known_bugs
+from fuzzdist.compat import hypothesis_internals as _hypothesis_compat
+from fuzzdist.driver import newhooks, profiles, variant_keys
+from fuzzdist.driver.newhooks import RankPools
+from fuzzdist.driver.variant_keys import parametrized_by_pool
+from fuzzdist.errors import CapabilityError, PropertyFailure
+from fuzzdist.pool import DEFAULT_TIMEOUT, RankPool, observability
+from fuzzdist.pool.capabilities import missing, missing_gpus
+from fuzzdist.pool.rank import rank_output
 
 
 @dataclass(frozen=True)
@@ -150,7 +154,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "needs(*capabilities): skip unless the machine has them: cuda, pidfd_getfd, cupy, "
-        "block_current_stream, expandable_segments (fuzzdist.capabilities.PROBES)",
+        "block_current_stream, expandable_segments (fuzzdist.pool.capabilities.PROBES)",
     )
     config.addinivalue_line(
         "markers",
@@ -223,17 +227,42 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     one key, so running ``[cpu-w2]`` would replay, and delete as no longer failing, what
     ``[cpu-w3]`` found.
     """
-    inner = getattr(getattr(getattr(item, "obj", None), "hypothesis", None), "inner_test", None)
+    handle: Any = getattr(getattr(item, "obj", None), "hypothesis", None)
+    inner = getattr(handle, "inner_test", None)
     if inner is not None and parametrized_by_pool(item):
         _hypothesis_compat.set_extra_digest(inner, item.nodeid.encode())
     log = item.config.stash.get(rank_output_key, None)
-    with known_bugs.collecting() as tally:
-        item.stash[_tally_key] = tally
-        if log is None:
-            yield
-        else:
-            with log.collecting(item.nodeid):
+    try:
+        if inner is not None:
+            handle.inner_test = _tagging_property_failures(inner)
+        with known_bugs.collecting() as tally:
+            item.stash[_tally_key] = tally
+            if log is None:
                 yield
+            else:
+                with log.collecting(item.nodeid):
+                    yield
+    finally:
+        if inner is not None:
+            handle.inner_test = inner
+
+
+def _tagging_property_failures(inner: Callable[..., Any]) -> Callable[..., Any]:
+    """``inner`` that tags the running example's observation with a PropertyFailure it raises.
+
+    A pool tags its own failures inside ``pool.run``; a property's check fails afterwards, in the
+    driver.  ``functools.wraps`` keeps Hypothesis's database key: ``function_digest`` reads the
+    wrapped function's source and signature, and the copied ``__dict__`` carries its extra digest."""
+
+    @functools.wraps(inner)
+    def tagged(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return inner(*args, **kwargs)
+        except PropertyFailure as failure:
+            observability.failed(failure)
+            raise
+
+    return tagged
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -264,7 +293,7 @@ def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -
 
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> None:
     """Before plain pytest runs a pool variant whose own key holds nothing, adopt the examples stored
-    under the key its variants shared (:mod:`fuzzdist.variant_keys`); ``fuzzdist run`` and ``fuzzdist
+    under the key its variants shared (:mod:`fuzzdist.driver.variant_keys`); ``fuzzdist run`` and ``fuzzdist
     replay`` call the test themselves (their ``pytest_pyfunc_call`` runs first) and do the same with
     their own database."""
     inner = getattr(getattr(pyfuncitem.obj, "hypothesis", None), "inner_test", None)
@@ -308,7 +337,7 @@ _backstop_scaled = pytest.StashKey[bool]()  # item.stash: pytest-timeout's setti
 @pytest.hookimpl(tryfirst=True, optionalhook=True)
 def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> bool | None:
     """pytest-timeout's backstop for a ``@given`` test, scaled to the examples it runs
-    (:func:`fuzzdist.profiles.timeout_backstop`): the ``campaign`` profile is not cut off after the
+    (:func:`fuzzdist.driver.profiles.timeout_backstop`): the ``campaign`` profile is not cut off after the
     configured timeout.  A ``timeout`` marker on the test is its own choice and is kept as it is."""
     test = getattr(item, "obj", None)
     if (test is None or getattr(test, "hypothesis", None) is None or item.stash.get(_backstop_scaled, False)

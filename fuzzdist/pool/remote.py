@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import pickle
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any, NoReturn
 
 
 @dataclass(frozen=True)
@@ -76,7 +78,7 @@ def rebuild(record: RemoteRecord) -> BaseException:
 
 
 @lru_cache(maxsize=1024)
-def _raiser(filename: str, lineno: int, funcname: str):
+def _raiser(filename: str, lineno: int, funcname: str) -> Callable[[BaseException], NoReturn]:
     """A function whose ``raise`` statement sits at ``filename:lineno``.
 
     Compiled once per site: the code object claims the remote file and line,
@@ -86,7 +88,7 @@ def _raiser(filename: str, lineno: int, funcname: str):
         source = "\n" * (lineno - 2) + "def _raise(exc):\n    raise exc\n"
     else:
         source = "def _raise(exc): raise exc\n"
-    namespace: dict = {}
+    namespace: dict[str, Any] = {}
     exec(compile(source, filename, "exec"), namespace)
     fn = namespace["_raise"]
     names = {"co_name": funcname}

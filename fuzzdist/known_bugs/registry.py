@@ -1,5 +1,5 @@
 """What a known torch bug is, and the registry holding them: a leaf module, so that the entry file
-(``fuzzdist._known_torch_bugs``) and the property modules that register bugs import it without
+(``fuzzdist.known_bugs.torch_bugs``) and the property modules that register bugs import it without
 importing :mod:`fuzzdist.known_bugs`, which loads the entry file (one-way import graph)."""
 
 from __future__ import annotations

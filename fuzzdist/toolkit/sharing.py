@@ -32,7 +32,7 @@ This module:
   example.
 
 The handle functions here are for CPU tensors. ``share_tensor`` only moves
-handles, so other pairs plug into it: ``fuzzdist.cuda_ipc`` shares CUDA
+handles, so other pairs plug into it: ``fuzzdist.toolkit.cuda_ipc`` shares CUDA
 tensors through it by CUDA IPC. Its agreement step all-reduces a small CPU
 tensor, so the group must take CPU tensors (gloo).
 """
@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING
 import torch
 import torch.multiprocessing  # noqa: F401 - registers torch's ForkingPickler reductions
 
-from fuzzdist.errors import FuzzdistError, InvalidArgument, InvalidType
+from fuzzdist.errors import InvalidArgument, InvalidType, SharingError
 
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
@@ -70,10 +70,6 @@ ShareFn = Callable[[torch.Tensor, Sequence[int]], "dict[int, bytes]"]
 ReceiveFn = Callable[[bytes], torch.Tensor]
 
 _SHM_DIR = "/dev/shm/"
-
-
-class SharingError(FuzzdistError, RuntimeError):
-    """``share_tensor`` failed on some rank. Every rank raises it, so none is left in a later collective."""
 
 
 def reduce_tensor_handles(tensor: torch.Tensor, receivers: Sequence[int]) -> dict[int, bytes]:

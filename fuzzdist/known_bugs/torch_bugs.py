@@ -14,8 +14,9 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from fuzzdist._known_bug_registry import KnownBug, register
-from fuzzdist._symptoms import (
+from fuzzdist.errors import ConformanceFailure, PropertyFailure, RankError, RankTimeout
+from fuzzdist.known_bugs.registry import KnownBug, register
+from fuzzdist.known_bugs.symptoms import (
     BOOL_BYTES_NOT_0_OR_1,
     BROADCAST_STRIDES_IGNORED,
     FORWARD_OP_ON_GRADS,
@@ -29,7 +30,6 @@ from fuzzdist._symptoms import (
     SUBGROUP_OPS,
     SUM_GRAD_FOR_ANY_OP,
 )
-from fuzzdist.errors import PropertyFailure, RankError, RankTimeout
 
 SEEN_ON = ("2.13",)
 _DENSE_NON_CONTIGUOUS = ("transposed", "channels_last")  # the layouts whose memory order differs
@@ -152,8 +152,7 @@ def _problem_lines(failure: BaseException) -> list[str] | None:
     """The problem lines of a check-pg ConformanceFailure ("  rank r, ..." for one op, "  call i (op):
     ..." for the async check; not the async head's "  call i: ..." nor the inputs), None for any other
     failure."""
-    # by name: importing fuzzdist.conformance here would make an import cycle with fuzzdist.known_bugs
-    if not any(cls.__name__ == "ConformanceFailure" for cls in type(failure).__mro__):
+    if not isinstance(failure, ConformanceFailure):
         return None
     return [line for line in str(failure).splitlines()
             if line.startswith("  rank ") or _ASYNC_PROBLEM.match(line)]
@@ -266,7 +265,7 @@ register(KnownBug(
 # -- functional collectives -----------------------------------------------------------------
 
 
-# fuzzdist._symptoms.CALL_RAISED as the functional property's ranks raise it ("call {index} {op} raised
+# fuzzdist.known_bugs.symptoms.CALL_RAISED as the functional property's ranks raise it ("call {index} {op} raised
 # {type}: {message}"), for an all_to_all_single that raised "Invalid scalar type"
 _CALL_RAISED_INVALID_SCALAR = re.compile(r"call (\d+) all_to_all_single raised \w+: .*Invalid scalar type", re.S)
 

@@ -16,7 +16,8 @@ import time
 from typing import Any, Protocol
 
 from fuzzdist.errors import CallError
-from fuzzdist.pool import messages, rank_output, rank_state
+from fuzzdist.pool import messages
+from fuzzdist.pool.rank import rank_output, rank_state
 
 
 class Channel(Protocol):
@@ -35,7 +36,7 @@ class Channel(Protocol):
 
 def answer_snapshot(request: int, seq: int, with_stack: bool) -> bytes:
     """The reply to a :func:`messages.snapshot`, from the thread that watches this rank."""
-    from fuzzdist.pool import rank_state
+    from fuzzdist.pool.rank import rank_state
 
     return messages.state(request, rank_state.snapshot(seq, with_stack))
 
@@ -76,7 +77,7 @@ class Worker:
 def execute(ctx: Any, seq: int, seed: int, payload: bytes, guard: Any = None) -> bytes:
     """Run one pickled call on this rank, isolated and seeded; return the reply message.
 
-    ``guard``: a :class:`~fuzzdist._isolation.StateGuard` taken since the last example was restored
+    ``guard``: a :class:`~fuzzdist.pool.rank.isolation.StateGuard` taken since the last example was restored
     (None: take it now).  Also how rank 0 under torchrun runs its own share (it is its own driver).
     """
     _isolation, _remote = _rank_modules()
@@ -116,11 +117,12 @@ _loaded: tuple[Any, Any] | None = None
 
 
 def _rank_modules() -> tuple[Any, Any]:
-    """``fuzzdist._isolation`` and ``fuzzdist._remote``: imported on a rank's first example (they need torch),
-    then kept (an import statement per example cost a few microseconds)."""
+    """``fuzzdist.pool.rank.isolation`` and ``fuzzdist.pool.remote``: imported on a rank's first
+    example (they need torch), then kept (an import statement per example cost a few microseconds)."""
     global _loaded
     if _loaded is None:
-        from fuzzdist import _isolation, _remote
+        from fuzzdist.pool import remote as _remote
+        from fuzzdist.pool.rank import isolation as _isolation
 
         _loaded = (_isolation, _remote)
     return _loaded

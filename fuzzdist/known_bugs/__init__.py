@@ -26,9 +26,9 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from fuzzdist import _known_torch_bugs  # noqa: F401  (registers the built-in entries on import)
-from fuzzdist._known_bug_registry import _REGISTRY, Example, KnownBug, register
 from fuzzdist.errors import InvalidArgument, InvalidState
+from fuzzdist.known_bugs import torch_bugs as _known_torch_bugs  # noqa: F401  (registers the built-in entries on import)
+from fuzzdist.known_bugs.registry import _REGISTRY, Example, KnownBug, register
 
 __all__ = [
     "KnownBug", "Sighting", "Tally", "collecting", "current_tally", "fixed_message", "known_failures", "not_collecting",

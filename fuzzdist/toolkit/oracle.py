@@ -44,9 +44,9 @@ from typing import Any
 
 import torch
 
-from fuzzdist._symptoms import BOOL_BYTES_NOT_0_OR_1
-from fuzzdist.checks import first_difference, raw_bytes
 from fuzzdist.errors import InvalidArgument
+from fuzzdist.known_bugs.symptoms import BOOL_BYTES_NOT_0_OR_1
+from fuzzdist.toolkit.checks import first_difference, raw_bytes
 
 _MAX_TREE_RANKS = 5
 _SHOWN = 12  # values shown per tensor in a message

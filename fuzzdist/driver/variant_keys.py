@@ -20,7 +20,7 @@ from __future__ import annotations
 import pytest
 from hypothesis.database import ExampleDatabase
 
-from fuzzdist import _hypothesis_compat as hc
+from fuzzdist.compat import hypothesis_internals as hc
 
 # Under ``key + ADOPTED``: the shared keys whose examples the variant keyed ``key`` adopted.  Without
 # it, a variant whose adopted examples pass (and are deleted from its key by Hypothesis) would adopt

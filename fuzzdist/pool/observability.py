@@ -11,7 +11,7 @@ HypoFuzz.  For each ``pool.run`` of the example fuzzdist adds:
   :class:`~fuzzdist.errors.Hang` kind of the ranks that did not finish.
   Values are few and nominal, so Hypothesis's statistics and HypoFuzz's
   behaviours stay meaningful: times are not features.
-* ``timing`` (through :mod:`fuzzdist._hypothesis_compat`): ``fuzzdist:rank<N>``,
+* ``timing`` (through :mod:`fuzzdist.compat.hypothesis_internals`): ``fuzzdist:rank<N>``,
   rank N's wall time in seconds as the rank measured it (summed over the
   example's ``pool.run`` calls); for a rank that never answered, how long the
   pool waited for it.  The ranks run at once, inside the test: these times
@@ -28,7 +28,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from fuzzdist import _hypothesis_compat
+from fuzzdist.compat import hypothesis_internals as _hypothesis_compat
+from fuzzdist.errors import FuzzdistError
 
 PREFIX = "fuzzdist:"
 # How a rank ended the example: "raised" is followed by the exception's type ("raised ValueError"),
@@ -50,7 +51,8 @@ def recording(pool: Any, out: Any) -> Iterator[None]:
 
 
 def failed(failure: BaseException) -> None:
-    """Record ``failure``'s kind for the running example (for failures raised outside ``pool.run``)."""
+    """Record ``failure``'s kind for the running example (for failures raised outside ``pool.run``:
+    the driver plugin calls it for a PropertyFailure)."""
     if _hypothesis_compat.observability_enabled() and _in_example():
         _event("failure", type(failure).__name__)
 
@@ -102,8 +104,7 @@ def rank_times(out: Any, waited: float) -> dict[str, float]:
 
 
 def _is_fuzzdist_failure(failure: BaseException) -> bool:
-    # By module, not class: fuzzdist.errors imports this module (PropertyFailure calls failed()).
-    return type(failure).__module__.startswith("fuzzdist.")
+    return isinstance(failure, FuzzdistError)
 
 
 def _in_example() -> bool:

@@ -9,7 +9,7 @@ receiver sets it to its own device.  The reduction is small plain data, so it
 travels by ordinary pickle (``dist.broadcast_object_list``), unlike a CPU
 tensor, which a plain pickle copies.
 
-Use with :func:`fuzzdist.sharing.share_tensor`::
+Use with :func:`fuzzdist.toolkit.sharing.share_tensor`::
 
     share_tensor(t, src, group, share=reduce_cuda_handles,
                  receive=functools.partial(open_cuda_handle, device_index=ctx.device.index))
@@ -44,7 +44,7 @@ def reduce_cuda_handles(tensor: torch.Tensor, receivers: Sequence[int]) -> dict[
     counter exactly once.  One reduction sent to several receivers would be
     released once per receiver (down to -2 with three), and the source could
     free and reuse the block while others still map it, a use-after-free of
-    fuzzdist's making.  (``fuzzdist.sharing.reduce_tensor_handles`` makes one
+    fuzzdist's making.  (``fuzzdist.toolkit.sharing.reduce_tensor_handles`` makes one
     handle per receiver on CPU for the same reason.)
     """
     from torch.multiprocessing import reductions
@@ -148,7 +148,7 @@ def ipc_allocator_modes() -> st.SearchStrategy[fst.CudaAllocatorMode]:
     ``expandable_segments`` unset inherits ``PYTORCH_CUDA_ALLOC_CONF`` (or
     ``PYTORCH_ALLOC_CONF``), which may turn them on.
     """
-    from fuzzdist.capabilities import missing_pidfd_getfd
+    from fuzzdist.pool.capabilities import missing_pidfd_getfd
 
     modes = cast("st.SearchStrategy[fst.CudaAllocatorMode]", fst.allocator_modes("cuda"))
     if missing_pidfd_getfd() is not None:

@@ -1,6 +1,6 @@
 """Why the ranks hung: every rank's snapshot turned into one explanation.
 
-The pool reads a :class:`~fuzzdist.pool.rank_state.RankState` from each rank
+The pool reads a :class:`~fuzzdist.pool.rank.rank_state.RankState` from each rank
 that has not finished the example (the collectives it issued in this
 example, from torch's flight recorder; the ``torch.distributed`` call it
 waits in; its own innermost line; the Works it holds).  :func:`diagnose`
@@ -35,7 +35,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from fuzzdist import _remote
 from fuzzdist.errors import (
     CollectiveMismatch,
     Hang,
@@ -45,7 +44,8 @@ from fuzzdist.errors import (
     StuckCollective,
     UnexplainedHang,
 )
-from fuzzdist.pool.rank_state import Collective, RankState, Site
+from fuzzdist.pool import remote as _remote
+from fuzzdist.pool.rank.rank_state import Collective, RankState, Site
 
 _HISTORY = 8  # collectives shown per rank: the last few before the hang
 

@@ -1,5 +1,5 @@
 """What a check adds to a failure when a wrong result is exactly what a known torch bug computes, so
-that the bug's predicate (``fuzzdist._known_torch_bugs``) can recognise the symptom.  A leaf module:
+that the bug's predicate (``fuzzdist.known_bugs.torch_bugs``) can recognise the symptom.  A leaf module:
 the checks and the predicates import it, and it imports nothing of fuzzdist's."""
 
 from __future__ import annotations

@@ -1,0 +1,5 @@
+"""Every use of Hypothesis's and pytest's internals, in one place, with the versions checked against.
+
+Nothing here is public: when Hypothesis or pytest changes an internal, this folder is the only one
+to read and mend.
+"""
