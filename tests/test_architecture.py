@@ -105,6 +105,63 @@ def test_fuzzdist_has_no_import_cycles():
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
+def _package(module: str) -> str:
+    """The top-level subpackage a module belongs to: ``fuzzdist.pool.rank.worker`` -> ``fuzzdist.pool``."""
+    return ".".join(module.split(".")[:2])
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Top-level subpackage -> the subpackages its modules import.  The root ``fuzzdist`` (the public
+    facade, which re-exports from every layer) is left out."""
+    packages: dict[str, set[str]] = {}
+    for module, imported in graph.items():
+        if module == "fuzzdist":
+            continue
+        source = _package(module)
+        packages.setdefault(source, set()).update(
+            _package(target) for target in imported if target != "fuzzdist" and _package(target) != source)
+    return packages
+
+
+def test_subpackages_import_each_other_one_way():
+    """strategies -> toolkit -> pool -> properties -> conformance -> driver -> campaign -> cli, with
+    errors and known_bugs below them: no package-level back edge (``pool`` importing ``driver``
+    while ``driver`` imports ``pool``), which would make the folders lie about the layers."""
+    assert find_cycle({"a": {"b"}, "b": {"a"}}) is not None
+    cycle = find_cycle(package_graph(import_graph()))
+    assert cycle is None, "subpackages import each other both ways: " + " -> ".join(cycle)
+
+
+def _private_imports_across_packages() -> list[str]:
+    """``a imports b._x`` lines where b's subpackage is not a's and ``_x`` is private."""
+    modules = _modules()
+    found = []
+    for module, path in modules.items():
+        is_package = path.name == "__init__.py"
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.ImportFrom):
+                base = _resolve(module, is_package, node.level, node.module)
+                targets = [(f"{base}.{a.name}", None) if f"{base}.{a.name}" in modules else (base, a.name)
+                           for a in node.names]
+            elif isinstance(node, ast.Import):
+                targets = [(alias.name, None) for alias in node.names]
+            else:
+                continue
+            for target, name in targets:
+                if not target.startswith("fuzzdist.") or _package(target) == _package(module):
+                    continue
+                if any(part.startswith("_") for part in target.split(".")[1:]) or (name or "").startswith("_"):
+                    found.append(f"{module} imports {target}{'.' + name if name else ''}")
+    return sorted(set(found))
+
+
+def test_no_private_imports_across_subpackages():
+    """A ``_private`` module or name is its subpackage's business: other subpackages use its public
+    surface (what its ``__init__`` or a public module exports)."""
+    offenders = _private_imports_across_packages()
+    assert not offenders, "\n".join(offenders)
+
+
 _SYS_PATH_WITH_PROPERTIES = re.compile(r"sys\.path.*properties|properties.*sys\.path")  # on one line
 _SYS_PATH_CHANGE = re.compile(r"sys\.path\.(insert|append|extend)\(|sys\.path\[[^]]*\]\s*=|sys\.path\s*\+?=")
 _PROPERTIES_LITERAL = re.compile(r"""["']properties/?["']""")

@@ -96,6 +96,30 @@ def test_p(rank_pool, n):
     result.stdout.fnmatch_lines(["*rank 1 raised*planted: n=3*", "*n=3,*"])
 
 
+def test_what_the_ranks_lack_skips_the_test_with_the_reason(suite):
+    """A CapabilityError from a probe inside the test (pool.capabilities.probed_once) is a skip, asked
+    once per pool: the second test gets the kept answer without probing again."""
+    suite.makepyfile(test_prop='''
+import pytest
+from hypothesis import given, strategies as st
+from fuzzdist.errors import CapabilityError
+from fuzzdist.pool.capabilities import probed_once
+PROBES = []
+def probe():
+    PROBES.append(1)
+    raise CapabilityError("planted: this gloo has no frobnicate")
+@pytest.mark.parametrize("k", [1, 2])
+@given(n=st.integers(0, 10))
+def test_p(rank_pool, k, n):
+    probed_once(rank_pool, "frobnicate", probe)
+def test_probed_once():
+    assert PROBES == [1]
+''')
+    result = suite.runpytest("-rs", "-p", "no:cacheprovider")
+    result.assert_outcomes(skipped=2, passed=1)
+    result.stdout.fnmatch_lines(["*SKIPPED*planted: this gloo has no frobnicate*"])
+
+
 def test_bad_marker_argument_is_a_usage_error(suite):
     suite.makepyfile(test_prop='''
 import pytest

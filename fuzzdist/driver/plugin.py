@@ -248,7 +248,9 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
 
 
 def _tagging_property_failures(inner: Callable[..., Any]) -> Callable[..., Any]:
-    """``inner`` that tags the running example's observation with a PropertyFailure it raises.
+    """``inner`` that tags the running example's observation with a PropertyFailure it raises, and
+    skips the test where it raises CapabilityError (what the pool's ranks support, probed in the test:
+    :func:`fuzzdist.pool.capabilities.probed_once`).
 
     A pool tags its own failures inside ``pool.run``; a property's check fails afterwards, in the
     driver.  ``functools.wraps`` keeps Hypothesis's database key: ``function_digest`` reads the
@@ -261,6 +263,8 @@ def _tagging_property_failures(inner: Callable[..., Any]) -> Callable[..., Any]:
         except PropertyFailure as failure:
             observability.failed(failure)
             raise
+        except CapabilityError as exc:
+            pytest.skip(str(exc))
 
     return tagged
 

@@ -11,12 +11,14 @@ import functools
 import importlib.util
 import subprocess
 import sys
-from collections.abc import Callable
-from typing import Any
+import weakref
+from collections.abc import Callable, Hashable
+from typing import Any, TypeVar
 
 import torch
 
 DEVICES = ("cpu", "cuda")
+T = TypeVar("T")
 
 # Element types gloo's collectives accept (ProcessGroupGloo's type dispatch;
 # complex travels as real pairs).  Not int16, not uint16/32/64, not float8:
@@ -295,3 +297,31 @@ def missing(*names: str) -> str | None:
         if reason:
             return reason
     return None
+
+
+# -- what a pool's ranks support, probed on them once ------------------------------------------------
+
+# pool -> probe key -> the probe's answer, or the CapabilityError it raised.  Kept per pool object (a
+# pool restarted after a crash keeps its answers: same torch, same backend), gone with the pool.
+_POOL_ANSWERS: weakref.WeakKeyDictionary[Any, dict[Hashable, Any]] = weakref.WeakKeyDictionary()
+
+
+def probed_once(pool: Any, key: Hashable, probe: Callable[[], T]) -> T:
+    """``probe()``'s answer for ``pool`` and ``key``, computed on the first call and then kept.
+
+    For what only the ranks can tell (which dtypes and ops the installed backend takes): ``probe``
+    usually runs a probe function on the pool's ranks.  A :class:`~fuzzdist.errors.CapabilityError` it
+    raises is kept too and raised again on every call: the pytest plugin turns it into a skip of the
+    calling test, with its message as the reason."""
+    from fuzzdist.errors import CapabilityError
+
+    answers = _POOL_ANSWERS.setdefault(pool, {})
+    if key not in answers:
+        try:
+            answers[key] = probe()
+        except CapabilityError as exc:
+            answers[key] = exc
+    answer = answers[key]
+    if isinstance(answer, CapabilityError):
+        raise answer
+    return answer

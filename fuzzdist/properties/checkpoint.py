@@ -90,6 +90,7 @@ from torch import nn
 from fuzzdist import strategies as fst
 from fuzzdist.errors import InvalidArgument
 from fuzzdist.properties import PropertyFailure, dtensor
+from fuzzdist.strategies import seeds
 from fuzzdist.toolkit.checks import first_difference
 
 try:
@@ -108,7 +109,7 @@ if TYPE_CHECKING:
     from fuzzdist.pool.rank.context import RankContext
 
 HAS_ASYNC_SAVE = hasattr(dcp, "async_save")
-SEEDS = st.integers(0, 2**32 - 1)
+SEEDS = seeds()
 MAX_BYTES = 512  # per tensor: <= 64 elements of the widest dtype per dim, and fast
 MAX_ENTRIES = 4  # leaves per state dict
 _MAX_REPORTED = 8  # problems reported per rank

@@ -54,18 +54,19 @@ Found in torch's source (torch/distributed/nn/functional.py), and left out by co
   ``zeros_like`` of the receiver's own tensor (see gloo-scatter-ignores-strides), right only while
   sender and receiver agree on the layout.
 * PRODUCT over float16 can overflow in some reduction orders and not others (values reach 2**8,
-  float16's max is 65504): it is drawn, and the elements where some partial product, in some
-  order, leaves the dtype's normal range are not compared (``products_in_range``); the others are
-  within the rounding bound in every order.
+  float16's max is 65504): it is drawn, and the reference accepts what some order of the
+  products gives, overflow included.  The gradient of PRODUCT is compared only where every
+  partial product stays within the dtype's normal range (``products_in_range``).
 
 Probed on the ranks once per pool, and left out (with a warning) where the installed torch/gloo
 raises: float16/bfloat16 per collective and op, and the ops AVG/PRODUCT/MIN/MAX; reduce_scatter
 is skipped as a whole where gloo lacks it.
 
-Comparisons: data movement is checked bitwise (any value, NaN payloads and -0.0 included).  A
-sum of two float32/float64 terms is one correctly rounded addition, so it too is checked bitwise;
-other reductions against a float64 reference within the worst-case rounding bound of their dtype
-(W * eps * sum|x|), with inputs drawn without special values (inf - inf is order-dependent).
+Comparisons: data movement is checked bitwise (any value, NaN payloads and -0.0 included).
+Reductions by the reference every property and ``check-pg`` share (:mod:`fuzzdist.toolkit.oracle`):
+exactly what some order of pairwise operations in the dtype gives (up to 5 ranks; beyond, the
+worst-case rounding bound W * eps * sum|x|), with inputs drawn without special values (inf - inf is
+order-dependent).
 
 Generalises ``TestDistributedNNFunctions`` in torch's ``test_c10d_spawn_gloo.py`` (seed 003: each
 collective on fixed inputs) to drawn dtypes, shapes, layouts, roots, reduce ops, split sizes and
@@ -82,7 +83,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import pytest
 import torch
 import torch.distributed as dist
 import torch.distributed.nn.functional as dnn
@@ -90,11 +90,13 @@ from hypothesis import strategies as st
 
 from fuzzdist import known_bugs
 from fuzzdist import strategies as fst
-from fuzzdist.errors import InvalidArgument
+from fuzzdist.errors import CapabilityError, InvalidArgument
 from fuzzdist.known_bugs import symptoms as _symptoms
+from fuzzdist.pool.capabilities import probed_once
 from fuzzdist.properties import PropertyFailure
-from fuzzdist.strategies import TensorSpec
+from fuzzdist.strategies import TensorSpec, seeds
 from fuzzdist.toolkit.checks import first_difference, written_ignoring_strides
+from fuzzdist.toolkit.oracle import reduction_problem
 
 if TYPE_CHECKING:
     from fuzzdist.pool import Pool
@@ -114,7 +116,7 @@ FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 BASE_DTYPES = (torch.float32, torch.float64)  # always drawn; probed only for reduce_scatter
 MAX_BYTES = 1024
 MAX_SPLIT = 3  # rows per (sender, receiver) block of all_to_all_single
-SEEDS = st.integers(0, 2**32 - 1)
+SEEDS = seeds()
 
 
 @dataclass(frozen=True)
@@ -187,43 +189,11 @@ def _exact(what: str, actual: torch.Tensor, expected: torch.Tensor) -> str | Non
 
 
 def _reduced(what: str, actual: torch.Tensor, terms: list[torch.Tensor], op: str | None) -> str | None:
-    """Check ``actual`` against ``op`` over ``terms`` (one tensor per rank, in rank order)."""
-    dtype = terms[0].dtype
-    if tuple(actual.shape) != tuple(terms[0].shape) or actual.dtype != dtype:
-        return (f"{what}: got shape {tuple(actual.shape)} {actual.dtype}, "
-                f"expected {tuple(terms[0].shape)} {dtype}")
-    n = len(terms)
-    if op in ("MIN", "MAX"):  # exact: picks one of the terms
-        stacked = torch.stack([t.detach() for t in terms])
-        return _exact(what, actual, stacked.amin(0) if op == "MIN" else stacked.amax(0))
-    if op == "SUM" and n == 2 and dtype in (torch.float32, torch.float64):
-        # one IEEE addition, commutative and correctly rounded: bitwise, whatever the order
-        return _exact(what, actual, terms[0].detach() + terms[1].detach())
-    stacked = torch.stack([t.detach().to(torch.float64) for t in terms])
-    info = torch.finfo(dtype)
-    eps, sub = info.eps, info.smallest_normal * info.eps  # sub: the smallest subnormal
-    magnitude = stacked.abs().sum(0)
-    if op == "SUM":
-        ref, bound = stacked.sum(0), n * eps * magnitude + n * sub
-    elif op == "AVG":
-        ref, bound = stacked.sum(0) / n, (n + 1) * eps * magnitude / n + n * sub
-    elif op == "PRODUCT":
-        ref = stacked.prod(0)
-        bound = n * eps * ref.abs() + n * sub
-    else:
-        raise InvalidArgument(f"unknown op {op!r}")
-    got = actual.detach().to(torch.float64)
-    bad = ~((got - ref).abs() <= bound)  # NaN counts as bad
-    if op == "PRODUCT":
-        bad &= products_in_range(stacked, dtype)
-    if not bool(bad.any()):
-        return None
-    flat_bad = bad.reshape(-1)
-    i = int(flat_bad.nonzero()[0])
-    return (f"{what}: {int(flat_bad.sum())} of {bad.numel()} elements off by more than {dtype}'s "
-            f"rounding bound for {op} over {n} ranks; first at flat index {i}: "
-            f"got {got.reshape(-1)[i].item()!r}, expected {ref.reshape(-1)[i].item()!r} "
-            f"+- {bound.reshape(-1)[i].item():.3g}")
+    """Check ``actual`` against ``op`` over ``terms`` (one tensor per rank, in rank order), by the
+    reference every reduction in fuzzdist uses (:func:`fuzzdist.toolkit.oracle.reduction_problem`)."""
+    if op is None:
+        raise RuntimeError("fuzzdist bug: a reduction case without its op")
+    return reduction_problem(what, op, [t.detach() for t in terms], actual.detach())
 
 
 def products_in_range(terms: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -556,19 +526,14 @@ def probe_support(ctx: RankContext, name: str,
     return errors
 
 
-_SUPPORT: dict[tuple[int, str], list[tuple[torch.dtype, str | None]]] = {}
-_UNSUPPORTED: dict[tuple[int, str], str] = {}  # why the collective can't run at all: skip every caller
-
-
 def supported(pool: Pool, name: str) -> list[tuple[torch.dtype, str | None]]:
-    """The (dtype, op) pairs the property draws for ``name`` on this pool's torch/gloo, probed once
-    per world size; warns for each pair left out, and skips the calling test (``pytest.skip``)
-    where gloo has no reduce_scatter at all."""
-    key = (pool.world_size, name)
-    if key in _UNSUPPORTED:
-        pytest.skip(_UNSUPPORTED[key])
-    if key in _SUPPORT:
-        return _SUPPORT[key]
+    """The (dtype, op) pairs the property draws for ``name`` on this pool's torch/gloo, probed on the
+    ranks once per pool (:func:`fuzzdist.pool.capabilities.probed_once`); warns for each pair left
+    out, and raises CapabilityError (the calling test skips) where gloo has no reduce_scatter at all."""
+    return probed_once(pool, ("autograd collectives", name), lambda: _probe_supported(pool, name))
+
+
+def _probe_supported(pool: Pool, name: str) -> list[tuple[torch.dtype, str | None]]:
     ops = REDUCE_OPS if name in REDUCTIONS else (None,)
     combos = [(dt, op) for dt in FLOAT_DTYPES for op in ops]
     # float32/float64 SUM (and data movement) are always drawn, so a real failure there fails
@@ -578,16 +543,13 @@ def supported(pool: Pool, name: str) -> list[tuple[torch.dtype, str | None]]:
     per_rank = pool.run(probe_support, name, probed) if probed else [{}]
     errors = {c: next((res[c] for res in per_rank if res[c] is not None), None) for c in probed}
     if name == "reduce_scatter" and errors.get((torch.float32, "SUM")):
-        _UNSUPPORTED[key] = (f"reduce_scatter is not supported on gloo CPU in torch {torch.__version__}: "
-                             f"{errors[(torch.float32, 'SUM')]}")
-        pytest.skip(_UNSUPPORTED[key])
-    allowed = [c for c in combos if errors.get(c) is None]
+        raise CapabilityError(f"reduce_scatter is not supported on gloo CPU in torch {torch.__version__}: "
+                              f"{errors[(torch.float32, 'SUM')]}")
     for (dt, op), err in errors.items():
         if err is not None:
             warnings.warn(f"fuzzdist: {name} with {dt}{'' if op is None else ' ' + op} left out: "
-                          f"it raises on gloo CPU in torch {torch.__version__} ({err})", stacklevel=2)
-    _SUPPORT[key] = allowed
-    return allowed
+                          f"it raises on gloo CPU in torch {torch.__version__} ({err})", stacklevel=3)
+    return [c for c in combos if errors.get(c) is None]
 
 
 # ---------------------------------------------------------------------------
@@ -600,7 +562,7 @@ def cases(draw: st.DrawFn, name: str, world_size: int, allowed: list[tuple[torch
     dtypes = [dt for dt in FLOAT_DTYPES if any(c[0] == dt for c in allowed)]
     dtype = draw(st.sampled_from(dtypes), label="dtype")
     op = draw(st.sampled_from([op for dt, op in allowed if dt == dtype]), label="op")
-    # Reductions compare within a rounding bound: no inf/nan (inf - inf depends on the order).
+    # Reductions: no inf/nan drawn (inf - inf depends on the order).
     patterns = ("random", "constant") if op is not None else None
     # all_to_all_single raises on non-contiguous inputs (see the module docstring).
     layouts = ("contiguous", "sliced") if name == "all_to_all_single" else None

@@ -107,6 +107,7 @@ from fuzzdist.errors import InvalidArgument
 from fuzzdist.known_bugs import known_failures
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.properties.ddp import TOLERANCES, completion_schedules, ddp_device_kwargs, pg_wrapper
+from fuzzdist.strategies import seeds
 from fuzzdist.toolkit.checks import fingerprint
 
 if TYPE_CHECKING:
@@ -119,7 +120,7 @@ __all__ = [
     "local_sgd_cases", "powersgd_cases",
 ]
 
-SEEDS = st.integers(0, 2**32 - 1)
+SEEDS = seeds()
 DTYPES = st.sampled_from([torch.float32, torch.float64])
 REORDER_KINDS = ("reorder-subclass", "reorder-future")
 _MAX_REPORTED = 6

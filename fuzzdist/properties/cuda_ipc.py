@@ -57,7 +57,7 @@ NBYTES = st.sampled_from(boundary_sizes())  # the whole allocation's size: it si
 DTYPES = st.sampled_from([torch.float32, torch.uint8, torch.float16, torch.int64, torch.bfloat16])
 OFFSETS = st.integers(0, 4096)  # elements before the first shared view in its allocation
 COUNTS = st.integers(1, 3)  # views of one allocation shared
-SEEDS = st.integers(0, 2**31)
+SEEDS = fst.seeds()
 MODES = st.deferred(ipc_allocator_modes)  # deferred: the modes depend on the GPU, probed when drawn
 
 

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from fuzzdist.pool.rank.context import RankContext
 
 UNITS = st.integers(0, 4096)  # the shared memory's size in 8-byte units (a multiple of every view dtype's size)
-SEEDS = st.integers(0, 2**31)
+SEEDS = fst.seeds()
 MODES = st.deferred(ipc_allocator_modes)  # deferred: the modes depend on the GPU, probed when drawn
 VIEW_DTYPES = (torch.uint8, torch.float16, torch.bfloat16, torch.float32, torch.int32, torch.float64, torch.int64)
 

@@ -39,6 +39,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from fuzzdist import strategies as fst
 from fuzzdist.errors import InvalidArgument
 from fuzzdist.properties import PropertyFailure
+from fuzzdist.strategies import seeds
 from fuzzdist.toolkit.checks import fingerprint
 from fuzzdist.toolkit.reorder import ReorderingProcessGroup
 
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
     from fuzzdist.pool import Pool
     from fuzzdist.pool.rank.context import RankContext
 
-SEEDS = st.integers(0, 2**32 - 1)
+SEEDS = seeds()
 DTYPES = st.sampled_from([torch.float32, torch.float64])
 # (rtol, atol): torch.testing.assert_close's defaults for the dtype.
 TOLERANCES: dict[torch.dtype, tuple[float, float]] = {

@@ -44,7 +44,7 @@ from fuzzdist import strategies as fst
 from fuzzdist.pool.capabilities import GLOO_DTYPES
 from fuzzdist.pool.rank.isolation import keep_process_groups
 from fuzzdist.properties import PropertyFailure
-from fuzzdist.strategies import TensorSpec
+from fuzzdist.strategies import TensorSpec, seeds
 from fuzzdist.toolkit.checks import first_difference
 
 if TYPE_CHECKING:
@@ -77,7 +77,7 @@ except ImportError:  # pragma: no cover - torch < 2.2
 # src_data_rank: a keyword of distribute_tensor in newer torch; without it the source is rank 0.
 HAS_SRC_DATA_RANK = "src_data_rank" in inspect.signature(API.distribute_tensor).parameters
 MAX_BYTES = 2048
-SEEDS = st.integers(0, 2**32 - 1)
+SEEDS = seeds()
 _LOGGERS = ("torch.distributed.tensor", "torch.distributed._tensor")
 
 

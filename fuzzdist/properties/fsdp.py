@@ -57,6 +57,7 @@ from fuzzdist.errors import InvalidArgument
 from fuzzdist.known_bugs import known_failures
 from fuzzdist.pool.rank.isolation import keep_process_groups
 from fuzzdist.properties import PropertyFailure
+from fuzzdist.strategies import seeds
 from fuzzdist.toolkit.checks import fingerprint
 
 try:
@@ -70,7 +71,7 @@ if TYPE_CHECKING:
     from fuzzdist.pool import Pool
     from fuzzdist.pool.rank.context import RankContext
 
-SEEDS = st.integers(0, 2**32 - 1)
+SEEDS = seeds()
 DTYPES = st.sampled_from([torch.float32, torch.float64])  # the model's (master parameters') dtype
 # (rtol, atol) for parameters: torch.testing.assert_close's defaults for the dtype.
 TOLERANCES: dict[torch.dtype, tuple[float, float]] = {

@@ -47,8 +47,7 @@ from fuzzdist.known_bugs import known_failures
 from fuzzdist.known_bugs.symptoms import BOOL_BYTES_NOT_0_OR_1, CALL_RAISED
 from fuzzdist.pool.capabilities import GLOO_DTYPES
 from fuzzdist.properties import PropertyFailure
-from fuzzdist.strategies import TensorSpec
-from fuzzdist.strategies._seeds import _mix_seed
+from fuzzdist.strategies import TensorSpec, mix_seed, seeds
 from fuzzdist.toolkit.oracle import exact_problem, reduction_problem
 
 try:
@@ -65,7 +64,7 @@ OPS = ("all_reduce", "all_gather_single", "all_gather_tensor", "reduce_scatter_s
 COMPLETIONS = ("wait_tensor", "wait", "use", "view")
 GROUP_FORMS = ("group", "ranks")
 MAX_BYTES = 256
-SEEDS = st.integers(0, 2**32 - 1)
+SEEDS = seeds()
 # reduce_scatter_tensor is deprecated (a FutureWarning) where reduce_scatter_single exists
 _REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 _INTEGRAL_OPS = ("SUM", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR")
@@ -113,7 +112,7 @@ class FunctionalCase:
 
 def rank_input(call: Call, index: int, rank: int, seed: int) -> torch.Tensor:
     """Rank ``rank``'s input to call ``index``: the same tensor in every process that asks."""
-    t = call.spec.materialize("cpu", _mix_seed(seed, index, rank))
+    t = call.spec.materialize("cpu", mix_seed(seed, index, rank))
     if call.splits is not None:
         t = t.narrow(0, 0, sum(call.splits[rank]))
     return t

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 OPS = ("broadcast_object_list", "all_gather_object", "scatter_object_list", "gather_object")
 MAX_TENSOR_BYTES = 4096
 MAX_LARGE_BYTES = 256 * 1024
-SEEDS = st.integers(0, 2**32 - 1)
+SEEDS = fst.seeds()
 
 
 @dataclass(frozen=True)

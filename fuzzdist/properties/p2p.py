@@ -63,7 +63,7 @@ if TYPE_CHECKING:
 APIS = ("batch", "isend", "blocking")
 MAX_BYTES = 4096
 MAX_TAG = 7
-SEEDS = st.integers(0, 2**32 - 1)
+SEEDS = fst.seeds()
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ MAX_BYTES = 64 * 1024
 # and "transposed"/"channels_last" are views whose storage order differs from their logical order,
 # which is how the property checks that offsets and views survive sharing.
 SPECS = fst.tensor_specs(max_bytes=MAX_BYTES)
-SEEDS = st.integers(0, 2**32 - 1)
+SEEDS = fst.seeds()
 MODES = fst.allocator_modes("cpu")
 WRITE_PATTERNS = st.sampled_from(fst.PATTERNS)
 

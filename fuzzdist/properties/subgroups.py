@@ -64,7 +64,7 @@ HAS_SORT_RANKS = "sort_ranks" in inspect.signature(dist.new_group).parameters
 DTYPES = (torch.float32, torch.float64, torch.int8, torch.int32, torch.int64, torch.uint8)
 REDUCE_OPS = ("SUM", "MAX", "MIN")
 MAX_BYTES = 1024
-SEEDS = st.integers(0, 2**32 - 1)
+SEEDS = fst.seeds()
 
 
 @dataclass(frozen=True)

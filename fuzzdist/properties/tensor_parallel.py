@@ -92,6 +92,7 @@ from fuzzdist.errors import InvalidArgument
 from fuzzdist.known_bugs import known_failures
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.properties import dtensor as _dtensor
+from fuzzdist.strategies import seeds
 from fuzzdist.toolkit.checks import first_difference
 
 try:
@@ -113,7 +114,7 @@ if TYPE_CHECKING:
     from fuzzdist.pool import Pool
     from fuzzdist.pool.rank.context import RankContext
 
-SEEDS = st.integers(0, 2**32 - 1)
+SEEDS = seeds()
 DTYPE = torch.float64
 RTOL, ATOL = 1e-7, 1e-7  # torch.testing.assert_close's float64 defaults (derivation: module docstring)
 LR = 0.1

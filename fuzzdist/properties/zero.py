@@ -91,13 +91,14 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from fuzzdist.errors import InvalidArgument, InvalidStrategyArgument
 from fuzzdist.properties import PropertyFailure
+from fuzzdist.strategies import seeds
 from fuzzdist.toolkit.checks import fingerprint
 
 if TYPE_CHECKING:
     from fuzzdist.pool import Pool
     from fuzzdist.pool.rank.context import RankContext
 
-SEEDS = st.integers(0, 2**32 - 1)
+SEEDS = seeds()
 DTYPES = st.sampled_from([torch.float32, torch.float64])
 # Parameters and optimizer state: relative tolerance in eps of the dtype (see the module docstring).
 PARAM_EPS = 2

@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from fuzzdist import strategies as fst
 from fuzzdist.errors import InvalidArgument
 from fuzzdist.properties import PropertyFailure
+from fuzzdist.strategies import seeds
 from fuzzdist.toolkit.checks import first_difference
 from fuzzdist.toolkit.sharing import (
     leftover_shared_memory,
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
     from fuzzdist.pool.rank.context import RankContext
 
 MAX_BYTES = 16 * 1024
-SEEDS = st.integers(0, 2**32 - 1)
+SEEDS = seeds()
 # Every dtype and layout fuzzdist builds on CPU: which of them an interface can take is decided by
 # the view dtype alias_cases() draws for it.
 SPECS = fst.tensor_specs(max_bytes=MAX_BYTES)

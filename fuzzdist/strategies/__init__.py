@@ -11,6 +11,8 @@ Strategies and what they shrink to:
 * ``shapes()``: tensor shapes under a byte budget -> ``(1,)``
 * ``dtypes()``: dtypes usable on a device -> ``torch.float32``
 * ``tensor_specs()``: ``TensorSpec`` -> ``TensorSpec((1,), torch.float32)``
+* ``seeds()``: integers in ``[0, 2**32 - 1]`` that the ranks build an example's values
+  from -> 0 (``mix_seed(seed, ...)`` derives sub-seeds, the same in every process)
 * ``world_sizes()``: -> 1 (``min_size``)
 * ``source_ranks(world_size)``: -> 0
 * ``rank_subsets(world_size)``: -> ``(0,)``
@@ -29,6 +31,7 @@ from fuzzdist.strategies._allocator import (
     CudaAllocatorMode,
     SharingStrategyMode,
     allocator_modes,
+    inherited_allocator_settings,
 )
 from fuzzdist.strategies._completion import CompletionOrder, completion_orders
 from fuzzdist.strategies._ddp import DDPConfig, ddp_configs
@@ -36,6 +39,7 @@ from fuzzdist.strategies._dtype_catalogue import DTYPE_KINDS
 from fuzzdist.strategies._dtypes import dtypes, supported_dtypes
 from fuzzdist.strategies._fsdp import FSDPConfig, fsdp_configs
 from fuzzdist.strategies._ranks import rank_subsets, source_ranks, world_sizes
+from fuzzdist.strategies._seeds import mix_seed, seeds
 from fuzzdist.strategies._shapes import shapes
 from fuzzdist.strategies._tensor_specs import tensor_specs
 from fuzzdist.strategies._tensors import LAYOUTS, PATTERNS, TensorSpec
@@ -56,7 +60,10 @@ __all__ = [
     "ddp_configs",
     "dtypes",
     "fsdp_configs",
+    "inherited_allocator_settings",
+    "mix_seed",
     "rank_subsets",
+    "seeds",
     "shapes",
     "source_ranks",
     "supported_dtypes",

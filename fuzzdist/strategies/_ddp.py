@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 from fuzzdist.errors import InvalidArgument, InvalidStrategyArgument
-from fuzzdist.strategies._seeds import _generator, _mix_seed
+from fuzzdist.strategies._seeds import _generator, mix_seed
 
 OPTIMIZERS: tuple[str, ...] = ("sgd", "adam", "adamw")
 
@@ -203,7 +203,7 @@ class DDPConfig:
         """
         with torch.random.fork_rng(devices=[]):
             model = _FuzzMLP(self)
-        gen = _generator(_mix_seed(seed, 0x6D6F64656C))
+        gen = _generator(mix_seed(seed, 0x6D6F64656C))
         with torch.no_grad():
             for _, param in model.named_parameters():  # shared ones once
                 fan_in = param.shape[-1] if param.dim() > 1 else param.numel()
@@ -216,7 +216,7 @@ class DDPConfig:
         rows, deterministic in (seed, rank, step), on CPU."""
         if not 0 <= rank < self.world_size:
             raise IndexError(f"rank {rank} out of range for world_size {self.world_size}")
-        gen = _generator(_mix_seed(seed, rank, step))
+        gen = _generator(mix_seed(seed, rank, step))
         batch = self.batch_sizes[rank]
         inputs = torch.rand((batch, self.widths[0]), generator=gen) * 2 - 1
         targets = torch.rand((batch, self.widths[-1]), generator=gen) * 2 - 1

@@ -7,12 +7,26 @@ from __future__ import annotations
 import hashlib
 
 import torch
+from hypothesis import strategies as st
 
 _SEED_SPACE = 1 << 64
 
 
-def _mix_seed(*parts: int) -> int:
-    """A 64-bit seed derived from ``parts``, identical in every process."""
+def seeds() -> st.SearchStrategy[int]:
+    """Seeds for building an example's values on the ranks: integers in ``[0, 2**32 - 1]``.
+
+    A property draws one seed in the driver and every rank builds its tensors from it
+    (:meth:`TensorSpec.materialize`, :func:`mix_seed` for per-rank or per-step sub-seeds), so an
+    example travels as a few small values.  Shrinks towards 0.
+    """
+    return st.integers(0, 2**32 - 1)
+
+
+def mix_seed(*parts: int) -> int:
+    """A 64-bit seed derived from ``parts`` (a seed, a rank, a step...), identical in every process.
+
+    Python's ``hash`` is salted per process, so it is never used; ``mix_seed(seed, rank)`` gives each
+    rank its own stream that every other process can recompute for the reference."""
     text = ",".join(str(int(p)) for p in parts).encode()
     return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little")
 
@@ -25,5 +39,5 @@ def _generator(seed: int) -> torch.Generator:
     whole seed is hashed down to the 32 bits that count instead.
     """
     gen = torch.Generator(device="cpu")
-    gen.manual_seed(_mix_seed(int(seed) % _SEED_SPACE) & 0xFFFFFFFF)
+    gen.manual_seed(mix_seed(int(seed) % _SEED_SPACE) & 0xFFFFFFFF)
     return gen

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 
 from fuzzdist import strategies as fst
 from fuzzdist.errors import InvalidArgument
-from fuzzdist.strategies._allocator import inherited_allocator_settings
+from fuzzdist.strategies import inherited_allocator_settings
 
 __all__ = ["CudaArrayInterface", "check_expandable_segment", "expandable_segment_mismatch",
            "expandable_segments_active", "ipc_allocator_modes", "open_cuda_handle", "reduce_cuda_handles",

@@ -17,9 +17,10 @@ to the backend:
   SUM leaves the byte 2 in a bool: known torch bug gloo-bool-sum-stores-2);
 * floating SUM and PRODUCT (complex: on the real view, as torch.distributed
   hands it to the backend): element by element, the result must equal what
-  *some* order of pairwise operations in the dtype gives (every binary tree
-  over the ranks: 3 for 3 ranks, 15 for 4, 105 for 5; beyond 5 ranks a
-  rounding bound of ``world_size * eps * sum |x|``).  Values compare with
+  *some* order of pairwise operations gives (every binary tree over the
+  ranks: 3 for 3 ranks, 15 for 4, 105 for 5), in the dtype or accumulated in
+  float64 and rounded once to the dtype (a backend may accumulate in a wider
+  type); beyond 5 ranks a rounding bound of ``world_size * eps * sum |x|``.  Values compare with
   ``==`` (so the sign of a zero sum is not checked) and any NaN matches NaN;
 * MIN and MAX: the minimum (maximum) by value (so -0.0 and 0.0 are the
   same); where an input is NaN, NaN or any of the inputs (the result then
@@ -171,11 +172,15 @@ def _float_reduction(reduce_op: str, xs: list[torch.Tensor], actual: torch.Tenso
         in_order = _fold(fn, xs)
         if world <= _MAX_TREE_RANKS:
             candidates = _trees(xs, fn, tuple(range(world)), {})
+            # A backend may also accumulate in a wider type and round once (gloo's float16 sums in
+            # some paths): any order in float64, rounded to the dtype.
+            wider = [c.to(dtype) for c in _trees([x.double() for x in xs], fn, tuple(range(world)), {})]
             ok = torch.zeros_like(actual, dtype=torch.bool)
-            for c in candidates:
+            for c in candidates + wider:
                 ok |= _same_value(actual, c)
             note = ("ranks reduced in rank order" +
-                    (f"; any of the {len(candidates)} orders is accepted" if len(candidates) > 1 else ""))
+                    (f"; any of the {len(candidates)} orders is accepted" if len(candidates) > 1 else "") +
+                    ", in the dtype or accumulated in float64 and rounded once")
             return ok, in_order, note
         wide = torch.stack([x.double() for x in xs])
         exact = wide.sum(0) if reduce_op == "SUM" else wide.prod(0)

@@ -19,8 +19,7 @@ from hypothesis import strategies as st
 
 from fuzzdist import strategies as fst
 from fuzzdist.errors import InvalidArgument
-from fuzzdist.strategies import TensorSpec
-from fuzzdist.strategies._seeds import _mix_seed
+from fuzzdist.strategies import TensorSpec, mix_seed, seeds
 from fuzzdist.toolkit.oracle import exact_problem, reduction_problem, show
 
 REDUCE_OPS: tuple[str, ...] = ("SUM", "PRODUCT", "MIN", "MAX", "AVG", "BAND", "BOR", "BXOR")
@@ -42,7 +41,7 @@ REDUCE_OPS_BY_KIND: dict[str, tuple[str, ...]] = {
 # fuzzdist.conformance.ops from its modules; OpCall("name", ...) looks names up here.
 OPS: dict[str, OpInfo] = {}
 
-SEEDS = st.integers(0, 2**32 - 1)
+SEEDS = seeds()
 # Output views start 0 elements (shrinks here) or a few elements into their buffers.
 OUT_OFFSETS = st.one_of(st.just(0), st.integers(1, 8))
 # The main input of a ``layouts`` op is probed in each of these layouts (after a plain call worked).
@@ -336,7 +335,7 @@ class OpCall:
 
 def input_seed(seed: int, rank: int, slot: int) -> int:
     """The seed of rank ``rank``'s input tensor number ``slot``, the same in every process."""
-    return _mix_seed(seed, rank, slot)
+    return mix_seed(seed, rank, slot)
 
 
 def contiguous_spec(spec: TensorSpec, shape: tuple[int, ...] | None = None) -> TensorSpec:
