@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 
+import pytest
 import rank_fns
 
-from fuzzdist import RankError, RankPool
+from fuzzdist import RankCrash, RankError, RankPool
 
 # Allocator noise: RSS moves by a few MB as glibc's arenas settle.
 RSS_SLACK = 16 * 1024 * 1024
@@ -51,12 +52,13 @@ def test_recovery_does_not_leak_processes_or_fds():
         pool.run(rank_fns.whoami)
         driver_fds = _driver_fds()
         others = _children() - set(pool.pids)  # other pools of the session, the resource tracker
-        for _ in range(3):
-            try:
+        for round_ in range(3):
+            generation = pool.generation
+            with pytest.raises(RankCrash) as crashed:  # the planted crash must happen, or nothing is recovered
                 pool.run(rank_fns.die_on, 1, "exit")
-            except Exception:
-                pass
+            assert crashed.value.ranks == [1], crashed.value
             pool.run(rank_fns.whoami)
+            assert pool.generation == generation + 1, f"round {round_}: the pool was not restarted"
         assert _driver_fds() == driver_fds
         assert _children() == others | set(pool.pids), "killed rank processes were not reaped"
 
