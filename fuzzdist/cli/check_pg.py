@@ -14,8 +14,7 @@ from fuzzdist.errors import UsageError
 
 def add_parser(sub: Any) -> None:
     """Register ``check-pg`` on the top parser's subcommands."""
-    from fuzzdist.conformance._checks import all_checks
-    from fuzzdist.conformance._engine import DEFAULT_MAX_BYTES, DEFAULT_WORLD_SIZES
+    from fuzzdist.conformance import DEFAULT_MAX_BYTES, DEFAULT_WORLD_SIZES, all_checks
     from fuzzdist.pool import DEFAULT_TIMEOUT
 
     parser = sub.add_parser(
@@ -56,7 +55,7 @@ def add_parser(sub: Any) -> None:
 
 def _ops(text: str) -> list[str] | None:
     """An argparse type: comma-separated check names, ops registered at run time included ('' means all)."""
-    from fuzzdist.conformance._checks import all_checks
+    from fuzzdist.conformance import all_checks
 
     if not text:
         return None
@@ -72,7 +71,7 @@ def cmd_check_pg(args: argparse.Namespace) -> int:
     """``fuzzdist check-pg``; returns the exit code (0 conforms, 1 a failure found; bad input raises UsageError)."""
     from hypothesis import settings as Settings
 
-    from fuzzdist.conformance._engine import check_process_group
+    from fuzzdist.conformance import check_process_group
     from fuzzdist.errors import CapabilityError, FactoryError, PoolStartupError
 
     # As `python -m`: modules in the current directory can be named.

@@ -35,9 +35,10 @@ fixture, ``properties/test_pg_conformance.py``).  See
 ``docs/backend-authors.md``.
 """
 
-from fuzzdist.conformance._checks import ALL_CHECKS, ASYNC, DDP
-from fuzzdist.conformance._engine import DEFAULT_FACTORY, DEFAULT_WORLD_SIZES, ConformanceSession, check_process_group
+from fuzzdist.conformance._checks import ALL_CHECKS, ASYNC, DDP, all_checks
+from fuzzdist.conformance._engine import ConformanceSession, check_process_group
 from fuzzdist.conformance._factories import gloo, gloo_backend
+from fuzzdist.conformance._options import DEFAULT_FACTORY, DEFAULT_MAX_BYTES, DEFAULT_WORLD_SIZES, CheckOptions
 from fuzzdist.conformance._rank import resolve_factory
 from fuzzdist.conformance._report import (
     UNSUPPORTED_PATTERNS,
@@ -55,11 +56,13 @@ __all__ = [
     "ASYNC",
     "DDP",
     "DEFAULT_FACTORY",
+    "DEFAULT_MAX_BYTES",
     "DEFAULT_WORLD_SIZES",
     "OPS",
     "REDUCE_OPS",
     "REDUCE_OPS_BY_KIND",
     "UNSUPPORTED_PATTERNS",
+    "CheckOptions",
     "ConformanceFailure",
     "ConformanceReport",
     "ConformanceSession",
@@ -69,6 +72,7 @@ __all__ = [
     "OpInfo",
     "OpReport",
     "Unsupported",
+    "all_checks",
     "check_process_group",
     "gloo",
     "gloo_backend",

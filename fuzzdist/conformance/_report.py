@@ -6,6 +6,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from fuzzdist.errors import RankError, RankFailure
+
+_MAX_MESSAGE = 6000
 # An exception counts as "the backend does not implement this" (not a bug) when it is a
 # NotImplementedError, or a RuntimeError/ValueError/TypeError whose message says so.
 UNSUPPORTED_PATTERNS: tuple[str, ...] = (
@@ -213,3 +216,27 @@ def _indent(text: str, n: int) -> str:
 
 def dtype_name(dtype: Any) -> str:
     return re.sub(r"^torch\.", "", str(dtype))
+
+
+def failure_text(exc: BaseException) -> str:
+    """An exception's message for a report, cut at ``_MAX_MESSAGE`` characters."""
+    text = str(exc)
+    return text if len(text) <= _MAX_MESSAGE else text[:_MAX_MESSAGE] + "\n... (truncated)"
+
+
+def rank_exceptions(exc: RankFailure) -> list[tuple[int, str, str]]:
+    """(rank, exception type, message) of each failed rank, lowest rank first."""
+    if isinstance(exc, RankError):
+        return [(r, exc.exc_types[r], str(exc.exceptions[r])) for r in sorted(exc.exceptions)]
+    return []
+
+
+def raised_message(head: str, exc: RankFailure) -> str:
+    """The message of an example that raised on the ranks, ``head`` saying what it called."""
+    lines = [head.replace(" does not conform:", " raised:", 1)]
+    refusals = [(r, unsupported_reason(t, m)) for r, t, m in rank_exceptions(exc)]
+    if any(reason for _, reason in refusals):
+        lines.append("  (it refused these arguments as unsupported, but the probe found the operation "
+                     "and dtype supported: a backend must accept every shape, layout and root)")
+    lines.append(failure_text(exc))
+    return "\n".join(lines)

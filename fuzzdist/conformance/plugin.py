@@ -23,7 +23,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from fuzzdist.conformance._engine import DEFAULT_FACTORY, DEFAULT_WORLD_SIZES, ConformanceSession
+from fuzzdist.conformance._engine import ConformanceSession
+from fuzzdist.conformance._options import DEFAULT_FACTORY, DEFAULT_WORLD_SIZES
 from fuzzdist.errors import FactoryError
 
 _SESSIONS = pytest.StashKey[list[ConformanceSession]]()  # config.stash: the sessions to summarise
