@@ -98,7 +98,7 @@ def measure_driver(n: int) -> dict[str, float]:
 
 
 def _rank_side(conn: Any, n: int, tmpdir: str) -> None:
-    """In a spawned process set up the way local.rank_main sets up a rank; times its stages."""
+    """In a spawned process set up the way fuzzdist.pool.rank.spawned.rank_main sets up a rank; times its stages."""
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     from fuzzdist.pool.rank import rank_output, rank_state
 

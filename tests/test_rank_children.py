@@ -23,8 +23,7 @@ from hypothesis import settings
 
 from fuzzdist import RankPool, RankTimeout
 from fuzzdist.conformance import check_process_group
-from fuzzdist.pool import local
-from fuzzdist.pool.rank import process_tree
+from fuzzdist.pool.rank import process_tree, spawned
 
 TESTS = Path(__file__).resolve().parent
 
@@ -127,7 +126,7 @@ def test_an_error_escaping_a_ranks_serve_loop_ends_the_rank_at_once():
     """Not through multiprocessing's exit handler, which would wait for the rank's non-daemon child (300 s)."""
     spawn = mp.get_context("spawn")
     here, there = spawn.Pipe()
-    rank = spawn.Process(target=local._serve_then_exit,
+    rank = spawn.Process(target=spawned._serve_then_exit,
                          args=(functools.partial(descendants.start_child_and_raise, there),), daemon=True)
     rank.start()
     child = None
