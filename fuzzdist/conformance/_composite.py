@@ -14,7 +14,7 @@ from fuzzdist import strategies as fst
 from fuzzdist.conformance import _rank
 from fuzzdist.conformance._checks import ASYNC, DDP
 from fuzzdist.conformance._draw import programs, wait_sequence
-from fuzzdist.conformance._fuzzing import Fuzzer, Refused, finish
+from fuzzdist.conformance._fuzzing import Fuzzer, _Refused, finish
 from fuzzdist.conformance._probe import GroupProbe
 from fuzzdist.conformance._report import (
     Failure,
@@ -113,7 +113,7 @@ def run_ddp(probe: GroupProbe, fuzzer: Fuzzer, report: OpReport) -> None:
             found = rank_exceptions(exc)
             reasons = [unsupported_reason(t, m) for _, t, m in found]
             if found and all(reasons) and kind == "direct":
-                raise Refused(f"DDP needs an operation the group does not implement: {reasons[0]}") from exc
+                raise _Refused(f"DDP needs an operation the group does not implement: {reasons[0]}") from exc
             failing.append(Failure(DDP, f"{head}: raised\n{failure_text(exc)}", fields, exc))
             raise
         try:

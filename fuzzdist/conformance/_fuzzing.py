@@ -28,7 +28,7 @@ class _OutOfTime(BaseException):
     """The op's share of the duration is spent (a BaseException, so Hypothesis lets it through)."""
 
 
-class Refused(BaseException):
+class _Refused(BaseException):
     """A check hit an operation the group does not implement (raised by its ``execute``): the check
     is reported unsupported, not failed."""
 
@@ -109,7 +109,7 @@ class Fuzzer:
             test()
         except _OutOfTime:
             pass
-        except Refused as refused:
+        except _Refused as refused:
             report.status = "unsupported"
             report.unsupported.append(Unsupported(name, None, (), tuple(sizes), refused.reason))
         except KeyboardInterrupt:

@@ -34,7 +34,6 @@ from fuzzdist.pool.rank.worker import Worker, answer_snapshot
 STACK_SIGNAL = signal.SIGUSR1  # the driver sends it to dump a hung rank's stack
 
 
-
 @dataclass(frozen=True)
 class RankSpec:
     """What a spawned rank needs to join its pool's group."""
