@@ -593,3 +593,34 @@ register(KnownBug(
     where=("sharded_tensor",), recognise=_is_chunk_offset_past_end, seen_on=SEEN_ON,
     upstream="https://github.com/pytorch/pytorch/pull/121002",
     reproducer="docs/findings/sharded-tensor-chunk-offsets-past-end.py"))
+
+
+# -- pipelining ---------------------------------------------------------------------------------
+
+_IMPLICIT_ONES = "[IMPLICIT_ONES: "  # pipelining.IMPLICIT_ONES's start: the check matched what the bug computes
+_STAGE_BACKWARD_FAILED = "Failed to run stage backward"
+
+
+def _is_pipelining_static_args_no_grad(example: Mapping[str, Any], failure: BaseException) -> bool:
+    """Static stages built from plain example tensors (``config.plain_examples``), and either every problem
+    is a stage gradient the check found equal to backward from that stage's own output with a gradient of
+    ones, or every rank that raised raised the stage backward's RuntimeError with no output gradient."""
+    config = example.get("config")
+    if not (getattr(config, "static", False) and getattr(config, "plain_examples", False)):
+        return False
+    if isinstance(failure, RankError):
+        return bool(failure.exceptions) and all(
+            isinstance(exc, RuntimeError) and _STAGE_BACKWARD_FAILED in str(exc)
+            and "Output gradient: ('None',)" in str(exc) for exc in failure.exceptions.values())
+    return _every_problem(failure, lambda p: _IMPLICIT_ONES in p)
+
+
+register(KnownBug(
+    id="pipelining-static-args-no-grad",
+    summary="PipelineStage with static input_args/output_args that don't require grad (plain example tensors): "
+            "no gradient passes between stages, and every stage but the last runs backward with no output "
+            "gradient: a silent gradient of ones where its output has one element, else 'Failed to run stage "
+            "backward'",
+    where=("pipelining",), recognise=_is_pipelining_static_args_no_grad, seen_on=SEEN_ON,
+    upstream="https://github.com/pytorch/pytorch/pull/172422",
+    reproducer="docs/findings/pipelining-static-args-no-grad.py"))

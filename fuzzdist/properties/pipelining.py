@@ -30,9 +30,22 @@ What is drawn, and where the docs constrain it:
   n_microbatches % num_rounds is 0").  ``ScheduleGPipe`` and ``ScheduleLoopedBFS``: any count.
 * Loss functions: ``mse`` (mean, with ``scale_grads`` True or False: the reading checked is the
   formula above whichever the loss is) and ``sse`` (the sum of squared errors).
-* Not drawn: the tracer frontend ``pipeline()`` (the brief: stages are built by hand), zero-bubble
-  and DualPipeV schedules (they split backward into input and weight passes; not this property's
-  contract), more than one ``step`` (gradients then accumulate, autograd's contract, not pipelining's).
+* Static stages get ``input_args`` and ``output_args``, "Example input tensors" and "Example output
+  tensors" (``PipelineStage``'s docstring) of one micro-batch: by default the tensors a stage sees
+  at run time in training, zeros of the activation's shape and dtype that require grad (all but
+  stage 0's input, the batch itself).  With ``pipeline_configs(..., plain_examples=True)`` they may
+  also be plain zeros that don't require grad, like the docs' ``example_input_microbatch`` ("The
+  ``PipelineStage`` requires an example argument ``input_args`` representing the runtime input to
+  the stage ... to determine the input and output shapes required for communication"): then torch
+  2.13 sends no gradients between the stages, and each stage but the last runs backward without
+  an output gradient (an implicit gradient of ones where its output has one element, else a
+  RuntimeError), the known bug ``pipelining-static-args-no-grad``; where the gradients equal what
+  that computes (:func:`implicit_ones_gradients`) a problem says ``IMPLICIT_ONES``.  Opt-in, like
+  every property's drawing of a known bug's inputs that a user can avoid: every such example fails.
+* Not drawn: the tracer frontend ``pipeline()`` (stages here are built by hand), zero-bubble and
+  DualPipeV schedules (they split backward into input and weight passes; not this property's
+  contract), more than one ``step`` (gradients then accumulate, autograd's contract, not pipelining's),
+  micro-batches of unequal size.
 
 Tolerance.  Each micro-batch's forward and backward run the same operations on the same tensors as
 the reference's (activations are sent unchanged), so each micro-batch's gradient ``g_mb`` is the
@@ -62,9 +75,10 @@ import torch
 from hypothesis import strategies as st
 from torch import nn
 
-from fuzzdist.errors import InvalidArgument
+from fuzzdist.errors import InvalidArgument, InvalidStrategyArgument, InvalidType
 from fuzzdist.known_bugs import known_failures
 from fuzzdist.properties import PropertyFailure
+from fuzzdist.strategies import seeds
 
 try:
     from torch.distributed.pipelining import (
@@ -74,7 +88,7 @@ try:
         ScheduleInterleaved1F1B,
         ScheduleLoopedBFS,
     )
-    from torch.distributed.pipelining.schedules import PipelineScheduleMulti
+    from torch.distributed.pipelining.schedules import PipelineScheduleMulti, PipelineScheduleSingle
 except ImportError as exc:  # pragma: no cover - torch < 2.4
     raise ImportError(f"torch {torch.__version__} has no torch.distributed.pipelining") from exc
 
@@ -82,10 +96,13 @@ if TYPE_CHECKING:
     from fuzzdist.pool import Pool
     from fuzzdist.pool.rank.context import RankContext
 
-SEEDS = st.integers(0, 2**32 - 1)
+SEEDS = seeds()
 DTYPES = st.sampled_from([torch.float32, torch.float64])
 LOSSES = ("mse", "sse")
 SCHEDULES: tuple[type, ...] = (ScheduleGPipe, Schedule1F1B, ScheduleInterleaved1F1B, ScheduleLoopedBFS)
+# A stage's gradient that equals what torch computes from plain static example tensors: the known bug's
+# symptom (``pipelining-static-args-no-grad`` in fuzzdist.known_bugs matches this text).
+IMPLICIT_ONES = "[IMPLICIT_ONES: equals backward from this stage's output with a gradient of ones]"
 _MAX_REPORTED = 8
 
 
@@ -95,7 +112,8 @@ def stages_per_rank(schedule_class: type) -> int:
 
 
 def microbatch_counts_allowed(schedule_class: type, n: int, num_stages: int, world_size: int) -> bool:
-    """Whether ``schedule_class`` accepts ``n`` micro-batches (see the module docstring for where each rule is stated)."""
+    """Whether ``schedule_class`` accepts ``n`` micro-batches (the module docstring says where each rule is
+    stated)."""
     if issubclass(schedule_class, Schedule1F1B):
         return n >= num_stages
     if issubclass(schedule_class, ScheduleInterleaved1F1B):
@@ -108,7 +126,8 @@ class PipeConfig:
     """One example: an MLP ``widths[0] -> ... -> widths[-1]`` (``tanh`` between layers), split so that stage
     ``s`` holds layers ``bounds[s]:bounds[s + 1]`` and sits on rank ``s % world_size``; ``n_microbatches``
     micro-batches of ``microbatch_size`` rows; ``loss`` ("mse" or "sse"), ``scale_grads``, and whether the
-    stages get their shapes up front (``static``)."""
+    stages get their shapes up front (``static``), from example tensors that require grad as the
+    activations do in training or, with ``plain_examples``, plain ones (see the module docstring)."""
 
     world_size: int
     widths: tuple[int, ...]
@@ -118,20 +137,28 @@ class PipeConfig:
     loss: str = "mse"
     scale_grads: bool = True
     static: bool = False
+    plain_examples: bool = False
 
     def __post_init__(self) -> None:
+        if isinstance(self.world_size, bool) or not isinstance(self.world_size, int) or self.world_size < 1:
+            raise InvalidArgument(f"world_size must be an int >= 1, got {self.world_size!r}")
+        object.__setattr__(self, "widths", tuple(int(w) for w in self.widths))
+        object.__setattr__(self, "bounds", tuple(int(b) for b in self.bounds))
         layers = len(self.widths) - 1
         if layers < 1 or min(self.widths) < 1:
             raise InvalidArgument("widths needs >= 2 entries, all >= 1")
         b = self.bounds
         if len(b) < 2 or b[0] != 0 or b[-1] != layers or any(x >= y for x, y in zip(b, b[1:], strict=False)):
-            raise InvalidArgument(f"bounds must rise strictly from 0 to {layers} (one layer or more per stage), got {b}")
+            raise InvalidArgument(f"bounds must rise strictly from 0 to {layers} (one layer or more per stage), "
+                                  f"got {b}")
         if (len(b) - 1) % self.world_size:
             raise InvalidArgument(f"{len(b) - 1} stages don't place evenly on {self.world_size} ranks")
         if self.loss not in LOSSES:
             raise InvalidArgument(f"loss must be one of {LOSSES}, got {self.loss!r}")
         if self.n_microbatches < 1 or self.microbatch_size < 1:
             raise InvalidArgument("n_microbatches and microbatch_size must be >= 1")
+        if self.plain_examples and not self.static:
+            raise InvalidArgument("plain_examples describes static stages' example tensors: set static=True too")
 
     @property
     def num_stages(self) -> int:
@@ -229,6 +256,37 @@ def reference(config: PipeConfig, seed: int, dtype: torch.dtype) -> dict[str, An
     return {"output": torch.cat(outputs), "losses": losses, "grads": grads}
 
 
+def implicit_ones_gradients(config: PipeConfig, seed: int, dtype: torch.dtype,
+                            ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """What torch 2.13 gives stage parameters from plain static example tensors (the known bug): each
+    stage but the last backpropagates a gradient of ones from its own output, with no gradient from
+    the next stage; the last stage its loss's.  Per parameter, ``scale * sum_mb`` in float64 and its
+    rounding bound, as :func:`reference` gives them."""
+    model = config.build_model(seed, dtype)
+    x, y = config.batch_data(seed, dtype)
+    loss_fn = loss_function(config.loss)
+    n = config.n_microbatches
+    scale = 1.0 / n if config.scale_grads else 1.0
+    sums: dict[str, torch.Tensor] = {}
+    magnitudes: dict[str, torch.Tensor] = {}
+    stages = [config.stage_module(model, s) for s in range(config.num_stages)]
+    for xb, yb in zip(torch.tensor_split(x, n), torch.tensor_split(y, n), strict=True):
+        model.zero_grad(set_to_none=True)
+        h = xb
+        for s, stage in enumerate(stages):
+            out = stage(h.detach())
+            (loss_fn(out, yb) if s == config.num_stages - 1 else out.sum()).backward()
+            h = out
+        for name, p in model.named_parameters():
+            g = torch.zeros_like(p, dtype=torch.float64) if p.grad is None else p.grad.double()
+            sums[name] = sums[name] + g if name in sums else g
+            magnitudes[name] = magnitudes[name] + g.abs() if name in magnitudes else g.abs()
+    info = torch.finfo(dtype)
+    roundings = n + 3
+    return {name: (sums[name] * scale, roundings * info.eps * magnitudes[name] * scale + roundings * info.tiny)
+            for name in sums}
+
+
 def _within(what: str, actual: torch.Tensor, expected: torch.Tensor, bound: torch.Tensor) -> str | None:
     if tuple(actual.shape) != tuple(expected.shape):
         return f"{what}: got shape {tuple(actual.shape)}, expected {tuple(expected.shape)}"
@@ -275,8 +333,12 @@ def pipeline_parity(ctx: RankContext, config: PipeConfig, dtype: torch.dtype, se
         kwargs: dict[str, Any] = {}
         if config.static:
             mb = config.microbatch_size
-            kwargs = {"input_args": torch.empty((mb, config.widths[config.bounds[s]]), dtype=dtype),
-                      "output_args": torch.empty((mb, config.widths[config.bounds[s + 1]]), dtype=dtype)}
+            example_in = torch.zeros((mb, config.widths[config.bounds[s]]), dtype=dtype)
+            example_out = torch.zeros((mb, config.widths[config.bounds[s + 1]]), dtype=dtype)
+            if not config.plain_examples:  # as in training: activations require grad, the batch does not
+                example_in.requires_grad_(s > 0)
+                example_out.requires_grad_(True)
+            kwargs = {"input_args": example_in, "output_args": example_out}
         stages.append(PipelineStage(module, s, config.num_stages, ctx.device, group=ctx.group, **kwargs))
     schedule = schedule_class(stages if per_rank > 1 else stages[0], config.n_microbatches,
                               loss_fn=loss_function(config.loss), scale_grads=config.scale_grads)
@@ -303,6 +365,7 @@ def pipeline_parity(ctx: RankContext, config: PipeConfig, dtype: torch.dtype, se
                 if problem:
                     problems.append(problem)
     names = dict(model.named_parameters())
+    alternative = implicit_ones_gradients(config, seed, dtype) if config.plain_examples else None
     for s in mine:
         for p in modules[s].parameters():
             name = next(n for n, q in names.items() if q is p)
@@ -311,10 +374,13 @@ def pipeline_parity(ctx: RankContext, config: PipeConfig, dtype: torch.dtype, se
                 problems.append(f"stage {s}: grad {name} is None")
                 continue
             problem = _within(f"stage {s}: grad {name}", p.grad.detach(), want, bound)
+            if problem and alternative is not None and _within("", p.grad.detach(), *alternative[name]) is None:
+                problem = f"{problem} {IMPLICIT_ONES}"  # exactly what the known bug computes
             if problem:
                 problems.append(problem)
     more = len(problems) - _MAX_REPORTED
-    return problems[:_MAX_REPORTED] + ([f"... and {more} more"] if more > 0 else [])
+    suffix = f" {IMPLICIT_ONES}" if problems and all(IMPLICIT_ONES in p for p in problems) else ""
+    return problems[:_MAX_REPORTED] + ([f"... and {more} more{suffix}"] if more > 0 else [])
 
 
 # ---------------------------------------------------------------------------
@@ -324,20 +390,26 @@ def pipeline_parity(ctx: RankContext, config: PipeConfig, dtype: torch.dtype, se
 @st.composite
 def pipeline_configs(draw: st.DrawFn, world_size: int, schedule_class: type = ScheduleGPipe, *,
                      max_extra_layers: int = 2, max_width: int = 6, max_microbatches: int = 4,
-                     max_microbatch_size: int = 3) -> PipeConfig:
+                     max_microbatch_size: int = 3, plain_examples: bool = False) -> PipeConfig:
     """A :class:`PipeConfig` for ``world_size`` ranks and ``schedule_class`` (one stage per rank, two for a
     ``PipelineScheduleMulti``).
 
     Covers one to ``1 + max_extra_layers`` Linear layers per stage (split points drawn), widths 1 to
     ``max_width``, 1 to ``max_microbatches`` micro-batches the schedule accepts (see
     :func:`microbatch_counts_allowed`) of 1 to ``max_microbatch_size`` rows, the ``mse`` and ``sse``
-    losses, ``scale_grads`` True or False, and static or dynamic stage shapes.
+    losses, ``scale_grads`` True or False, and static or dynamic stage shapes; static stages get
+    example tensors that require grad as the activations do in training, and, with
+    ``plain_examples``, sometimes plain ones (the known bug ``pipelining-static-args-no-grad``).
 
     Shrinks towards one 1 -> 1 layer per stage, the fewest micro-batches the schedule accepts, one row
     each, ``mse``, ``scale_grads=True``, dynamic shapes.
     """
-    if world_size < 1:
-        raise InvalidArgument(f"world_size must be >= 1, got {world_size}")
+    for name, value, minimum in (("world_size", world_size, 1), ("max_extra_layers", max_extra_layers, 0),
+                                 ("max_width", max_width, 1), ("max_microbatches", max_microbatches, 1),
+                                 ("max_microbatch_size", max_microbatch_size, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise InvalidStrategyArgument(f"{name} must be an int >= {minimum}, got {value!r}")
+    _check_schedule_class(schedule_class, InvalidStrategyArgument)
     num_stages = stages_per_rank(schedule_class) * world_size
     layers = num_stages + draw(st.integers(0, max_extra_layers), label="extra_layers")
     widths = tuple(draw(st.integers(1, max_width)) for _ in range(layers + 1))
@@ -351,18 +423,47 @@ def pipeline_configs(draw: st.DrawFn, world_size: int, schedule_class: type = Sc
     loss = draw(st.sampled_from(LOSSES), label="loss")
     scale = draw(st.booleans().map(lambda b: not b), label="scale_grads")
     static = draw(st.booleans(), label="static")
-    return PipeConfig(world_size, widths, bounds, n, size, loss, scale, static)
+    plain = static and plain_examples and draw(st.booleans(), label="plain_examples")
+    return PipeConfig(world_size, widths, bounds, n, size, loss, scale, static, plain)
 
 
 # ---------------------------------------------------------------------------
 # the driver-side check
 
 
+def _check_schedule_class(schedule_class: Any, error: type[Exception]) -> None:
+    if not isinstance(schedule_class, type) or not issubclass(schedule_class, (PipelineScheduleSingle,
+                                                                                PipelineScheduleMulti)):
+        raise error(f"schedule_class must be a pipelining schedule class (a subclass of PipelineScheduleSingle "
+                    f"or PipelineScheduleMulti, e.g. one of {[c.__name__ for c in SCHEDULES]}), "
+                    f"got {schedule_class!r}")
+
+
 def check(pool: Pool, config: PipeConfig, dtype: torch.dtype, seed: int, *,
           schedule_class: type = ScheduleGPipe) -> None:
     """Run one ``schedule_class`` step of ``config``'s pipeline on ``pool`` next to the local reference;
     raise :class:`PropertyFailure` if a loss, the output or a gradient differs.  ``schedule_class`` must be
-    importable on the ranks (a top-level class)."""
+    importable on the ranks (a top-level class).  Arguments that can't describe a run raise
+    :class:`~fuzzdist.errors.InvalidArgument` (or ``InvalidType``) before any rank runs."""
+    if not isinstance(config, PipeConfig):
+        raise InvalidType(f"config must be a PipeConfig (draw one with pipeline_configs), got {type(config).__name__}")
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise InvalidArgument(f"dtype must be a floating-point torch.dtype (the model's), got {dtype!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise InvalidArgument(f"seed must be an int, got {seed!r}")
+    _check_schedule_class(schedule_class, InvalidArgument)
+    if config.world_size != pool.world_size:
+        raise InvalidArgument(f"the config is for {config.world_size} ranks; this pool has {pool.world_size}: "
+                              f"draw it with pipeline_configs({pool.world_size}, {schedule_class.__name__})")
+    per_rank = stages_per_rank(schedule_class)
+    if config.num_stages != per_rank * pool.world_size:
+        raise InvalidArgument(f"{schedule_class.__name__} runs {per_rank} stage(s) per rank: "
+                              f"{per_rank * pool.world_size} stages on {pool.world_size} ranks, the config has "
+                              f"{config.num_stages}; draw it with pipeline_configs({pool.world_size}, "
+                              f"{schedule_class.__name__})")
+    if not microbatch_counts_allowed(schedule_class, config.n_microbatches, config.num_stages, pool.world_size):
+        raise InvalidArgument(f"{schedule_class.__name__} does not take {config.n_microbatches} micro-batches for "
+                              f"{config.num_stages} stages on {pool.world_size} ranks (see microbatch_counts_allowed)")
     with known_failures("pipelining", config=config, dtype=dtype, seed=seed):
         results = pool.run(pipeline_parity, config, dtype, seed, schedule_class=schedule_class)
         wrong = {rank: problems for rank, problems in enumerate(results) if problems}
