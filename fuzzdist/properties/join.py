@@ -88,13 +88,14 @@ from torch.nn.parallel import DistributedDataParallel
 from fuzzdist.errors import InvalidArgument, InvalidStrategyArgument
 from fuzzdist.known_bugs import known_failures
 from fuzzdist.properties import PropertyFailure
+from fuzzdist.strategies import seeds
 from fuzzdist.toolkit.checks import fingerprint
 
 if TYPE_CHECKING:
     from fuzzdist.pool import Pool
     from fuzzdist.pool.rank.context import RankContext
 
-SEEDS = st.integers(0, 2**32 - 1)
+SEEDS = seeds()
 DTYPES = st.sampled_from([torch.float32, torch.float64])
 PARAM_EPS = 2  # parameters: within 2 eps of the dtype, relative (see the module docstring)
 OPTIMIZERS = ("sgd", "sgd_momentum", "adam")
@@ -139,6 +140,9 @@ class JoinCase:
             raise InvalidArgument("batch_size must be >= 1")
         if self.optimizer not in OPTIMIZERS:
             raise InvalidArgument(f"unknown optimizer {self.optimizer!r}; choose from {OPTIMIZERS}")
+        for name in ("zero", "divide_by_initial_world_size", "throw_on_early_termination", "set_to_none"):
+            if not isinstance(getattr(self, name), bool):
+                raise InvalidArgument(f"{name} must be a bool, got {getattr(self, name)!r}")
 
     @property
     def world_size(self) -> int:
@@ -484,7 +488,23 @@ def check(pool: Pool, case: JoinCase, seed: int, dtype: torch.dtype = torch.floa
     """Train ``case`` with uneven inputs under ``Join`` on every rank of ``pool``, with ``ddp_class``
     (and, for ``case.zero``, ``optimizer_class``; both importable on the ranks, with the interfaces of
     ``DistributedDataParallel`` and ``ZeroRedundancyOptimizer``); raise :class:`PropertyFailure` if a
-    rank differs from the documented reference or from the others."""
+    rank differs from the documented reference or from the others.  Arguments that can't describe a run
+    raise :class:`~fuzzdist.errors.InvalidArgument` before any rank runs."""
+    if not isinstance(case, JoinCase):
+        raise InvalidArgument(f"case must be a JoinCase (draw one with join_cases), got {type(case).__name__}")
+    if case.world_size != pool.world_size:
+        raise InvalidArgument(f"the case is for {case.world_size} ranks; this pool has {pool.world_size}: "
+                              f"draw it with join_cases({pool.world_size})")
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise InvalidArgument(f"dtype must be a floating-point torch.dtype (the model's), got {dtype!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise InvalidArgument(f"seed must be an int, got {seed!r}")
+    if not isinstance(ddp_class, type) or not issubclass(ddp_class, DistributedDataParallel):
+        raise InvalidArgument(f"ddp_class must be DistributedDataParallel or a subclass of it (Join needs its join "
+                              f"hook), got {ddp_class!r}")
+    if not isinstance(optimizer_class, type):
+        raise InvalidArgument(f"optimizer_class must be a class with ZeroRedundancyOptimizer's constructor and "
+                              f"join hook, got {optimizer_class!r}")
     with known_failures("join", case=case, seed=seed, dtype=dtype):
         results = pool.run(join_training, case, seed, dtype, ddp_class=ddp_class, optimizer_class=optimizer_class)
         check_results(case, results)

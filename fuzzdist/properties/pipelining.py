@@ -75,7 +75,7 @@ import torch
 from hypothesis import strategies as st
 from torch import nn
 
-from fuzzdist.errors import InvalidArgument, InvalidStrategyArgument, InvalidType
+from fuzzdist.errors import InvalidArgument, InvalidStrategyArgument
 from fuzzdist.known_bugs import known_failures
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.strategies import seeds
@@ -444,9 +444,10 @@ def check(pool: Pool, config: PipeConfig, dtype: torch.dtype, seed: int, *,
     """Run one ``schedule_class`` step of ``config``'s pipeline on ``pool`` next to the local reference;
     raise :class:`PropertyFailure` if a loss, the output or a gradient differs.  ``schedule_class`` must be
     importable on the ranks (a top-level class).  Arguments that can't describe a run raise
-    :class:`~fuzzdist.errors.InvalidArgument` (or ``InvalidType``) before any rank runs."""
+    :class:`~fuzzdist.errors.InvalidArgument` before any rank runs."""
     if not isinstance(config, PipeConfig):
-        raise InvalidType(f"config must be a PipeConfig (draw one with pipeline_configs), got {type(config).__name__}")
+        raise InvalidArgument(f"config must be a PipeConfig (draw one with pipeline_configs), "
+                              f"got {type(config).__name__}")
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise InvalidArgument(f"dtype must be a floating-point torch.dtype (the model's), got {dtype!r}")
     if isinstance(seed, bool) or not isinstance(seed, int):
