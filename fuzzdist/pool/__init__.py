@@ -1,14 +1,18 @@
 """Rank pools: a set of ranks in one process group that run each example together.
 
-One protocol, two transports::
+One protocol, two transports; the driver side here, the rank side in ``rank/``::
 
     controller.py   what a pool is (Pool) and the driver's logic both transports share (Controller)
-    messages.py     the named messages between the controller and its ranks
-    worker.py       inside a rank: answers the messages, runs each call isolated and seeded
+    messages.py     the named messages between the controller and its ranks (framing.py: on the pipes)
     local.py        transport 1: RankPool, rank processes spawned here, over pipes
-    process_tree.py   a spawned rank's processes (it may start some) die with it and with the driver
     torchrun.py     transport 2: TorchrunPool, torchrun's processes, over torchrun's store
     torchrun_stop.py  under torchrun, a SIGTERM during an example: a rank died, or the job is being stopped
+    hangs.py        why ranks hung, from every rank's snapshot
+    signals.py, remote.py, capabilities.py, observability.py, input_coverage.py: what the driver needs
+                    around an example (chained signal handlers, remote exceptions, what the machine and
+                    the ranks support, Hypothesis observations and events)
+    rank/           inside a rank: worker.py answers the messages and runs each call isolated
+                    (isolation.py) and seeded; context.py, rank_state.py, rank_output.py, process_tree.py
 
 Public names:
     Pool: the protocol (``run``, ``world_size``, ``start``, ``close``, context manager).

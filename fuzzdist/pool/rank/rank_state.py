@@ -43,7 +43,8 @@ from typing import Any, Protocol, runtime_checkable
 FLIGHT_RECORDER_ENTRIES = 2000
 
 _C10D_FILE = os.path.join("torch", "distributed", "distributed_c10d.py")
-_POOL_DIR = os.path.dirname(os.path.abspath(__file__))  # fuzzdist/pool: plumbing, never the user's code
+# fuzzdist/pool (this file is in fuzzdist/pool/rank): plumbing, never the user's code
+_POOL_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _FUZZDIST_DIR = os.path.dirname(_POOL_DIR)
 _PROPERTIES_DIR = os.path.join(_FUZZDIST_DIR, "properties")  # fuzzdist's own properties are user code
 _TORCH_DIR = os.sep + "torch" + os.sep
