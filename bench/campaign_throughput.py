@@ -114,7 +114,8 @@ def wrapper_overhead_us(calls: int = 100_000, repeats: int = 7) -> float:
     from fuzzdist.campaign.database import Database
     from fuzzdist.campaign.progress import Progress
     from fuzzdist.campaign.report import CampaignState, PropertyState
-    from fuzzdist.campaign.runner import CampaignPlugin, _Round
+    from fuzzdist.campaign.rounds import PropertyRun, Round
+    from fuzzdist.campaign.runner import CampaignPlugin
     from fuzzdist.campaign.selection import Targets
     from fuzzdist.compat.hypothesis_internals import example_context
 
@@ -131,8 +132,9 @@ def wrapper_overhead_us(calls: int = 100_000, repeats: int = 7) -> float:
     prop = PropertyState("noop", status="running", started_at=time.monotonic(),
                          share_end=time.monotonic() + 3600)
     state.deadline = prop.share_end
-    plugin._round = _Round(1, frozenset(), frozenset())
-    wrapped = plugin._wrap(Item(), prop, noop, {"x"})
+    run = PropertyRun(plugin, Item(), prop)
+    run.round, run.given = Round(1, frozenset(), frozenset()), {"x"}
+    wrapped = run.wrap(noop)
     best = {}
     with example_context(noop, {"dtype=torch.float32": ""}):
         for _ in range(repeats):

@@ -313,6 +313,30 @@ def test_with_observability_on_the_ranks_times_are_in_timing():
     assert obs.features["fuzzdist:world_size"] == 3 and obs.features["fuzzdist:rank2"] == "ok"
 
 
+def _adds_timing() -> bool:
+    """Whether fuzzdist's timing wrapper stands in for Hypothesis's ``make_testcase`` now."""
+    return getattr(hypothesis.core.make_testcase, "_fuzzdist_adds_timing", False)
+
+
+def test_the_timing_wrapper_is_in_place_only_while_an_example_has_times_to_add():
+    pool, seen, during = InstantController(2), [], []
+
+    @ONE
+    @given(st.just(1))
+    def prop(x):
+        during.append(_adds_timing())
+        pool.run(answer, x)
+        during.append(_adds_timing())
+
+    assert not _adds_timing()
+    with with_observability_callback(seen.append):
+        prop()
+    assert during == [False, True]  # put in place by the example's first pool.run
+    assert not _adds_timing()  # and Hypothesis's own back once the example's observation was built
+    (obs,) = [o for o in seen if o.type == "test_case"]
+    assert {"fuzzdist:rank0", "fuzzdist:rank1"} <= obs.timing.keys()
+
+
 def _outcome(world_size: int) -> Outcome:
     return Outcome(seq=1, world_size=world_size, straggler_grace=1.0)
 

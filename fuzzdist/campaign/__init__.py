@@ -5,6 +5,8 @@ process, with a plugin object from this package:
 
     runner.CampaignPlugin   ``fuzzdist run``: rounds of Hypothesis per property
                             until its share of the budget is spent
+    rounds                  the rounds of one property: the example wrapper, the budget
+    failures                the distinct failures found, one record per origin
     replay.ReplayPlugin     ``fuzzdist replay``: re-executes the stored failures
     database                directory / Redis example databases, fuzzdist's index
     report                  campaign state, the JSON report, the summary table

@@ -31,12 +31,12 @@ from pathlib import Path
 from typing import TextIO, cast
 
 import pytest
-from _pytest.outcomes import Failed, OutcomeException
 
 from fuzzdist import known_bugs
 from fuzzdist.campaign.database import Database, read_index, reproduce_command
 from fuzzdist.campaign.selection import SelectionPlugin, Targets
 from fuzzdist.compat import hypothesis_internals as hc
+from fuzzdist.compat.pytest_internals import Failed, OutcomeException, call_arguments
 from fuzzdist.driver.variant_keys import fallback, keyed_by_hypothesis, parametrized_by_pool, shared_key
 
 _HIDDEN_FRAMES = ("/hypothesis/", "/_pytest/", "/pluggy/", "/fuzzdist/campaign/")
@@ -169,7 +169,7 @@ class ReplayPlugin(SelectionPlugin):
         guessed, current, older = self._stored[item.nodeid]
         if key != guessed:
             current, older = self._lookup(item, key)
-        testargs = {arg: item.funcargs[arg] for arg in item._fixtureinfo.argnames}
+        testargs = call_arguments(item)
         failing = []
         if item.nodeid in self._shared:
             self.counts["shared key"] += 1
@@ -282,17 +282,8 @@ class _Outcome:
         self.status, self.lines, self.exc, self.decorator, self.reason = status, list(lines), exc, decorator, reason
 
     def example(self) -> str:
-        out = []
-        for line in self.lines:
-            for prefix in ("Failing test case: ", "Falsifying example: ", "Falsifying explicit example: ",
-                           "Trying example: "):
-                if line.startswith(prefix):
-                    out.append(line[len(prefix):])
-                    break
-            else:
-                if line.startswith("Draw "):
-                    out.append(line)
-        return "\n".join(out)
+        """The example as Hypothesis reported it while replaying it ("" if it printed none)."""
+        return hc.printed_example(self.lines, attempts=True)
 
 
 def _describe_error(exc: BaseException) -> str:

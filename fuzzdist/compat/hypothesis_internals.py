@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import re
+import threading
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from hypothesis import settings as Settings
@@ -200,15 +202,54 @@ def example_context(test: Callable[..., Any], events: dict[str, str]) -> Iterato
         yield
 
 
+# -- what Hypothesis prints ------------------------------------------------------------------
+#
+# The failing example's notes (``exc.__notes__``), or the lines Hypothesis reports: its layout is not
+# an API.  "Falsifying example: f(...)" until 6.x, "Failing test case: ..." in newer releases;
+# st.data()'s draws follow as "Draw 1: ..." lines.
+
+_EXAMPLE_PREFIXES = ("Failing test case: ", "Falsifying example: ", "Falsifying explicit example: ")
+_ATTEMPT_PREFIX = "Trying example: "  # an example reported as it runs (verbose, or a replayed one)
+
+
+def printed_example(lines: Iterable[str], *, attempts: bool = False) -> str:
+    """The example Hypothesis printed, from an exception's notes or the lines it reported: the call
+    after "Falsifying example: " (or its other prefixes), then the "Draw N: ..." lines of st.data()
+    ("" if none).  With ``attempts``, an example reported as "Trying example: " counts too."""
+    prefixes = _EXAMPLE_PREFIXES + ((_ATTEMPT_PREFIX,) if attempts else ())
+    out = []
+    for line in lines:
+        for prefix in prefixes:
+            if line.startswith(prefix):
+                out.append(line[len(prefix):])
+                break
+        else:
+            if line.startswith("Draw "):
+                out.append(line)
+    return "\n".join(out)
+
+
+def reproduce_failure_from_notes(notes: Iterable[str]) -> str | None:
+    """The ``@reproduce_failure(...)`` decorator Hypothesis printed in ``notes`` (with ``print_blob``)."""
+    for note in notes:
+        match = re.search(r"@reproduce_failure\([^)]*\)", note)
+        if match:
+            return match.group(0)
+    return None
+
+
 # -- observability ------------------------------------------------------------------------
 #
 # Hypothesis writes one observation per test case when observability is on (a callback is
 # registered: HYPOTHESIS_EXPERIMENTAL_OBSERVABILITY, Tyche, HypoFuzz).  Its ``features`` come from
 # ``event()`` (public); its ``timing`` has no public way in.  fuzzdist adds each rank's wall time
-# there by wrapping ``hypothesis.core.make_testcase``, which builds every test case's observation:
-# the wrapper adds the times recorded for that test case's ConjectureData and leaves other test
-# cases alone.  Where the names are missing (releases before 2025-08 have no
-# ``observability_enabled``: their TESTCASE_CALLBACKS is not looked at), nothing is added.
+# there through ``hypothesis.core.make_testcase``, which builds every test case's observation.  Only
+# while fuzzdist needs it: the first time an example records rank times, ``make_testcase`` is
+# replaced by a wrapper that adds the times recorded for the test case's ConjectureData and leaves
+# other test cases alone, and the wrapper puts the original back as soon as no example has times
+# waiting (normally as that example's observation is built).  Where the names are missing (releases
+# before 2025-08 have no ``observability_enabled``: their TESTCASE_CALLBACKS is not looked at),
+# nothing is added.
 
 try:
     from hypothesis.internal.observability import observability_enabled as _observability_enabled
@@ -218,6 +259,7 @@ except ImportError:  # a Hypothesis without observability callbacks
 
 _WRAPPED = "_fuzzdist_adds_timing"
 _example_timing: weakref.WeakKeyDictionary[Any, dict[str, float]] = weakref.WeakKeyDictionary()
+_patching = threading.Lock()  # installing and removing the wrapper (examples may run in threads)
 
 
 def observability_enabled() -> bool:
@@ -230,18 +272,24 @@ def add_example_timing(timing: Mapping[str, float]) -> bool:
     ``timing`` of the running example's observation.  False where it can't be (outside an example,
     or a Hypothesis without the names this needs)."""
     data = _current_data()
-    if data is None or not _wrap_make_testcase():
+    if data is None:
         return False
-    try:
-        kept = _example_timing.setdefault(data, {})
-    except TypeError:  # a ConjectureData that can't be weakly referenced
-        return False
-    for name, seconds in timing.items():
-        kept[name] = kept.get(name, 0.0) + seconds
+    with _patching:
+        if not _wrap_make_testcase():
+            return False
+        try:
+            kept = _example_timing.setdefault(data, {})
+        except TypeError:  # a ConjectureData that can't be weakly referenced
+            _unwrap_if_idle()
+            return False
+        for name, seconds in timing.items():
+            kept[name] = kept.get(name, 0.0) + seconds
     return True
 
 
 def _wrap_make_testcase() -> bool:
+    """Put the timing wrapper in place of ``make_testcase`` (if it is not there); False if Hypothesis has
+    no ``make_testcase``.  Called with ``_patching`` held."""
     try:
         import hypothesis.core as core
 
@@ -253,7 +301,9 @@ def _wrap_make_testcase() -> bool:
 
     @functools.wraps(original)
     def make_testcase(*args: Any, **kwargs: Any) -> Any:
-        extra = _pop_example_timing(kwargs.get("data"))
+        with _patching:
+            extra = _pop_example_timing(kwargs.get("data"))
+            _unwrap_if_idle()
         if extra:
             kwargs["timing"] = {**(kwargs.get("timing") or {}), **extra}
         return original(*args, **kwargs)
@@ -261,6 +311,18 @@ def _wrap_make_testcase() -> bool:
     setattr(make_testcase, _WRAPPED, True)
     core.make_testcase = make_testcase
     return True
+
+
+def _unwrap_if_idle() -> None:
+    """Put Hypothesis's own ``make_testcase`` back once no example has times waiting for its
+    observation.  Called with ``_patching`` held."""
+    if len(_example_timing):
+        return
+    import hypothesis.core as core
+
+    current = getattr(core, "make_testcase", None)
+    if getattr(current, _WRAPPED, False):
+        core.make_testcase = current.__wrapped__  # type: ignore[union-attr]
 
 
 def _pop_example_timing(data: Any) -> dict[str, float] | None:

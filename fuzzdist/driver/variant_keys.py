@@ -21,6 +21,7 @@ import pytest
 from hypothesis.database import ExampleDatabase
 
 from fuzzdist.compat import hypothesis_internals as hc
+from fuzzdist.compat.pytest_internals import has_parametrized_fixture
 
 # Under ``key + ADOPTED``: the shared keys whose examples the variant keyed ``key`` adopted.  Without
 # it, a variant whose adopted examples pass (and are deleted from its key by Hypothesis) would adopt
@@ -39,8 +40,7 @@ def parametrized_by_pool(item: pytest.Item) -> bool:
 def keyed_by_hypothesis(item: pytest.Function) -> bool:
     """Whether Hypothesis's pytest plugin mixes the node id into ``item``'s key itself: a test with a
     ``parametrize`` marker or a parametrized fixture."""
-    return item.get_closest_marker("parametrize") is not None or any(
-        fixturedef.params for defs in item._fixtureinfo.name2fixturedefs.values() for fixturedef in defs)
+    return item.get_closest_marker("parametrize") is not None or has_parametrized_fixture(item)
 
 
 def shared_key(item: pytest.Function) -> bytes | None:
