@@ -4,7 +4,7 @@ One protocol, two transports; the driver side here, the rank side in ``rank/``::
 
     controller.py   what a pool is (Pool) and the driver's logic both transports share (Controller)
     messages.py     the named messages between the controller and its ranks (framing.py: on the pipes)
-    local.py        transport 1: RankPool, rank processes spawned here, over pipes
+    local.py        transport 1: RankPool, rank processes spawned here, over pipes (each runs rank/spawned.py)
     torchrun.py     transport 2: TorchrunPool, torchrun's processes, over torchrun's store
     torchrun_stop.py  under torchrun, a SIGTERM during an example: a rank died, or the job is being stopped
     hangs.py        why ranks hung, from every rank's snapshot
@@ -12,7 +12,8 @@ One protocol, two transports; the driver side here, the rank side in ``rank/``::
                     around an example (chained signal handlers, remote exceptions, what the machine and
                     the ranks support, Hypothesis observations and events)
     rank/           inside a rank: worker.py answers the messages and runs each call isolated
-                    (isolation.py) and seeded; context.py, rank_state.py, rank_output.py, process_tree.py
+                    (isolation.py) and seeded; spawned.py, a spawned rank's entry point; context.py,
+                    rank_state.py, rank_output.py, process_tree.py
 
 Public names:
     Pool: the protocol (``run``, ``world_size``, ``start``, ``close``, context manager).
