@@ -624,3 +624,96 @@ register(KnownBug(
     where=("pipelining",), recognise=_is_pipelining_static_args_no_grad, seen_on=SEEN_ON,
     upstream="https://github.com/pytorch/pytorch/pull/172422",
     reproducer="docs/findings/pipelining-static-args-no-grad.py"))
+
+
+# -- DDP: static_graph with no_sync ------------------------------------------------------------------
+
+_EXPECT_AUTOGRAD_HOOKS = "expect_autograd_hooks_ INTERNAL ASSERT FAILED"
+
+
+def _is_ddp_static_graph_no_sync_assert(example: Mapping[str, Any], failure: BaseException) -> bool:
+    """The no_sync check (its example has a ``config``) on a ``static_graph`` DDP config, and every rank
+    that raised raised the reducer's ``expect_autograd_hooks_`` internal assertion."""
+    config = example.get("config")
+    if not getattr(config, "static_graph", False) or not isinstance(failure, RankError) or not failure.exceptions:
+        return False
+    return all(isinstance(exc, RuntimeError) and _EXPECT_AUTOGRAD_HOOKS in str(exc)
+               for exc in failure.exceptions.values())
+
+
+register(KnownBug(
+    id="ddp-static-graph-no-sync-asserts",
+    summary="DistributedDataParallel(static_graph=True) whose training starts with a backward under no_sync() "
+            "(gradient accumulation, as no_sync's docstring shows) raises 'expect_autograd_hooks_ INTERNAL "
+            "ASSERT FAILED' in the reducer, on every rank",
+    where=("comm_hooks",), recognise=_is_ddp_static_graph_no_sync_assert, seen_on=SEEN_ON,
+    upstream="https://github.com/pytorch/pytorch/issues/143580",
+    reproducer="docs/findings/ddp-static-graph-no-sync-asserts.py"))
+
+
+# -- tensor parallelism: shards emptier than the mesh, continued -------------------------------------
+
+_TP_RESHAPE_SHARDED = "would remove or reshape sharded dimension"
+
+
+def _tp_rowwise_narrower_than_mesh(config: Any) -> bool:
+    """Whether some RowwiseParallel Linear of a tensor_parallel config has fewer input features than ranks."""
+    layers, world, width = getattr(config, "layers", None), getattr(config, "world_size", None), \
+        getattr(config, "in_features", None)
+    if layers is None or world is None or width is None:
+        return False
+    for layer in layers:
+        if layer.kind == "rowwise" and width < world:
+            return True
+        if layer.kind != "sequence":
+            width = layer.out_features
+    return False
+
+
+def _is_tp_rowwise_empty_shard_forward(example: Mapping[str, Any], failure: BaseException) -> bool:
+    """A config with a Rowwise Linear narrower than the mesh, and every rank that raised raised DTensor's
+    "would remove or reshape sharded dimension" RuntimeError."""
+    if not _tp_rowwise_narrower_than_mesh(example.get("config")):
+        return False
+    return isinstance(failure, RankError) and bool(failure.exceptions) and all(
+        isinstance(exc, RuntimeError) and _TP_RESHAPE_SHARDED in str(exc) for exc in failure.exceptions.values())
+
+
+register(KnownBug(
+    id="tp-rowwise-empty-shard-forward-fails",
+    summary="a RowwiseParallel nn.Linear with fewer input features than the mesh has ranks (a rank's Shard(1) "
+            "piece empty) raises in its forward, 'This operation would remove or reshape sharded dimension'",
+    where=("tensor_parallel",), recognise=_is_tp_rowwise_empty_shard_forward, seen_on=SEEN_ON,
+    upstream="https://github.com/pytorch/pytorch/issues/141335",
+    reproducer="docs/findings/tp-rowwise-empty-shard-forward-fails.py"))
+
+
+_TP_OUTPUT_REPLICATED = re.compile(r"^output: DTensor \([0-9, ]*\) \(Replicate\(\),\), expected \([0-9, ]*\) "
+                                   r"\(Shard\(dim=(\d)\),\)$")
+
+
+def _is_tp_sequence_parallel_short_sequence(example: Mapping[str, Any], failure: BaseException) -> bool:
+    """A config whose last layer is SequenceParallel over a sequence shorter than the mesh, and every problem
+    is the output placed Replicate() where Shard(sequence dim) was expected."""
+    config = example.get("config")
+    layers, world = getattr(config, "layers", None), getattr(config, "world_size", None)
+    if not layers or world is None or layers[-1].kind != "sequence":
+        return False
+    dim = config.sequence_dim
+    if not config.shape[dim] < world:
+        return False
+
+    def replicated(problem: str) -> bool:
+        match = _TP_OUTPUT_REPLICATED.match(problem)
+        return match is not None and int(match.group(1)) == dim
+
+    return _every_problem(failure, replicated)
+
+
+register(KnownBug(
+    id="tp-sequence-parallel-short-sequence-replicated",
+    summary="a SequenceParallel module whose sequence is shorter than the mesh (a rank's piece empty) returns a "
+            "Replicate() output, where its docstring promises one sharded on the sequence dimension",
+    where=("tensor_parallel",), recognise=_is_tp_sequence_parallel_short_sequence, seen_on=SEEN_ON,
+    upstream="https://github.com/pytorch/pytorch/issues/103306",
+    reproducer="docs/findings/tp-sequence-parallel-short-sequence-replicated.py"))

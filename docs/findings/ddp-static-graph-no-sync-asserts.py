@@ -1,0 +1,96 @@
+"""ddp-static-graph-no-sync-asserts: DistributedDataParallel(static_graph=True) crashes with an internal
+assertion when training starts with gradient accumulation under ``no_sync()``.
+
+``no_sync`` documents: "Within this context, gradients will be accumulated on module variables, which
+will later be synchronized in the first forward-backward pass exiting the context", with the example
+``with ddp.no_sync(): for input in inputs: ddp(input).backward()``, then ``ddp(another_input).backward()``.
+Two gloo ranks wrap ``nn.Linear(1, 1)`` in DDP with ``static_graph=True`` and run that example with
+one input inside the context and one after it.  The backward inside ``no_sync`` raises
+``RuntimeError: expect_autograd_hooks_ INTERNAL ASSERT FAILED at ".../c10d/reducer.cpp"``, on every
+rank.  The same loop with ``static_graph=False`` accumulates the first gradient and averages the sum
+(checked here as the control).
+
+    python docs/findings/ddp-static-graph-no-sync-asserts.py
+
+Prints one line; exits 1 while the bug reproduces ("BUG: ..."), 0 once torch gets it right ("FIXED: ...").
+"""
+import multiprocessing as mp
+import socket
+import sys
+import traceback
+from datetime import timedelta
+
+WORLD_SIZE = 2
+
+
+def rank_main(rank, world_size, port, results):
+    # torch is imported in the rank processes only: the parent just starts them and compares.
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
+                            timeout=timedelta(seconds=30))
+    seen = {}
+    for static_graph in (False, True):  # False: the control
+        torch.manual_seed(0)
+        model = nn.Linear(1, 1)
+        ddp = DDP(model, static_graph=static_graph)
+        first = torch.tensor([[1.0 + rank]])  # this rank's input inside no_sync
+        second = torch.tensor([[3.0 + rank]])  # and after it
+        try:
+            with ddp.no_sync():
+                ddp(first).sum().backward()
+            ddp(second).sum().backward()
+            got, error = model.weight.grad.item(), None
+        except RuntimeError as exc:
+            got, error = None, " ".join(str(exc).split())[:160]
+        # expected: the mean over the ranks of each rank's accumulated gradient (d/dw of w*x + b is x)
+        expected = sum((1.0 + r) + (3.0 + r) for r in range(world_size)) / world_size
+        seen[static_graph] = (got, expected, error)
+        if error is not None:
+            break  # the group may be left mid-collective: stop here
+        dist.barrier()
+    results.put((rank, seen))
+    dist.destroy_process_group()
+
+
+def main():
+    with socket.socket() as s:  # a free port for the rendezvous
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    ranks = [ctx.Process(target=rank_main, args=(r, WORLD_SIZE, port, results), daemon=True)
+             for r in range(WORLD_SIZE)]
+    for p in ranks:
+        p.start()
+    try:
+        got = dict(results.get(timeout=90) for _ in ranks)
+    finally:
+        for p in ranks:
+            p.join(timeout=5)
+            p.kill()
+    control = got[0][False]
+    if control[2] is not None or abs(control[0] - control[1]) > 1e-6:
+        raise RuntimeError(f"the control (static_graph=False) went wrong too: {control}")
+    wrong = {rank: seen[True] for rank, seen in sorted(got.items())
+             if seen[True][2] is not None or abs(seen[True][0] - seen[True][1]) > 1e-6}
+    if wrong:
+        rank, (grad, expected, error) = next(iter(wrong.items()))
+        what = f"raised RuntimeError: {error}" if error else f"weight.grad {grad}, expected {expected}"
+        print(f"BUG: DDP(static_graph=True), one backward under no_sync() then one synced: rank {rank} {what} "
+              f"(ranks {sorted(wrong)} of {WORLD_SIZE}; with static_graph=False: weight.grad {control[0]}, as "
+              "expected)")
+        return 1
+    print("FIXED: DDP(static_graph=True) accumulates under no_sync() and averages the sum, as without static_graph")
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except Exception:  # the script itself failed: neither verdict
+        traceback.print_exc()
+        sys.exit(2)

@@ -1,0 +1,86 @@
+"""tp-sequence-parallel-short-sequence-replicated: a SequenceParallel nn.LayerNorm whose sequence is
+shorter than the mesh (some rank's Shard(1) piece empty) returns a Replicate() output, where its
+documentation promises one sharded on the sequence dimension.
+
+SequenceParallel's docstring: "If the input passed in to this ``nn.Module`` is already a
+:class:`DTensor` but is not sharded on the sequence dimension, it would redistribute the input to be
+sharded on the sequence dimension.  The output of the ``nn.Module`` will be sharded on the sequence
+dimension."  On 2 ranks, nn.LayerNorm(2) parallelised with SequenceParallel() gets a replicated DTensor
+input of shape (1, seq, 2).  With seq = 2 the output is a DTensor placed Shard(dim=1); with seq = 1
+it is placed Replicate().  The values are the local LayerNorm's in both cases; the placement, which
+the next layer's input handling and any code reading ``placements`` rely on, is not the one documented.
+
+    python docs/findings/tp-sequence-parallel-short-sequence-replicated.py
+
+Prints one line; exits 1 while the bug reproduces ("BUG: ..."), 0 once torch gets it right ("FIXED: ...").
+"""
+import multiprocessing as mp
+import socket
+import sys
+import traceback
+from datetime import timedelta
+
+WORLD_SIZE = 2
+
+
+def rank_main(rank, world_size, port, results):
+    # torch is imported in the rank processes only: the parent just starts them and compares.
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, distribute_tensor
+    from torch.distributed.tensor.parallel import SequenceParallel, parallelize_module
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
+                            timeout=timedelta(seconds=30))
+    mesh = init_device_mesh("cpu", (world_size,))
+    seen = {}
+    for seq in (2, 1):  # 2: one position per rank (the control); 1: rank 1's piece empty
+        torch.manual_seed(0)
+        full = torch.randn(1, seq, 2)
+        model = parallelize_module(nn.LayerNorm(2), mesh, SequenceParallel())
+        out = model(distribute_tensor(full, mesh, [Replicate()]))
+        values_ok = bool(torch.allclose(out.full_tensor(), nn.LayerNorm(2)(full)))
+        seen[seq] = (str(tuple(out.placements)), values_ok)
+        dist.barrier()
+    results.put((rank, seen))
+    dist.destroy_process_group()
+
+
+def main():
+    with socket.socket() as s:  # a free port for the rendezvous
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    ranks = [ctx.Process(target=rank_main, args=(r, WORLD_SIZE, port, results), daemon=True)
+             for r in range(WORLD_SIZE)]
+    for p in ranks:
+        p.start()
+    try:
+        got = dict(results.get(timeout=90) for _ in ranks)
+    finally:
+        for p in ranks:
+            p.join(timeout=5)
+            p.kill()
+    sharded = "(Shard(dim=1),)"
+    control, short = got[0][2], got[0][1]
+    if control != (sharded, True):
+        raise RuntimeError(f"the control (a sequence of 2) went wrong too: placements {control[0]}, "
+                           f"values right: {control[1]}")
+    if short != (sharded, True):
+        print(f"BUG: SequenceParallel nn.LayerNorm on {WORLD_SIZE} ranks, replicated DTensor input (1, 1, 2): output "
+              f"placed {short[0]} (values {'right' if short[1] else 'wrong'}), documented: sharded on the sequence "
+              f"dimension, {sharded}, as with a sequence of 2")
+        return 1
+    print(f"FIXED: SequenceParallel's output is placed {sharded} for a sequence shorter than the mesh too")
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except Exception:  # the script itself failed: neither verdict
+        traceback.print_exc()
+        sys.exit(2)
