@@ -21,7 +21,7 @@ CALL_RAISED = "call {index} {op} raised {type}: {message}"
 # subgroups: on a mesh dimension whose ranks are not ascending, what the ascending order gives
 MESH_SORTED_ORDER = "exactly what the dimension's ranks in ascending order give"
 # subgroups: the rank functions a rank left waiting by a failed rendezvous stands in (its group making,
-# its collectives); tests/test_known_bugs_registry.py checks fuzzdist.properties.subgroups defines them
+# its collectives); tests/known_bugs/test_known_bugs_registry.py checks fuzzdist.properties.subgroups defines them
 SUBGROUP_MAKING = "_make_groups"
 SUBGROUP_OPS = "_run_op"
 # p2p: a send/receive refused with an error that doesn't say why

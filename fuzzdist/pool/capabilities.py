@@ -22,7 +22,7 @@ T = TypeVar("T")
 
 # Element types gloo's collectives accept (ProcessGroupGloo's type dispatch;
 # complex travels as real pairs).  Not int16, not uint16/32/64, not float8:
-# gloo raises "Invalid scalar type" for those.  tests/test_capabilities.py
+# gloo raises "Invalid scalar type" for those.  tests/pool/test_capabilities.py
 # checks this list against the installed gloo.
 GLOO_DTYPES = (
     torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.complex64, torch.complex128,

@@ -1,0 +1,100 @@
+"""powersgd-multiple-buckets-hangs: DDP with ``powerSGD_hook`` on gloo hangs at its first compressed step
+when the model's gradients span more than one bucket.
+
+``powerSGD_hook`` issues its second and third all-reduces (of P and of Q) from future callbacks, each
+waiting on its all-reduce inside the callback (``.get_future().wait()``).  With one bucket the chain
+completes.  With two or more, the callbacks of one bucket run on gloo's threads while the next
+bucket's hook issues its own all-reduce, and the ranks' collectives no longer line up: a rank waits
+for a recv that never comes, and the step hangs until the group's timeout.  Two gloo ranks train
+``nn.Linear(4, 4)`` under DDP with ``bucket_cap_mb=1e-5`` (weight and bias in separate buckets) and
+``powerSGD_hook(PowerSGDState(None, matrix_approximation_rank=1, start_powerSGD_iter=2,
+min_compression_rate=0))``; the same with DDP's default buckets (one bucket) is the control.
+
+    python docs/findings/powersgd-multiple-buckets-hangs.py
+
+Prints one line; exits 1 while the bug reproduces ("BUG: ..."), 0 once torch gets it right ("FIXED: ...").
+"""
+import multiprocessing as mp
+import queue
+import socket
+import sys
+import traceback
+from datetime import timedelta
+
+WORLD_SIZE = 2
+STEPS = 3  # steps 0 and 1: vanilla allreduce; step 2: the first compressed step
+GROUP_TIMEOUT_S = 10
+
+
+def rank_main(rank, world_size, port, bucket_cap_mb, results):
+    # torch is imported in the rank processes only: the parent just starts them and compares.
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
+                            timeout=timedelta(seconds=GROUP_TIMEOUT_S))
+    torch.manual_seed(0)
+    kwargs = {} if bucket_cap_mb is None else {"bucket_cap_mb": bucket_cap_mb}
+    ddp = DDP(nn.Linear(4, 4), **kwargs)
+    state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=1, start_powerSGD_iter=2,
+                                        min_compression_rate=0)
+    ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+    step = 0
+    try:
+        for step in range(STEPS):
+            ddp(torch.randn(3, 4)).sum().backward()
+            ddp.zero_grad()
+        results.put((rank, None))
+    except RuntimeError as exc:
+        results.put((rank, f"step {step}: {' '.join(str(exc).split())[-160:]}"))
+
+
+def run(bucket_cap_mb):
+    """Each rank's outcome: None (all steps done), an error, or 'hung'."""
+    with socket.socket() as s:  # a free port for the rendezvous
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    ranks = [ctx.Process(target=rank_main, args=(r, WORLD_SIZE, port, bucket_cap_mb, results), daemon=True)
+             for r in range(WORLD_SIZE)]
+    for p in ranks:
+        p.start()
+    got = {}
+    try:
+        for _ in ranks:
+            rank, outcome = results.get(timeout=60 + 2 * GROUP_TIMEOUT_S)
+            got[rank] = outcome
+    except queue.Empty:
+        pass
+    finally:
+        for p in ranks:
+            p.join(timeout=1)
+            p.kill()
+    return {r: got.get(r, "hung (no result)") for r in range(WORLD_SIZE)}
+
+
+def main():
+    control = run(None)
+    if any(outcome is not None for outcome in control.values()):
+        raise RuntimeError(f"the control (one bucket) went wrong too: {control}")
+    multi = run(1e-5)
+    failed = {r: outcome for r, outcome in multi.items() if outcome is not None}
+    if failed:
+        rank, outcome = next(iter(sorted(failed.items())))
+        print(f"BUG: DDP with powerSGD_hook, 2 buckets, {WORLD_SIZE} gloo ranks: rank {rank} {outcome} "
+              f"(ranks {sorted(failed)} failed; with one bucket all {STEPS} steps complete)")
+        return 1
+    print(f"FIXED: DDP with powerSGD_hook over 2 buckets completes {STEPS} steps on every rank, as with one bucket")
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except Exception:  # the script itself failed: neither verdict
+        traceback.print_exc()
+        sys.exit(2)

@@ -1,0 +1,153 @@
+"""The standalone reproducers in docs/findings/ still show their torch bug on the installed torch.
+
+Each ``docs/findings/<id>.py`` runs with torch alone and exits 1 ("BUG: ...") while the bug
+reproduces, 0 ("FIXED: ...") once torch behaves: a reproducer that exits 0 means torch fixed the
+bug, and docs/findings.md and the known-bug entry must say so.  The scripts run in parallel (most
+of their time is importing torch in each rank process, or waiting out a bounded hang), each in its
+own process group so a timeout kills its ranks too.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import NamedTuple
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+FINDINGS_DIR = ROOT / "docs" / "findings"
+FINDINGS_MD = ROOT / "docs" / "findings.md"
+SCRIPTS = sorted(FINDINGS_DIR.glob("*.py"))
+IDS = [p.stem for p in SCRIPTS]
+
+SCRIPT_TIMEOUT_S = 120  # each takes seconds; generous for a loaded CI machine
+PARALLEL = 4  # rank processes import torch (CPU-bound); the hang reproducers mostly wait
+
+
+class Run(NamedTuple):
+    returncode: int | None  # None: killed at the timeout
+    stdout: str
+    stderr: str
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("TORCH_DISTRIBUTED_DEBUG", None)  # DETAIL's fingerprint check turns the size mismatches into errors
+    if "GLOO_SOCKET_IFNAME" not in env:  # keep gloo on loopback, as fuzzdist's pool does
+        names = [name for _, name in socket.if_nameindex()]
+        loopback = next((n for n in ("lo", "lo0") if n in names), None)
+        if loopback:
+            env["GLOO_SOCKET_IFNAME"] = loopback
+    return env
+
+
+KILLED_READ_S = 10.0  # after the kill, the rest of the output is read for this long at most
+
+
+def _text(data: str | bytes | None) -> str:
+    return data.decode(errors="replace") if isinstance(data, bytes) else data or ""
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # the script and any rank process it left behind
+    except ProcessLookupError:
+        pass
+
+
+def _run(script: Path) -> Run:
+    proc = subprocess.Popen([sys.executable, str(script)], cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=SCRIPT_TIMEOUT_S)
+        code: int | None = proc.returncode
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        try:  # bounded too: a process that left the group may still hold the pipes
+            out, err = proc.communicate(timeout=KILLED_READ_S)
+        except subprocess.TimeoutExpired as again:
+            cut = f"\n(output cut: its pipes were still open {KILLED_READ_S:g}s after the kill)"
+            out, err = _text(again.stdout), _text(again.stderr) + cut
+            proc.kill()
+            proc.wait(KILLED_READ_S)
+        code = None
+    _kill_group(proc)
+    return Run(code, out, err)
+
+
+@pytest.fixture(scope="module")
+def runs(request: pytest.FixtureRequest) -> dict[str, Run]:
+    """Every selected reproducer's run, all started at once (PARALLEL at a time)."""
+    wanted = sorted({item.callspec.params["finding"] for item in request.session.items
+                     if getattr(item, "originalname", None) == "test_reproducer_still_shows_the_bug"
+                     and hasattr(item, "callspec")})
+    with ThreadPoolExecutor(PARALLEL) as pool:
+        return dict(zip(wanted, pool.map(_run, [FINDINGS_DIR / f"{i}.py" for i in wanted]), strict=True))
+
+
+@pytest.mark.parametrize("finding", IDS)
+def test_reproducer_still_shows_the_bug(runs: dict[str, Run], finding: str) -> None:
+    """Exit 1 with a "BUG: ..." line: the bug is still in the installed torch."""
+    run = runs[finding]
+    lines = run.stdout.strip().splitlines()
+    verdict = lines[-1] if lines else ""
+    shown = f"stdout:\n{run.stdout}\nstderr (last 3000 chars):\n{run.stderr[-3000:]}"
+    if run.returncode == 0 and verdict.startswith("FIXED:"):
+        pytest.fail(f"torch {torch.__version__} fixed {finding}: update docs/findings.md and the known-bug entry\n"
+                    f"{verdict}", pytrace=False)
+    if run.returncode is None:
+        pytest.fail(f"docs/findings/{finding}.py ran past {SCRIPT_TIMEOUT_S}s (killed)\n{shown}", pytrace=False)
+    if run.returncode != 1 or not verdict.startswith("BUG:"):
+        pytest.fail(f"docs/findings/{finding}.py failed (exit {run.returncode}), neither BUG nor FIXED\n{shown}",
+                    pytrace=False)
+
+
+def test_findings_md_lists_every_reproducer_and_only_those() -> None:
+    listed = set(re.findall(r"docs/findings/([a-z0-9-]+)\.py", FINDINGS_MD.read_text(encoding="utf-8")))
+    assert listed - set(IDS) == set(), "docs/findings.md names reproducers that don't exist"
+    assert set(IDS) - listed == set(), "reproducers in docs/findings/ that docs/findings.md doesn't describe"
+
+
+@pytest.mark.parametrize("finding", IDS)
+def test_reproducer_needs_torch_alone(finding: str) -> None:
+    """A reproducer is pasted into upstream reports: it imports the standard library and torch only."""
+    tree = ast.parse((FINDINGS_DIR / f"{finding}.py").read_text(encoding="utf-8"))
+    modules = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    modules |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+    foreign = {m for m in modules if m.split(".")[0] not in sys.stdlib_module_names | {"torch"}}
+    assert not foreign, f"docs/findings/{finding}.py imports {sorted(foreign)}: use torch and the standard library"
+
+
+# Findings no property draws on purpose (mismatched sizes across ranks are the user's error; the
+# findings are about how gloo fails on them), so they have no registry entry.
+NO_ENTRY = {"gloo-all-reduce-size-mismatch-hangs", "gloo-broadcast-size-mismatch-silent"}
+
+
+def test_registry_and_findings_name_each_other() -> None:
+    """Every known-bug entry names a reproducer that exists and is described here; every finding with a
+    reproducer has an entry (its id, or the id of the script it names), unless it is in NO_ENTRY."""
+    from fuzzdist import known_bugs
+
+    # fuzzdist's own entries: a test file may register planted ones (tests/known_bugs/test_known_bugs.py)
+    # in this process
+    entries = [bug for bug in known_bugs.registry().values()
+               if getattr(bug.recognise, "__module__", "").startswith("fuzzdist.")]
+    assert entries
+    listed = set(re.findall(r"docs/findings/([a-z0-9-]+)\.py", FINDINGS_MD.read_text(encoding="utf-8")))
+    named = set()
+    for bug in entries:
+        assert bug.reproducer is not None, f"known bug {bug.id!r} names no reproducer: write docs/findings/<id>.py"
+        stem = Path(bug.reproducer).stem
+        assert (ROOT / bug.reproducer).is_file(), f"known bug {bug.id!r} names {bug.reproducer}, which doesn't exist"
+        assert stem in listed, f"known bug {bug.id!r}'s reproducer {bug.reproducer} is not in docs/findings.md"
+        named.add(stem)
+    assert set(IDS) - named - NO_ENTRY == set(), "findings with a reproducer but no KnownBug entry"

@@ -1,0 +1,241 @@
+"""The known-bug predicates of the subgroups, object-collective, point-to-point and functional properties
+recognise a failure only when every problem in it is the bug's own symptom on the input that triggers it:
+the same inputs with another symptom, or with the symptom plus anything else, stay a failure.  Hand-built
+failures, in the form the properties' ranks report them (the real bugs are recognised on their pinned
+examples in properties/test_known_torch_bugs.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fuzzdist import known_bugs
+from fuzzdist.errors import PropertyFailure, RankError
+from fuzzdist.known_bugs.symptoms import CALL_RAISED, MESH_SORTED_ORDER
+from fuzzdist.strategies import TensorSpec
+
+F32 = TensorSpec((1,), torch.float32)
+
+
+def _failed(results: list) -> PropertyFailure:
+    """A property's failure as its check raises it: the ranks' problems in the message and the results."""
+    return PropertyFailure(f"ranks went wrong: { {r: p for r, p in enumerate(results) if p} }", results)
+
+
+def _recognised(where: str, example: dict, failure: BaseException) -> str | None:
+    bug = known_bugs.recognise(where, example, failure)
+    return None if bug is None else bug.id
+
+
+# -- subgroups: device-mesh-local-rank-not-coordinate ------------------------------------------------
+
+
+def _mesh_example() -> dict:
+    from fuzzdist.properties import subgroups
+
+    return {"case": subgroups.SubgroupCase((subgroups.Group("mesh", (1, 0), (2,)),),
+                                           (("all_reduce", "SUM"), ("all_gather", 0)), F32, 0)}
+
+
+LOCAL_RANK = (f"mesh dim 0 of (1, 0) (2,): get_local_rank(0) is 0, expected the coordinate 1 (group ranks [0, 1]): "
+              f"{MESH_SORTED_ORDER}")
+GATHER = (f"all_gather on mesh [1, 0] (mesh dim 0, group order [1, 0]): output 0 (group rank 0 = rank 1): differs; "
+          f"the outputs are {MESH_SORTED_ORDER}")
+SUM_WRONG = "all_reduce(SUM) on mesh [1, 0] (mesh dim 0, group order [1, 0]): got 3.0, expected about 2.0"
+
+
+def test_mesh_order_is_recognised_from_the_sorted_order_symptoms():
+    failure = _failed([[LOCAL_RANK, GATHER], [GATHER]])
+    assert _recognised("subgroups", _mesh_example(), failure) == "device-mesh-local-rank-not-coordinate"
+
+
+@pytest.mark.parametrize("results", [
+    [[SUM_WRONG], None],  # all_reduce SUM can't depend on the order: never this bug
+    [[LOCAL_RANK], [SUM_WRONG]],  # the symptom on one rank, something else on another
+    [[LOCAL_RANK.replace(f": {MESH_SORTED_ORDER}", "")], None],  # a local rank that is not the sorted order's
+    [[GATHER.replace(f"; the outputs are {MESH_SORTED_ORDER}", "")], None],  # outputs not in the sorted order
+], ids=["sum", "sum-beside", "local-rank", "gather"])
+def test_mesh_order_other_symptoms_stay_failures(results):
+    assert _recognised("subgroups", _mesh_example(), _failed(results)) is None
+
+
+@pytest.mark.fuzzdist(world_size=2)
+def test_a_wrong_all_reduce_on_an_unsorted_mesh_stays_a_failure(rank_pool):
+    from helpers import planted_p2p
+
+    from fuzzdist.properties import subgroups
+
+    case = subgroups.SubgroupCase((subgroups.Group("mesh", (1, 0), (2,)),), (("all_reduce", "SUM"),), F32, 0)
+    with known_bugs.collecting() as tally, pytest.raises(PropertyFailure):
+        subgroups.check(rank_pool, case, collectives={"all_reduce": planted_p2p.all_reduce_adding_one})
+    assert not tally
+
+
+# -- object collectives: wide-unsigned-unpickle-objects ----------------------------------------------
+
+
+def _object_example(op: str, objects: tuple) -> dict:
+    from fuzzdist.properties import object_collectives
+
+    return {"case": object_collectives.ObjectCase(op, 0, objects)}
+
+
+def _uint16():
+    from fuzzdist.properties import object_collectives
+
+    return object_collectives.Tensor(TensorSpec((1,), torch.uint16), 0)
+
+
+UNPICKLE = "{op} raised AttributeError: type object 'torch.storage.UntypedStorage' has no attribute 'dtype'"
+
+
+def test_unpickle_error_on_every_rank_that_receives_a_wide_tensor_is_recognised():
+    example = _object_example("all_gather_object", (None, _uint16()))
+    failure = _failed([[UNPICKLE.format(op="all_gather_object")]] * 2)
+    assert _recognised("object_collectives", example, failure) == "wide-unsigned-unpickle-objects"
+    scatter = _object_example("scatter_object_list", ([_uint16(), None], None))
+    only_rank_0 = _failed([[UNPICKLE.format(op="scatter_object_list")], None])
+    assert _recognised("object_collectives", scatter, only_rank_0) == "wide-unsigned-unpickle-objects"
+
+
+def test_unpickle_predicate_other_symptoms_stay_failures():
+    example = _object_example("all_gather_object", (None, _uint16()))
+    beside = _failed([[UNPICKLE.format(op="all_gather_object")], ["all_gather_object: obj[0]: got 8"]])
+    assert _recognised("object_collectives", example, beside) is None  # another rank's bug is not hidden
+    # a wide tensor that never travels: a non-root rank's broadcast list, a scatter piece for another rank
+    unsent = _object_example("broadcast_object_list", ([None], [_uint16()]))
+    failure = _failed([None, [UNPICKLE.format(op="broadcast_object_list")]])
+    assert _recognised("object_collectives", unsent, failure) is None
+    scatter = _object_example("scatter_object_list", ([_uint16(), None], None))
+    rank_1 = _failed([None, [UNPICKLE.format(op="scatter_object_list")]])
+    assert _recognised("object_collectives", scatter, rank_1) is None
+
+
+# -- p2p: gloo-p2p-self-loop-unclear-error -----------------------------------------------------------
+
+
+def _p2p_example() -> dict:
+    from fuzzdist.properties import p2p
+
+    transposed = TensorSpec((2, 2), torch.float32, "transposed")
+    return {"case": p2p.P2PCase("batch", (p2p.Message(0, 0, 0, F32, 1), p2p.Message(0, 1, 3, transposed, 2)),
+                                ((), ()))}
+
+
+PAIR = "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:1] Pair is not connected"
+SELF_LOOP = (f"batch wait for the send to rank 0 and the receive from it (tag 0, {F32}, a self-loop) was refused, "
+             f"but the error does not say why: {PAIR}")
+
+
+def test_self_loop_refused_with_pair_not_connected_is_recognised():
+    assert _recognised("p2p", _p2p_example(), _failed([[SELF_LOOP], None])) \
+        == "gloo-p2p-self-loop-unclear-error"
+
+
+@pytest.mark.parametrize("results", [
+    # a refusal between two distinct ranks, with the same unclear error, beside the self-loop
+    [[SELF_LOOP], [f"batch receive from rank 0 (tag 3, spec) was refused, but the error does not say why: {PAIR}"]],
+    [[SELF_LOOP.replace("tag 0", "tag 5")], None],  # no self-loop with that tag
+    [None, [SELF_LOOP]],  # rank 1 has no self-loop (and rank 0 is not rank 1 itself)
+    [[SELF_LOOP.replace("Pair is not connected", "Connection reset by peer")], None],
+], ids=["distinct-ranks", "other-tag", "other-rank", "other-error"])
+def test_self_loop_predicate_other_symptoms_stay_failures(results):
+    assert _recognised("p2p", _p2p_example(), _failed(results)) is None
+
+
+def _raises_type_error(*args, **kwargs):
+    raise TypeError("unsupported operand type(s) for +: 'int' and 'self'")
+
+
+def test_an_unrelated_error_mentioning_self_is_not_a_clear_refusal():
+    from fuzzdist.properties import p2p
+
+    pending: list[str] = []
+    m = p2p.Message(0, 0, 0, TensorSpec((2, 2), torch.float32, "transposed"), 1)
+    problem = p2p._try_refused(m, True, "isend", {"isend": _raises_type_error}, None, pending)
+    assert problem is not None and "does not say why" in problem and not pending
+
+
+# -- functional: gloo-functional-all-to-all-complex-raises -------------------------------------------
+
+
+def _functional_example() -> dict:
+    functional = pytest.importorskip("fuzzdist.properties.functional")
+    calls = (functional.Call("all_to_all_single", TensorSpec((2,), torch.float32)),
+             functional.Call("all_to_all_single", TensorSpec((2,), torch.complex64)))
+    return {"case": functional.FunctionalCase(calls, (0, 1), ("wait_tensor",) * 2)}
+
+
+def _rank_error(*messages: str, stragglers: tuple[int, ...] = ()) -> RankError:
+    excs = {r: RuntimeError(m) for r, m in enumerate(messages)}
+    return RankError(list(excs), {r: "Traceback ..." for r in excs}, dict.fromkeys(excs, "builtins.RuntimeError"),
+                     excs, stragglers=stragglers)
+
+
+def _call_raised(index: int, message: str = "Invalid scalar type") -> str:
+    return CALL_RAISED.format(index=index, op="all_to_all_single", type="RuntimeError", message=message)
+
+
+def test_functional_all_to_all_complex_is_recognised_from_the_call_that_raised():
+    failure = _rank_error(_call_raised(1), _call_raised(1))
+    assert _recognised("functional", _functional_example(), failure) == "gloo-functional-all-to-all-complex-raises"
+
+
+@pytest.mark.parametrize("failure", [
+    _rank_error(_call_raised(0), _call_raised(0)),  # the real all_to_all_single raised it: not the complex one
+    _rank_error(_call_raised(1), _call_raised(1, "Connection reset by peer")),  # another error on one rank
+    _rank_error("Invalid scalar type", "Invalid scalar type"),  # not tied to a call
+    _rank_error(_call_raised(1), stragglers=(1,)),  # a rank left waiting
+    _failed([["call 1 all_to_all_single: Invalid scalar type"], None]),
+], ids=["other-call", "other-error", "untied", "straggler", "property-failure"])
+def test_functional_all_to_all_complex_other_symptoms_stay_failures(failure):
+    assert _recognised("functional", _functional_example(), failure) is None
+
+
+# -- collectives: nn-reduce-backward-ignores-op ------------------------------------------------------
+
+
+def _reduce_example(name: str = "reduce", op: str = "MAX") -> dict:
+    collectives = pytest.importorskip("fuzzdist.properties.collectives")
+    return {"name": name, "case": collectives.Case(spec=F32, seed=0, op=op), "world_size": 2}
+
+
+def _grad_problem(collectives, op: str, got: float, g: float = 0.5) -> str | None:
+    """What the rank function reports for rank 0's gradient (x = 1 on rank 0, 2 on rank 1; upstream g)."""
+    xs = [torch.tensor([1.0]), torch.tensor([2.0])]
+    return collectives._op_grad("grad of input", torch.tensor([got]), xs, 0, torch.tensor([g]), op)
+
+
+def test_reduce_gradient_that_is_sums_is_named_so_and_recognised():
+    collectives = pytest.importorskip("fuzzdist.properties.collectives")
+    from fuzzdist.known_bugs.symptoms import SUM_GRAD_FOR_ANY_OP
+
+    assert _grad_problem(collectives, "MAX", 0.0) is None  # rank 0 doesn't hold the max: 0 is right
+    assert _grad_problem(collectives, "MIN", 0.5) is None  # it holds the min: g is right
+    assert _grad_problem(collectives, "PRODUCT", 1.0) is None  # g * 2
+    assert _grad_problem(collectives, "AVG", 0.25) is None  # g / 2
+    for op in ("MAX", "PRODUCT", "AVG"):
+        problem = _grad_problem(collectives, op, 0.5)  # what torch gives: SUM's gradient
+        assert problem is not None and SUM_GRAD_FOR_ANY_OP in problem
+        for name in ("reduce", "reduce_scatter"):
+            assert _recognised("collectives", _reduce_example(name, op), _failed([[problem], None])) \
+                == "nn-reduce-backward-ignores-op"
+
+
+SUMS = "grad of input: differs (exactly SUM's gradient: the forward's op ignored)"
+
+
+@pytest.mark.parametrize("example, results", [
+    (_reduce_example(op="SUM"), [[SUMS]]),
+    (_reduce_example(name="all_reduce"), [[SUMS]]),
+    (_reduce_example(), [["grad of input: 1 of 1 elements differ from the gradient of MAX over 2 ranks"]]),  # not SUM's
+    (_reduce_example(), [[SUMS], ["output: 3"]]),
+], ids=["sum", "all-reduce", "another-gradient", "and-a-wrong-output"])
+def test_reduce_backward_other_symptoms_stay_failures(example, results):
+    assert _recognised("collectives", example, _failed(results)) is None
+
+
+def test_a_gradient_other_than_sums_is_not_named_sums():
+    collectives = pytest.importorskip("fuzzdist.properties.collectives")
+    problem = _grad_problem(collectives, "MAX", 1.5)  # neither right (0) nor SUM's (0.5)
+    assert problem is not None and "SUM's gradient" not in problem

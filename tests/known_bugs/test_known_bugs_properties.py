@@ -1,0 +1,101 @@
+"""Each re-widened property meets a known torch bug on its pinned example: the failure is tallied as
+a sighting, not raised; the same inputs with a different symptom (a planted bug) stay a failure."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from helpers import planted_collectives, planted_known
+
+from fuzzdist import known_bugs
+from fuzzdist.errors import PropertyFailure
+from fuzzdist.properties import broadcast, collectives
+from fuzzdist.properties.collectives import Case
+from fuzzdist.strategies import TensorSpec
+
+pytestmark = pytest.mark.fuzzdist(world_size=2)
+
+TRANSPOSED = TensorSpec((2, 2), torch.float32, "transposed")
+MATRIX = TensorSpec((2, 2), torch.float32)
+
+# (bug id, the property's check on the bug's pinned example, the same with a planted bug of another symptom)
+CASES = {
+    "gloo-broadcast-ignores-strides": (
+        lambda pool: broadcast.check(pool, TRANSPOSED, 0, 0),
+        lambda pool: broadcast.check(pool, TRANSPOSED, 0, 0, broadcast=planted_known.broadcast_negating_receivers)),
+    "nn-all-reduce-backward-non-sum": (
+        lambda pool: collectives.check(pool, "all_reduce", Case(TensorSpec((4,), torch.float32), 0, op="PRODUCT")),
+        lambda pool: collectives.check(pool, "all_reduce", Case(TensorSpec((4,), torch.float32), 0, op="PRODUCT"),
+                                       all_reduce=planted_collectives.all_reduce_dropping_last_rank)),
+    "nn-all-gather-grad-transposed": (
+        lambda pool: collectives.check(pool, "all_gather", Case(MATRIX, 0, grad_layout="transposed")),
+        lambda pool: collectives.check(pool, "all_gather", Case(MATRIX, 0, grad_layout="transposed"),
+                                       all_gather=planted_collectives.all_gather_swapping_ranks_0_and_1)),
+    "gloo-scatter-ignores-strides": (
+        lambda pool: collectives.check(pool, "all_to_all", Case(MATRIX, 0, out_layout="transposed")),
+        lambda pool: collectives.check(pool, "all_to_all", Case(MATRIX, 0, out_layout="transposed"),
+                                       all_to_all=planted_known.all_to_all_reversing_outputs)),
+}
+
+
+@pytest.mark.parametrize("bug_id", sorted(CASES))
+def test_known_bug_is_tallied_not_raised(rank_pool, bug_id):
+    real, _ = CASES[bug_id]
+    with known_bugs.collecting() as tally:
+        real(rank_pool)
+    assert list(tally.sightings) == [bug_id]
+    assert tally.total == 1
+
+
+@pytest.mark.parametrize("bug_id", sorted(CASES))
+def test_same_inputs_with_another_symptom_stay_a_failure(rank_pool, bug_id):
+    _, planted = CASES[bug_id]
+    with known_bugs.collecting() as tally, pytest.raises(PropertyFailure):
+        planted(rank_pool)
+    assert not tally
+
+
+def test_outside_a_tally_the_known_bug_is_raised_with_its_name(rank_pool):
+    real, _ = CASES["gloo-broadcast-ignores-strides"]
+    with known_bugs.not_collecting(), pytest.raises(PropertyFailure) as info:
+        real(rank_pool)
+    assert any("gloo-broadcast-ignores-strides" in note for note in info.value.__notes__)
+
+
+
+def test_bool_sum_through_functional_collectives_is_the_gloo_bug_and_only_that():
+    """``fuzzdist run`` met gloo-bool-sum-stores-2 through the functional property: recognised there
+    when every problem is a bool byte in a SUM reduction of bools; any other problem stays a failure."""
+    functional = pytest.importorskip("fuzzdist.properties.functional")
+    from fuzzdist import known_bugs
+    from fuzzdist.errors import PropertyFailure
+    from fuzzdist.strategies import TensorSpec
+
+    def case(dtype, reduce_op="SUM"):
+        return functional.FunctionalCase(calls=(functional.Call("all_reduce", TensorSpec((1,), dtype),
+                                                                reduce_op=reduce_op),),
+                                         order=(0,), completions=("wait_tensor",), seed=0)
+
+    byte_2 = ["call 0 all_reduce: 1 of 1 bools hold a byte other than 0 and 1 (bytes [2]; True is the byte 1)"]
+    failure = PropertyFailure("functional collectives wrong on ranks [0, 1]", [byte_2, byte_2])
+
+    def example(dtype, reduce_op="SUM", backend="gloo"):
+        return {"case": case(dtype, reduce_op), "backend": backend}
+
+    bug = known_bugs.recognise("functional", example(torch.bool), failure)
+    assert bug is not None and bug.id == "gloo-bool-sum-stores-2"
+    assert known_bugs.recognise("functional", example(torch.bool, "MAX"), failure) is None
+    assert known_bugs.recognise("functional", example(torch.float32), failure) is None
+    # the same bytes on another backend are that backend's own bug; with no backend named, nothing is known
+    assert known_bugs.recognise("functional", example(torch.bool, backend="nccl"), failure) is None
+    assert known_bugs.recognise("functional", {"case": case(torch.bool)}, failure) is None
+    other = PropertyFailure("wrong", [["call 0 all_reduce: values differ at index 0"], None])
+    assert known_bugs.recognise("functional", example(torch.bool), other) is None
+    # the functional result right, c10d's right by truth value but holding the byte 2: the same gloo bug
+    c10d = torch.tensor([2], dtype=torch.uint8).view(torch.bool)
+    assert functional._invalid_bools(c10d, torch.tensor([False])) == ""  # c10d wrong by truth value too
+    assert functional._invalid_bools(torch.tensor([True]), torch.tensor([True])) == ""
+    vs_c10d = "call 0 all_reduce vs c10d: differs" + functional._invalid_bools(c10d, torch.tensor([True]))
+    failure = PropertyFailure("functional collectives wrong on ranks [0]", [[vs_c10d], None])
+    assert known_bugs.recognise("functional", example(torch.bool), failure).id == "gloo-bool-sum-stores-2"
+    assert known_bugs.recognise("functional", example(torch.bool, "MAX"), failure) is None
