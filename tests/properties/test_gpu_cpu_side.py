@@ -1,4 +1,4 @@
-"""The GPU suite's logic that a machine without a GPU can check (issue 10): segment lookup, one IPC
+"""The GPU suite's logic that a machine without a GPU can check: segment lookup, one IPC
 reduction per receiver, the cupy probe, effective allocator settings, the boundary sizes, DDP's device
 arguments and device-aware futures.  What needs a GPU is in test_gpu_properties_catch_bugs.py."""
 
@@ -24,7 +24,7 @@ from fuzzdist.toolkit.reorder import future_devices
 
 MiB = 2**20
 
-# -- item 2: the segment that holds the tensor ------------------------------------------------
+# -- CUDA IPC: the segment that holds the tensor ------------------------------------------------
 
 SNAPSHOT = [
     {"device": 0, "address": 0x1000, "total_size": 0x1000, "is_expandable": False},
@@ -60,7 +60,7 @@ def test_a_pointer_in_no_segment_or_a_snapshot_without_the_flag_is_reported():
     assert "does not say whether" in cuda_ipc.expandable_segment_mismatch(0x1000, False, old, 0)
 
 
-# -- item 3: one reduction per receiver -------------------------------------------------------
+# -- CUDA IPC: one reduction per receiver -------------------------------------------------------
 
 
 class _FakeCudaTensor:
@@ -90,7 +90,7 @@ def test_reduce_cuda_handles_refuses_a_cpu_tensor():
         cuda_ipc.reduce_cuda_handles(torch.zeros(1), [1])
 
 
-# -- item 4: the cupy probe -------------------------------------------------------------------
+# -- cuda_zero_copy: the cupy probe -------------------------------------------------------------------
 
 
 def _fake_cupy(runtime: int, device_count_error: Exception | None = None) -> types.ModuleType:
@@ -143,7 +143,7 @@ def test_cupy_probe_reports_a_cupy_that_sees_no_gpu(monkeypatch):
     assert "can't see a GPU: no CUDA-capable device" in capabilities.missing_cupy()
 
 
-# -- items 5 and 6: effective allocator settings; no garbage_collection_threshold ------------------
+# -- allocator modes: effective allocator settings; no garbage_collection_threshold ------------------
 
 
 def test_a_mode_that_leaves_expandable_segments_unset_inherits_them():
@@ -185,7 +185,7 @@ def test_cuda_modes_never_draw_the_garbage_collection_threshold():
              settings=settings(max_examples=200, database=None))
 
 
-# -- item 8: allocations exactly on, below and above the allocator's boundaries -------------------
+# -- allocator modes: allocations exactly on, below and above the allocator's boundaries -------------------
 
 
 def _rounded(nbytes: int) -> int:
@@ -222,7 +222,7 @@ def test_layout_refuses_a_size_that_is_not_whole_elements():
         ipc_property.layout(6, 4, 0, 1)
 
 
-# -- item 9: DDP's devices, and futures that name them --------------------------------------------
+# -- DDP on CUDA: DDP's devices, and futures that name them --------------------------------------------
 
 
 def test_ddp_device_arguments_per_rank_device():

@@ -65,7 +65,7 @@ def test_cuda_zero_copy_property_catches_a_copy(rank_pool):
     assert f.units == 1  # zero bytes have no address to compare; one unit copies
 
 
-# DDP parity on CUDA (issue 10, item 9): the planted groups of test_ddp_parity_catch_bugs.py, under DDP with
+# DDP parity on CUDA: the planted groups of test_ddp_parity_catch_bugs.py, under DDP with
 # the model on the rank's GPU.  Their bugs depend on bucket sizes and completion order, not on the device, so
 # the minimal examples are expected to be the CPU ones; a different minimum on a GPU is itself a finding.
 
