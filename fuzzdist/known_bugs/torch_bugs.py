@@ -717,3 +717,27 @@ register(KnownBug(
     where=("tensor_parallel",), recognise=_is_tp_sequence_parallel_short_sequence, seen_on=SEEN_ON,
     upstream="https://github.com/pytorch/pytorch/issues/103306",
     reproducer="docs/findings/tp-sequence-parallel-short-sequence-replicated.py"))
+
+
+# -- DDP communication hooks: PowerSGD's collectives from future callbacks ----------------------------
+
+
+def _is_powersgd_callback_collectives_hang(example: Mapping[str, Any], failure: BaseException) -> bool:
+    """A PowerSGD case whose model spans more than one bucket (a bucket cap drawn, or an unused layer that
+    brings find_unused_parameters), and the ranks hung with a rank inside one of powerSGD_hook's future
+    callbacks (its all-reduces of P or Q)."""
+    config = getattr(example.get("case"), "config", None)
+    if config is None or not (getattr(config, "bucket_cap_mb", None) is not None
+                              or getattr(config, "find_unused_parameters", False)):
+        return False
+    return isinstance(failure, RankTimeout) and "powerSGD_hook.py" in str(failure)
+
+
+register(KnownBug(
+    id="powersgd-multiple-buckets-hangs",
+    summary="DDP with powerSGD_hook over more than one gradient bucket hangs on gloo at a compressed step: the "
+            "hook issues (and waits on) its P and Q all-reduces from future callbacks, whose order across the "
+            "ranks then depends on thread scheduling",
+    where=("comm_hooks",), recognise=_is_powersgd_callback_collectives_hang, seen_on=SEEN_ON,
+    upstream="https://github.com/pytorch/pytorch/pull/49709",
+    reproducer="docs/findings/powersgd-multiple-buckets-hangs.py"))
