@@ -11,7 +11,9 @@ fresh example database and a fixed ``--hypothesis-seed``, and reports, test by t
 Hypothesis ran (its statistics: passing and failing, every phase) over the seconds of the test's
 call phase: the rank pool's start-up (the fixture's set-up) is excluded, the ranks' first imports
 of the family's torch modules are not.  A known torch bug's sightings are examples like any other.
-The family's figure is its tests' examples over their seconds, together.  With ``--rounds R`` the
+The family's figure is its tests' examples over their seconds, together.  A test that fails is
+measured too (its examples include the failure's shrinking) and marked "failed"; a failing test
+whose statistics Hypothesis did not record is listed with no figure.  With ``--rounds R`` the
 families run R times, in the same order each round, and the figures are the medians of the rounds.
 """
 
@@ -54,7 +56,9 @@ def _child(family: str, n: int, tmp: Path) -> int:
 
         def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
             if report.when == "call":
-                self.rows.setdefault(report.nodeid, {})["seconds"] = report.duration
+                row = self.rows.setdefault(report.nodeid, {})
+                row["seconds"] = report.duration
+                row["outcome"] = report.outcome
 
         @pytest.hookimpl(trylast=True)
         def pytest_runtest_teardown(self, item: pytest.Item) -> None:
@@ -84,9 +88,11 @@ def run_family(family: str, n: int) -> dict:
     if measured["code"] not in (0,) and not measured["tests"]:
         raise SystemExit(f"{family}: pytest exited {measured['code']} with no test measured:\n{result.stdout}")
     tests = {nodeid: row for nodeid, row in measured["tests"].items() if "seconds" in row and row.get("examples")}
+    unmeasured = sorted(nodeid for nodeid, row in measured["tests"].items() if nodeid not in tests)
     examples = sum(row["examples"] for row in tests.values())
     seconds = sum(row["seconds"] for row in tests.values())
-    return {"family": family, "code": measured["code"], "wall_s": wall, "tests": tests, "examples": examples,
+    return {"family": family, "code": measured["code"], "wall_s": wall, "tests": tests, "unmeasured": unmeasured,
+            "examples": examples,
             "seconds": seconds, "per_s": examples / seconds if seconds else 0.0,
             "summary": result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""}
 
@@ -112,8 +118,11 @@ def main() -> int:
             print(f"round {i + 1} {family:>16}: {row['examples']:5d} examples in {row['seconds']:7.2f}s = "
                   f"{row['per_s']:6.1f}/s  (load {os.getloadavg()[0]:.1f}; pytest: {row['summary']})", flush=True)
             for nodeid, test in sorted(row["tests"].items()):
+                failed = "  (failed)" if test.get("outcome") == "failed" else ""
                 print(f"      {nodeid.split('::', 1)[1]:<60} {test['examples']:5d} in {test['seconds']:7.2f}s = "
-                      f"{test['examples'] / test['seconds']:6.1f}/s", flush=True)
+                      f"{test['examples'] / test['seconds']:6.1f}/s{failed}", flush=True)
+            for nodeid in row["unmeasured"]:
+                print(f"      {nodeid.split('::', 1)[1]:<60} failed, no statistics recorded", flush=True)
     print(f"\nexamples per second at 2 ranks, max_examples={args.examples} per test, median of {args.rounds} "
           f"round(s):")
     medians = {}
