@@ -695,7 +695,7 @@ _TP_OUTPUT_REPLICATED = re.compile(r"^output: DTensor \([0-9, ]*\) \(Replicate\(
 def _is_tp_sequence_parallel_short_sequence(example: Mapping[str, Any], failure: BaseException) -> bool:
     """A config whose last layer is SequenceParallel over a sequence shorter than the mesh, and every problem
     is the output placed Replicate() where Shard(sequence dim) was expected."""
-    config = example.get("config")
+    config: Any = example.get("config")
     layers, world = getattr(config, "layers", None), getattr(config, "world_size", None)
     if not layers or world is None or layers[-1].kind != "sequence":
         return False

@@ -297,7 +297,8 @@ class LocalStepper:
         """The parameters after one optimizer step from ``start`` with ``grads`` (None: no gradient)."""
         self.load(start)
         for name, p in self.model.named_parameters():
-            p.grad = None if grads[name] is None else grads[name].detach().clone()
+            grad = grads[name]
+            p.grad = None if grad is None else grad.detach().clone()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return {n: p.detach().clone() for n, p in self.model.named_parameters()}
