@@ -722,22 +722,39 @@ register(KnownBug(
 # -- DDP communication hooks: PowerSGD's collectives from future callbacks ----------------------------
 
 
+_GLOO_SIZE_MISMATCH = "Received data size doesn't match expected size"
+_RANKS_DIFFER = "'s gradients differ from rank 0's bitwise"  # comm_hooks' cross-rank check
+
+
 def _is_powersgd_callback_collectives_hang(example: Mapping[str, Any], failure: BaseException) -> bool:
     """A PowerSGD case whose model spans more than one bucket (a bucket cap drawn, or an unused layer that
-    brings find_unused_parameters), and the ranks hung with a rank inside one of powerSGD_hook's future
-    callbacks (its all-reduces of P or Q)."""
-    config = getattr(example.get("case"), "config", None)
+    brings find_unused_parameters), and the symptom of the ranks' collectives out of step: the ranks hung
+    with a rank inside one of powerSGD_hook's future callbacks (its all-reduces of P or Q); or a rank died
+    on gloo's "Received data size doesn't match expected size" inside such a callback; or the synced
+    gradients differ across the ranks bitwise (every rank gets the same all-reduce result unless the
+    ranks paired different all-reduces: a deterministic bug in the hook would not make them differ)."""
+    from fuzzdist.errors import RankCrash
+
+    case = example.get("case")
+    if type(case).__name__ != "PowerSGDCase":  # comm_hooks' PowerSGD check only
+        return False
+    config = getattr(case, "config", None)
     if config is None or not (getattr(config, "bucket_cap_mb", None) is not None
                               or getattr(config, "find_unused_parameters", False)):
         return False
-    return isinstance(failure, RankTimeout) and "powerSGD_hook.py" in str(failure)
+    if isinstance(failure, RankTimeout):
+        return "powerSGD_hook.py" in str(failure)
+    if isinstance(failure, RankCrash):
+        return _GLOO_SIZE_MISMATCH in str(failure) and "powerSGD_hook.py" in str(failure)
+    return any(_RANKS_DIFFER in p for p in _problems(failure) or [])
 
 
 register(KnownBug(
     id="powersgd-multiple-buckets-hangs",
-    summary="DDP with powerSGD_hook over more than one gradient bucket hangs on gloo at a compressed step: the "
-            "hook issues (and waits on) its P and Q all-reduces from future callbacks, whose order across the "
-            "ranks then depends on thread scheduling",
+    summary="DDP with powerSGD_hook over more than one gradient bucket, on gloo: the hook issues (and waits on) "
+            "its P and Q all-reduces from future callbacks, whose order across the ranks then depends on thread "
+            "scheduling, so a compressed step hangs, aborts a rank (gloo's size mismatch) or gives the ranks "
+            "different gradients",
     where=("comm_hooks",), recognise=_is_powersgd_callback_collectives_hang, seen_on=SEEN_ON,
     upstream="https://github.com/pytorch/pytorch/pull/49709",
     reproducer="docs/findings/powersgd-multiple-buckets-hangs.py"))
