@@ -45,7 +45,9 @@ def xy_chart(title: str, series: Sequence[tuple[str, Points]], *, x_title: str, 
         chart.config.y_labels = list(range(0, max(top, 1) + step, step))
     for name, points in series:
         chart.add(name, [(float(x), float(y)) for x, y in points])
-    for name, points in secondary:
+    # pygal can't scale a secondary axis with no point on it (early in a campaign, before the first
+    # failure or event): a series without points is left out there.
+    for name, points in [(name, points) for name, points in secondary if len(points)]:
         chart.add(f"{name} ({secondary_title})" if secondary_title else name,
                   [(float(x), float(y)) for x, y in points], secondary=True)
     # pygal always adds a <script> holding its config (for its tooltips, which are off): the page has no script.

@@ -281,3 +281,13 @@ def test_fuzzdist_run_says_when_the_page_could_not_be_written(project, capsys, m
     out = capsys.readouterr().out
     assert "HTML report: r.html NOT WRITTEN (ValueError: planted: no page)" in out, out
     assert "JSON report: r.json\n" in out and not (project / "r.html").exists()
+
+
+def test_a_chart_whose_secondary_series_has_no_point_yet_is_drawn():
+    """Early in a campaign a right-hand series (failures, events) can be empty: pygal can't scale an
+    axis with no point, so the page must still be written, with the series that have points."""
+    from fuzzdist.campaign.charts import xy_chart
+
+    svg = xy_chart("examples", [("prop", [(0.0, 1.0), (1.0, 5.0)])], x_title="s", y_title="examples",
+                   secondary=[("failures", [])], secondary_title="failures")
+    assert svg.startswith("<svg") and "prop" in svg and "failures (failures)" not in svg
