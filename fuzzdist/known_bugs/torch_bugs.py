@@ -730,7 +730,8 @@ def _is_powersgd_callback_collectives_hang(example: Mapping[str, Any], failure: 
     """A PowerSGD case whose model spans more than one bucket (a bucket cap drawn, or an unused layer that
     brings find_unused_parameters), and the symptom of the ranks' collectives out of step: the ranks hung
     with a rank inside one of powerSGD_hook's future callbacks (its all-reduces of P or Q); or a rank died
-    on gloo's "Received data size doesn't match expected size" inside such a callback; or the synced
+    on gloo's "Received data size doesn't match expected size" inside such a callback, or raised a gloo
+    error through one (a recv timed out: "Got the following error when running the callback"); or the synced
     gradients differ across the ranks bitwise (every rank gets the same all-reduce result unless the
     ranks paired different all-reduces: a deterministic bug in the hook would not make them differ)."""
     from fuzzdist.errors import RankCrash
@@ -746,6 +747,10 @@ def _is_powersgd_callback_collectives_hang(example: Mapping[str, Any], failure: 
         return "powerSGD_hook.py" in str(failure)
     if isinstance(failure, RankCrash):
         return _GLOO_SIZE_MISMATCH in str(failure) and "powerSGD_hook.py" in str(failure)
+    if isinstance(failure, RankError):  # a gloo error raised through one of the hook's callbacks
+        return bool(failure.exceptions) and all(
+            "when running the callback" in str(exc) and "powerSGD_hook.py" in str(exc)
+            for exc in failure.exceptions.values())
     return any(_RANKS_DIFFER in p for p in _problems(failure) or [])
 
 
