@@ -85,6 +85,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
+import torch.distributed as dist
 from hypothesis import strategies as st
 from torch import nn
 
@@ -321,6 +322,15 @@ def _parallelize(module: nn.Module, device_mesh: DeviceMesh, parallelize_plan: d
     return parallelize_module(module, device_mesh, parallelize_plan, **kwargs)
 
 
+def _any_rank(ctx: RankContext, stop: bool) -> bool:
+    """Whether ``stop`` holds on any rank.  Every rank asks at the same points of the example, so the
+    ranks stop checking together: a rank that returned alone would leave the others waiting in the
+    model's next collective (a hang instead of the problem it found)."""
+    flag = torch.tensor([int(stop)], dtype=torch.int64)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=ctx.group)
+    return bool(flag.item())
+
+
 def tp_parity(ctx: RankContext, config: TPConfig, seed: int,
               parallelize: Callable[..., nn.Module] = _parallelize) -> list[str]:
     """On every rank: parallelise ``config``'s model with ``parallelize`` (``parallelize_module``'s
@@ -352,7 +362,7 @@ def tp_parity(ctx: RankContext, config: TPConfig, seed: int,
         diff = first_difference(p.to_local(), piece(ref_params[name].detach(), expected, rank, world))
         if diff is not None:
             problems.append(f"after parallelize: {name}'s local piece on rank {rank}: {diff}")
-    if problems:
+    if _any_rank(ctx, bool(problems)):  # stop together: a rank leaving alone strands the others in a collective
         return problems
 
     x, coef = config.inputs(seed)
@@ -362,24 +372,32 @@ def tp_parity(ctx: RankContext, config: TPConfig, seed: int,
     ref_out = reference(x)
     last = config.layers[-1]
     out_placements = (placement(last.out_layout, config.sequence_dim),)
+    local: torch.Tensor | None = None  # this rank's output piece, while backward can go on from it
     if last.local_output:
         if isinstance(out, DTensor):
-            return [f"output: got a DTensor, expected a local torch.Tensor (use_local_output={last.use_local_output})"]
-        local = out
+            problems.append(f"output: got a DTensor, expected a local torch.Tensor "
+                            f"(use_local_output={last.use_local_output})")
+        else:
+            local = out
     else:
-        if not isinstance(out, DTensor):
-            return [f"output: got a {type(out).__name__}, expected a DTensor "
-                    f"(use_local_output={last.use_local_output})"]
         norm = tuple(Shard(p.dim % 3) if isinstance(p, Shard) else p for p in out_placements)
-        if tuple(out.placements) != norm or tuple(out.shape) != tuple(ref_out.shape):
-            return [f"output: DTensor {tuple(out.shape)} {tuple(out.placements)}, "
-                    f"expected {tuple(ref_out.shape)} {norm}"]
-        local = out.to_local()
-    diff = _close(f"output's local piece on rank {rank}", local, piece(ref_out.detach(), out_placements, rank, world))
-    if diff is not None:
-        problems.append(diff)
-        if local.shape != piece(ref_out, out_placements, rank, world).shape:
-            return problems
+        if not isinstance(out, DTensor):
+            problems.append(f"output: got a {type(out).__name__}, expected a DTensor "
+                            f"(use_local_output={last.use_local_output})")
+        elif tuple(out.placements) != norm or tuple(out.shape) != tuple(ref_out.shape):
+            problems.append(f"output: DTensor {tuple(out.shape)} {tuple(out.placements)}, "
+                            f"expected {tuple(ref_out.shape)} {norm}")
+        else:
+            local = out.to_local()
+    if local is not None:
+        expected_piece = piece(ref_out.detach(), out_placements, rank, world)
+        diff = _close(f"output's local piece on rank {rank}", local, expected_piece)
+        if diff is not None:
+            problems.append(diff)
+            if local.shape != expected_piece.shape:
+                local = None
+    if _any_rank(ctx, local is None) or local is None:
+        return problems
     (ref_out * coef).sum().backward()
     (local * piece(coef, out_placements, rank, world)).sum().backward()
     for name, p in params.items():
