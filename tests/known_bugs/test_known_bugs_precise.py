@@ -1,8 +1,8 @@
-"""The known-bug predicates of the subgroups, object-collective, point-to-point and functional properties
-recognise a failure only when every problem in it is the bug's own symptom on the input that triggers it:
-the same inputs with another symptom, or with the symptom plus anything else, stay a failure.  Hand-built
-failures, in the form the properties' ranks report them (the real bugs are recognised on their pinned
-examples in properties/test_known_torch_bugs.py)."""
+"""The known-bug predicates of the subgroups, object-collective, point-to-point, functional, collectives and
+tensor-parallel properties recognise a failure only when every problem in it is the bug's own symptom on the
+input that triggers it: the same inputs with another symptom, or with the symptom plus anything else, stay a
+failure.  Hand-built failures, in the form the properties' ranks report them (the real bugs are recognised on
+their pinned examples in properties/test_known_torch_bugs.py, or by their reproducers in docs/findings/)."""
 
 from __future__ import annotations
 
@@ -239,3 +239,55 @@ def test_a_gradient_other_than_sums_is_not_named_sums():
     collectives = pytest.importorskip("fuzzdist.properties.collectives")
     problem = _grad_problem(collectives, "MAX", 1.5)  # neither right (0) nor SUM's (0.5)
     assert problem is not None and "SUM's gradient" not in problem
+
+
+# -- tensor_parallel: tp-rowwise-uneven-sequence-view-fails ------------------------------------------
+
+VIEW_ERROR = ("view size is not compatible with input tensor's size and stride (at least one dimension spans "
+              "across two contiguous subspaces). Use .reshape(...) instead.")
+IN_LINEAR_FORWARD = ('Traceback (most recent call last):\n'
+                     '  File "/x/torch/nn/modules/linear.py", line 134, in forward\n'
+                     '    return F.linear(input, self.weight, self.bias)\n')
+IN_BACKWARD = 'Traceback (most recent call last):\n  File "/x/torch/_tensor.py", line 630, in backward\n'
+
+
+def _tp_example(batch: int = 2, seq: int = 3, sequence_dim: int = 1, rowwise_input: str | None = "T") -> dict:
+    """What fuzzdist shrank the bug to, or that config with one field changed: a Colwise layer handing a DTensor
+    sharded on the sequence to a Rowwise one."""
+    tp = pytest.importorskip("fuzzdist.properties.tensor_parallel")
+    colwise_out = "T" if rowwise_input == "T" else None
+    layers = (tp.TPLayer("colwise", 1, None, colwise_out, False, True),
+              tp.TPLayer("rowwise", 1, rowwise_input, None, None, True))
+    return {"config": tp.TPConfig(2, batch, seq, 1, layers, "R", sequence_dim, 0), "seed": 0}
+
+
+def _tp_rank_error(messages: dict[int, str], tracebacks: dict[int, str] | None = None,
+                   stragglers: tuple[int, ...] = ()) -> RankError:
+    excs = {r: RuntimeError(m) for r, m in messages.items()}
+    tbs = tracebacks or dict.fromkeys(excs, IN_LINEAR_FORWARD)
+    return RankError(list(excs), {r: tbs[r] + f"RuntimeError: {excs[r]}" for r in excs},
+                     dict.fromkeys(excs, "builtins.RuntimeError"), excs, stragglers=stragglers)
+
+
+def test_tp_rowwise_uneven_sequence_view_is_recognised():
+    assert _recognised("tensor_parallel", _tp_example(), _tp_rank_error({0: VIEW_ERROR}, stragglers=(1,))) \
+        == "tp-rowwise-uneven-sequence-view-fails"  # what the campaign saw: rank 1 (its feature piece empty) waits
+    assert _recognised("tensor_parallel", _tp_example(), _tp_rank_error({0: VIEW_ERROR, 1: VIEW_ERROR})) \
+        == "tp-rowwise-uneven-sequence-view-fails"  # wider features: every rank raises
+
+
+@pytest.mark.parametrize("example, failure", [
+    (_tp_example(seq=4), _tp_rank_error({0: VIEW_ERROR})),  # an even sequence
+    (_tp_example(seq=1), _tp_rank_error({0: VIEW_ERROR})),  # a sequence of 1: the padding can't matter
+    (_tp_example(batch=1), _tp_rank_error({0: VIEW_ERROR})),  # nothing outside the sequence dim
+    (_tp_example(sequence_dim=0), _tp_rank_error({0: VIEW_ERROR})),  # the leading dim sharded
+    (_tp_example(rowwise_input=None), _tp_rank_error({0: VIEW_ERROR})),  # the Rowwise input on its default Shard(-1)
+    (_tp_example(), _tp_rank_error({0: "mat1 and mat2 shapes cannot be multiplied (6x1 and 2x1)"})),  # another error
+    (_tp_example(), _tp_rank_error({0: VIEW_ERROR, 1: "Connection reset by peer"})),  # another error beside it
+    (_tp_example(), _tp_rank_error({1: VIEW_ERROR}, stragglers=(0,))),  # rank 0's piece is never empty
+    (_tp_example(), _tp_rank_error({0: VIEW_ERROR}, {0: IN_BACKWARD})),  # not in a Linear's forward
+    (_tp_example(), _failed([[VIEW_ERROR], None])),  # not raised
+], ids=["even", "seq-1", "batch-1", "dim-0", "default-input", "other-error", "beside", "rank-1-only", "backward",
+        "property-failure"])
+def test_tp_rowwise_uneven_sequence_other_symptoms_stay_failures(example, failure):
+    assert _recognised("tensor_parallel", example, failure) is None
