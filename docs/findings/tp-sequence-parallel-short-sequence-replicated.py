@@ -9,10 +9,13 @@ dimension."  On 2 ranks, nn.LayerNorm(2) parallelised with SequenceParallel() ge
 input of shape (1, seq, 2).  With seq = 2 the output is a DTensor placed Shard(dim=1); with seq = 1
 it is placed Replicate().  The values are the local LayerNorm's in both cases; the placement, which
 the next layer's input handling and any code reading ``placements`` rely on, is not the one documented.
+The same module with SequenceParallel(use_local_output=True) returns each rank's local tensor: with
+seq = 2 each rank's is its torch.chunk piece (1, 1, 2); with seq = 1 each rank's is the whole output
+(1, 1, 2), rank 1's too, whose piece (1, 0, 2) is empty (the local tensor of the Replicate() output).
 
     python docs/findings/tp-sequence-parallel-short-sequence-replicated.py
 
-Prints one line; exits 1 while the bug reproduces ("BUG: ..."), 0 once torch gets it right ("FIXED: ...").
+Prints one line (two while the bug reproduces); exits 1 while the bug reproduces ("BUG: ..."), 0 once torch gets it right ("FIXED: ...").
 """
 import multiprocessing as mp
 import socket
@@ -35,7 +38,7 @@ def rank_main(rank, world_size, port, results):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
                             timeout=timedelta(seconds=30))
     mesh = init_device_mesh("cpu", (world_size,))
-    seen = {}
+    seen, local = {}, {}
     for seq in (2, 1):  # 2: one position per rank (the control); 1: rank 1's piece empty
         torch.manual_seed(0)
         full = torch.randn(1, seq, 2)
@@ -44,6 +47,14 @@ def rank_main(rank, world_size, port, results):
         values_ok = bool(torch.allclose(out.full_tensor(), nn.LayerNorm(2)(full)))
         seen[seq] = (str(tuple(out.placements)), values_ok)
         dist.barrier()
+        # the same with use_local_output=True: a plain tensor, documented as this rank's piece of the output
+        model = parallelize_module(nn.LayerNorm(2), mesh, SequenceParallel(use_local_output=True))
+        out = model(distribute_tensor(full, mesh, [Replicate()]))
+        expected = torch.chunk(nn.LayerNorm(2)(full), world_size, dim=1)
+        mine = expected[rank] if rank < len(expected) else full[:, :0]
+        local[seq] = (tuple(out.shape), tuple(mine.shape))
+        dist.barrier()
+    seen["local"] = local
     results.put((rank, seen))
     dist.destroy_process_group()
 
@@ -69,12 +80,23 @@ def main():
     if control != (sharded, True):
         raise RuntimeError(f"the control (a sequence of 2) went wrong too: placements {control[0]}, "
                            f"values right: {control[1]}")
-    if short != (sharded, True):
+    for rank in got:
+        got_shape, piece_shape = got[rank]["local"][2]
+        if got_shape != piece_shape:
+            raise RuntimeError(f"the control (a sequence of 2) went wrong with use_local_output=True: rank {rank}'s "
+                               f"local output {got_shape}, its piece {piece_shape}")
+    wrong_local = {rank: got[rank]["local"][1] for rank in sorted(got)
+                   if got[rank]["local"][1][0] != got[rank]["local"][1][1]}
+    if short != (sharded, True) or wrong_local:
         print(f"BUG: SequenceParallel nn.LayerNorm on {WORLD_SIZE} ranks, replicated DTensor input (1, 1, 2): output "
               f"placed {short[0]} (values {'right' if short[1] else 'wrong'}), documented: sharded on the sequence "
               f"dimension, {sharded}, as with a sequence of 2")
+        if wrong_local:
+            print("BUG: with use_local_output=True, " + "; ".join(
+                f"rank {rank}'s local output {g}, its torch.chunk piece {e}" for rank, (g, e) in wrong_local.items()))
         return 1
-    print(f"FIXED: SequenceParallel's output is placed {sharded} for a sequence shorter than the mesh too")
+    print(f"FIXED: SequenceParallel's output is placed {sharded} for a sequence shorter than the mesh too, and its "
+          f"local output (use_local_output=True) is each rank's piece")
     return 0
 
 

@@ -735,28 +735,51 @@ _TP_OUTPUT_REPLICATED = re.compile(r"^output: DTensor \([0-9, ]*\) \(Replicate\(
                                    r"\(Shard\(dim=(\d)\),\)$")
 
 
+_TP_LOCAL_OUTPUT_SHAPE = re.compile(r"^output's local piece on rank (\d+): got \(([0-9, ]*)\) (\S+), "
+                                    r"expected \(([0-9, ]*)\) (\S+)$")
+
+
+def _shape(text: str) -> tuple[int, ...]:
+    return tuple(int(n) for n in text.replace(" ", "").split(",") if n)
+
+
 def _is_tp_sequence_parallel_short_sequence(example: Mapping[str, Any], failure: BaseException) -> bool:
     """A config whose last layer is SequenceParallel over a sequence shorter than the mesh, and every problem
-    is the output placed Replicate() where Shard(sequence dim) was expected."""
+    is the output placed Replicate() where Shard(sequence dim) was expected, or, with use_local_output=True,
+    a rank's local output the whole output (the local tensor of that Replicate() DTensor) where its
+    torch.chunk piece of the sequence dim was expected."""
     config: Any = example.get("config")
     layers, world = getattr(config, "layers", None), getattr(config, "world_size", None)
     if not layers or world is None or layers[-1].kind != "sequence":
         return False
     dim = config.sequence_dim
-    if not config.shape[dim] < world:
+    size = config.shape[dim]
+    if not size < world:
         return False
+    whole = tuple(config.output_shape())
+
+    def chunk(rank: int) -> tuple[int, ...]:  # the rank's torch.chunk piece: one position each, the last ones empty
+        return whole[:dim] + (1 if rank < size else 0,) + whole[dim + 1:]
 
     def replicated(problem: str) -> bool:
         match = _TP_OUTPUT_REPLICATED.match(problem)
         return match is not None and int(match.group(1)) == dim
 
-    return _every_problem(failure, replicated)
+    def whole_local(problem: str) -> bool:
+        match = _TP_LOCAL_OUTPUT_SHAPE.match(problem)
+        if match is None or match.group(3) != match.group(5):
+            return False
+        rank = int(match.group(1))
+        return rank < world and _shape(match.group(2)) == whole and _shape(match.group(4)) == chunk(rank) != whole
+
+    return _every_problem(failure, lambda problem: replicated(problem) or whole_local(problem))
 
 
 register(KnownBug(
     id="tp-sequence-parallel-short-sequence-replicated",
     summary="a SequenceParallel module whose sequence is shorter than the mesh (a rank's piece empty) returns a "
-            "Replicate() output, where its docstring promises one sharded on the sequence dimension",
+            "Replicate() output, where its docstring promises one sharded on the sequence dimension (with "
+            "use_local_output=True: every rank's local output is the whole sequence, not its piece)",
     where=("tensor_parallel",), recognise=_is_tp_sequence_parallel_short_sequence, seen_on=SEEN_ON,
     upstream="https://github.com/pytorch/pytorch/issues/103306",
     reproducer="docs/findings/tp-sequence-parallel-short-sequence-replicated.py"))

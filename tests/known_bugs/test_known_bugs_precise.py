@@ -291,3 +291,49 @@ def test_tp_rowwise_uneven_sequence_view_is_recognised():
         "property-failure"])
 def test_tp_rowwise_uneven_sequence_other_symptoms_stay_failures(example, failure):
     assert _recognised("tensor_parallel", example, failure) is None
+
+
+# -- tensor_parallel: tp-sequence-parallel-short-sequence-replicated ---------------------------------
+
+CAMPAIGN_LOCAL_PIECE = "output's local piece on rank 1: got (1, 1, 1) torch.float64, expected (1, 0, 1) torch.float64"
+
+
+def _sp_example(seq: int = 1, world: int = 2, last: str = "sequence", sequence_dim: int = 1) -> dict:
+    """What the campaign found (a SequenceParallel LayerNorm, use_local_output=True, last), or it with one field
+    changed."""
+    tp = pytest.importorskip("fuzzdist.properties.tensor_parallel")
+    layers = (tp.TPLayer(kind="colwise", out_features=2),
+              tp.TPLayer(kind="colwise", out_features=1, input_layout="H", use_local_output=False),
+              tp.TPLayer(kind=last, out_features=1, use_local_output=True))
+    return {"config": tp.TPConfig(world, 1, seq, 1, layers, "R", sequence_dim, None), "seed": 0}
+
+
+def test_tp_sequence_parallel_short_sequence_local_output_is_recognised():
+    assert _recognised("tensor_parallel", _sp_example(), _failed([None, [CAMPAIGN_LOCAL_PIECE]])) \
+        == "tp-sequence-parallel-short-sequence-replicated"  # what the campaign saw
+    three_of_four = [f"output's local piece on rank {r}: got (1, 3, 1) torch.float64, expected (1, {e}, 1) "
+                     "torch.float64" for r, e in ((0, 1), (1, 1), (2, 1), (3, 0))]
+    assert _recognised("tensor_parallel", _sp_example(seq=3, world=4), _failed([[p] for p in three_of_four])) \
+        == "tp-sequence-parallel-short-sequence-replicated"  # every rank whose piece isn't the whole
+    replicated = "output: DTensor (1, 1, 1) (Replicate(),), expected (1, 1, 1) (Shard(dim=1),)"
+    assert _recognised("tensor_parallel", _sp_example(), _failed([[replicated], [replicated]])) \
+        == "tp-sequence-parallel-short-sequence-replicated"  # the DTensor form still
+
+
+@pytest.mark.parametrize("example, failure", [
+    (_sp_example(seq=2), _failed([None, [CAMPAIGN_LOCAL_PIECE]])),  # an even sequence
+    (_sp_example(last="colwise"), _failed([None, [CAMPAIGN_LOCAL_PIECE]])),  # the last layer not SequenceParallel
+    (_sp_example(sequence_dim=0), _failed([None, [CAMPAIGN_LOCAL_PIECE]])),  # on dim 0, rank 1's chunk is (0, 1, 1)
+    (_sp_example(), _failed([None, ["output's local piece on rank 1: got (1, 2, 1) torch.float64, "
+                                    "expected (1, 0, 1) torch.float64"]])),  # not the whole output
+    (_sp_example(), _failed([None, ["output's local piece on rank 1: got (1, 1, 1) torch.float64, "
+                                    "expected (1, 1, 1) torch.float64"]])),  # not the rank's chunk
+    (_sp_example(), _failed([None, ["output's local piece on rank 1: got (1, 1, 1) torch.float32, "
+                                    "expected (1, 0, 1) torch.float64"]])),  # another dtype
+    (_sp_example(), _failed([["output's local piece on rank 0: got (1, 1, 1) torch.float64, "
+                              "expected (1, 0, 1) torch.float64"], None])),  # rank 0's piece isn't empty
+    (_sp_example(), _failed([["output's local piece on rank 0: 1 of 1 elements differ; worst at flat index 0: "
+                              "got 1, expected 2"], [CAMPAIGN_LOCAL_PIECE]])),  # wrong values beside it
+], ids=["even", "not-sequence", "dim-0", "other-shape", "not-chunk", "dtype", "rank-0", "values-beside"])
+def test_tp_sequence_parallel_short_sequence_other_symptoms_stay_failures(example, failure):
+    assert _recognised("tensor_parallel", example, failure) is None
