@@ -12,9 +12,15 @@ a sequence of 4 (even pieces) the local tensor is contiguous and the forward giv
 output.  Nothing in RowwiseParallel's documentation restricts input_layouts, and distribute_tensor
 documents uneven shards (torch.chunk semantics).
 
+The same all-to-all runs the other way in the backward of a ColwiseParallel Linear whose
+output_layouts=Shard(1): nn.Linear(2, 2) with ColwiseParallel(output_layouts=Shard(1),
+use_local_output=False), tanh, then nn.Linear(2, 1) with ColwiseParallel(input_layouts=Shard(1)), on a
+(2, 3, 2) replicated input: the forward runs, and backward() of the output's sum raises the same
+error on every rank (with a sequence of 4 it runs).
+
     python docs/findings/tp-rowwise-uneven-sequence-view-fails.py
 
-Prints one line; exits 1 while the bug reproduces ("BUG: ..."), 0 once torch gets it right ("FIXED: ...").
+Prints a line per path that shows it; exits 1 while the bug reproduces ("BUG: ..."), 0 once torch gets it right ("FIXED: ...").
 """
 import multiprocessing as mp
 import socket
@@ -33,7 +39,7 @@ def rank_main(rank, world_size, port, results):
     from torch import nn
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Shard, distribute_tensor
-    from torch.distributed.tensor.parallel import RowwiseParallel, parallelize_module
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
                             timeout=timedelta(seconds=30))
@@ -59,6 +65,18 @@ def rank_main(rank, world_size, port, results):
         except RuntimeError as exc:
             seen[seq] = (None, str(exc).splitlines()[0], layout)
         dist.barrier()
+    for seq in (4, 3):  # the ColwiseParallel path: output_layouts=Shard(1), then its backward
+        torch.manual_seed(0)
+        mlp = nn.Sequential(nn.Linear(IN_FEATURES, 2), nn.Tanh(), nn.Linear(2, 1))
+        mlp = parallelize_module(mlp, mesh, {"0": ColwiseParallel(output_layouts=Shard(1), use_local_output=False),
+                                             "2": ColwiseParallel(input_layouts=Shard(1))})
+        x = torch.rand(BATCH, seq, IN_FEATURES)
+        try:
+            mlp(x).sum().backward()
+            seen[("colwise", seq)] = None
+        except RuntimeError as exc:
+            seen[("colwise", seq)] = str(exc).splitlines()[0]
+        dist.barrier()
     results.put((rank, seen))
     dist.destroy_process_group()
 
@@ -82,12 +100,23 @@ def main():
     control = got[0][4]
     if control[1] is not None or control[0] != "equal to the local model's":
         raise RuntimeError(f"the control (sequence 4) went wrong too: {control}")
+    if got[0][("colwise", 4)] is not None:
+        raise RuntimeError(f"the colwise control (sequence 4) went wrong too: {got[0][('colwise', 4)]}")
     outcome, error, layout = got[0][3]
+    bug = False
     if error is not None or outcome != "equal to the local model's":
         print(f"BUG: RowwiseParallel(input_layouts=Shard(1)) nn.Linear({IN_FEATURES}, 1) on {WORLD_SIZE} ranks, "
               f"input ({BATCH}, 3, {IN_FEATURES}) sharded on the sequence (pieces 2 and 1): the forward "
               f"{'raised: ' + error if error else 'output is ' + outcome} (the input redistributed to Shard(-1): "
               f"{layout}; with a sequence of 4: {control[0]}, {control[2]})")
+        bug = True
+    colwise = {rank: seen[("colwise", 3)] for rank, seen in sorted(got.items()) if seen[("colwise", 3)]}
+    if colwise:
+        print(f"BUG: ColwiseParallel(output_layouts=Shard(1)) then ColwiseParallel(input_layouts=Shard(1)) on "
+              f"{WORLD_SIZE} ranks, input ({BATCH}, 3, {IN_FEATURES}): backward() raised on ranks {sorted(colwise)}: "
+              f"{colwise[min(colwise)]} (with a sequence of 4 it runs)")
+        bug = True
+    if bug:
         return 1
     print(f"FIXED: RowwiseParallel(input_layouts=Shard(1)) on a sequence of 3 over {WORLD_SIZE} ranks gives the "
           f"local model's output")

@@ -690,21 +690,25 @@ register(KnownBug(
 
 _TP_VIEW_INCOMPATIBLE = "view size is not compatible with input tensor's size and stride"
 _LINEAR_FORWARD = re.compile(r'nn[/\\]modules[/\\]linear\.py", line \d+, in forward')
+_AUTOGRAD_BACKWARD = re.compile(r'autograd[/\\]graph\.py", line \d+, in _engine_run_backward')
 
 
 def _tp_rowwise_uneven_sequence_input(config: Any) -> bool:
-    """Whether some RowwiseParallel Linear of a tensor_parallel config takes its input sharded on the sequence
-    dim (``input_layout`` "T") where the style's Shard(seq) -> Shard(-1) all-to-all leaves padding in the local
-    tensor's strides: the sequence (dim 1) longer than 1 and not divisible by the world size, with a batch of
-    more than 1 outside it.  (Such an input is a DTensor: the strategy hands local sequence shards over only
-    where the sequence divides evenly.)"""
+    """Whether a tensor_parallel config moves an activation between Shard(seq) and Shard(-1) with DTensor's
+    all-to-all over an uneven sequence, which leaves padding in the local tensor's strides: a RowwiseParallel
+    Linear taking its input sharded on the sequence dim (``input_layout`` "T": Shard(seq) -> Shard(-1) in
+    the forward) or a ColwiseParallel one putting its output there (``output_layout`` "T": Shard(-1) ->
+    Shard(seq), whose backward runs the other way); the sequence (dim 1) longer than 1 and not divisible by
+    the world size, with a batch of more than 1 outside it.  (Such an activation is a DTensor: the strategy
+    hands local sequence shards over only where the sequence divides evenly.)"""
     layers, world = getattr(config, "layers", None), getattr(config, "world_size", None)
     if not layers or world is None or getattr(config, "sequence_dim", None) != 1:
         return False
     batch, seq = config.batch, config.seq
     if not (batch > 1 and seq > 1 and seq % world != 0):
         return False
-    return any(layer.kind == "rowwise" and layer.input_layout == "T" for layer in layers)
+    return any((layer.kind == "rowwise" and layer.input_layout == "T")
+               or (layer.kind == "colwise" and layer.output_layout == "T") for layer in layers)
 
 
 def _is_tp_rowwise_uneven_sequence_view(example: Mapping[str, Any], failure: BaseException) -> bool:
@@ -716,16 +720,18 @@ def _is_tp_rowwise_uneven_sequence_view(example: Mapping[str, Any], failure: Bas
     if not isinstance(failure, RankError) or 0 not in failure.exceptions:
         return False
     return all(isinstance(exc, RuntimeError) and _TP_VIEW_INCOMPATIBLE in str(exc)
-               and _LINEAR_FORWARD.search(failure.tracebacks.get(rank, "")) is not None
+               and (_LINEAR_FORWARD.search(failure.tracebacks.get(rank, "")) is not None
+                    or _AUTOGRAD_BACKWARD.search(failure.tracebacks.get(rank, "")) is not None)
                for rank, exc in failure.exceptions.items())
 
 
 register(KnownBug(
     id="tp-rowwise-uneven-sequence-view-fails",
     summary="a RowwiseParallel nn.Linear with input_layouts=Shard(1) on a DTensor whose sequence doesn't divide "
-            "over the mesh (batch > 1) raises in its forward, 'view size is not compatible with input tensor's "
-            "size and stride': the Shard(1) -> Shard(-1) redistribute leaves the sequence padding in the local "
-            "tensor's strides (a rank whose piece of the features is empty goes on and hangs)",
+            "over the mesh (batch > 1) raises in its forward, and a ColwiseParallel one with output_layouts="
+            "Shard(1) in its backward, 'view size is not compatible with input tensor's size and stride': the "
+            "Shard(1) <-> Shard(-1) all-to-all leaves the sequence padding in the local tensor's strides (a rank "
+            "whose piece of the features is empty goes on and hangs)",
     where=("tensor_parallel",), recognise=_is_tp_rowwise_uneven_sequence_view, seen_on=SEEN_ON,
     upstream="https://github.com/pytorch/pytorch/issues/143748",
     reproducer="docs/findings/tp-rowwise-uneven-sequence-view-fails.py"))

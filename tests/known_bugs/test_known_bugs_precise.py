@@ -249,6 +249,8 @@ IN_LINEAR_FORWARD = ('Traceback (most recent call last):\n'
                      '  File "/x/torch/nn/modules/linear.py", line 134, in forward\n'
                      '    return F.linear(input, self.weight, self.bias)\n')
 IN_BACKWARD = 'Traceback (most recent call last):\n  File "/x/torch/_tensor.py", line 630, in backward\n'
+IN_AUTOGRAD_ENGINE = IN_BACKWARD + ('  File "/x/torch/autograd/graph.py", line 979, in _engine_run_backward\n'
+                                    '    return Variable._execution_engine.run_backward(\n')
 
 
 def _tp_example(batch: int = 2, seq: int = 3, sequence_dim: int = 1, rowwise_input: str | None = "T") -> dict:
@@ -276,6 +278,18 @@ def test_tp_rowwise_uneven_sequence_view_is_recognised():
         == "tp-rowwise-uneven-sequence-view-fails"  # wider features: every rank raises
 
 
+def test_tp_colwise_uneven_sequence_backward_is_recognised():
+    """A Colwise layer putting its output on the uneven sequence (Shard(-1) -> Shard(1)) before another
+    Colwise one: the backward's all-to-all the other way raises on every rank (what a CI run met)."""
+    tp = pytest.importorskip("fuzzdist.properties.tensor_parallel")
+    layers = (tp.TPLayer("colwise", 2, None, "T", False, True), tp.TPLayer("colwise", 1, "T", None, None, True))
+    example = {"config": tp.TPConfig(2, 2, 3, 1, layers, "R", 1, 0), "seed": 0}
+    failure = _tp_rank_error({0: VIEW_ERROR, 1: VIEW_ERROR}, dict.fromkeys((0, 1), IN_AUTOGRAD_ENGINE))
+    assert _recognised("tensor_parallel", example, failure) == "tp-rowwise-uneven-sequence-view-fails"
+    even = {"config": tp.TPConfig(2, 2, 4, 1, layers, "R", 1, 0), "seed": 0}
+    assert _recognised("tensor_parallel", even, failure) is None
+
+
 @pytest.mark.parametrize("example, failure", [
     (_tp_example(seq=4), _tp_rank_error({0: VIEW_ERROR})),  # an even sequence
     (_tp_example(seq=1), _tp_rank_error({0: VIEW_ERROR})),  # a sequence of 1: the padding can't matter
@@ -285,7 +299,7 @@ def test_tp_rowwise_uneven_sequence_view_is_recognised():
     (_tp_example(), _tp_rank_error({0: "mat1 and mat2 shapes cannot be multiplied (6x1 and 2x1)"})),  # another error
     (_tp_example(), _tp_rank_error({0: VIEW_ERROR, 1: "Connection reset by peer"})),  # another error beside it
     (_tp_example(), _tp_rank_error({1: VIEW_ERROR}, stragglers=(0,))),  # rank 0's piece is never empty
-    (_tp_example(), _tp_rank_error({0: VIEW_ERROR}, {0: IN_BACKWARD})),  # not in a Linear's forward
+    (_tp_example(), _tp_rank_error({0: VIEW_ERROR}, {0: IN_BACKWARD})),  # not in forward nor autograd
     (_tp_example(), _failed([[VIEW_ERROR], None])),  # not raised
 ], ids=["even", "seq-1", "batch-1", "dim-0", "default-input", "other-error", "beside", "rank-1-only", "backward",
         "property-failure"])
