@@ -28,6 +28,7 @@ from fuzzdist.compat import hypothesis_internals as _hypothesis_compat
 from fuzzdist.errors import RESTARTED, CallError, RankCrash, RankError, RankTimeout
 from fuzzdist.pool import hangs, messages
 from fuzzdist.pool import input_coverage as _coverage
+from fuzzdist.pool import line_coverage as _line_coverage
 from fuzzdist.pool import observability as _observability
 from fuzzdist.pool import remote as _remote
 from fuzzdist.pool.rank import rank_output
@@ -271,6 +272,7 @@ class Outcome:
 
     def take(self, rank: int, message: messages.Message) -> None:
         """File ``rank``'s reply."""
+        message = _line_coverage.absorb(message)  # --cover: the lines it reached go to the driver's ledger
         messages.dispatch(self, message, rank)
 
     def died(self, rank: int) -> None:

@@ -17,6 +17,8 @@ from __future__ import annotations
 import pickle
 from typing import Any
 
+from fuzzdist.pool import line_coverage
+
 Message = tuple[str, dict[str, Any]]
 
 # -- controller -> rank ---------------------------------------------------------
@@ -27,8 +29,14 @@ def run(seq: int, seed: int, payload: bytes, sys_path: list[str] | None) -> byte
 
     ``sys_path`` is the controller's ``sys.path`` when it changed since the
     last message (pytest adds test directories as it collects), else None.
+    With ``--cover`` on (:mod:`fuzzdist.pool.line_coverage`) a ``cover`` field names the scope the
+    rank's reached lines count in.
     """
-    return _dump(("run", {"seq": seq, "seed": seed, "payload": payload, "sys_path": sys_path}))
+    fields = {"seq": seq, "seed": seed, "payload": payload, "sys_path": sys_path}
+    cover = line_coverage.scope_field()
+    if cover is not None:  # --cover: the scope the ranks' new lines are counted in (no field when off)
+        fields["cover"] = cover
+    return _dump(("run", fields))
 
 
 def snapshot(request: int, seq: int, with_stack: bool) -> bytes:
@@ -55,7 +63,8 @@ def init_error(traceback: str) -> bytes:
     return _dump(("init_error", {"traceback": traceback}))
 
 
-def ok(seq: int, result: Any, recycle: list[str], output: Any = None, elapsed: float | None = None) -> bytes:
+def ok(seq: int, result: Any, recycle: list[str], output: Any = None, elapsed: float | None = None,
+       cover: Any = None) -> bytes:
     """Example ``seq`` returned ``result``.
 
     ``recycle``: reasons this rank's process must be replaced before the
@@ -63,15 +72,18 @@ def ok(seq: int, result: Any, recycle: list[str], output: Any = None, elapsed: f
     be undone); empty when it can be reused.  ``output``: what the rank wrote
     during the example (a :class:`~fuzzdist.pool.rank.rank_output.RankOutput`), or None.
     ``elapsed``: the rank function's wall time in seconds, measured on the rank (None if unknown).
+    ``cover``: with ``--cover``, the lines the rank reached first in the example
+    (``{filename: [line, ...]}``, :mod:`fuzzdist.pool.rank.line_cover`); no field when None.
     """
-    return _dump(("ok", {"seq": seq, "result": result, "recycle": recycle, "output": output,
-                         "elapsed": elapsed}))
+    return _dump(("ok", _with_cover({"seq": seq, "result": result, "recycle": recycle, "output": output,
+                                     "elapsed": elapsed}, cover)))
 
 
-def err(seq: int, error: Any, recycle: list[str], output: Any = None, elapsed: float | None = None) -> bytes:
+def err(seq: int, error: Any, recycle: list[str], output: Any = None, elapsed: float | None = None,
+        cover: Any = None) -> bytes:
     """Example ``seq`` raised: ``error`` is the exception as a :class:`~fuzzdist.pool.remote.RemoteRecord`."""
-    return _dump(("err", {"seq": seq, "error": error, "recycle": recycle, "output": output,
-                          "elapsed": elapsed}))
+    return _dump(("err", _with_cover({"seq": seq, "error": error, "recycle": recycle, "output": output,
+                                      "elapsed": elapsed}, cover)))
 
 
 def load_error(seq: int, error: Any) -> bytes:
@@ -99,6 +111,12 @@ def dispatch(handler: object, message: Message, *args: Any) -> Any:
     if method is None:
         raise RuntimeError(f"fuzzdist bug: {type(handler).__name__} got the unexpected message {name!r}")
     return method(*args, **fields)
+
+
+def _with_cover(fields: dict[str, Any], cover: Any) -> dict[str, Any]:
+    if cover is not None:  # the driver takes it off before filing the reply (line_coverage.absorb)
+        fields["cover"] = cover
+    return fields
 
 
 def _dump(message: Message) -> bytes:

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from fuzzdist.errors import CallError
 from fuzzdist.pool import messages
-from fuzzdist.pool.rank import rank_output, rank_state
+from fuzzdist.pool.rank import line_cover, rank_output, rank_state
 
 
 class Channel(Protocol):
@@ -64,7 +64,9 @@ class Worker:
                 self._guard = _rank_modules()[0].StateGuard()
         return 0
 
-    def on_run(self, seq: int, seed: int, payload: bytes, sys_path: list[str] | None) -> bytes:
+    def on_run(self, seq: int, seed: int, payload: bytes, sys_path: list[str] | None,
+               cover: Any = None) -> bytes:
+        line_cover.request(cover)  # --cover: what to measure, and the scope its new lines count in
         if sys_path is not None:  # the driver's test directories (pytest puts them on sys.path)
             sys.path[:] = sys_path
         guard, self._guard = self._guard, None  # each snapshot serves one example
@@ -95,22 +97,24 @@ def execute(ctx: Any, seq: int, seed: int, payload: bytes, guard: Any = None) ->
         started = time.perf_counter()
         try:
             _isolation.seed_everything(seed, ctx.device.type == "cuda")
+            line_cover.begin()  # --cover: record the lines of the named packages the example reaches
             result = fn(ctx, *args, **kwargs)
         except BaseException as exc:  # noqa: BLE001 - every failure goes back to the driver
             error = _remote.capture(exc)
         finally:
             elapsed = time.perf_counter() - started  # the rank's wall time, for observability
+            lines = line_cover.end()  # --cover: None when off
             rank_state.end_example()
     recycle = ctx._recycle_reasons
     recycle.extend(guard.restore())
     if error is not None:
-        return messages.err(seq, error, recycle, written.output, elapsed)
+        return messages.err(seq, error, recycle, written.output, elapsed, cover=lines)
     try:
-        return messages.ok(seq, result, recycle, written.output, elapsed)
+        return messages.ok(seq, result, recycle, written.output, elapsed, cover=lines)
     except Exception as exc:  # an unpicklable return value
         unsendable = CallError(f"fn returned a value that can't be sent back to the driver: {exc}. "
                                "Return plain values (numbers, lists, CPU tensors), not handles.")
-        return messages.err(seq, _remote.capture(unsendable), recycle, written.output, elapsed)
+        return messages.err(seq, _remote.capture(unsendable), recycle, written.output, elapsed, cover=lines)
 
 
 _loaded: tuple[Any, Any] | None = None

@@ -1,0 +1,202 @@
+"""Which lines of the named packages' Python source a rank ran, example by example (``fuzzdist run --cover``).
+
+Off unless the driver's run message asks for it (:func:`request`: the source roots, the mechanism
+and the scope, from :func:`fuzzdist.pool.line_coverage.scope_field`): then :func:`begin` and :func:`end`
+bracket each example and :func:`end` returns the lines this rank reached for the first time in the
+current *scope* (the driver names it: the property being fuzzed), as ``{filename: [line, ...]}``.
+Only what is new travels, so the reply stays small after the first few examples.
+
+The fastest mechanism the interpreter offers:
+
+- ``sys.monitoring`` (Python >= 3.12): a LINE callback that returns ``DISABLE`` for every location
+  once it was seen (and at once outside the named files), so a line costs one callback per scope and
+  the code runs uninstrumented after.  Every thread of the rank is seen.  A change of scope re-arms
+  the locations (``restart_events``) because the new scope has seen none of them.
+- ``sys.settrace`` (3.10, 3.11): a global trace function that returns a local one only for frames
+  of code in the named files; other Python calls pay one call of the global function.  Only the
+  example's thread is traced.
+
+The driver may ask for ``settrace`` on 3.12 too (the benchmark compares them).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+MECHANISMS = ("monitoring", "settrace")
+_TOOL_IDS = (4, 3)  # sys.monitoring tool ids free by convention (0-2 and 5 are named for others)
+
+
+def best_mechanism() -> str:
+    """The mechanism this interpreter runs fastest."""
+    return "monitoring" if hasattr(sys, "monitoring") else "settrace"
+
+
+class _Collector:
+    """What both mechanisms share: which files count, the scopes' seen lines, the lines new in this example."""
+
+    mechanism = ""
+
+    def __init__(self, roots: list[str]) -> None:
+        self._dirs = tuple(os.path.join(r, "") for r in roots if os.path.isdir(r))
+        self._files = frozenset(r for r in roots if not os.path.isdir(r))
+        self._wanted: dict[str, bool] = {}  # filename -> inside the roots (decided once per file)
+        self._scopes: dict[Any, set[tuple[str, int]]] = {}
+        self._scope: Any = _NO_SCOPE
+        self._seen: set[tuple[str, int]] = set()  # the current scope's lines, reported already
+        self._new: list[tuple[str, int]] = []  # lines first reached in the current example
+        self.active = False
+
+    def wanted(self, filename: str) -> bool:
+        known = self._wanted.get(filename)
+        if known is None:
+            known = self._wanted[filename] = filename in self._files or filename.startswith(self._dirs)
+        return known
+
+    def begin(self, scope: Any) -> None:
+        if scope != self._scope:
+            self._scope = scope
+            self._seen = self._scopes.setdefault(scope, set())
+            self._rearm()
+        self._new = []
+        self.active = True
+        self._start()
+
+    def end(self) -> dict[str, list[int]] | None:
+        self._stop()
+        self.active = False
+        if not self._new:
+            return None
+        out: dict[str, list[int]] = {}
+        for filename, line in self._new:
+            out.setdefault(filename, []).append(line)
+        self._new = []
+        return out
+
+    def _rearm(self) -> None:
+        """A new scope: every location may be new to it."""
+
+    def _start(self) -> None:
+        """Start recording (called at each example's start)."""
+
+    def _stop(self) -> None:
+        """Stop recording (called at each example's end)."""
+
+    def close(self) -> None:
+        """Stop for good (the driver asked for other roots or another mechanism)."""
+        self._stop()
+        self.active = False
+
+
+_NO_SCOPE = object()
+
+
+class _Monitoring(_Collector):
+    mechanism = "monitoring"
+
+    def __init__(self, roots: list[str]) -> None:
+        super().__init__(roots)
+        mon = sys.monitoring  # type: ignore[attr-defined]  # Python >= 3.12
+        self._mon = mon
+        self._disable = mon.DISABLE
+        for tool in _TOOL_IDS:
+            if mon.get_tool(tool) is None:
+                mon.use_tool_id(tool, "fuzzdist-cover")
+                break
+        else:
+            raise RuntimeError("every sys.monitoring tool id fuzzdist can use is taken by another tool")
+        self._tool = tool
+        mon.register_callback(tool, mon.events.LINE, self._line)
+        # Left on between examples: changing the global events re-instruments every function.
+        mon.set_events(tool, mon.events.LINE)
+
+    def _line(self, code: Any, line: int) -> Any:
+        filename = code.co_filename
+        wanted = self._wanted.get(filename)
+        if wanted is None:
+            wanted = self.wanted(filename)
+        if not wanted:
+            return self._disable
+        if not self.active:  # between examples: keep the location armed for the next one
+            return None
+        key = (filename, line)
+        if key not in self._seen:
+            self._seen.add(key)
+            self._new.append(key)
+        return self._disable
+
+    def _rearm(self) -> None:
+        self._mon.restart_events()
+
+    def close(self) -> None:
+        super().close()
+        self._mon.set_events(self._tool, 0)
+        self._mon.register_callback(self._tool, self._mon.events.LINE, None)
+        self._mon.free_tool_id(self._tool)
+
+
+class _Settrace(_Collector):
+    mechanism = "settrace"
+
+    def __init__(self, roots: list[str]) -> None:
+        super().__init__(roots)
+        self._by_code: dict[Any, bool] = {}
+
+    def _call(self, frame: Any, event: str, arg: Any) -> Any:
+        code = frame.f_code
+        wanted = self._by_code.get(code)
+        if wanted is None:
+            wanted = self._by_code[code] = self.wanted(code.co_filename)
+        return self._local if wanted else None
+
+    def _local(self, frame: Any, event: str, arg: Any) -> Any:
+        if event == "line":
+            key = (frame.f_code.co_filename, frame.f_lineno)
+            if key not in self._seen:
+                self._seen.add(key)
+                self._new.append(key)
+        return self._local
+
+    def _start(self) -> None:
+        sys.settrace(self._call)
+
+    def _stop(self) -> None:
+        sys.settrace(None)
+
+
+_collector: _Collector | None = None
+_config: tuple[tuple[str, ...], str] | None = None  # the current collector's (roots, mechanism)
+_scope: Any = None
+_on = False  # the driver asked for coverage in the current example
+
+
+def request(cover: Any) -> None:
+    """What the driver's run message asked for: None (coverage off) or ``(roots, mechanism, scope)``."""
+    global _collector, _config, _scope, _on
+    if cover is None:
+        _on = False
+        return
+    roots, mechanism, scope = cover
+    config = (tuple(roots), mechanism)
+    if config != _config:
+        if _collector is not None:
+            _collector.close()
+        _collector = _Monitoring(list(roots)) if mechanism == "monitoring" else _Settrace(list(roots))
+        _config = config
+    _scope, _on = scope, True
+
+
+def begin() -> None:
+    """Start recording an example (nothing when coverage is off)."""
+    if _on and _collector is not None:
+        _collector.begin(_scope)
+
+
+def end() -> dict[str, list[int]] | None:
+    """Stop recording; the lines first reached in the current scope during the example (None: none, or off)."""
+    c = _collector
+    if c is None or not c.active:
+        return None
+    return c.end()
