@@ -19,6 +19,7 @@ import re
 import time
 from collections.abc import Iterable, Sequence
 
+from fuzzdist.campaign import coverage_report
 from fuzzdist.campaign.charts import xy_chart
 from fuzzdist.campaign.report import HTML_COST_SHARE, REPORT_FORMAT, REPORT_INTERVAL_S, fmt_seconds, write_text_atomic
 from fuzzdist.campaign.series import split_event
@@ -54,6 +55,7 @@ def render_page(report: dict) -> str:
     title = f"fuzzdist campaign {status}"
     refresh = f'<meta http-equiv="refresh" content="{REFRESH_S}">' if status in ("running", "starting") else ""
     body = [_header(report, props), _known_section(props), _timeline(report, props)]
+    body.append(coverage_report.html_section(report.get("coverage")))  # --cover: code reached on the ranks
     body += [_property(i, prop) for i, prop in enumerate(props)]
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">{refresh}'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'

@@ -109,6 +109,8 @@ def worker_argv(args: argparse.Namespace, index: int, jobs: int, report: str, ju
                         ("--world-size", args.world_size), ("--timeout", args.timeout)):
         if value is not None:
             argv += [flag, repr(value) if isinstance(value, float) else str(value)]
+    if getattr(args, "cover", None):  # each worker measures; the parent merges their reports' sections
+        argv += ["--cover", args.cover]
     return argv
 
 

@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+from fuzzdist.campaign.coverage_report import merge_sections
 from fuzzdist.campaign.report import CampaignState, FailureRecord, PropertyState
 
 # When workers disagree about a property's status, the most telling one wins.
@@ -109,6 +110,9 @@ def merge_reports(base: dict, reports: Sequence[dict | None], workers: list[dict
         "properties_with_known_bugs": sum(1 for p in properties if p.get("known_sightings")),
     }
     data["workers"] = workers
+    coverage = merge_sections([r.get("coverage") for r in done])
+    if coverage is not None:  # --cover: the workers' lines, united
+        data["coverage"] = coverage
     return data
 
 

@@ -40,6 +40,7 @@ from typing import Any, cast
 
 import pytest
 
+from fuzzdist.campaign import coverage_report
 from fuzzdist.campaign.database import Database
 from fuzzdist.campaign.failures import FailureLog, first_line
 from fuzzdist.campaign.html_report import HtmlPage
@@ -49,6 +50,7 @@ from fuzzdist.campaign.rounds import ROUND_EXAMPLES, PropertyRun
 from fuzzdist.campaign.schedule import Grant, Scheduler
 from fuzzdist.campaign.selection import SelectionPlugin, Targets
 from fuzzdist.compat import pytest_internals
+from fuzzdist.pool import line_coverage
 
 
 class CampaignPlugin(SelectionPlugin):
@@ -246,7 +248,11 @@ class CampaignPlugin(SelectionPlugin):
         testargs = pytest_internals.call_arguments(pyfuncitem)
         run = PropertyRun(self, pyfuncitem, prop, slice_s=None if self._grant is None else self._grant.seconds,
                           expected_skips=self._expected_skips)
-        run.run(testargs)
+        line_coverage.set_scope(pyfuncitem.nodeid)  # --cover: the lines the ranks reach count for this property
+        try:
+            run.run(testargs)
+        finally:
+            line_coverage.set_scope(None)
         return True
 
     # -- the report -----------------------------------------------------------------------
@@ -267,6 +273,9 @@ class CampaignPlugin(SelectionPlugin):
             for nodeid, prop in self.state.properties.items():
                 prop.rank_output = log.entries(nodeid)
         data = self.state.to_dict()
+        ledger = line_coverage.ledger()
+        if ledger is not None:  # --cover: the lines reached on the ranks
+            data["coverage"] = coverage_report.build_section(ledger, self.state.started)
         if self.report_path:
             try:
                 write_json_atomic(self.report_path, data)
@@ -290,9 +299,10 @@ class CampaignPlugin(SelectionPlugin):
 
 def behaviour(prop: PropertyState) -> int:
     """New behaviour reached so far, counted: event() values and value pairs, target() labels and
-    improvements of their best scores, distinct failures.  What the adaptive schedule rewards."""
+    improvements of their best scores, distinct failures; with ``--cover``, lines of code reached on the
+    ranks.  What the adaptive schedule rewards."""
     return (len(prop.events) + prop.event_pairs.cells + len(prop.targets) + prop.target_gains
-            + len(prop.failures))
+            + len(prop.failures) + line_coverage.lines_reached(prop.nodeid))
 
 
 def _skip_reason(report: pytest.TestReport) -> str:

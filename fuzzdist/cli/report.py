@@ -17,8 +17,11 @@ def add_parser(sub: Any) -> None:
                             description="Write one self-contained HTML page (throughput, failures with their "
                                         "minimal examples and reproducing commands, coverage of the drawn inputs) "
                                         "from the JSON report of `fuzzdist run`, finished or still running.")
-    report.add_argument("report", metavar="REPORT.json", help="the JSON report fuzzdist run wrote (--report)")
-    report.add_argument("--html", required=True, metavar="OUT.html", help="the page to write")
+    report.add_argument("report", metavar="REPORT.json", nargs="+",
+                        help="the JSON report fuzzdist run wrote (--report); several (a fleet's machines sharing "
+                             "a database) are merged into one: properties, failures and code coverage")
+    report.add_argument("--html", metavar="OUT.html", help="the page to write")
+    report.add_argument("--json", metavar="OUT.json", help="also write the merged JSON report (several reports)")
     report.set_defaults(func=cmd_report)
 
 
@@ -29,19 +32,30 @@ def cmd_report(args: argparse.Namespace) -> int:
     from fuzzdist.campaign.report import write_text_atomic
     from fuzzdist.errors import BadReport
 
-    reason = missing_plotting()
+    if not args.html and not args.json:
+        raise UsageError("say what to write: --html OUT.html, and with several reports --json OUT.json")
+    if args.json and len(args.report) < 2:
+        raise UsageError("--json writes the merge of several reports: pass two or more REPORT.json")
+    reason = missing_plotting() if args.html else None
     if reason:
         raise UsageError(reason)
-    try:
-        with open(args.report, encoding="utf-8") as f:
-            data = check_report(json.load(f))
-    except OSError as exc:
-        raise UsageError(f"can't read {args.report} ({exc.strerror or exc}): pass the JSON report "
-                         "fuzzdist run wrote (its --report, default fuzzdist-report.json)") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{args.report} is not JSON ({exc}): pass the JSON report fuzzdist run wrote") from None
-    except BadReport as exc:
-        raise UsageError(f"{args.report}: {exc}") from None
+    reports = [_read(path, check_report, BadReport) for path in args.report]
+    if len(reports) == 1:
+        data = reports[0]
+    else:
+        from fuzzdist.campaign.merge import merge_reports
+
+        base = {k: v for k, v in reports[0].items() if k not in ("properties", "totals", "coverage", "workers")}
+        data = merge_reports(base, reports, [{"index": i, "report": path} for i, path in enumerate(args.report)])
+    if args.json:
+        try:
+            write_text_atomic(args.json, json.dumps(data, indent=2, default=str) + "\n")
+        except OSError as exc:
+            raise UsageError(f"can't write {args.json} ({exc.strerror or exc}): pass --json with a path in a "
+                             "writable directory") from None
+        print(f"JSON report: {os.path.abspath(args.json)}")
+    if not args.html:
+        return EXIT_OK
     try:
         write_text_atomic(args.html, render_page(data))
     except OSError as exc:
@@ -49,3 +63,16 @@ def cmd_report(args: argparse.Namespace) -> int:
                          "writable directory") from None
     print(f"HTML report: {os.path.abspath(args.html)}")
     return EXIT_OK
+
+
+def _read(path: str, check_report: Any, bad_report: type[Exception]) -> dict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return check_report(json.load(f))
+    except OSError as exc:
+        raise UsageError(f"can't read {path} ({exc.strerror or exc}): pass the JSON report "
+                         "fuzzdist run wrote (its --report, default fuzzdist-report.json)") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path} is not JSON ({exc}): pass the JSON report fuzzdist run wrote") from None
+    except bad_report as exc:
+        raise UsageError(f"{path}: {exc}") from None

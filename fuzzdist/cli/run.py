@@ -23,6 +23,7 @@ from fuzzdist.cli._campaign import (
     terminal_stream,
 )
 from fuzzdist.cli._common import EXIT_FOUND, EXIT_INTERNAL, EXIT_OK, parse_duration, positive_float, positive_int
+from fuzzdist.cli._cover import add_cover_argument, cover_summary, enable_cover
 from fuzzdist.errors import UsageError
 
 DEFAULT_REPORT = "fuzzdist-report.json"
@@ -51,6 +52,7 @@ def add_parser(sub: Any) -> None:
                      help="how --duration is split: 'adaptive' (default) gives every property a floor (half the "
                           "time, split evenly), then slices to the properties still reaching new events, "
                           "targets or failures per second; 'even' gives each one equal share, once")
+    add_cover_argument(run)
     add_pool_arguments(run)
     run.add_argument("--jobs", type=parse_jobs, default=1, metavar="N",
                      help="campaign workers at once, each its own process with its own rank pools (with --device "
@@ -191,6 +193,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from fuzzdist.campaign.runner import CampaignPlugin
 
     gpus = _jobs_gpus(args)
+    enable_cover(args)  # --cover: a package that can't be measured is bad input, before anything runs
     if args.worker is not None:
         from fuzzdist.campaign.lifeline import hold_to_parent, parent_from_env
 
@@ -270,6 +273,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             prop.status = "not run"
     plugin.write_report(html_now=True)
     stream.write("\n" + summary_text(state, report_path, junit_path, html_path, plugin.write_errors) + "\n")
+    stream.write(cover_summary(state.started))
     stream.flush()
     return _exit_code(state)
 
@@ -297,6 +301,7 @@ def _run_jobs(args: argparse.Namespace, state: Any, progress: Any, stream: Any, 
         campaign.finish()
     stream.write("\n" + summary_text(state, report_path, junit_path, html_path, campaign.write_errors) + "\n"
                  + "\n".join(campaign.summary_lines()) + "\n")
+    stream.write(cover_summary(state.started, campaign.merged or {}))
     stream.flush()
     return _exit_code(state)
 
