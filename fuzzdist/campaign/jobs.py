@@ -382,7 +382,10 @@ class JobsCampaign:
         self.merged["error"] = self.state.error
         self.write_report(html_now=True)
         if self.junit_path:
-            merge_junit([w.junit_path for w in self.workers], self.junit_path)
+            try:
+                merge_junit([w.junit_path for w in self.workers], self.junit_path)
+            except OSError as exc:  # said in the summary; the other outputs and the exit code stand
+                self.write_errors["junit"] = exc.strerror or str(exc)
         if not any(w.died for w in self.workers):
             shutil.rmtree(self.workdir, ignore_errors=True)
 

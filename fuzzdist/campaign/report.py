@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
+from fuzzdist.campaign.output import write_output
 from fuzzdist.campaign.series import EventPairs, TimeSeries
 
 REPORT_FORMAT = 1
@@ -205,31 +204,10 @@ def write_json_atomic(path: str | os.PathLike, data: dict) -> None:
     write_text_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
 
 
-def _umask() -> int:
-    mask = os.umask(0)  # the only way to read it is to set it
-    os.umask(mask)
-    return mask
-
-
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` to ``path`` so that a reader only ever sees a complete file:
-    a temporary file in the same directory, flushed and fsynced, then os.replace."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent or Path("."), prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        # mkstemp makes the file 0600; a report is for sharing: the mode a plain open() would give
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    """Write ``text`` to ``path`` so that a reader only ever sees a complete file, through nothing planted
+    in its folder (:func:`fuzzdist.campaign.output.write_output`)."""
+    write_output(path, text)
 
 
 # ---------------------------------------------------------------------------------------
@@ -268,7 +246,7 @@ def fmt_events(events: Counter, limit: int = 3) -> str:
 def summary_text(state: CampaignState, report_path: str | None, junit_path: str | None,
                  html_path: str | None = None, write_errors: Mapping[str, str] | None = None) -> str:
     """The end-of-campaign summary: a table, then each failure with its minimal example, then the reports
-    written; one whose latest write failed (``write_errors``: "json"/"html" -> why) is marked so."""
+    written; one whose latest write failed (``write_errors``: "json"/"html"/"junit" -> why) is marked so."""
     rows = [("property", "status", "examples", "ex/s", "failures", "known", "stopped because")]
     for prop in state.properties.values():
         why = prop.stop_reason or prop.reason or ""
@@ -330,6 +308,8 @@ def summary_text(state: CampaignState, report_path: str | None, junit_path: str 
                 lines.append(f"{label}: {path} NOT WRITTEN ({failed[what]})")
             elif path:
                 lines.append(f"{label}: {path}")
-        if junit_path:
+        if junit_path and "junit" in failed:
+            lines.append(f"JUnit XML:   {junit_path} NOT WRITTEN ({failed['junit']})")
+        elif junit_path:
             lines.append(f"JUnit XML:   {junit_path}")
     return "\n".join(lines)

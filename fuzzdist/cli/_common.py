@@ -8,6 +8,7 @@ and exit code :data:`EXIT_USAGE`.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 from typing import NoReturn
 
@@ -63,3 +64,33 @@ def positive_float(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be more than 0 seconds")
     return value
+
+
+def check_outputs(*outputs: tuple[str, str | None]) -> None:
+    """Refuse, before anything runs, an output path (``(flag, path)``; None or '' for none) that can't be
+    written (a folder, a missing folder, no permission) or that another output names too: one line, exit 2
+    (:class:`~fuzzdist.errors.UsageError`)."""
+    from fuzzdist.campaign.output import check_output, same_output
+    from fuzzdist.errors import UsageError
+
+    given = [(flag, path) for flag, path in outputs if path]
+    for flag, path in given:
+        reason = check_output(path)
+        if reason is not None:
+            raise UsageError(f"can't write {flag} {path} ({reason}): pass {flag} with a file path in a "
+                             "writable folder")
+    for i, (flag, path) in enumerate(given):
+        for other_flag, other in given[i + 1:]:
+            if same_output(path, other) and not _special(path):  # two outputs to /dev/null are fine
+                raise UsageError(f"{flag} and {other_flag} both name {path}: each would overwrite the other; "
+                                 "give them different files")
+
+
+def _special(path: str) -> bool:
+    """A device or FIFO: written to in place, never replaced."""
+    import stat
+
+    try:
+        return not stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False

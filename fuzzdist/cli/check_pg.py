@@ -8,7 +8,7 @@ import os
 import sys
 from typing import Any
 
-from fuzzdist.cli._common import EXIT_FOUND, EXIT_OK, parse_duration, positive_float, positive_int
+from fuzzdist.cli._common import EXIT_FOUND, EXIT_OK, check_outputs, parse_duration, positive_float, positive_int
 from fuzzdist.errors import UsageError
 
 
@@ -86,12 +86,18 @@ def cmd_check_pg(args: argparse.Namespace) -> int:
                   seed=args.seed, repeat_waits=args.repeat_waits, ddp_reorder=args.ddp_reorder)
     if args.world_sizes:
         kwargs["world_sizes"] = tuple(args.world_sizes)
+    check_outputs(("--json", args.json))  # before the check runs, not after
     try:
         report = check_process_group(args.factory, **kwargs)
     except (FactoryError, CapabilityError, PoolStartupError, ValueError) as exc:
         raise UsageError(str(exc)) from None
     print(report.summary())
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(report.to_json(), f, indent=2)
+        from fuzzdist.campaign.output import write_output
+
+        try:
+            write_output(args.json, json.dumps(report.to_json(), indent=2) + "\n")
+        except OSError as exc:  # the check's verdict stands: the exit code says it, the summary above shows it
+            print(f"fuzzdist check-pg: can't write --json {args.json} ({exc.strerror or exc}); the summary "
+                  "above is the whole report", file=sys.stderr)
     return EXIT_OK if report.conforms else EXIT_FOUND
