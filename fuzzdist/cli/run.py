@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shutil
 import signal
 import sys
 from collections.abc import Callable, Iterator
@@ -22,7 +23,15 @@ from fuzzdist.cli._campaign import (
     pytest_args,
     terminal_stream,
 )
-from fuzzdist.cli._common import EXIT_FOUND, EXIT_INTERNAL, EXIT_OK, parse_duration, positive_float, positive_int
+from fuzzdist.cli._common import (
+    EXIT_FOUND,
+    EXIT_INTERNAL,
+    EXIT_OK,
+    check_outputs,
+    parse_duration,
+    positive_float,
+    positive_int,
+)
 from fuzzdist.cli._cover import add_cover_argument, cover_summary, enable_cover
 from fuzzdist.errors import UsageError
 
@@ -106,17 +115,20 @@ def _pool_cache_for_launch(args: argparse.Namespace) -> Any:
     return torchrun.TorchrunPoolCache(torchrun.TorchrunPool(ctx, store, timeout=args.timeout or DEFAULT_TIMEOUT))
 
 
-def _check_writable(path: str, flag: str) -> None:
-    import tempfile
+def _move_junit(staged: str, junit_path: str, write_errors: dict[str, str], stream: Any) -> None:
+    """pytest's JUnit file, written in a private folder, to ``junit_path`` (through the one output writer);
+    a failure is one warning line and a mark in the summary, not the end of the run's report."""
+    from fuzzdist.campaign.output import write_output
 
-    directory = os.path.dirname(os.path.abspath(path))
     try:
-        fd, probe = tempfile.mkstemp(dir=directory, prefix=".fuzzdist-probe-")
-        os.close(fd)
-        os.unlink(probe)
+        if os.path.exists(staged):
+            with open(staged, encoding="utf-8") as f:
+                write_output(junit_path, f.read())
     except OSError as exc:
-        raise UsageError(f"can't write {path} ({exc.strerror or exc}): pass {flag} with a path in a "
-                         "writable directory") from None
+        write_errors["junit"] = exc.strerror or str(exc)
+        stream.write(f"fuzzdist: warning: can't write the JUnit XML {junit_path}: {write_errors['junit']}\n")
+    finally:
+        shutil.rmtree(os.path.dirname(staged), ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -218,9 +230,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         reason = missing_plotting()
         if reason:
             raise UsageError(f"--html: {reason}")
-    for path, flag in ((report_path, "--report"), (junit_path, "--junit"), (html_path, "--html")):
-        if path:
-            _check_writable(path, flag)
+    check_outputs(("--report", report_path), ("--junit", junit_path), ("--html", html_path))
     stream = terminal_stream()
     progress = make_progress(stream, args.progress, interval=args.progress_interval)
     if args.jobs > 1:
@@ -234,9 +244,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         plugins.append(LaunchPools(launched))
     argv = pytest_args(args, targets, "campaign")
     junit_tmp = None
-    if junit_path:  # pytest's own JUnit writer, into a temporary file moved in place at the end
-        junit_tmp = os.path.join(os.path.dirname(os.path.abspath(junit_path)),
-                                 f".{os.path.basename(junit_path)}.{os.getpid()}.tmp")
+    if junit_path:  # pytest's own JUnit writer, into a folder only this user can open, moved at the end
+        import tempfile
+
+        junit_tmp = os.path.join(tempfile.mkdtemp(prefix="fuzzdist-junit-"), "junit.xml")
         argv += [f"--junitxml={junit_tmp}", "-o", "junit_suite_name=fuzzdist"]
 
     def on_signal(name):
@@ -251,12 +262,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     finally:
         progress.stop(state)
     error = collect_error(plugin)
-    if junit_tmp is not None and os.path.exists(junit_tmp):
+    if junit_tmp is not None:
         assert junit_path is not None  # junit_tmp is made only for a junit_path
         if error is None:
-            os.replace(junit_tmp, junit_path)
+            _move_junit(junit_tmp, junit_path, plugin.write_errors, stream)
         else:
-            os.unlink(junit_tmp)
+            shutil.rmtree(os.path.dirname(junit_tmp), ignore_errors=True)
     if error is not None:
         raise UsageError(error)
     if state.interrupted_by:
