@@ -17,7 +17,8 @@ at the first new_group that raises.  In runs here the first failure came within 
 
     python docs/findings/gloo-new-group-destroyed-early-breaks-peer.py
 
-Prints one line; exits 1 while the bug reproduces ("BUG: ..."), 0 once torch gets it right ("FIXED: ...").
+Prints one line; exits 1 while the bug reproduces ("BUG: ..."), 0 once torch gets it right ("FIXED: ..."),
+3 when it could not reach a verdict in time ("NO VERDICT: ...", a busy machine).
 """
 import multiprocessing as mp
 import os
@@ -27,6 +28,9 @@ import sys
 import time
 import traceback
 from datetime import timedelta
+
+STARTUP_S = 300  # bounds the ranks' start-up (importing torch, the rendezvous), which is not part of the bug:
+# generous, since on a busy machine it can take minutes; past it the script says NO VERDICT (exit 3)
 
 WORLD = 3
 ROUNDS = 1500
@@ -52,9 +56,9 @@ def rank_main(rank, port, results, go):
     import torch.distributed as dist
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD,
-                            timeout=timedelta(seconds=60))
+                            timeout=timedelta(seconds=STARTUP_S))
     results.put((rank, "ready", None))
-    go.wait(90)
+    go.wait(STARTUP_S)
     pin()
     for i in range(ROUNDS):
         ranks = GROUPS[i % len(GROUPS)]
@@ -82,7 +86,7 @@ def main():
         p.start()
     try:
         for _ in ranks:
-            results.get(timeout=90)  # every rank up (importing torch takes a while)
+            results.get(timeout=STARTUP_S)  # every rank up (importing torch takes a while)
         hog.start()  # then the ranks and the busy loop share one CPU
         go.set()
         done = set()
@@ -91,8 +95,9 @@ def main():
             try:
                 rank, what, detail = results.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
-                raise RuntimeError(f"ranks {sorted(set(range(WORLD)) - done)} neither finished nor raised within "
-                                   f"{BOUND_S} s") from None
+                print(f"NO VERDICT: ranks {sorted(set(range(WORLD)) - done)} neither finished nor raised within "
+                      f"{BOUND_S} s of rounds (a busy machine?); run it again on a quieter one")
+                return 3
             if what == "raised":
                 i, group, message = detail
                 print(f"BUG: every rank calls new_group then destroy_process_group with nothing in between; "
@@ -111,6 +116,10 @@ def main():
 if __name__ == "__main__":
     try:
         sys.exit(main())
+    except queue.Empty:  # a wait that is not part of the bug ran out: a slow machine, not a verdict
+        print(f"NO VERDICT: the ranks did not answer within {STARTUP_S} s of starting (a busy machine?); "
+              "run it again on a quieter one")
+        sys.exit(3)
     except Exception:  # the script itself failed: neither verdict
         traceback.print_exc()
         sys.exit(2)

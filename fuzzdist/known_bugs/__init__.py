@@ -28,11 +28,11 @@ from typing import Any
 
 from fuzzdist.errors import InvalidArgument, InvalidState
 from fuzzdist.known_bugs import torch_bugs as _known_torch_bugs  # noqa: F401  (registers the built-in entries on import)
-from fuzzdist.known_bugs.registry import _REGISTRY, Example, KnownBug, register
+from fuzzdist.known_bugs.registry import _REGISTRY, KINDS, Example, KnownBug, register
 
 __all__ = [
-    "KnownBug", "Sighting", "Tally", "collecting", "current_tally", "fixed_message", "known_failures", "not_collecting",
-    "recognise", "register", "registry", "reproduces", "sighted",
+    "KINDS", "KnownBug", "Sighting", "Tally", "collecting", "current_tally", "fixed_message", "known_failures",
+    "not_collecting", "recognise", "register", "registry", "reproduces", "sighted",
 ]
 
 def registry() -> Mapping[str, KnownBug]:
@@ -87,18 +87,18 @@ class Tally:
         return sum(s.count for s in self.sightings.values())
 
     def lines(self) -> list[str]:
-        """One line per bug: id, count, summary, upstream; then the first example that showed it."""
+        """One line per bug: id, count, kind, summary, upstream; then the first example that showed it."""
         out = []
         for s in self.sightings.values():
             upstream = f" ({s.bug.upstream})" if s.bug.upstream else ""
-            out.append(f"KNOWN {s.bug.id} x{s.count}: {s.bug.summary}{upstream}")
+            out.append(f"KNOWN {s.bug.id} x{s.count} [{s.bug.kind}]: {s.bug.summary}{upstream}")
             out.append(f"    first seen on: {s.example}")
             out.append(f"    failure: {s.failure}")
         return out
 
     def as_json(self) -> list[dict[str, Any]]:
-        return [{"id": s.bug.id, "count": s.count, "summary": s.bug.summary, "upstream": s.bug.upstream,
-                 "reproducer": s.bug.reproducer, "example": s.example, "failure": s.failure}
+        return [{"id": s.bug.id, "count": s.count, "kind": s.bug.kind, "summary": s.bug.summary,
+                 "upstream": s.bug.upstream, "reproducer": s.bug.reproducer, "example": s.example, "failure": s.failure}
                 for s in self.sightings.values()]
 
 

@@ -15,6 +15,12 @@ Example = Mapping[str, Any]
 
 _ID = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
 
+KINDS = ("wrong result", "crash", "hang", "unclear error", "missing feature", "missing validation")
+"""The kinds of known bug: torch computed a wrong value; raised or died where it documents a result; blocked
+without end (or until a timeout) where it documents a result; refused a documented input with an error that
+doesn't say what is wrong; lacks what its documentation offers; accepted, without a clear error, an input
+its documentation forbids (a misuse, not a broken promise)."""
+
 
 @dataclass(frozen=True)
 class KnownBug:
@@ -26,7 +32,10 @@ class KnownBug:
     failure's type and message), not only at the inputs, so that a different failure on the same
     inputs stays a failure.  ``seen_on`` lists the torch versions (``"2.13"``) it reproduced on,
     ``upstream`` the issue where torch tracks it, ``reproducer`` the standalone script (a path
-    relative to the repository, under ``docs/findings/``).
+    relative to the repository, under ``docs/findings/``).  ``kind`` is what sort of bug it is, one of
+    :data:`KINDS`: ``"missing validation"`` marks an input torch's documentation forbids (the user's
+    misuse) that torch accepts without an error; it is recognised like the others, but it is not a
+    bug in what torch promises.
     """
 
     id: str
@@ -36,6 +45,7 @@ class KnownBug:
     seen_on: tuple[str, ...]
     upstream: str | None = None
     reproducer: str | None = None
+    kind: str = "wrong result"
 
 
 _REGISTRY: dict[str, KnownBug] = {}
@@ -49,6 +59,8 @@ def register(bug: KnownBug) -> KnownBug:
     if not bug.where:
         raise InvalidArgument(f"known bug {bug.id!r} names no check in where=; name the property module "
                               "(e.g. 'broadcast') or 'check-pg:<collective>' whose failures it explains")
+    if bug.kind not in KINDS:
+        raise InvalidArgument(f"known bug {bug.id!r} has kind={bug.kind!r}; give one of {', '.join(map(repr, KINDS))}")
     if bug.id in _REGISTRY and _identity(_REGISTRY[bug.id]) != _identity(bug):
         raise InvalidArgument(f"a known bug with id {bug.id!r} is already registered; give this one its own id")
     _REGISTRY[bug.id] = bug  # the same entry again (its module imported anew) replaces the old one

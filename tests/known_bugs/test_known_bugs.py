@@ -25,7 +25,7 @@ def test_a_recognised_failure_is_tallied_not_raised():
                 check(size)
     (sighting,) = tally.sightings.values()
     assert (sighting.bug, sighting.count, sighting.example) == (BUG, 2, "size=1")
-    assert tally.lines()[0].startswith("KNOWN test-only-odd-sizes x2:")
+    assert tally.lines()[0].startswith("KNOWN test-only-odd-sizes x2 [wrong result]:")
 
 
 def test_same_inputs_with_a_different_symptom_stay_a_failure():
