@@ -351,6 +351,11 @@ class BadReport(InvalidArgument):
     """The JSON is not a fuzzdist campaign report this version can read; the message says why."""
 
 
+class ForgedMessage(FuzzdistError, RuntimeError):
+    """A value in torchrun's store that is not signed with the run's secret: refused, never unpickled
+    (:mod:`fuzzdist.pool.torchrun_auth`)."""
+
+
 # The campaign's control flow: KeyboardInterrupts, outside the family (see above).
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import faulthandler
 import os
 import signal
+import sys
 import tempfile
 import threading
 import time
@@ -38,8 +39,8 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from datetime import timedelta
 from typing import Any
 
-from fuzzdist.errors import CapabilityError, InvalidState, PoolGone, RankCrash
-from fuzzdist.pool import messages
+from fuzzdist.errors import CapabilityError, ForgedMessage, InvalidState, PoolGone, RankCrash
+from fuzzdist.pool import messages, torchrun_auth
 from fuzzdist.pool.controller import DEFAULT_TIMEOUT, Controller, Outcome, decode_reply
 from fuzzdist.pool.rank import rank_state
 from fuzzdist.pool.rank.rank_state import RankState
@@ -47,12 +48,14 @@ from fuzzdist.pool.rank.worker import Worker, answer_snapshot, execute
 from fuzzdist.pool.signals import ChainedHandler, Hold, held
 from fuzzdist.pool.torchrun_stop import SigtermMark, Verdict, mark_key
 
-# Keys live in torchrun's store, which outlives a restart of the group: one namespace per attempt.
-_PREFIX = (f"fuzzdist/{os.environ.get('TORCHELASTIC_RUN_ID', 'run')}/"
-           f"{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/")
+# Keys live in torchrun's store, which outlives a restart of the group: one namespace per attempt, its
+# prefix derived from the run's secret (join() sets it: torchrun_auth), so that nobody else can guess it.
+_signer: torchrun_auth.Signer | None = None
+_PREFIX = f"fuzzdist/unjoined/{torchrun_auth.scope()}/"
 _STOP_KEY = f"{_PREFIX}stop"
 HEARTBEAT_S = 0.5
 LOST_AFTER_S = 10.0  # a rank whose heartbeat stood still this long is gone
+FORGED_EXIT_CODE = 2  # a serving rank that read a message not signed with the run's secret
 _WAIT_SLICE_S = 0.25  # store waits are cut in slices to look at heartbeats and signals
 
 
@@ -80,13 +83,40 @@ def join(backend: str = "gloo", device: str = "cpu", timeout: float = DEFAULT_TI
         torch.cuda.set_device(dev)
     else:
         dev = torch.device("cpu")
+    use_signer(torchrun_auth.Signer(torchrun_auth.load_secret(), torchrun_auth.scope()))
     rank_state.enable_flight_recorder()
     dist.init_process_group(backend, rank=rank, world_size=world_size,
                             timeout=timedelta(seconds=timeout + 30.0))
+    torchrun_auth.forget_node_secret()  # every rank read it before the group could form
     store = _store_client(timeout)
     tmpdir = tempfile.mkdtemp(prefix="fuzzdist-torchrun-")
     ctx = RankContext(rank, world_size, dev, backend, dist.group.WORLD, store, tmpdir)
     return ctx, store
+
+
+def use_signer(signer: torchrun_auth.Signer) -> None:
+    """Sign and check this process's store messages with ``signer``, under its key prefix (join() calls it)."""
+    global _signer, _PREFIX, _STOP_KEY
+    _signer, _PREFIX = signer, signer.prefix
+    _STOP_KEY = f"{_PREFIX}stop"
+
+
+def _seal(key: str, data: bytes) -> bytes:
+    if _signer is None:
+        raise InvalidState("fuzzdist.pool.torchrun: join() first (it sets up the signing of store messages)")
+    return _signer.seal(key, data)
+
+
+def _open(key: str, value: bytes) -> bytes:
+    """The data at ``key``, its signature checked: ForgedMessage if someone else wrote it."""
+    if _signer is None:
+        raise InvalidState("fuzzdist.pool.torchrun: join() first (it sets up the signing of store messages)")
+    return _signer.open(key, value)
+
+
+def _load(key: str, value: bytes) -> messages.Message:
+    """The message at ``key``, unpickled only once its signature checks."""
+    return messages.load(_open(key, value))
 
 
 def serve(ctx: Any, store: Any) -> int:
@@ -98,6 +128,9 @@ def serve(ctx: Any, store: Any) -> int:
         sigterm = SigtermMark(_store_client(30.0), mark_key(_PREFIX, ctx.rank))  # tells rank 0 "stopped, not dead"
     try:
         return Worker(ctx).serve(_StoreChannel(store, ctx.rank, heart))
+    except ForgedMessage as exc:  # someone else wrote to the store: say so and leave, having run nothing of it
+        print(f"fuzzdist rank {ctx.rank}: {exc}", file=sys.stderr, flush=True)
+        return FORGED_EXIT_CODE
     finally:
         heart.stop()
         if sigterm is not None:
@@ -118,17 +151,19 @@ class _StoreChannel:
         self._seq = 0
 
     def receive(self) -> messages.Message | None:
+        """The next call or the stop, unpickled only if signed with the run's secret (ForgedMessage if not)."""
         self._seq += 1
         key = f"{_PREFIX}call/{self._seq}"
         while not _wait(self._store, key, _WAIT_SLICE_S):
             if self._store.check([_STOP_KEY]):
-                return messages.load(self._store.get(_STOP_KEY))
+                return _load(_STOP_KEY, self._store.get(_STOP_KEY))
             if self._heart.rank0_lost():
                 return None
-        return messages.load(self._store.get(key))
+        return _load(key, self._store.get(key))
 
     def send(self, data: bytes) -> bool:
-        self._store.set(f"{_PREFIX}result/{self._seq}/{self._rank}", data)
+        key = f"{_PREFIX}result/{self._seq}/{self._rank}"
+        self._store.set(key, _seal(key, data))
         return True
 
 
@@ -191,7 +226,7 @@ class TorchrunPool(Controller):
     def close(self) -> None:
         """Tell the other ranks to stop; they leave the group and exit 0."""
         try:
-            self._store.set(_STOP_KEY, messages.stop())
+            self._store.set(_STOP_KEY, _seal(_STOP_KEY, messages.stop()))
         except Exception:
             pass
         self._heart.stop()
@@ -204,7 +239,8 @@ class TorchrunPool(Controller):
             raise PoolGone(self._gone)
 
     def _send(self, seq: int, seed: int, payload: bytes, message: bytes) -> None:
-        self._store.set(f"{_PREFIX}call/{seq}", message)
+        key = f"{_PREFIX}call/{seq}"
+        self._store.set(key, _seal(key, message))
         self._local = _in_daemon_thread(execute, self._ctx, seq, seed, payload)
 
     def _receive(self, out: Outcome, seconds: float) -> bool:
@@ -245,7 +281,7 @@ class TorchrunPool(Controller):
             _wait(self._store, keys, min(_WAIT_SLICE_S, max(0.001, seconds)))
             for r, key in zip(others, keys, strict=True):
                 if self._store.check([key]):
-                    out.take(r, decode_reply(self._store.get(key), r, out.seq))
+                    out.take(r, decode_reply(_reply(key, self._store.get(key), out.seq), r, out.seq))
                     self._store.delete_key(key)
 
     def _crash(self, dead: Set[int]) -> RankCrash:
@@ -266,14 +302,15 @@ class TorchrunPool(Controller):
             self._requests += 1
             request = self._requests
             # Answered by each rank's heartbeat thread (its main thread may be stuck in the example).
-            self._store.set(f"{_PREFIX}snapshot", messages.snapshot(request, seq, with_stack))
+            key = f"{_PREFIX}snapshot"
+            self._store.set(key, _seal(key, messages.snapshot(request, seq, with_stack)))
             deadline = time.monotonic() + 2 * HEARTBEAT_S + 1.0
             for r in others:
                 key = f"{_PREFIX}state/{request}/{r}"
                 if _wait(self._store, key, max(0.01, deadline - time.monotonic())):
                     try:
-                        states[r] = messages.load(self._store.get(key))[1]["state"]
-                    except Exception:  # noqa: BLE001 - an unreadable answer is no answer
+                        states[r] = _load(key, self._store.get(key))[1]["state"]
+                    except Exception:  # noqa: BLE001 - an unreadable (or forged) answer is no answer
                         pass
                     self._store.delete_key(key)
         return states
@@ -324,6 +361,7 @@ class _Heartbeat:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._answered = b""  # the last snapshot request answered
+        self._refused = False  # a forged snapshot request was reported
         self._thread = threading.Thread(target=self._loop, name="fuzzdist-heartbeat", daemon=True)
 
     def start(self) -> None:
@@ -354,11 +392,32 @@ class _Heartbeat:
                     request = self._store.get(f"{_PREFIX}snapshot")
                     if request != self._answered:
                         self._answered = request
-                        _, fields = messages.load(request)
-                        self._store.set(f"{_PREFIX}state/{fields['request']}/{self.rank}",
-                                        answer_snapshot(**fields))
+                        self._answer(request)
             except Exception:  # the store went away: the job is ending
                 return
+
+    def _answer(self, request: bytes) -> None:
+        """Answer a snapshot request; a forged one is refused (said once on stderr) and the beat goes on."""
+        try:
+            _, fields = _load(f"{_PREFIX}snapshot", request)
+        except ForgedMessage as exc:
+            if not self._refused:
+                self._refused = True
+                print(f"fuzzdist rank {self.rank}: {exc}", file=sys.stderr, flush=True)
+            return
+        key = f"{_PREFIX}state/{fields['request']}/{self.rank}"
+        self._store.set(key, _seal(key, answer_snapshot(**fields)))
+
+
+def _reply(key: str, value: bytes, seq: int) -> bytes:
+    """A rank's reply at ``key`` if signed with the run's secret; else an error reply saying it was refused
+    (the example fails with that message, nothing forged is unpickled)."""
+    try:
+        return _open(key, value)
+    except ForgedMessage as exc:
+        from fuzzdist.pool import remote
+
+        return messages.err(seq, remote.capture(exc), [])
 
 
 def _alive_key(rank: int) -> str:

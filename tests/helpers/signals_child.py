@@ -25,8 +25,10 @@ def _pool(world_size: int = 2):
     import torch
     import torch.distributed as dist
 
-    from fuzzdist.pool.torchrun import TorchrunPool
+    from fuzzdist.pool.torchrun import TorchrunPool, use_signer
+    from fuzzdist.pool.torchrun_auth import Signer
 
+    use_signer(Signer(b"a test secret of 32 bytes ......", "signals_child"))  # what join() sets up
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(store.port))
     ctx = types.SimpleNamespace(rank=0, world_size=world_size, backend="gloo", device=torch.device("cpu"),

@@ -1,0 +1,182 @@
+"""Under torchrun, every value fuzzdist unpickles from torchrun's store is signed with a secret of the run.
+
+torchrun's store (a ``TCPStore``) listens on every interface, whatever
+``--master-addr`` says, and has no authentication: anyone who can reach
+``MASTER_ADDR:MASTER_PORT`` can read and write its keys.  fuzzdist's
+messages are pickles, and unpickling runs code.  So each value fuzzdist
+puts there is sealed with an HMAC-SHA256 over its key and its bytes
+(:meth:`Signer.seal`), and a value is unpickled only once its tag checks
+(:meth:`Signer.open`); a value that does not is refused with
+:class:`~fuzzdist.errors.ForgedMessage`, never loaded.  The keys' prefix
+is derived from the secret too, so nobody without it can guess them.
+
+The secret is shared by the ranks without the store (:func:`load_secret`):
+
+* ``FUZZDIST_TORCHRUN_SECRET``: a string of at least 16 characters, the
+  same on every node (the launcher sets it);
+* ``FUZZDIST_TORCHRUN_SECRET_FILE``: a file of at least 16 bytes, owned by
+  the user and readable by nobody else;
+* on one node without either, fuzzdist makes one: the first rank writes 32
+  random bytes to a file in a folder only the user can open, named after
+  torchrun's agent (every rank's parent) and the attempt, and the other
+  ranks read it; it is removed once the group has formed
+  (:func:`forget_node_secret`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import secrets
+import stat
+import tempfile
+from pathlib import Path
+
+from fuzzdist.errors import ForgedMessage, InvalidState
+
+SECRET_ENV = "FUZZDIST_TORCHRUN_SECRET"
+SECRET_FILE_ENV = "FUZZDIST_TORCHRUN_SECRET_FILE"
+MIN_SECRET = 16  # bytes (characters) a given secret must have at least
+_TAG = hashlib.sha256().digest_size
+
+_HOW = (f"set {SECRET_ENV} to the same random string (16 characters or more) on every node, e.g. "
+        f"export {SECRET_ENV}=$(python -c 'import secrets; print(secrets.token_hex(32))'), or "
+        f"{SECRET_FILE_ENV} to a file only you can read that every node has")
+
+
+class Signer:
+    """Seals and opens the values of one torchrun attempt (``scope``: its run id and restart count).
+
+    ``prefix`` is the attempt's key prefix in the store: unguessable without the secret.
+    """
+
+    def __init__(self, secret: bytes, scope: str) -> None:
+        self._key = hmac.new(secret, b"fuzzdist-torchrun-v1\0" + scope.encode(), hashlib.sha256).digest()
+        self.prefix = f"fuzzdist/{hmac.new(self._key, b'prefix', hashlib.sha256).hexdigest()[:32]}/"
+
+    def _tag(self, key: str, data: bytes) -> bytes:
+        return hmac.new(self._key, key.encode() + b"\0" + data, hashlib.sha256).digest()
+
+    def seal(self, key: str, data: bytes) -> bytes:
+        """``data`` with its tag in front, for the store's ``key`` (a sealed value moved to another key
+        does not open there)."""
+        return self._tag(key, data) + data
+
+    def open(self, key: str, value: bytes) -> bytes:
+        """The data sealed in ``value`` at ``key``; :class:`~fuzzdist.errors.ForgedMessage` if its tag
+        does not check (the value was not written by a rank of this run)."""
+        tag, data = value[:_TAG], value[_TAG:]
+        if len(value) < _TAG or not hmac.compare_digest(tag, self._tag(key, data)):
+            raise ForgedMessage(
+                f"refused the value of {key!r} in torchrun's store: it is not signed with this run's "
+                "secret, so it was not written by one of this run's ranks and was not unpickled. Someone "
+                "else can write to the store (it listens on every interface at MASTER_ADDR:MASTER_PORT): "
+                "block that port from other hosts (docs/security.md), or check that every rank has the "
+                f"same {SECRET_ENV}.")
+        return data
+
+
+def scope() -> str:
+    """This attempt of the torchrun job: its run id and restart count."""
+    return f"{os.environ.get('TORCHELASTIC_RUN_ID', 'run')}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+
+
+def load_secret() -> bytes:
+    """The run's secret, from the environment, a file, or (one node) made here; InvalidState says what to
+    set when there is none."""
+    given = os.environ.get(SECRET_ENV)
+    if given is not None:
+        if len(given) < MIN_SECRET:
+            raise InvalidState(f"{SECRET_ENV} is {len(given)} characters long: {_HOW}")
+        return given.encode()
+    path = os.environ.get(SECRET_FILE_ENV)
+    if path is not None:
+        return _read_secret_file(path)
+    world, local = os.environ.get("WORLD_SIZE"), os.environ.get("LOCAL_WORLD_SIZE")
+    if world is not None and world == local:
+        return _node_secret()
+    raise InvalidState(f"this torchrun job spans several nodes and fuzzdist has no secret to sign its messages "
+                       f"in torchrun's store with (anyone who can reach the store could otherwise make the "
+                       f"ranks run code): {_HOW}")
+
+
+def _read_secret_file(path: str) -> bytes:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as exc:
+        raise InvalidState(f"can't read {SECRET_FILE_ENV}={path} ({exc.strerror or exc}): point it at a "
+                           "regular file (not a link) only you can read") from None
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+            raise InvalidState(f"{SECRET_FILE_ENV}={path} must be a regular file you own that nobody else can "
+                               f"read or write (chmod 600 {path})")
+        data = f.read(4096).strip()
+    if len(data) < MIN_SECRET:
+        raise InvalidState(f"{SECRET_FILE_ENV}={path} holds {len(data)} bytes: put at least {MIN_SECRET} "
+                           "random bytes in it")
+    return data
+
+
+def private_dir() -> Path:
+    """``$TMPDIR/fuzzdist-<uid>``: a folder only this user can open (made if missing, checked if found)."""
+    path = Path(tempfile.gettempdir()) / f"fuzzdist-{os.getuid()}"
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    info = os.lstat(path)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise InvalidState(f"{path} is not a folder only you can open (a link, another user's, or open to "
+                           f"others): remove it, or {_HOW}")
+    return path
+
+
+def _node_file() -> Path:
+    # torchrun's agent is every local rank's parent: its pid and the attempt name the file they share.
+    name = hashlib.sha256(f"{os.getppid()}\0{scope()}".encode()).hexdigest()[:32]
+    return private_dir() / f"torchrun-{name}.key"
+
+
+def _node_secret() -> bytes:
+    """One node: the first rank writes a random secret where only this user can read; the others read it."""
+    path = _node_file()
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".key.")
+    except FileNotFoundError:  # another job's forget_node_secret removed the empty folder just now
+        path = _node_file()
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".key.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(secrets.token_bytes(32))
+        try:
+            os.link(tmp, path)  # atomic, and never over a file that exists: the first rank's secret wins
+        except FileExistsError:
+            pass
+    finally:
+        os.unlink(tmp)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as exc:
+        raise InvalidState(f"can't read the ranks' shared secret file {path} ({exc.strerror or exc}): "
+                           f"{_HOW}") from None
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        data = f.read()
+    if stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid() and len(data) == 32:
+        return data
+    raise InvalidState(f"{path} is not the secret file fuzzdist makes: remove it, or {_HOW}")
+
+
+def forget_node_secret() -> None:
+    """Remove this node's secret file once every rank has read it (the group has formed); no-op when the
+    secret came from the environment."""
+    if SECRET_ENV in os.environ or SECRET_FILE_ENV in os.environ:
+        return
+    path = _node_file()
+    try:
+        os.unlink(path)
+        os.rmdir(path.parent)  # only if empty: another job's file keeps it
+    except OSError:
+        pass
