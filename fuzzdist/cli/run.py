@@ -105,8 +105,13 @@ def _pool_cache_for_launch(args: argparse.Namespace) -> Any:
 
     if not torchrun.in_torchrun():
         return None
-    ctx, store = torchrun.join(backend="gloo", device=args.device or "cpu",
-                               timeout=args.timeout or DEFAULT_TIMEOUT)
+    from fuzzdist.errors import InvalidState
+
+    try:
+        ctx, store = torchrun.join(backend="gloo", device=args.device or "cpu",
+                                   timeout=args.timeout or DEFAULT_TIMEOUT)
+    except InvalidState as exc:  # e.g. several nodes and no secret to sign the store's messages with
+        raise UsageError(str(exc)) from None
     if ctx.rank != 0:
         code = torchrun.serve(ctx, store)
         sys.stdout.flush()

@@ -202,3 +202,18 @@ def test_a_private_folder_open_to_others_is_refused(env, tmp_path):
     folder.symlink_to(tmp_path)
     with pytest.raises(InvalidState, match="not a folder only you can open"):
         torchrun_auth.load_secret()
+
+
+def test_fuzzdist_run_on_several_nodes_without_a_secret_is_one_line_and_exit_2(env, tmp_path, capsys):
+    from fuzzdist.cli import main
+
+    (tmp_path / "properties").mkdir()
+    (tmp_path / "properties" / "test_p.py").write_text(
+        "from hypothesis import given, strategies as st\n\n@given(st.integers())\ndef test_p(n):\n    pass\n")
+    env.chdir(tmp_path)
+    for name, value in dict(RANK="1", WORLD_SIZE="2", LOCAL_WORLD_SIZE="1", LOCAL_RANK="0",
+                            MASTER_ADDR="127.0.0.1", MASTER_PORT="1").items():
+        env.setenv(name, value)
+    assert main(["run", "--max-examples", "1", "--report", "", "--junit", "", "--progress", "none"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "several nodes" in err and "FUZZDIST_TORCHRUN_SECRET" in err, err
