@@ -38,14 +38,94 @@ PAIR_ORDER = (("dtype", "layout"), ("dtype", "pattern"), ("layout", "ndim"), ("s
 
 
 def check_report(report: object) -> dict:
-    """``report`` if it looks like a JSON report of ``fuzzdist run``; BadReport saying why not."""
+    """``report`` if it looks like a JSON report of ``fuzzdist run``; BadReport saying why not.
+
+    Every field the page reads is checked for its type (a number where a number is formatted, a list
+    where one is walked), so that a damaged or hand-edited report is one line naming the field, not a
+    traceback; what the page prints of it is escaped either way.
+    """
     if not isinstance(report, dict) or not isinstance(report.get("properties"), list) or "format" not in report:
         raise BadReport("it is not a fuzzdist campaign report (no 'format' and 'properties'): pass the file "
                         "fuzzdist run wrote with --report")
-    if not isinstance(report["format"], int) or report["format"] > REPORT_FORMAT:
+    if not _is_int(report["format"]) or report["format"] > REPORT_FORMAT:
         raise BadReport(f"its format {report['format']!r} is newer than this fuzzdist reads ({REPORT_FORMAT}): "
                         "upgrade fuzzdist")
+    _fields(report, "", _REPORT_FIELDS)
+    for name, sub in (("totals", _TOTALS_FIELDS), ("budget", _BUDGET_FIELDS)):
+        if report.get(name) is not None:
+            _fields(report[name], f"{name}.", sub)
+    for i, prop in enumerate(report["properties"]):
+        where = f"properties[{i}]."
+        _fields(prop, where, _PROPERTY_FIELDS)
+        for j, failure in enumerate(prop.get("failures") or []):
+            _fields(failure, f"{where}failures[{j}].", _FAILURE_FIELDS)
+            if failure.get("hang") is not None:
+                _fields(failure["hang"], f"{where}failures[{j}].hang.", {"ranks": dict})
+        for label, n in (prop.get("events") or {}).items():
+            if not _is_int(n):
+                raise _bad(f"{where}events[{label!r}]", "a whole number", n)
+        for j, pair in enumerate(prop.get("event_pairs") or []):
+            _fields(pair, f"{where}event_pairs[{j}].", {"x": str, "y": str, "cells": list})
+            for k, cell in enumerate(pair.get("cells") or []):
+                if not (isinstance(cell, list) and len(cell) == 3 and isinstance(cell[0], str)
+                        and isinstance(cell[1], str) and _is_int(cell[2])):
+                    raise _bad(f"{where}event_pairs[{j}].cells[{k}]", "a [value, value, count] triple", cell)
+        for j, bug in enumerate(prop.get("known_bugs") or []):
+            _fields(bug, f"{where}known_bugs[{j}].", {"count": int})
+        series = prop.get("series")
+        if isinstance(series, dict):
+            for column, values in series.items():
+                if isinstance(values, list) and not all(_is_number(v) for v in values):
+                    raise _bad(f"{where}series.{column}", "a list of numbers", values)
     return report
+
+
+_NUMBER = "number"  # an int or a float, not a bool
+# field -> its type; each may also be missing or null
+_REPORT_FIELDS: dict[str, object] = {
+    "status": str, "totals": dict, "budget": dict, "command": list, "elapsed_s": _NUMBER, "interrupted_by": str}
+_TOTALS_FIELDS: dict[str, object] = {
+    "examples": int, "distinct_failures": int, "failing_properties": int, "properties": int}
+_BUDGET_FIELDS: dict[str, object] = {"duration_s": _NUMBER, "max_examples_per_property": int}
+_PROPERTY_FIELDS: dict[str, object] = {
+    "nodeid": str, "status": str, "examples": int, "invalid_examples": int, "examples_per_s": _NUMBER,
+    "elapsed_s": _NUMBER, "rounds": int, "distinct_failures": int, "known_sightings": int, "failures": list,
+    "events": dict, "event_pairs": list, "event_pairs_dropped": int, "known_bugs": list}
+# numbers the page formats as such: present, they can't be null
+_NOT_NULL = {"examples", "examples_per_s", "invalid_examples", "found_after_examples", "occurrences"}
+_FAILURE_FIELDS: dict[str, object] = {
+    "found_after_s": _NUMBER, "found_after_examples": int, "occurrences": int, "hang": dict, "kind": str}
+
+
+def _fields(obj: object, where: str, fields: dict[str, object]) -> None:
+    if not isinstance(obj, dict):
+        raise _bad(where.rstrip("."), "an object", obj)
+    for name, kind in fields.items():
+        value = obj.get(name)
+        if value is None and name in obj and name in _NOT_NULL:
+            raise _bad(where + name, "a number", value)
+        if value is None:
+            continue
+        ok = (_is_number(value) if kind == _NUMBER else _is_int(value) if kind is int
+              else isinstance(value, kind))  # type: ignore[arg-type]
+        if not ok:
+            what = {_NUMBER: "a number", int: "a whole number", str: "a string", list: "a list",
+                    dict: "an object"}[kind]
+            raise _bad(where + name, what, value)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _bad(field: str, what: str, value: object) -> BadReport:
+    shown = repr(value)
+    return BadReport(f"its field {field} should be {what}, not {shown[:60] + '...' if len(shown) > 60 else shown}: "
+                     "the report is damaged or was edited; pass the file fuzzdist run wrote with --report")
 
 
 def render_page(report: dict) -> str:
@@ -68,7 +148,7 @@ def render_page(report: dict) -> str:
 # -- the campaign as a whole ------------------------------------------------------------------
 
 def _header(report: dict, props: list[dict]) -> str:
-    totals = report.get("totals", {})
+    totals = report.get("totals") or {}
     status = str(report.get("status", "?"))
     by = report.get("interrupted_by")
     budget = report.get("budget") or {}
@@ -103,7 +183,8 @@ def _header(report: dict, props: list[dict]) -> str:
             f'<tr class="status-{_e(prop.get("status", ""))}"><td><a href="#prop-{i}">{_e(prop.get("nodeid"))}</a>'
             f'</td><td>{_e(prop.get("status"))}</td><td class="n">{prop.get("examples", 0):,}</td>'
             f'<td class="n">{prop.get("examples_per_s", 0):.1f}</td>'
-            f'<td class="n{" bad" if prop.get("distinct_failures") else ""}">{prop.get("distinct_failures", 0)}</td>'
+            f'<td class="n{" bad" if prop.get("distinct_failures") else ""}">'
+            f'{_e(prop.get("distinct_failures", 0))}</td>'
             f'<td class="n{" known" if _known_count(prop) else ""}">{_known_count(prop):,}</td>'
             f'<td class="n">{f"{never} of {cells}" if cells else "-"}</td>'
             f'<td>{_e(prop.get("stop_reason") or prop.get("reason") or "")}</td></tr>')
@@ -155,23 +236,31 @@ def _known_bug_html(bug: dict, count: int, properties: list[str] | None = None) 
 def _timeline(report: dict, props: list[dict]) -> str:
     """Distinct failures over the campaign's time, one line per property (exact: from when each was found)."""
     end = float(report.get("elapsed_s") or 0.0)
-    series = [(str(p.get("nodeid")), failure_steps(p.get("failures", []), _start(p), _end(p, end)))
-              for p in props if p.get("status") not in ("pending", "skipped", "not run")]
+    started = [p for p in props if p.get("status") not in ("pending", "skipped", "not run")]
+    # Only the properties that failed get a line: thirty flat lines at 0 would bury them (and the legend).
+    failing = [p for p in started if p.get("failures")]
+    series = [(str(p.get("nodeid")), failure_steps(p.get("failures") or [], _start(p), _end(p, end)))
+              for p in failing]
+    empty = "no failure found yet" if started else "no property has run yet"
     svg = xy_chart("Distinct failures over time", series, x_title="seconds into the campaign",
-                   y_title="distinct failures", height=300, counts=True)
-    return f'<section id="timeline"><h2>Failures over time</h2><div class="chart">{svg}</div></section>'
+                   y_title="distinct failures", height=300, counts=True, empty=empty)
+    quiet = len(started) - len(failing)
+    note = (f'<p class="note">{quiet} other propert{"y" if quiet == 1 else "ies"} that ran found no failure.</p>'
+            if quiet and failing else "")
+    return (f'<section id="timeline"><h2>Failures over time</h2><div class="chart">{svg}</div>{note}'
+            "</section>")
 
 
 # -- one property -----------------------------------------------------------------------------
 
 def _property(index: int, prop: dict) -> str:
-    failures = prop.get("failures", [])
+    failures = prop.get("failures") or []
     head = (f'<h2>{_e(prop.get("nodeid"))} <span class="status status-{_e(prop.get("status"))}">'
             f'{_e(prop.get("status"))}</span></h2>')
     known = _known_count(prop)
     numbers = (f'<p class="numbers">{prop.get("examples", 0):,} examples '
                f'({prop.get("invalid_examples", 0):,} invalid) in {fmt_seconds(prop.get("elapsed_s"))}, '
-               f'{prop.get("examples_per_s", 0):.1f}/s, {prop.get("rounds", 0)} round(s), '
+               f'{prop.get("examples_per_s", 0):.1f}/s, {_e(prop.get("rounds", 0))} round(s), '
                f'{len(failures)} distinct failure(s)'
                + (f", {known:,} sighting(s) of known torch bugs" if known else "")
                + f'; stopped because: {_e(prop.get("stop_reason") or prop.get("reason") or "-")}</p>')

@@ -39,6 +39,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     reason = missing_plotting() if args.html else None
     if reason:
         raise UsageError(reason)
+    _check_outputs(args)
     reports = [_read(path, check_report, BadReport) for path in args.report]
     if len(reports) == 1:
         data = reports[0]
@@ -57,7 +58,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     if not args.html:
         return EXIT_OK
     try:
-        write_text_atomic(args.html, render_page(data))
+        page = render_page(data)
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:  # what check_report missed
+        raise UsageError(f"can't make a page of {', '.join(args.report)} ({type(exc).__name__}: {exc}): the report "
+                         "is damaged or was edited; pass the file fuzzdist run wrote with --report") from None
+    try:
+        write_text_atomic(args.html, page)
     except OSError as exc:
         raise UsageError(f"can't write {args.html} ({exc.strerror or exc}): pass --html with a path in a "
                          "writable directory") from None
@@ -72,7 +78,20 @@ def _read(path: str, check_report: Any, bad_report: type[Exception]) -> dict:
     except OSError as exc:
         raise UsageError(f"can't read {path} ({exc.strerror or exc}): pass the JSON report "
                          "fuzzdist run wrote (its --report, default fuzzdist-report.json)") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{path} is not JSON ({exc}): pass the JSON report fuzzdist run wrote") from None
     except bad_report as exc:
         raise UsageError(f"{path}: {exc}") from None
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError, a 5000-digit number
+        raise UsageError(f"{path} is not JSON ({str(exc)[:200]}): pass the JSON report fuzzdist run wrote") from None
+
+
+def _check_outputs(args: argparse.Namespace) -> None:
+    """The outputs' paths, before anything is read: writable, and none of them one of the reports read."""
+    from fuzzdist.campaign.output import same_output
+    from fuzzdist.cli._common import check_outputs
+
+    check_outputs(("--html", args.html), ("--json", args.json))
+    for flag, out in (("--html", args.html), ("--json", args.json)):
+        for path in args.report if out else ():
+            if same_output(path, out):
+                raise UsageError(f"{flag} {out} is the report read: writing it would overwrite the report; "
+                                 "name another file")
