@@ -154,7 +154,7 @@ def build_section(ledger: Any, campaign_started: float) -> dict:
 
 def _assemble(packages: list[str], mechanism: str, reached: dict[str, set[int]], executable: dict[str, int],
               properties: dict, timeline: list) -> dict:
-    files = {}
+    files: dict[str, dict[str, Any]] = {}
     for name in sorted(set(executable) | set(reached)):
         lines = reached.get(name, set())
         files[name] = {"reached": ranges(lines), "lines": len(lines), "executable": executable.get(name, 0)}

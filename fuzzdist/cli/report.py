@@ -33,7 +33,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     from fuzzdist.errors import BadReport
 
     if not args.html and not args.json:
-        raise UsageError("say what to write: --html OUT.html, and with several reports --json OUT.json")
+        raise UsageError("the following arguments are required: --html (with several reports, --json OUT.json "
+                         "will do instead)")
     if args.json and len(args.report) < 2:
         raise UsageError("--json writes the merge of several reports: pass two or more REPORT.json")
     reason = missing_plotting() if args.html else None

@@ -85,7 +85,6 @@ MECHANISM_SCRIPT = r'''
 import importlib.util, json, sys
 spec = importlib.util.spec_from_file_location("line_cover", sys.argv[1])
 lc = importlib.util.module_from_spec(spec); spec.loader.exec_module(lc)
-sys.path.insert(0, sys.argv[2])
 from covered_pkg import paths
 out = {}
 for scope, ranks in (("a", [0, 1]), ("a", [2]), ("b", [0])):
@@ -115,8 +114,9 @@ def _pythons() -> list[tuple[str, str]]:
 @pytest.mark.parametrize(("python", "mechanism"), _pythons())
 def test_each_mechanism_reports_each_line_once_per_scope(python, mechanism):
     helpers = str(Path(cover_fns.__file__).parent)
-    result = subprocess.run([python, "-c", MECHANISM_SCRIPT, line_cover.__file__, helpers,
-                             os.path.dirname(PATHS), mechanism], capture_output=True, text=True, timeout=60)
+    result = subprocess.run([python, "-c", MECHANISM_SCRIPT, line_cover.__file__, "", os.path.dirname(PATHS),
+                             mechanism], capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "PYTHONPATH": helpers})
     assert result.returncode == 0, result.stderr
     got = json.loads(result.stdout)
     # scope a: ranks 0 and 1, then rank 2 only adds its own lines; scope b starts afresh

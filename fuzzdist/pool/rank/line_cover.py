@@ -106,7 +106,10 @@ class _Monitoring(_Collector):
                 mon.use_tool_id(tool, "fuzzdist-cover")
                 break
         else:
-            raise RuntimeError("every sys.monitoring tool id fuzzdist can use is taken by another tool")
+            from fuzzdist.errors import CapabilityError
+
+            raise CapabilityError("--cover: every sys.monitoring tool id fuzzdist can use is taken by other "
+                                  "tools in the rank processes (debuggers, profilers); stop one of them")
         self._tool = tool
         mon.register_callback(tool, mon.events.LINE, self._line)
         # Left on between examples: changing the global events re-instruments every function.
