@@ -8,6 +8,8 @@ gives the missing shards an offset of ``split_size * i``, past the end of the di
 3 placements: offsets 0, 1, 2), and ``shard()`` on the source rank then narrows the tensor at that
 offset and raises ``IndexError: start out of range``; the other ranks are left waiting in the
 scatter.  Three gloo ranks shard ``torch.zeros(1)`` with placements ``rank:0/cpu .. rank:2/cpu``.
+ShardedTensor is deprecated in favour of DTensor: first, every rank sends the same tensor through
+``distribute_tensor(..., [Shard(0)])`` and ``full_tensor()``, and the script reports what came back.
 
     python docs/findings/sharded-tensor-chunk-offsets-past-end.py
 
@@ -36,12 +38,21 @@ def rank_main(rank, world_size, port, results):
     warnings.simplefilter("ignore")  # ShardedTensor's deprecation FutureWarnings
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
                             timeout=timedelta(seconds=STARTUP_S))
+    # ShardedTensor is deprecated for DTensor: first the same (1,) tensor through DTensor's Shard(0), on every rank
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    try:
+        local = distribute_tensor(torch.zeros(1), DeviceMesh("cpu", list(range(world_size))), [Shard(0)])
+        replacement = f"local shard {tuple(local.to_local().shape)}, full_tensor() {local.full_tensor().tolist()}"
+    except Exception as e:  # noqa: BLE001 - reported as it is
+        replacement = f"raised {type(e).__name__}: {' '.join(str(e).split())[:80]}"
     spec = ChunkShardingSpec(dim=0, placements=[f"rank:{r}/cpu" for r in range(world_size)])
     try:
         sharded = spec.shard(torch.zeros(1), src_rank=0, process_group=dist.group.WORLD)
-        results.put((rank, ("ok", [tuple(s.tensor.shape) for s in sharded.local_shards()])))
+        results.put((rank, ("ok", [tuple(s.tensor.shape) for s in sharded.local_shards()], replacement)))
     except Exception as e:  # noqa: BLE001 - what the source rank raised is the verdict
-        results.put((rank, ("raised", f"{type(e).__name__}: {e}")))
+        results.put((rank, ("raised", f"{type(e).__name__}: {e}", replacement)))
 
 
 def main():
@@ -68,11 +79,13 @@ def main():
         for p in ranks:
             p.join(timeout=1)
             p.kill()
-    kind, detail = got[0]
+    kind, detail, replacement = got[0]
     if kind == "raised":
-        print(f"BUG: ChunkShardingSpec(dim=0, 3 placements).shard(torch.zeros(1)) raised on the source rank: {detail}")
+        print(f"BUG: ChunkShardingSpec(dim=0, 3 placements).shard(torch.zeros(1)) raised on the source rank: {detail} "
+              f"(the replacement, DTensor Shard(0) over 3 ranks, rank 0: {replacement})")
         return 1
-    print(f"FIXED: sharding a (1,) tensor over 3 placements works: local shard shapes {got}")
+    print(f"FIXED: sharding a (1,) tensor over 3 placements works: local shard shapes "
+          f"{ {rank: shapes for rank, (_, shapes, _) in got.items()} }")
     return 0
 
 

@@ -6,7 +6,9 @@ its send and receive buffers with ``torch.empty(..., dtype=dtype)``.  With the d
 those buffers get torch's default dtype, float32, whatever the sharded tensor's dtype, so an int64,
 int32 or float64 tensor arrives in ``out`` rounded to float32.  Two ranks shard
 ``torch.arange(4, dtype=torch.int64) + 2**30 + 1`` with ``ChunkShardingSpec(dim=0, placements=["rank:0/cpu",
-"rank:1/cpu"])`` and gather it to rank 0.
+"rank:1/cpu"])`` and gather it to rank 0 (and the same in int32 and float64).  ShardedTensor is deprecated
+in favour of DTensor: the script also sends the same tensors through ``distribute_tensor(..., [Shard(0)])``
+and ``full_tensor()`` and reports what comes back.
 
     python docs/findings/sharded-tensor-gather-default-dtype-float32.py
 
@@ -36,7 +38,7 @@ def rank_main(rank, world_size, port, results):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
                             timeout=timedelta(seconds=STARTUP_S))
     got = {}
-    for name in ("int64", "float64"):
+    for name in ("int64", "int32", "float64"):
         dtype = getattr(torch, name)
         full = torch.arange(4, dtype=dtype) + (2**30 + 1)
         spec = ChunkShardingSpec(dim=0, placements=[f"rank:{r}/cpu" for r in range(world_size)])
@@ -45,7 +47,17 @@ def rank_main(rank, world_size, port, results):
         sharded.gather(dst=0, out=out)
         if rank == 0:
             got[name] = (full.tolist(), out.tolist())
-    results.put((rank, got))
+    # ShardedTensor is deprecated for DTensor: the same tensors through DTensor's Shard(0) and full_tensor()
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    mesh = DeviceMesh("cpu", list(range(world_size)))
+    replacement = {}
+    for name in ("int64", "int32", "float64"):
+        full = torch.arange(4, dtype=getattr(torch, name)) + (2**30 + 1)
+        back = distribute_tensor(full, mesh, [Shard(0)]).full_tensor()
+        replacement[name] = "kept the values" if torch.equal(back, full) else f"gave {back.tolist()}"
+    results.put((rank, (got, replacement)))
     dist.destroy_process_group()
 
 
@@ -59,15 +71,18 @@ def main():
     for p in ranks:
         p.start()
     try:
-        got = dict(results.get(timeout=STARTUP_S) for _ in ranks)
+        both = dict(results.get(timeout=STARTUP_S) for _ in ranks)
     finally:
         for p in ranks:
             p.join(timeout=5)
             p.kill()
+    got = {rank: gathered for rank, (gathered, _) in both.items()}
+    instead = "; the replacement, DTensor Shard(0) -> full_tensor(): " + ", ".join(
+        f"{name} {what}" for name, what in both[0][1].items())
     wrong = {name: pair for name, pair in got[0].items() if pair[0] != pair[1]}
     if wrong:
         print("BUG: ShardedTensor.gather(dst=0, out=out) rounded through float32: "
-              + "; ".join(f"{name} {full} gathered as {out}" for name, (full, out) in wrong.items()))
+              + "; ".join(f"{name} {full} gathered as {out}" for name, (full, out) in wrong.items()) + instead)
         return 1
     print(f"FIXED: ShardedTensor.gather kept the values: {got[0]}")
     return 0
