@@ -8,7 +8,7 @@ import os
 import sys
 from typing import Any, TextIO
 
-from fuzzdist.cli._common import positive_float, positive_int
+from fuzzdist.cli._common import timeout_seconds, world_size
 from fuzzdist.errors import UsageError
 
 
@@ -25,11 +25,11 @@ def add_pool_arguments(parser: argparse.ArgumentParser, device_default: str | No
     parser.add_argument("--database", metavar="DIR_OR_URL", default=None,
                         help="example database: a directory or a redis://HOST:PORT/DB URL "
                              "(default: Hypothesis's .hypothesis/examples, which plain pytest uses)")
-    parser.add_argument("--world-size", type=positive_int, metavar="N",
+    parser.add_argument("--world-size", type=world_size, metavar="N",
                         help="ranks for every property, in place of the world sizes its marker pins "
                              "(default: the marker's, else 2)")
-    parser.add_argument("--timeout", type=positive_float, metavar="SECONDS",
-                        help="per-example timeout on the ranks (default 30)")
+    parser.add_argument("--timeout", type=timeout_seconds, metavar="SECONDS",
+                        help="per-example timeout on the ranks, 1 second to a week (default 30)")
 
 
 def check_device(device: str | None) -> None:

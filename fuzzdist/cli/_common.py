@@ -8,9 +8,10 @@ and exit code :data:`EXIT_USAGE`.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
-from typing import NoReturn
+from typing import Any, NoReturn
 
 EXIT_OK = 0  # nothing failed (check-pg: the group conforms)
 EXIT_FOUND = 1  # a failure was found, a stored failure still fails, or a property errored
@@ -24,6 +25,12 @@ _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 class Parser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are one line (not argparse's usage block) and exit code 2."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # '-5s' is a value (a negative duration, refused by its type with a reason), not an unknown option:
+        # argparse only takes '-5' and '-5.0' for values.
+        self._negative_number_matcher = re.compile(r"^-\d+(\.\d+)?[smhd]?([\d.]+[smhd])*$|^-\.\d+$")
+
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
@@ -31,6 +38,8 @@ class Parser(argparse.ArgumentParser):
 def parse_duration(text: str) -> float:
     """``30s``, ``10m``, ``2h``, ``1h30m``, ``1.5h``, ``1d``; a bare number is seconds."""
     spec = text.strip().lower()
+    if spec.startswith("-"):
+        raise argparse.ArgumentTypeError(f"bad --duration {text!r}: it must be longer than 0s, e.g. 30s or 10m")
     if re.fullmatch(r"\d+(\.\d+)?", spec):
         seconds = float(spec)
     else:
@@ -56,13 +65,45 @@ def positive_int(text: str) -> int:
 
 
 def positive_float(text: str) -> float:
-    """An argparse type: a number of seconds above 0."""
+    """An argparse type: a finite number of seconds above 0."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
     if not value > 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be more than 0 seconds")
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number of seconds: give one, e.g. 30")
+    return value
+
+
+MIN_TIMEOUT_S = 1.0  # below it a pool can't answer a passing example: its round trip and set-up take that
+MAX_TIMEOUT_S = 7 * 86400.0  # a week: nothing hangs forever
+
+
+def timeout_seconds(text: str) -> float:
+    """An argparse type for a per-example timeout: finite, and within what a pool can do."""
+    value = positive_float(text)
+    if value < MIN_TIMEOUT_S:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is below {MIN_TIMEOUT_S:g} second: no pool answers an example that fast (the ranks' round "
+            "trip and the example's set-up take that), so every example would be a false hang; pass 1 or more")
+    if value > MAX_TIMEOUT_S:
+        raise argparse.ArgumentTypeError(f"{text!r} is more than a week: pass at most {MAX_TIMEOUT_S:g} seconds")
+    return value
+
+
+def world_size(text: str) -> int:
+    """An argparse type for ``--world-size``: a whole number of ranks from 1 to what this machine can hold
+    (not checked under torchrun, whose processes exist already)."""
+    value = positive_int(text)
+    if "TORCHELASTIC_RUN_ID" in os.environ:
+        return value
+    from fuzzdist.pool.capabilities import too_many_ranks
+
+    reason = too_many_ranks(value)
+    if reason:
+        raise argparse.ArgumentTypeError(f"{text}: {reason}")
     return value
 
 
@@ -77,8 +118,7 @@ def check_outputs(*outputs: tuple[str, str | None]) -> None:
     for flag, path in given:
         reason = check_output(path)
         if reason is not None:
-            raise UsageError(f"can't write {flag} {path} ({reason}): pass {flag} with a file path in a "
-                             "writable folder")
+            raise UsageError(f"can't write {path} ({reason}): pass {flag} with a path in a writable directory")
     for i, (flag, path) in enumerate(given):
         for other_flag, other in given[i + 1:]:
             if same_output(path, other) and not _special(path):  # two outputs to /dev/null are fine

@@ -8,7 +8,15 @@ import os
 import sys
 from typing import Any
 
-from fuzzdist.cli._common import EXIT_FOUND, EXIT_OK, check_outputs, parse_duration, positive_float, positive_int
+from fuzzdist.cli._common import (
+    EXIT_FOUND,
+    EXIT_OK,
+    check_outputs,
+    parse_duration,
+    positive_int,
+    timeout_seconds,
+    world_size,
+)
 from fuzzdist.errors import UsageError
 
 
@@ -26,7 +34,7 @@ def add_parser(sub: Any) -> None:
                "1 a failure was found (shrunk, printed); 2 bad input, one line on stderr (the factory can't "
                "be imported, bad arguments, or the machine can't run the pools).")
     parser.add_argument("factory", metavar="FACTORY", help="module:callable building the ProcessGroup")
-    parser.add_argument("--world-size", "-w", dest="world_sizes", type=positive_int, action="append", metavar="N",
+    parser.add_argument("--world-size", "-w", dest="world_sizes", type=world_size, action="append", metavar="N",
                         help=f"a world size to check; repeat for several "
                              f"(default {' '.join(map(str, DEFAULT_WORLD_SIZES))})")
     parser.add_argument("--duration", type=parse_duration, metavar="TIME",
@@ -36,7 +44,7 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("--ops", type=_ops, metavar="OP[,OP...]",
                         help=f"checks to run (default all): {', '.join(all_checks())}")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="the ranks' device (default cpu)")
-    parser.add_argument("--timeout", type=positive_float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
+    parser.add_argument("--timeout", type=timeout_seconds, default=DEFAULT_TIMEOUT, metavar="SECONDS",
                         help=f"per-example timeout; past it an example is a hang (default {DEFAULT_TIMEOUT:g})")
     parser.add_argument("--max-bytes", type=positive_int, default=DEFAULT_MAX_BYTES, metavar="N",
                         help=f"largest tensor in an example (default {DEFAULT_MAX_BYTES})")

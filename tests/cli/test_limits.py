@@ -1,0 +1,72 @@
+"""Numbers with limits: world sizes the machine can't hold, timeouts no pool can meet or that never end,
+negative durations: each one line and exit 2, with the reason."""
+
+from __future__ import annotations
+
+import pytest
+from helpers.cli_helpers import write
+
+from fuzzdist.cli import main
+from fuzzdist.pool import capabilities
+
+PROPERTY = '''
+from hypothesis import given, strategies as st
+
+@given(n=st.integers())
+def test_prop(n):
+    pass
+'''
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    (tmp_path / "properties").mkdir()
+    write(tmp_path / "properties", "test_props.py", PROPERTY)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
+    return tmp_path
+
+
+def _one_line_error(capsys, argv, *expected):
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert code == 2, (out, err)
+    assert err.endswith("\n") and err.count("\n") == 1, err
+    for text in expected:
+        assert text in err, err
+    return err
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["run", "--duration", "-5s"], ["bad --duration '-5s': it must be longer than 0s"]),
+    (["run", "--duration", "-1h30m"], ["bad --duration '-1h30m': it must be longer than 0s"]),
+    (["check-pg", "m:f", "--duration", "-5s"], ["bad --duration '-5s'"]),
+    (["run", "--timeout", "inf"], ["'inf' is not a finite number of seconds"]),
+    (["run", "--timeout", "nan"], ["'nan' must be more than 0 seconds"]),
+    (["run", "--timeout", "0.001"], ["'0.001' is below 1 second", "false hang"]),
+    (["run", "--timeout", "1e9"], ["'1e9' is more than a week"]),
+    (["replay", "--timeout", "inf"], ["'inf' is not a finite number of seconds"]),
+    (["check-pg", "m:f", "--timeout", "0.01"], ["'0.01' is below 1 second"]),
+    (["run", "--progress-interval", "inf"], ["'inf' is not a finite number of seconds"]),
+    (["run", "--world-size", "1000"], ["argument --world-size: 1000: this machine can hold about",
+                                       "pass at most"]),
+    (["check-pg", "m:f", "-w", "2", "-w", "1000"], ["1000: this machine can hold about"]),
+])
+def test_numbers_out_of_bounds_are_one_line_and_exit_2(project, capsys, argv, expected):
+    _one_line_error(capsys, argv, *expected)
+
+
+def test_the_world_size_bound_follows_the_memory_available(monkeypatch):
+    monkeypatch.setattr(capabilities, "_available_memory", lambda: 10 * capabilities.RANK_MEMORY_BYTES)
+    assert capabilities.too_many_ranks(9) is None
+    assert "about 9 rank processes" in capabilities.too_many_ranks(10)
+    monkeypatch.setattr(capabilities, "_available_memory", lambda: None)  # unknown: no bound
+    assert capabilities.too_many_ranks(10_000) is None
+
+
+def test_under_torchrun_the_world_size_is_torchruns_and_not_bounded_here(monkeypatch):
+    from fuzzdist.cli._common import world_size
+
+    monkeypatch.setattr(capabilities, "_available_memory", lambda: capabilities.RANK_MEMORY_BYTES)
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "x")
+    assert world_size("64") == 64
