@@ -16,6 +16,9 @@ database is only read, never changed.  Each one is reported as
 - **KNOWN**: fails only with known torch bugs (``fuzzdist.known_bugs``), listed;
 - **DOESN'T FIT**: the stored choices no longer fit the test's strategies;
 
+``--export-script DIR`` also writes each failure that still fails as a standalone script
+(:mod:`fuzzdist.campaign.export_script`);
+
 and properties with stored failures under an older version of the test,
 and index entries for tests that no longer exist, are reported as such.
 """
@@ -34,6 +37,7 @@ import pytest
 
 from fuzzdist import known_bugs
 from fuzzdist.campaign.database import Database, read_index, reproduce_command
+from fuzzdist.campaign.export_script import ExportDir, Recording, failure_of, render, script_stem, wrap_pools
 from fuzzdist.campaign.selection import SelectionPlugin, Targets
 from fuzzdist.compat import hypothesis_internals as hc
 from fuzzdist.compat.pytest_internals import Failed, OutcomeException, call_arguments
@@ -58,8 +62,11 @@ def _sorted_entries(entries) -> list[bytes]:
 
 class ReplayPlugin(SelectionPlugin):
     def __init__(self, targets: Targets, *, database: Database, stream: TextIO, export: bool = False,
-                 device: str | None = None, pytest_options: Sequence[str] = ()) -> None:
+                 device: str | None = None, pytest_options: Sequence[str] = (),
+                 export_dir: ExportDir | None = None) -> None:
         super().__init__(targets, device)
+        self.export_dir = export_dir  # --export-script: where each failing example's script goes
+        self._exported: Counter = Counter()  # node id -> scripts written for it
         self.pytest_options = list(pytest_options)  # what a reproducing pytest command needs
         self.database = database
         self.stream = stream
@@ -205,6 +212,9 @@ class ReplayPlugin(SelectionPlugin):
             return _Outcome("unreadable", reason="the stored bytes are not a Hypothesis choice sequence "
                                                  "(written by another Hypothesis version?)")
         lines: list[str] = []
+        recording = Recording()
+        if self.export_dir is not None:  # note each pool.run, for the script
+            testargs = wrap_pools(testargs, recording)
         with hc.reproducing(item.obj, blob) as decorator, known_bugs.collecting() as tally:
             try:
                 with hc.reports_to(lines.append):
@@ -220,9 +230,9 @@ class ReplayPlugin(SelectionPlugin):
             except OutcomeException as exc:
                 if not isinstance(exc, Failed):
                     raise
-                return _Outcome("fails", lines=lines, exc=exc, decorator=decorator)
+                return _Outcome("fails", lines=lines, exc=exc, decorator=decorator, recording=recording)
             except BaseException as exc:
-                return _Outcome("fails", lines=lines, exc=exc, decorator=decorator)
+                return _Outcome("fails", lines=lines, exc=exc, decorator=decorator, recording=recording)
         if tally:
             return _Outcome("known", lines=lines, decorator=decorator, reason="\n".join(tally.lines()))
         return _Outcome("passes", lines=lines, decorator=decorator)
@@ -260,12 +270,37 @@ class ReplayPlugin(SelectionPlugin):
         if self.export:
             self._out("  pin it as a regression test:")
             self._out(_indent(export_lines(item, outcome), 6))
+        if self.export_dir is not None:
+            self._out(f"  script: {self._export_script(item, outcome, what)}")
         self._out()
 
+    def _export_script(self, item: pytest.Function, outcome: _Outcome, what: str) -> str:
+        """Write ``outcome``'s standalone script; its path, or why there is none."""
+        import torch
+
+        assert self.export_dir is not None and outcome.exc is not None
+        failed, why = failure_of(outcome.recording, outcome.exc)
+        if failed is None:
+            self.counts["not exported"] += 1
+            return f"not exported: {why}"
+        self._exported[item.nodeid] += 1
+        stem = script_stem(item.nodeid, self._exported[item.nodeid])
+        text = render(item.nodeid, what, outcome.example(), outcome.recording, failed,
+                      torch_version=torch.__version__, script_name=f"{stem}.py")
+        try:
+            path = self.export_dir.write(stem, text)
+        except OSError as exc:
+            self.counts["not exported"] += 1
+            return f"not exported: can't write it to {self.export_dir.spec} ({exc.strerror or exc})"
+        self.counts["exported"] += 1
+        return f"{path} (exits 1 while it fails, 0 once fixed)"
+
     def print_summary(self) -> None:
-        order = ["fails", "known", "passes", "doesn't fit", "unreadable", "shared key", "older version", "orphaned",
-                 "not replayed", "nothing stored"]
-        words = {"fails": "still fail", "known": "fail only with known torch bugs", "passes": "no longer fail",
+        order = ["fails", "exported", "not exported", "known", "passes", "doesn't fit", "unreadable", "shared key",
+                 "older version", "orphaned", "not replayed", "nothing stored"]
+        words = {"fails": "still fail", "exported": "exported as scripts",
+                 "not exported": "not exported (see each)", "known": "fail only with known torch bugs",
+                 "passes": "no longer fail",
                  "doesn't fit": "no longer fit the test",
                  "unreadable": "unreadable", "shared key": "properties replayed from the key their pool "
                  "variants shared", "older version": "properties with failures stored under an "
@@ -278,8 +313,9 @@ class ReplayPlugin(SelectionPlugin):
 
 class _Outcome:
     def __init__(self, status: str, *, lines=(), exc: BaseException | None = None, decorator: str = "",
-                 reason: str = "") -> None:
+                 reason: str = "", recording: Recording | None = None) -> None:
         self.status, self.lines, self.exc, self.decorator, self.reason = status, list(lines), exc, decorator, reason
+        self.recording = recording or Recording()  # the example's pool.run calls (--export-script)
 
     def example(self) -> str:
         """The example as Hypothesis reported it while replaying it ("" if it printed none)."""

@@ -29,6 +29,11 @@ def add_parser(sub: Any) -> None:
     add_target_argument(replay)
     replay.add_argument("--export", action="store_true",
                         help="also print @example(...) lines that pin each failure as a regression test")
+    replay.add_argument("--export-script", metavar="DIR",
+                        help="also write each failure that still fails as a standalone Python script in DIR "
+                             "(created if missing): it re-runs the example on fresh ranks without pytest or "
+                             "Hypothesis, prints one line and exits 1 while it fails, 0 once fixed "
+                             "(125: no verdict), for git bisect run")
     add_pool_arguments(replay, device_default=None)
     replay.set_defaults(func=cmd_replay)
 
@@ -37,14 +42,20 @@ def cmd_replay(args: argparse.Namespace) -> int:
     """``fuzzdist replay``; returns the exit code."""
     import pytest
 
+    from fuzzdist.campaign.export_script import ExportDir
     from fuzzdist.campaign.replay import ReplayPlugin
 
     check_device(args.device)
     targets, database = open_targets(args, write=False)
-    stream = terminal_stream()
-    plugin = ReplayPlugin(targets, database=database, stream=stream, export=args.export, device=args.device,
-                          pytest_options=pool_options(args))
-    code = pytest.main(pytest_args(args, targets, "replay"), plugins=[plugin])
+    export_dir = ExportDir(args.export_script) if args.export_script is not None else None
+    try:
+        stream = terminal_stream()
+        plugin = ReplayPlugin(targets, database=database, stream=stream, export=args.export, device=args.device,
+                              pytest_options=pool_options(args), export_dir=export_dir)
+        code = pytest.main(pytest_args(args, targets, "replay"), plugins=[plugin])
+    finally:
+        if export_dir is not None:
+            export_dir.close()
     error = collect_error(plugin)
     if error is not None:
         raise UsageError(error)

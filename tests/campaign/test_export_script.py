@@ -1,0 +1,176 @@
+"""``fuzzdist replay --export-script DIR``: each stored failure as a standalone script.
+
+A campaign stores the failures of four planted bugs (a rank raising, a rank process dying, wrong
+results the test body rejects, and fuzzdist's own broadcast property fed a planted broadcast);
+the exported scripts must say BUG and exit 1, then FIXED and exit 0 once the plant is removed,
+without pytest or Hypothesis running.  Bad ``DIR`` is one line and exit 2 before anything runs.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from helpers.cli_helpers import CLI_TIMEOUT, cli_env, run_cli, write
+
+PROPERTIES = '''
+import os
+
+import pytest
+import torch
+import torch.distributed as dist
+from hypothesis import given, strategies as st
+
+from fuzzdist.properties import broadcast
+
+PLANTED = True
+
+
+def check(ctx, n):
+    if PLANTED and n >= 1000 and ctx.rank == 1:
+        raise ValueError(f"planted bug: n={n}")
+
+
+def die(ctx, n):
+    if PLANTED and n >= 3 and ctx.rank == 1:
+        os._exit(7)
+
+
+def summed(ctx, n):
+    t = torch.tensor([float(n)])
+    dist.all_reduce(t, group=ctx.group)
+    if PLANTED and n >= 7 and ctx.rank == 0:
+        t += 1
+    return t.item()
+
+
+def planted_broadcast(tensor, src, group=None):
+    dist.broadcast(tensor, src, group=group)
+    if PLANTED and tensor.numel() > 1 and dist.get_rank(group) != src:
+        tensor.view(-1)[0] = tensor.view(-1)[-1]
+
+
+@pytest.mark.fuzzdist(world_size=2)
+@given(n=st.integers(0, 10**6))
+def test_raises(rank_pool, n):
+    rank_pool.run(check, 0)  # an earlier call that passes: the script runs it first
+    rank_pool.run(check, n)
+
+
+@pytest.mark.fuzzdist(world_size=2)
+@given(n=st.integers(0, 100))
+def test_dies(rank_pool, n):
+    rank_pool.run(die, n)
+
+
+@pytest.mark.fuzzdist(world_size=2)
+@given(n=st.integers(0, 100))
+def test_results(rank_pool, n):
+    got = rank_pool.run(summed, n)
+    assert got == [2.0 * n] * 2, got
+
+
+@pytest.mark.fuzzdist(world_size=2)
+@given(spec=broadcast.SPECS, seed=broadcast.SEEDS)
+def test_own(rank_pool, spec, seed):
+    broadcast.check(rank_pool, spec, 0, seed, broadcast=planted_broadcast)
+'''
+
+NAMES = ["test_raises", "test_dies", "test_results", "test_own"]
+
+
+def _script(project, name):
+    return project / "out" / f"test_props-{name}-cpu-w2-1.py"
+
+
+def _run_script(path):
+    # A clean environment: no PYTHONPATH, so the script finds the test's module through its own PATHS.
+    env = {k: v for k, v in cli_env().items() if k != "PYTHONPATH"}
+    return subprocess.run([sys.executable, str(path)], cwd="/", env=env, text=True, capture_output=True,
+                          timeout=CLI_TIMEOUT)
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """(project dir, replay result): the four planted failures stored and exported."""
+    project = tmp_path_factory.mktemp("export")
+    write(project, "test_props.py", PROPERTIES)
+    campaign = run_cli(["run", "test_props.py", "--max-examples", "60", "--database", "db", "--report", "r.json",
+                        "--junit", ""], cwd=project)
+    assert campaign.returncode == 1, campaign.stdout + campaign.stderr
+    result = run_cli(["replay", "--database", "db", "--export-script", "out", "test_props.py"], cwd=project)
+    assert result.returncode == 1, result.stdout + result.stderr
+    return project, result
+
+
+def test_each_failure_is_exported_and_says_bug_then_fixed(exported):
+    project, result = exported
+    for name in NAMES:
+        assert f"script: out/test_props-{name}-cpu-w2-1.py (exits 1 while it fails, 0 once fixed)" in result.stdout, \
+            result.stdout
+    assert "4 exported as scripts" in result.stdout.splitlines()[-1]
+    text = _script(project, "test_own").read_text()
+    assert "It imports fuzzdist" in text and "fuzzdist's own" in text  # its rank function is fuzzdist's
+    assert "The pickled calls name no fuzzdist module" in _script(project, "test_raises").read_text()
+    assert "import hypothesis" not in text and "import pytest" not in text
+    lines = {
+        "test_raises": "BUG: rank 1 raised builtins.ValueError: planted bug: n=1000",
+        "test_dies": "BUG: rank process died again: rank 1 (exit code 7)",
+        "test_results": "BUG: the ranks returned the results the property rejected: [15.0, 14.0]",
+        "test_own": "BUG: the ranks returned the results the property rejected: [None, '",
+    }
+    for name in NAMES:
+        run = _run_script(_script(project, name))
+        assert run.returncode == 1, (name, run.stdout, run.stderr)
+        out = run.stdout.strip().splitlines()
+        assert len(out) == 1 and out[0].startswith(lines[name]), (name, run.stdout)
+    # The plant removed: every script now passes.
+    path = project / "test_props.py"
+    path.write_text(path.read_text().replace("PLANTED = True", "PLANTED = False"))
+    try:
+        for name in NAMES:
+            run = _run_script(_script(project, name))
+            assert run.returncode == 0, (name, run.stdout, run.stderr)
+            assert run.stdout.strip().startswith("FIXED: "), (name, run.stdout)
+            assert len(run.stdout.strip().splitlines()) == 1
+    finally:
+        path.write_text(path.read_text().replace("PLANTED = False", "PLANTED = True"))
+
+
+def test_an_existing_script_is_never_overwritten(exported):
+    project, _ = exported
+    first = _script(project, "test_raises")
+    before = first.read_text()
+    again = run_cli(["replay", "--database", "db", "--export-script", "out", "test_props.py::test_raises"],
+                    cwd=project)
+    assert "script: out/test_props-test_raises-cpu-w2-1-2.py" in again.stdout, again.stdout
+    assert first.read_text() == before
+
+
+@pytest.mark.parametrize("case", ["file", "symlink", "unwritable", "empty"])
+def test_bad_export_dir_is_one_line_and_exit_2_before_anything_runs(exported, tmp_path, case):
+    project, _ = exported
+    if case == "file":
+        target = tmp_path / "a-file"
+        target.write_text("x")
+        expect = "is not a directory"
+    elif case == "symlink":
+        real = tmp_path / "real"
+        real.mkdir()
+        target = tmp_path / "link"
+        target.symlink_to(real)
+        expect = "is a symbolic link"
+    elif case == "unwritable":
+        target = "/proc/self/fuzzdist-scripts"  # no one can make a directory there, root included
+        expect = "can't use --export-script"
+    else:
+        target = ""
+        expect = "--export-script is empty"
+    result = run_cli(["replay", "--database", "db", "--export-script", str(target), "test_props.py"], cwd=project)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stdout == "", result.stdout  # nothing ran
+    assert len(result.stderr.strip().splitlines()) == 1 and expect in result.stderr, result.stderr
+    if case == "symlink":
+        assert os.listdir(tmp_path / "real") == []
