@@ -55,6 +55,12 @@ def resolve_factory(ref: str) -> Callable[..., Any]:
     except ImportError as exc:
         raise FactoryError(f"can't import module {module_name!r} of factory {ref!r}: {exc}. "
                            "Is it on sys.path (run from its directory, or set PYTHONPATH)?") from exc
+    except SyntaxError as exc:
+        raise FactoryError(f"module {module_name!r} of factory {ref!r} does not compile: {exc.msg} "
+                           f"({exc.filename}, line {exc.lineno}); fix it and run again") from exc
+    except Exception as exc:  # whatever its top level raised: the user's module, not fuzzdist, is broken
+        raise FactoryError(f"module {module_name!r} of factory {ref!r} raised on import: "
+                           f"{type(exc).__name__}: {exc}; run `python -c 'import {module_name}'` to see where") from exc
     obj: Any = module
     for part in attr.split("."):
         try:

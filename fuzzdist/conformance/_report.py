@@ -156,7 +156,9 @@ class ConformanceReport:
                  + (f", {self.known_sightings} sighting(s) of known torch bugs" if self.known_sightings else "")
                  + f" in {self.duration_s:.1f} s"]
         for w, msg in sorted(self.factory_errors.items()):
-            lines.append(f"  factory failed at world size {w}: {_indent(msg, 4).lstrip()}")
+            # its first lines; the whole message, tracebacks and all, once below as the FAILURE in factory
+            head = "\n".join(msg.splitlines()[:2])
+            lines.append(f"  factory failed at world size {w}: {_indent(head, 4).lstrip()}")
         width = max((len(n) for n in self.ops), default=0)
         for name, r in self.ops.items():
             extra = f"{r.examples} examples" if r.examples else ""
