@@ -17,7 +17,6 @@ starts fresh ones before the next example.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import multiprocessing.connection as mp_connection
 import os
 import select
@@ -35,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fuzzdist.errors import InvalidState, PoolStartupError, RankCrash
-from fuzzdist.pool import framing, messages
+from fuzzdist.pool import framing, messages, starting
 from fuzzdist.pool.capabilities import validate_pool_args
 from fuzzdist.pool.controller import DEFAULT_TIMEOUT, Controller, Outcome, decode_reply
 from fuzzdist.pool.rank import process_tree
@@ -59,6 +58,7 @@ class _Rank:
     crash_path: str
     output_path: str | None  # where the rank's stdout and stderr go (None: left alone, "live")
     reaped: bool = False  # its tree was killed and it was reaped: its pid may belong to another process now
+    started: int | None = None  # a forked rank's start time: the fork server reaps it (see kill_tree)
 
 
 class RankPool(Controller):
@@ -97,18 +97,29 @@ class RankPool(Controller):
         startup_timeout: float = DEFAULT_STARTUP_TIMEOUT,
         straggler_grace: float | None = None,
         rank_output: str = "capture",
+        start_method: str = "auto",
+        spares: str = "auto",
     ) -> None:
         validate_pool_args(world_size, backend, device, timeout)
         self.rank_output = rank_output_mod.validate_mode(rank_output)
+        self.start_method = starting.resolve_start_method(start_method, device)
+        self.spares = starting.validate_spares(spares)
         super().__init__(world_size, backend, device, timeout, straggler_grace)
         self.startup_timeout = float(startup_timeout)
         self._ranks: list[_Rank] = []
+        self._spare: _RankSet | None = None  # a replacement set, started ahead of need (see _restart)
+        self.spares_replaced = 0  # spare sets that died while waiting and were started again
+        self._sets_started = 0  # rank sets started, spares included: names their files and stores
         self._requests = 0  # snapshot requests sent, to tell a late answer from the current one
         self._ready = False
         self._closed = False
         self._tmpdir = tempfile.mkdtemp(prefix="fuzzdist-pool-")
-        self._finalizer = weakref.finalize(self, _cleanup, self._ranks, self._tmpdir)
-        self._spawn()
+        self._spare_ranks: list[_Rank] = []  # the spare set's ranks, also killed by the finalizer
+        self._finalizer = weakref.finalize(self, _cleanup, self._ranks, self._spare_ranks, self._tmpdir)
+        self.generation += 1
+        self._take(self._start_set())
+        if self.spares == "always":
+            self._start_spare()
 
     # -- public -----------------------------------------------------------------
 
@@ -122,6 +133,22 @@ class RankPool(Controller):
         """The rank processes' pids, in rank order."""
         return [r.process.pid for r in self._ranks]
 
+    @property
+    def spare_pids(self) -> list[int]:
+        """The spare set's pids, in rank order ([] while the pool keeps no spare set)."""
+        return [r.process.pid for r in self._spare.ranks] if self._spare is not None else []
+
+    def memory(self) -> dict[str, list[int | None]]:
+        """Memory (bytes, None where unknown) of each rank and each spare rank, in rank order.
+
+        Each figure is the proportional set size of the rank's process tree (see
+        :func:`~fuzzdist.pool.starting.tree_memory`): ranks forked from the fork server share
+        torch's pages with it, so theirs is what each rank and spare adds.
+        """
+        spares = self._spare.ranks if self._spare is not None else []
+        return {"ranks": [starting.tree_memory(r.process.pid) for r in self._ranks],
+                "spares": [starting.tree_memory(r.process.pid) for r in spares]}
+
     def close(self) -> None:
         """Stop the rank processes (bounded: stragglers are killed) and remove the pool's files."""
         if self._closed:
@@ -133,6 +160,7 @@ class RankPool(Controller):
                 r.conn.send_bytes(stop)
             except (OSError, ValueError):
                 pass
+        self._drop_spare()
         deadline = time.monotonic() + _KILL_WAIT
         for r in self._ranks:  # waited for, not reaped: _kill_ranks kills each tree before it reaps the rank
             _exited(r.process, max(0.0, deadline - time.monotonic()))
@@ -146,46 +174,83 @@ class RankPool(Controller):
 
     # -- starting and stopping ranks ----------------------------------------------
 
-    def _spawn(self) -> None:
-        context = mp.get_context("spawn")
-        self.generation += 1
-        gen = self.generation
-        store_path = os.path.join(self._tmpdir, f"store.{gen}")
-        for rank in range(self.world_size):
-            # One-way pipes, not Pipe(duplex=True)'s socketpair: on the machines measured a read from a
-            # socket cost ~10 us against ~1-3 us from a pipe, and each example reads two per message.
-            inbox, to_rank = context.Pipe(duplex=False)
-            from_rank, outbox = context.Pipe(duplex=False)
-            watch_parent, watch_child = context.Pipe(duplex=True)
-            spec = RankSpec(
-                rank=rank,
-                world_size=self.world_size,
-                backend=self.backend,
-                device_type=self.device,
-                pg_timeout_s=self.timeout + 30.0,  # the pool's timeout fires first, with stacks
-                num_threads=max(1, (os.cpu_count() or 1) // self.world_size),
-                store_path=store_path,
-                tmpdir=self._tmpdir,
-                stack_path=os.path.join(self._tmpdir, f"rank{rank}.gen{gen}.stack"),
-                crash_path=os.path.join(self._tmpdir, f"rank{rank}.gen{gen}.crash"),
-                output_path=(os.path.join(self._tmpdir, f"rank{rank}.gen{gen}.out")
-                             if self.rank_output == "capture" else None),
-                driver_pid=os.getpid(),
-                from_main_thread=threading.current_thread() is threading.main_thread(),
-            )
-            # daemon=True on this side: at exit multiprocessing kills the ranks instead of waiting for
-            # them.  Each rank clears the flag on its own side, so that it may start processes (rank_main).
-            process = context.Process(target=rank_main, args=(spec, inbox, outbox, watch_child),
-                                      name=f"fuzzdist-rank{rank}", daemon=True)
+    def _start_set(self) -> _RankSet:
+        """Start ``world_size`` rank processes in a process group of their own (a new store)."""
+        context = starting.context(self.start_method)
+        self._sets_started += 1
+        n = self._sets_started
+        store_path = os.path.join(self._tmpdir, f"store.{n}")
+        ranks: list[_Rank] = []
+        try:
+            for rank in range(self.world_size):
+                ranks.append(self._start_rank(context, rank, n, store_path))
+        except BaseException:
+            _kill_ranks(ranks)
+            raise
+        return _RankSet(ranks, _Poller(ranks))
+
+    def _start_rank(self, context: Any, rank: int, n: int, store_path: str) -> _Rank:
+        # One-way pipes, not Pipe(duplex=True)'s socketpair: on the machines measured a read from a
+        # socket cost ~10 us against ~1-3 us from a pipe, and each example reads two per message.
+        inbox, to_rank = context.Pipe(duplex=False)
+        from_rank, outbox = context.Pipe(duplex=False)
+        watch_parent, watch_child = context.Pipe(duplex=True)
+        spec = RankSpec(
+            rank=rank,
+            world_size=self.world_size,
+            backend=self.backend,
+            device_type=self.device,
+            pg_timeout_s=self.timeout + 30.0,  # the pool's timeout fires first, with stacks
+            num_threads=max(1, (os.cpu_count() or 1) // self.world_size),
+            store_path=store_path,
+            tmpdir=self._tmpdir,
+            stack_path=os.path.join(self._tmpdir, f"rank{rank}.set{n}.stack"),
+            crash_path=os.path.join(self._tmpdir, f"rank{rank}.set{n}.crash"),
+            output_path=(os.path.join(self._tmpdir, f"rank{rank}.set{n}.out")
+                         if self.rank_output == "capture" else None),
+            driver_pid=os.getpid(),
+            from_main_thread=threading.current_thread() is threading.main_thread(),
+            forked=self.start_method == "forkserver",
+        )
+        # daemon=True on this side: at exit multiprocessing kills the ranks instead of waiting for
+        # them.  Each rank clears the flag on its own side, so that it may start processes (rank_main).
+        process = context.Process(target=rank_main, args=(spec, inbox, outbox, watch_child),
+                                  name=f"fuzzdist-rank{rank}", daemon=True)
+        try:
             process.start()
+        finally:
             inbox.close()
             outbox.close()
             watch_child.close()
-            self._ranks.append(_Rank(rank, process, _Link(to_rank, from_rank), watch_parent, spec.stack_path,
-                                     spec.crash_path, spec.output_path))
-        self._sent_sys_path = list(sys.path)  # spawn hands the children our sys.path
-        self._poller = _Poller(self._ranks)
+        started = process_tree.start_time(process.pid) if spec.forked else None
+        return _Rank(rank, process, _Link(to_rank, from_rank), watch_parent, spec.stack_path,
+                     spec.crash_path, spec.output_path, started=started)
+
+    def _take(self, rank_set: _RankSet) -> None:
+        """Make ``rank_set`` the pool's ranks; the next example waits for them to be ready."""
+        self._ranks[:] = rank_set.ranks
+        self._poller = rank_set.poller
+        self._sent_sys_path = list(sys.path)  # both start methods hand the children our sys.path
         self._ready = False
+
+    def _start_spare(self) -> None:
+        """Start a replacement set in the background: it joins a group of its own and waits, unread."""
+        spare = self._start_set()
+        self._spare = spare
+        self._spare_ranks[:] = spare.ranks
+
+    def _drop_spare(self) -> None:
+        if self._spare is not None:
+            _kill_ranks(self._spare.ranks)
+            self._spare = None
+            self._spare_ranks.clear()
+
+    def _check_spare(self) -> None:
+        """Replace a spare set one of whose ranks died while it waited (one poll of their sentinels)."""
+        if self._spare is not None and self._spare.poller.exited():
+            self._drop_spare()
+            self.spares_replaced += 1
+            self._start_spare()
 
     def _ensure_ready(self) -> None:
         if self._closed:
@@ -193,6 +258,8 @@ class RankPool(Controller):
         if self._ready:
             dead = self._poller.exited()  # one poll of every sentinel, not a selector per rank
             if not dead:
+                if self._spare is not None:
+                    self._check_spare()
                 return
             warnings.warn(f"fuzzdist: rank processes {dead} died between examples; restarting the pool",
                           RuntimeWarning, stacklevel=3)
@@ -230,10 +297,25 @@ class RankPool(Controller):
         self._ready = True
 
     def _restart(self) -> None:
-        """Kill every rank and start fresh ones; the next example waits for them."""
+        """Kill every rank and put fresh ones in their place; the next example waits for them.
+
+        The fresh ones are the spare set where there is one (already started, often already in their
+        group), and a new spare set starts behind them.  Under ``spares="auto"`` the first restart
+        starts the first spare: a pool that restarted once (a hang, a crash) is likely to again.
+        """
         self._kill()
-        if not self._closed:
-            self._spawn()
+        if self._closed:
+            return
+        self.generation += 1
+        if self._spare is not None:
+            self._check_spare()
+            spare, self._spare = self._spare, None
+            self._spare_ranks.clear()
+            self._take(spare)
+        else:
+            self._take(self._start_set())
+        if self.spares != "never":
+            self._start_spare()
 
     def _kill(self) -> None:
         _kill_ranks(self._ranks)
@@ -343,6 +425,14 @@ class RankPool(Controller):
         return decode_reply(data, rank, seq)
 
 
+@dataclass
+class _RankSet:
+    """One set of ``world_size`` rank processes in a group of their own, and the poll set over them."""
+
+    ranks: list[_Rank]
+    poller: _Poller
+
+
 class _Link:
     """The driver's ends of a rank's two one-way pipes: messages to the rank, and its replies
     (framed by :mod:`~fuzzdist.pool.framing`; the Connections only own the descriptors)."""
@@ -406,7 +496,7 @@ def _reap(r: _Rank, timeout: float) -> int | None:
     its exit code (None: it outlived the SIGKILL and the wait)."""
     if not r.reaped:
         _exited(r.process, timeout)
-        process_tree.kill_tree(r.process.pid)
+        process_tree.kill_tree(r.process.pid, r.started)
         r.process.join(_KILL_WAIT)
         r.reaped = r.process.exitcode is not None
     return r.process.exitcode
@@ -415,7 +505,7 @@ def _reap(r: _Rank, timeout: float) -> int | None:
 def _kill_ranks(ranks: list[_Rank]) -> None:
     for r in ranks:  # every tree before any rank is reaped (.exitcode reaps): a reaped pid may be reused
         if not r.reaped:
-            process_tree.kill_tree(r.process.pid)  # the rank and every process it started
+            process_tree.kill_tree(r.process.pid, r.started)  # the rank and every process it started
     for r in ranks:
         if r.process.exitcode is None:
             try:
@@ -433,9 +523,10 @@ def _kill_ranks(ranks: list[_Rank]) -> None:
             pass
 
 
-def _cleanup(ranks: list[_Rank], tmpdir: str) -> None:
-    _kill_ranks(ranks)
+def _cleanup(ranks: list[_Rank], spare_ranks: list[_Rank], tmpdir: str) -> None:
+    _kill_ranks(ranks + spare_ranks)
     ranks.clear()
+    spare_ranks.clear()
     shutil.rmtree(tmpdir, ignore_errors=True)
 
 

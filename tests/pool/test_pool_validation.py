@@ -16,7 +16,7 @@ def _no_spawn(monkeypatch):
     def boom(*a, **k):
         raise AssertionError("a rank process was spawned for bad input")
 
-    monkeypatch.setattr(RankPool, "_spawn", boom)
+    monkeypatch.setattr(RankPool, "_start_set", boom)
 
 
 @pytest.mark.parametrize("world_size", [0, -1, "2", 1.5, True, None])

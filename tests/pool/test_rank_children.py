@@ -81,11 +81,13 @@ def _pids_from(driver: subprocess.Popen, timeout: float = 120.0) -> list[int]:
 def test_nothing_a_rank_started_outlives_a_sigkilled_driver():
     # Both drivers at once (each takes seconds to start its ranks).  The second builds its pool in a
     # thread that has ended and stops its ranks: only the rank's watchdog process can clean up there.
-    drivers = [_driver(), _driver("--from-thread", "--stop-ranks")]
+    # A third spawns its ranks; the first keeps a spare set: spares and the fork server die too.
+    drivers = [_driver("--spares"), _driver("--from-thread", "--stop-ranks"), _driver("--start-method", "spawn")]
     try:
         trees = [_pids_from(d) for d in drivers]
+        assert [len(tree) for tree in trees] == [5, 4, 3], trees  # rank, child, grandchild (+ spare, server)
         for tree in trees:
-            assert len(tree) == 3 and all(descendants.alive(p) for p in tree)
+            assert all(descendants.alive(p) for p in tree)
         for d in drivers:
             d.send_signal(signal.SIGKILL)
             d.wait(10)
@@ -101,24 +103,53 @@ def test_nothing_a_rank_started_outlives_a_sigkilled_driver():
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="tells a reaped pid by /proc/<pid>")
-def test_the_driver_kills_a_ranks_tree_before_it_reaps_the_rank(monkeypatch):
-    """kill_tree's rule: once a rank is reaped its pid (the id of its group) may be reused by another process."""
-    calls: list[tuple[int, bool]] = []
+@pytest.mark.parametrize("start_method", ["spawn", "forkserver"])
+def test_the_driver_kills_a_ranks_tree_before_it_reaps_the_rank(monkeypatch, start_method):
+    """kill_tree's rule: once a rank is reaped its pid (the id of its group) may be reused by another process.
+
+    A spawned rank is the driver's child: the driver kills its tree before it reaps it.  A forked rank is
+    the fork server's child, reaped by the server the moment it ends: every kill of a rank that is gone
+    must then carry the rank's start time, so that a process that took over the pid is told apart.
+    """
+    calls: list[tuple[int, bool, int | None]] = []
     kill_tree = process_tree.kill_tree
 
-    def recording(pid):
-        calls.append((pid, os.path.exists(f"/proc/{pid}")))  # a zombie still has its entry; a reaped rank none
-        kill_tree(pid)
+    def recording(pid, started=None):
+        calls.append((pid, os.path.exists(f"/proc/{pid}"), started))  # a zombie still has its entry
+        kill_tree(pid, started)
 
     monkeypatch.setattr(process_tree, "kill_tree", recording)
-    with RankPool(2, timeout=10) as pool:
+    with RankPool(2, timeout=10, start_method=start_method, spares="never") as pool:
         pool.run(descendants.start_descendants)
         with pytest.raises(Exception):  # noqa: B017 - a RankCrash, or the survivor's error
             pool.run(rank_fns.die_on, 0, "kill")  # a crash: the pool reaps rank 0 and restarts
         pool.run(descendants.start_descendants)
     assert len(calls) >= 4, calls  # the crash's restart (2 ranks), close() (2 ranks)
-    reaped = [pid for pid, present in calls if not present]
-    assert reaped == [], f"kill_tree was called on ranks {reaped} already reaped; calls: {calls}"
+    if start_method == "spawn":
+        reaped = [pid for pid, present, _ in calls if not present]
+        assert reaped == [], f"kill_tree was called on ranks {reaped} already reaped; calls: {calls}"
+    else:
+        unguarded = [pid for pid, present, started in calls if not present and started is None]
+        assert unguarded == [], f"kill_tree was called on reaped ranks {unguarded} without a start time: {calls}"
+        assert all(started is not None for _, _, started in calls), calls
+
+
+def test_kill_tree_leaves_alone_a_process_that_took_over_a_ranks_pid():
+    """The process with that pid started at another time: the rank's group is gone, the pid is a stranger's."""
+    stranger = subprocess.Popen([sys.executable, "-c", "import os, time; os.setsid(); time.sleep(60)"])
+    try:
+        time.sleep(0.2)  # it leads a group of its own, as a rank would
+        started = process_tree.start_time(stranger.pid)
+        assert started is not None
+        process_tree.kill_tree(stranger.pid, started + 1)  # as if the rank had started a tick later
+        time.sleep(0.2)
+        assert stranger.poll() is None, "kill_tree killed a process whose start time differs from the rank's"
+        process_tree.kill_tree(stranger.pid, started)
+        assert stranger.wait(10) == -signal.SIGKILL
+    finally:
+        if stranger.poll() is None:
+            stranger.kill()
+            stranger.wait(10)
 
 
 def test_an_error_escaping_a_ranks_serve_loop_ends_the_rank_at_once():

@@ -46,15 +46,36 @@ def lead_own_group() -> bool:
     return os.getpgid(0) == os.getpid()
 
 
-def kill_tree(pid: int | None) -> None:
+def kill_tree(pid: int | None, started: int | None = None) -> None:
     """SIGKILL the process group a rank leads (the rank and what it started); no-op if there is none.
 
-    Call it before the rank is reaped: until then no other group can have its id.
+    Call it before the rank is reaped: until then no other group can have its id.  A rank forked by
+    the fork server is reaped by the server the moment it ends, so for those pass ``started``, the
+    rank's :func:`start_time`: while any process of the rank's group lives its id can't be reused, and
+    once a process with that pid but another start time exists the rank's group is gone, and the
+    group of that id (if any) is a stranger's, left alone.
     """
     if pid is None:
         return
+    if started is not None:
+        now = start_time(pid)
+        if now is not None and now != started:
+            return
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
+
+
+def start_time(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks since boot, Linux's /proc), None if there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    try:
+        return int(stat.rsplit(")", 1)[1].split()[19])  # field 22; the name before ")" may hold spaces
+    except (IndexError, ValueError):
+        return None
 
 
 def kill_own_tree(exit_code: int) -> None:

@@ -49,17 +49,22 @@ class RankSpec:
     stack_path: str  # faulthandler writes the stack here on STACK_SIGNAL
     crash_path: str  # ... and here on a fatal signal (SIGSEGV, SIGABRT, ...)
     output_path: str | None  # the rank's stdout and stderr go here (None: left alone)
-    driver_pid: int = 0  # the process that spawned the rank
+    driver_pid: int = 0  # the process that started the rank
     from_main_thread: bool = False  # spawned from the driver's main thread (see process_tree.die_with_driver)
+    forked: bool = False  # forked by multiprocessing's fork server (see _leave_fork_server), not spawned
 
 
 def rank_main(spec: RankSpec, inbox: Any, outbox: Any, watch: Any) -> None:
     """Entry point of a rank process (the target of a spawned ``Process``): ``inbox`` and ``outbox`` are
     its ends of the one-way pipes from and to the driver, ``watch`` the snapshot requests' socket."""
     # The rank's process tree dies with it and with the driver (see process_tree), so it may start processes.
+    if spec.forked:
+        _leave_fork_server()
     if process_tree.lead_own_group():
         process_tree.start_watchdog(inbox.fileno())  # hangs up when the driver's end closes
-    if spec.from_main_thread:
+    if spec.forked:
+        process_tree.die_with_driver(os.getppid())  # the fork server, which ends when the driver does
+    elif spec.from_main_thread:
         process_tree.die_with_driver(spec.driver_pid)
     mp.current_process().daemon = False
     if spec.output_path is not None:
@@ -79,6 +84,23 @@ def rank_main(spec: RankSpec, inbox: Any, outbox: Any, watch: Any) -> None:
         return
     channel.send(messages.ready(os.getpid()))
     _serve_then_exit(lambda: Worker(ctx).serve(channel))
+
+
+def _leave_fork_server() -> None:
+    """A rank forked by the fork server drops what it inherited of the server's: its copy of the "alive"
+    pipe, which every child of the server holds and which keeps the server running until the last
+    holder is gone.  Without it the server ends as soon as the driver does, and with the server every
+    rank it forked (their parent-death signal, :func:`process_tree.die_with_driver`).  A rank that
+    starts processes with the fork server itself then starts a server of its own."""
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver
+    fd = getattr(server, "_forkserver_alive_fd", None)
+    if isinstance(fd, int):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    for name in ("_forkserver_alive_fd", "_forkserver_address", "_forkserver_pid"):
+        setattr(server, name, None)
 
 
 def _serve_then_exit(serve: Callable[[], object]) -> NoReturn:

@@ -1,0 +1,109 @@
+"""How a :class:`~fuzzdist.pool.local.RankPool` starts its rank processes: spawn, or fork from a server.
+
+A spawned rank is a new interpreter: it imports torch (about 1.5 s of CPU)
+before it can join its group, and a pool pays that for every rank at every
+restart.  multiprocessing's *fork server* imports torch once, in a process
+of its own that has done nothing else (no process group, no CUDA, no thread
+of fuzzdist's), and forks each rank from it: a rank then costs a fork and
+``init_process_group``.
+
+``start_method="auto"`` (the default) picks the fork server where it is
+safe and spawn elsewhere:
+
+* the fork server where multiprocessing offers it on Linux, for CPU pools;
+* spawn for CUDA pools (a CUDA context does not survive a fork, and the
+  server must never be the process that first touches CUDA), and on
+  platforms where fork without exec is unsafe (macOS) or missing (Windows).
+
+The environment variable ``FUZZDIST_START_METHOD`` (``spawn`` or
+``forkserver``) overrides ``auto``; an explicit argument overrides both.
+Ranks keep every guarantee either way: their process tree dies with them and
+with the driver (a forked rank's parent is the fork server, which ends when
+the driver does: see :func:`fuzzdist.pool.rank.spawned.rank_main`).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import sys
+from typing import Any
+
+from fuzzdist.errors import InvalidArgument
+
+START_METHODS = ("auto", "spawn", "forkserver")
+SPARE_MODES = ("auto", "always", "never")
+ENV_VAR = "FUZZDIST_START_METHOD"
+# What the server imports once, before it forks anything: torch, and the rank's own entry point.
+PRELOAD = ["fuzzdist.pool.rank.spawned", "torch", "torch.distributed"]
+
+
+def resolve_start_method(requested: str, device: str) -> str:
+    """"spawn" or "forkserver" for a pool on ``device``, from ``requested`` (one of START_METHODS)."""
+    if requested not in START_METHODS:
+        raise InvalidArgument(f"start_method={requested!r}: expected one of {', '.join(START_METHODS)}")
+    if requested == "auto":
+        requested = os.environ.get(ENV_VAR, "").strip() or "auto"
+        if requested not in START_METHODS:
+            raise InvalidArgument(f"{ENV_VAR}={requested!r}: expected spawn or forkserver (or unset it)")
+    if requested == "auto":
+        return "forkserver" if fork_server_is_safe(device) else "spawn"
+    if requested == "forkserver" and device == "cuda":
+        raise InvalidArgument("start_method='forkserver' with device='cuda': CUDA pools start their ranks "
+                              "with spawn (a CUDA context does not survive a fork); use 'spawn' or 'auto'")
+    if requested == "forkserver" and "forkserver" not in mp.get_all_start_methods():
+        raise InvalidArgument("start_method='forkserver': this platform has no fork server; use 'spawn' or 'auto'")
+    return requested
+
+
+def fork_server_is_safe(device: str) -> bool:
+    """Whether ``auto`` forks ranks from a server: CPU pools on Linux, where multiprocessing has one."""
+    return (device == "cpu" and sys.platform.startswith("linux")
+            and "forkserver" in mp.get_all_start_methods())
+
+
+def validate_spares(spares: str) -> str:
+    """``spares``: when a pool keeps a replacement set of ranks started (see RankPool)."""
+    if spares not in SPARE_MODES:
+        raise InvalidArgument(f"spares={spares!r}: expected one of {', '.join(SPARE_MODES)}")
+    return spares
+
+
+def context(method: str) -> Any:
+    """The multiprocessing context that starts ranks with ``method`` (the fork server told what to preload)."""
+    ctx = mp.get_context(method)
+    if method == "forkserver":
+        # Takes effect when the server starts (the first fork); a server already running keeps its own list.
+        ctx.set_forkserver_preload(PRELOAD)
+    return ctx
+
+
+def tree_memory(pid: int) -> int | None:
+    """Proportional memory (PSS, bytes) of the process group ``pid`` leads: a rank and what it started
+    (its watchdog, its children).  None where unknown (not Linux, or the rank is gone).
+
+    PSS divides each page among the processes that hold it, so summed over processes it is their
+    total: a rank forked from the fork server shares torch's pages with the server and its siblings,
+    and its PSS is what it adds; a spawned rank holds its own copy of torch.
+    """
+    total = 0
+    found = False
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return None
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            if os.getpgid(int(entry)) != pid:
+                continue
+            with open(f"/proc/{entry}/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith("Pss:"):
+                        total += int(line.split()[1]) * 1024
+                        found = True
+                        break
+        except (OSError, ValueError):
+            continue  # ended meanwhile, or not ours to read
+    return total if found else None
