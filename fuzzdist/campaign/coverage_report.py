@@ -236,8 +236,8 @@ def summary_line(section: dict | None) -> str | None:
     """The line ``fuzzdist run`` prints at the end; None without a section."""
     if not isinstance(section, dict):
         return None
-    files = section.get("files") or {}
-    touched = sum(1 for f in files.values() if isinstance(f, dict) and f.get("lines"))
+    files = [f for f in (section.get("files") or {}).values() if isinstance(f, dict) and f.get("executable")]
+    touched = sum(1 for f in files if f.get("lines"))
     packages = ", ".join(str(p) for p in section.get("packages", []))
     return (f"code reached on the ranks ({packages}): {_int(section.get('lines_reached')):,} of "
             f"{_int(section.get('executable_lines')):,} executable lines ({section.get('percent', 0)}%), "
