@@ -85,6 +85,15 @@ class RankPool(Controller):
             (stdout, stderr, Python warnings) per example: shown with a
             failure, else summarised by pytest's plugin.  "live" lets the ranks
             print as they go, for debugging.
+        start_method: "auto" (the default) forks CPU ranks on Linux from
+            multiprocessing's fork server, which imports torch once, and spawns
+            them elsewhere and for CUDA pools; "spawn" or "forkserver" to choose
+            (see :mod:`fuzzdist.pool.starting`).
+        spares: "auto" (the default) keeps a spare set of ranks started in the
+            background from the pool's first restart on (a hang, a crash, a
+            recycle), so that the next restart finds ranks already in their
+            group; "always" from the start; "never".  At most one spare set;
+            :meth:`memory` says what it costs.
     """
 
     def __init__(

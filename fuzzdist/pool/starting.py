@@ -15,8 +15,10 @@ safe and spawn elsewhere:
   server must never be the process that first touches CUDA), and on
   platforms where fork without exec is unsafe (macOS) or missing (Windows).
 
-The environment variable ``FUZZDIST_START_METHOD`` (``spawn`` or
-``forkserver``) overrides ``auto``; an explicit argument overrides both.
+The environment variable ``FUZZDIST_START_METHOD=spawn`` makes ``auto``
+spawn everywhere (``forkserver`` there still never forks a CUDA pool); an
+explicit argument overrides both, and ``"forkserver"`` for a CUDA pool is an
+error.
 Ranks keep every guarantee either way: their process tree dies with them and
 with the driver (a forked rank's parent is the fork server, which ends when
 the driver does: see :func:`fuzzdist.pool.rank.spawned.rank_main`).
@@ -43,11 +45,11 @@ def resolve_start_method(requested: str, device: str) -> str:
     if requested not in START_METHODS:
         raise InvalidArgument(f"start_method={requested!r}: expected one of {', '.join(START_METHODS)}")
     if requested == "auto":
-        requested = os.environ.get(ENV_VAR, "").strip() or "auto"
-        if requested not in START_METHODS:
-            raise InvalidArgument(f"{ENV_VAR}={requested!r}: expected spawn or forkserver (or unset it)")
-    if requested == "auto":
-        return "forkserver" if fork_server_is_safe(device) else "spawn"
+        chosen = os.environ.get(ENV_VAR, "").strip() or "auto"
+        if chosen not in START_METHODS:
+            raise InvalidArgument(f"{ENV_VAR}={chosen!r}: expected spawn or forkserver (or unset it)")
+        # The variable says what a pool forks where forking is safe; it never forks a CUDA pool.
+        return "forkserver" if chosen != "spawn" and fork_server_is_safe(device) else "spawn"
     if requested == "forkserver" and device == "cuda":
         raise InvalidArgument("start_method='forkserver' with device='cuda': CUDA pools start their ranks "
                               "with spawn (a CUDA context does not survive a fork); use 'spawn' or 'auto'")

@@ -162,3 +162,9 @@ def warn_then_raise_on(ctx, rank):
 
 def all_reduce_sizes_differ(ctx):
     dist.all_reduce(torch.ones(4 + ctx.rank))
+
+
+def start_facts(ctx):
+    """What a rank knows of how it was started: its pid, its parent, whether CUDA is initialised."""
+    return {"pid": os.getpid(), "ppid": os.getppid(), "cuda_initialized": torch.cuda.is_initialized(),
+            "rank": ctx.rank}

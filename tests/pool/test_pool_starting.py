@@ -1,0 +1,115 @@
+"""How a RankPool starts its ranks: forked from multiprocessing's fork server where that is safe, spawned
+elsewhere, and a spare set kept ready once the pool has restarted."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import sys
+import time
+
+import pytest
+from helpers import descendants, rank_fns
+
+from fuzzdist import RankCrash, RankPool
+from fuzzdist.errors import InvalidArgument
+from fuzzdist.pool import starting
+
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the fork server is used on Linux")
+
+
+@linux_only
+def test_auto_forks_cpu_pools_and_spawns_cuda_pools(monkeypatch):
+    monkeypatch.delenv(starting.ENV_VAR, raising=False)
+    assert starting.resolve_start_method("auto", "cpu") == "forkserver"
+    assert starting.resolve_start_method("auto", "cuda") == "spawn"  # a CUDA context does not survive a fork
+    monkeypatch.setenv(starting.ENV_VAR, "spawn")
+    assert starting.resolve_start_method("auto", "cpu") == "spawn"
+    assert starting.resolve_start_method("forkserver", "cpu") == "forkserver"  # an argument beats the variable
+    monkeypatch.setenv(starting.ENV_VAR, "forkserver")
+    assert starting.resolve_start_method("auto", "cuda") == "spawn", "the variable must not fork CUDA pools"
+
+
+@pytest.mark.parametrize(("method", "device", "env", "message"), [
+    ("fork", "cpu", None, "start_method='fork': expected one of auto, spawn, forkserver"),
+    ("forkserver", "cuda", None, "CUDA pools start their ranks with spawn"),
+    ("auto", "cpu", "fork", "FUZZDIST_START_METHOD='fork': expected spawn or forkserver"),
+])
+def test_a_bad_start_method_is_one_clear_error(monkeypatch, method, device, env, message):
+    if env is None:
+        monkeypatch.delenv(starting.ENV_VAR, raising=False)
+    else:
+        monkeypatch.setenv(starting.ENV_VAR, env)
+    with pytest.raises(InvalidArgument, match=message.replace("(", r"\(").replace(")", r"\)")):
+        starting.resolve_start_method(method, device)
+    with pytest.raises(InvalidArgument, match="spares='sometimes': expected one of auto, always, never"):
+        starting.validate_spares("sometimes")
+
+
+@linux_only
+def test_forked_ranks_are_children_of_a_server_that_never_touched_cuda():
+    with RankPool(2, timeout=20, start_method="forkserver", spares="never") as pool:
+        facts = pool.run(rank_fns.start_facts)
+    assert [f["rank"] for f in facts] == [0, 1]
+    assert {f["ppid"] for f in facts} != {os.getpid()}, "the ranks were not forked by the server"
+    assert len({f["ppid"] for f in facts}) == 1
+    assert not any(f["cuda_initialized"] for f in facts)
+
+
+def test_a_restart_puts_the_spare_set_in_place_and_starts_another():
+    with RankPool(2, timeout=20, spares="auto") as pool:
+        pool.run(rank_fns.whoami)
+        assert pool.spare_pids == []  # no spare before the first restart: most pools never restart
+        with pytest.raises(RankCrash):
+            pool.run(rank_fns.die_on, 1, "exit")
+        spares = pool.spare_pids
+        assert len(spares) == 2 and not set(spares) & set(pool.pids)
+        with pytest.raises(RankCrash):
+            pool.run(rank_fns.die_on, 0, "exit")
+        assert pool.pids == spares, "the second restart did not use the spare set"
+        assert pool.run(rank_fns.broadcast_sum, 5, 1) == [10.0, 10.0]  # the spares joined a working group
+        assert len(pool.spare_pids) == 2 and not set(pool.spare_pids) & set(spares)
+
+
+def test_a_spare_that_dies_is_replaced():
+    with RankPool(2, timeout=20, spares="always") as pool:
+        pool.run(rank_fns.whoami)
+        first = pool.spare_pids
+        assert len(first) == 2
+        os.kill(first[1], signal.SIGKILL)
+        assert descendants.wait_all_dead([first[1]]) == []
+        time.sleep(0.2)  # the sentinel reports the death
+        assert pool.run(rank_fns.whoami)[0][0] == 0  # the serving ranks are unaffected
+        assert pool.spares_replaced == 1
+        second = pool.spare_pids
+        assert len(second) == 2 and not set(second) & set(first)
+        assert descendants.wait_all_dead([first[0]]) == [], "the dead spare's partner was left running"
+        with pytest.raises(RankCrash):
+            pool.run(rank_fns.die_on, 0, "exit")
+        assert pool.pids == second
+        assert pool.run(rank_fns.broadcast_sum, 4, 0) == [6.0, 6.0]
+
+
+def test_spares_never_keeps_none():
+    with RankPool(2, timeout=20, spares="never") as pool:
+        with pytest.raises(RankCrash):
+            pool.run(rank_fns.die_on, 1, "exit")
+        assert pool.spare_pids == []
+        assert pool.run(rank_fns.whoami)[1][0] == 1
+
+
+@linux_only
+def test_memory_is_reported_for_ranks_and_spares():
+    with RankPool(2, timeout=20, spares="always") as pool:
+        pool.run(rank_fns.whoami)
+        memory = pool.memory()
+    assert len(memory["ranks"]) == 2 and len(memory["spares"]) == 2
+    assert all(isinstance(m, int) and m > 1 << 20 for m in memory["ranks"] + memory["spares"]), memory
+
+
+def test_spawn_still_works_everywhere_auto_would_not_fork():
+    assert "spawn" in mp.get_all_start_methods()
+    with RankPool(2, timeout=20, start_method="spawn", spares="never") as pool:
+        facts = pool.run(rank_fns.start_facts)
+    assert {f["ppid"] for f in facts} == {os.getpid()}
