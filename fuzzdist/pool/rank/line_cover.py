@@ -141,32 +141,58 @@ class _Monitoring(_Collector):
 
 
 class _Settrace(_Collector):
+    """``sys.settrace``; a function whose every line the scope has seen is no longer traced (the nearest
+    this mechanism comes to DISABLE: its calls still pay the global hook)."""
+
     mechanism = "settrace"
 
     def __init__(self, roots: list[str]) -> None:
         super().__init__(roots)
         self._by_code: dict[Any, bool] = {}
+        self._left: dict[Any, set[int]] = {}  # code -> its lines the current scope hasn't seen yet
 
     def _call(self, frame: Any, event: str, arg: Any) -> Any:
         code = frame.f_code
+        left = self._left.get(code)
+        if left is not None:
+            return self._local if left else None
         wanted = self._by_code.get(code)
         if wanted is None:
             wanted = self._by_code[code] = self.wanted(code.co_filename)
-        return self._local if wanted else None
+        if not wanted:
+            return None
+        filename, seen = code.co_filename, self._seen
+        left = self._left[code] = {line for line in _own_lines(code) if (filename, line) not in seen}
+        return self._local if left else None
 
     def _local(self, frame: Any, event: str, arg: Any) -> Any:
         if event == "line":
-            key = (frame.f_code.co_filename, frame.f_lineno)
+            code, line = frame.f_code, frame.f_lineno
+            key = (code.co_filename, line)
             if key not in self._seen:
                 self._seen.add(key)
                 self._new.append(key)
+                left = self._left.get(code)
+                if left is not None:
+                    left.discard(line)
         return self._local
+
+    def _rearm(self) -> None:
+        self._left = {}
 
     def _start(self) -> None:
         sys.settrace(self._call)
 
     def _stop(self) -> None:
         sys.settrace(None)
+
+
+def _own_lines(code: Any) -> set[int]:
+    """The lines of ``code``'s own instructions (not its nested functions'), less the def line's set-up."""
+    lines = {line for _, _, line in code.co_lines() if line is not None}
+    if len(lines) > 1:
+        lines.discard(code.co_firstlineno)
+    return lines
 
 
 _collector: _Collector | None = None
