@@ -58,7 +58,8 @@ def run_async(probe: GroupProbe, fuzzer: Fuzzer, report: OpReport) -> None:
             observed = probe.pool(w).run(_rank.run_calls, probe.ref, calls, waits)
         except RankFailure as exc:
             probe.reset(w)
-            if known_bugs.sighted(f"check-pg:{ASYNC}", example, exc):
+            if (known_bugs.sighted(f"check-pg:{ASYNC}", example, exc)
+                    or probe.inherited(w, ASYNC, example, exc, calls, waits)):
                 return
             failing.append(Failure(ASYNC, raised_message(head, exc), example, exc))
             raise
@@ -69,7 +70,8 @@ def run_async(probe: GroupProbe, fuzzer: Fuzzer, report: OpReport) -> None:
         if problems:
             message = head + "\n" + "\n".join(f"  {p}" for p in problems)
             failure = ConformanceFailure(message)
-            if known_bugs.sighted(f"check-pg:{ASYNC}", example, failure):
+            if (known_bugs.sighted(f"check-pg:{ASYNC}", example, failure)
+                    or probe.inherited(w, ASYNC, example, failure, calls, waits, observed=observed)):
                 return
             failing.append(Failure(ASYNC, message, example))
             raise failure

@@ -50,7 +50,7 @@ def run_op(probe: GroupProbe, fuzzer: Fuzzer, op: str, report: OpReport) -> None
             observed = probe.pool(w).run(_rank.run_calls, probe.ref, (call,))
         except RankFailure as exc:
             probe.reset(w)
-            if known_bugs.sighted(f"check-pg:{op}", example, exc):
+            if known_bugs.sighted(f"check-pg:{op}", example, exc) or probe.inherited(w, op, example, exc, (call,)):
                 return
             failing.append(Failure(op, raised_message(head, exc), example, exc))
             raise
@@ -58,7 +58,8 @@ def run_op(probe: GroupProbe, fuzzer: Fuzzer, op: str, report: OpReport) -> None
         if problems:
             message = head + "\n" + "\n".join(f"  {p}" for p in problems) + "\n" + info.inputs_summary(call, w)
             failure = ConformanceFailure(message)
-            if known_bugs.sighted(f"check-pg:{op}", example, failure):
+            if (known_bugs.sighted(f"check-pg:{op}", example, failure)
+                    or probe.inherited(w, op, example, failure, (call,), observed=observed)):
                 return
             failing.append(Failure(op, message.rstrip(), example))
             raise failure

@@ -19,6 +19,8 @@ from fuzzdist.pool import DEFAULT_TIMEOUT, RankPool
 DEFAULT_WORLD_SIZES: tuple[int, ...] = (1, 2, 3)
 DEFAULT_MAX_BYTES = 16 * 1024
 DEFAULT_FACTORY = "fuzzdist.conformance:gloo"
+# The backends a subject can say it wraps (``wraps``), and the factory that builds each as the reference.
+WRAPPED_BACKENDS: dict[str, str] = {"gloo": DEFAULT_FACTORY}
 
 PoolsArg = Mapping[int, RankPool] | Callable[[int], RankPool] | None
 
@@ -55,6 +57,11 @@ class CheckOptions:
         ddp_reorder: the DDP check also runs DDP through a
             ``fuzzdist.toolkit.reorder.ReorderingProcessGroup`` over the group, its
             allreduces completing in a drawn order.
+        wraps: the backend the group delegates to (a key of ``WRAPPED_BACKENDS``: "gloo").  A
+            failure that one of that backend's known bugs explains is run again on the backend
+            itself, on the same ranks; where the backend gives the same result (or fails the
+            same way), the failure is a sighting of the known bug, inherited from the backend,
+            not a failure of the group.  Anything else stays a failure.
     """
 
     world_sizes: Iterable[int] = DEFAULT_WORLD_SIZES
@@ -71,6 +78,7 @@ class CheckOptions:
     seed: int | None = None
     repeat_waits: bool = True
     ddp_reorder: bool = False
+    wraps: str | None = None
 
     @classmethod
     def of(cls, options: CheckOptions | None, fields: Mapping[str, Any]) -> CheckOptions:
@@ -94,6 +102,9 @@ class CheckOptions:
         unknown = [d for d in dtypes if d not in kinds]
         if unknown:
             raise InvalidArgument(f"dtypes {unknown} can't be built on {self.device!r}; choose from {tuple(kinds)}")
+        if self.wraps is not None and self.wraps not in WRAPPED_BACKENDS:
+            raise InvalidArgument(f"wraps={self.wraps!r}: fuzzdist can run as a reference only "
+                                  f"{', '.join(WRAPPED_BACKENDS)}; leave it out for another backend")
         known = all_checks()
         checks = tuple(known if self.ops is None else self.ops)
         unknown_checks = [c for c in checks if c not in known]

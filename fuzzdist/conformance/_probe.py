@@ -16,6 +16,7 @@ import torch
 
 from fuzzdist import known_bugs
 from fuzzdist.conformance import _rank
+from fuzzdist.conformance._options import WRAPPED_BACKENDS
 from fuzzdist.conformance._report import (
     ConformanceReport,
     Unsupported,
@@ -39,8 +40,11 @@ class GroupProbe:
     """
 
     def __init__(self, ref: str, pool: Callable[[int], RankPool], report: ConformanceReport,
-                 dtypes: tuple[torch.dtype, ...], kinds: dict[torch.dtype, str], probe_ops: set[str]) -> None:
+                 dtypes: tuple[torch.dtype, ...], kinds: dict[torch.dtype, str], probe_ops: set[str],
+                 wraps: str | None = None) -> None:
         self.ref = ref
+        self.wraps = wraps  # the backend the group delegates to, run as the reference (CheckOptions.wraps)
+        self.inherited_bugs: dict[str, set[str]] = {}  # check -> ids of known bugs inherited from ``wraps``
         self.pool = pool
         self.report = report
         self._dtypes = dtypes
@@ -189,12 +193,44 @@ class GroupProbe:
         """An example's fields for the report and the known-bug predicates (which look at the backend)."""
         return {"world_size": w, **fields, "backend": self._backends.get(w, "")}
 
-    def reset(self, w: int) -> None:
-        """After an example failed on the ranks: a fresh group for the next one (see _rank.forget)."""
+    def reset(self, w: int, ref: str | None = None) -> None:
+        """After an example failed on the ranks: a fresh group (``ref``'s, default the subject's) for
+        the next one (see _rank.forget)."""
         try:
-            self.pool(w).run(_rank.forget, self.ref)
+            self.pool(w).run(_rank.forget, ref or self.ref)
         except RankFailure:
             pass
+
+    def inherited(self, w: int, check: str, example: dict[str, Any], failure: BaseException,
+                  calls: tuple[OpCall, ...], wait_order: tuple[int, ...] | None = None,
+                  observed: list[Any] | None = None) -> bool:
+        """Whether ``failure`` of ``check`` is a known bug of the backend the group wraps, inherited:
+        tallied as a sighting (True), or not (False: the caller reports the failure).
+
+        Only with ``wraps`` set, only where one of that backend's known bugs explains the failure
+        (the predicates look at the backend's name), and only where the backend itself, run on the
+        same ranks as the reference, does the same: returns the very observations ``observed``
+        (bit for bit), or fails on the calls in a way the same known bug explains."""
+        tally = known_bugs.current_tally()
+        if self.wraps is None or tally is None:
+            return False
+        as_wrapped = {**example, "backend": self.wraps}
+        bug = known_bugs.recognise(f"check-pg:{check}", as_wrapped, failure)
+        if bug is None:
+            return False
+        reference = WRAPPED_BACKENDS[self.wraps]
+        try:
+            theirs = self.pool(w).run(_rank.run_calls, reference, calls, wait_order)
+        except RankFailure as exc:
+            self.reset(w, reference)
+            same = observed is None and known_bugs.recognise(f"check-pg:{check}", as_wrapped, exc) is bug
+        else:
+            same = observed is not None and theirs == observed
+        if not same:
+            return False
+        tally.add(bug, {**example, "inherited_from": self.wraps}, failure)
+        self.inherited_bugs.setdefault(check, set()).add(bug.id)
+        return True
 
     def _refuse(self, op: str, variant: str | None, dtype: str | None, reason: str, w: int) -> None:
         key = (op, variant, dtype)

@@ -169,7 +169,9 @@ class ConformanceReport:
             lines.append(f"  {name:<{width}}  {r.status:<14} {extra}".rstrip())
             for k in r.known:
                 upstream = f" ({k['upstream']})" if k["upstream"] else ""
-                lines.append(f"    KNOWN {k['id']} x{k['count']}: {k['summary']}{upstream}")
+                inherited = (f" (inherited from {k['inherited_from']}: {k['inherited_from']} itself gives the same "
+                             "result)" if k.get("inherited_from") else "")
+                lines.append(f"    KNOWN {k['id']} x{k['count']}{inherited}: {k['summary']}{upstream}")
                 if details:
                     lines.append(f"      first seen on: {k['example']}")
         unsupported = self.unsupported
