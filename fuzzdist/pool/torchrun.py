@@ -40,9 +40,9 @@ from datetime import timedelta
 from typing import Any
 
 from fuzzdist.errors import CapabilityError, ForgedMessage, InvalidState, PoolGone, RankCrash
-from fuzzdist.pool import messages, torchrun_auth
+from fuzzdist.pool import line_coverage, messages, torchrun_auth
 from fuzzdist.pool.controller import DEFAULT_TIMEOUT, Controller, Outcome, decode_reply
-from fuzzdist.pool.rank import rank_state
+from fuzzdist.pool.rank import line_cover, rank_state
 from fuzzdist.pool.rank.rank_state import RankState
 from fuzzdist.pool.rank.worker import Worker, answer_snapshot, execute
 from fuzzdist.pool.signals import ChainedHandler, Hold, held
@@ -241,6 +241,7 @@ class TorchrunPool(Controller):
     def _send(self, seq: int, seed: int, payload: bytes, message: bytes) -> None:
         key = f"{_PREFIX}call/{seq}"
         self._store.set(key, _seal(key, message))
+        line_cover.request(line_coverage.scope_field())  # --cover: rank 0 runs its share here, not in a Worker
         self._local = _in_daemon_thread(execute, self._ctx, seq, seed, payload)
 
     def _receive(self, out: Outcome, seconds: float) -> bool:
