@@ -13,7 +13,10 @@ safe and spawn elsewhere:
 * the fork server where multiprocessing offers it on Linux, for CPU pools;
 * spawn for CUDA pools (a CUDA context does not survive a fork, and the
   server must never be the process that first touches CUDA), and on
-  platforms where fork without exec is unsafe (macOS) or missing (Windows).
+  platforms where fork without exec is unsafe (macOS) or missing (Windows);
+* spawn when the driver's environment is no longer the one the server
+  started in (forked ranks inherit the server's, and torch read it at
+  import): see :func:`fork_server_fits`.
 
 The environment variable ``FUZZDIST_START_METHOD=spawn`` makes ``auto``
 spawn everywhere (``forkserver`` there still never forks a CUDA pool); an
@@ -49,12 +52,16 @@ def resolve_start_method(requested: str, device: str) -> str:
         if chosen not in START_METHODS:
             raise InvalidArgument(f"{ENV_VAR}={chosen!r}: expected spawn or forkserver (or unset it)")
         # The variable says what a pool forks where forking is safe; it never forks a CUDA pool.
-        return "forkserver" if chosen != "spawn" and fork_server_is_safe(device) else "spawn"
+        safe = chosen != "spawn" and fork_server_is_safe(device) and fork_server_fits() is None
+        return "forkserver" if safe else "spawn"
     if requested == "forkserver" and device == "cuda":
         raise InvalidArgument("start_method='forkserver' with device='cuda': CUDA pools start their ranks "
                               "with spawn (a CUDA context does not survive a fork); use 'spawn' or 'auto'")
     if requested == "forkserver" and "forkserver" not in mp.get_all_start_methods():
         raise InvalidArgument("start_method='forkserver': this platform has no fork server; use 'spawn' or 'auto'")
+    if requested == "forkserver" and (why := fork_server_fits()) is not None:
+        raise InvalidArgument(f"start_method='forkserver': {why}, and forked ranks would not see it; "
+                              "use 'spawn' or 'auto' (which spawns then)")
     return requested
 
 
@@ -71,12 +78,46 @@ def validate_spares(spares: str) -> str:
     return spares
 
 
+# Variables that change while a run goes on and that no rank reads: the server's copy may be stale.
+_VOLATILE = frozenset({"PYTEST_CURRENT_TEST"})
+_server_env: dict[str, str] | None = None  # the environment the fork server started in, if fuzzdist started it
+
+
+def fork_server_fits() -> str | None:
+    """None if ranks forked now get the environment the driver has now; else why they would not.
+
+    Forked ranks inherit the server's environment, fixed when it started (torch read it at import),
+    not the driver's at the time of the fork as spawned ranks do: a pool whose environment differs
+    (a test that set ``TORCH_DISTRIBUTED_DEBUG``, a benchmark that turned a feature off) spawns.
+    """
+    from multiprocessing import forkserver
+
+    running = getattr(forkserver._forkserver, "_forkserver_pid", None) is not None
+    if _server_env is None:
+        return "a fork server fuzzdist did not start is running" if running else None
+    if not running:
+        return None  # it will be started afresh, in today's environment
+    now = _relevant(os.environ)
+    changed = sorted(k for k in now.keys() | _server_env.keys() if now.get(k) != _server_env.get(k))
+    return f"the environment changed since the fork server started ({', '.join(changed[:5])})" if changed else None
+
+
+def _relevant(env: Any) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k not in _VOLATILE}
+
+
 def context(method: str) -> Any:
-    """The multiprocessing context that starts ranks with ``method`` (the fork server told what to preload)."""
+    """The multiprocessing context that starts ranks with ``method`` (the fork server told what to preload
+    and started, in the driver's environment, which :func:`fork_server_fits` compares with)."""
+    global _server_env
     ctx = mp.get_context(method)
     if method == "forkserver":
-        # Takes effect when the server starts (the first fork); a server already running keeps its own list.
-        ctx.set_forkserver_preload(PRELOAD)
+        from multiprocessing import forkserver
+
+        if getattr(forkserver._forkserver, "_forkserver_pid", None) is None:
+            ctx.set_forkserver_preload(PRELOAD)
+            _server_env = _relevant(os.environ)
+            forkserver.ensure_running()
     return ctx
 
 

@@ -168,3 +168,8 @@ def start_facts(ctx):
     """What a rank knows of how it was started: its pid, its parent, whether CUDA is initialised."""
     return {"pid": os.getpid(), "ppid": os.getppid(), "cuda_initialized": torch.cuda.is_initialized(),
             "rank": ctx.rank}
+
+
+def read_env(ctx, name):
+    """The rank's value of environment variable ``name`` (None if unset)."""
+    return os.environ.get(name)

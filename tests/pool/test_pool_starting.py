@@ -113,3 +113,46 @@ def test_spawn_still_works_everywhere_auto_would_not_fork():
     with RankPool(2, timeout=20, start_method="spawn", spares="never") as pool:
         facts = pool.run(rank_fns.start_facts)
     assert {f["ppid"] for f in facts} == {os.getpid()}
+
+
+ENV_SCRIPT = """
+import os, sys
+from fuzzdist import RankPool
+from fuzzdist.errors import InvalidArgument
+from fuzzdist.pool import starting
+sys.path.insert(0, sys.argv[1])
+from helpers import rank_fns
+
+if __name__ == "__main__":
+    with RankPool(2, timeout=20, spares="never") as pool:
+        assert pool.start_method == "forkserver", pool.start_method
+    os.environ["FUZZDIST_PLANTED_SETTING"] = "1"  # as a test that sets TORCH_DISTRIBUTED_DEBUG would
+    with RankPool(2, timeout=20, spares="never") as pool:
+        assert pool.start_method == "spawn", "auto forked ranks that would not see the new variable"
+        seen = pool.run(rank_fns.read_env, "FUZZDIST_PLANTED_SETTING")
+        assert seen == ["1", "1"], seen
+    try:
+        RankPool(2, start_method="forkserver")
+    except InvalidArgument as e:
+        assert "FUZZDIST_PLANTED_SETTING" in str(e), e
+    else:
+        raise AssertionError("an explicit forkserver pool was allowed under another environment")
+    del os.environ["FUZZDIST_PLANTED_SETTING"]
+    with RankPool(2, timeout=20, spares="never") as pool:
+        assert pool.start_method == "forkserver", "the environment is back: auto forks again"
+    print("ok")
+"""
+
+
+@linux_only
+def test_a_pool_spawns_once_the_environment_differs_from_the_fork_servers(tmp_path):
+    """Forked ranks inherit the server's environment: a changed one must reach the ranks, by spawning them."""
+    import subprocess
+
+    script = tmp_path / "env_driver.py"
+    script.write_text(ENV_SCRIPT)
+    tests_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {k: v for k, v in os.environ.items() if k != starting.ENV_VAR}
+    done = subprocess.run([sys.executable, str(script), tests_dir], capture_output=True, text=True, timeout=300,
+                          env=env)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stdout + done.stderr
