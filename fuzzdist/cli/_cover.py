@@ -23,6 +23,9 @@ def enable_cover(args: argparse.Namespace) -> None:
         return
     from fuzzdist.pool import line_coverage
 
+    if any(mark in args.cover for mark in ("/", ".py", "::")):  # `--cover PATH`: the bare flag took a target
+        raise UsageError(f"--cover {args.cover}: that is a target, not a package; name the packages "
+                         f"(--cover torch.distributed {args.cover}) or put the targets before a bare --cover")
     try:
         line_coverage.enable(args.cover.split(","))
     except InvalidArgument as exc:

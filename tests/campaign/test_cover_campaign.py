@@ -82,6 +82,7 @@ def test_report_merges_several_reports_coverage(campaign, tmp_path):
 @pytest.mark.parametrize(("package", "says"), [
     ("no_such_package_xyz", "--cover no_such_package_xyz: it doesn't import here (ModuleNotFoundError"),
     ("torch._C", "--cover torch._C: it has no Python source to measure"),
+    ("test_cov.py", "--cover test_cov.py: that is a target, not a package"),
 ])
 def test_a_package_that_cannot_be_measured_is_one_line_and_exit_2(tmp_path, package, says):
     write(tmp_path, "test_cov.py", PROPERTY)
