@@ -168,13 +168,13 @@ class _Settrace(_Collector):
     def _local(self, frame: Any, event: str, arg: Any) -> Any:
         if event == "line":
             code, line = frame.f_code, frame.f_lineno
+            left = self._left.get(code)
+            if left:  # (a line another code object shares was seen through that one: still this one's)
+                left.discard(line)
             key = (code.co_filename, line)
             if key not in self._seen:
                 self._seen.add(key)
                 self._new.append(key)
-                left = self._left.get(code)
-                if left is not None:
-                    left.discard(line)
         return self._local
 
     def _rearm(self) -> None:
