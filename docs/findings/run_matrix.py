@@ -117,8 +117,13 @@ def table(ids: list[str], versions: list[str], cells: dict[tuple[str, int], str]
     return "\n".join([head, rule, *rows])
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, not argparse's usage block
+        raise UsageError(f"{message} (see --help)")
+
+
 def parse(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = _Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("venvs", nargs="+", metavar="VENV", help="a virtual environment or Python with torch")
     parser.add_argument("--only", nargs="+", metavar="ID", default=None, help="run these findings only")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds one reproducer may run (600)")
@@ -129,9 +134,6 @@ def parse(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     try:
         args = parse(sys.argv[1:] if argv is None else argv)
-    except SystemExit as exc:  # argparse printed its one line
-        return 2 if exc.code else 0
-    try:
         known = reproducers()
         ids = args.only or list(known)
         unknown = [i for i in ids if i not in known]

@@ -63,7 +63,7 @@ def _broadcast_ignores_strides(example: Mapping[str, Any], failure: BaseExceptio
 
 
 register(KnownBug(
-    id="gloo-broadcast-ignores-strides",
+    id="gloo-broadcast-ignores-strides", kind="wrong result",
     summary="gloo's broadcast sends a non-contiguous source tensor's memory as if it were row-major: "
             "the receivers get its elements in memory order",
     where=("broadcast",), recognise=_broadcast_ignores_strides, seen_on=SEEN_ON,
@@ -84,7 +84,7 @@ def _all_to_all_scatter_ignores_strides(example: Mapping[str, Any], failure: Bas
 
 
 register(KnownBug(
-    id="gloo-scatter-ignores-strides",
+    id="gloo-scatter-ignores-strides", kind="wrong result",
     summary="gloo's scatter writes row-major bytes into the memory of a non-contiguous output tensor "
             "(torch.distributed.nn.all_to_all on gloo is built from scatters)",
     where=("collectives",), recognise=_all_to_all_scatter_ignores_strides, seen_on=SEEN_ON,
@@ -98,7 +98,7 @@ def _all_gather_grad_transposed(example: Mapping[str, Any], failure: BaseExcepti
 
 
 register(KnownBug(
-    id="nn-all-gather-grad-transposed",
+    id="nn-all-gather-grad-transposed", kind="wrong result",
     summary="torch.distributed.nn.all_gather on gloo: a transposed (or channels_last) upstream gradient "
             "gives a wrong input gradient (its backward scatters into empty_like(grad), and gloo's "
             "scatter ignores strides)",
@@ -112,7 +112,7 @@ def _all_reduce_backward_non_sum(example: Mapping[str, Any], failure: BaseExcept
 
 
 register(KnownBug(
-    id="nn-all-reduce-backward-non-sum",
+    id="nn-all-reduce-backward-non-sum", kind="wrong result",
     summary="torch.distributed.nn.all_reduce's backward all-reduces the upstream gradients with the "
             "forward's op: wrong input gradients for PRODUCT, MIN and MAX",
     where=("collectives",), recognise=_all_reduce_backward_non_sum, seen_on=SEEN_ON,
@@ -126,7 +126,7 @@ def _reduce_backward_ignores_op(example: Mapping[str, Any], failure: BaseExcepti
 
 
 register(KnownBug(
-    id="nn-reduce-backward-ignores-op",
+    id="nn-reduce-backward-ignores-op", kind="wrong result",
     summary="torch.distributed.nn.reduce's and reduce_scatter's backward ignore the forward's op (a broadcast, "
             "an all_gather of the upstream gradients): every input gradient is SUM's, wrong for AVG, "
             "PRODUCT, MIN and MAX",
@@ -211,7 +211,7 @@ def _bool_sum_any(example: Mapping[str, Any], failure: BaseException) -> bool:
 
 
 register(KnownBug(
-    id="gloo-bool-sum-stores-2",
+    id="gloo-bool-sum-stores-2", kind="wrong result",
     summary="gloo's SUM over bool tensors adds the bytes: the result holds the byte 2 where two ranks "
             "hold True (right by truth value, but not a valid bool)",
     where=(*(f"check-pg:{op}" for op in (*_REDUCING, "async")), "functional"), recognise=_bool_sum_any,
@@ -239,7 +239,7 @@ def _second_wait_blocks(example: Mapping[str, Any], failure: BaseException) -> b
 
 
 register(KnownBug(
-    id="gloo-p2p-second-wait-blocks",
+    id="gloo-p2p-second-wait-blocks", kind="hang",
     summary="gloo: a second wait() on a send/recv Work that already completed blocks until its timeout "
             "(and the timeout then closes the pair)",
     where=("check-pg:async",), recognise=_second_wait_blocks, seen_on=SEEN_ON,
@@ -255,7 +255,7 @@ def _reduce_scatter_stack_aborts(example: Mapping[str, Any], failure: BaseExcept
 
 
 register(KnownBug(
-    id="gloo-reduce-scatter-stack-aborts",
+    id="gloo-reduce-scatter-stack-aborts", kind="crash",
     summary="gloo fails a fatal CHECK (outputShape[0] * worldSize == inputShape[0]) on reduce_scatter_tensor's "
             "documented 'stack' input form",
     where=("check-pg:reduce_scatter_tensor",), recognise=_reduce_scatter_stack_aborts, seen_on=SEEN_ON,
@@ -287,7 +287,7 @@ def _functional_all_to_all_complex(example: Mapping[str, Any], failure: BaseExce
 
 
 register(KnownBug(
-    id="gloo-functional-all-to-all-complex-raises",
+    id="gloo-functional-all-to-all-complex-raises", kind="missing feature",
     summary="functional all_to_all_single raises 'Invalid scalar type' for complex tensors on gloo "
             "(dist.all_to_all_single works: it views them as real)",
     where=("functional",),
@@ -340,7 +340,7 @@ def _is_stale_rendezvous(failure: BaseException) -> bool:
 
 
 register(KnownBug(
-    id="new-group-local-sync-recreate-fails",
+    id="new-group-local-sync-recreate-fails", kind="crash",
     summary="new_group(ranks, use_local_synchronization=True) over ranks that had such a group before, "
             "destroyed, reuses its hashed name and store keys: building it fails ('Gloo connectFullMesh "
             "failed'), its first collective fails ('Connection reset by peer', a recv timeout) or a rank hangs",
@@ -362,7 +362,7 @@ def _is_mesh_order(example: Mapping[str, Any], failure: BaseException) -> bool:
 
 
 register(KnownBug(
-    id="device-mesh-local-rank-not-coordinate",
+    id="device-mesh-local-rank-not-coordinate", kind="wrong result",
     summary="on a DeviceMesh whose ranks are not ascending along a dimension, get_local_rank(d) and the "
             "order of get_group(d) are the sorted ranks', not the position get_coordinate() reports; so on "
             "mesh [1, 0], distribute_tensor(arange(4), mesh, [Replicate()]).redistribute(mesh, [Shard(0)])"
@@ -393,7 +393,7 @@ def _is_destroyed_early(example: Mapping[str, Any], failure: BaseException) -> b
 
 
 register(KnownBug(
-    id="gloo-new-group-destroyed-early-breaks-peer",
+    id="gloo-new-group-destroyed-early-breaks-peer", kind="crash",
     summary="gloo: a group that a member destroys (and drops) right after its new_group returned, with no "
             "collective that moves data in between, can fail another member's new_group, still connecting: "
             "'Gloo connectFullMesh failed ... Connection closed by peer' (on a busy machine)",
@@ -425,7 +425,7 @@ def _is_self_loop_unclear(example: Mapping[str, Any], failure: BaseException) ->
 
 
 register(KnownBug(
-    id="gloo-p2p-self-loop-unclear-error",
+    id="gloo-p2p-self-loop-unclear-error", kind="unclear error",
     summary="isend/irecv/recv/batch_isend_irecv to or from a rank's own rank, documented as allowed for "
             "isend/irecv ('isend allows src == dst rank, i.e. send to self'), neither deliver nor refuse "
             "clearly on gloo: they fail with the internal enforce 'Pair is not connected', where dist.send "
@@ -461,7 +461,7 @@ def _is_wide_unsigned_unpickle(example: Mapping[str, Any], failure: BaseExceptio
 
 # the torch bug of docs/findings/wide-unsigned-unpickle.py, seen through the object collectives
 register(KnownBug(
-    id="wide-unsigned-unpickle-objects",
+    id="wide-unsigned-unpickle-objects", kind="crash",
     summary="object collectives can't hand over uint16/uint32/uint64/float8 tensors: torch pickles them "
             "but can't unpickle them ('UntypedStorage' has no attribute 'dtype')",
     where=("object_collectives",), recognise=_is_wide_unsigned_unpickle, seen_on=SEEN_ON,
@@ -502,7 +502,7 @@ def _is_tp_empty_shard_step(example: Mapping[str, Any], failure: BaseException) 
 
 
 register(KnownBug(
-    id="tp-colwise-empty-shard-step-fails",
+    id="tp-colwise-empty-shard-step-fails", kind="crash",
     summary="a Colwise/Rowwise-parallel nn.Linear whose sharded dim is smaller than the mesh (a rank's piece "
             "empty) gets Replicate() gradients for its Shard parameters, and the optimizer's in-place step "
             "raises 'in-place operations that require placement changes are not supported'",
@@ -523,7 +523,7 @@ def _is_sharded_tensor_gather_float32(example: Mapping[str, Any], failure: BaseE
 
 
 register(KnownBug(
-    id="sharded-tensor-gather-default-dtype-float32",
+    id="sharded-tensor-gather-default-dtype-float32", kind="wrong result",
     summary="ShardedTensor.gather(dst, out) without dtype gathers through buffers of torch's default dtype "
             "(float32), so int64/int32/float64 values arrive in out rounded to float32",
     where=("sharded_tensor",), recognise=_is_sharded_tensor_gather_float32, seen_on=SEEN_ON,
@@ -542,7 +542,7 @@ def _is_join_zero_joined_shard_stale(example: Mapping[str, Any], failure: BaseEx
 
 
 register(KnownBug(
-    id="join-zero-joined-shard-stale",
+    id="join-zero-joined-shard-stale", kind="wrong result",
     summary="Join([ddp, zero_optim]), the pattern Join's docstring shows: a joined rank's ZeroRedundancyOptimizer "
             "shard is stepped with that rank's own gradients (none after zero_grad()), not the active ranks' "
             "all-reduced ones (DDP's join hook discards them), so those parameters go wrong on every rank",
@@ -561,7 +561,7 @@ def _is_batched_powersgd_orthogonalize_assert(example: Mapping[str, Any], failur
 
 # docs/findings/batched-powersgd-orthogonalize-asserts.py, seen by properties/test_comm_hooks.py::test_powersgd
 register(KnownBug(
-    id="batched-powersgd-orthogonalize-asserts",
+    id="batched-powersgd-orthogonalize-asserts", kind="crash",
     summary="DDP with batched_powerSGD_hook raises a bare AssertionError at the first compressed step: it "
             "passes a 2-D Q to _orthogonalize, which asserts a 3-D batch of matrices",
     where=("comm_hooks",), recognise=_is_batched_powersgd_orthogonalize_assert, seen_on=SEEN_ON,
@@ -586,7 +586,7 @@ def _is_chunk_offset_past_end(example: Mapping[str, Any], failure: BaseException
 
 
 register(KnownBug(
-    id="sharded-tensor-chunk-offsets-past-end",
+    id="sharded-tensor-chunk-offsets-past-end", kind="crash",
     summary="ChunkShardingSpec.shard raises 'IndexError: start out of range' on the source rank where torch.chunk "
             "gives fewer pieces than placements (a (1,) tensor over 3 ranks, (5,) over 4): build_metadata puts "
             "the empty shards at offsets past the end of the dim",
@@ -616,7 +616,7 @@ def _is_pipelining_static_args_no_grad(example: Mapping[str, Any], failure: Base
 
 
 register(KnownBug(
-    id="pipelining-static-args-no-grad",
+    id="pipelining-static-args-no-grad", kind="wrong result",
     summary="PipelineStage with static input_args/output_args that don't require grad (plain example tensors): "
             "no gradient passes between stages, and every stage but the last runs backward with no output "
             "gradient: a silent gradient of ones where its output has one element, else 'Failed to run stage "
@@ -642,7 +642,7 @@ def _is_ddp_static_graph_no_sync_assert(example: Mapping[str, Any], failure: Bas
 
 
 register(KnownBug(
-    id="ddp-static-graph-no-sync-asserts",
+    id="ddp-static-graph-no-sync-asserts", kind="crash",
     summary="DistributedDataParallel(static_graph=True) whose training starts with a backward under no_sync() "
             "(gradient accumulation, as no_sync's docstring shows) raises 'expect_autograd_hooks_ INTERNAL "
             "ASSERT FAILED' in the reducer, on every rank",
@@ -680,7 +680,7 @@ def _is_tp_rowwise_empty_shard_forward(example: Mapping[str, Any], failure: Base
 
 
 register(KnownBug(
-    id="tp-rowwise-empty-shard-forward-fails",
+    id="tp-rowwise-empty-shard-forward-fails", kind="crash",
     summary="a RowwiseParallel nn.Linear with fewer input features than the mesh has ranks (a rank's Shard(1) "
             "piece empty) raises in its forward, 'This operation would remove or reshape sharded dimension'",
     where=("tensor_parallel",), recognise=_is_tp_rowwise_empty_shard_forward, seen_on=SEEN_ON,
@@ -726,7 +726,7 @@ def _is_tp_rowwise_uneven_sequence_view(example: Mapping[str, Any], failure: Bas
 
 
 register(KnownBug(
-    id="tp-rowwise-uneven-sequence-view-fails",
+    id="tp-rowwise-uneven-sequence-view-fails", kind="crash",
     summary="a RowwiseParallel nn.Linear with input_layouts=Shard(1) on a DTensor whose sequence doesn't divide "
             "over the mesh (batch > 1) raises in its forward, and a ColwiseParallel one with output_layouts="
             "Shard(1) in its backward, 'view size is not compatible with input tensor's size and stride': the "
@@ -782,7 +782,7 @@ def _is_tp_sequence_parallel_short_sequence(example: Mapping[str, Any], failure:
 
 
 register(KnownBug(
-    id="tp-sequence-parallel-short-sequence-replicated",
+    id="tp-sequence-parallel-short-sequence-replicated", kind="wrong result",
     summary="a SequenceParallel module whose sequence is shorter than the mesh (a rank's piece empty) returns a "
             "Replicate() output, where its docstring promises one sharded on the sequence dimension (with "
             "use_local_output=True: every rank's local output is the whole sequence, not its piece)",
@@ -827,7 +827,7 @@ def _is_powersgd_callback_collectives_hang(example: Mapping[str, Any], failure: 
 
 
 register(KnownBug(
-    id="powersgd-multiple-buckets-hangs",
+    id="powersgd-multiple-buckets-hangs", kind="hang",
     summary="DDP with powerSGD_hook over more than one gradient bucket, on gloo: the hook issues (and waits on) "
             "its P and Q all-reduces from future callbacks, whose order across the ranks then depends on thread "
             "scheduling, so a compressed step hangs, aborts a rank (gloo's size mismatch) or gives the ranks "

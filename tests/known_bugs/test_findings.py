@@ -158,3 +158,78 @@ def test_registry_and_findings_name_each_other() -> None:
         assert stem in listed, f"known bug {bug.id!r}'s reproducer {bug.reproducer} is not in docs/findings.md"
         named.add(stem)
     assert set(IDS) - named - NO_ENTRY == set(), "findings with a reproducer but no KnownBug entry"
+
+
+def _table_rows() -> dict[str, list[str]]:
+    """docs/findings.md's table rows, by id: the cells after the id."""
+    rows = {}
+    for line in FINDINGS_MD.read_text(encoding="utf-8").splitlines():
+        match = re.match(r"\| \[`([a-z0-9-]+)`\]\(#[a-z0-9-]+\) \|(.*)\|$", line)
+        if match:
+            rows[match.group(1)] = [cell.strip() for cell in match.group(2).split(" | ")]
+    return rows
+
+
+def test_every_finding_has_a_class_documentation_upstream_and_versions() -> None:
+    """Each finding has one row, whose class is one of the known kinds, and a section with its class, the
+    documentation it contradicts, its relation to upstream and the versions it was run on."""
+    from fuzzdist.known_bugs import KINDS
+
+    text = FINDINGS_MD.read_text(encoding="utf-8")
+    rows = _table_rows()
+    assert set(rows) == set(IDS), "docs/findings.md's tables and docs/findings/ name different findings"
+    for finding, cells in rows.items():
+        assert cells[0] in KINDS, f"{finding}: class {cells[0]!r} is none of {KINDS}"
+        assert len(cells) >= 5 and all(cells), f"{finding}: its row lacks a cell"
+        section = re.search(rf"(?ms)^#+ {re.escape(finding)}\n(.*?)(?=^#+ |\Z)", text)
+        assert section, f"docs/findings.md has no section for {finding}"
+        body = section.group(1)
+        for part in (f"**Class:** {cells[0]}.", "**Documentation it contradicts.**", "**Upstream relation.**",
+                     "**Reproduces on.**"):
+            assert part in body, f"{finding}'s section lacks {part!r}"
+        assert "<<" not in body, f"{finding}'s section has a placeholder left"
+
+
+def test_misuse_is_listed_apart_and_not_counted_as_a_bug() -> None:
+    """A finding of class "missing validation" sits under its own heading, after every bug."""
+    text = FINDINGS_MD.read_text(encoding="utf-8")
+    misuse = {f for f, cells in _table_rows().items() if cells[0] == "missing validation"}
+    assert misuse, "no finding is classed missing validation"
+    heading = text.index("## Missing validation: misuse that torch accepts")
+    for finding in misuse:
+        assert text.index(f"### {finding}\n") > heading, f"{finding} is misuse: list it under 'Missing validation'"
+    for finding in set(IDS) - misuse:
+        assert text.index(f"## {finding}\n") < heading, f"{finding} is a bug: list it before 'Missing validation'"
+
+
+def test_each_known_bug_entry_has_the_class_its_finding_has() -> None:
+    from fuzzdist import known_bugs
+
+    rows = _table_rows()
+    entries = [bug for bug in known_bugs.registry().values()
+               if getattr(bug.recognise, "__module__", "").startswith("fuzzdist.")]
+    for bug in entries:
+        assert bug.reproducer is not None
+        stem = Path(bug.reproducer).stem
+        assert bug.kind == rows[stem][0], (f"known bug {bug.id!r} has kind {bug.kind!r}, docs/findings.md classes "
+                                           f"{stem} as {rows[stem][0]!r}")
+
+
+def _verdict_failure(run: Run) -> str | None:
+    """What test_reproducer_still_shows_the_bug says about ``run`` (None: it passes)."""
+    try:
+        test_reproducer_still_shows_the_bug({"x": run}, "x")
+    except pytest.fail.Exception as exc:
+        return str(exc)
+    return None
+
+
+def test_the_verdicts_are_told_apart() -> None:
+    """BUG passes; FIXED is a changed torch; NO VERDICT is a slow machine; anything else is a broken script."""
+    assert _verdict_failure(Run(1, "BUG: still there\n", "")) is None
+    assert "fixed x" in (_verdict_failure(Run(0, "FIXED: gone\n", "")) or "")
+    slow = _verdict_failure(Run(3, "NO VERDICT: the ranks did not answer within 300 s\n", "")) or ""
+    assert "a slow machine, not a changed torch" in slow and "fixed" not in slow
+    broken = _verdict_failure(Run(2, "", "Traceback ...")) or ""
+    assert "neither BUG nor FIXED" in broken
+    assert "killed" in (_verdict_failure(Run(None, "", "")) or "")

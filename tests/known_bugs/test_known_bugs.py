@@ -128,3 +128,23 @@ def test_sighted_tallies_only_inside_a_tally():
         failure = PropertyFailure("odd")
         assert not known_bugs.sighted("test-prop", {"size": 3}, failure)
     assert any(BUG.id in note for note in failure.__notes__)
+
+
+def test_a_known_bug_carries_its_kind_where_it_is_reported():
+    bug = known_bugs.register(known_bugs.KnownBug(
+        id="test-only-kind-shown", summary="a planted misuse", where=("test-kind",),
+        recognise=lambda ex, f: isinstance(f, PropertyFailure), seen_on=("2.13",), kind="missing validation"))
+    with known_bugs.collecting() as tally:
+        with known_bugs.known_failures("test-kind", size=1):
+            check(1)
+    assert tally.lines()[0] == "KNOWN test-only-kind-shown x1 [missing validation]: a planted misuse"
+    assert tally.as_json()[0]["kind"] == "missing validation"
+    assert bug.kind in known_bugs.KINDS
+
+
+def test_an_unknown_kind_is_refused():
+    with pytest.raises(InvalidArgument, match="kind='bug'"):
+        known_bugs.register(known_bugs.KnownBug(
+            id="test-only-bad-kind", summary="x", where=("test-prop",), recognise=lambda ex, f: False,
+            seen_on=("2.13",), kind="bug"))
+    assert "test-only-bad-kind" not in known_bugs.registry()
