@@ -15,3 +15,20 @@ def different_roots(ctx, n):
 
     dist.broadcast(torch.ones(3), src=ctx.rank if n > 4 else 0)
     return n
+
+
+def two_hangs(ctx, a, b):
+    """Two different hangs at two different lines: a mismatch for a >= 6, a skipped collective for b >= 4."""
+    import torch
+    import torch.distributed as dist
+
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    if a >= 6:
+        if ctx.rank == 1:
+            dist.broadcast(t, src=0)
+        else:
+            dist.all_reduce(t)
+    elif b >= 4 and ctx.rank == 0:
+        dist.all_reduce(t)
+    return a, b

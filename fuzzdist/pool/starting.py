@@ -39,6 +39,7 @@ from fuzzdist.errors import InvalidArgument
 START_METHODS = ("auto", "spawn", "forkserver")
 SPARE_MODES = ("auto", "always", "never")
 ENV_VAR = "FUZZDIST_START_METHOD"
+SPARES_VAR = "FUZZDIST_SPARES"
 # What the server imports once, before it forks anything: torch, and the rank's own entry point.
 PRELOAD = ["fuzzdist.pool.rank.spawned", "torch", "torch.distributed"]
 
@@ -72,9 +73,14 @@ def fork_server_is_safe(device: str) -> bool:
 
 
 def validate_spares(spares: str) -> str:
-    """``spares``: when a pool keeps a replacement set of ranks started (see RankPool)."""
+    """``spares``: when a pool keeps a replacement set of ranks started (see RankPool); ``auto`` defers to
+    the environment variable ``FUZZDIST_SPARES`` (``never`` or ``always``) where it is set."""
     if spares not in SPARE_MODES:
         raise InvalidArgument(f"spares={spares!r}: expected one of {', '.join(SPARE_MODES)}")
+    if spares == "auto":
+        spares = os.environ.get(SPARES_VAR, "").strip() or "auto"
+        if spares not in SPARE_MODES:
+            raise InvalidArgument(f"{SPARES_VAR}={spares!r}: expected never, always or auto (or unset it)")
     return spares
 
 

@@ -47,6 +47,15 @@ def test_a_bad_start_method_is_one_clear_error(monkeypatch, method, device, env,
         starting.validate_spares("sometimes")
 
 
+def test_the_spares_variable_decides_for_auto_only(monkeypatch):
+    monkeypatch.setenv(starting.SPARES_VAR, "never")
+    assert starting.validate_spares("auto") == "never"
+    assert starting.validate_spares("always") == "always"
+    monkeypatch.setenv(starting.SPARES_VAR, "some")
+    with pytest.raises(InvalidArgument, match="FUZZDIST_SPARES='some': expected never, always or auto"):
+        starting.validate_spares("auto")
+
+
 @linux_only
 def test_forked_ranks_are_children_of_a_server_that_never_touched_cuda():
     with RankPool(2, timeout=20, start_method="forkserver", spares="never") as pool:
