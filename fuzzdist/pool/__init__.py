@@ -4,7 +4,8 @@ One protocol, two transports; the driver side here, the rank side in ``rank/``::
 
     controller.py   what a pool is (Pool) and the driver's logic both transports share (Controller)
     messages.py     the named messages between the controller and its ranks (framing.py: on the pipes)
-    local.py        transport 1: RankPool, rank processes spawned here, over pipes (each runs rank/spawned.py)
+    local.py        transport 1: RankPool, rank processes started here, over pipes (each runs rank/spawned.py)
+    starting.py     how they start: forked from multiprocessing's fork server where safe, else spawned; spares
     torchrun.py     transport 2: TorchrunPool, torchrun's processes, over torchrun's store
     torchrun_stop.py  under torchrun, a SIGTERM during an example: a rank died, or the job is being stopped
     hangs.py        why ranks hung, from every rank's snapshot

@@ -1,10 +1,11 @@
-"""Transport 1: rank processes this driver spawns, each talking to it over a private pipe.
+"""Transport 1: rank processes this driver starts, each talking to it over a private pipe.
 
-This is the driver side, :class:`RankPool`: it starts the processes, sends
-each message down every rank's pipe, polls the pipes and the processes'
-sentinels with a deadline, reads a hung rank's stack from the file
-faulthandler writes on a signal, and recovers by killing every rank and
-spawning fresh ones.  The rank side, what runs inside each spawned process,
+This is the driver side, :class:`RankPool`: it starts the processes (forked
+from a fork server or spawned: :mod:`fuzzdist.pool.starting`), sends each
+message down every rank's pipe, polls the pipes and the processes' sentinels
+with a deadline, reads a hung rank's stack from the file faulthandler writes
+on a signal, and recovers by killing every rank and putting fresh ones in
+their place (the spare set, started ahead of need, where there is one).  The rank side, what runs inside each spawned process,
 is :mod:`fuzzdist.pool.rank.spawned` (its entry point
 :func:`~fuzzdist.pool.rank.spawned.rank_main` joins the group over a
 FileStore and lets a :class:`~fuzzdist.pool.rank.worker.Worker` answer the
