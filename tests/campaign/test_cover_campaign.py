@@ -91,3 +91,24 @@ def test_a_package_that_cannot_be_measured_is_one_line_and_exit_2(tmp_path, pack
     assert says in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "fuzzdist-report.json").exists()  # nothing ran
+
+
+def test_jobs_workers_measure_and_the_parent_unites_their_sections():
+    import argparse
+
+    from fuzzdist.campaign.jobs import worker_argv
+    from fuzzdist.campaign.merge import merge_reports
+
+    args = argparse.Namespace(targets=[], schedule="adaptive", duration=None, max_examples=5, seed=None,
+                              device="cpu", database=None, world_size=None, timeout=None, cover="torch.distributed")
+    assert worker_argv(args, 0, 2, "w0.json", "w0.xml")[-2:] == ["--cover", "torch.distributed"]
+
+    def section(reached: str) -> dict:
+        return {"packages": ["pkg"], "mechanism": "settrace", "properties": {},
+                "files": {"pkg/a.py": {"reached": reached, "lines": 0, "executable": 8}}, "timeline": []}
+
+    reports = [{"properties": [], "coverage": section("1-3")}, None, {"properties": [], "coverage": section("3-4")}]
+    merged = merge_reports({"status": "finished"}, reports, [])
+    assert merged["coverage"]["files"]["pkg/a.py"] == {"reached": "1-4", "lines": 4, "executable": 8}
+    assert merged["coverage"]["merged_from"] == 2
+    assert "coverage" not in merge_reports({}, [{"properties": []}], [])
