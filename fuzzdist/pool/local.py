@@ -5,8 +5,8 @@ from a fork server or spawned: :mod:`fuzzdist.pool.starting`), sends each
 message down every rank's pipe, polls the pipes and the processes' sentinels
 with a deadline, reads a hung rank's stack from the file faulthandler writes
 on a signal, and recovers by killing every rank and putting fresh ones in
-their place (the spare set, started ahead of need, where there is one).  The rank side, what runs inside each spawned process,
-is :mod:`fuzzdist.pool.rank.spawned` (its entry point
+their place (the spare set, started ahead of need, where there is one).
+The rank side, what runs inside each rank process, is :mod:`fuzzdist.pool.rank.spawned` (its entry point
 :func:`~fuzzdist.pool.rank.spawned.rank_main` joins the group over a
 FileStore and lets a :class:`~fuzzdist.pool.rank.worker.Worker` answer the
 pipe).
@@ -41,7 +41,7 @@ from fuzzdist.pool.controller import DEFAULT_TIMEOUT, Controller, Outcome, decod
 from fuzzdist.pool.rank import process_tree
 from fuzzdist.pool.rank import rank_output as rank_output_mod
 from fuzzdist.pool.rank.rank_state import RankState
-from fuzzdist.pool.rank.spawned import STACK_SIGNAL, RankSpec, rank_main
+from fuzzdist.pool.rank.spawned import STACK_SIGNAL, InheritedFd, RankSpec, rank_main
 
 DEFAULT_STARTUP_TIMEOUT = 180.0
 _STACK_WAIT = 2.0  # how long a signalled rank gets to write its stack
@@ -224,7 +224,9 @@ class RankPool(Controller):
         )
         # daemon=True on this side: at exit multiprocessing kills the ranks instead of waiting for
         # them.  Each rank clears the flag on its own side, so that it may start processes (rank_main).
-        process = context.Process(target=rank_main, args=(spec, inbox, outbox, watch_child),
+        # A forked rank gets the driver's stdout and stderr as they are now, as a spawned one does.
+        stdio = (InheritedFd(1), InheritedFd(2)) if spec.forked else None
+        process = context.Process(target=rank_main, args=(spec, inbox, outbox, watch_child, stdio),
                                   name=f"fuzzdist-rank{rank}", daemon=True)
         try:
             process.start()

@@ -173,3 +173,8 @@ def start_facts(ctx):
 def read_env(ctx, name):
     """The rank's value of environment variable ``name`` (None if unset)."""
     return os.environ.get(name)
+
+
+def say(ctx, text):
+    """Print ``text`` on the rank's stdout."""
+    print(text, flush=True)

@@ -165,3 +165,36 @@ def test_a_pool_spawns_once_the_environment_differs_from_the_fork_servers(tmp_pa
     done = subprocess.run([sys.executable, str(script), tests_dir], capture_output=True, text=True, timeout=300,
                           env=env)
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stdout + done.stderr
+
+
+STDOUT_SCRIPT = """
+import os, sys
+sys.path.insert(0, sys.argv[1])
+from fuzzdist import RankPool
+from helpers import rank_fns
+
+if __name__ == "__main__":
+    RankPool(1, timeout=20, spares="never").start().close()  # the fork server starts, on this stdout
+    out = os.open(sys.argv[2], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.dup2(out, 1)  # as pytest's capture does for each test
+    with RankPool(2, timeout=20, spares="never", rank_output="live") as pool:
+        assert pool.start_method == "forkserver"
+        pool.run(rank_fns.say, "planted-line")
+"""
+
+
+@linux_only
+def test_live_output_of_forked_ranks_goes_where_the_drivers_stdout_is_now(tmp_path):
+    """Not to the stdout the fork server was started with."""
+    import subprocess
+
+    script = tmp_path / "stdout_driver.py"
+    script.write_text(STDOUT_SCRIPT)
+    target = tmp_path / "now.txt"
+    tests_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {k: v for k, v in os.environ.items() if k not in (starting.ENV_VAR, starting.SPARES_VAR)}
+    done = subprocess.run([sys.executable, str(script), tests_dir, str(target)], capture_output=True, text=True,
+                          timeout=300, env=env)
+    assert done.returncode == 0, done.stderr
+    assert target.read_text().count("planted-line") == 2, (target.read_text(), done.stdout)
+    assert "planted-line" not in done.stdout

@@ -54,12 +54,15 @@ class RankSpec:
     forked: bool = False  # forked by multiprocessing's fork server (see _leave_fork_server), not spawned
 
 
-def rank_main(spec: RankSpec, inbox: Any, outbox: Any, watch: Any) -> None:
-    """Entry point of a rank process (the target of a spawned ``Process``): ``inbox`` and ``outbox`` are
-    its ends of the one-way pipes from and to the driver, ``watch`` the snapshot requests' socket."""
+def rank_main(spec: RankSpec, inbox: Any, outbox: Any, watch: Any, stdio: tuple[int, int] | None = None) -> None:
+    """Entry point of a rank process (the target of the pool's ``Process``): ``inbox`` and ``outbox`` are
+    its ends of the one-way pipes from and to the driver, ``watch`` the snapshot requests' socket,
+    ``stdio`` (forked ranks) the driver's stdout and stderr as they are now (see :class:`InheritedFd`)."""
     # The rank's process tree dies with it and with the driver (see process_tree), so it may start processes.
     if spec.forked:
         _leave_fork_server()
+    if stdio is not None:
+        _adopt_stdio(stdio)
     if process_tree.lead_own_group():
         process_tree.start_watchdog(inbox.fileno())  # hangs up when the driver's end closes
     if spec.forked:
@@ -101,6 +104,37 @@ def _leave_fork_server() -> None:
             os.close(fd)
     for name in ("_forkserver_alive_fd", "_forkserver_address", "_forkserver_pid"):
         setattr(server, name, None)
+
+
+class InheritedFd:
+    """A descriptor of the driver's that a rank receives when it starts, as multiprocessing hands over a
+    Connection's: pickled only while the pool starts a process (it needs the starting Popen), unpickled
+    in the rank as the rank's own descriptor number.
+
+    A forked rank's stdout and stderr are otherwise the fork server's, fixed when the server started
+    (under pytest's capture, perhaps the capture file of whichever test started it); spawned ranks get
+    the driver's current ones, and so, through this, do forked ranks.
+    """
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def __reduce__(self) -> tuple[Any, tuple[Any]]:
+        from multiprocessing import reduction
+
+        return (_detach, (reduction.DupFd(self.fd),))
+
+
+def _detach(dup: Any) -> int:
+    return int(dup.detach())
+
+
+def _adopt_stdio(stdio: tuple[int, int]) -> None:
+    for fd, target in zip(stdio, (1, 2), strict=True):
+        if fd != target:
+            with contextlib.suppress(OSError):
+                os.dup2(fd, target)
+                os.close(fd)
 
 
 def _serve_then_exit(serve: Callable[[], object]) -> NoReturn:
