@@ -50,7 +50,7 @@ from fuzzdist.campaign.rounds import ROUND_EXAMPLES, PropertyRun
 from fuzzdist.campaign.schedule import Grant, Scheduler
 from fuzzdist.campaign.selection import SelectionPlugin, Targets
 from fuzzdist.compat import pytest_internals
-from fuzzdist.pool import line_coverage
+from fuzzdist.pool import line_coverage, starting
 
 
 class CampaignPlugin(SelectionPlugin):
@@ -63,6 +63,8 @@ class CampaignPlugin(SelectionPlugin):
                  seed: int | None = None, html_path: str | None = None, schedule: str = "adaptive",
                  worker: tuple[int, int] | None = None) -> None:
         super().__init__(targets, device)
+        # Every campaign starts pools: the fork server imports torch while the properties are collected.
+        starting.start_fork_server_early(device or "cpu")
         self.worker = worker  # (index, count): this process is worker `index` of `fuzzdist run --jobs count`
         self.schedule = schedule  # "adaptive" or "even" (fuzzdist.campaign.schedule), with a --duration
         self._scheduler: Scheduler | None = None

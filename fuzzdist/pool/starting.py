@@ -112,6 +112,19 @@ def _relevant(env: Any) -> dict[str, str]:
     return {k: v for k, v in env.items() if k not in _VOLATILE}
 
 
+def start_fork_server_early(device: str = "cpu") -> bool:
+    """Start the fork server now, where ``auto`` would fork a pool on ``device``, so that its torch import
+    runs beside the driver's own start-up (a campaign collecting its properties) instead of inside the
+    first pool's.  True if a server is running (or starting) afterwards."""
+    try:
+        if resolve_start_method("auto", device) != "forkserver":
+            return False
+    except InvalidArgument:
+        return False  # a bad FUZZDIST_START_METHOD: the first pool says so
+    context("forkserver")
+    return True
+
+
 def context(method: str) -> Any:
     """The multiprocessing context that starts ranks with ``method`` (the fork server told what to preload
     and started, in the driver's environment, which :func:`fork_server_fits` compares with)."""
