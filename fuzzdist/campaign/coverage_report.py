@@ -27,6 +27,7 @@ import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+CHART_PROPERTIES = 9  # the chart draws the total and the properties that reached most lines
 _CO_NEWLOCALS = 0x2  # a function's code object (not a module's or a class body's)
 
 
@@ -256,12 +257,14 @@ def html_section(section: dict | None) -> str:
              f'<p>{e(summary_line(section))}. Executable lines are those inside functions: module and class '
              'top-level lines run at import, before any example, and are not counted.</p>']
     series = [("all properties", section.get("timeline") or [])]
-    for nodeid, entry in sorted((section.get("properties") or {}).items()):
-        if isinstance(entry, dict):
-            series.append((str(nodeid), entry.get("timeline") or []))
+    entries = [(str(n), e) for n, e in (section.get("properties") or {}).items() if isinstance(e, dict)]
+    top = sorted(entries, key=lambda ne: -_int(ne[1].get("lines_reached")))[:CHART_PROPERTIES]
+    series += [(nodeid, entry.get("timeline") or []) for nodeid, entry in top]
     points = [(name, [(p[0], p[1]) for p in pts if isinstance(p, list | tuple) and len(p) == 2])
               for name, pts in series]
-    svg = xy_chart("Lines reached over time", points, x_title="seconds into the campaign",
+    title = "Lines reached over time" + (f" (the {len(top)} properties that reached most)"
+                                         if len(entries) > len(top) else "")
+    svg = xy_chart(title, points, x_title="seconds into the campaign",
                    y_title="lines reached", height=320, counts=True)
     parts.append(f'<div class="chart">{svg}</div>')
     total = _int(section.get("executable_lines")) or 1
