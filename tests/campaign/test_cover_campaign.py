@@ -112,3 +112,28 @@ def test_jobs_workers_measure_and_the_parent_unites_their_sections():
     assert merged["coverage"]["files"]["pkg/a.py"] == {"reached": "1-4", "lines": 4, "executable": 8}
     assert merged["coverage"]["merged_from"] == 2
     assert "coverage" not in merge_reports({}, [{"properties": []}], [])
+
+
+def test_sigterm_keeps_the_coverage(tmp_path):
+    import signal
+
+    from helpers.cli_helpers import finish, start_cli, wait_for_report
+
+    shutil.copytree(Path(covered_pkg.__file__).parent, tmp_path / "covered_pkg")
+    write(tmp_path, "test_cov.py", PROPERTY.replace("st.integers(0, 5)", "st.integers(0, 10**9)"))
+    proc = start_cli(["run", "test_cov.py", "--duration", "300s", "--world-size", "2", "--cover", "covered_pkg",
+                      "--report", "r.json", "--junit", ""], cwd=tmp_path)
+    try:
+        wait_for_report(tmp_path / "r.json", lambda r: (r.get("coverage") or {}).get("lines_reached", 0) > 0,
+                        proc=proc)
+        proc.send_signal(signal.SIGTERM)
+        result = finish(proc, timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    report = read_report(tmp_path / "r.json")
+    assert report["status"] == "interrupted" and report["interrupted_by"] == "SIGTERM"
+    want = marked(tmp_path / "covered_pkg" / "paths.py", "all", "rank0", "rank1")
+    assert coverage_report.parse_ranges(report["coverage"]["files"]["covered_pkg/paths.py"]["reached"]) == want
+    assert "code reached on the ranks (covered_pkg)" in result.stdout
