@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 from fuzzdist.cli._common import (
@@ -32,7 +35,8 @@ def add_parser(sub: Any) -> None:
                     "and returning the ProcessGroup (or Backend) to check.",
         epilog="exit status: 0 the group conforms (unsupported operations are reported, not failures); "
                "1 a failure was found (shrunk, printed); 2 bad input, one line on stderr (the factory can't "
-               "be imported, bad arguments, or the machine can't run the pools).")
+               "be imported, bad arguments, or the machine can't run the pools); 128+N interrupted by signal N "
+               "(SIGINT, SIGTERM) with nothing found: the partial report is printed, and written with --json.")
     parser.add_argument("factory", metavar="FACTORY", help="module:callable building the ProcessGroup")
     parser.add_argument("--world-size", "-w", dest="world_sizes", type=world_size, action="append", metavar="N",
                         help=f"a world size to check; repeat for several "
@@ -83,7 +87,7 @@ def cmd_check_pg(args: argparse.Namespace) -> int:
     """``fuzzdist check-pg``; returns the exit code (0 conforms, 1 a failure found; bad input raises UsageError)."""
     from hypothesis import settings as Settings
 
-    from fuzzdist.conformance import check_process_group
+    from fuzzdist.conformance import ConformanceSession, OpReport
     from fuzzdist.errors import CapabilityError, FactoryError, PoolStartupError
 
     # As `python -m`: modules in the current directory can be named.
@@ -99,11 +103,28 @@ def cmd_check_pg(args: argparse.Namespace) -> int:
     if args.world_sizes:
         kwargs["world_sizes"] = tuple(args.world_sizes)
     check_outputs(("--json", args.json))  # before the check runs, not after
+    interrupted = ""
     try:
-        report = check_process_group(args.factory, **kwargs)
+        session = ConformanceSession(args.factory, **kwargs)
+        try:
+            with _interrupts():
+                try:
+                    session.prepare()
+                    for name in session.checks:
+                        session.run(name)
+                except KeyboardInterrupt as exc:  # SIGINT/SIGTERM: the partial report is printed and written
+                    interrupted = getattr(exc, "signal_name", "SIGINT")
+        finally:
+            session.close()
     except (FactoryError, CapabilityError, PoolStartupError, ValueError) as exc:
         raise UsageError(str(exc)) from None
-    print(report.summary())
+    report = session.report
+    report.interrupted = interrupted
+    if interrupted:  # every check the run would have made is listed, the ones it never reached too
+        for name in session.checks:
+            if name not in report.ops:
+                report.ops[name] = OpReport(name, note=f"not reached before {interrupted}")
+    print(report.summary(), flush=True)
     if args.json:
         from fuzzdist.campaign.output import write_output
 
@@ -112,4 +133,34 @@ def cmd_check_pg(args: argparse.Namespace) -> int:
         except OSError as exc:  # the check's verdict stands: the exit code says it, the summary above shows it
             print(f"fuzzdist check-pg: can't write --json {args.json} ({exc.strerror or exc}); the summary "
                   "above is the whole report", file=sys.stderr)
-    return EXIT_OK if report.conforms else EXIT_FOUND
+    if not report.conforms:
+        return EXIT_FOUND
+    return 128 + signal.Signals[interrupted].value if interrupted else EXIT_OK
+
+
+@contextlib.contextmanager
+def _interrupts() -> Iterator[None]:
+    """The first SIGINT or SIGTERM raises Terminated (a KeyboardInterrupt) where the check stands, so
+    the report so far is printed and written; later ones wait for that (closing the pools is bounded)."""
+    from fuzzdist.errors import Terminated
+    from fuzzdist.pool.signals import ChainedHandler
+
+    got: list[str] = []
+
+    def handler(signum: int, frame: Any) -> None:
+        name = signal.Signals(signum).name
+        got.append(name)
+        if len(got) == 1:
+            raise Terminated(name)
+
+    installed: list[ChainedHandler] = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            installed.append(ChainedHandler(sig, handler, ends_process=True))
+        except ValueError:  # not the main thread
+            pass
+    try:
+        yield
+    finally:
+        for chained in reversed(installed):
+            chained.remove()

@@ -57,11 +57,15 @@ def run_async(probe: GroupProbe, fuzzer: Fuzzer, report: OpReport) -> None:
         try:
             observed = probe.pool(w).run(_rank.run_calls, probe.ref, calls, waits)
         except RankFailure as exc:
+            died = probe.deaths(w)
             probe.reset(w)
             if (known_bugs.sighted(f"check-pg:{ASYNC}", example, exc)
                     or probe.inherited(w, ASYNC, example, exc, calls, waits)):
                 return
-            failing.append(Failure(ASYNC, raised_message(head, exc), example, exc))
+            message = raised_message(head, exc)
+            if died:
+                message = f"{message}\n  the group's own processes died during the calls: {died}"
+            failing.append(Failure(ASYNC, message, example, exc))
             raise
         problems = []
         for i, call in enumerate(calls):

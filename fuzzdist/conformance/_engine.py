@@ -58,6 +58,7 @@ class ConformanceSession:
                                  dtype_kinds(options.device), probe_ops, wraps=options.wraps)
         self._fuzzer = Fuzzer(self.ref, options, self._started)
         self._checks_left = len(self.checks)
+        self._prepared = False
 
     # -- pools --------------------------------------------------------------------
 
@@ -89,8 +90,18 @@ class ConformanceSession:
     # -- the checks ------------------------------------------------------------------
 
     def prepare(self) -> None:
-        """Build the group and probe every operation at each world size (once)."""
-        self._probe.prepare(self.world_sizes)
+        """Build the group and probe every operation at each world size (once).  The time it takes
+        counts against ``duration``, but the checks still get a share of it (``Fuzzer.probed``)."""
+        if self._prepared:
+            return
+        started = time.monotonic()
+        try:
+            self._probe.prepare(self.world_sizes)
+        finally:
+            self.report.probe_s += time.monotonic() - started
+            self.report.duration_s = time.monotonic() - self._started
+        self._prepared = True
+        self._fuzzer.probed()
 
     def run(self, name: str) -> OpReport:
         """Fuzz one check (an op of ``OPS``, ``"async"`` or ``"ddp_parity"``); its report."""
@@ -102,6 +113,7 @@ class ConformanceSession:
         report = OpReport(name, method=OPS[name].method if name in OPS else "")
         self.report.ops[name] = report
         self._fuzzer.start_check(self._checks_left)
+        tally = known_bugs.Tally()
         try:
             with known_bugs.collecting() as tally:  # known torch bugs' sightings: counted, not failures
                 for bug, example, failure in self._probe.sightings.get(name, ()):
@@ -112,13 +124,13 @@ class ConformanceSession:
                     run_ddp(self._probe, self._fuzzer, report)
                 else:
                     run_op(self._probe, self._fuzzer, name, report)
+            if tally and report.status == "conforms":
+                report.status = "known"
+        finally:  # also when SIGINT/SIGTERM cut the check short: the partial report keeps its sightings
             report.known = tally.as_json()
             for known in report.known:  # a known bug of the wrapped backend's, met through the group
                 if known["id"] in self._probe.inherited_bugs.get(name, ()):
                     known["inherited_from"] = self.options.wraps
-            if tally and report.status == "conforms":
-                report.status = "known"
-        finally:
             self._checks_left = max(1, self._checks_left - 1)
             self.report.duration_s = time.monotonic() - self._started
         return report

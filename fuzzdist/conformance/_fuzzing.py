@@ -22,6 +22,13 @@ from fuzzdist.conformance._options import CheckOptions
 from fuzzdist.conformance._report import Failure, OpReport, Unsupported, failure_text
 
 _UNLIMITED_EXAMPLES = 1_000_000  # with a duration and no max_examples: the clock decides
+# How long shrinking one failure may take: with a duration, the check's share again, at least
+# SHRINK_MIN_S; without, SHRINK_LIMIT_S.  Then the smallest failure so far is reported, with a note.
+SHRINK_MIN_S = 10.0
+SHRINK_LIMIT_S = 300.0
+# With a duration, the checks get at least this fraction of it, however long building and probing the
+# group took (probes count against the budget, but never take all of it).
+MIN_FUZZ_SHARE = 0.5
 
 
 class _OutOfTime(BaseException):
@@ -47,6 +54,16 @@ class Fuzzer:
         self.options = options
         self.deadline = None if options.duration is None else started + float(options.duration)
         self._check_deadline: float | None = None
+
+    def probed(self) -> float:
+        """Probing is over: the seconds the checks get.  At least ``MIN_FUZZ_SHARE`` of the duration,
+        even where building and probing the group took more of it (the run then ends later than the
+        duration, by at most what probing took beyond the rest)."""
+        if self.deadline is None or self.options.duration is None:
+            return 0.0
+        now = time.monotonic()
+        self.deadline = max(self.deadline, now + MIN_FUZZ_SHARE * float(self.options.duration))
+        return self.deadline - now
 
     def start_check(self, checks_left: int) -> None:
         """The next check gets an equal share of the time left with the ``checks_left`` still to run."""
@@ -97,6 +114,11 @@ class Fuzzer:
             ran_at.add(w)
             execute(w, example, failing)
 
+        # A failure is shrunk, but not for ever: each failing step rebuilds the group (seconds, for a
+        # group that starts processes), so shrinking gets its check's share again (at least
+        # SHRINK_MIN_S), or SHRINK_LIMIT_S without a duration; then the smallest failure so far is kept.
+        shrink_s = SHRINK_LIMIT_S if deadline is None else max(SHRINK_MIN_S, deadline - time.monotonic())
+        execute = _shrinking_bounded(execute, shrink_s)
         set_extra_digest(body, f"fuzzdist.conformance|{self.ref}|{name}|{variant}|{sizes}".encode())
         hypothesis_settings = self.hypothesis_settings()
         if share > 1 and self.options.max_examples is None and self.deadline is None:
@@ -108,12 +130,23 @@ class Fuzzer:
         try:
             test()
         except _OutOfTime:
-            pass
+            if failing:  # shrinking ran out of time: the smallest failure so far
+                report.failure = failing[-1]
+                report.status = "failed"
+                report.note = f"shrinking stopped after {shrink_s:.0f} s: the example may not be minimal"
+        except KeyboardInterrupt:
+            # SIGINT/SIGTERM: what ran so far goes into the partial report before the interrupt goes on
+            report.examples += count[0]
+            report.world_sizes = sorted(ran_at.union(report.world_sizes))
+            if failing:
+                report.failure, report.status = failing[-1], "failed"
+                report.note = "interrupted while shrinking: the example may not be minimal"
+            else:
+                report.status = "interrupted"
+            raise
         except _Refused as refused:
             report.status = "unsupported"
             report.unsupported.append(Unsupported(name, None, (), tuple(sizes), refused.reason))
-        except KeyboardInterrupt:
-            raise
         except BaseException as exc:  # noqa: BLE001 - Hypothesis's final (shrunk) failure
             flaky = type(exc).__name__.startswith("Flaky")
             if failing:
@@ -126,6 +159,21 @@ class Fuzzer:
             report.status = "failed"
         report.examples += count[0]
         report.world_sizes = sorted(ran_at.union(report.world_sizes))
+
+
+def _shrinking_bounded(execute: Callable[[int, Any, list[Failure]], None],
+                       seconds: float) -> Callable[[int, Any, list[Failure]], None]:
+    """``execute``, ending the check (``_OutOfTime``) ``seconds`` after its first failure."""
+    first: list[float] = []
+
+    def bounded(w: int, example: Any, failing: list[Failure]) -> None:
+        if failing:
+            if not first:
+                first.append(time.monotonic())
+            elif time.monotonic() - first[0] > seconds:
+                raise _OutOfTime()
+        execute(w, example, failing)
+    return bounded
 
 
 def finish(report: OpReport) -> None:

@@ -25,8 +25,9 @@ def run_op(probe: GroupProbe, fuzzer: Fuzzer, op: str, report: OpReport) -> None
     hung = [f"world size {w}: {caps.hung[op]}" for w, caps in caps_by_size.items() if op in caps.hung]
     if hung:
         report.status = "failed"
-        report.failure = Failure(op, f"{op} ({info.method}) did not complete when probed with a 2-element "
-                                     f"tensor:\n" + "\n".join(hung), {"probe": True})
+        report.failure = Failure(op, f"{op} ({info.method}) failed when probed with a 2-element tensor (it hung, "
+                                     "or crashed the ranks or the group's own processes):\n" + "\n".join(hung),
+                                 {"probe": True})
         _report_form_failures(probe, op, report)
         return
     sizes = [w for w, caps in sorted(caps_by_size.items()) if caps.available(op)]
@@ -49,10 +50,14 @@ def run_op(probe: GroupProbe, fuzzer: Fuzzer, op: str, report: OpReport) -> None
         try:
             observed = probe.pool(w).run(_rank.run_calls, probe.ref, (call,))
         except RankFailure as exc:
+            died = probe.deaths(w)
             probe.reset(w)
             if known_bugs.sighted(f"check-pg:{op}", example, exc) or probe.inherited(w, op, example, exc, (call,)):
                 return
-            failing.append(Failure(op, raised_message(head, exc), example, exc))
+            message = raised_message(head, exc)
+            if died:
+                message = f"{message}\n  the group's own processes died during the call: {died}"
+            failing.append(Failure(op, message, example, exc))
             raise
         problems = info.check(call, w, [obs[0] for obs in observed])
         if problems:

@@ -30,6 +30,9 @@ from fuzzdist.conformance.ops._base import LAYOUT_VARIANT, UNEVEN_VARIANT
 from fuzzdist.errors import ConformanceFailure, RankCrash, RankFailure, RankTimeout
 from fuzzdist.pool import RankPool
 
+# A probe result: not run, because an earlier probe of the same operation crashed the group.
+SKIPPED = object()
+
 
 class GroupProbe:
     """The group ``ref`` builds, at every world size: built once per world size (``prepare``), its
@@ -105,6 +108,8 @@ class GroupProbe:
         supported: dict[tuple[str, str | None], list[Any]] = {}  # dtypes (None: the op takes no tensor)
         for (key, _call), result in zip(plan, results, strict=False):
             op, reduce_op, dtype = key
+            if result is SKIPPED:  # after its crash: the op has failed, its other probes were not run
+                continue
             supported.setdefault((op, reduce_op), [])
             variant = f"ReduceOp.{reduce_op}" if reduce_op else None
             self._probed.setdefault((op, variant), set()).add(None if dtype is None else dtype_name(dtype))
@@ -131,6 +136,8 @@ class GroupProbe:
         for op in OPS:
             caps.layouts[op] = ("contiguous",)
         for ((op, variant), _), result in zip(variant_plan, results, strict=False):
+            if result is SKIPPED:
+                continue
             self._probed.setdefault((op, variant), set()).add(None)
             if isinstance(result, str):
                 caps.hung[op] = result
@@ -164,7 +171,13 @@ class GroupProbe:
         try:
             per_rank = self.pool(w).run(_rank.probe, self.ref, (call,))
         except RankFailure as exc:
+            died = self.deaths(w)
             self.reset(w)
+            if died:
+                self.form_failures.setdefault(op, []).append(
+                    f"world size {w}, {call.describe()}: its probe crashed the group's own processes ({died}):\n"
+                    f"{failure_text(exc)}")
+                return False
             bug = known_bugs.recognise(f"check-pg:{op}", example, exc)
             if bug is not None:
                 self.sightings.setdefault(op, []).append((bug, example, exc))
@@ -175,6 +188,13 @@ class GroupProbe:
             else:
                 self._refuse(op, variant, None, unsupported_reason(result[0], result[1], OPS[op].method)
                              or f"{result[0].rsplit('.', 1)[-1]}: {(result[1].strip().splitlines() or [''])[0]}", w)
+            return False
+        crashed = [f"rank {r}: {res[0][1]}" for r, res in enumerate(per_rank)
+                   if res[0] is not None and res[0][0] == _rank.SUBJECT_DIED]
+        if crashed:
+            self.form_failures.setdefault(op, []).append(
+                f"world size {w}, {call.describe()}: its probe crashed the group's own processes:\n"
+                + "\n".join(crashed))
             return False
         raised = [r[0] for r in per_rank if r[0] is not None]
         if raised:
@@ -252,7 +272,12 @@ class GroupProbe:
         try:
             per_rank = pool.run(_rank.probe, self.ref, tuple(calls))
         except RankFailure as exc:
+            died = self.deaths(w)
+            if died:  # the group's own processes died: a fresh group for the probes still to run
+                self.reset(w)
             if len(calls) == 1:
+                if died:
+                    return [f"its probe crashed the group's own processes ({died}):\n{failure_text(exc)}"]
                 return [self._probe_failure(exc)]
             ops = sorted({c.op for c in calls}, key=list(OPS).index)
             if len(ops) > 1:
@@ -264,12 +289,29 @@ class GroupProbe:
                 for i, result in zip(indices, self._run_probes(w, [calls[i] for i in indices]), strict=False):
                     results[i] = result
             return results
-        merged = []
+        merged: list[Any] = []
         for i, call in enumerate(calls):
+            crashed = [f"rank {r}: {per_rank[r][i][1]}" for r in range(w)
+                       if per_rank[r][i] is not None and per_rank[r][i][0] == _rank.SUBJECT_DIED]
+            if crashed:  # a crash of the group under test, with its evidence: not a refusal
+                merged.append("its probe crashed the group's own processes:\n" + "\n".join(crashed))
+                continue
+            if any(per_rank[r][i] is not None and per_rank[r][i][0] == _rank.PROBE_SKIPPED for r in range(w)):
+                merged.append(SKIPPED)
+                continue
             raised = [per_rank[r][i] for r in range(w) if per_rank[r][i] is not None]
             refusals = [e for e in raised if unsupported_reason(e[0], e[1], call.info.method)]
             merged.append(refusals[0] if refusals else (raised[0] if raised else None))
         return merged
+
+    def deaths(self, w: int) -> str:
+        """After a failure: which of the group's own processes (those its factory started) have died,
+        rank by rank ("" if none, or if the ranks themselves were restarted)."""
+        try:
+            per_rank = self.pool(w).run(_rank.dead_children, self.ref)
+        except RankFailure:
+            return ""
+        return "; ".join(f"rank {r}: {line}" for r, lines in enumerate(per_rank) for line in lines)
 
     def _probe_failure(self, exc: RankFailure) -> Any:
         found = rank_exceptions(exc)

@@ -16,6 +16,8 @@ with its own reference.
 from __future__ import annotations
 
 import importlib
+import multiprocessing
+import os
 import re
 from collections.abc import Callable
 from datetime import timedelta
@@ -27,11 +29,18 @@ from torch._C._distributed_c10d import Backend as _C10dBackend  # dist.Backend i
 
 from fuzzdist.conformance.ops import OpCall
 from fuzzdist.conformance.ops._buffers import Prepared
-from fuzzdist.errors import FactoryError, InvalidType
+from fuzzdist.errors import FactoryError, InvalidType, describe_exit
 from fuzzdist.known_bugs.symptoms import REPEAT_WAIT_BLOCKED
 
 # factory reference -> the ProcessGroup this rank built with it
 _GROUPS: dict[str, Any] = {}
+# factory reference -> the processes its factory started on this rank (torchft's ProcessGroupBaby runs
+# its group in one): (multiprocessing.Process objects, other child pids)
+_CHILDREN: dict[str, tuple[list[Any], list[int]]] = {}
+# What a probe returns, instead of an exception's type name, for a call during which the group's own
+# processes died (the message says which, and what the rank raised).
+SUBJECT_DIED = "fuzzdist.subject-died"
+PROBE_SKIPPED = "fuzzdist.probe-skipped"  # a probe not run, for that reason (see ``probe``)
 _BUILDS: dict[str, int] = {}  # factory reference -> groups built with it (each gets fresh store keys)
 _RETIRED: list[Any] = []  # groups dropped after the ranks fell out of step: kept, never destroyed mid-op
 _FACTORIES: dict[str, Callable[..., Any]] = {}
@@ -131,10 +140,53 @@ def group_for(ctx: Any, ref: str) -> Any:
         factory = resolve_factory(ref)
         n = _BUILDS[ref] = _BUILDS.get(ref, 0) + 1
         store = dist.PrefixStore(f"fuzzdist/pg/{ref}/{n}/", ctx.store)
+        before_mp = {p.pid for p in multiprocessing.active_children()}
+        before = _child_pids()
         obj = factory(ctx.rank, ctx.world_size, store, ctx.device)
         pg = as_process_group(obj, store, ctx.rank, ctx.world_size, ctx.device)
+        started = [p for p in multiprocessing.active_children() if p.pid not in before_mp]
+        mp_pids = {p.pid for p in started}
+        _CHILDREN[ref] = (started, sorted(_child_pids() - before - mp_pids))
         _GROUPS[ref] = pg
     return pg
+
+
+def _child_pids() -> set[int]:
+    """This process's children, from /proc (Linux; empty elsewhere)."""
+    pids: set[int] = set()
+    try:
+        for task in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{task}/children") as f:
+                pids.update(int(p) for p in f.read().split())
+    except OSError:
+        pass
+    return pids
+
+
+def _gone(pid: int) -> str | None:
+    """How the child ``pid`` (not started with multiprocessing) ended, or None while it runs."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return "it is gone"
+    return "it exited (a zombie, not yet reaped)" if state in ("Z", "X") else None
+
+
+def dead_children(ctx: Any, ref: str) -> list[str]:
+    """The processes the factory ``ref`` started on this rank that have ended, one line each (the
+    evidence that the group under test died, rather than refused or failed a call)."""
+    started, others = _CHILDREN.get(ref, ([], []))
+    lines = []
+    for p in started:
+        code = p.exitcode  # polls
+        if code is not None:
+            lines.append(f"its process {p.name} (pid {p.pid}) exited: {describe_exit(code)}")
+    for pid in others:
+        how = _gone(pid)
+        if how is not None:
+            lines.append(f"its process pid {pid}: {how}")
+    return lines
 
 
 def cached_group(ref: str) -> Any:
@@ -164,6 +216,7 @@ def forget(ctx: Any, ref: str) -> None:
     and every later example on it could hang or mix up data.
     """
     pg = _GROUPS.pop(ref, None)
+    _CHILDREN.pop(ref, None)
     if pg is not None:
         _RETIRED.append(pg)
 
@@ -314,18 +367,36 @@ def _run_calls(ctx: Any, ref: str, calls: tuple[OpCall, ...], wait_order: tuple[
 
 
 def probe(ctx: Any, ref: str, calls: tuple[OpCall, ...]) -> list[tuple[str, str] | None]:
-    """Run each call once; per call None (it ran here) or (exception type, message)."""
+    """Run each call once; per call None (it ran here) or (exception type, message).
+
+    Once a call of an operation killed the group's own processes (``SUBJECT_DIED``), the operation's
+    other calls are not run (``PROBE_SKIPPED``): it has failed, and each crash costs a new group."""
     results: list[tuple[str, str] | None] = []
+    crashed: set[str] = set()  # operations whose probe killed the group's processes
     for call in calls:
+        if call.op in crashed:
+            results.append((PROBE_SKIPPED, f"not probed: an earlier probe of {call.op} crashed the group"))
+            continue
         try:
             _run_calls(ctx, ref, (call,), None, forget_on_error=False)
             results.append(None)
         except _Abandoned:
             results.append(None)
         except Exception as exc:  # noqa: BLE001 - the driver classifies it
-            results.append((f"{type(exc).__module__}.{type(exc).__qualname__}", str(exc)))
-        if 0 < _agree(ctx, results[-1] is not None) < ctx.world_size:
-            forget(ctx, ref)  # some ranks raised, others did not: the group is out of step
+            type_name = f"{type(exc).__module__}.{type(exc).__qualname__}"
+            died = dead_children(ctx, ref)
+            if died:  # not a refusal: the group's own processes died during the call
+                results.append((SUBJECT_DIED, f"{type_name}: {exc}; " + "; ".join(died)))
+            else:
+                results.append((type_name, str(exc)))
+        last = results[-1]
+        failed = _agree(ctx, last is not None)
+        died = _agree(ctx, last is not None and last[0] == SUBJECT_DIED)
+        if died:
+            crashed.add(call.op)
+        if 0 < failed < ctx.world_size or died:
+            # some ranks raised, others did not, or the group died: the next call gets a new group
+            forget(ctx, ref)
     return results
 
 

@@ -93,7 +93,8 @@ class OpReport:
 
     ``status``: "conforms" (every example passed), "failed", "unsupported"
     (the backend implements it for no dtype or world size), "not applicable"
-    (e.g. send/recv with one rank), "skipped" (with ``note``) or "not run";
+    (e.g. send/recv with one rank), "skipped" (with ``note``), "interrupted" (SIGINT/SIGTERM cut it
+    short before it found anything) or "not run";
     "known" where every example passed but for sightings of known torch bugs
     (``known``: ``fuzzdist.known_bugs.Tally.as_json()``, counted, neither
     failures nor passes).  ``supported`` lists the variants fuzzed
@@ -123,6 +124,8 @@ class ConformanceReport:
     ops: dict[str, OpReport] = field(default_factory=dict)
     factory_errors: dict[int, str] = field(default_factory=dict)  # world size -> why the factory failed
     duration_s: float = 0.0
+    probe_s: float = 0.0  # building the group and probing it, every world size together
+    interrupted: str = ""  # the signal that cut the run short ("SIGTERM"): the report is partial
 
     @property
     def failures(self) -> list[Failure]:
@@ -154,7 +157,10 @@ class ConformanceReport:
                  f"{', '.join(map(str, self.world_sizes))}: "
                  + ("CONFORMS" if self.conforms else f"{len(self.failures)} FAILURE(S)")
                  + (f", {self.known_sightings} sighting(s) of known torch bugs" if self.known_sightings else "")
-                 + f" in {self.duration_s:.1f} s"]
+                 + f" in {self.duration_s:.1f} s"
+                 + (f" (building and probing the group: {self.probe_s:.1f} s)" if self.probe_s else "")]
+        if self.interrupted:
+            lines.append(f"  INTERRUPTED by {self.interrupted}: a partial report; the checks not run say so")
         for w, msg in sorted(self.factory_errors.items()):
             # its first lines; the whole message, tracebacks and all, once below as the FAILURE in factory
             head = "\n".join(msg.splitlines()[:2])
@@ -195,6 +201,8 @@ class ConformanceReport:
             "conforms": self.conforms,
             "known_sightings": self.known_sightings,
             "duration_s": round(self.duration_s, 3),
+            "probe_s": round(self.probe_s, 3),
+            "interrupted": self.interrupted or None,
             "factory_errors": {str(w): msg for w, msg in self.factory_errors.items()},
             "ops": {
                 name: {
