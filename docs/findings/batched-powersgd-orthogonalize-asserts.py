@@ -16,6 +16,7 @@ import multiprocessing as mp
 import queue
 import socket
 import sys
+import time
 import traceback
 from datetime import timedelta
 
@@ -46,6 +47,25 @@ def rank_main(rank, world_size, port, results):
     results.put((rank, outcome))
 
 
+def answer(results, ranks, timeout=STARTUP_S):
+    """The next result from the ranks.  A rank that died (an exception, a signal) without answering is an error
+    of the script on this torch (exit 2), not a slow machine; none answering within ``timeout`` raises
+    queue.Empty (no verdict)."""
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            return results.get(timeout=min(1.0, max(0.01, end - time.monotonic())))
+        except queue.Empty:
+            gone = [f"rank {r} (exit code {p.exitcode})" for r, p in enumerate(ranks) if p.exitcode not in (None, 0)]
+            if gone:
+                try:  # what it put just before exiting may still be on its way
+                    return results.get(timeout=1.0)
+                except queue.Empty:
+                    raise RuntimeError(f"{', '.join(gone)} exited without answering: see its traceback above") from None
+            if time.monotonic() >= end:
+                raise
+
+
 def main():
     with socket.socket() as s:  # a free port for the rendezvous
         s.bind(("127.0.0.1", 0))
@@ -56,7 +76,7 @@ def main():
     for p in ranks:
         p.start()
     try:
-        got = dict(results.get(timeout=STARTUP_S) for _ in ranks)
+        got = dict(answer(results, ranks) for _ in ranks)
     finally:
         for p in ranks:
             p.join(timeout=5)

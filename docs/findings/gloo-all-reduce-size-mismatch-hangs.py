@@ -46,6 +46,25 @@ def rank_main(rank, world_size, port, results):
     time.sleep(STARTUP_S)  # stay connected, as a real job would; the script kills this process
 
 
+def answer(results, ranks, timeout=STARTUP_S):
+    """The next result from the ranks.  A rank that died (an exception, a signal) without answering is an error
+    of the script on this torch (exit 2), not a slow machine; none answering within ``timeout`` raises
+    queue.Empty (no verdict)."""
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            return results.get(timeout=min(1.0, max(0.01, end - time.monotonic())))
+        except queue.Empty:
+            gone = [f"rank {r} (exit code {p.exitcode})" for r, p in enumerate(ranks) if p.exitcode not in (None, 0)]
+            if gone:
+                try:  # what it put just before exiting may still be on its way
+                    return results.get(timeout=1.0)
+                except queue.Empty:
+                    raise RuntimeError(f"{', '.join(gone)} exited without answering: see its traceback above") from None
+            if time.monotonic() >= end:
+                raise
+
+
 def main():
     with socket.socket() as s:  # a free port for the rendezvous
         s.bind(("127.0.0.1", 0))
@@ -59,7 +78,7 @@ def main():
     bound = BOUND_S
     try:
         started = time.monotonic()
-        rank, what = results.get(timeout=STARTUP_S)  # the first call to end
+        rank, what = answer(results, ranks)  # the first call to end
         got[rank] = what
         # the other rank gets as long again as a half of the start-up took (the rank is descheduled on a
         # busy machine), but well under the group's timeout, which is what it waits for while the bug is there

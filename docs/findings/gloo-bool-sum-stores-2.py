@@ -15,6 +15,7 @@ import multiprocessing as mp
 import queue
 import socket
 import sys
+import time
 import traceback
 from datetime import timedelta
 
@@ -29,15 +30,39 @@ def rank_main(rank, world_size, port, results):
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
                             timeout=timedelta(seconds=STARTUP_S))
+    unsupported = []
     all_reduced = torch.tensor([True])
     dist.all_reduce(all_reduced)  # SUM is the default op
     reduced = torch.tensor([True])
     dist.reduce(reduced, dst=0)
+    bytes_left = {name: t.view(torch.uint8).item() for name, t in (("all_reduce", all_reduced), ("reduce", reduced))}
     scattered = torch.tensor([False])
-    dist.reduce_scatter(scattered, [torch.tensor([True]) for _ in range(world_size)])
-    results.put((rank, {name: t.view(torch.uint8).item() for name, t in
-                        (("all_reduce", all_reduced), ("reduce", reduced), ("reduce_scatter", scattered))}))
+    try:
+        dist.reduce_scatter(scattered, [torch.tensor([True]) for _ in range(world_size)])
+        bytes_left["reduce_scatter"] = scattered.view(torch.uint8).item()
+    except RuntimeError as exc:  # older torch: "ProcessGroupGloo does not support reduce_scatter"
+        unsupported.append(" ".join(str(exc).split())[:80])
+    results.put((rank, bytes_left, unsupported))
     dist.destroy_process_group()
+
+
+def answer(results, ranks, timeout=STARTUP_S):
+    """The next result from the ranks.  A rank that died (an exception, a signal) without answering is an error
+    of the script on this torch (exit 2), not a slow machine; none answering within ``timeout`` raises
+    queue.Empty (no verdict)."""
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            return results.get(timeout=min(1.0, max(0.01, end - time.monotonic())))
+        except queue.Empty:
+            gone = [f"rank {r} (exit code {p.exitcode})" for r, p in enumerate(ranks) if p.exitcode not in (None, 0)]
+            if gone:
+                try:  # what it put just before exiting may still be on its way
+                    return results.get(timeout=1.0)
+                except queue.Empty:
+                    raise RuntimeError(f"{', '.join(gone)} exited without answering: see its traceback above") from None
+            if time.monotonic() >= end:
+                raise
 
 
 def main():
@@ -50,7 +75,11 @@ def main():
     for p in ranks:
         p.start()
     try:
-        got = dict(results.get(timeout=STARTUP_S) for _ in ranks)
+        got, unsupported = {}, []
+        for _ in ranks:
+            rank, bytes_left, not_there = answer(results, ranks)
+            got[rank] = bytes_left
+            unsupported += not_there
     finally:
         for p in ranks:
             p.join(timeout=5)
@@ -59,7 +88,8 @@ def main():
     wrong = {op: byte for op, byte in rank0.items() if byte != 1}
     if wrong:
         print("BUG: SUM of True and True left the byte(s) " + ", ".join(f"{op} {b}" for op, b in wrong.items())
-              + " in a bool tensor on rank 0 (a bool holds 0 or 1)")
+              + " in a bool tensor on rank 0 (a bool holds 0 or 1)"
+              + (f"; reduce_scatter not tried: {unsupported[0]}" if unsupported else ""))
         return 1
     print(f"FIXED: SUM of True and True gave a bool holding the byte 1: {rank0}")
     return 0

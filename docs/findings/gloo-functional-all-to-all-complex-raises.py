@@ -11,6 +11,7 @@ import os
 import queue
 import socket
 import sys
+import time
 import traceback
 from datetime import timedelta
 
@@ -45,6 +46,25 @@ def _rank(rank: int, port: int, results: "mp.Queue") -> None:
     dist.destroy_process_group()
 
 
+def answer(results, ranks, timeout=STARTUP_S):
+    """The next result from the ranks.  A rank that died (an exception, a signal) without answering is an error
+    of the script on this torch (exit 2), not a slow machine; none answering within ``timeout`` raises
+    queue.Empty (no verdict)."""
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            return results.get(timeout=min(1.0, max(0.01, end - time.monotonic())))
+        except queue.Empty:
+            gone = [f"rank {r} (exit code {p.exitcode})" for r, p in enumerate(ranks) if p.exitcode not in (None, 0)]
+            if gone:
+                try:  # what it put just before exiting may still be on its way
+                    return results.get(timeout=1.0)
+                except queue.Empty:
+                    raise RuntimeError(f"{', '.join(gone)} exited without answering: see its traceback above") from None
+            if time.monotonic() >= end:
+                raise
+
+
 def main() -> int:
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
@@ -53,7 +73,7 @@ def main() -> int:
     for p in procs:
         p.start()
     try:
-        outcomes = dict(results.get(timeout=STARTUP_S) for _ in range(WORLD))
+        outcomes = dict(answer(results, procs) for _ in range(WORLD))
     finally:
         for p in procs:
             p.join(timeout=10)

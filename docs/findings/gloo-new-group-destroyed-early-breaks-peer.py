@@ -74,6 +74,25 @@ def rank_main(rank, port, results, go):
     time.sleep(60)
 
 
+def answer(results, ranks, timeout=STARTUP_S):
+    """The next result from the ranks.  A rank that died (an exception, a signal) without answering is an error
+    of the script on this torch (exit 2), not a slow machine; none answering within ``timeout`` raises
+    queue.Empty (no verdict)."""
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            return results.get(timeout=min(1.0, max(0.01, end - time.monotonic())))
+        except queue.Empty:
+            gone = [f"rank {r} (exit code {p.exitcode})" for r, p in enumerate(ranks) if p.exitcode not in (None, 0)]
+            if gone:
+                try:  # what it put just before exiting may still be on its way
+                    return results.get(timeout=1.0)
+                except queue.Empty:
+                    raise RuntimeError(f"{', '.join(gone)} exited without answering: see its traceback above") from None
+            if time.monotonic() >= end:
+                raise
+
+
 def main():
     with socket.socket() as s:  # a free port for the rendezvous
         s.bind(("127.0.0.1", 0))
@@ -86,7 +105,7 @@ def main():
         p.start()
     try:
         for _ in ranks:
-            results.get(timeout=STARTUP_S)  # every rank up (importing torch takes a while)
+            answer(results, ranks)  # every rank up (importing torch takes a while)
         hog.start()  # then the ranks and the busy loop share one CPU
         go.set()
         done = set()

@@ -25,6 +25,7 @@ import multiprocessing as mp
 import queue
 import socket
 import sys
+import time
 import traceback
 from datetime import timedelta
 
@@ -46,14 +47,18 @@ def rank_main(rank, world_size, port, results):
     warnings.simplefilter("ignore", FutureWarning)  # torch.distributed.nn is deprecated, not gone
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
                             timeout=timedelta(seconds=STARTUP_S))
-    grads = {}
+    grads, unsupported = {}, None
     for op in EXPECTED_RANK0_GRAD:
         reduce_op = getattr(dist.ReduceOp, op)
         x = torch.tensor([XS[rank]], requires_grad=True)
         y = torch.distributed.nn.reduce(x, 0, op=reduce_op)
         (grads[f"reduce {op}"],) = torch.autograd.grad(y, x, torch.ones(1))
         xs = [torch.tensor([XS[rank]], requires_grad=True) for _ in range(world_size)]
-        y = torch.distributed.nn.reduce_scatter(torch.empty(1), xs, op=reduce_op)
+        try:
+            y = torch.distributed.nn.reduce_scatter(torch.empty(1), xs, op=reduce_op)
+        except RuntimeError as exc:  # older torch: "ProcessGroupGloo does not support reduce_scatter"
+            unsupported = " ".join(str(exc).split())[:80]
+            continue
         grads[f"reduce_scatter {op}"] = torch.autograd.grad(y, xs, torch.ones(1))[0]
     replacement = {}  # reduce_scatter's recommended replacement, where this torch has it
     import torch.distributed._functional_collectives as fc
@@ -68,8 +73,27 @@ def rank_main(rank, world_size, port, results):
             replacement[op] = grad[0].item()
         except RuntimeError as exc:
             replacement[op] = "raised " + repr(" ".join(str(exc).split())[:70])
-    results.put((rank, ({k: v.item() for k, v in grads.items()}, replacement)))
+    results.put((rank, ({k: v.item() for k, v in grads.items()}, replacement, unsupported)))
     dist.destroy_process_group()
+
+
+def answer(results, ranks, timeout=STARTUP_S):
+    """The next result from the ranks.  A rank that died (an exception, a signal) without answering is an error
+    of the script on this torch (exit 2), not a slow machine; none answering within ``timeout`` raises
+    queue.Empty (no verdict)."""
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            return results.get(timeout=min(1.0, max(0.01, end - time.monotonic())))
+        except queue.Empty:
+            gone = [f"rank {r} (exit code {p.exitcode})" for r, p in enumerate(ranks) if p.exitcode not in (None, 0)]
+            if gone:
+                try:  # what it put just before exiting may still be on its way
+                    return results.get(timeout=1.0)
+                except queue.Empty:
+                    raise RuntimeError(f"{', '.join(gone)} exited without answering: see its traceback above") from None
+            if time.monotonic() >= end:
+                raise
 
 
 def main():
@@ -82,16 +106,21 @@ def main():
     for p in ranks:
         p.start()
     try:
-        both = dict(results.get(timeout=STARTUP_S) for _ in ranks)
+        both = dict(answer(results, ranks) for _ in ranks)
     finally:
         for p in ranks:
             p.join(timeout=5)
             p.kill()
-    got = {rank: grads for rank, (grads, _) in both.items()}
+    got = {rank: grads for rank, (grads, _, _) in both.items()}
+    unsupported = both[0][2]
     replacement = both[0][1]
-    instead = ("; the replacement _functional_collectives.reduce_scatter_single: "
-               + ", ".join(f"{op} {what}" for op, what in replacement.items())) if replacement else \
-        "; this torch has no _functional_collectives.reduce_scatter_single"
+    if replacement:
+        instead = "; the replacement _functional_collectives.reduce_scatter_single: " + ", ".join(
+            f"{op} {what}" for op, what in replacement.items())
+    else:
+        instead = "; this torch has no _functional_collectives.reduce_scatter_single"
+    if unsupported:
+        instead = f"; reduce_scatter not tried: {unsupported}" + instead
     wrong = [f"{name} {got[0][name]} (expected {EXPECTED_RANK0_GRAD[name.split()[1]]})" for name in got[0]
              if got[0][name] != EXPECTED_RANK0_GRAD[name.split()[1]]]
     if wrong:

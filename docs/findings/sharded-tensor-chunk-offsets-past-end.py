@@ -20,6 +20,7 @@ import multiprocessing as mp
 import queue
 import socket
 import sys
+import time
 import traceback
 from datetime import timedelta
 
@@ -55,6 +56,25 @@ def rank_main(rank, world_size, port, results):
         results.put((rank, ("raised", f"{type(e).__name__}: {e}", replacement)))
 
 
+def answer(results, ranks, timeout=STARTUP_S):
+    """The next result from the ranks.  A rank that died (an exception, a signal) without answering is an error
+    of the script on this torch (exit 2), not a slow machine; none answering within ``timeout`` raises
+    queue.Empty (no verdict)."""
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            return results.get(timeout=min(1.0, max(0.01, end - time.monotonic())))
+        except queue.Empty:
+            gone = [f"rank {r} (exit code {p.exitcode})" for r, p in enumerate(ranks) if p.exitcode not in (None, 0)]
+            if gone:
+                try:  # what it put just before exiting may still be on its way
+                    return results.get(timeout=1.0)
+                except queue.Empty:
+                    raise RuntimeError(f"{', '.join(gone)} exited without answering: see its traceback above") from None
+            if time.monotonic() >= end:
+                raise
+
+
 def main():
     with socket.socket() as s:  # a free port for the rendezvous
         s.bind(("127.0.0.1", 0))
@@ -67,7 +87,7 @@ def main():
     got = {}
     try:
         while 0 not in got:
-            rank, verdict = results.get(timeout=STARTUP_S)
+            rank, verdict = answer(results, ranks)
             got[rank] = verdict
         for _ in range(2):  # the other ranks report too when the scatter completes (or times out)
             try:
