@@ -116,6 +116,9 @@ def _pool_cache_for_launch(args: argparse.Namespace) -> Any:
         code = torchrun.serve(ctx, store)
         sys.stdout.flush()
         sys.stderr.flush()
+        from fuzzdist.pool.leftovers import before_os_exit
+
+        before_os_exit()  # multiprocessing's exit (os._exit skips it): its pymp-* folder goes
         os._exit(code)  # the campaign runs on rank 0 only
     return torchrun.TorchrunPoolCache(torchrun.TorchrunPool(ctx, store, timeout=args.timeout or DEFAULT_TIMEOUT))
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import faulthandler
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -135,6 +136,7 @@ def serve(ctx: Any, store: Any) -> int:
         heart.stop()
         if sigterm is not None:
             sigterm.remove()
+        _remove_tmpdir(ctx)
 
 
 class _StoreChannel:
@@ -231,6 +233,7 @@ class TorchrunPool(Controller):
             pass
         self._heart.stop()
         self._sigterm.remove()
+        _remove_tmpdir(self._ctx)
 
     # -- the transport: moving one example's bytes ------------------------------------
 
@@ -419,6 +422,13 @@ def _reply(key: str, value: bytes, seq: int) -> bytes:
         from fuzzdist.pool import remote
 
         return messages.err(seq, remote.capture(exc), [])
+
+
+def _remove_tmpdir(ctx: Any) -> None:
+    """The rank's own folder (``ctx.tmpdir``, from join()) goes when the rank is done with the group."""
+    tmpdir = getattr(ctx, "tmpdir", None)
+    if tmpdir:
+        shutil.rmtree(tmpdir, ignore_errors=True)
 
 
 def _alive_key(rank: int) -> str:

@@ -121,7 +121,7 @@ def _read_secret_file(path: str) -> bytes:
 
 def private_dir() -> Path:
     """``$TMPDIR/fuzzdist-<uid>``: a folder only this user can open (made if missing, checked if found)."""
-    path = Path(tempfile.gettempdir()) / f"fuzzdist-{os.getuid()}"
+    path = _private_path()
     try:
         os.mkdir(path, 0o700)
     except FileExistsError:
@@ -133,10 +133,14 @@ def private_dir() -> Path:
     return path
 
 
-def _node_file() -> Path:
+def _private_path() -> Path:
+    return Path(tempfile.gettempdir()) / f"fuzzdist-{os.getuid()}"
+
+
+def _node_file(folder: Path | None = None) -> Path:
     # torchrun's agent is every local rank's parent: its pid and the attempt name the file they share.
     name = hashlib.sha256(f"{os.getppid()}\0{scope()}".encode()).hexdigest()[:32]
-    return private_dir() / f"torchrun-{name}.key"
+    return (private_dir() if folder is None else folder) / f"torchrun-{name}.key"
 
 
 def _node_secret() -> bytes:
@@ -174,9 +178,12 @@ def forget_node_secret() -> None:
     secret came from the environment."""
     if SECRET_ENV in os.environ or SECRET_FILE_ENV in os.environ:
         return
-    path = _node_file()
+    path = _node_file(_private_path())  # not private_dir(): it would make the folder again
     try:
         os.unlink(path)
+    except OSError:
+        pass
+    try:
         os.rmdir(path.parent)  # only if empty: another job's file keeps it
     except OSError:
         pass

@@ -185,6 +185,8 @@ def test_one_node_makes_its_secret_shared_by_the_ranks_then_forgets_it(env, tmp_
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700 and stat.S_IMODE(key.stat().st_mode) == 0o600
     torchrun_auth.forget_node_secret()
     assert not folder.exists()  # nothing left behind
+    torchrun_auth.forget_node_secret()  # the other ranks forget it too: the folder is not made again
+    assert not folder.exists()
     env.setenv("TORCHELASTIC_RESTART_COUNT", "1")
     assert torchrun_auth.load_secret() != first  # the next attempt makes its own
     torchrun_auth.forget_node_secret()
