@@ -175,8 +175,12 @@ class PropertyRun:
                     self._interrupted("SIGINT")
                     break
                 except OutcomeException as exc:
+                    if isinstance(exc, pytest.skip.Exception):  # pytest.skip() inside the property: a skip,
+                        prop.status = "skipped"  # not a pass with no example
+                        prop.reason = str(exc.msg or "pytest.skip() in the property")
+                        raise
                     if not isinstance(exc, Failed):
-                        raise  # pytest.skip()/exit() inside the property
+                        raise  # pytest.xfail() inside the property
                     if campaign.failures.round_raised(item, prop, exc):
                         break
                 except BaseException as exc:

@@ -20,6 +20,7 @@ EXIT_INTERNAL = 3  # pytest's own internal error (run, replay)
 # 128+N: interrupted by signal N with nothing found (run, replay)
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+MAX_DURATION_S = 365 * 86400.0  # a year: past it a typo, not a campaign
 
 
 class Parser(argparse.ArgumentParser):
@@ -50,6 +51,8 @@ def parse_duration(text: str) -> float:
         seconds = sum(float(n) * _UNITS[u] for n, u in parts)
     if not seconds > 0:
         raise argparse.ArgumentTypeError(f"bad --duration {text!r}: it must be longer than 0s")
+    if seconds > MAX_DURATION_S:
+        raise argparse.ArgumentTypeError(f"bad --duration {text!r}: it is more than a year; pass 365d or less")
     return seconds
 
 

@@ -77,21 +77,22 @@ def rebuild(record: RemoteRecord) -> BaseException:
     return exc
 
 
+_MAX_LINE = 2**31 - 1  # a code object's line is a C int
+
+
 @lru_cache(maxsize=1024)
 def _raiser(filename: str, lineno: int, funcname: str) -> Callable[[BaseException], NoReturn]:
     """A function whose ``raise`` statement sits at ``filename:lineno``.
 
     Compiled once per site: the code object claims the remote file and line,
-    which is all a traceback (and Hypothesis) looks at.
+    which is all a traceback (and Hypothesis) looks at.  The line is set on the
+    code object (``co_firstlineno``), not reached by padding the source with
+    newlines: a remote line 10**8 cost seconds and hundreds of megabytes that way.
     """
-    if lineno >= 2:  # 'def' one line above, so the 'raise' lands on lineno
-        source = "\n" * (lineno - 2) + "def _raise(exc):\n    raise exc\n"
-    else:
-        source = "def _raise(exc): raise exc\n"
     namespace: dict[str, Any] = {}
-    exec(compile(source, filename, "exec"), namespace)
+    exec(compile("def _raise(exc): raise exc\n", filename, "exec"), namespace)  # the raise on the def's line
     fn = namespace["_raise"]
-    names = {"co_name": funcname}
+    names: dict[str, Any] = {"co_name": funcname, "co_firstlineno": max(1, min(lineno, _MAX_LINE))}
     if hasattr(fn.__code__, "co_qualname"):  # Python >= 3.11
         names["co_qualname"] = funcname
     fn.__code__ = fn.__code__.replace(**names)

@@ -98,3 +98,16 @@ def test_same_output_sees_through_folder_links_and_relative_paths(tmp_path, monk
     assert same_output("d/x.html", tmp_path / "link" / "x.html")
     assert same_output("x.json", "./x.json")
     assert not same_output("x.json", "x.html")
+
+
+def test_the_writer_never_touches_the_process_umask(tmp_path, monkeypatch):
+    """Setting the umask to read it (as the old writer did) left it 0 for a moment, for every other thread."""
+
+    def umask(mask):
+        raise AssertionError("os.umask called")
+
+    monkeypatch.setattr(os, "umask", umask)
+    write_output(tmp_path / "r.json", "{}")
+    from fuzzdist.campaign.report import write_json_atomic
+
+    write_json_atomic(tmp_path / "r2.json", {})

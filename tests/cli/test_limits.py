@@ -41,6 +41,7 @@ def _one_line_error(capsys, argv, *expected):
     (["run", "--duration", "-5s"], ["bad --duration '-5s': it must be longer than 0s"]),
     (["run", "--duration", "-1h30m"], ["bad --duration '-1h30m': it must be longer than 0s"]),
     (["check-pg", "m:f", "--duration", "-5s"], ["bad --duration '-5s'"]),
+    (["run", "--duration", "99999999d"], ["bad --duration '99999999d': it is more than a year"]),
     (["run", "--timeout", "inf"], ["'inf' is not a finite number of seconds"]),
     (["run", "--timeout", "nan"], ["'nan' must be more than 0 seconds"]),
     (["run", "--timeout", "0.001"], ["'0.001' is below 1 second", "false hang"]),
