@@ -155,7 +155,8 @@ class ConformanceReport:
     def summary(self, *, details: bool = True) -> str:
         lines = [f"fuzzdist check-pg {self.factory} ({self.backend or 'unknown backend'}), world sizes "
                  f"{', '.join(map(str, self.world_sizes))}: "
-                 + ("CONFORMS" if self.conforms else f"{len(self.failures)} FAILURE(S)")
+                 + (f"{len(self.failures)} FAILURE(S)" if not self.conforms
+                    else "NO FAILURE SO FAR" if self.interrupted else "CONFORMS")
                  + (f", {self.known_sightings} sighting(s) of known torch bugs" if self.known_sightings else "")
                  + f" in {self.duration_s:.1f} s"
                  + (f" (building and probing the group: {self.probe_s:.1f} s)" if self.probe_s else "")]

@@ -1,0 +1,82 @@
+"""check-pg on groups that start processes (torchft's ProcessGroupBabyGloo runs its group in a child
+process of each rank): a probe that kills the group's process is a crash with evidence, not a refusal;
+a slow-to-build group still gets its checks run within --duration; SIGTERM prints and writes the
+partial report."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+
+import pytest
+import torch
+from helpers.cli_helpers import cli_env
+from hypothesis import settings
+
+from fuzzdist.conformance import check_process_group
+from fuzzdist.driver.plugin import PoolKey
+
+REPEATABLE = settings(derandomize=True, database=None)
+
+
+@pytest.fixture(scope="module")
+def pools(request, rank_pools):
+    timeout = request.config.getoption("fuzzdist_timeout")
+    return lambda world_size: rank_pools.get(PoolKey(world_size, "gloo", "cpu", timeout))
+
+
+def test_a_probe_that_kills_the_groups_process_is_a_crash_with_evidence(pools):
+    report = check_process_group("helpers.child_pg:child_dies_on_bool", world_sizes=(2,),
+                                 ops=("allreduce", "broadcast", "barrier"), dtypes=(torch.float32, torch.bool),
+                                 max_examples=5, pools=pools, settings=REPEATABLE)
+    allreduce = report.ops["allreduce"]
+    assert allreduce.status == "failed", report.summary()
+    message = allreduce.failure.message
+    assert "crashed the group's own processes" in message, message
+    assert "its process child-gloo-rank" in message and "exited: exit code 9" in message, message
+    assert "EOFError" in message
+    assert not any(u.op == "allreduce" for u in report.unsupported), report.summary()  # not a refusal
+    # the group was built again after the crash: the other operations were probed and fuzzed on it
+    assert report.ops["broadcast"].status == "conforms" and report.ops["broadcast"].examples > 0, report.summary()
+    assert report.ops["barrier"].status == "conforms", report.summary()
+
+
+def test_building_and_probing_never_take_the_whole_duration(pools):
+    # The factory takes 12 s on every rank; with a 16 s duration the checks still get half of it.
+    report = check_process_group("helpers.child_pg:slow_child_gloo", world_sizes=(2,),
+                                 ops=("allreduce", "broadcast"), dtypes=(torch.float32,), duration=16.0,
+                                 pools=pools, settings=REPEATABLE)
+    assert report.probe_s >= 12.0, report.summary()
+    for name in ("allreduce", "broadcast"):
+        assert report.ops[name].examples > 0, report.summary()
+        assert report.ops[name].status in ("conforms", "known"), report.summary()
+    assert "(building and probing the group: " in report.summary()
+
+
+def test_sigterm_prints_and_writes_the_partial_report(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    tests_dir = Path(__file__).resolve().parents[1]
+    env = cli_env()
+    env["PYTHONPATH"] = f"{tests_dir}:{env.get('PYTHONPATH', '')}"
+    out = tmp_path / "partial.json"
+    proc = subprocess.Popen([sys.executable, "-m", "fuzzdist", "check-pg", "helpers.child_pg:child_gloo", "-w", "2",
+                             "--ops", "allreduce,broadcast,barrier", "--duration", "10m", "--no-database",
+                             "--json", str(out)], cwd=tmp_path, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(25)  # the pool and the group are up, probing or fuzzing
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, (proc.returncode, stdout, stderr)
+    assert "INTERRUPTED by SIGTERM: a partial report" in stdout, stdout + stderr
+    lines = stdout.splitlines()
+    assert lines[0].startswith("fuzzdist check-pg helpers.child_pg:child_gloo (") and \
+        "world sizes 2: NO FAILURE SO FAR in " in lines[0], lines[0]  # not CONFORMS: it was cut short
+    for name in ("allreduce", "broadcast", "barrier"):  # every check is listed, reached or not
+        assert any(line.split()[:1] == [name] for line in lines), stdout
+    report = json.loads(out.read_text())
+    assert report["interrupted"] == "SIGTERM"
+    assert set(report["ops"]) == {"allreduce", "broadcast", "barrier"}
