@@ -33,6 +33,7 @@ MANUAL = [
     "docs/architecture.md",
     "docs/check-pg.md",
     "docs/testing.md",
+    "docs/security.md",
 ]
 PAGES = ["README.md", *MANUAL, "bench/RESULTS.md"]
 
