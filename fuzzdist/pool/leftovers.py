@@ -46,7 +46,7 @@ def before_os_exit() -> None:
         pass
 
 
-def remove_stale_pool_dirs(tmpdir: str | os.PathLike | None = None) -> list[str]:
+def remove_stale_pool_dirs(tmpdir: str | os.PathLike[str] | None = None) -> list[str]:
     """Remove the pool folders (``fuzzdist-pool-<pid>-*`` in ``tmpdir``, default the temporary folder)
     whose driver is dead: this user's folders only, never through a link.  Returns the paths removed.
 
@@ -54,7 +54,7 @@ def remove_stale_pool_dirs(tmpdir: str | os.PathLike | None = None) -> list[str]
     with a reused pid: that folder's driver is dead too.  Folders named otherwise (older fuzzdists) are left.
     """
     root = Path(tmpdir if tmpdir is not None else tempfile.gettempdir())
-    removed = []
+    removed: list[str] = []
     try:
         entries = list(os.scandir(root))
     except OSError:
