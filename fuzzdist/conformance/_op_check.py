@@ -40,6 +40,7 @@ def run_op(probe: GroupProbe, fuzzer: Fuzzer, op: str, report: OpReport) -> None
             report.status = "unsupported"
         else:
             report.note = "the factory did not build a group"
+        _report_form_failures(probe, op, report)  # a probe that crashed the group is a failure all the same
         return
     report.supported = probe.supported_for(op, sizes)
 
@@ -98,8 +99,9 @@ def _report_form_failures(probe: GroupProbe, op: str, report: OpReport) -> None:
     failed = probe.form_failures.get(op)
     if not failed:
         return
-    message = (f"{op} ({OPS[op].method}) did not complete when probed in another argument form "
-               "(the plain form was fuzzed all the same):\n" + "\n".join(failed))
+    message = (f"{op} ({OPS[op].method}) hung, crashed the ranks or crashed the group's own processes when "
+               "probed in some dtypes or argument forms (what it accepted was fuzzed all the same):\n"
+               + "\n".join(failed))
     if report.failure is None:
         report.status = "failed"
         report.failure = Failure(op, message, {"probe": True})

@@ -32,6 +32,7 @@ from fuzzdist.pool import RankPool
 
 # A probe result: not run, because an earlier probe of the same operation crashed the group.
 SKIPPED = object()
+CRASHED = "its probe crashed the group's own processes"  # how a probe result that did so begins
 
 
 class GroupProbe:
@@ -106,9 +107,13 @@ class GroupProbe:
         plan = self._probe_plan(w)
         results = self._run_probes(w, [call for _, call in plan])
         supported: dict[tuple[str, str | None], list[Any]] = {}  # dtypes (None: the op takes no tensor)
-        for (key, _call), result in zip(plan, results, strict=False):
+        for (key, call), result in zip(plan, results, strict=False):
             op, reduce_op, dtype = key
             if result is SKIPPED:  # after its crash: the op has failed, its other probes were not run
+                continue
+            if isinstance(result, str) and result.startswith(CRASHED):
+                # a failure of this probe: what the op accepted before it is still fuzzed (on a new group)
+                self.form_failures.setdefault(op, []).append(f"world size {w}, {call.describe()}: {result}")
                 continue
             supported.setdefault((op, reduce_op), [])
             variant = f"ReduceOp.{reduce_op}" if reduce_op else None
@@ -137,6 +142,9 @@ class GroupProbe:
             caps.layouts[op] = ("contiguous",)
         for ((op, variant), _), result in zip(variant_plan, results, strict=False):
             if result is SKIPPED:
+                continue
+            if isinstance(result, str) and result.startswith(CRASHED):
+                self.form_failures.setdefault(op, []).append(f"world size {w}, {variant}: {result}")
                 continue
             self._probed.setdefault((op, variant), set()).add(None)
             if isinstance(result, str):
@@ -175,7 +183,7 @@ class GroupProbe:
             self.reset(w)
             if died:
                 self.form_failures.setdefault(op, []).append(
-                    f"world size {w}, {call.describe()}: its probe crashed the group's own processes ({died}):\n"
+                    f"world size {w}, {call.describe()}: {CRASHED} ({died}):\n"
                     f"{failure_text(exc)}")
                 return False
             bug = known_bugs.recognise(f"check-pg:{op}", example, exc)
@@ -193,7 +201,7 @@ class GroupProbe:
                    if res[0] is not None and res[0][0] == _rank.SUBJECT_DIED]
         if crashed:
             self.form_failures.setdefault(op, []).append(
-                f"world size {w}, {call.describe()}: its probe crashed the group's own processes:\n"
+                f"world size {w}, {call.describe()}: {CRASHED}:\n"
                 + "\n".join(crashed))
             return False
         raised = [r[0] for r in per_rank if r[0] is not None]
@@ -277,7 +285,7 @@ class GroupProbe:
                 self.reset(w)
             if len(calls) == 1:
                 if died:
-                    return [f"its probe crashed the group's own processes ({died}):\n{failure_text(exc)}"]
+                    return [f"{CRASHED} ({died}):\n{failure_text(exc)}"]
                 return [self._probe_failure(exc)]
             ops = sorted({c.op for c in calls}, key=list(OPS).index)
             if len(ops) > 1:
@@ -294,7 +302,7 @@ class GroupProbe:
             crashed = [f"rank {r}: {per_rank[r][i][1]}" for r in range(w)
                        if per_rank[r][i] is not None and per_rank[r][i][0] == _rank.SUBJECT_DIED]
             if crashed:  # a crash of the group under test, with its evidence: not a refusal
-                merged.append("its probe crashed the group's own processes:\n" + "\n".join(crashed))
+                merged.append(f"{CRASHED}:\n" + "\n".join(crashed))
                 continue
             if any(per_rank[r][i] is not None and per_rank[r][i][0] == _rank.PROBE_SKIPPED for r in range(w)):
                 merged.append(SKIPPED)

@@ -19,6 +19,7 @@ import importlib
 import multiprocessing
 import os
 import re
+import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -173,10 +174,17 @@ def _gone(pid: int) -> str | None:
     return "it exited (a zombie, not yet reaped)" if state in ("Z", "X") else None
 
 
-def dead_children(ctx: Any, ref: str) -> list[str]:
+def dead_children(ctx: Any, ref: str, wait: float = 0.0) -> list[str]:
     """The processes the factory ``ref`` started on this rank that have ended, one line each (the
-    evidence that the group under test died, rather than refused or failed a call)."""
+    evidence that the group under test died, rather than refused or failed a call).  ``wait``: give
+    them that long to finish exiting (a closed pipe is seen a moment before its process has exited)."""
     started, others = _CHILDREN.get(ref, ([], []))
+    until = time.monotonic() + wait
+    if wait and started:
+        alive = [p for p in started if p.exitcode is None]
+        while alive and time.monotonic() < until:
+            alive[0].join(timeout=min(0.1, max(0.0, until - time.monotonic())))
+            alive = [p for p in alive if p.exitcode is None]
     lines = []
     for p in started:
         code = p.exitcode  # polls
@@ -184,9 +192,18 @@ def dead_children(ctx: Any, ref: str) -> list[str]:
             lines.append(f"its process {p.name} (pid {p.pid}) exited: {describe_exit(code)}")
     for pid in others:
         how = _gone(pid)
+        while how is None and time.monotonic() < until:
+            time.sleep(0.1)
+            how = _gone(pid)
         if how is not None:
             lines.append(f"its process pid {pid}: {how}")
     return lines
+
+
+# What a rank raises when the other end of a pipe or socket to the group's own process is gone.
+_DISCONNECTS = {f"builtins.{name}" for name in ("BrokenPipeError", "EOFError", "ConnectionResetError",
+                                                "ConnectionAbortedError", "ConnectionRefusedError")}
+DISCONNECT_WAIT_S = 5.0  # how long a process whose pipe closed is given to finish exiting
 
 
 def cached_group(ref: str) -> Any:
@@ -369,35 +386,62 @@ def _run_calls(ctx: Any, ref: str, calls: tuple[OpCall, ...], wait_order: tuple[
 def probe(ctx: Any, ref: str, calls: tuple[OpCall, ...]) -> list[tuple[str, str] | None]:
     """Run each call once; per call None (it ran here) or (exception type, message).
 
-    Once a call of an operation killed the group's own processes (``SUBJECT_DIED``), the operation's
-    other calls are not run (``PROBE_SKIPPED``): it has failed, and each crash costs a new group."""
+    A call during which the group's own processes died is ``(SUBJECT_DIED, what the rank raised and
+    how they ended)``, and the next call gets a new group.  Where a call finds them gone (a closed
+    pipe) right after the previous call raised, that previous call is the one that killed them (a
+    refusal, say, that ended the process): it is marked so, and this call is run again on a new
+    group.  Once a call of an operation killed them, the operation's other calls are not run
+    (``PROBE_SKIPPED``): each crash costs a new group."""
     results: list[tuple[str, str] | None] = []
     crashed: set[str] = set()  # operations whose probe killed the group's processes
-    for call in calls:
+    retried = False
+    i = 0
+    while i < len(calls):
+        call = calls[i]
         if call.op in crashed:
             results.append((PROBE_SKIPPED, f"not probed: an earlier probe of {call.op} crashed the group"))
+            i += 1
             continue
-        try:
-            _run_calls(ctx, ref, (call,), None, forget_on_error=False)
-            results.append(None)
-        except _Abandoned:
-            results.append(None)
-        except Exception as exc:  # noqa: BLE001 - the driver classifies it
-            type_name = f"{type(exc).__module__}.{type(exc).__qualname__}"
-            died = dead_children(ctx, ref)
-            if died:  # not a refusal: the group's own processes died during the call
-                results.append((SUBJECT_DIED, f"{type_name}: {exc}; " + "; ".join(died)))
-            else:
-                results.append((type_name, str(exc)))
-        last = results[-1]
-        failed = _agree(ctx, last is not None)
-        died = _agree(ctx, last is not None and last[0] == SUBJECT_DIED)
-        if died:
+        result = _probe_one(ctx, ref, call)
+        blame_previous = False
+        if result is not None:
+            disconnected = result[0] in _DISCONNECTS
+            died = dead_children(ctx, ref, wait=DISCONNECT_WAIT_S if disconnected else 0.0)
+            if died:  # not a refusal: the group's own processes died
+                previous = results[-1] if results else None
+                blame_previous = (disconnected and not retried and previous is not None
+                                  and previous[0] not in (SUBJECT_DIED, PROBE_SKIPPED))
+                if blame_previous and previous is not None:
+                    results[-1] = (SUBJECT_DIED, f"{previous[0]}: {previous[1]}; then "
+                                                 + "; ".join(died) + f" (the next call got {result[0]})")
+                else:
+                    result = (SUBJECT_DIED, f"{result[0]}: {result[1]}; " + "; ".join(died))
+        if _agree(ctx, blame_previous):  # the previous call killed them: it crashed, this one runs again
+            crashed.add(calls[i - 1].op)
+            forget(ctx, ref)
+            retried = True
+            continue
+        retried = False
+        results.append(result)
+        failed = _agree(ctx, result is not None)
+        died_here = _agree(ctx, result is not None and result[0] == SUBJECT_DIED)
+        if died_here:
             crashed.add(call.op)
-        if 0 < failed < ctx.world_size or died:
+        if 0 < failed < ctx.world_size or died_here:
             # some ranks raised, others did not, or the group died: the next call gets a new group
             forget(ctx, ref)
+        i += 1
     return results
+
+
+def _probe_one(ctx: Any, ref: str, call: OpCall) -> tuple[str, str] | None:
+    try:
+        _run_calls(ctx, ref, (call,), None, forget_on_error=False)
+    except _Abandoned:
+        return None
+    except Exception as exc:  # noqa: BLE001 - the driver classifies it
+        return f"{type(exc).__module__}.{type(exc).__qualname__}", str(exc)
+    return None
 
 
 class _GroupContext:
