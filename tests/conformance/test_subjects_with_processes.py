@@ -37,9 +37,26 @@ def test_a_probe_that_kills_the_groups_process_is_a_crash_with_evidence(pools):
     assert "its process child-gloo-rank" in message and "exited: exit code 9" in message, message
     assert "EOFError" in message
     assert not any(u.op == "allreduce" for u in report.unsupported), report.summary()  # not a refusal
+    assert allreduce.examples > 0  # what it accepted (float32) was fuzzed all the same, on a new group
     # the group was built again after the crash: the other operations were probed and fuzzed on it
     assert report.ops["broadcast"].status == "conforms" and report.ops["broadcast"].examples > 0, report.summary()
     assert report.ops["barrier"].status == "conforms", report.summary()
+
+
+def test_a_refusal_that_ends_the_groups_process_is_that_probes_crash(pools):
+    # int16 is refused (gloo's "Invalid scalar type"), then the child exits: the next probe finds the
+    # pipe closed; the crash is the int16 probe's (broadcast's other dtypes are then skipped).
+    report = check_process_group("helpers.child_pg:child_exits_after_refusing", world_sizes=(2,),
+                                 ops=("broadcast",), dtypes=(torch.float32, torch.int16, torch.float64),
+                                 max_examples=5, pools=pools, settings=REPEATABLE)
+    broadcast = report.ops["broadcast"]
+    assert broadcast.status == "failed", report.summary()
+    message = broadcast.failure.message
+    assert "broadcast(src=0, tensor=TensorSpec((2,), torch.int16)" in message, message
+    assert "Invalid scalar type; then " in message and "exited: exit code 1 (the next call got builtins." in message
+    # the rest was probed (its layouts) and fuzzed (float32) on a new group
+    assert "layouts: contiguous, sliced, transposed, channels_last" in broadcast.supported, report.summary()
+    assert broadcast.examples > 0
 
 
 def test_building_and_probing_never_take_the_whole_duration(pools):

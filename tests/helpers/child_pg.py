@@ -8,6 +8,8 @@ Factories (``factory(rank, world_size, store, device)``):
 - ``child_dies_on_bool``: the child exits (code 9) when asked to allreduce a bool tensor: its rank
   then raises EOFError (the pipe's other end is gone), which must read as a crash of the subject,
   with the child's exit as evidence, not as a refusal;
+- ``child_exits_after_refusing``: the child sends back gloo's error for what gloo refuses (int16...),
+  then exits, as torchft's ProcessGroupBaby's worker does: the rank's next call finds the pipe closed;
 - ``slow_child_gloo``: ``child_gloo`` whose factory takes SLOW_BUILD_S more (a slow-starting group).
 """
 
@@ -38,7 +40,7 @@ def _unpack(packed: tuple[str, tuple[int, ...], bytes]) -> torch.Tensor:
     return raw.view(getattr(torch, name)).reshape(shape)
 
 
-def _child(rank: int, world_size: int, conn: Any, die_on_bool: bool) -> None:
+def _child(rank: int, world_size: int, conn: Any, die_on_bool: bool, exit_after_refusing: bool = False) -> None:
     """Host (rank 0) or join the children's TCPStore, build gloo, then serve calls until EOF."""
     store = dist.TCPStore("127.0.0.1", 0, world_size, is_master=True, wait_for_workers=False) if rank == 0 else None
     conn.send(store.port if store is not None else None)
@@ -68,6 +70,10 @@ def _child(rank: int, world_size: int, conn: Any, die_on_bool: bool) -> None:
                 pg.barrier().wait()
         except Exception as exc:  # noqa: BLE001 - goes back to the rank, raised there
             conn.send(("error", f"{type(exc).__name__}: {exc}"))
+            if exit_after_refusing:  # as torchft's ProcessGroupBaby's worker: any error ends it
+                conn.close()
+                time.sleep(0.5)  # the rank sees the closed pipe before the process has exited
+                os._exit(1)
             continue
         conn.send(("ok", [_pack(t) for t in tensors]))
 
@@ -75,11 +81,12 @@ def _child(rank: int, world_size: int, conn: Any, die_on_bool: bool) -> None:
 class ChildGloo(dist.ProcessGroup):
     """A ProcessGroup whose collectives run in a child process of the rank."""
 
-    def __init__(self, rank: int, world_size: int, store: Any, die_on_bool: bool = False) -> None:
+    def __init__(self, rank: int, world_size: int, store: Any, die_on_bool: bool = False,
+                 exit_after_refusing: bool = False) -> None:
         super().__init__(rank, world_size)
         ctx = mp.get_context("spawn")
         self._conn, child_conn = ctx.Pipe()
-        self.child = ctx.Process(target=_child, args=(rank, world_size, child_conn, die_on_bool),
+        self.child = ctx.Process(target=_child, args=(rank, world_size, child_conn, die_on_bool, exit_after_refusing),
                                  name=f"child-gloo-rank{rank}", daemon=True)
         self.child.start()
         child_conn.close()
@@ -127,6 +134,10 @@ def child_gloo(rank: int, world_size: int, store: Any, device: torch.device) -> 
 
 def child_dies_on_bool(rank: int, world_size: int, store: Any, device: torch.device) -> ChildGloo:
     return ChildGloo(rank, world_size, store, die_on_bool=True)
+
+
+def child_exits_after_refusing(rank: int, world_size: int, store: Any, device: torch.device) -> ChildGloo:
+    return ChildGloo(rank, world_size, store, exit_after_refusing=True)
 
 
 def slow_child_gloo(rank: int, world_size: int, store: Any, device: torch.device) -> ChildGloo:
