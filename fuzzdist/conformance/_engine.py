@@ -152,7 +152,7 @@ def check_process_group(factory: str | Callable[..., Any], options: CheckOptions
             options' own: ``world_sizes``, ``max_examples``, ``duration``,
             ``ops``, ``dtypes``, ``device``, ``timeout``, ``max_bytes``,
             ``pools``, ``settings``, ``verbose``, ``seed``,
-            ``repeat_waits``, ``ddp_reorder`` (each described there).
+            ``repeat_waits``, ``ddp_reorder``, ``wraps`` (each described there).
 
     Returns:
         A ``ConformanceReport``: ``.conforms``, ``.failures`` (each shrunk,
