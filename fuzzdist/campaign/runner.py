@@ -159,7 +159,7 @@ class CampaignPlugin(SelectionPlugin):
         elif (report.failed and report.when in ("setup", "teardown")
               and prop.status in ("pending", "running", "passed", "known")):
             prop.status = "error"
-            prop.reason = f"{report.when} failed: " + first_line(str(report.longreprtext))
+            prop.reason = f"{report.when} failed: " + _error_line(str(report.longreprtext))
             self._announced.add(prop.nodeid)
             self.progress.property_done(self.state, prop)
 
@@ -305,6 +305,15 @@ def behaviour(prop: PropertyState) -> int:
     ranks.  What the adaptive schedule rewards."""
     return (len(prop.events) + prop.event_pairs.cells + len(prop.targets) + prop.target_gains
             + len(prop.failures) + line_coverage.lines_reached(prop.nodeid))
+
+
+def _error_line(longrepr: str) -> str:
+    """The error in pytest's report of a failed set-up or teardown: its first ``E`` line (the exception),
+    not the first line of the source listing above it."""
+    for line in longrepr.splitlines():
+        if line.startswith("E "):
+            return first_line(line[1:])
+    return first_line(longrepr)
 
 
 def _skip_reason(report: pytest.TestReport) -> str:
