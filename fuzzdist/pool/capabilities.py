@@ -30,12 +30,19 @@ GLOO_DTYPES = (
 )
 
 
-def validate_pool_args(world_size: object, backend: object, device: object, timeout: object) -> None:
-    """Raise InvalidArgument (a ValueError)/CapabilityError for arguments no pool could run with."""
+def validate_pool_args(world_size: object, backend: object, device: object, timeout: object,
+                       local: bool = True) -> None:
+    """Raise InvalidArgument (a ValueError)/CapabilityError for arguments no pool could run with.
+
+    ``local``: the ranks are to be started on this machine (a RankPool), so their number is bounded by
+    what it holds (:func:`too_many_ranks`); False under torchrun, whose processes exist already.
+    """
     from fuzzdist.errors import CapabilityError, InvalidArgument
 
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise InvalidArgument(f"world_size must be a positive int (the number of ranks), got {world_size!r}")
+    if local and (reason := too_many_ranks(world_size)):
+        raise InvalidArgument(f"world_size={world_size}: {reason}")
     if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not timeout > 0:
         raise InvalidArgument(f"timeout must be a positive number of seconds, got {timeout!r}")
     if device not in DEVICES:
@@ -69,33 +76,27 @@ RANK_MEMORY_BYTES = 250 * 2**20  # about what one rank process holds: torch, hyp
 
 def too_many_ranks(world_size: int) -> str | None:
     """Why this machine can't hold ``world_size`` rank processes at once (a sentence saying how many it
-    can), or None.  Counted from the memory available now, at :data:`RANK_MEMORY_BYTES` a rank, the
-    driver as one more: past it the machine swaps or its out-of-memory killer takes the driver, and a
-    thousand ranks once started 140 processes before that."""
-    available = _available_memory()
-    if available is None:
+    can), or None.  Counted from the machine's memory, at :data:`RANK_MEMORY_BYTES` a rank, the driver
+    as one more: past it the machine swaps or its out-of-memory killer takes the driver (a thousand
+    ranks once started 140 processes before that).  The whole memory, not what is free now, so that
+    the bound is the machine's and the same on every run."""
+    memory = _machine_memory()
+    if memory is None:
         return None
-    most = max(1, available // RANK_MEMORY_BYTES - 1)
+    most = max(1, memory // RANK_MEMORY_BYTES - 1)
     if world_size <= most:
         return None
-    return (f"this machine can hold about {most} rank processes ({available / 2**30:.1f} GiB of memory "
-            f"available, about {RANK_MEMORY_BYTES // 2**20} MiB a rank): pass at most {most}, or spread the "
-            "ranks over several machines with torchrun")
+    return (f"this machine can hold about {most} rank processes ({memory / 2**30:.1f} GiB of memory, "
+            f"about {RANK_MEMORY_BYTES // 2**20} MiB a rank): pass at most {most}, or spread the ranks "
+            "over several machines with torchrun")
 
 
-def _available_memory() -> int | None:
-    """Bytes of memory available to new processes (Linux's MemAvailable), or None where unknown."""
+def _machine_memory() -> int | None:
+    """Bytes of memory this machine has, or None where unknown."""
+    import os
+
     try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        import os
-
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (AttributeError, ValueError, OSError):
         return None
 

@@ -78,7 +78,7 @@ def join(backend: str = "gloo", device: str = "cpu", timeout: float = DEFAULT_TI
         raise InvalidState("not started by torchrun: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT and "
                            "LOCAL_RANK are not all set. Run `torchrun ... -m fuzzdist run`.")
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    validate_pool_args(world_size, backend, device, timeout)
+    validate_pool_args(world_size, backend, device, timeout, local=False)  # torchrun's ranks exist already
     if device == "cuda":
         dev = torch.device("cuda", int(os.environ["LOCAL_RANK"]) % torch.cuda.device_count())
         torch.cuda.set_device(dev)
