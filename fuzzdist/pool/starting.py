@@ -116,6 +116,10 @@ def start_fork_server_early(device: str = "cpu") -> bool:
     """Start the fork server now, where ``auto`` would fork a pool on ``device``, so that its torch import
     runs beside the driver's own start-up (a campaign collecting its properties) instead of inside the
     first pool's.  True if a server is running (or starting) afterwards."""
+    from fuzzdist.pool.torchrun import in_torchrun
+
+    if in_torchrun():
+        return False  # torchrun's processes are the ranks
     try:
         if resolve_start_method("auto", device) != "forkserver":
             return False
