@@ -100,8 +100,8 @@ def _report_form_failures(probe: GroupProbe, op: str, report: OpReport) -> None:
     if not failed:
         return
     message = (f"{op} ({OPS[op].method}) hung, crashed the ranks or crashed the group's own processes when "
-               "probed in some dtypes or argument forms (what it accepted was fuzzed all the same):\n"
-               + "\n".join(failed))
+               "probed in another dtype or argument form (the plain form was fuzzed all the same, in what it "
+               "accepted):\n" + "\n".join(failed))
     if report.failure is None:
         report.status = "failed"
         report.failure = Failure(op, message, {"probe": True})
