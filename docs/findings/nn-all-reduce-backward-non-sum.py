@@ -2,10 +2,11 @@
 MIN and MAX.
 
 Its backward all-reduces the upstream gradients with the forward's op, which is right only for SUM
-(AVG, documented as NCCL-only, is not tried here).  Two ranks hold x = 1 and 2 (3 for PRODUCT) and each computes y = all_reduce(x, op).sum()
-and y.backward().  The gradient of the total y_0 + y_1 with respect to rank 0's x is 0 for MAX
-(rank 0's x is not the max), 2 for MIN (it is the min, counted on both ranks) and 2 * 3 = 6 for
-PRODUCT; torch gives rank 0 the gradient 1 in all three (the MAX/MIN/PRODUCT of the upstream 1s).
+(AVG, documented as NCCL-only, is not tried here).  Two ranks hold x = 1 and 2 (3 for PRODUCT) and
+each computes y = all_reduce(x, op).sum() and y.backward().  The gradient of the total y_0 + y_1
+with respect to rank 0's x is 0 for MAX (rank 0's x is not the max), 2 for MIN (it is the min,
+counted on both ranks) and 2 * 3 = 6 for PRODUCT; torch gives rank 0 the gradient 1 in all three
+(the MAX/MIN/PRODUCT of the upstream 1s).
 
 torch.distributed.nn.all_reduce is deprecated (since torch 2.13's FutureWarning) in favour of
 torch.distributed._functional_collectives.all_reduce; the script runs that replacement too, where it
