@@ -56,12 +56,29 @@ def test_two_outputs_naming_one_file_are_refused(project, capsys):
                     "--report and --html both name out/x", "give them different files")
 
 
+class _Session:
+    """Stands in for check-pg's ConformanceSession: no group is built, the verdict is ``conforms``."""
+
+    conforms = True
+    checks: list[str] = []
+
+    def __init__(self, factory, **kwargs):
+        self.report = types.SimpleNamespace(conforms=self.conforms, summary=lambda: "the summary",
+                                            to_json=lambda: {}, interrupted="", ops={})
+
+    def prepare(self):
+        pass
+
+    def close(self):
+        pass
+
+
 def test_check_pg_json_path_is_checked_before_the_check_runs(project, capsys, monkeypatch):
     import fuzzdist.conformance
 
-    monkeypatch.setattr(fuzzdist.conformance, "check_process_group", lambda *a, **k: pytest.fail("it ran"))
-    _one_line_error(capsys, ["check-pg", "m:f", "--json", "/no/such/dir/x.json"],
-                    "can't write /no/such/dir/x.json (the folder /no/such/dir does not exist)", "--json")
+    monkeypatch.setattr(fuzzdist.conformance, "ConformanceSession", lambda *a, **k: pytest.fail("it ran"))
+    _one_line_error(capsys, ["check-pg", "m:f", "--json", "no/such/x.json"],
+                    "can't write no/such/x.json (the folder no/such does not exist)", "--json")
 
 
 @pytest.mark.parametrize("conforms, code", [(True, 0), (False, 1)])
@@ -69,8 +86,7 @@ def test_check_pg_json_that_fails_at_the_end_keeps_the_verdict(project, capsys, 
     import fuzzdist.campaign.output
     import fuzzdist.conformance
 
-    report = types.SimpleNamespace(conforms=conforms, summary=lambda: "the summary", to_json=lambda: {})
-    monkeypatch.setattr(fuzzdist.conformance, "check_process_group", lambda *a, **k: report)
+    monkeypatch.setattr(fuzzdist.conformance, "ConformanceSession", type("S", (_Session,), {"conforms": conforms}))
 
     def fail(path, text):
         raise PermissionError(13, "Permission denied")
