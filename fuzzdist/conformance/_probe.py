@@ -49,6 +49,7 @@ class GroupProbe:
         self.ref = ref
         self.wraps = wraps  # the backend the group delegates to, run as the reference (CheckOptions.wraps)
         self.inherited_bugs: dict[str, set[str]] = {}  # check -> ids of known bugs inherited from ``wraps``
+        self.killer_dtypes: set[str] = set()  # dtypes whose probe killed the group's processes
         self.pool = pool
         self.report = report
         self._dtypes = dtypes
@@ -92,6 +93,10 @@ class GroupProbe:
         if not self.report.backend:
             self.report.backend = self._backends[w]
         self.caps[w] = self._probe(w)
+        try:  # a probe that killed the group left it to be built again: now, not in the first check's time
+            pool.run(_rank.build, self.ref)
+        except RankFailure:
+            pass
 
     def _probe_plan(self, w: int) -> list[tuple[tuple[str, str | None, torch.dtype | None], OpCall]]:
         plan = []
@@ -105,7 +110,7 @@ class GroupProbe:
     def _probe(self, w: int) -> Capabilities:
         caps = Capabilities(w)
         plan = self._probe_plan(w)
-        results = self._run_probes(w, [call for _, call in plan])
+        results = self._run_probes(w, [call for _, call in plan], by_dtype=True)
         supported: dict[tuple[str, str | None], list[Any]] = {}  # dtypes (None: the op takes no tensor)
         for (key, call), result in zip(plan, results, strict=False):
             op, reduce_op, dtype = key
@@ -268,7 +273,7 @@ class GroupProbe:
         elif w not in known[1]:
             known[1].append(w)
 
-    def _run_probes(self, w: int, calls: list[OpCall]) -> list[Any]:
+    def _run_probes(self, w: int, calls: list[OpCall], by_dtype: bool = False) -> list[Any]:
         """Per call: None (ran), (type, message) (raised), or a string (hung or crashed the ranks).
 
         One pool call for the whole batch; if that fails (a probe hung, or
@@ -278,7 +283,8 @@ class GroupProbe:
             return []
         pool = self.pool(w)
         try:
-            per_rank = pool.run(_rank.probe, self.ref, tuple(calls))
+            per_rank = pool.run(_rank.probe, self.ref, tuple(calls), by_dtype,
+                                tuple(sorted(self.killer_dtypes)) if by_dtype else ())
         except RankFailure as exc:
             died = self.deaths(w)
             if died:  # the group's own processes died: a fresh group for the probes still to run
@@ -294,11 +300,15 @@ class GroupProbe:
                 by_op = {i: [i] for i in range(len(calls))}
             results: list[Any] = [None] * len(calls)
             for indices in by_op.values():
-                for i, result in zip(indices, self._run_probes(w, [calls[i] for i in indices]), strict=False):
+                for i, result in zip(indices, self._run_probes(w, [calls[i] for i in indices], by_dtype),
+                                     strict=False):
                     results[i] = result
             return results
         merged: list[Any] = []
         for i, call in enumerate(calls):
+            if by_dtype and call.info.needs_dtypes and any(
+                    per_rank[r][i] is not None and per_rank[r][i][0] == _rank.SUBJECT_DIED for r in range(w)):
+                self.killer_dtypes.add(str(call.spec.dtype))  # not probed again at the other world sizes
             crashed = [f"rank {r}: {per_rank[r][i][1]}" for r in range(w)
                        if per_rank[r][i] is not None and per_rank[r][i][0] == _rank.SUBJECT_DIED]
             if crashed:  # a crash of the group under test, with its evidence: not a refusal

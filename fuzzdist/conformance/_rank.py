@@ -383,23 +383,30 @@ def _run_calls(ctx: Any, ref: str, calls: tuple[OpCall, ...], wait_order: tuple[
     return [p.observe() for p in prepared]
 
 
-def probe(ctx: Any, ref: str, calls: tuple[OpCall, ...]) -> list[tuple[str, str] | None]:
+def probe(ctx: Any, ref: str, calls: tuple[OpCall, ...], by_dtype: bool = False,
+          killed_by: tuple[str, ...] = ()) -> list[tuple[str, str] | None]:
     """Run each call once; per call None (it ran here) or (exception type, message).
 
     A call during which the group's own processes died is ``(SUBJECT_DIED, what the rank raised and
     how they ended)``, and the next call gets a new group.  Where a call finds them gone (a closed
     pipe) right after the previous call raised, that previous call is the one that killed them (a
     refusal, say, that ended the process): it is marked so, and this call is run again on a new
-    group.  Once a call of an operation killed them, the operation's other calls are not run
-    (``PROBE_SKIPPED``): each crash costs a new group."""
+    group.  Once a call killed them, the calls like it are not run (``PROBE_SKIPPED``): each crash
+    costs a new group.  Like it: of the same operation, or with ``by_dtype`` (the dtype probes: a
+    group that ends its process on a dtype it refuses does so in every operation) of the same dtype,
+    or of a dtype in ``killed_by`` (those that killed it at another world size)."""
     results: list[tuple[str, str] | None] = []
-    crashed: set[str] = set()  # operations whose probe killed the group's processes
+    crashed: set[str] = set(killed_by)  # what killed the group's processes: ops, or dtype names
     retried = False
     i = 0
+
+    def key(call: OpCall) -> str:
+        return str(call.spec.dtype) if by_dtype and call.info.needs_dtypes else call.op
+
     while i < len(calls):
         call = calls[i]
-        if call.op in crashed:
-            results.append((PROBE_SKIPPED, f"not probed: an earlier probe of {call.op} crashed the group"))
+        if key(call) in crashed:
+            results.append((PROBE_SKIPPED, f"not probed: a probe like it ({key(call)}) crashed the group"))
             i += 1
             continue
         result = _probe_one(ctx, ref, call)
@@ -417,7 +424,7 @@ def probe(ctx: Any, ref: str, calls: tuple[OpCall, ...]) -> list[tuple[str, str]
                 else:
                     result = (SUBJECT_DIED, f"{result[0]}: {result[1]}; " + "; ".join(died))
         if _agree(ctx, blame_previous):  # the previous call killed them: it crashed, this one runs again
-            crashed.add(calls[i - 1].op)
+            crashed.add(key(calls[i - 1]))
             forget(ctx, ref)
             retried = True
             continue
@@ -426,7 +433,7 @@ def probe(ctx: Any, ref: str, calls: tuple[OpCall, ...]) -> list[tuple[str, str]
         failed = _agree(ctx, result is not None)
         died_here = _agree(ctx, result is not None and result[0] == SUBJECT_DIED)
         if died_here:
-            crashed.add(call.op)
+            crashed.add(key(call))
         if 0 < failed < ctx.world_size or died_here:
             # some ranks raised, others did not, or the group died: the next call gets a new group
             forget(ctx, ref)
