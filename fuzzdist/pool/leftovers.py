@@ -34,14 +34,16 @@ def pool_dir_prefix() -> str:
 
 
 def before_os_exit() -> None:
-    """What a normal interpreter exit does for multiprocessing, for a process about to end with
-    ``os._exit``: its finalizers run, the ``pymp-*`` folder of ``file_descriptor`` sharing goes.
-    Never raises (the process is ending)."""
+    """Part of what a normal interpreter exit does for multiprocessing, for a process about to end with
+    ``os._exit``: its exit finalizers run, so the ``pymp-*`` folder of ``file_descriptor`` sharing goes.
+    Not the rest of its exit handler, which joins the non-daemon processes this one started with no time
+    limit (a rank's watchdog kills those).  Never raises (the process is ending)."""
     util = sys.modules.get("multiprocessing.util")
     if util is None:  # multiprocessing was never used: nothing of it to clean
         return
     try:
-        util._exit_function()  # what atexit would have called: finalizers, the temporary folder
+        util._run_finalizers(0)  # the order multiprocessing's exit handler runs them in, less the joins
+        util._run_finalizers()
     except BaseException:  # noqa: BLE001 - best effort on the way out
         pass
 

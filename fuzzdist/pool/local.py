@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fuzzdist.errors import InvalidState, PoolStartupError, RankCrash
-from fuzzdist.pool import framing, messages, starting
+from fuzzdist.pool import framing, leftovers, messages, starting
 from fuzzdist.pool.capabilities import validate_pool_args
 from fuzzdist.pool.controller import DEFAULT_TIMEOUT, Controller, Outcome, decode_reply
 from fuzzdist.pool.rank import process_tree
@@ -123,7 +123,8 @@ class RankPool(Controller):
         self._requests = 0  # snapshot requests sent, to tell a late answer from the current one
         self._ready = False
         self._closed = False
-        self._tmpdir = tempfile.mkdtemp(prefix="fuzzdist-pool-")
+        leftovers.remove_stale_pool_dirs()  # of drivers that were SIGKILLed, this user's only
+        self._tmpdir = tempfile.mkdtemp(prefix=leftovers.pool_dir_prefix())
         self._spare_ranks: list[_Rank] = []  # the spare set's ranks, also killed by the finalizer
         self._finalizer = weakref.finalize(self, _cleanup, self._ranks, self._spare_ranks, self._tmpdir)
         self.generation += 1

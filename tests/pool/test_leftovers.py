@@ -8,8 +8,10 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
+from helpers import descendants
 from helpers.cli_helpers import cli_env, wait_for_report, write
 
 from fuzzdist.pool import leftovers
@@ -145,10 +147,8 @@ def test_a_run_leaves_no_temporary_file(tmp_path, how):
 
 
 @pytest.mark.parametrize("start", [
-    "auto",  # CPU ranks forked from the fork server: its multiprocessing folder is theirs, and goes with it
-    pytest.param("spawn", marks=pytest.mark.xfail(
-        strict=True, reason="a spawned rank ends with os._exit, before multiprocessing's exit: "
-                            "pool/rank/spawned.py is to call leftovers.before_os_exit() first")),
+    "auto",  # CPU ranks forked from the fork server
+    "spawn",  # a spawned rank ends with os._exit: leftovers.before_os_exit() runs multiprocessing's finalizers
 ])
 def test_a_rank_that_shared_by_file_descriptor_leaves_no_pymp_folder(tmp_path, start):
     left, out = _run(tmp_path, SHARING, "end", FUZZDIST_START_METHOD=start)
@@ -178,3 +178,28 @@ def test_a_torchrun_run_leaves_no_temporary_file(tmp_path):
     left = sorted(str(p.relative_to(temp)) for p in temp.rglob("*") if not p.relative_to(temp).parts[0]
                   .startswith("torchelastic_"))
     assert left == [], left
+
+
+def test_the_next_pool_removes_the_folder_of_a_sigkilled_driver(tmp_path):
+    """A SIGKILLed driver can't remove its pool's folder: the next pool to start (another driver) does."""
+    import json
+    import select
+
+    helpers = Path(__file__).resolve().parents[1] / "helpers"
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    driver = subprocess.Popen([sys.executable, str(helpers / "process_tree_driver.py")], stdout=subprocess.PIPE,
+                              text=True, env=env)
+    try:
+        assert select.select([driver.stdout], [], [], 120)[0], "the driver printed nothing within 120s"
+        tree = [pid for ranks in json.loads(driver.stdout.readline()) for pid in ranks.values()]
+        assert [p.name for p in tmp_path.iterdir() if p.name.startswith("fuzzdist-pool-")], "no pool folder"
+        driver.send_signal(signal.SIGKILL)
+        driver.wait(10)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait(10)
+    assert descendants.wait_all_dead(tree) == []
+    code = "from fuzzdist import RankPool\nif __name__ == '__main__':\n    RankPool(1, spares='never').start().close()"
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=300)
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("fuzzdist-pool-")] == []

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, NoReturn
 
-from fuzzdist.pool import framing, messages
+from fuzzdist.pool import framing, leftovers, messages
 from fuzzdist.pool.rank import process_tree, rank_state
 from fuzzdist.pool.rank import rank_output as rank_output_mod
 from fuzzdist.pool.rank.worker import Worker, answer_snapshot
@@ -154,6 +154,7 @@ def _serve_then_exit(serve: Callable[[], object]) -> NoReturn:
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
                 stream.flush()
+        leftovers.before_os_exit()  # the pymp-* folder of file_descriptor sharing, without the joins
         os._exit(code)
 
 
