@@ -33,6 +33,16 @@ def add_pool_arguments(parser: argparse.ArgumentParser, device_default: str | No
 
 
 def check_device(device: str | None) -> None:
+    """``--device`` usable here, and the variables that say how pools start (FUZZDIST_START_METHOD,
+    FUZZDIST_SPARES) valid: a UsageError before anything runs."""
+    from fuzzdist.errors import InvalidArgument
+    from fuzzdist.pool import starting
+
+    try:
+        starting.resolve_start_method("auto", device or "cpu")
+        starting.validate_spares("auto")
+    except InvalidArgument as exc:
+        raise UsageError(str(exc)) from None
     if device == "cuda":
         from fuzzdist.pool.capabilities import missing_gpus
 

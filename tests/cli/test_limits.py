@@ -80,3 +80,14 @@ def test_a_rank_pool_the_machine_can_t_hold_is_refused_before_a_rank_starts(monk
     monkeypatch.setattr(capabilities, "_machine_memory", lambda: 4 * capabilities.RANK_MEMORY_BYTES)
     with pytest.raises(InvalidArgument, match="world_size=8: this machine can hold about 3 rank processes"):
         RankPool(world_size=8)
+
+
+@pytest.mark.parametrize("variable, value, expected", [
+    ("FUZZDIST_START_METHOD", "fork", "FUZZDIST_START_METHOD='fork': expected spawn or forkserver"),
+    ("FUZZDIST_SPARES", "2", "FUZZDIST_SPARES='2': expected never, always or auto"),
+])
+@pytest.mark.parametrize("command", [["run", "--max-examples", "1"], ["replay"]])
+def test_a_bad_pool_variable_is_one_line_and_exit_2(project, capsys, monkeypatch, variable, value, expected,
+                                                     command):
+    monkeypatch.setenv(variable, value)
+    _one_line_error(capsys, command, expected)
