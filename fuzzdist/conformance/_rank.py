@@ -388,8 +388,8 @@ def probe(ctx: Any, ref: str, calls: tuple[OpCall, ...], by_dtype: bool = False,
     """Run each call once; per call None (it ran here) or (exception type, message).
 
     A call during which the group's own processes died is ``(SUBJECT_DIED, what the rank raised and
-    how they ended)``, and the next call gets a new group.  Where a call finds them gone (a closed
-    pipe) right after the previous call raised, that previous call is the one that killed them (a
+    how they ended)``, and the next call gets a new group.  Where a call finds them gone right after
+    the previous call that ran raised, that previous call is the one that killed them (a
     refusal, say, that ended the process): it is marked so, and this call is run again on a new
     group.  Once a call killed them, the calls like it are not run (``PROBE_SKIPPED``): each crash
     costs a new group.  Like it: of the same operation, or with ``by_dtype`` (the dtype probes: a
@@ -398,6 +398,7 @@ def probe(ctx: Any, ref: str, calls: tuple[OpCall, ...], by_dtype: bool = False,
     results: list[tuple[str, str] | None] = []
     crashed: set[str] = set(killed_by)  # what killed the group's processes: ops, or dtype names
     retried = False
+    last_ran: int | None = None  # the index in ``results`` of the last call that ran (was not skipped)
     i = 0
 
     def key(call: OpCall) -> str:
@@ -415,20 +416,22 @@ def probe(ctx: Any, ref: str, calls: tuple[OpCall, ...], by_dtype: bool = False,
             disconnected = result[0] in _DISCONNECTS
             died = dead_children(ctx, ref, wait=DISCONNECT_WAIT_S if disconnected else 0.0)
             if died:  # not a refusal: the group's own processes died
-                previous = results[-1] if results else None
-                blame_previous = (disconnected and not retried and previous is not None
+                previous = results[last_ran] if last_ran is not None else None
+                blame_previous = (not retried and previous is not None
                                   and previous[0] not in (SUBJECT_DIED, PROBE_SKIPPED))
-                if blame_previous and previous is not None:
-                    results[-1] = (SUBJECT_DIED, f"{previous[0]}: {previous[1]}; then "
-                                                 + "; ".join(died) + f" (the next call got {result[0]})")
+                if blame_previous and previous is not None and last_ran is not None:
+                    results[last_ran] = (SUBJECT_DIED, f"{previous[0]}: {previous[1]}; then " + "; ".join(died)
+                                         + f" (the next call got {result[0]})")
                 else:
                     result = (SUBJECT_DIED, f"{result[0]}: {result[1]}; " + "; ".join(died))
         if _agree(ctx, blame_previous):  # the previous call killed them: it crashed, this one runs again
-            crashed.add(key(calls[i - 1]))
+            if last_ran is not None:
+                crashed.add(key(calls[last_ran]))
             forget(ctx, ref)
             retried = True
             continue
         retried = False
+        last_ran = len(results)
         results.append(result)
         failed = _agree(ctx, result is not None)
         died_here = _agree(ctx, result is not None and result[0] == SUBJECT_DIED)
