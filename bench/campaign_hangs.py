@@ -1,6 +1,7 @@
 """A property whose failures are hangs: campaign throughput, and how long shrinking each hang takes.
 
-Run:  python bench/campaign_hangs.py [--duration 5m] [--rounds 3] [--only campaign|shrink] [--json FILE]
+Run:  python bench/campaign_hangs.py [--duration 5m] [--rounds 3] [--only campaign|shrink] [--configs spawn,default]
+          [--json FILE]
 
 The property runs ``_rank_fns.two_hangs(a, b)`` on 3 CPU ranks with a 20 s per-example timeout, a, b
 drawn from 0-50: a collective mismatch for a >= 6, a skipped collective for b >= 4 (so most examples
@@ -112,15 +113,17 @@ def main() -> None:
     parser.add_argument("--duration", default="5m")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--only", choices=("campaign", "shrink"))
+    parser.add_argument("--configs", default=",".join(CONFIGS), help="which of spawn,default to run")
     parser.add_argument("--json")
     parser.add_argument("--shrink-once", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.shrink_once:
         print(json.dumps(shrink_once()))
         return
+    configs = tuple(c for c in CONFIGS if c in args.configs.split(","))
     results: dict = {c: {"campaign": [], "shrink": []} for c in CONFIGS}
     for r in range(args.rounds):
-        for config in (CONFIGS if r % 2 == 0 else CONFIGS[::-1]):
+        for config in (configs if r % 2 == 0 else configs[::-1]):
             if args.only in (None, "shrink"):
                 out = subprocess.run([sys.executable, __file__, "--shrink-once"], env=_env(config), check=True,
                                      capture_output=True, text=True, timeout=3600)
