@@ -1,1 +1,11 @@
 pytest_plugins = ["pytester"]
+
+
+def pytest_configure(config):
+    """Start the fork server now, in the session's own environment, as `fuzzdist run` does: a server
+    first started inside a test that changed the environment would make every later pool spawn."""
+    from fuzzdist.pool import starting
+
+    xdist_controller = bool(getattr(config.option, "numprocesses", None)) and not hasattr(config, "workerinput")
+    if not xdist_controller:  # the controller runs no test
+        starting.start_fork_server_early()

@@ -187,7 +187,21 @@ class RankPool(Controller):
 
     def _start_set(self) -> _RankSet:
         """Start ``world_size`` rank processes in a process group of their own (a new store)."""
-        context = starting.context(self.start_method)
+        try:
+            return self._start_set_with(self.start_method)
+        except OSError as exc:
+            if self.start_method != "forkserver":
+                raise
+            # The fork server could not be started or reached (a TMPDIR too long for its socket, ...):
+            # this pool and every later one in this process spawn, as on a platform without one.
+            starting.mark_unusable(f"the fork server could not be used here ({exc})")
+            warnings.warn(f"fuzzdist: {starting.fork_server_fits()}; starting rank processes with spawn",
+                          RuntimeWarning, stacklevel=3)
+            self.start_method = "spawn"
+            return self._start_set_with("spawn")
+
+    def _start_set_with(self, method: str) -> _RankSet:
+        context = starting.context(method)
         self._sets_started += 1
         n = self._sets_started
         store_path = os.path.join(self._tmpdir, f"store.{n}")

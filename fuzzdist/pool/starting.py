@@ -85,8 +85,10 @@ def validate_spares(spares: str) -> str:
 
 
 # Variables that change while a run goes on and that no rank reads: the server's copy may be stale.
-_VOLATILE = frozenset({"PYTEST_CURRENT_TEST"})
+# fuzzdist's own two are read by the driver only, when it picks how to start a pool.
+_VOLATILE = frozenset({"PYTEST_CURRENT_TEST", ENV_VAR, SPARES_VAR})
 _server_env: dict[str, str] | None = None  # the environment the fork server started in, if fuzzdist started it
+_unusable: str | None = None  # why the fork server could not be started here (then auto spawns)
 
 
 def fork_server_fits() -> str | None:
@@ -98,6 +100,8 @@ def fork_server_fits() -> str | None:
     """
     from multiprocessing import forkserver
 
+    if _unusable is not None:
+        return _unusable
     running = getattr(forkserver._forkserver, "_forkserver_pid", None) is not None
     if _server_env is None:
         return "a fork server fuzzdist did not start is running" if running else None
@@ -125,7 +129,10 @@ def start_fork_server_early(device: str = "cpu") -> bool:
             return False
     except InvalidArgument:
         return False  # a bad FUZZDIST_START_METHOD: the first pool says so
-    context("forkserver")
+    try:
+        context("forkserver")
+    except OSError:
+        return False  # said by fork_server_fits(): pools spawn
     return True
 
 
@@ -140,8 +147,19 @@ def context(method: str) -> Any:
         if getattr(forkserver._forkserver, "_forkserver_pid", None) is None:
             ctx.set_forkserver_preload(PRELOAD)
             _server_env = _relevant(os.environ)
-            forkserver.ensure_running()
+            try:
+                forkserver.ensure_running()
+            except OSError as exc:
+                # e.g. "AF_UNIX path too long": its socket lives in the temporary folder (TMPDIR)
+                mark_unusable(f"the fork server could not start here ({exc})")
+                raise
     return ctx
+
+
+def mark_unusable(why: str) -> None:
+    """From now on ``auto`` spawns in this process, because of ``why``."""
+    global _unusable
+    _unusable = why
 
 
 def tree_memory(pid: int) -> int | None:

@@ -22,6 +22,7 @@ linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="th
 @linux_only
 def test_auto_forks_cpu_pools_and_spawns_cuda_pools(monkeypatch):
     monkeypatch.delenv(starting.ENV_VAR, raising=False)
+    monkeypatch.setattr(starting, "fork_server_fits", lambda: None)  # the environment rule: its own test below
     assert starting.resolve_start_method("auto", "cpu") == "forkserver"
     assert starting.resolve_start_method("auto", "cuda") == "spawn"  # a CUDA context does not survive a fork
     monkeypatch.setenv(starting.ENV_VAR, "spawn")
@@ -198,3 +199,25 @@ def test_live_output_of_forked_ranks_goes_where_the_drivers_stdout_is_now(tmp_pa
     assert done.returncode == 0, done.stderr
     assert target.read_text().count("planted-line") == 2, (target.read_text(), done.stdout)
     assert "planted-line" not in done.stdout
+
+
+@linux_only
+def test_a_fork_server_that_can_not_start_falls_back_to_spawn(tmp_path):
+    """Its socket lives in the temporary folder: a TMPDIR past AF_UNIX's 108 bytes can't hold it."""
+    import subprocess
+
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    code = ("import warnings\nfrom fuzzdist import RankPool\nif __name__ == '__main__':\n"
+            "    with warnings.catch_warnings(record=True) as caught:\n"
+            "        warnings.simplefilter('always')\n"
+            "        with RankPool(2, timeout=20, spares='never') as pool:\n"
+            "            assert pool.start_method == 'spawn', pool.start_method\n"
+            "    assert any('starting rank processes with spawn' in str(w.message) for w in caught), caught\n"
+            "    with RankPool(1, timeout=20, spares='never') as pool:\n"
+            "        assert pool.start_method == 'spawn'  # decided up front from now on\n"
+            "    print('ok')\n")
+    env = {k: v for k, v in os.environ.items() if k not in (starting.ENV_VAR, starting.SPARES_VAR)}
+    env["TMPDIR"] = str(deep)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stdout + done.stderr
