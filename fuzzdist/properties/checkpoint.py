@@ -109,6 +109,9 @@ if TYPE_CHECKING:
     from fuzzdist.pool.rank.context import RankContext
 
 HAS_ASYNC_SAVE = hasattr(dcp, "async_save")
+# dcp.load's no_dist (a single-process load) is newer than some releases fuzzdist installs on (2.6 has
+# none): where it is missing, single_process is not drawn.
+HAS_NO_DIST_LOAD = "no_dist" in __import__("inspect").signature(dcp.load).parameters
 SEEDS = seeds()
 MAX_BYTES = 512  # per tensor: <= 64 elements of the widest dtype per dim, and fast
 MAX_ENTRIES = 4  # leaves per state dict
@@ -455,7 +458,7 @@ def checkpoint_cases(draw: st.DrawFn, world_size: int, dtypes: st.SearchStrategy
     tree = _tree(_leaf(world_size, dtypes)).filter(_well_formed)
     top = draw(st.dictionaries(_KEYS, tree, min_size=1, max_size=MAX_ENTRIES), label="state_dict")
     asynchronous = draw(st.booleans(), label="async_save") if HAS_ASYNC_SAVE else False
-    single = draw(st.booleans(), label="single_process")
+    single = draw(st.booleans(), label="single_process") if HAS_NO_DIST_LOAD else False
     return CheckpointCase(Node(tuple(top.values()), tuple(top.keys())), asynchronous, single)
 
 
@@ -723,7 +726,7 @@ def model_cases(draw: st.DrawFn, world_size: int, max_depth: int = 3, max_width:
     seed = draw(SEEDS, label="seed")
     save = draw(parallelisms(world_size), label="save")
     load = draw(parallelisms(world_size), label="load")
-    single = draw(st.booleans(), label="single_process")
+    single = draw(st.booleans(), label="single_process") if HAS_NO_DIST_LOAD else False
     return ModelCase(widths, optimizer, lr, seed, save, load, single)
 
 

@@ -91,6 +91,10 @@ try:
     from torch.distributed.pipelining.schedules import PipelineScheduleMulti, PipelineScheduleSingle
 except ImportError as exc:  # pragma: no cover - torch < 2.4
     raise ImportError(f"torch {torch.__version__} has no torch.distributed.pipelining") from exc
+# The property checks the documented scale_grads contract, which older schedules (torch 2.6) lack.
+if "scale_grads" not in __import__("inspect").signature(PipelineScheduleSingle.__init__).parameters:
+    raise ImportError(f"torch {torch.__version__}'s pipeline schedules take no scale_grads (the contract "
+                      "this property checks); use torch 2.7 or newer")
 
 if TYPE_CHECKING:
     from fuzzdist.pool import Pool
