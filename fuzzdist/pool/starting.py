@@ -113,7 +113,8 @@ def fork_server_fits() -> str | None:
 
 
 def _relevant(env: Any) -> dict[str, str]:
-    return {k: v for k, v in env.items() if k not in _VOLATILE}
+    # pytest's own (PYTEST_VERSION, set once pytest.main starts; PYTEST_XDIST_*) concern the driver only.
+    return {k: v for k, v in env.items() if k not in _VOLATILE and not k.startswith("PYTEST_")}
 
 
 def start_fork_server_early(device: str = "cpu") -> bool:

@@ -221,3 +221,30 @@ def test_a_fork_server_that_can_not_start_falls_back_to_spawn(tmp_path):
     env["TMPDIR"] = str(deep)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stdout + done.stderr
+
+
+CAMPAIGN_PROPERTY = '''
+from hypothesis import given, strategies as st
+from fuzzdist.pool import starting
+
+@given(a=st.integers(0, 3))
+def test_pools_fork(rank_pool, a):
+    assert rank_pool.start_method == "forkserver", (rank_pool.start_method, starting.fork_server_fits())
+'''
+
+
+@linux_only
+def test_a_campaigns_pools_fork_from_the_server_it_started(tmp_path):
+    """fuzzdist run starts the server before pytest does, which then sets PYTEST_VERSION: not a change
+    that makes the campaign's pools spawn."""
+    import subprocess
+
+    from helpers.cli_helpers import cli_env, write
+
+    write(tmp_path, "test_fork_prop.py", CAMPAIGN_PROPERTY)
+    # As from a shell: this test runs under pytest, whose PYTEST_* variables the command must not inherit.
+    env = {k: v for k, v in cli_env().items() if not k.startswith("PYTEST_") and k != starting.ENV_VAR}
+    done = subprocess.run([sys.executable, "-m", "fuzzdist", "run", "test_fork_prop.py", "--max-examples", "3",
+                           "--report", "r.json", "--junit", "", "--database", "db", "--progress", "none"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
