@@ -1,4 +1,15 @@
+import pytest
+
 pytest_plugins = ["pytester"]
+
+
+@pytest.fixture
+def forkable(monkeypatch):
+    """For tests of forked ranks themselves: pools may fork even where an earlier test in this worker
+    left the environment unlike the fork server's (auto would spawn then, and forkserver refuse)."""
+    from fuzzdist.pool import starting
+
+    monkeypatch.setattr(starting, "fork_server_fits", lambda: None)
 
 
 def pytest_configure(config):

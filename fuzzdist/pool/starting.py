@@ -85,8 +85,10 @@ def validate_spares(spares: str) -> str:
 
 
 # Variables that change while a run goes on and that no rank reads: the server's copy may be stale.
-# fuzzdist's own two are read by the driver only, when it picks how to start a pool.
-_VOLATILE = frozenset({"PYTEST_CURRENT_TEST", ENV_VAR, SPARES_VAR})
+# fuzzdist's own two are read by the driver only, when it picks how to start a pool; torch sets
+# TORCHINDUCTOR_CACHE_DIR in the driver itself, to the default a rank computes the same way, the
+# first time anything touches inductor's cache.
+_VOLATILE = frozenset({"PYTEST_CURRENT_TEST", ENV_VAR, SPARES_VAR, "TORCHINDUCTOR_CACHE_DIR"})
 _server_env: dict[str, str] | None = None  # the environment the fork server started in, if fuzzdist started it
 _unusable: str | None = None  # why the fork server could not be started here (then auto spawns)
 

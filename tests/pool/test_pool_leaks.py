@@ -50,7 +50,7 @@ def test_thousand_examples_leak_nothing():
 
 @pytest.mark.parametrize("start_method, spares", [("spawn", "never"), ("forkserver", "never"),
                                                    ("forkserver", "auto")])
-def test_recovery_does_not_leak_processes_or_fds(start_method, spares):
+def test_recovery_does_not_leak_processes_or_fds(start_method, spares, forkable):
     with RankPool(2, timeout=2, start_method=start_method, spares=spares) as pool:
         pool.run(rank_fns.whoami)
         driver_fds, children = None, None

@@ -58,7 +58,7 @@ def test_the_spares_variable_decides_for_auto_only(monkeypatch):
 
 
 @linux_only
-def test_forked_ranks_are_children_of_a_server_that_never_touched_cuda():
+def test_forked_ranks_are_children_of_a_server_that_never_touched_cuda(forkable):
     with RankPool(2, timeout=20, start_method="forkserver", spares="never") as pool:
         facts = pool.run(rank_fns.start_facts)
     assert [f["rank"] for f in facts] == [0, 1]

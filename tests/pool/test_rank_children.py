@@ -104,7 +104,7 @@ def test_nothing_a_rank_started_outlives_a_sigkilled_driver():
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="tells a reaped pid by /proc/<pid>")
 @pytest.mark.parametrize("start_method", ["spawn", "forkserver"])
-def test_the_driver_kills_a_ranks_tree_before_it_reaps_the_rank(monkeypatch, start_method):
+def test_the_driver_kills_a_ranks_tree_before_it_reaps_the_rank(monkeypatch, start_method, forkable):
     """kill_tree's rule: once a rank is reaped its pid (the id of its group) may be reused by another process.
 
     A spawned rank is the driver's child: the driver kills its tree before it reaps it.  A forked rank is
