@@ -97,12 +97,14 @@ def _alive_since(pid: int, mtime: float) -> bool:
 
 def _start_time(pid: int) -> float | None:
     """When ``pid`` started (seconds since the epoch), from /proc; None where unknown."""
+    from fuzzdist.pool.rank.process_tree import start_time
+
+    ticks = start_time(pid)
+    if ticks is None:
+        return None
     try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-            fields = f.read().rpartition(")")[2].split()
-        ticks = int(fields[19])  # field 22, starttime, counted after the ')' of the command name
         with open("/proc/stat", encoding="ascii") as f:
             boot = next(int(line.split()[1]) for line in f if line.startswith("btime "))
-        return boot + ticks / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError, StopIteration):
         return None
+    return boot + ticks / os.sysconf("SC_CLK_TCK")
