@@ -31,6 +31,7 @@ from fuzzdist.pool import input_coverage as _coverage
 from fuzzdist.pool import line_coverage as _line_coverage
 from fuzzdist.pool import observability as _observability
 from fuzzdist.pool import remote as _remote
+from fuzzdist.pool import signals as _signals
 from fuzzdist.pool.rank import rank_output
 from fuzzdist.pool.rank.rank_output import RankOutput
 from fuzzdist.pool.rank.rank_state import RankState
@@ -102,6 +103,7 @@ class Controller(ABC):
         rank fails.
         """
         self._check_usable()
+        _signals.raise_swallowed()  # before the example starts, not half-way through
         payload = pickle_call(fn, args, kwargs)
         _coverage.record(args, kwargs)
         return self._run_payload(payload, derive_seed(payload))
@@ -141,7 +143,9 @@ class Controller(ABC):
         after a failure."""
         out = Outcome(seq, self.world_size, self.straggler_grace)
         probes = _Probes(self, out)
+        _signals.keep_swallowed_interrupts()  # pytest may have put its hook in front since the last example
         while out.pending and not out.dead:
+            _signals.raise_swallowed()  # a SIGINT/SIGTERM whose exception Python swallowed stops us here
             now = time.monotonic()
             end = min(out.deadline, out.grace_deadline)
             if now >= end:

@@ -21,12 +21,20 @@ until the hold ends.  The TorchrunPool holds SIGTERM while it runs an
 example, so that it can first tell whether a rank died (then the example is
 a ``RankCrash``, which Hypothesis saves) before the campaign's
 ``Terminated`` cuts the example short.
+
+A handler's exception is raised wherever the main thread happens to be, and
+where that is a weakref callback or a ``__del__``, Python swallows it ("Exception
+ignored in ...") and the work goes on as if no signal had come.  While a
+ChainedHandler is installed, such a swallowed interrupt is kept and raised
+again at the next safe point (:func:`raise_swallowed`, which the pool calls
+while it waits for the ranks).
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 from collections.abc import Callable
 from types import FrameType
@@ -63,6 +71,7 @@ class ChainedHandler:
         self._ends_process = ends_process
         self._removed = False
         self.previous: Any = signal.signal(signum, self)  # raises ValueError outside the main thread
+        keep_swallowed_interrupts()
 
     def ends_process(self) -> bool:
         """Does this handler see to the end of the process, just now?"""
@@ -190,6 +199,37 @@ def held(signum: int) -> bool:
 def _open_hold(signum: int) -> Hold | None:
     holds = _holds.get(signum)
     return holds[-1] if holds else None
+
+
+_swallowed: list[BaseException] = []  # interrupts Python swallowed, oldest first
+
+
+def keep_swallowed_interrupts() -> None:
+    """Make sure ``sys.unraisablehook`` keeps a KeyboardInterrupt (``Terminated`` included) that Python
+    swallowed, for :func:`raise_swallowed`; everything else goes to the hook that was there.  Idempotent;
+    called again where another hook (pytest's, while a test runs) may have been put in front of ours."""
+    current = sys.unraisablehook
+    if getattr(current, "_fuzzdist_keeps_interrupts", False):
+        return
+
+    def keep(unraisable: Any) -> None:
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            _swallowed.append(unraisable.exc_value)
+            return
+        current(unraisable)
+
+    keep._fuzzdist_keeps_interrupts = True  # type: ignore[attr-defined]
+    sys.unraisablehook = keep
+
+
+def raise_swallowed() -> None:
+    """Raise the interrupt a weakref callback or ``__del__`` swallowed since the last call, if any (main
+    thread only: signal handlers run there, and that is where the work must stop)."""
+    if not _swallowed or threading.current_thread() is not threading.main_thread():
+        return
+    exc = _swallowed[0]
+    _swallowed.clear()
+    raise exc
 
 
 def default_action(signum: int) -> None:

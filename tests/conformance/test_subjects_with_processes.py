@@ -79,18 +79,27 @@ def test_sigterm_prints_and_writes_the_partial_report(tmp_path):
     tests_dir = Path(__file__).resolve().parents[1]
     env = cli_env()
     env["PYTHONPATH"] = f"{tests_dir}:{env.get('PYTHONPATH', '')}"
+    marks = env["FUZZDIST_TEST_MARKS"] = str(tmp_path / "marks")
     out = tmp_path / "partial.json"
-    proc = subprocess.Popen([sys.executable, "-m", "fuzzdist", "check-pg", "helpers.child_pg:child_gloo", "-w", "2",
-                             "--ops", "allreduce,broadcast,barrier", "--duration", "10m", "--no-database",
-                             "--json", str(out)], cwd=tmp_path, env=env, text=True,
+    proc = subprocess.Popen([sys.executable, "-m", "fuzzdist", "check-pg", "helpers.child_pg:marked_child_gloo",
+                             "-w", "2", "--ops", "allreduce,broadcast,barrier", "--duration", "10m",
+                             "--no-database", "--json", str(out)], cwd=tmp_path, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    time.sleep(25)  # the pool and the group are up, probing or fuzzing
-    proc.send_signal(signal.SIGTERM)
-    stdout, stderr = proc.communicate(timeout=120)
+    try:
+        deadline = time.monotonic() + 120
+        while not (Path(marks).exists() and len(Path(marks).read_text().split()) >= 2):  # both ranks built it
+            assert proc.poll() is None and time.monotonic() < deadline, "check-pg never built the group"
+            time.sleep(0.1)
+        time.sleep(1)  # probing or fuzzing
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        proc.kill()  # a check-pg that ignored SIGTERM would otherwise fuzz on for its 10 minutes
+        proc.wait()
     assert proc.returncode == 128 + signal.SIGTERM, (proc.returncode, stdout, stderr)
     assert "INTERRUPTED by SIGTERM: a partial report" in stdout, stdout + stderr
     lines = stdout.splitlines()
-    assert lines[0].startswith("fuzzdist check-pg helpers.child_pg:child_gloo (") and \
+    assert lines[0].startswith("fuzzdist check-pg helpers.child_pg:marked_child_gloo (") and \
         "world sizes 2: NO FAILURE SO FAR in " in lines[0], lines[0]  # not CONFORMS: it was cut short
     for name in ("allreduce", "broadcast", "barrier"):  # every check is listed, reached or not
         assert any(line.split()[:1] == [name] for line in lines), stdout

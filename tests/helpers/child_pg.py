@@ -132,6 +132,15 @@ def child_gloo(rank: int, world_size: int, store: Any, device: torch.device) -> 
     return ChildGloo(rank, world_size, store)
 
 
+def marked_child_gloo(rank: int, world_size: int, store: Any, device: torch.device) -> ChildGloo:
+    """child_gloo, and a line in the file $FUZZDIST_TEST_MARKS each time a rank has built one: a test
+    sees when check-pg is at work without guessing from the clock."""
+    group = ChildGloo(rank, world_size, store)
+    with open(os.environ["FUZZDIST_TEST_MARKS"], "a", encoding="utf-8") as marks:
+        marks.write(f"{rank}\n")
+    return group
+
+
 def child_dies_on_bool(rank: int, world_size: int, store: Any, device: torch.device) -> ChildGloo:
     return ChildGloo(rank, world_size, store, die_on_bool=True)
 

@@ -310,3 +310,35 @@ def test_a_verdict_takes_nobody_for_dead_once_the_store_is_gone(monkeypatch):
     verdict = Verdict(store, "p/", [1], lambda r: 0)
     store.gone = True
     assert verdict.dead([1]) == set()
+
+
+def test_an_interrupt_python_swallowed_in_a_weakref_callback_stops_the_next_example(below):
+    """A handler's exception raised inside a weakref callback is swallowed by Python ("Exception ignored
+    in ..."): a SIGTERM sent to `fuzzdist check-pg` that landed there once left it fuzzing for its whole
+    duration.  The pool raises the swallowed interrupt at its next example, once."""
+    import weakref
+
+    from helpers.rank_fns import whoami
+
+    from fuzzdist import RankPool
+    from fuzzdist.errors import Terminated
+
+    def raiser(signum, frame):
+        raise Terminated(signal.Signals(signum).name)
+
+    class Thing:
+        pass
+
+    with RankPool(2, timeout=20) as pool:
+        pool.run(whoami)
+        chained = ChainedHandler(signal.SIGTERM, raiser, ends_process=True)
+        try:
+            thing = Thing()
+            ref = weakref.ref(thing, lambda _: signal.raise_signal(signal.SIGTERM))
+            del thing  # the callback runs: the handler's Terminated is raised inside it and swallowed
+            assert ref() is None
+            with pytest.raises(Terminated):
+                pool.run(whoami)
+            assert pool.run(whoami) == [(0, 2, "cpu", "gloo"), (1, 2, "cpu", "gloo")]  # raised once; goes on
+        finally:
+            chained.remove()
