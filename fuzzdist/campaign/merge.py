@@ -135,10 +135,14 @@ class KnownFromReport:
         return sum(int(b.get("count", 0)) for b in self.bugs)
 
     def lines(self) -> list[str]:
+        """One line per bug, as :meth:`fuzzdist.known_bugs.Tally.lines` writes them: id, count, kind,
+        summary, upstream; then the first example that showed it and its failure."""
         out = []
         for b in self.bugs:
             upstream = f" ({b['upstream']})" if b.get("upstream") else ""
-            out.append(f"KNOWN {b['id']} x{b.get('count', 0)}: {b.get('summary', '')}{upstream}")
+            # the entry's kind as the Tally's lines show it; a report written before entries had one has none
+            kind = f" [{b['kind']}]" if b.get("kind") else ""
+            out.append(f"KNOWN {b['id']} x{b.get('count', 0)}{kind}: {b.get('summary', '')}{upstream}")
             out.append(f"    first seen on: {b.get('example', '')}")
             out.append(f"    failure: {b.get('failure', '')}")
         return out

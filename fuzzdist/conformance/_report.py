@@ -178,7 +178,8 @@ class ConformanceReport:
                 upstream = f" ({k['upstream']})" if k["upstream"] else ""
                 inherited = (f" (inherited from {k['inherited_from']}: {k['inherited_from']} itself gives the same "
                              "result)" if k.get("inherited_from") else "")
-                lines.append(f"    KNOWN {k['id']} x{k['count']}{inherited}: {k['summary']}{upstream}")
+                kind = f" [{k['kind']}]" if k.get("kind") else ""  # the entry's kind, as every KNOWN line shows it
+                lines.append(f"    KNOWN {k['id']} x{k['count']}{inherited}{kind}: {k['summary']}{upstream}")
                 if details:
                     lines.append(f"      first seen on: {k['example']}")
         unsupported = self.unsupported
