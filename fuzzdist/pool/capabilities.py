@@ -20,14 +20,109 @@ import torch
 DEVICES = ("cpu", "cuda")
 T = TypeVar("T")
 
-# Element types gloo's collectives accept (ProcessGroupGloo's type dispatch;
-# complex travels as real pairs).  Not int16, not uint16/32/64, not float8:
-# gloo raises "Invalid scalar type" for those.  tests/pool/test_capabilities.py
-# checks this list against the installed gloo.
+# Element types gloo carries (ProcessGroupGloo's type dispatch; complex travels as real pairs where
+# torch's Python layer views it so).  Not int16, not uint16/32/64, not float8: gloo raises "Invalid
+# scalar type" for those.  The most any gloo path carries: send/recv (which move bytes, and view complex
+# as real) carry all of them on every torch fuzzdist was run on (2.6.0, 2.13.0, 2.14.1), and the p2p
+# property draws them all.  Whether the collectives carry complex depends on the torch: see gloo_dtypes.
 GLOO_DTYPES = (
     torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.complex64, torch.complex128,
     torch.int8, torch.int32, torch.int64, torch.uint8, torch.bool,
 )
+
+# What gloo_dtypes answers for: c10d's broadcast, the functional collectives (their all_reduce stands for
+# them all), DTensor's distribute_tensor and redistribute.
+GLOO_APIS = ("broadcast", "functional", "dtensor")
+
+# Run in a fresh interpreter: a world-size-1 gloo group (a HashStore, nothing on disk or network) tries
+# each dtype through each API and prints what each took, as JSON.  Gloo checks the element type at any
+# world size: at world size 1 it refuses what it refuses at 2 (compared on torch 2.6.0, 2.13.0, 2.14.1).
+_GLOO_DTYPES_PROBE = r"""
+import json, sys, warnings
+warnings.simplefilter("ignore")
+import torch, torch.distributed as dist
+names = sys.argv[1].split(",")
+dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+group = dist.group.WORLD
+def calls():
+    yield "broadcast", lambda t: dist.broadcast(t, 0)
+    import torch.distributed._functional_collectives as fc
+    yield "functional", lambda t: fc.wait_tensor(fc.all_reduce(t, "sum", group))
+    from torch.distributed.device_mesh import init_device_mesh
+    try:
+        from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    except ImportError:
+        from torch.distributed._tensor import Replicate, Shard, distribute_tensor
+    mesh = init_device_mesh("cpu", (1,))
+    yield "dtensor", lambda t: distribute_tensor(t, mesh, [Shard(0)]).redistribute(mesh, [Replicate()]).full_tensor()
+out = {}
+try:
+    for api, call in calls():
+        out[api] = []
+        for name in names:
+            try:
+                call(torch.zeros(4, dtype=getattr(torch, name)))
+                out[api].append(name)
+            except (RuntimeError, ValueError, TypeError):
+                pass
+except ImportError:
+    pass  # an API this torch lacks: no answer for it
+print(json.dumps(out))
+"""
+
+
+@functools.cache
+def gloo_dtypes(api: str) -> tuple[torch.dtype, ...]:
+    """The dtypes of :data:`GLOO_DTYPES` (in its order) that ``api``, one of :data:`GLOO_APIS`, carries
+    over gloo in the installed torch: what a property over that API draws.
+
+    Asked of torch, not assumed from its version: gloo refuses complex in ``dist.broadcast``,
+    ``reduce_scatter_tensor``, the functional collectives and DTensor on torch 2.6.0 ("Invalid scalar
+    type"; none of them is documented there to take complex), and takes it on 2.13.0 and 2.14.1.  One
+    probe in a subprocess (:data:`_GLOO_DTYPES_PROBE`, about 2 s), run on the first call and kept for
+    the process.  Where the probe gives no answer, the answer is all of ``GLOO_DTYPES`` with a warning:
+    a refused dtype then shows as a property's failure, never as inputs silently left out.
+    """
+    if api not in GLOO_APIS:
+        from fuzzdist.errors import InvalidArgument
+
+        raise InvalidArgument(f"unknown API {api!r} for gloo_dtypes; known: {', '.join(GLOO_APIS)}")
+    answer = _probe_gloo_dtypes().get(api)
+    if not answer:
+        import warnings
+
+        warnings.warn(f"could not ask torch {torch.__version__} which dtypes gloo's {api} takes "
+                      f"({_PROBE_FAILURE.get('why', f'the probe had no answer for {api}')}); "
+                      "drawing every dtype gloo's type dispatch has", stacklevel=2)
+        return GLOO_DTYPES
+    return tuple(d for d in GLOO_DTYPES if _dtype_name(d) in answer)
+
+
+_PROBE_FAILURE: dict[str, str] = {}  # why the last probe gave no answer, for the warning
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+@functools.cache
+def _probe_gloo_dtypes() -> dict[str, list[str]]:
+    """Run :data:`_GLOO_DTYPES_PROBE` once: API name -> the dtype names it took ({} where it failed)."""
+    import json
+
+    names = ",".join(_dtype_name(d) for d in GLOO_DTYPES)
+    try:
+        done = subprocess.run([sys.executable, "-c", _GLOO_DTYPES_PROBE, names], capture_output=True,
+                              text=True, timeout=180)  # imports torch: generous for a loaded machine
+        answer = json.loads(done.stdout.strip().splitlines()[-1])
+    except (subprocess.TimeoutExpired, OSError, ValueError, IndexError) as exc:
+        stderr = getattr(locals().get("done"), "stderr", "") or ""
+        _PROBE_FAILURE["why"] = f"{type(exc).__name__}: {exc}; {stderr.strip()[-300:]}".rstrip("; ")
+        return {}
+    if not isinstance(answer, dict):
+        _PROBE_FAILURE["why"] = f"the probe printed {answer!r}"
+        return {}
+    return {str(k): [str(n) for n in v] for k, v in answer.items() if isinstance(v, list)}
 
 
 def validate_pool_args(world_size: object, backend: object, device: object, timeout: object,

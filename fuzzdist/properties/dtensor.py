@@ -41,7 +41,7 @@ import torch
 from hypothesis import strategies as st
 
 from fuzzdist import strategies as fst
-from fuzzdist.pool.capabilities import GLOO_DTYPES
+from fuzzdist.pool.capabilities import gloo_dtypes
 from fuzzdist.pool.rank.isolation import keep_process_groups
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.strategies import TensorSpec, seeds
@@ -230,7 +230,8 @@ def roundtrips(draw: st.DrawFn, world_size: int, dtypes: st.SearchStrategy[torch
     """A RoundTrip; shrinks to a (1,) float32 tensor replicated on the 1-D mesh, then
     redistributed to Replicate, with src_data_rank 0."""
     mesh_shape = draw(st.sampled_from(mesh_shapes(world_size)), label="mesh_shape")
-    dtypes = st.sampled_from(GLOO_DTYPES) if dtypes is None else dtypes
+    # by default, what the installed torch's DTensor takes on gloo
+    dtypes = st.sampled_from(gloo_dtypes("dtensor")) if dtypes is None else dtypes
     spec = draw(fst.tensor_specs(dtypes=dtypes, max_bytes=MAX_BYTES), label="spec")
     seed = draw(SEEDS, label="seed")
     strategy = placements_for(spec.ndim, len(mesh_shape))

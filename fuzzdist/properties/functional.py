@@ -45,7 +45,7 @@ from fuzzdist import strategies as fst
 from fuzzdist.errors import CallRaised
 from fuzzdist.known_bugs import known_failures
 from fuzzdist.known_bugs.symptoms import BOOL_BYTES_NOT_0_OR_1, CALL_RAISED
-from fuzzdist.pool.capabilities import GLOO_DTYPES
+from fuzzdist.pool.capabilities import gloo_dtypes
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.strategies import TensorSpec, mix_seed, seeds
 from fuzzdist.toolkit.oracle import exact_problem, reduction_problem
@@ -257,7 +257,7 @@ def _invalid_bools(c10d: torch.Tensor, result: torch.Tensor) -> str:
 
 
 def _spec(draw: st.DrawFn, shape: tuple[int, ...] | None = None) -> TensorSpec:
-    dtypes = st.sampled_from(GLOO_DTYPES)
+    dtypes = st.sampled_from(gloo_dtypes("functional"))  # what this torch's functional collectives take on gloo
     if shape is None:
         return draw(fst.tensor_specs(dtypes=dtypes, max_bytes=MAX_BYTES))
     return draw(fst.tensor_specs(shapes=st.just(shape), dtypes=dtypes))
