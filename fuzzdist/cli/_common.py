@@ -80,19 +80,14 @@ def positive_float(text: str) -> float:
     return value
 
 
-MIN_TIMEOUT_S = 1.0  # below it a pool can't answer a passing example: its round trip and set-up take that
-MAX_TIMEOUT_S = 7 * 86400.0  # a week: nothing hangs forever
-
-
 def timeout_seconds(text: str) -> float:
-    """An argparse type for a per-example timeout: finite, and within what a pool can do."""
-    value = positive_float(text)
-    if value < MIN_TIMEOUT_S:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is below {MIN_TIMEOUT_S:g} second: no pool answers an example that fast (the ranks' round "
-            "trip and the example's set-up take that), so every example would be a false hang; pass 1 or more")
-    if value > MAX_TIMEOUT_S:
-        raise argparse.ArgumentTypeError(f"{text!r} is more than a week: pass at most {MAX_TIMEOUT_S:g} seconds")
+    """An argparse type for a per-example timeout: finite, and within what a pool can do
+    (:func:`fuzzdist.pool.controller.timeout_problem`)."""
+    from fuzzdist.pool.controller import timeout_problem
+
+    value, problem = timeout_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
     return value
 
 

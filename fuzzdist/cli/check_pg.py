@@ -87,7 +87,7 @@ def cmd_check_pg(args: argparse.Namespace) -> int:
     """``fuzzdist check-pg``; returns the exit code (0 conforms, 1 a failure found; bad input raises UsageError)."""
     from hypothesis import settings as Settings
 
-    from fuzzdist.conformance import ConformanceSession, OpReport
+    from fuzzdist.conformance import DEFAULT_WORLD_SIZES, ConformanceSession, OpReport
     from fuzzdist.errors import CapabilityError, FactoryError, PoolStartupError
 
     # As `python -m`: modules in the current directory can be named.
@@ -102,6 +102,7 @@ def cmd_check_pg(args: argparse.Namespace) -> int:
                   seed=args.seed, repeat_waits=args.repeat_waits, ddp_reorder=args.ddp_reorder, wraps=args.wraps)
     if args.world_sizes:
         kwargs["world_sizes"] = tuple(args.world_sizes)
+    _check_max_bytes(args.max_bytes, max(kwargs.get("world_sizes", DEFAULT_WORLD_SIZES)))
     check_outputs(("--json", args.json))  # before the check runs, not after
     interrupted = ""
     try:
@@ -136,6 +137,21 @@ def cmd_check_pg(args: argparse.Namespace) -> int:
     if not report.conforms:
         return EXIT_FOUND
     return 128 + signal.Signals[interrupted].value if interrupted else EXIT_OK
+
+
+def _check_max_bytes(max_bytes: int, world_size: int) -> None:
+    """Refuse a --max-bytes this machine can't hold at the largest world size: each of the ranks may hold
+    a gather's output (one tensor per rank) beside its input, so about 2 * world_size**2 tensors of
+    that size at once."""
+    try:
+        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return  # unknown: nothing to bound by
+    most = memory // (2 * world_size * world_size)
+    if max_bytes > most:
+        raise UsageError(f"--max-bytes {max_bytes}: at world size {world_size} the ranks would hold about "
+                         f"{2 * world_size * world_size} tensors of that size at once, more than this machine's "
+                         f"{memory / 2**30:.1f} GiB of memory; pass at most {most}")
 
 
 @contextlib.contextmanager

@@ -45,6 +45,7 @@ from fuzzdist.driver.variant_keys import parametrized_by_pool
 from fuzzdist.errors import CapabilityError, PropertyFailure
 from fuzzdist.pool import DEFAULT_TIMEOUT, RankPool, observability
 from fuzzdist.pool.capabilities import missing, missing_gpus
+from fuzzdist.pool.controller import timeout_problem
 from fuzzdist.pool.rank import rank_output
 
 
@@ -133,13 +134,22 @@ def pytest_fuzzdist_make_pool_cache(config: pytest.Config) -> RankPools:
     return PoolCache(rank_output=config.getoption("fuzzdist_rank_output", "capture"))
 
 
+def parse_timeout(text: str) -> float:
+    """``--fuzzdist-timeout``'s value: seconds, as ``fuzzdist run --timeout`` takes them (finite, from
+    1 second to a week)."""
+    value, problem = timeout_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return value
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("fuzzdist", "fuzzdist: property testing of torch.distributed")
     group.addoption("--fuzzdist-world-size", type=parse_world_sizes, default=None, metavar="[+]N[,N...]",
                     help=f"world sizes: N[,N...] runs every property at these sizes, in place of its marker's; "
                          f"+N[,N...] adds them to each property's own (default: the marker's, else "
                          f"{DEFAULT_WORLD_SIZE})")
-    group.addoption("--fuzzdist-timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
+    group.addoption("--fuzzdist-timeout", type=parse_timeout, default=DEFAULT_TIMEOUT, metavar="SECONDS",
                     help=f"per-example timeout on the ranks; a hang past it is a RankTimeout "
                          f"(default {DEFAULT_TIMEOUT:g})")
     group.addoption("--fuzzdist-rank-output", choices=rank_output.OUTPUT_MODES, default="capture",

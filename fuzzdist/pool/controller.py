@@ -37,6 +37,29 @@ from fuzzdist.pool.rank.rank_output import RankOutput
 from fuzzdist.pool.rank.rank_state import RankState
 
 DEFAULT_TIMEOUT = 30.0
+MIN_TIMEOUT_S = 1.0  # below it a pool can't answer a passing example: its round trip and set-up take that
+MAX_TIMEOUT_S = 7 * 86400.0  # a week: nothing hangs forever
+
+
+def timeout_problem(text: str) -> tuple[float, str | None]:
+    """``text`` as a per-example timeout a user asks for (``--timeout``, ``--fuzzdist-timeout``): the
+    seconds, and what is wrong with them (None if nothing): not a number, not finite, below
+    :data:`MIN_TIMEOUT_S` (every example would be a false hang) or above :data:`MAX_TIMEOUT_S`."""
+    try:
+        value = float(text)
+    except ValueError:
+        return 0.0, f"{text!r} is not a number of seconds"
+    if not value > 0:
+        return value, f"{text!r} must be more than 0 seconds"
+    if value == float("inf"):
+        return value, f"{text!r} is not a finite number of seconds: give one, e.g. 30"
+    if value < MIN_TIMEOUT_S:
+        return value, (f"{text!r} is below {MIN_TIMEOUT_S:g} second: no pool answers an example that fast (the "
+                       "ranks' round trip and the example's set-up take that), so every example would be a false "
+                       "hang; pass 1 or more")
+    if value > MAX_TIMEOUT_S:
+        return value, f"{text!r} is more than a week: pass at most {MAX_TIMEOUT_S:g} seconds"
+    return value, None
 # While an example runs past FIRST_PROBE_S the pool reads the ranks' state (rank_state.py) to see
 # whether they deadlocked, then again at doubling intervals up to MAX_PROBE_INTERVAL_S: an example
 # that finishes sooner costs nothing.  A certain deadlock is declared once two readings

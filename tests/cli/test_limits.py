@@ -52,6 +52,9 @@ def _one_line_error(capsys, argv, *expected):
     (["run", "--world-size", "1000"], ["argument --world-size: 1000: this machine can hold about",
                                        "pass at most"]),
     (["check-pg", "m:f", "-w", "2", "-w", "1000"], ["1000: this machine can hold about"]),
+    (["check-pg", "m:f", "--max-bytes", str(2**62)], [f"--max-bytes {2**62}: at world size 3 the ranks would hold "
+                                                       "about 18 tensors of that size", "pass at most"]),
+    (["check-pg", "m:f", "-w", "8", "--max-bytes", str(2**36)], ["at world size 8", "about 128 tensors"]),
 ])
 def test_numbers_out_of_bounds_are_one_line_and_exit_2(project, capsys, argv, expected):
     _one_line_error(capsys, argv, *expected)
@@ -91,3 +94,22 @@ def test_a_bad_pool_variable_is_one_line_and_exit_2(project, capsys, monkeypatch
                                                      command):
     monkeypatch.setenv(variable, value)
     _one_line_error(capsys, command, expected)
+
+
+def test_the_max_bytes_bound_follows_the_machine_s_memory_and_the_largest_world_size(project, capsys, monkeypatch):
+    import os
+
+    pages = {"SC_PHYS_PAGES": 2**20, "SC_PAGE_SIZE": 4096}  # 4 GiB
+    monkeypatch.setattr(os, "sysconf", lambda name: pages[name])
+    err = _one_line_error(capsys, ["check-pg", "m:f", "-w", "2", "--max-bytes", str(2**29 + 1)])
+    assert f"pass at most {2**29}" in err, err  # 4 GiB / (2 * 2 * 2)
+
+
+def test_a_bad_fuzzdist_timeout_is_a_pytest_usage_error(pytester):
+    pytester.makepyfile(test_nothing="def test_nothing():\n    pass\n")
+    for value, message in (("inf", "'inf' is not a finite number of seconds"), ("0", "'0' must be more than 0"),
+                           ("0.1", "'0.1' is below 1 second"), ("1e9", "'1e9' is more than a week"),
+                           ("soon", "'soon' is not a number of seconds")):
+        result = pytester.runpytest("-p", "no:cacheprovider", f"--fuzzdist-timeout={value}")
+        assert result.ret == pytest.ExitCode.USAGE_ERROR, value
+        assert f"argument --fuzzdist-timeout: {message}" in result.stderr.str()
