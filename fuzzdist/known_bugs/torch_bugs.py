@@ -262,6 +262,112 @@ register(KnownBug(
     reproducer="docs/findings/gloo-reduce-scatter-stack-aborts.py"))
 
 
+# torch 2.6.0: gloo's _reduce_scatter_base (reduce_scatter_tensor, and the functional reduce_scatter_tensor
+# over it) reduces with SUM whatever the op.  What fuzzdist.toolkit.oracle writes for a wrong reduction:
+# the first wrong element ("first at flat index i: got G, expected E") and every rank's input there.
+_FIRST_WRONG = re.compile(r"first at flat index (\d+): got (\S+?), expected ")
+_INPUTS_AT = re.compile(r"inputs at index (\d+): (rank \d+: .*)")
+_RANK_VALUE = re.compile(r"rank \d+: ([^,\s]+)")
+_SCATTERING = ("reduce_scatter_tensor", "_reduce_scatter_base", "reduce_scatter_single")
+
+
+def _got_the_sum(problem: str, dtype: Any) -> bool:
+    """``problem``'s first wrong element is the SUM of the ranks' inputs at its index (within the float
+    error of any order of sums; integers wrap as the dtype does)."""
+    import torch
+
+    wrong, at = _FIRST_WRONG.search(problem), _INPUTS_AT.search(problem)
+    if wrong is None or at is None or wrong.group(1) != at.group(1) or dtype == torch.bool:
+        return False
+    values = _RANK_VALUE.findall(at.group(2))
+    try:
+        if dtype.is_floating_point or dtype.is_complex:
+            got, xs = float(wrong.group(2)), [float(v) for v in values]
+            total = sum(xs) if any(math.isinf(x) for x in xs) else math.fsum(xs)  # fsum refuses inf - inf
+            if got == total or (math.isnan(got) and math.isnan(total)):  # NaN: an input NaN, or inf - inf
+                return True
+            real = torch.empty(0, dtype=dtype).real.dtype if dtype.is_complex else dtype  # a real view's
+            if got == torch.tensor(total, dtype=torch.float64).to(real).item():  # rounded (float16 overflows)
+                return True
+            if not math.isfinite(total) or not math.isfinite(got):
+                return False
+            bound = len(xs) * torch.finfo(real).eps * math.fsum(abs(x) for x in xs)
+            return abs(got - total) <= bound
+        total_int = torch.tensor([int(v) for v in values], dtype=torch.int64).sum().to(dtype).item()
+        return int(wrong.group(2)) == total_int
+    except (ValueError, OverflowError, RuntimeError, TypeError):
+        return False
+
+
+def _problem_blocks(failure: BaseException) -> list[str] | None:
+    """check-pg's problems, each with its lines: a "  rank r, ..." (or async "  call i (op): ...") line
+    and the more indented lines under it (the inputs at the first wrong index, the values); None for a
+    failure that is no ConformanceFailure."""
+    if not isinstance(failure, ConformanceFailure):
+        return None
+    blocks: list[str] = []
+    current: list[str] | None = None
+    for line in str(failure).splitlines():
+        if line.startswith("  rank ") or _ASYNC_PROBLEM.match(line):
+            current = [line]
+            blocks.append("")
+        elif current is not None and line.startswith("    "):
+            current.append(line)
+        else:
+            current = None
+            continue
+        blocks[-1] = "\n".join(current)
+    return blocks
+
+
+def _scatter_call_got_the_sum(call: Any, problem: str) -> bool:
+    return bool(call.op in _SCATTERING and call.reduce_op != "SUM" and _got_the_sum(problem, call.spec.dtype))
+
+
+def _reduce_scatter_tensor_ignores_op(example: Mapping[str, Any], failure: BaseException) -> bool:
+    """On gloo, every problem is a reduce_scatter_tensor-like call with an op other than SUM whose first
+    wrong element is the SUM of the inputs there: check-pg's op check (the call), its async check (the
+    call each problem names), the functional property (the call each rank's problem names)."""
+    if not _on_gloo(example):
+        return False
+    blocks = _problem_blocks(failure)
+    if blocks is not None:
+        if not blocks:
+            return False
+        if "call" in example:
+            return all(b.startswith("  rank ") and _scatter_call_got_the_sum(example["call"], b) for b in blocks)
+        calls = list(example.get("calls", ()))
+        for block in blocks:
+            found = _ASYNC_PROBLEM.match(block)
+            if found is None or int(found.group(1)) >= len(calls):
+                return False
+            call = calls[int(found.group(1))]
+            if call.op != found.group(2) or not _scatter_call_got_the_sum(call, block):
+                return False
+        return True
+    case_calls = getattr(example.get("case"), "calls", ())
+    problems = _problems(failure)
+    if not problems or not case_calls:
+        return False
+    for problem in problems:
+        found = _CALL_INDEX.match(problem)
+        if found is None or int(found.group(1)) >= len(case_calls):
+            return False
+        if not _scatter_call_got_the_sum(case_calls[int(found.group(1))], problem):
+            return False
+    return True
+
+
+register(KnownBug(
+    id="gloo-reduce-scatter-tensor-ignores-op", kind="wrong result",
+    summary="torch 2.6.0: gloo's reduce_scatter_tensor (_reduce_scatter_base, and the functional "
+            "reduce_scatter_tensor over it) reduces with SUM whatever the op: PRODUCT, MIN and MAX give the sum "
+            "(AVG, documented for NCCL only there, too)",
+    where=("check-pg:reduce_scatter_tensor", "check-pg:_reduce_scatter_base", "check-pg:async", "functional"),
+    recognise=_reduce_scatter_tensor_ignores_op, seen_on=("2.6",),
+    reproducer="docs/findings/gloo-reduce-scatter-tensor-ignores-op.py"))
+
+
 # -- functional collectives -----------------------------------------------------------------
 
 

@@ -97,16 +97,41 @@ def runs(request: pytest.FixtureRequest) -> dict[str, Run]:
         return dict(zip(wanted, pool.map(_run, [FINDINGS_DIR / f"{i}.py" for i in wanted]), strict=True))
 
 
+def matrix_verdicts(version: str) -> dict[str, str]:
+    """What docs/findings.md's "Torch versions" matrix says each reproducer prints on torch ``version``
+    (its column "torch <version>"): finding -> "BUG", "FIXED", ...; {} where the matrix has no such column."""
+    text = FINDINGS_MD.read_text(encoding="utf-8")
+    section = text[text.index("\n## Torch versions\n"):]
+    rows = [line for line in section.splitlines() if line.startswith("| ")]
+    header = [cell.strip() for cell in rows[0].strip("|").split("|")]
+    if f"torch {version}" not in header:
+        return {}
+    column = header.index(f"torch {version}")
+    verdicts = {}
+    for row in rows[1:]:
+        cells = [cell.strip() for cell in row.strip("|").split("|")]
+        if len(cells) == len(header) and cells[0].startswith("`"):
+            verdicts[cells[0].strip("`")] = cells[column]
+    return verdicts
+
+
 @pytest.mark.parametrize("finding", IDS)
 def test_reproducer_still_shows_the_bug(runs: dict[str, Run], finding: str) -> None:
-    """Exit 1 with a "BUG: ..." line: the bug is still in the installed torch."""
+    """Exit 1 with a "BUG: ..." line: the bug is still in the installed torch; or, where docs/findings.md's
+    matrix says this torch fixed it (or never had it), exit 0 with a "FIXED: ..." line."""
     run = runs[finding]
     lines = run.stdout.strip().splitlines()
     verdict = lines[-1] if lines else ""
     shown = f"stdout:\n{run.stdout}\nstderr (last 3000 chars):\n{run.stderr[-3000:]}"
+    fixed_here = matrix_verdicts(torch.__version__).get(finding) == "FIXED"
     if run.returncode == 0 and verdict.startswith("FIXED:"):
+        if fixed_here:
+            return
         pytest.fail(f"torch {torch.__version__} fixed {finding}: update docs/findings.md and the known-bug entry\n"
                     f"{verdict}", pytrace=False)
+    if fixed_here and run.returncode == 1 and verdict.startswith("BUG:"):
+        pytest.fail(f"torch {torch.__version__} shows {finding}, which docs/findings.md's matrix says it fixed: "
+                    f"update the matrix and the known-bug entry\n{verdict}", pytrace=False)
     if run.returncode is None:
         pytest.fail(f"docs/findings/{finding}.py ran past {SCRIPT_TIMEOUT_S}s (killed): its own bounds failed, "
                     f"or the machine is far too slow\n{shown}", pytrace=False)
@@ -215,13 +240,28 @@ def test_each_known_bug_entry_has_the_class_its_finding_has() -> None:
                                            f"{stem} as {rows[stem][0]!r}")
 
 
-def _verdict_failure(run: Run) -> str | None:
-    """What test_reproducer_still_shows_the_bug says about ``run`` (None: it passes)."""
+def _verdict_failure(run: Run, finding: str = "x") -> str | None:
+    """What test_reproducer_still_shows_the_bug says about ``run`` of ``finding`` (None: it passes)."""
     try:
-        test_reproducer_still_shows_the_bug({"x": run}, "x")
+        test_reproducer_still_shows_the_bug({finding: run}, finding)
     except pytest.fail.Exception as exc:
         return str(exc)
     return None
+
+
+def test_the_matrix_says_what_each_torch_prints(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reproducer whose bug the installed torch fixed, by docs/findings.md's matrix, passes with FIXED
+    (a bug found on an older torch, or one a newer torch fixed) and fails with BUG."""
+    verdicts = matrix_verdicts("2.6.0+cu124")
+    assert set(verdicts) == set(IDS) and set(verdicts.values()) <= {"BUG", "FIXED"}
+    assert matrix_verdicts("2.13.0+cpu")["gloo-reduce-scatter-tensor-ignores-op"] == "FIXED"
+    assert matrix_verdicts("0.1.0") == {}
+    monkeypatch.setattr(torch, "__version__", "2.14.1+cu130")
+    fixed = "new-group-local-sync-recreate-fails"
+    assert _verdict_failure(Run(0, "FIXED: gone\n", ""), fixed) is None
+    assert "which docs/findings.md's matrix says it fixed" in (_verdict_failure(Run(1, "BUG: back\n", ""), fixed) or "")
+    assert "fixed gloo-bool-sum-stores-2" in (_verdict_failure(Run(0, "FIXED: gone\n", ""), "gloo-bool-sum-stores-2")
+                                              or "")
 
 
 def test_the_verdicts_are_told_apart() -> None:

@@ -99,3 +99,31 @@ def test_bool_sum_through_functional_collectives_is_the_gloo_bug_and_only_that()
     failure = PropertyFailure("functional collectives wrong on ranks [0]", [[vs_c10d], None])
     assert known_bugs.recognise("functional", example(torch.bool), failure).id == "gloo-bool-sum-stores-2"
     assert known_bugs.recognise("functional", example(torch.bool, "MAX"), failure) is None
+
+
+def test_reduce_scatter_ignoring_the_op_through_functional_collectives():
+    """torch 2.6.0's gloo reduces reduce_scatter_tensor with SUM whatever the op: through the functional
+    property, recognised when every problem is a reduce_scatter call, not SUM, whose first wrong element is
+    the sum of the ranks' inputs there; any other problem stays a failure."""
+    functional = pytest.importorskip("fuzzdist.properties.functional")
+    from fuzzdist import known_bugs
+    from fuzzdist.errors import PropertyFailure
+    from fuzzdist.strategies import TensorSpec
+
+    def example(op="reduce_scatter_tensor", reduce_op="MIN", backend="gloo"):
+        call = functional.Call(op, TensorSpec((4,), torch.float32), reduce_op=reduce_op, dim=0)
+        case = functional.FunctionalCase(calls=(call,), order=(0,), completions=("wait_tensor",), seed=0)
+        return {"case": case, "backend": backend}
+
+    def problem(got, rank=0):
+        return [f"call 0 reduce_scatter_tensor: 1 of 2 elements wrong; first at flat index 1: got {got}, expected "
+                f"-1.5 (by value; ...)\n      inputs at index 1: rank 0: -1.5, rank 1: 4.0\n      expected: [..]"]
+
+    summed = PropertyFailure("functional collectives wrong on ranks [0, 1]", [problem(2.5), problem(2.5)])
+    bug = known_bugs.recognise("functional", example(), summed)
+    assert bug is not None and bug.id == "gloo-reduce-scatter-tensor-ignores-op"
+    assert known_bugs.recognise("functional", example(reduce_op="SUM"), summed) is None
+    assert known_bugs.recognise("functional", example(op="all_reduce"), summed) is None
+    assert known_bugs.recognise("functional", example(backend="nccl"), summed) is None
+    other = PropertyFailure("wrong", [problem(2.5), problem(3.0)])  # one rank's value is no sum
+    assert known_bugs.recognise("functional", example(), other) is None
