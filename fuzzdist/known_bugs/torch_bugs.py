@@ -248,8 +248,8 @@ register(KnownBug(
 
 def _reduce_scatter_stack_aborts(example: Mapping[str, Any], failure: BaseException) -> bool:
     # torch 2.13 raises the CHECK's fatal message as a RuntimeError on every rank where the ranks'
-    # C++ lets it (check-pg's probe sees that); where it aborts the process instead, a RankCrash
-    # carries the same message in the rank's last output.
+    # C++ lets it (check-pg's probe sees that); where it aborts the process instead (torch 2.6.0: SIGABRT),
+    # a RankCrash carries the same message in the rank's last output.
     return (getattr(example.get("call"), "form", None) == "stack" and _on_gloo(example)
             and STACK_CHECK in str(failure))
 
@@ -258,7 +258,8 @@ register(KnownBug(
     id="gloo-reduce-scatter-stack-aborts", kind="crash",
     summary="gloo fails a fatal CHECK (outputShape[0] * worldSize == inputShape[0]) on reduce_scatter_tensor's "
             "documented 'stack' input form",
-    where=("check-pg:reduce_scatter_tensor",), recognise=_reduce_scatter_stack_aborts, seen_on=SEEN_ON,
+    # 2.6.0 aborts the rank (SIGABRT) on the CHECK; 2.13 and 2.14 raise it (docs/findings.md)
+    where=("check-pg:reduce_scatter_tensor",), recognise=_reduce_scatter_stack_aborts, seen_on=("2.6", "2.13", "2.14"),
     reproducer="docs/findings/gloo-reduce-scatter-stack-aborts.py"))
 
 
