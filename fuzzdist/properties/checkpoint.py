@@ -205,7 +205,8 @@ def dcp_save(state_dict: dict[str, Any], checkpoint_id: str, asynchronous: bool)
 
 def dcp_load(state_dict: dict[str, Any], checkpoint_id: str, no_dist: bool) -> None:
     """DCP's own load: ``dcp.load`` (``no_dist=True`` for a single-process load)."""
-    dcp.load(state_dict, checkpoint_id=checkpoint_id, no_dist=no_dist)
+    # no_dist only when asked for: torch 2.6's dcp.load has no such parameter (HAS_NO_DIST_LOAD)
+    dcp.load(state_dict, checkpoint_id=checkpoint_id, **({"no_dist": True} if no_dist else {}))
 
 
 # ---------------------------------------------------------------------------
