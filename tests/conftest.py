@@ -12,6 +12,17 @@ def forkable(monkeypatch):
     monkeypatch.setattr(starting, "fork_server_fits", lambda: None)
 
 
+@pytest.fixture(autouse=True)
+def _pytester_environment_still_forks(request, monkeypatch):
+    """pytester sets HOME, USERPROFILE and PY_COLORS for the runs it makes, which no rank of these tests
+    reads; counted as an environment change, they would make every pool of such a test spawn its ranks
+    (a torch import each) instead of forking them from the session's fork server."""
+    if "pytester" in request.fixturenames:
+        from fuzzdist.pool import starting
+
+        monkeypatch.setattr(starting, "_VOLATILE", starting._VOLATILE | {"HOME", "USERPROFILE", "PY_COLORS"})
+
+
 def pytest_configure(config):
     """Start the fork server now, in the session's own environment, as `fuzzdist run` does: a server
     first started inside a test that changed the environment would make every later pool spawn."""

@@ -109,8 +109,8 @@ def fork_server_fits() -> str | None:
         return "a fork server fuzzdist did not start is running" if running else None
     if not running:
         return None  # it will be started afresh, in today's environment
-    now = _relevant(os.environ)
-    changed = sorted(k for k in now.keys() | _server_env.keys() if now.get(k) != _server_env.get(k))
+    now, then = _relevant(os.environ), _relevant(_server_env)  # both filtered by today's rules
+    changed = sorted(k for k in now.keys() | then.keys() if now.get(k) != then.get(k))
     return f"the environment changed since the fork server started ({', '.join(changed[:5])})" if changed else None
 
 

@@ -164,8 +164,10 @@ def test_passing_property_exits_0_and_duration_is_respected(tmp_path):
     assert report["status"] == "finished" and prop["status"] == "passed"
     assert prop["stop_reason"] == "time budget" and prop["failures"] == []
     # The budget counts from the first example; one example takes milliseconds, so the
-    # property stops well within a second of it.
-    assert 3.0 <= prop["elapsed_s"] <= 3.0 + 1.0, prop
+    # property stops well within a second of it.  Its elapsed time is the sum of its visits (the
+    # adaptive schedule's slices): the campaign's own work between two visits (milliseconds: the
+    # report, the next slice) is charged to no property, so it may fall short of 3 s by that much.
+    assert 3.0 - 0.25 <= prop["elapsed_s"] <= 3.0 + 1.0, prop
     assert prop["examples"] > 0
     # Stopping mid-run saved nothing: Hypothesis files the example in flight as a failure
     # unless the stop is a KeyboardInterrupt.
