@@ -45,7 +45,9 @@ def main() -> None:
     ctx, store = torchrun.join(timeout=10)
     if ctx.rank != 0:
         sys.exit(torchrun.serve(ctx, store))
-    pool = torchrun.TorchrunPool(ctx, store, timeout=10)
+    # The hang is planted: its test waits the timeout out, so it is short there (a passing example takes
+    # milliseconds); elsewhere generous, for a busy machine.
+    pool = torchrun.TorchrunPool(ctx, store, timeout=4 if mode == "hang" else 10)
     report = {"examples": 0, "failure": None, "failure_ranks": None, "pids": None, "world_size": ctx.world_size}
     expected = float(sum(range(ctx.world_size)))
 
