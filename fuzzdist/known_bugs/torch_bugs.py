@@ -269,18 +269,28 @@ register(KnownBug(
 _FIRST_WRONG = re.compile(r"first at flat index (\d+): got (\S+?), expected ")
 _INPUTS_AT = re.compile(r"inputs at index (\d+): (rank \d+: .*)")
 _RANK_VALUE = re.compile(r"rank \d+: ([^,\s]+)")
+_ODD_BYTES = re.compile(BOOL_BYTES_NOT_0_OR_1 + r" \(bytes \[([\d, ]+)\]")
 _SCATTERING = ("reduce_scatter_tensor", "_reduce_scatter_base", "reduce_scatter_single")
 
 
 def _got_the_sum(problem: str, dtype: Any) -> bool:
     """``problem``'s first wrong element is the SUM of the ranks' inputs at its index (within the float
-    error of any order of sums; integers wrap as the dtype does)."""
+    error of any order of sums; integers wrap as the dtype does; bools by truth value, or by the bytes
+    shown, which count the True inputs)."""
     import torch
 
     wrong, at = _FIRST_WRONG.search(problem), _INPUTS_AT.search(problem)
-    if wrong is None or at is None or wrong.group(1) != at.group(1) or dtype == torch.bool:
+    if at is None:
         return False
     values = _RANK_VALUE.findall(at.group(2))
+    if dtype == torch.bool:  # the sum's truth is any(); its bytes, where shown, count the True inputs
+        trues = sum(v == "True" for v in values)
+        odd = _ODD_BYTES.search(problem)
+        if odd is not None:
+            return trues in [int(b) for b in re.findall(r"\d+", odd.group(1))]
+        return wrong is not None and wrong.group(1) == at.group(1) and wrong.group(2) == str(trues > 0)
+    if wrong is None or wrong.group(1) != at.group(1):
+        return False
     try:
         if dtype.is_floating_point or dtype.is_complex:
             got, xs = float(wrong.group(2)), [float(v) for v in values]

@@ -59,8 +59,9 @@ if TYPE_CHECKING:
     from fuzzdist.pool import Pool
     from fuzzdist.pool.rank.context import RankContext
 
-OPS = ("all_reduce", "all_gather_single", "all_gather_tensor", "reduce_scatter_single", "reduce_scatter_tensor",
-       "broadcast", "all_to_all_single")
+# the ones the installed torch has: torch 2.6 has no all_gather_single / reduce_scatter_single yet
+OPS = tuple(op for op in ("all_reduce", "all_gather_single", "all_gather_tensor", "reduce_scatter_single",
+                          "reduce_scatter_tensor", "broadcast", "all_to_all_single") if hasattr(fcol, op))
 COMPLETIONS = ("wait_tensor", "wait", "use", "view")
 GROUP_FORMS = ("group", "ranks")
 MAX_BYTES = 256

@@ -40,6 +40,15 @@ INF_MINUS_INF = ("rank 1, the output tensor: 1 of 3 elements wrong; first at fla
 INT8_WRAPPED_SUM = ("rank 0, the output tensor: 1 of 2 elements differ; first at flat index 0: got -56, "
                     "expected 16\n        expected: [16, 1]\n        actual:   [-56, 1]\n"
                     "        inputs at index 0: rank 0: 100, rank 1: 100")
+BXOR_SCATTER = OpCall("reduce_scatter_tensor", TensorSpec((1,), torch.bool), 0, reduce_op="BXOR")
+MAX_BOOL_SCATTER = OpCall("reduce_scatter_tensor", TensorSpec((1,), torch.bool), 0, reduce_op="MAX")
+# bools (torch 2.6.0, check-pg at world size 3): BXOR of True, False, True gave True, the sum's truth
+BXOR_IS_SUM = ("rank 0, the output tensor: 1 of 1 elements differ; first at flat index 0: got True, expected False\n"
+               "      expected: [False]\n      actual:   [True]\n      inputs at index 0: rank 0: True, rank 1: False, "
+               "rank 2: True")
+# MAX of True, True right by truth value, but the byte is the sum's, 2
+MAX_BYTE_2 = (f"rank 0, the output tensor: 1 of 1 bools {BOOL_BYTES_NOT_0_OR_1} (bytes [2]; True is the byte 1)\n"
+              "      inputs at index 0: rank 0: True, rank 1: True")
 # torch 2.6.0: the stack form's CHECK aborts the rank (SIGABRT), its message on stderr only
 SIGABRT_CHECK = ("[rank0]:[F1126 10:16:33.625983287 ProcessGroupGloo.cpp:1979] Check failed: outputShape[0] * "
                  "worldSize == inputShape[0] (4 vs. 2) ")
@@ -143,6 +152,14 @@ def _async_bool(*problems: str) -> ConformanceFailure:
     ("check-pg:reduce_scatter_tensor", {**MINE, "call": MAX_SCATTER}, _message(WRONG_MAX_IS_SUM), None),
     ("check-pg:reduce_scatter_tensor", {**GLOO, "call": MAX_SCATTER},  # no inputs line: can't tell
      _message(WRONG_MAX_IS_SUM.split("\n")[0]), None),
+    ("check-pg:reduce_scatter_tensor", {**GLOO, "call": BXOR_SCATTER}, _message(BXOR_IS_SUM),
+     "gloo-reduce-scatter-tensor-ignores-op"),
+    ("check-pg:reduce_scatter_tensor", {**GLOO, "call": BXOR_SCATTER},  # False is no sum of a True
+     _message(BXOR_IS_SUM.replace("got True, expected False", "got False, expected True")), None),
+    ("check-pg:reduce_scatter_tensor", {**GLOO, "call": MAX_BOOL_SCATTER}, _message(MAX_BYTE_2),
+     "gloo-reduce-scatter-tensor-ignores-op"),
+    ("check-pg:reduce_scatter_tensor", {**GLOO, "call": MAX_BOOL_SCATTER},  # byte 3 from two Trues: no sum
+     _message(MAX_BYTE_2.replace("bytes [2]", "bytes [3]")), None),
     ("check-pg:async", {**GLOO, "calls": (ALLREDUCE, MAX_SCATTER), "wait_order": (0, 1)},
      _async_bool(f"call 1 (reduce_scatter_tensor): {WRONG_MAX_IS_SUM}"), "gloo-reduce-scatter-tensor-ignores-op"),
     ("check-pg:async", {**GLOO, "calls": (MAX_SCATTER, ALLREDUCE), "wait_order": (0, 1)},  # the allreduce's line
