@@ -519,8 +519,11 @@ register(KnownBug(
 
 
 # What the p2p property's self-loop tries report for a refusal that doesn't say why: the peer and the tag.
+# gloo's words: "Pair is not connected" (torch 2.13, 2.14), "writev [none]: Bad file descriptor" from
+# the same tcp pair (torch 2.6.0; the reproducer prints it there).
 _UNCLEAR = re.compile(r"(?:send to|receive from|wait for the send to) rank (\d+)(?: and the receive from it)? "
-                      rf"\(tag (\d+), .*{REFUSED_UNCLEARLY}: .*Pair is not connected")
+                      rf"\(tag (\d+), .*{REFUSED_UNCLEARLY}: "
+                      r".*(?:Pair is not connected|tcp/pair\.cc:\d+\] writev \[none\]: Bad file descriptor)")
 
 
 def _is_self_loop_unclear(example: Mapping[str, Any], failure: BaseException) -> bool:
@@ -545,9 +548,9 @@ register(KnownBug(
     id="gloo-p2p-self-loop-unclear-error", kind="unclear error",
     summary="isend/irecv/recv/batch_isend_irecv to or from a rank's own rank, documented as allowed for "
             "isend/irecv ('isend allows src == dst rank, i.e. send to self'), neither deliver nor refuse "
-            "clearly on gloo: they fail with the internal enforce 'Pair is not connected', where dist.send "
-            "refuses clearly with 'Invalid destination rank'",
-    where=("p2p",), recognise=_is_self_loop_unclear, seen_on=SEEN_ON,
+            "clearly on gloo: they fail with the internal enforce 'Pair is not connected' (torch 2.6.0: "
+            "'writev [none]: Bad file descriptor'), where dist.send refuses clearly with 'Invalid destination rank'",
+    where=("p2p",), recognise=_is_self_loop_unclear, seen_on=("2.6", "2.13", "2.14"),
     reproducer="docs/findings/gloo-p2p-self-loop-unclear-error.py"))
 
 

@@ -132,6 +132,15 @@ def test_self_loop_refused_with_pair_not_connected_is_recognised():
         == "gloo-p2p-self-loop-unclear-error"
 
 
+def test_self_loop_refused_with_torch_2_6s_words_is_recognised():
+    """torch 2.6.0's gloo refuses the same self-loop from the same tcp pair with other words."""
+    words = "[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:331] writev [none]: Bad file descriptor"
+    assert _recognised("p2p", _p2p_example(), _failed([[SELF_LOOP.replace(PAIR, f"RuntimeError: {words}")], None])) \
+        == "gloo-p2p-self-loop-unclear-error"
+    other = SELF_LOOP.replace(PAIR, "RuntimeError: writev: Bad file descriptor")  # not gloo's pair
+    assert _recognised("p2p", _p2p_example(), _failed([[other], None])) is None
+
+
 @pytest.mark.parametrize("results", [
     # a refusal between two distinct ranks, with the same unclear error, beside the self-loop
     [[SELF_LOOP], [f"batch receive from rank 0 (tag 3, spec) was refused, but the error does not say why: {PAIR}"]],
