@@ -915,6 +915,8 @@ register(KnownBug(
 
 
 _GLOO_SIZE_MISMATCH = "Received data size doesn't match expected size"
+# the enforce itself, which torch 2.6.0's gloo states without the sentence above ("... 40 vs 8")
+_GLOO_SIZE_ENFORCE = "op.preamble.length <= op.nbytes"
 _RANKS_DIFFER = "'s gradients differ from rank 0's bitwise"  # comm_hooks' cross-rank check
 
 
@@ -938,7 +940,8 @@ def _is_powersgd_callback_collectives_hang(example: Mapping[str, Any], failure: 
     if isinstance(failure, RankTimeout):
         return "powerSGD_hook.py" in str(failure)
     if isinstance(failure, RankCrash):
-        return _GLOO_SIZE_MISMATCH in str(failure) and "powerSGD_hook.py" in str(failure)
+        text = str(failure)
+        return (_GLOO_SIZE_MISMATCH in text or _GLOO_SIZE_ENFORCE in text) and "powerSGD_hook.py" in text
     if isinstance(failure, RankError):  # a gloo error raised through one of the hook's callbacks
         return bool(failure.exceptions) and all(
             "when running the callback" in str(exc) and "powerSGD_hook.py" in str(exc)
