@@ -382,13 +382,19 @@ def missing_expandable_segments() -> str | None:
 
 
 def missing_fully_shard() -> str | None:
-    """Why FSDP2's ``fully_shard`` can't be used with the installed torch (older than 2.6), or None."""
+    """Why FSDP2's ``fully_shard`` can't be used on CPU ranks with the installed torch (older than 2.6: no
+    fully_shard; 2.6: none on CPU), or None."""
     if importlib.util.find_spec("torch.distributed.fsdp") is None:
         return f"needs torch.distributed.fsdp.fully_shard, which torch {torch.__version__} does not have"
     import torch.distributed.fsdp as fsdp
 
     if not hasattr(fsdp, "fully_shard"):
         return f"needs torch.distributed.fsdp.fully_shard, which torch {torch.__version__} does not have"
+    # fuzzdist's FSDP properties run on CPU ranks; fully_shard's all-gather records an event on the device's
+    # stream, and torch 2.6's CPU stream has no record_event (fully_shard's docs there are silent on CPU)
+    if not hasattr(getattr(torch.cpu, "Stream", None), "record_event"):
+        return (f"needs fully_shard on CPU ranks, which torch {torch.__version__} can't run: its all-gather "
+                "calls the CPU stream's record_event, which this torch does not have")
     return None
 
 
