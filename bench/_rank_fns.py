@@ -32,3 +32,16 @@ def two_hangs(ctx, a, b):
     elif b >= 4 and ctx.rank == 0:
         dist.all_reduce(t)
     return a, b
+
+
+def sleep_then_all_reduce(ctx, seconds):
+    """A slow example that passes: every rank sleeps, then they all-reduce."""
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    time.sleep(seconds)
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    return float(t[0])
