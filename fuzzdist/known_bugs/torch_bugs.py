@@ -705,6 +705,33 @@ def _is_chunk_offset_past_end(example: Mapping[str, Any], failure: BaseException
                for rank, exc in failure.exceptions.items())
 
 
+_SHARD_SIZES = re.compile(r"shard_sizes=\[([^\]]*)\]")
+
+
+def _is_empty_shards_overlap(example: Mapping[str, Any], failure: BaseException) -> bool:
+    """torch 2.6.0: every failed rank raised ValueError "Shards ... and ... overlap" about two shards that are
+    both empty (a size 0 in each), from the shard-metadata check ChunkShardingSpec.shard runs."""
+    if getattr(example.get("case"), "spec", None) is None or not isinstance(failure, RankError) \
+            or not failure.exceptions:
+        return False
+    for rank, exc in failure.exceptions.items():
+        sizes = _SHARD_SIZES.findall(str(exc))
+        if not (isinstance(exc, ValueError) and str(exc).endswith("overlap") and len(sizes) == 2
+                and all("0" in [n.strip() for n in s.split(",")] for s in sizes)
+                and "chunk_sharding_spec" in failure.tracebacks.get(rank, "")):
+            return False
+    return True
+
+
+register(KnownBug(
+    id="sharded-tensor-empty-shards-overlap", kind="crash",
+    summary="torch 2.6.0: ChunkShardingSpec.shard of a tensor whose shards are empty (a (0,) tensor over 2 ranks) "
+            "raises ValueError 'Shards ... overlap' on every rank: the metadata check takes empty shards at one "
+            "offset for overlapping ones",
+    where=("sharded_tensor",), recognise=_is_empty_shards_overlap, seen_on=("2.6",),
+    reproducer="docs/findings/sharded-tensor-empty-shards-overlap.py"))
+
+
 register(KnownBug(
     id="sharded-tensor-chunk-offsets-past-end", kind="crash",
     summary="ChunkShardingSpec.shard raises 'IndexError: start out of range' on the source rank where torch.chunk "

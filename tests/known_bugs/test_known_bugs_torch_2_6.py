@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import torch
+
 from fuzzdist import known_bugs
-from fuzzdist.errors import RankCrash
+from fuzzdist.errors import RankCrash, RankError
 
 
 @dataclass
@@ -47,3 +49,40 @@ def test_powersgd_abort_elsewhere_or_for_another_reason_stays_a_failure():
     assert _recognised(_crash("terminate called: some other enforce", IN_THE_HOOK)) is None
     one_bucket = PowerSGDCase(_Config(bucket_cap_mb=None, find_unused_parameters=False))
     assert _recognised(_crash(ENFORCE_2_6, IN_THE_HOOK), one_bucket) is None
+
+
+OVERLAP = ("Shards ShardMetadata(shard_offsets=[0], shard_sizes=[0], placement=rank:0/cpu) and "
+           "ShardMetadata(shard_offsets=[0], shard_sizes=[0], placement=rank:1/cpu) overlap")
+SHARD_TRACEBACK = ('File "torch/distributed/_shard/sharding_spec/chunk_sharding_spec.py", line 219, in shard\n'
+                   'File "torch/distributed/_shard/sharding_spec/_internals.py", line 111, in '
+                   "validate_non_overlapping_shards_metadata")
+
+
+def _shard_error(message: str, traceback: str = SHARD_TRACEBACK) -> RankError:
+    return RankError([0, 1], {0: traceback, 1: traceback}, {0: "ValueError", 1: "ValueError"},
+                     {0: ValueError(message), 1: ValueError(message)})
+
+
+def _sharded_example() -> dict:
+    from fuzzdist.strategies import TensorSpec
+
+    @dataclass
+    class ShardCase:
+        spec: TensorSpec
+        dim: int = 0
+        placements: tuple = (0, 1)
+
+    return {"case": ShardCase(TensorSpec((0,), torch.float32))}
+
+
+def test_empty_shards_taken_for_overlapping_is_recognised():
+    bug = known_bugs.recognise("sharded_tensor", _sharded_example(), _shard_error(OVERLAP))
+    assert bug is not None and bug.id == "sharded-tensor-empty-shards-overlap"
+
+
+def test_shards_that_really_overlap_or_another_error_stay_failures():
+    real = OVERLAP.replace("shard_sizes=[0], placement=rank:1", "shard_sizes=[3], placement=rank:1") \
+        .replace("shard_sizes=[0], placement=rank:0", "shard_sizes=[2], placement=rank:0")
+    for failure in (_shard_error(real), _shard_error(OVERLAP, "File \"model.py\", line 1"),
+                    _shard_error("some other error")):
+        assert known_bugs.recognise("sharded_tensor", _sharded_example(), failure) is None
