@@ -84,12 +84,16 @@ def test_report_merges_several_reports_coverage(campaign, tmp_path):
     ("torch._C", "--cover torch._C: it has no Python source to measure"),
     ("test_cov.py", "--cover test_cov.py: that is a target, not a package"),
 ])
-def test_a_package_that_cannot_be_measured_is_one_line_and_exit_2(tmp_path, package, says):
+def test_a_package_that_cannot_be_measured_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys, package, says):
+    from fuzzdist.cli import main
+
     write(tmp_path, "test_cov.py", PROPERTY)
-    result = run_cli(["run", "test_cov.py", "--max-examples", "1", "--cover", package], cwd=tmp_path)
-    assert result.returncode == 2
-    assert says in result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1
+    monkeypatch.chdir(tmp_path)  # the command's own main, in this process: refused before anything starts
+    code = main(["run", "test_cov.py", "--max-examples", "1", "--cover", package])
+    out, err = capsys.readouterr()
+    assert code == 2, (out, err)
+    assert says in err
+    assert len(err.strip().splitlines()) == 1 and out == "", (out, err)
     assert not (tmp_path / "fuzzdist-report.json").exists()  # nothing ran
 
 

@@ -150,7 +150,9 @@ def test_an_existing_script_is_never_overwritten(exported):
 
 
 @pytest.mark.parametrize("case", ["file", "symlink", "unwritable", "empty"])
-def test_bad_export_dir_is_one_line_and_exit_2_before_anything_runs(exported, tmp_path, case):
+def test_bad_export_dir_is_one_line_and_exit_2_before_anything_runs(exported, tmp_path, monkeypatch, capsys, case):
+    from fuzzdist.cli import main
+
     project, _ = exported
     if case == "file":
         target = tmp_path / "a-file"
@@ -168,9 +170,11 @@ def test_bad_export_dir_is_one_line_and_exit_2_before_anything_runs(exported, tm
     else:
         target = ""
         expect = "--export-script is empty"
-    result = run_cli(["replay", "--database", "db", "--export-script", str(target), "test_props.py"], cwd=project)
-    assert result.returncode == 2, result.stdout + result.stderr
-    assert result.stdout == "", result.stdout  # nothing ran
-    assert len(result.stderr.strip().splitlines()) == 1 and expect in result.stderr, result.stderr
+    monkeypatch.chdir(project)  # the command's own main, in this process: refused before anything starts
+    code = main(["replay", "--database", "db", "--export-script", str(target), "test_props.py"])
+    out, err = capsys.readouterr()
+    assert code == 2, out + err
+    assert out == "", out  # nothing ran
+    assert len(err.strip().splitlines()) == 1 and expect in err, err
     if case == "symlink":
         assert os.listdir(tmp_path / "real") == []
