@@ -379,6 +379,28 @@ register(KnownBug(
     reproducer="docs/findings/gloo-reduce-scatter-tensor-ignores-op.py"))
 
 
+# -- DTensor -------------------------------------------------------------------------------------
+
+
+def _is_dtensor_empty_dim_negative_padding(example: Mapping[str, Any], failure: BaseException) -> bool:
+    """torch 2.6.0: a tensor with an empty dim, and every failed rank raised pad_tensor's "negative padding"
+    RuntimeError (the DTensor property's round trip)."""
+    spec = getattr(example.get("case"), "spec", None)
+    if spec is None or 0 not in tuple(spec.shape) or not isinstance(failure, RankError) or not failure.exceptions:
+        return False
+    return all(isinstance(exc, RuntimeError) and "negative padding" in str(exc)
+               and "pad_tensor" in failure.tracebacks.get(rank, "")
+               for rank, exc in failure.exceptions.items())
+
+
+register(KnownBug(
+    id="dtensor-empty-shard-full-tensor-pads-negative", kind="crash",
+    summary="torch 2.6.0: full_tensor() of a DTensor with an empty dim sharded over more ranks than it has rows "
+            "(a (1, 0) tensor, Shard(0), 4 ranks) raises pad_tensor's 'negative padding' RuntimeError",
+    where=("dtensor",), recognise=_is_dtensor_empty_dim_negative_padding, seen_on=("2.6",),
+    reproducer="docs/findings/dtensor-empty-shard-full-tensor-pads-negative.py"))
+
+
 # -- functional collectives -----------------------------------------------------------------
 
 

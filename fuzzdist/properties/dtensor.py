@@ -41,6 +41,7 @@ import torch
 from hypothesis import strategies as st
 
 from fuzzdist import strategies as fst
+from fuzzdist.known_bugs import known_failures
 from fuzzdist.pool.capabilities import gloo_dtypes
 from fuzzdist.pool.rank.isolation import keep_process_groups
 from fuzzdist.properties import PropertyFailure
@@ -252,8 +253,9 @@ def check(pool: Pool, case: RoundTrip, *, distribute: Callable[..., Any] = _dist
     """Distribute ``case``'s tensor over ``pool`` and redistribute it along ``case.redistributions``
     with ``distribute``/``redistribute``/``full_tensor`` (DTensor's own by default); raise
     :class:`PropertyFailure` if any rank lost or moved values at any stage."""
-    results = pool.run(roundtrip_and_check, case, distribute=distribute, redistribute=redistribute,
-                       full_tensor=full_tensor)
-    wrong = {rank: problems for rank, problems in enumerate(results) if problems}
-    if wrong:
-        raise PropertyFailure(f"ranks {sorted(wrong)} lost or moved values: {wrong}", results)
+    with known_failures("dtensor", case=case):  # torch 2.6.0: dtensor-empty-shard-full-tensor-pads-negative
+        results = pool.run(roundtrip_and_check, case, distribute=distribute, redistribute=redistribute,
+                           full_tensor=full_tensor)
+        wrong = {rank: problems for rank, problems in enumerate(results) if problems}
+        if wrong:
+            raise PropertyFailure(f"ranks {sorted(wrong)} lost or moved values: {wrong}", results)

@@ -86,3 +86,34 @@ def test_shards_that_really_overlap_or_another_error_stay_failures():
     for failure in (_shard_error(real), _shard_error(OVERLAP, "File \"model.py\", line 1"),
                     _shard_error("some other error")):
         assert known_bugs.recognise("sharded_tensor", _sharded_example(), failure) is None
+
+
+PADDING = ("The input size 0, plus negative padding 0 and 0 resulted in a negative output size, which is invalid. "
+           "Check dimension 1 of your input.")
+PAD_TRACEBACK = 'File "torch/distributed/tensor/_collective_utils.py", line 177, in pad_tensor'
+
+
+def _padding_error(message: str = PADDING, traceback: str = PAD_TRACEBACK) -> RankError:
+    return RankError([0, 1], {0: traceback, 1: traceback}, {0: "RuntimeError", 1: "RuntimeError"},
+                     {0: RuntimeError(message), 1: RuntimeError(message)})
+
+
+def _roundtrip(shape: tuple) -> dict:
+    from fuzzdist.strategies import TensorSpec
+
+    @dataclass
+    class RoundTrip:
+        spec: TensorSpec
+
+    return {"case": RoundTrip(TensorSpec(shape, torch.float32))}
+
+
+def test_dtensor_negative_padding_of_an_empty_dim_is_recognised():
+    bug = known_bugs.recognise("dtensor", _roundtrip((1, 0)), _padding_error())
+    assert bug is not None and bug.id == "dtensor-empty-shard-full-tensor-pads-negative"
+
+
+def test_dtensor_negative_padding_elsewhere_stays_a_failure():
+    assert known_bugs.recognise("dtensor", _roundtrip((3, 2)), _padding_error()) is None  # no empty dim
+    assert known_bugs.recognise("dtensor", _roundtrip((1, 0)), _padding_error(traceback="model.py")) is None
+    assert known_bugs.recognise("dtensor", _roundtrip((1, 0)), _padding_error("another error")) is None
