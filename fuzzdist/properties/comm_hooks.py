@@ -45,7 +45,11 @@ Sub-families, each with its contract and the doc lines it comes from:
   least ``m <= n`` is approximated by ``P P^T M`` with ``P`` an orthonormal basis of ``M Q``, ``Q``
   square: no approximation, so the mean again, within a bound that grows with the condition
   number of the summed matrix (Gram-Schmidt's and QR's loss of orthogonality, ``eps * kappa``) and
-  ``orthogonalization_epsilon / sigma_min`` (the epsilon added to every column norm).  Summed
+  ``orthogonalization_epsilon / sigma_min`` (the epsilon added to every column norm).  With warm
+  start, ``Q`` is the previous step's ``M^T P`` ("reuse Qs from the previous iteration"), square
+  but invertible only while every earlier compressed ``M`` of that tensor was: after a singular or
+  ill-conditioned one (an all-zero gradient behind a dead ReLU) power iteration can't regain the
+  lost directions, and that tensor gets no value check from then on.  Summed
   matrices with ``kappa > 1e3`` and wide ones (``m > n``, whose ``Q`` is a random projection no
   local reference knows) get no value check.  ``batched_powerSGD_hook`` views the whole bucket as
   one zero-padded square matrix of side ``s``; with rank ``s`` it is the mean the same way.
@@ -640,6 +644,10 @@ def powersgd_problems(results: list[dict[str, Any]], case: PowerSGDCase, dtype: 
     """Check in the driver what the ranks of ``powersgd_training`` returned (module docstring)."""
     world = len(results)
     problems: list[str] = []
+    # Warm start reuses Q: Q_t = M_{t-1}^T P_{t-1}, square and invertible only while every earlier
+    # compressed M of that tensor was (a dead ReLU's all-zero gradient makes it singular for good).
+    # Only then is P P^T M the mean; a fresh Q (no warm start, or the first compressed step) is.
+    q_singular: set[tuple[int, str]] = set()  # (bucket, name) whose warm-started Q may be singular
     for step in range(case.config.steps):
         recs = [r["steps"][step] for r in results]
         ref = recs[0]
@@ -708,7 +716,9 @@ def powersgd_problems(results: list[dict[str, Any]], case: PowerSGDCase, dtype: 
                                      rtol * world * mag / world + atol)
                 elif case.rank >= min(n, m):
                     bound_or_none = _lossless_bound(part.view(n, m), world, dtype, case.epsilon)
-                    if bound_or_none is None:
+                    if case.warm_start and bound_or_none is None:
+                        q_singular.add((index, name))
+                    if bound_or_none is None or (index, name) in q_singular:
                         continue
                     p = mean_problem(f"step {step} grad {name} (compressed at full rank {min(n, m)})",
                                      got, part / world, bound_or_none.reshape(-1))
