@@ -389,15 +389,18 @@ def probe(ctx: Any, ref: str, calls: tuple[OpCall, ...], by_dtype: bool = False,
 
     A call during which the group's own processes died is ``(SUBJECT_DIED, what the rank raised and
     how they ended)``, and the next call gets a new group.  Where a call finds them gone right after
-    the previous call that ran raised, that previous call is the one that killed them (a
-    refusal, say, that ended the process): it is marked so, and this call is run again on a new
-    group.  Once a call killed them, the calls like it are not run (``PROBE_SKIPPED``): each crash
-    costs a new group.  Like it: of the same operation, or with ``by_dtype`` (the dtype probes: a
-    group that ends its process on a dtype it refuses does so in every operation) of the same dtype,
-    or of a dtype in ``killed_by`` (those that killed it at another world size)."""
+    the previous call that ran raised, either may have killed them (a refusal, say, that ended the
+    process; or this call, on a process that outlived a plain refusal): this call is run again on a
+    new group, and decides.  If it kills that one too, the crash is its own and the previous call's
+    error stands; if not, the previous call is the one that killed them, and is marked so.  Once a
+    call killed them, the calls like it are not run (``PROBE_SKIPPED``): each crash costs a new
+    group.  Like it: of the same operation, or with ``by_dtype`` (the dtype probes: a group that
+    ends its process on a dtype it refuses does so in every operation) of the same dtype, or of a
+    dtype in ``killed_by`` (those that killed it at another world size)."""
     results: list[tuple[str, str] | None] = []
     crashed: set[str] = set(killed_by)  # what killed the group's processes: ops, or dtype names
-    retried = False
+    retried = False  # the call now run is run again, on a new group, to tell whose the last crash was
+    suspect: tuple[str, str] | None = None  # then: the previous call, as blamed if this run survives
     last_ran: int | None = None  # the index in ``results`` of the last call that ran (was not skipped)
     i = 0
 
@@ -411,26 +414,30 @@ def probe(ctx: Any, ref: str, calls: tuple[OpCall, ...], by_dtype: bool = False,
             i += 1
             continue
         result = _probe_one(ctx, ref, call)
-        blame_previous = False
+        died: list[str] = []
         if result is not None:
             disconnected = result[0] in _DISCONNECTS
             died = dead_children(ctx, ref, wait=DISCONNECT_WAIT_S if disconnected else 0.0)
-            if died:  # not a refusal: the group's own processes died
-                previous = results[last_ran] if last_ran is not None else None
-                blame_previous = (not retried and previous is not None
-                                  and previous[0] not in (SUBJECT_DIED, PROBE_SKIPPED))
-                if blame_previous and previous is not None and last_ran is not None:
-                    results[last_ran] = (SUBJECT_DIED, f"{previous[0]}: {previous[1]}; then " + "; ".join(died)
-                                         + f" (the next call got {result[0]})")
-                else:
-                    result = (SUBJECT_DIED, f"{result[0]}: {result[1]}; " + "; ".join(died))
-        if _agree(ctx, blame_previous):  # the previous call killed them: it crashed, this one runs again
-            if last_ran is not None:
+        if retried:
+            # this call again, on a new group: if no rank's group died this time, the previous call
+            # killed the first one (it ran on every rank, so every rank agrees on the verdict)
+            if not _agree(ctx, bool(died)) and last_ran is not None:
+                if suspect is not None:
+                    results[last_ran] = suspect
                 crashed.add(key(calls[last_ran]))
+            retried, suspect = False, None
+        elif died:
+            previous = results[last_ran] if last_ran is not None else None
+            if previous is not None and previous[0] not in (SUBJECT_DIED, PROBE_SKIPPED):
+                suspect = (SUBJECT_DIED, f"{previous[0]}: {previous[1]}; then " + "; ".join(died)
+                           + f" (the next call got {result[0] if result is not None else ''})")
+        if not retried and _agree(ctx, suspect is not None):
+            # the previous call raised and this one found the group dead: run this one again to tell
             forget(ctx, ref)
             retried = True
             continue
-        retried = False
+        if died and result is not None:
+            result = (SUBJECT_DIED, f"{result[0]}: {result[1]}; " + "; ".join(died))
         last_ran = len(results)
         results.append(result)
         failed = _agree(ctx, result is not None)
