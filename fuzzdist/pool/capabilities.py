@@ -34,16 +34,44 @@ GLOO_DTYPES = (
 # them all), DTensor's distribute_tensor and redistribute.
 GLOO_APIS = ("broadcast", "functional", "dtensor")
 
+# The ReduceOps gloo_reduce_ops answers within, in shrink order: SUM first.  PREMUL_SUM is left out: it
+# is documented for NCCL only, and takes a factor (``_make_nccl_premul_sum``).
+GLOO_REDUCE_OPS = ("SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR")
+
+# What gloo_reduce_ops answers for: c10d's all_reduce and reduce, and the functional all_reduce.
+GLOO_REDUCE_APIS = ("all_reduce", "reduce", "functional")
+
+# The functional collectives functional_layouts answers for (those the installed torch has), and the memory
+# layouts it answers within (fuzzdist.strategies.LAYOUTS: "sliced" is contiguous at a storage offset).
+FUNCTIONAL_OPS = ("all_reduce", "all_gather_single", "all_gather_tensor", "reduce_scatter_single",
+                  "reduce_scatter_tensor", "broadcast", "all_to_all_single")
+FUNCTIONAL_LAYOUTS = ("contiguous", "sliced", "transposed", "channels_last")
+
 # Run in a fresh interpreter: a world-size-1 gloo group (a HashStore, nothing on disk or network) tries
-# each dtype through each API and prints what each took, as JSON.  Gloo checks the element type at any
-# world size: at world size 1 it refuses what it refuses at 2 (compared on torch 2.6.0, 2.13.0, 2.14.1).
-_GLOO_DTYPES_PROBE = r"""
+# each dtype through each API of GLOO_APIS, each ReduceOp over each dtype through each API of
+# GLOO_REDUCE_APIS, and each layout through each functional collective, and prints what each took, as
+# JSON: {"dtypes": {api: [dtype]}, "reduce_ops": {api: {dtype: [op]}}, "functional_layouts": {op:
+# [layout]}}.  Gloo and the functional collectives check the element type, the op and the layout at any
+# world size: at world size 1 they refuse what they refuse at 2 (compared on torch 2.6.0 and 2.13.0;
+# tests/pool/test_capabilities.py checks it against a world of 2).
+_GLOO_PROBE = r"""
 import json, sys, warnings
 warnings.simplefilter("ignore")
 import torch, torch.distributed as dist
-names = sys.argv[1].split(",")
+names, ops = sys.argv[1].split(","), sys.argv[2].split(",")
 dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
 group = dist.group.WORLD
+def took(call, *args):
+    try:
+        call(*args)
+        return True
+    except (RuntimeError, ValueError, TypeError):
+        return False
+def took_or_asserted(call, *args):
+    try:
+        return took(call, *args)
+    except AssertionError:
+        return False
 def calls():
     yield "broadcast", lambda t: dist.broadcast(t, 0)
     import torch.distributed._functional_collectives as fc
@@ -55,18 +83,51 @@ def calls():
         from torch.distributed._tensor import Replicate, Shard, distribute_tensor
     mesh = init_device_mesh("cpu", (1,))
     yield "dtensor", lambda t: distribute_tensor(t, mesh, [Shard(0)]).redistribute(mesh, [Replicate()]).full_tensor()
-out = {}
+def reductions():
+    yield "all_reduce", lambda t, op: dist.all_reduce(t, getattr(dist.ReduceOp, op))
+    yield "reduce", lambda t, op: dist.reduce(t, 0, getattr(dist.ReduceOp, op))
+    import torch.distributed._functional_collectives as fc
+    yield "functional", lambda t, op: fc.wait_tensor(fc.all_reduce(t, op.lower(), group))
+out = {"dtypes": {}, "reduce_ops": {}}
 try:
     for api, call in calls():
-        out[api] = []
-        for name in names:
-            try:
-                call(torch.zeros(4, dtype=getattr(torch, name)))
-                out[api].append(name)
-            except (RuntimeError, ValueError, TypeError):
-                pass
+        out["dtypes"][api] = [n for n in names if took(call, torch.zeros(4, dtype=getattr(torch, n)))]
 except ImportError:
     pass  # an API this torch lacks: no answer for it
+try:
+    for api, call in reductions():
+        out["reduce_ops"][api] = {n: [op for op in ops if took(call, torch.zeros(4, dtype=getattr(torch, n)), op)]
+                                  for n in names}
+except ImportError:
+    pass
+def layouts():
+    yield "contiguous", torch.zeros(2, 2, 2, 2)
+    yield "sliced", torch.zeros(17)[1:].view(2, 2, 2, 2)
+    yield "transposed", torch.zeros(2, 2, 2, 2).transpose(0, 1)
+    yield "channels_last", torch.zeros(2, 2, 2, 2).to(memory_format=torch.channels_last)
+def functional_calls():
+    import torch.distributed._functional_collectives as fc
+    for op in sys.argv[3].split(","):
+        fn = getattr(fc, op, None)
+        if fn is None:
+            continue  # an op this torch lacks: no answer for it
+        if op == "all_reduce":
+            yield op, lambda t, fn=fn: fc.wait_tensor(fn(t, "sum", group))
+        elif op.startswith("all_gather"):
+            yield op, lambda t, fn=fn: fc.wait_tensor(fn(t, 0, group))
+        elif op.startswith("reduce_scatter"):
+            yield op, lambda t, fn=fn: fc.wait_tensor(fn(t, "sum", 0, group))
+        elif op == "broadcast":
+            yield op, lambda t, fn=fn: fc.wait_tensor(fn(t, 0, group))
+        else:
+            yield op, lambda t, fn=fn: fc.wait_tensor(fn(t, None, None, group))
+out["functional_layouts"] = {}
+try:
+    for op, call in functional_calls():
+        # AssertionError too: torch 2.6.0's all_gather_tensor asserts a contiguous input
+        out["functional_layouts"][op] = [name for name, t in layouts() if took_or_asserted(call, t)]
+except ImportError:
+    pass
 print(json.dumps(out))
 """
 
@@ -79,9 +140,10 @@ def gloo_dtypes(api: str) -> tuple[torch.dtype, ...]:
     Asked of torch, not assumed from its version: gloo refuses complex in ``dist.broadcast``,
     ``reduce_scatter_tensor``, the functional collectives and DTensor on torch 2.6.0 ("Invalid scalar
     type"; none of them is documented there to take complex), and takes it on 2.13.0 and 2.14.1.  One
-    probe in a subprocess (:data:`_GLOO_DTYPES_PROBE`, about 2 s), run on the first call and kept for
-    the process.  Where the probe gives no answer, the answer is all of ``GLOO_DTYPES`` with a warning:
-    a refused dtype then shows as a property's failure, never as inputs silently left out.
+    probe in a subprocess (:data:`_GLOO_PROBE`, about 2 s, shared with :func:`gloo_reduce_ops` and
+    :func:`functional_layouts`), run on the first call and kept for the process.  Where the probe gives
+    no answer, the answer is all of ``GLOO_DTYPES`` with a warning: a refused dtype then shows as a
+    property's failure, never as inputs silently left out.
     """
     if api not in GLOO_APIS:
         from fuzzdist.errors import InvalidArgument
@@ -98,6 +160,80 @@ def gloo_dtypes(api: str) -> tuple[torch.dtype, ...]:
     return tuple(d for d in GLOO_DTYPES if _dtype_name(d) in answer)
 
 
+@functools.cache
+def gloo_reduce_ops(api: str, dtype: torch.dtype) -> tuple[str, ...]:
+    """The ReduceOp names of :data:`GLOO_REDUCE_OPS` (in its order, SUM first) that ``api``, one of
+    :data:`GLOO_REDUCE_APIS`, takes over gloo for tensors of ``dtype`` in the installed torch: what a
+    property reducing with that API draws.  Empty where gloo refuses ``dtype`` there altogether.
+
+    Asked of torch, not assumed from its version: torch 2.6.0's gloo refuses AVG ("Cannot use
+    ReduceOp.AVG with Gloo"; its ``ReduceOp`` docstring says AVG "is only available with the NCCL
+    backend", as later ones still do), 2.13.0's and 2.14.1's take it for floating and complex dtypes.
+    Every version refuses AVG over integers and bool, PRODUCT/MIN/MAX over complex ("not supported for
+    complex tensors", the docstring says) and the bitwise ops over floating dtypes.  The same probe
+    subprocess as :func:`gloo_dtypes`, run once per process.  Where it gives no answer, the answer is
+    the ops gloo took on the newest torch fuzzdist was run on, with a warning: a refused op then shows as
+    a property's failure, never as inputs silently left out.
+    """
+    if api not in GLOO_REDUCE_APIS:
+        from fuzzdist.errors import InvalidArgument
+
+        raise InvalidArgument(f"unknown API {api!r} for gloo_reduce_ops; known: {', '.join(GLOO_REDUCE_APIS)}")
+    if not isinstance(dtype, torch.dtype):
+        from fuzzdist.errors import InvalidArgument
+
+        raise InvalidArgument(f"gloo_reduce_ops takes a torch.dtype, got {dtype!r}")
+    answer = _probe_gloo_reduce_ops().get(api)
+    if not answer:
+        import warnings
+
+        warnings.warn(f"could not ask torch {torch.__version__} which ReduceOps gloo's {api} takes "
+                      f"({_PROBE_FAILURE.get('why', f'the probe had no answer for {api}')}); "
+                      "drawing the ones gloo took on torch 2.13", stacklevel=2)
+        return _unprobed_reduce_ops(dtype)
+    taken = answer.get(_dtype_name(dtype), [])
+    return tuple(op for op in GLOO_REDUCE_OPS if op in taken)
+
+
+def _unprobed_reduce_ops(dtype: torch.dtype) -> tuple[str, ...]:
+    """What gloo took on torch 2.13.0 per kind of dtype: the answer where the probe gave none."""
+    if dtype.is_complex:
+        return ("SUM", "AVG")
+    if dtype.is_floating_point:
+        return ("SUM", "AVG", "PRODUCT", "MIN", "MAX")
+    return ("SUM", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR")
+
+
+@functools.cache
+def functional_layouts(op: str) -> tuple[str, ...]:
+    """The memory layouts of :data:`FUNCTIONAL_LAYOUTS` (in its order) that the installed torch's functional
+    collective ``op`` (one of :data:`FUNCTIONAL_OPS`) takes as its input over gloo: what a property issuing
+    it draws.  Ask only of an op the installed torch has (torch 2.6.0 has no ``all_gather_single``).
+
+    Asked of torch, not assumed from its version: torch 2.6.0's ``all_gather_tensor`` asserts that its
+    input is contiguous (``assert self.is_contiguous()``; its docstring says nothing of layouts), and
+    takes the contiguous layouts only; 2.13.0's functional collectives take every layout.  The same probe
+    subprocess as :func:`gloo_dtypes`, run once per process.  Where it gives no answer, the answer is
+    every layout, with a warning: a refused layout then shows as a property's failure, never as inputs
+    silently left out.
+    """
+    if op not in FUNCTIONAL_OPS:
+        from fuzzdist.errors import InvalidArgument
+
+        raise InvalidArgument(f"unknown functional collective {op!r} for functional_layouts; known: "
+                              f"{', '.join(FUNCTIONAL_OPS)}")
+    answer = _probe_gloo().get("functional_layouts")
+    taken = answer.get(op) if isinstance(answer, dict) else None
+    if not isinstance(taken, list):
+        import warnings
+
+        warnings.warn(f"could not ask torch {torch.__version__} which layouts its functional {op} takes "
+                      f"({_PROBE_FAILURE.get('why', f'the probe had no answer for {op}')}); "
+                      "drawing every layout", stacklevel=2)
+        return FUNCTIONAL_LAYOUTS
+    return tuple(layout for layout in FUNCTIONAL_LAYOUTS if layout in taken)
+
+
 _PROBE_FAILURE: dict[str, str] = {}  # why the last probe gave no answer, for the warning
 
 
@@ -106,14 +242,16 @@ def _dtype_name(dtype: torch.dtype) -> str:
 
 
 @functools.cache
-def _probe_gloo_dtypes() -> dict[str, list[str]]:
-    """Run :data:`_GLOO_DTYPES_PROBE` once: API name -> the dtype names it took ({} where it failed)."""
+def _probe_gloo() -> dict[str, Any]:
+    """Run :data:`_GLOO_PROBE` once: its JSON answer ({} where it failed, the reason in _PROBE_FAILURE)."""
     import json
 
     names = ",".join(_dtype_name(d) for d in GLOO_DTYPES)
     try:
-        done = subprocess.run([sys.executable, "-c", _GLOO_DTYPES_PROBE, names], capture_output=True,
-                              text=True, timeout=180)  # imports torch: generous for a loaded machine
+        # the timeout: it imports torch, generous for a loaded machine
+        done = subprocess.run([sys.executable, "-c", _GLOO_PROBE, names, ",".join(GLOO_REDUCE_OPS),
+                               ",".join(FUNCTIONAL_OPS)],
+                              capture_output=True, text=True, timeout=180)
         answer = json.loads(done.stdout.strip().splitlines()[-1])
     except (subprocess.TimeoutExpired, OSError, ValueError, IndexError) as exc:
         stderr = getattr(locals().get("done"), "stderr", "") or ""
@@ -122,7 +260,24 @@ def _probe_gloo_dtypes() -> dict[str, list[str]]:
     if not isinstance(answer, dict):
         _PROBE_FAILURE["why"] = f"the probe printed {answer!r}"
         return {}
+    return answer
+
+
+def _probe_gloo_dtypes() -> dict[str, list[str]]:
+    """The probe's dtypes: API name -> the dtype names it took ({} where the probe failed)."""
+    answer = _probe_gloo().get("dtypes")
+    if not isinstance(answer, dict):
+        return {}
     return {str(k): [str(n) for n in v] for k, v in answer.items() if isinstance(v, list)}
+
+
+def _probe_gloo_reduce_ops() -> dict[str, dict[str, list[str]]]:
+    """The probe's ReduceOps: API name -> dtype name -> the op names it took ({} where the probe failed)."""
+    answer = _probe_gloo().get("reduce_ops")
+    if not isinstance(answer, dict):
+        return {}
+    return {str(api): {str(n): [str(op) for op in ops] for n, ops in per_dtype.items() if isinstance(ops, list)}
+            for api, per_dtype in answer.items() if isinstance(per_dtype, dict)}
 
 
 def validate_pool_args(world_size: object, backend: object, device: object, timeout: object,

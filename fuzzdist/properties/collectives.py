@@ -58,9 +58,11 @@ Found in torch's source (torch/distributed/nn/functional.py), and left out by co
   products gives, overflow included.  The gradient of PRODUCT is compared only where every
   partial product stays within the dtype's normal range (``products_in_range``).
 
-Probed on the ranks once per pool, and left out (with a warning) where the installed torch/gloo
-raises: float16/bfloat16 per collective and op, and the ops AVG/PRODUCT/MIN/MAX; reduce_scatter
-is skipped as a whole where gloo lacks it.
+The ops drawn are those the installed gloo takes (:func:`fuzzdist.pool.capabilities.gloo_reduce_ops`:
+torch 2.6.0's refuses AVG, which its ``ReduceOp`` docstring promises for NCCL only).  Then probed on
+the ranks once per pool, and left out (with a warning) where the installed torch/gloo raises:
+float16/bfloat16 per collective and op, and the ops AVG/PRODUCT/MIN/MAX; reduce_scatter is skipped as
+a whole where gloo lacks it (torch 2.6.0: "ProcessGroupGloo does not support reduce_scatter").
 
 Comparisons: data movement is checked bitwise (any value, NaN payloads and -0.0 included).
 Reductions by the reference every property and ``check-pg`` share (:mod:`fuzzdist.toolkit.oracle`):
@@ -92,7 +94,7 @@ from fuzzdist import known_bugs
 from fuzzdist import strategies as fst
 from fuzzdist.errors import CapabilityError, InvalidArgument
 from fuzzdist.known_bugs import symptoms as _symptoms
-from fuzzdist.pool.capabilities import probed_once
+from fuzzdist.pool.capabilities import gloo_reduce_ops, probed_once
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.strategies import TensorSpec, seeds
 from fuzzdist.toolkit.checks import first_difference, written_ignoring_strides
@@ -533,9 +535,19 @@ def supported(pool: Pool, name: str) -> list[tuple[torch.dtype, str | None]]:
     return probed_once(pool, ("autograd collectives", name), lambda: _probe_supported(pool, name))
 
 
+def _candidate_ops(name: str, dtype: torch.dtype) -> tuple[str | None, ...]:
+    """The ops worth probing ``name`` with on the ranks for ``dtype``: of REDUCE_OPS, those the installed
+    gloo takes (:func:`~fuzzdist.pool.capabilities.gloo_reduce_ops`, asked once per process: torch 2.6.0
+    refuses AVG).  reduce_scatter's list form can't be asked at world size 1 (2.6.0's gloo lacks it):
+    all_reduce's answer stands for it, and the probe on the ranks settles the rest.  None: data movement."""
+    if name not in REDUCTIONS:
+        return (None,)
+    taken = gloo_reduce_ops("reduce" if name == "reduce" else "all_reduce", dtype)
+    return tuple(op for op in REDUCE_OPS if op in taken)
+
+
 def _probe_supported(pool: Pool, name: str) -> list[tuple[torch.dtype, str | None]]:
-    ops = REDUCE_OPS if name in REDUCTIONS else (None,)
-    combos = [(dt, op) for dt in FLOAT_DTYPES for op in ops]
+    combos = [(dt, op) for dt in FLOAT_DTYPES for op in _candidate_ops(name, dt)]
     # float32/float64 SUM (and data movement) are always drawn, so a real failure there fails
     # the property; only the optional extras (and reduce_scatter, new in gloo) are probed.
     base = {(dt, op) for dt in BASE_DTYPES for op in ("SUM", None)}

@@ -1,11 +1,14 @@
 """Functional collectives: ``torch.distributed._functional_collectives`` give the values the c10d
 collectives give, and their async results wait correctly.
 
-Covered: ``all_reduce`` (every ReduceOp gloo takes for the dtype), ``all_gather_single`` and its
+Covered: ``all_reduce`` (every ReduceOp the installed gloo takes for the dtype), ``all_gather_single`` and its
 deprecated alias ``all_gather_tensor`` (any gather dim), ``reduce_scatter_single`` and
 ``reduce_scatter_tensor`` (any scatter dim, every op), ``broadcast`` (any source) and
 ``all_to_all_single`` (even splits, or a drawn split matrix, empty blocks included), on CPU
-ranks over gloo, every dtype gloo moves, any shape and layout, with the group given as the
+ranks over gloo, every dtype gloo moves, any shape, every layout the installed torch's op takes
+(:func:`fuzzdist.pool.capabilities.functional_layouts`: torch 2.6.0's ``all_gather_tensor`` asserts a
+contiguous input and its ``all_to_all_single`` raises "Tensors must be contiguous" for a transposed
+one; 2.13.0's take every layout), with the group given as the
 ProcessGroup or as the list of its ranks.  An example issues 1 to 3 of them, then completes them
 in a drawn order, each in a drawn way: ``wait_tensor(result)``, ``result.wait()``, first use
 (an op on the ``AsyncCollectiveTensor`` waits implicitly), or a view first (a view op must not
@@ -20,9 +23,13 @@ the two forms divide differently: c10d and functional reduce_scatter AVG of comp
 1 ulp apart, both within the reference's bound).  Inputs must be left as
 they were (the functional contract: "The input tensor is left unmodified").
 
-Probed on torch 2.13: gloo raises for AVG over integers and bool, for PRODUCT/MIN/MAX over
-complex and for bitwise ops over floating dtypes, in the functional and the c10d form alike, so
-those are never drawn.  Found: functional ``all_to_all_single`` raises "Invalid scalar type" for
+Which ReduceOps are drawn for a dtype is asked of the installed torch
+(:func:`fuzzdist.pool.capabilities.gloo_reduce_ops`): the ops both the functional and the c10d
+``all_reduce`` take over gloo.  Every torch fuzzdist was run on refuses AVG over integers and bool,
+PRODUCT/MIN/MAX over complex and the bitwise ops over floating dtypes; torch 2.6.0 refuses AVG
+altogether ("Cannot use ReduceOp.AVG with Gloo"; its ``ReduceOp`` docstring promises AVG for NCCL
+only).  The reduce-scatter forms take at least those ops (checked at a world of 2 by
+``tests/pool/test_capabilities.py``).  Found: functional ``all_to_all_single`` raises "Invalid scalar type" for
 complex tensors on gloo, where ``dist.all_to_all_single`` works (known bug
 ``gloo-functional-all-to-all-complex-raises``; still drawn).  The implementation is swappable:
 ``check(pool, case, functions={"broadcast": my_broadcast})`` runs the property over your own
@@ -45,7 +52,7 @@ from fuzzdist import strategies as fst
 from fuzzdist.errors import CallRaised
 from fuzzdist.known_bugs import known_failures
 from fuzzdist.known_bugs.symptoms import BOOL_BYTES_NOT_0_OR_1, CALL_RAISED
-from fuzzdist.pool.capabilities import gloo_dtypes
+from fuzzdist.pool.capabilities import functional_layouts, gloo_dtypes, gloo_reduce_ops
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.strategies import TensorSpec, mix_seed, seeds
 from fuzzdist.toolkit.oracle import exact_problem, reduction_problem
@@ -68,16 +75,16 @@ MAX_BYTES = 256
 SEEDS = seeds()
 # reduce_scatter_tensor is deprecated (a FutureWarning) where reduce_scatter_single exists
 _REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-_INTEGRAL_OPS = ("SUM", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR")
 
 
 def reduce_ops(dtype: torch.dtype) -> tuple[str, ...]:
-    """The ReduceOps gloo takes for ``dtype`` (probed: see the module docstring)."""
-    if dtype.is_complex:
-        return ("SUM", "AVG")
-    if dtype.is_floating_point:
-        return ("SUM", "AVG", "PRODUCT", "MIN", "MAX")
-    return _INTEGRAL_OPS
+    """The ReduceOps drawn for ``dtype``, SUM first: those the installed torch's gloo takes for it in
+    the functional ``all_reduce`` and in c10d's, which the property compares it with (asked of torch
+    once per process: :func:`fuzzdist.pool.capabilities.gloo_reduce_ops`)."""
+    c10d = gloo_reduce_ops("all_reduce", dtype)
+    # never empty: a dtype drawn here is one the functional all_reduce took with SUM (gloo_dtypes); were
+    # c10d's to refuse it, the property fails on it, visibly, rather than leaving the dtype out
+    return tuple(op for op in gloo_reduce_ops("functional", dtype) if op in c10d) or ("SUM",)
 
 
 @dataclass(frozen=True)
@@ -257,11 +264,12 @@ def _invalid_bools(c10d: torch.Tensor, result: torch.Tensor) -> str:
 # strategies
 
 
-def _spec(draw: st.DrawFn, shape: tuple[int, ...] | None = None) -> TensorSpec:
+def _spec(draw: st.DrawFn, op: str, shape: tuple[int, ...] | None = None) -> TensorSpec:
     dtypes = st.sampled_from(gloo_dtypes("functional"))  # what this torch's functional collectives take on gloo
+    layouts = functional_layouts(op)  # and the layouts this torch's ``op`` takes (2.6.0: some contiguous only)
     if shape is None:
-        return draw(fst.tensor_specs(dtypes=dtypes, max_bytes=MAX_BYTES))
-    return draw(fst.tensor_specs(shapes=st.just(shape), dtypes=dtypes))
+        return draw(fst.tensor_specs(dtypes=dtypes, layouts=layouts, max_bytes=MAX_BYTES))
+    return draw(fst.tensor_specs(shapes=st.just(shape), dtypes=dtypes, layouts=layouts))
 
 
 @st.composite
@@ -270,27 +278,27 @@ def calls(draw: st.DrawFn, world_size: int) -> Call:
     op = draw(st.sampled_from(OPS))
     group_form = draw(st.sampled_from(GROUP_FORMS))
     if op in ("all_reduce", "broadcast"):
-        spec = _spec(draw)
+        spec = _spec(draw, op)
         src = draw(st.integers(0, world_size - 1)) if op == "broadcast" else 0
         reduce_op = draw(st.sampled_from(reduce_ops(spec.dtype))) if op == "all_reduce" else "SUM"
         return Call(op, spec, reduce_op=reduce_op, src=src, group_form=group_form)
     base = draw(fst.shapes(max_bytes=MAX_BYTES // 16, itemsize=1, max_dims=3, min_dims=1))
     if op in ("all_gather_single", "all_gather_tensor"):
-        spec = _spec(draw, base)
+        spec = _spec(draw, op, base)
         return Call(op, spec, dim=draw(st.integers(0, len(base) - 1)), group_form=group_form)
     if op in ("reduce_scatter_single", "reduce_scatter_tensor"):
         dim = draw(st.integers(0, len(base) - 1))
         shape = tuple(s * world_size if d == dim else s for d, s in enumerate(base))
-        spec = _spec(draw, shape)
+        spec = _spec(draw, op, shape)
         return Call(op, spec, reduce_op=draw(st.sampled_from(reduce_ops(spec.dtype))), dim=dim, group_form=group_form)
     # all_to_all_single
     if draw(st.booleans()):
         splits = tuple(tuple(draw(st.integers(0, 3)) for _ in range(world_size)) for _ in range(world_size))
         rows = max(sum(row) for row in splits)
-        spec = _spec(draw, (rows, *base[1:]))
+        spec = _spec(draw, op, (rows, *base[1:]))
         return Call(op, spec, splits=splits, group_form=group_form)
     shape = (base[0] * world_size, *base[1:])
-    return Call(op, _spec(draw, shape), group_form=group_form)
+    return Call(op, _spec(draw, op, shape), group_form=group_form)
 
 
 @st.composite

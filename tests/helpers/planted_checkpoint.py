@@ -13,6 +13,12 @@ from torch.distributed.checkpoint import DefaultLoadPlanner
 from torch.distributed.checkpoint.state_dict import set_model_state_dict
 
 
+def _no_dist(no_dist: bool) -> dict[str, bool]:
+    """``no_dist`` for ``dcp.load`` only when asked for, as the property's own load passes it: torch 2.6's
+    dcp.load has no such parameter (and there the property never asks for a single-process load)."""
+    return {"no_dist": True} if no_dist else {}
+
+
 class _FirstChunkPlanner(DefaultLoadPlanner):
     """Reads each tensor only from the chunk saved at offset 0 (as if every checkpoint had been saved
     unsharded): elements that live in any other saved chunk are never read."""
@@ -26,7 +32,7 @@ class _FirstChunkPlanner(DefaultLoadPlanner):
 
 def load_reading_only_the_first_chunk(state_dict: dict[str, Any], checkpoint_id: str, no_dist: bool) -> None:
     """``dcp.load`` with a planner that reads only each tensor's first saved chunk."""
-    dcp.load(state_dict, checkpoint_id=checkpoint_id, no_dist=no_dist, planner=_FirstChunkPlanner())
+    dcp.load(state_dict, checkpoint_id=checkpoint_id, planner=_FirstChunkPlanner(), **_no_dist(no_dist))
 
 
 def _copies(obj: Any) -> Any:
@@ -43,7 +49,7 @@ def load_into_copies(state_dict: dict[str, Any], checkpoint_id: str, no_dist: bo
     """Loads into copies of the caller's tensors and puts the copies in the state dict: the values
     arrive, but not in the tensors the caller allocated."""
     copies = _copies(state_dict)
-    dcp.load(copies, checkpoint_id=checkpoint_id, no_dist=no_dist)
+    dcp.load(copies, checkpoint_id=checkpoint_id, **_no_dist(no_dist))
     state_dict.update(copies)
 
 

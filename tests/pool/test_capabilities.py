@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+import warnings
 
 import pytest
 import torch
@@ -83,22 +84,206 @@ def test_a_wrong_probe_answer_is_caught(rank_pool, monkeypatch):
         capabilities.gloo_dtypes.cache_clear()
 
 
-def test_gloo_dtypes_without_an_answer_warns_and_draws_everything(monkeypatch):
+def _clear_probe_caches():
     capabilities.gloo_dtypes.cache_clear()
-    capabilities._probe_gloo_dtypes.cache_clear()
-    monkeypatch.setattr(capabilities, "_GLOO_DTYPES_PROBE", "print('not json')")
+    capabilities.gloo_reduce_ops.cache_clear()
+    capabilities.functional_layouts.cache_clear()
+    capabilities._probe_gloo.cache_clear()
+
+
+def test_gloo_dtypes_without_an_answer_warns_and_draws_everything(monkeypatch):
+    _clear_probe_caches()
+    monkeypatch.setattr(capabilities, "_GLOO_PROBE", "print('not json')")
     try:
         with pytest.warns(UserWarning, match=r"could not ask torch .* which dtypes gloo's broadcast takes "
                                              r"\(JSONDecodeError.*drawing every dtype"):
             assert capabilities.gloo_dtypes("broadcast") == capabilities.GLOO_DTYPES
     finally:
-        capabilities.gloo_dtypes.cache_clear()
-        capabilities._probe_gloo_dtypes.cache_clear()
+        _clear_probe_caches()
 
 
 def test_gloo_dtypes_of_an_unknown_api_is_an_error():
     with pytest.raises(ValueError, match="unknown API 'nccl_magic' for gloo_dtypes; known: broadcast"):
         capabilities.gloo_dtypes("nccl_magic")
+
+
+def reduces(ctx, api, dtype_names, ops):
+    """On every rank of a world of 2: for each dtype name, the ReduceOps ``api`` takes over gloo for it."""
+    import torch.distributed._functional_collectives as fc
+
+    reduce_scatter = getattr(fc, "reduce_scatter_single", None) or fc.reduce_scatter_tensor
+
+    def c10d_reduce_scatter(t, op):  # as the functional property calls it
+        c10d = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+        c10d(torch.empty(2, dtype=t.dtype), t, op=getattr(dist.ReduceOp, op), group=ctx.group)
+
+    call = {"all_reduce": lambda t, op: dist.all_reduce(t, op=getattr(dist.ReduceOp, op), group=ctx.group),
+            "reduce": lambda t, op: dist.reduce(t, 0, op=getattr(dist.ReduceOp, op), group=ctx.group),
+            "functional": lambda t, op: fc.wait_tensor(fc.all_reduce(t, op.lower(), ctx.group)),
+            "reduce_scatter_tensor": c10d_reduce_scatter,
+            "functional_reduce_scatter": lambda t, op: fc.wait_tensor(reduce_scatter(t, op.lower(), 0, ctx.group)),
+            }[api]
+    out = {}
+    for name in dtype_names:
+        out[name] = []
+        for op in ops:
+            try:
+                call(torch.zeros(2 * ctx.world_size, dtype=getattr(torch, name)), op)
+                out[name].append(op)
+            except (RuntimeError, ValueError, TypeError):
+                pass
+    return out
+
+
+def _reduced_at_world_size_2(rank_pool, api) -> dict[str, set[str]]:
+    names = sorted(_names(capabilities.GLOO_DTYPES))
+    answers = rank_pool.run(reduces, api, names, list(capabilities.GLOO_REDUCE_OPS))
+    assert answers[0] == answers[1]  # the same answer on both ranks
+    return {name: set(ops) for name, ops in answers[0].items()}
+
+
+def _probe_answer(api) -> dict[str, set[str]]:
+    return {str(d).removeprefix("torch."): set(capabilities.gloo_reduce_ops(api, d)) for d in capabilities.GLOO_DTYPES}
+
+
+@pytest.mark.parametrize("api", capabilities.GLOO_REDUCE_APIS)
+def test_gloo_reduce_ops_is_what_the_installed_gloo_takes_at_world_size_2(rank_pool, api):
+    """The ReduceOps probe runs at world size 1 in a subprocess; a property's ranks are 2 or more."""
+    assert _probe_answer(api) == _reduced_at_world_size_2(rank_pool, api)
+
+
+def test_the_reduce_scatter_forms_take_every_op_the_functional_property_draws(rank_pool):
+    """The functional property draws reduce_ops(dtype) for reduce_scatter too, and compares it with c10d's
+    reduce_scatter_tensor: both must take what the all_reduce probe answered (a superset, at a world of 2)."""
+    from fuzzdist.properties import functional
+
+    for api in ("reduce_scatter_tensor", "functional_reduce_scatter"):
+        taken = _reduced_at_world_size_2(rank_pool, api)
+        for dtype in capabilities.gloo_dtypes("functional"):
+            assert set(functional.reduce_ops(dtype)) <= taken[str(dtype).removeprefix("torch.")], (api, dtype)
+
+
+@pytest.mark.parametrize("wrong", ["one left out", "one gloo refuses"])
+def test_a_wrong_reduce_ops_answer_is_caught(rank_pool, monkeypatch, wrong):
+    """A probe that misses an op gloo takes, or claims one it refuses, fails the comparison above."""
+    taken = _reduced_at_world_size_2(rank_pool, "all_reduce")
+    planted = {name: sorted(ops) for name, ops in taken.items()}
+    if wrong == "one left out":
+        planted["float32"].remove("PRODUCT")
+    else:
+        planted["float32"].append("BAND")  # bitwise over a floating dtype: every gloo refuses it
+    monkeypatch.setattr(capabilities, "_probe_gloo_reduce_ops", lambda: {"all_reduce": planted})
+    capabilities.gloo_reduce_ops.cache_clear()
+    try:
+        assert _probe_answer("all_reduce") != _reduced_at_world_size_2(rank_pool, "all_reduce")
+    finally:
+        capabilities.gloo_reduce_ops.cache_clear()
+
+
+def test_gloo_reduce_ops_without_an_answer_warns_and_draws_what_gloo_took_on_2_13(monkeypatch):
+    _clear_probe_caches()
+    monkeypatch.setattr(capabilities, "_GLOO_PROBE", "print('not json')")
+    try:
+        with pytest.warns(UserWarning, match=r"could not ask torch .* which ReduceOps gloo's all_reduce takes "
+                                             r"\(JSONDecodeError.*drawing the ones gloo took on torch 2.13"):
+            assert capabilities.gloo_reduce_ops("all_reduce", torch.float32) == ("SUM", "AVG", "PRODUCT", "MIN", "MAX")
+        with pytest.warns(UserWarning):
+            assert capabilities.gloo_reduce_ops("functional", torch.complex64) == ("SUM", "AVG")
+        with pytest.warns(UserWarning):
+            assert capabilities.gloo_reduce_ops("reduce", torch.int8)[-3:] == ("BAND", "BOR", "BXOR")
+    finally:
+        _clear_probe_caches()
+
+
+def test_gloo_reduce_ops_of_an_unknown_api_or_dtype_is_an_error():
+    with pytest.raises(ValueError, match="unknown API 'nccl_magic' for gloo_reduce_ops; known: all_reduce"):
+        capabilities.gloo_reduce_ops("nccl_magic", torch.float32)
+    with pytest.raises(ValueError, match="gloo_reduce_ops takes a torch.dtype, got 'float32'"):
+        capabilities.gloo_reduce_ops("all_reduce", "float32")
+
+
+def functional_takes(ctx, layouts):
+    """On every rank of a world of 2: for each functional collective the installed torch has, the layouts
+    (of ``layouts``) it takes as its input over gloo."""
+    import torch.distributed._functional_collectives as fc
+
+    from fuzzdist.strategies import TensorSpec
+
+    def issue(op, t):
+        fn = getattr(fc, op)
+        if op == "all_reduce":
+            return fn(t, "sum", ctx.group)
+        if op.startswith("all_gather"):
+            return fn(t, 0, ctx.group)
+        if op.startswith("reduce_scatter"):
+            return fn(t, "sum", 0, ctx.group)
+        if op == "broadcast":
+            return fn(t, 0, ctx.group)
+        return fn(t, None, None, ctx.group)
+
+    out = {}
+    for op in capabilities.FUNCTIONAL_OPS:
+        if not hasattr(fc, op):
+            continue
+        out[op] = []
+        for layout in layouts:
+            t = TensorSpec((2 * ctx.world_size, 2, 2, 2), torch.float32, layout, "random",
+                           1 if layout == "sliced" else 0).materialize("cpu", 0)
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", FutureWarning)  # the deprecated *_tensor aliases say so
+                    fc.wait_tensor(issue(op, t))
+                out[op].append(layout)
+            except (RuntimeError, ValueError, TypeError, AssertionError):
+                pass
+    return out
+
+
+def _functional_layouts_at_world_size_2(rank_pool) -> dict[str, tuple[str, ...]]:
+    answers = rank_pool.run(functional_takes, list(capabilities.FUNCTIONAL_LAYOUTS))
+    assert answers[0] == answers[1]  # the same answer on both ranks
+    return {op: tuple(layouts) for op, layouts in answers[0].items()}
+
+
+def test_functional_layouts_is_what_the_installed_torch_takes_at_world_size_2(rank_pool):
+    """The layouts probe runs at world size 1 in a subprocess; a property's ranks are 2 or more."""
+    from fuzzdist.strategies import LAYOUTS
+
+    assert capabilities.FUNCTIONAL_LAYOUTS == LAYOUTS  # every layout the strategies draw is asked about
+    taken = _functional_layouts_at_world_size_2(rank_pool)
+    assert {op: capabilities.functional_layouts(op) for op in taken} == taken
+
+
+def test_a_wrong_functional_layouts_answer_is_caught(rank_pool, monkeypatch):
+    """A probe that misses a layout the op takes fails the comparison above; so does one that claims a
+    layout the op refuses (torch 2.6.0's all_gather_tensor asserts a contiguous input)."""
+    taken = _functional_layouts_at_world_size_2(rank_pool)
+    planted = {op: list(layouts) for op, layouts in taken.items()}
+    planted["all_reduce"].remove("sliced")
+    for op in planted:
+        if "transposed" not in planted[op]:  # an op refusing a layout: claim it takes it
+            planted[op].append("transposed")
+    monkeypatch.setattr(capabilities, "_probe_gloo", lambda: {"functional_layouts": planted})
+    capabilities.functional_layouts.cache_clear()
+    try:
+        answer = {op: capabilities.functional_layouts(op) for op in taken}
+        assert answer["all_reduce"] != taken["all_reduce"]
+        assert all(answer[op] != taken[op] for op in taken if "transposed" not in taken[op])
+    finally:
+        capabilities.functional_layouts.cache_clear()
+
+
+def test_functional_layouts_without_an_answer_warns_and_draws_every_layout(monkeypatch):
+    _clear_probe_caches()
+    monkeypatch.setattr(capabilities, "_GLOO_PROBE", "print('not json')")
+    try:
+        with pytest.warns(UserWarning, match=r"could not ask torch .* which layouts its functional all_reduce "
+                                             r"takes \(JSONDecodeError.*drawing every layout"):
+            assert capabilities.functional_layouts("all_reduce") == capabilities.FUNCTIONAL_LAYOUTS
+    finally:
+        _clear_probe_caches()
+    with pytest.raises(ValueError, match="unknown functional collective 'all_gather' for functional_layouts"):
+        capabilities.functional_layouts("all_gather")
 
 
 def test_the_properties_draw_what_the_probe_answers():
@@ -108,16 +293,29 @@ def test_the_properties_draw_what_the_probe_answers():
 
     seen: dict[str, set] = {"broadcast": set(), "functional": set(), "dtensor": set()}
 
+    reductions: set[tuple[torch.dtype, str]] = set()
+    layouts: set[tuple[str, str]] = set()
+
     @settings(max_examples=150, database=None, deadline=None)
     @given(b=broadcast.SPECS, f=functional.functional_cases(2), d=dtensor.roundtrips(2))
     def draw(b, f, d):
         seen["broadcast"].add(b.dtype)
         seen["functional"].update(call.spec.dtype for call in f.calls)
         seen["dtensor"].add(d.spec.dtype)
+        reductions.update((call.spec.dtype, call.reduce_op) for call in f.calls
+                          if call.op in ("all_reduce", "reduce_scatter_single", "reduce_scatter_tensor"))
+        layouts.update((call.op, call.spec.layout) for call in f.calls)
 
     draw()
     for api, dtypes in seen.items():
         assert dtypes <= set(capabilities.gloo_dtypes(api)), api
+    for dtype, op in reductions:  # the functional all_reduce and c10d's, which it is compared with
+        assert op in capabilities.gloo_reduce_ops("functional", dtype), (dtype, op)
+        assert op in capabilities.gloo_reduce_ops("all_reduce", dtype), (dtype, op)
+    assert any(op != "SUM" for _, op in reductions)  # the ops are drawn, not only SUM
+    for op, layout in layouts:
+        assert layout in capabilities.functional_layouts(op), (op, layout)
+    assert any(layout != "contiguous" for _, layout in layouts)  # the layouts are drawn, not only contiguous
 
 
 def test_pidfd_probe_answers(monkeypatch):
