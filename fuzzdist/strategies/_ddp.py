@@ -278,7 +278,10 @@ def ddp_configs(
 
     def option(name: str, default: bool) -> st.SearchStrategy[bool]:
         if name not in supported:
-            return st.just(default)
+            # the same choice drawn, then ignored: the choice sequence is then the same on every torch, and
+            # so are a derandomized search and its shrinking (torch 2.6's DDP has no init_sync; drawing
+            # nothing for it, the planted-bug tests' searches there settled in other local minima)
+            return st.sampled_from([default, not default]).map(lambda _: default)
         return st.sampled_from([default, not default])
 
     @st.composite
