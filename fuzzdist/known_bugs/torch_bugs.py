@@ -379,6 +379,40 @@ register(KnownBug(
     reproducer="docs/findings/gloo-reduce-scatter-tensor-ignores-op.py"))
 
 
+def _gather_ignores_input_strides(example: Mapping[str, Any], failure: BaseException) -> bool:
+    """check-pg's gather (or its async check's gather calls) on gloo, a non-contiguous input: every
+    problem is a gathered slot that holds its source's elements in the order of the source's memory
+    (the op's check says so with BROADCAST_STRIDES_IGNORED, the same words)."""
+    if not _on_gloo(example):
+        return False
+    blocks = _problem_blocks(failure)
+    if not blocks:
+        return False
+
+    def shows_it(call: Any, block: str) -> bool:
+        first = block.splitlines()[0]
+        return (call.op == "gather" and call.spec.layout in _DENSE_NON_CONTIGUOUS
+                and "gather_list[" in first and BROADCAST_STRIDES_IGNORED in first)
+
+    if "call" in example:
+        return all(b.startswith("  rank ") and shows_it(example["call"], b) for b in blocks)
+    calls = list(example.get("calls", ()))
+    for block in blocks:
+        found = _ASYNC_PROBLEM.match(block)
+        if found is None or int(found.group(1)) >= len(calls) or not shows_it(calls[int(found.group(1))], block):
+            return False
+    return True
+
+
+register(KnownBug(
+    id="gloo-gather-ignores-input-strides", kind="wrong result",
+    summary="torch 2.6.0: gloo's gather sends a non-contiguous input tensor's memory as if it were row-major: "
+            "the destination gets its elements in memory order",
+    where=("check-pg:gather", "check-pg:async"), recognise=_gather_ignores_input_strides, seen_on=("2.6",),
+    upstream="https://github.com/pytorch/pytorch/issues/74809",
+    reproducer="docs/findings/gloo-gather-ignores-input-strides.py"))
+
+
 # -- DTensor -------------------------------------------------------------------------------------
 
 
