@@ -199,14 +199,24 @@ def roundtrip_and_check(ctx: RankContext, case: RoundTrip, distribute: Callable[
     # a fresh tensor (distribute_tensor may write into it); decoys on the non-source ranks
     given_tensor = case.spec.materialize(ctx.device, case.seed if is_source else case.seed + 2**33)
     kwargs = {"src_data_rank": case.src_data_rank} if HAS_SRC_DATA_RANK else {}
-    with _quiet_logs():
-        dt = distribute(given_tensor, mesh, [placement(n) for n in case.placements], **kwargs)
-        problems = _check_stage(f"distribute_tensor to {case.placements}", dt, case.placements, original,
-                                case.mesh_shape, coord, full_tensor)
-        for i, names in enumerate(case.redistributions, 1):
-            dt = redistribute(dt, mesh, [placement(n) for n in names])
-            problems += _check_stage(f"redistribute #{i} to {names}", dt, names, original,
-                                     case.mesh_shape, coord, full_tensor)
+    try:
+        with _quiet_logs():
+            dt = distribute(given_tensor, mesh, [placement(n) for n in case.placements], **kwargs)
+            problems = _check_stage(f"distribute_tensor to {case.placements}", dt, case.placements, original,
+                                    case.mesh_shape, coord, full_tensor)
+            for i, names in enumerate(case.redistributions, 1):
+                dt = redistribute(dt, mesh, [placement(n) for n in names])
+                problems += _check_stage(f"redistribute #{i} to {names}", dt, names, original,
+                                         case.mesh_shape, coord, full_tensor)
+    except BaseException:
+        # A rank that raised between collectives has issued fewer of them than a peer that went on (torch
+        # 2.6.0's dtensor-empty-shard-full-tensor-pads-negative: rank 0's zero-byte all-gather returns
+        # at once, the others raise before theirs).  The mesh's groups outlive the example (the 1-D mesh's
+        # is the pool's default group) and gloo pairs each collective by its count, so every later
+        # collective on them would hang: fresh rank processes for the next example.
+        ctx.request_recycle("a rank raised part-way through the DTensor round trip: the mesh's process groups "
+                            "may have issued different numbers of collectives on different ranks")
+        raise
     return problems or None
 
 

@@ -38,7 +38,12 @@ property passes the pool's group), non-contiguous inputs (``_shard_tensor`` refu
 
 Known: ``sharded-tensor-gather-default-dtype-float32`` (``gather`` without ``dtype`` gathers
 through buffers of torch's default dtype, float32, so float64/int64/int32 values come back
-rounded) and ``sharded-tensor-chunk-offsets-past-end`` (above).  Generalises torch's
+rounded) and ``sharded-tensor-chunk-offsets-past-end`` (above); on torch 2.6.0
+``sharded-tensor-empty-shards-overlap`` and ``sharded-tensor-gather-empty-shard-skips-collective``:
+``gather`` on a rank whose local shard is empty returns without joining the gather collective, and
+the other ranks wait in theirs.  A rank sees that from its group's collective count (where torch
+keeps one) and joins the gather itself with a stand-in, so that the example ends with the problem
+reported instead of a pool timeout, and the pool's group stays in step for the next example.  Generalises torch's
 ``ShardedTensorTestBase`` tests (4 ranks, fixed tensors) to drawn tensors, dims, placement orders,
 sources and destinations.  The implementations under test are keywords: ``check(pool, case,
 shard=..., gather=...)``.
@@ -46,6 +51,7 @@ shard=..., gather=...)``.
 
 from __future__ import annotations
 
+import math
 import shutil
 import warnings
 from collections.abc import Callable
@@ -78,6 +84,8 @@ DTYPES: tuple[torch.dtype, ...] = (torch.float32, torch.float64, torch.float16, 
                                    torch.int32, torch.int8, torch.uint8, torch.bool)
 MAX_DIM = 64
 GATHER_FLOAT32_MARKER = "(exactly a float32 round trip of the original)"
+# a rank's gather returned without issuing the collective (sharded-tensor-gather-empty-shard-skips-collective)
+GATHER_SKIPPED_MARKER = "[GATHER_SKIPPED]"
 
 
 @dataclass(frozen=True)
@@ -137,6 +145,46 @@ def st_gather(sharded: ShardedTensor, dst: int, out: torch.Tensor | None) -> Non
     sharded.gather(dst=dst, out=out)
 
 
+def _collectives_issued(group: Any) -> int | None:
+    """How many collectives this rank has issued on ``group`` (its sequence number), or None where the
+    installed torch can't say (``_get_sequence_number_for_group``, private, is what c10d's own
+    consistency checks read)."""
+    get = getattr(group, "_get_sequence_number_for_group", None)
+    if get is None:
+        return None
+    try:
+        return int(get())
+    except Exception:  # noqa: BLE001 - a group that doesn't count: no skip can be seen
+        return None
+
+
+def _skipped_gather(sharded: Any, dst: int, group: Any, rank: int) -> str:
+    """This rank's ``gather`` returned without issuing the gather collective (torch 2.6.0 returns early on
+    a rank whose local shard is empty), so the other ranks wait in theirs: join it with a stand-in, so
+    that they finish and the pool's group stays in step, and return the problem.
+
+    The stand-in moves no more bytes than each rank's piece of the real gather holds (gloo takes a
+    message shorter than the buffer it lands in): uint8 elements, as many as the largest rank's piece
+    has, sent from a non-destination rank; on the destination, buffers of 16 bytes an element (no dtype
+    is wider) for the pieces the others send.  ``out`` on the destination is then left as it was."""
+    sizes: dict[int, int] = {}
+    for md in sharded.metadata().shards_metadata:
+        sizes[md.placement.rank()] = sizes.get(md.placement.rank(), 0) + math.prod(md.shard_sizes)
+    largest = max(sizes.values(), default=0)
+    if largest:  # else the real gather moves no bytes and waits for no one
+        if rank == dst:
+            mine = torch.zeros(largest * 16, dtype=torch.uint8)
+            pieces = [torch.zeros_like(mine) for _ in range(torch.distributed.get_world_size(group))]
+            torch.distributed.gather(mine, pieces, dst=dst, group=group)
+        else:
+            torch.distributed.gather(torch.zeros(largest, dtype=torch.uint8), None, dst=dst, group=group)
+    shapes = [tuple(s.tensor.shape) for s in sharded.local_shards()]
+    empty = " (empty)" if any(0 in shape for shape in shapes) else ""
+    return (f"gather to rank {dst}: rank {rank}, local shards {shapes}{empty}, returned from gather without "
+            f"joining its collective, so the other ranks waited in theirs (fuzzdist joined it for them"
+            f"{'; out was left as it was' if rank == dst else ''}) {GATHER_SKIPPED_MARKER}")
+
+
 def _decoy(full: torch.Tensor) -> torch.Tensor:
     return checkpoint.decoy_of(full).contiguous()
 
@@ -187,8 +235,12 @@ def shard_and_gather(ctx: RankContext, case: ShardCase, path: str | None = None,
         sharded = shard(given, _spec(case.dim, case.placements), case.src, ctx.group)
         problems = _check_local(sharded, full, dim, case.placements, ctx.rank, "shard")
         out = _decoy(full) if ctx.rank == case.dst else None
+        issued = _collectives_issued(ctx.group)
         gather(sharded, case.dst, out)
-        if out is not None:
+        skipped = issued is not None and _collectives_issued(ctx.group) == issued
+        if skipped:
+            problems.append(_skipped_gather(sharded, case.dst, ctx.group, ctx.rank))
+        elif out is not None:
             diff = first_difference(out, full)
             if diff is not None:
                 rounded = full.to(torch.float32).to(full.dtype)
