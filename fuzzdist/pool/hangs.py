@@ -21,6 +21,11 @@ order a distributed engineer would look:
    listed.
 5. **Slow**: the ranks run their own code and wait on nobody.
 
+Where the flight recorder can't say what a rank issued (switched off, or a
+torch whose recorder skips the backend: ``RankState.unrecorded`` says which),
+the stacks alone name the call each rank is inside; without the steps that
+is never a certain deadlock.
+
 A *certain* deadlock lets the pool stop waiting at once (it confirms the
 same picture twice first: the snapshots of different ranks are not taken
 at the same instant).  Each kind is its own :class:`~fuzzdist.errors.Hang`
@@ -165,6 +170,14 @@ def diagnose(states: Mapping[int, RankState | None], finished: Mapping[int, str]
                        f"every rank still running waits in {_call(a, running[r])}, which every rank "
                        "entered: the collective itself does not complete", r)
 
+    # 3a. Inside torch.distributed calls where the flight recorder can't say what this rank issued (off,
+    # or it records no collective of this backend): the stacks alone tell what each rank is in, not at
+    # which step, so nothing proves a deadlock.
+    inside = {r: s for r, s in running.items()
+              if r not in heads and s.call and not s.call.endswith(".wait") and not s.pending_works}
+    if any(s.collectives is None for s in inside.values()):
+        return _from_stacks(inside, running, finished, dead, verdict)
+
     # 3b. Inside a torch.distributed call with no record of it in flight: the backend keeps no
     # flight record, or the rank is blocked before the op was issued (TORCH_DISTRIBUTED_DEBUG=DETAIL's
     # fingerprint check, say).  Nothing proves a deadlock.
@@ -187,7 +200,8 @@ def diagnose(states: Mapping[int, RankState | None], finished: Mapping[int, str]
     # 5. Nobody waits on anybody.
     if running and not waiting:
         r, s = next(iter(running.items()))
-        recorder = "" if s.collectives is not None else " (no flight recorder: collectives unknown)"
+        unknown = s.unrecorded or "no flight recorder"
+        recorder = "" if s.collectives is not None else f" (collectives unknown: {unknown})"
         return verdict(SlowExample, False, f"slow, not stuck: rank {r} is running its own code, {_site(s)}"
                        f"{recorder}", r)
     if running:
@@ -196,6 +210,36 @@ def diagnose(states: Mapping[int, RankState | None], finished: Mapping[int, str]
                        f"rank {r} waits in {_call(waiting[0][1], running[r])}; the others run their own code", r)
     return Diagnosis(UnexplainedHang, False, "no rank still running answered a snapshot: only their stacks "
                      "are known", where, details, None)
+
+
+def _from_stacks(inside: Mapping[int, RankState], running: Mapping[int, RankState], finished: Mapping[int, str],
+                 dead: Mapping[int, str], verdict: Any) -> Diagnosis:
+    """What the stacks alone say when the flight recorder can't: the call each rank is inside, which ranks
+    left, and why no step is known.  Never a certain deadlock: without the records, a rank inside
+    all_reduce may be at another step than a peer inside broadcast, and a call a peer left may complete."""
+    parts = [f"rank {r} is inside {_stack_call(s)} {_site(s)}" for r, s in inside.items()]
+    parts += [f"rank {r} is running its own code {_site(s)}" for r, s in running.items() if r not in inside]
+    parts += [f"rank {q} {how} and left the example" for q, how in sorted(finished.items()) if q not in running]
+    parts += [f"rank {q} died ({how})" for q, how in sorted(dead.items())]
+    calls = {(s.call, tuple(sorted(_roots(s).items()))) for s in inside.values()}
+    r = next(iter(inside))
+    if finished or dead:
+        kind: type[Hang] = MissedCollective
+        clue = ""
+    elif len(calls) > 1:
+        kind, clue = CollectiveMismatch, " (different calls: probably a mismatch)"
+    else:
+        kind, clue = StuckCollective, ""
+    reasons = sorted({s.unrecorded or "the flight recorder could not be read" for s in inside.values()
+                      if s.collectives is None})
+    return verdict(kind, False, "; ".join(parts) + clue + f"; {'; '.join(reasons)}, so the step each rank is at is "
+                   "unknown and nothing proves a deadlock: declared at the timeout", r)
+
+
+def _stack_call(state: RankState) -> str:
+    """'broadcast(src=0)': the call a rank is inside, with the root or peer it was given, read from its stack."""
+    args = ", ".join(f"{k}={v}" for k, v in state.call_args if k != "tag")
+    return f"{state.call}({args})" if args else str(state.call)
 
 
 def _steps(state: RankState, group: str, p2p: bool) -> list[Collective]:
@@ -274,7 +318,7 @@ def _where(state: RankState) -> str:
 def _details(state: RankState) -> str:
     lines = []
     if state.collectives is None:
-        lines.append("collectives: unknown (torch's flight recorder is off: TORCH_FR_BUFFER_SIZE=0)")
+        lines.append(f"collectives: unknown ({state.unrecorded or 'the flight recorder could not be read'})")
     elif state.collectives:
         shown = state.collectives[-_HISTORY:]
         earlier = len(state.collectives) - len(shown)

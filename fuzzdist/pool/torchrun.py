@@ -85,7 +85,7 @@ def join(backend: str = "gloo", device: str = "cpu", timeout: float = DEFAULT_TI
     else:
         dev = torch.device("cpu")
     use_signer(torchrun_auth.Signer(torchrun_auth.load_secret(), torchrun_auth.scope()))
-    rank_state.enable_flight_recorder()
+    rank_state.enable_flight_recorder(backend)
     dist.init_process_group(backend, rank=rank, world_size=world_size,
                             timeout=timedelta(seconds=timeout + 30.0))
     torchrun_auth.forget_node_secret()  # every rank read it before the group could form

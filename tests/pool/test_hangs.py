@@ -6,8 +6,10 @@ a deadlock the tests expect to be declared early must be, or the test fails on i
 
 from __future__ import annotations
 
+import os
 import sys
 import time
+from unittest import mock
 
 import pytest
 from helpers import planted_hangs
@@ -18,6 +20,7 @@ from fuzzdist import RankError, RankPool, RankTimeout
 from fuzzdist.compat.hypothesis_internals import interesting_origin
 from fuzzdist.errors import CollectiveMismatch, MissedCollective, PendingWork, SlowExample, StuckCollective
 from fuzzdist.pool.hangs import diagnose
+from fuzzdist.pool.rank import rank_state
 from fuzzdist.pool.rank.rank_state import Collective, RankState, Site
 
 if sys.version_info < (3, 11):
@@ -25,6 +28,22 @@ if sys.version_info < (3, 11):
 
 TIMEOUT = 20.0
 EARLY = 8.0  # a declared deadlock comes well before the timeout, even on a loaded 2-core machine
+
+
+def _gloo_unrecorded() -> str:
+    """Why the ranks' flight recorder keeps no record of gloo's collectives ("" where it does): what each
+    rank finds when it starts (rank_state.enable_flight_recorder), asked here under the ranks' setting."""
+    size = os.environ.get("TORCH_FR_BUFFER_SIZE", str(rank_state.FLIGHT_RECORDER_ENTRIES))
+    with mock.patch.dict(os.environ, {"TORCH_FR_BUFFER_SIZE": size}):
+        return rank_state.recorder_gap("gloo")
+
+
+# A deadlock is proven from the flight record of the ranks' collectives; without one (a torch whose
+# recorder is NCCL's only) every hang is declared at the timeout, from the stacks (docs/hangs.md).
+_UNRECORDED = _gloo_unrecorded()
+needs_gloo_record = pytest.mark.skipif(
+    bool(_UNRECORDED), reason=f"a certain deadlock is proven from torch's flight record of gloo's collectives, "
+                              f"which this torch lacks: {_UNRECORDED}")
 
 
 @pytest.fixture(scope="module")
@@ -55,6 +74,7 @@ def _cause_line(err: BaseException) -> tuple[str, int]:
     return tb.tb_frame.f_code.co_filename, tb.tb_lineno
 
 
+@needs_gloo_record
 def test_different_collectives_at_one_step_are_a_deadlock_declared_at_once(pool):
     err, elapsed = _hang(pool, planted_hangs.different_collectives, 6)
     assert err.deadlock and elapsed < EARLY
@@ -69,6 +89,7 @@ def test_different_collectives_at_one_step_are_a_deadlock_declared_at_once(pool)
     assert pool.run(planted_hangs.different_collectives, 5) == [5, 5]  # the pool recovered
 
 
+@needs_gloo_record
 def test_a_skipped_collective_names_the_rank_that_left(pool):
     err, elapsed = _hang(pool, planted_hangs.skipped_collective, 4)
     assert err.deadlock and elapsed < EARLY and err.ranks == [0]
@@ -78,6 +99,7 @@ def test_a_skipped_collective_names_the_rank_that_left(pool):
     assert "all_reduce #1 (float32[4]) done; all_reduce #2 (float32[4]) WAITING" in str(err)
 
 
+@needs_gloo_record
 def test_a_mismatched_shape_names_both_shapes(pool):
     err, elapsed = _hang(pool, planted_hangs.mismatched_shape, 3)
     assert err.deadlock and elapsed < EARLY and err.ranks == [1]
@@ -86,6 +108,7 @@ def test_a_mismatched_shape_names_both_shapes(pool):
             "(same collective, different shapes at step 1)") in err.diagnosis.summary
 
 
+@needs_gloo_record
 def test_a_mismatched_root_names_both_roots(pool):
     err, elapsed = _hang(pool, planted_hangs.mismatched_root, 5)
     assert err.deadlock and elapsed < EARLY
@@ -110,6 +133,7 @@ def test_a_slow_example_is_not_mistaken_for_a_deadlock(short_pool):
     assert "slow, not stuck" in str(err) and "Raise the timeout" in str(err)
 
 
+@needs_gloo_record
 def test_stragglers_after_a_failure_are_explained_without_waiting_out_the_grace(pool):
     pool.start()
     start = time.monotonic()
@@ -129,6 +153,7 @@ def test_stacks_start_at_the_rank_function_without_fuzzdist_plumbing(pool):
     assert "distributed_c10d.py" in stack  # torch's frames stay: the user needs them
 
 
+@needs_gloo_record
 def test_two_hangs_in_one_property_are_two_failures_each_shrunk_to_its_minimum(pool):
     @settings(max_examples=300, database=None, derandomize=True, deadline=None, report_multiple_bugs=True,
               phases=[Phase.generate, Phase.shrink], suppress_health_check=list(HealthCheck))
@@ -144,6 +169,27 @@ def test_two_hangs_in_one_property_are_two_failures_each_shrunk_to_its_minimum(p
     examples = ["\n".join(getattr(e, "__notes__", [])) for e in errors]
     assert "a=6" in examples[0] and "b=0" in examples[0]
     assert "a=0" in examples[1] and "b=4" in examples[1]
+
+
+def test_without_a_flight_record_a_hang_is_explained_from_the_stacks_at_the_timeout(monkeypatch):
+    # TORCH_FR_BUFFER_SIZE=0 takes the record away on any torch, as a torch whose recorder skips gloo does.
+    monkeypatch.setenv("TORCH_FR_BUFFER_SIZE", "0")
+    with RankPool(2, timeout=3) as unrecorded:
+        err, elapsed = _hang(unrecorded, planted_hangs.different_collectives, 6)
+        assert not err.deadlock and elapsed >= 3  # no step is known: nothing proves a deadlock
+        assert isinstance(err.__cause__, CollectiveMismatch)
+        summary = err.diagnosis.summary
+        assert "rank 0 is inside all_reduce in different_collectives at line 18" in summary, summary
+        assert "rank 1 is inside broadcast(src=0) in different_collectives at line 16" in summary, summary
+        assert "(different calls: probably a mismatch)" in summary
+        assert ("torch's flight recorder is off: TORCH_FR_BUFFER_SIZE=0, so the step each rank is at is unknown "
+                "and nothing proves a deadlock") in summary
+        assert "collectives: unknown (torch's flight recorder is off: TORCH_FR_BUFFER_SIZE=0)" in str(err)
+        assert "collectives this example: none" not in str(err)
+        assert "Raise the timeout" not in str(err)  # different calls are no slowness
+        filename, lineno = _cause_line(err)
+        assert filename == planted_hangs.__file__ and lineno == 18
+        assert unrecorded.run(planted_hangs.different_collectives, 5) == [5, 5]
 
 
 # -- the diagnosis alone, on made-up snapshots: the cases a 2-rank gloo pool can't easily plant ------------
@@ -188,6 +234,35 @@ def test_an_earlier_disagreement_that_completed_anyway_is_named():
 def test_without_the_flight_recorder_a_hang_is_still_told_from_a_slow_example():
     d = diagnose({0: _state(0, recorder=False), 1: _state(1, recorder=False)}, {}, 2)
     assert d.kind is SlowExample and "no flight recorder" in d.summary
+
+
+_NO_GLOO = "torch 9.9's flight recorder keeps no record of gloo's collectives"
+
+
+def _unrecorded(rank, call=None, call_args=(), finished=False):
+    return RankState(rank=rank, seq=1, finished=finished, elapsed=1.0, collectives=None, call=call,
+                     call_args=tuple(call_args), user_site=Site(f"/src/prop_{rank}.py", 10 + rank, "fn", "line"),
+                     unrecorded=_NO_GLOO)
+
+
+def test_where_the_recorder_skips_the_backend_the_stacks_explain_and_nothing_is_declared():
+    same = diagnose({0: _unrecorded(0, "all_reduce"), 1: _unrecorded(1, "all_reduce")}, {}, 2)
+    assert same.kind is StuckCollective and not same.deadlock
+    assert same.summary == ("rank 0 is inside all_reduce in fn at line 10 of prop_0.py (line); rank 1 is inside "
+                            f"all_reduce in fn at line 11 of prop_1.py (line); {_NO_GLOO}, so the step each rank "
+                            "is at is unknown and nothing proves a deadlock: declared at the timeout")
+    roots = diagnose({0: _unrecorded(0, "broadcast", [("src", "0")]),
+                      1: _unrecorded(1, "broadcast", [("src", "1")])}, {}, 2)
+    assert roots.kind is CollectiveMismatch and not roots.deadlock
+    assert "broadcast(src=0)" in roots.summary and "(different calls: probably a mismatch)" in roots.summary
+    left = diagnose({0: _unrecorded(0, "all_reduce"), 1: _unrecorded(1, finished=True)}, {1: "returned"}, 2)
+    assert left.kind is MissedCollective and not left.deadlock and left.may_be_slow
+    assert ("rank 0 is inside all_reduce in fn at line 10 of prop_0.py (line); rank 1 returned and left the "
+            "example") in left.summary
+    assert left.details[0] == f"collectives: unknown ({_NO_GLOO})"
+    mixed = diagnose({0: _unrecorded(0, "all_reduce"), 1: _unrecorded(1)}, {}, 2)
+    assert mixed.kind is StuckCollective and "rank 1 is running its own code in fn at line 11" in mixed.summary
+
 
 
 def test_a_subgroup_collective_waits_only_for_its_members():

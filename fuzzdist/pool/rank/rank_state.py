@@ -9,7 +9,10 @@ instead: the rank's watch thread (``local.py``) or its heartbeat thread
 * the collectives this example issued, from torch's flight recorder: per
   process group, in order, each with its op, shapes, dtypes and whether it
   completed (``retired``).  torch keeps that record itself; fuzzdist only
-  switches it on (``TORCH_FR_BUFFER_SIZE``, see :func:`enable_flight_recorder`);
+  switches it on (``TORCH_FR_BUFFER_SIZE``, see :func:`enable_flight_recorder`)
+  and asks the installed torch, once per rank, whether its recorder covers the
+  pool's backend (:func:`recorder_gap`: where it doesn't, the collectives are
+  unknown, never "none");
 * where the example's thread is now: the ``torch.distributed`` call it waits
   in with its root or peer (read from that call's frame), and the innermost
   frame of the user's own code, which gives a hang its identity;
@@ -113,7 +116,7 @@ class RankState:
     seq: int  # the example this describes (the one asked about, unless the rank never started it)
     finished: bool  # the rank is done with the example (answered); only its collectives are of interest
     elapsed: float  # seconds since the example started on this rank
-    collectives: tuple[Collective, ...] | None  # None: no flight recorder on this rank
+    collectives: tuple[Collective, ...] | None  # None: unknown, the flight recorder can't say (``unrecorded``)
     call: str | None  # the torch.distributed function the example's thread is inside, if any
     call_args: tuple[tuple[str, str], ...] = ()  # its root/peer arguments, e.g. (("src", "0"),)
     user_site: Site | None = None  # innermost frame of the user's code
@@ -121,6 +124,7 @@ class RankState:
     stack: str = ""  # the example thread's stack from the rank function down (when asked for)
     threads: str = ""  # stacks of the other threads that are not fuzzdist's own (when asked for)
     note: str = ""  # what could not be read, if anything
+    unrecorded: str = ""  # why ``collectives`` is None: what the flight recorder does not cover here
 
     def in_flight(self) -> tuple[Collective, ...]:
         """The collectives issued and not completed."""
@@ -166,12 +170,80 @@ def watch_pending(source: PendingWorkSource) -> None:
     _sources.add(source)
 
 
-def enable_flight_recorder() -> None:
-    """Switch torch's flight recorder on for process groups created from now on, unless the user chose.
+def enable_flight_recorder(backend: str) -> None:
+    """Switch torch's flight recorder on for process groups created from now on, unless the user chose,
+    and find out whether it records ``backend``'s collectives (the pool's backend, read by snapshots).
 
     ``TORCH_FR_BUFFER_SIZE`` set in the environment (0 switches it off) wins.
     """
     os.environ.setdefault("TORCH_FR_BUFFER_SIZE", str(FLIGHT_RECORDER_ENTRIES))
+    _recorder.gap = recorder_gap(backend)
+
+
+class _Recorder:
+    gap = ""  # why this rank's flight recorder can't give its collectives ("": it can)
+
+
+_recorder = _Recorder()
+_gaps: dict[str, str] = {}
+
+
+def recorder_gap(backend: str) -> str:
+    """Why torch's flight recorder can't give this process's ``backend`` collectives; "" where it can.
+
+    Asked of the installed torch, not read from its version: the recorder may be
+    switched off (``TORCH_FR_BUFFER_SIZE``), absent, or NCCL's only (gloo's
+    collectives then leave no record).  For gloo the answer is tried: one
+    all_reduce on a private one-rank gloo group over loopback (milliseconds,
+    nothing leaves the process), then a look for its record.  Other backends
+    are taken as recorded wherever a recorder exists (NCCL's is torch's
+    oldest).  Once per process and backend.
+    """
+    size = os.environ.get("TORCH_FR_BUFFER_SIZE", "0") or "0"
+    if not size.strip().lstrip("-").isdigit() or int(size) <= 0:
+        return f"torch's flight recorder is off: TORCH_FR_BUFFER_SIZE={size}"
+    if backend not in _gaps:
+        _gaps[backend] = _probe_recorder(backend)
+    return _gaps[backend]
+
+
+def _dumps() -> list[dict[str, Any]]:
+    """Every flight recorder's dump this torch has: gloo's and other backends', and NCCL's where it is built."""
+    import torch._C._distributed_c10d as c10d
+
+    dumps = []
+    for dumper in ("_dump_fr_trace_json", "_dump_nccl_trace_json"):
+        dump = getattr(c10d, dumper, None)
+        if dump is not None:
+            dumps.append(json.loads(dump(includeCollectives=True, onlyActive=False)))
+    return dumps
+
+
+def _probe_recorder(backend: str) -> str:
+    import torch
+
+    try:
+        import torch._C._distributed_c10d as c10d
+
+        if not any(hasattr(c10d, d) for d in ("_dump_fr_trace_json", "_dump_nccl_trace_json")):
+            return f"torch {torch.__version__} has no flight recorder to read"
+        if backend != "gloo":
+            return ""
+        import torch.distributed as dist
+
+        since = time.time_ns()
+        gloo: Any = dist.ProcessGroupGloo  # its options and ops are not in torch's type stubs
+        options = gloo._Options()
+        options._devices = [gloo.create_device(hostname="127.0.0.1")]
+        group = gloo(dist.HashStore(), 0, 1, options)
+        group.allreduce([torch.zeros(1)]).wait()
+        del group
+        if any(e.get("time_created_ns", 0) >= since and "all_reduce" in str(e.get("profiling_name"))
+               for d in _dumps() for e in d.get("entries", ())):
+            return ""
+        return f"torch {torch.__version__}'s flight recorder keeps no record of gloo's collectives"
+    except Exception as exc:  # noqa: BLE001 - a rank that can't ask still runs; its hangs say why
+        return f"whether torch's flight recorder covers {backend} could not be asked ({type(exc).__name__}: {exc})"
 
 
 # -- the snapshot, taken from another thread -----------------------------------------
@@ -189,7 +261,8 @@ def snapshot(seq: int, with_stack: bool = False) -> RankState:
     try:
         # A rank that finished example seq starts no collective before the next example: its record
         # since seq began is still exactly seq's.
-        collectives = _collectives(_current.start_ns) if _current.last == seq else ()
+        collectives = (None if _recorder.gap else
+                       _collectives(_current.start_ns) if _current.last == seq else ())
     except Exception as exc:  # noqa: BLE001 - a snapshot never raises
         collectives = None
         notes.append(f"flight recorder unreadable ({type(exc).__name__}: {exc})")
@@ -212,24 +285,17 @@ def snapshot(seq: int, with_stack: bool = False) -> RankState:
         stack=_format(frames) if with_stack else "",
         threads=_other_threads() if with_stack else "",
         note="; ".join(notes),
+        unrecorded=_recorder.gap,
     )
 
 
-def _collectives(since_ns: int) -> tuple[Collective, ...] | None:
-    """This example's flight-recorder records, numbered per group; None if the recorder is off."""
-    if int(os.environ.get("TORCH_FR_BUFFER_SIZE", "0") or 0) <= 0:
-        return None
-    import torch._C._distributed_c10d as c10d
-
+def _collectives(since_ns: int) -> tuple[Collective, ...]:
+    """This example's flight-recorder records, numbered per group."""
     entries = []
     groups: dict[str, Any] = {}
-    # gloo's (and other CPU backends') recorder, and NCCL's where torch was built with it.
-    for dumper in ("_dump_fr_trace_json", "_dump_nccl_trace_json"):
-        dump = getattr(c10d, dumper, None)
-        if dump is not None:
-            data = json.loads(dump(includeCollectives=True, onlyActive=False))
-            entries.extend(data.get("entries", ()))
-            groups.update(data.get("pg_config") or {})
+    for data in _dumps():
+        entries.extend(data.get("entries", ()))
+        groups.update(data.get("pg_config") or {})
     steps: dict[tuple[str, bool], int] = {}
     out = []
     for entry in sorted(entries, key=lambda e: e.get("time_created_ns", 0)):

@@ -74,7 +74,7 @@ def rank_main(spec: RankSpec, inbox: Any, outbox: Any, watch: Any, stdio: tuple[
         rank_output_mod.install(spec.output_path)
     _exit_with_parent()
     _answer_snapshots(watch)
-    rank_state.enable_flight_recorder()
+    rank_state.enable_flight_recorder(spec.backend)
     stack_file = open(spec.stack_path, "w")  # noqa: SIM115 - lives as long as the process
     crash_file = open(spec.crash_path, "w")  # noqa: SIM115
     faulthandler.register(STACK_SIGNAL, file=stack_file, all_threads=True)
