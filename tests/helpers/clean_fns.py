@@ -80,12 +80,17 @@ def change_groups(ctx):
 
     everyone = dist.new_group()
     dist.new_group(ranks=[0])  # rank 1 is no member: it gets no group
+    before_mesh = len(_world.pg_map)
     mesh = init_device_mesh("cpu", (ctx.world_size, 1))  # one sub-group per rank on its size-1 dimension
     t = torch.ones(2)
     dist.all_reduce(t, group=everyone)
     dist.all_reduce(t, group=mesh.get_group(1))
     dist.set_debug_level(dist.DebugLevel.DETAIL)
-    return observe_groups(ctx)
+    # The mesh's groups, as this torch makes them: a dimension spanning the world reuses the default group
+    # (torch 2.13) or gets a group of its own (torch 2.6).
+    mesh_groups = len(_world.pg_map) - before_mesh
+    return {**observe_groups(ctx), "mesh_groups": mesh_groups,
+            "mesh_reuses_world": any(g is dist.group.WORLD for g in mesh.get_all_groups())}
 
 
 def cache_kept_group(ctx):
@@ -179,11 +184,28 @@ def observe_hooks(ctx):
     register_module_backward_hook(_full_backward_hook).remove()
     return {
         "calls": sorted(set(_Seen.calls)),
-        "saved_tensor_hooks": torch._C._autograd._top_saved_tensors_default_hooks(True) is not None,
+        "saved_tensor_hooks": _saved_tensor_hooks_in_force(),
         "saved_tensor_hooks_disabled": torch._C._autograd._saved_tensors_hooks_get_disabled_error_message(),
         "dispatch_modes": torch._C._len_torch_dispatch_stack(),
         "function_modes": torch._C._len_torch_function_stack(),
     }
+
+
+def _saved_tensor_hooks_in_force() -> bool:
+    """Read from the top of torch's stack where a torch shows it; elsewhere (torch 2.6 has no
+    _top_saved_tensors_default_hooks) seen on a tensor saved now: one that got hooks refuses more."""
+    top = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
+    if top is not None:
+        return top(True) is not None
+    with torch.enable_grad():
+        y = torch.ones(1, requires_grad=True).sin()  # y keeps the saved tensor alive while it is looked at
+    try:
+        y.grad_fn._raw_saved_self.register_hooks(_unpack, _unpack)
+    except RuntimeError as exc:
+        if "hooks have already been set" not in str(exc):
+            raise
+        return True
+    return False
 
 
 class _PassThrough(torch.overrides.TorchFunctionMode):

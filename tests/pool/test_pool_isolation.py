@@ -67,8 +67,12 @@ def test_process_groups_created_in_an_example_are_destroyed(rank_pool):
     generation = rank_pool.generation
     before = rank_pool.run(clean_fns.observe_groups)
     changed = rank_pool.run(clean_fns.change_groups)
-    # new_group(), new_group([0]) (rank 0 only) and each rank's sub-group of the mesh
-    assert [len(c["groups"]) - len(b["groups"]) for c, b in zip(changed, before, strict=True)] == [3, 2]
+    # new_group(), new_group([0]) (rank 0 only) and the mesh's: each rank's sub-group on its size-1 dimension,
+    # and one for the dimension spanning the world where this torch doesn't reuse the default group for it
+    mesh = [c["mesh_groups"] for c in changed]
+    assert mesh == [1 + (not c["mesh_reuses_world"]) for c in changed]
+    assert [len(c["groups"]) - len(b["groups"]) for c, b in zip(changed, before, strict=True)] == [
+        2 + mesh[0], 1 + mesh[1]]
     assert changed[0]["debug_level"] != before[0]["debug_level"]
     assert rank_pool.run(clean_fns.observe_groups) == before
     again = rank_pool.run(clean_fns.change_groups)

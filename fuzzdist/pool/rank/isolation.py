@@ -319,6 +319,7 @@ _pop_saved_hooks = _private(_AUTOGRAD, "_pop_saved_tensors_default_hooks")
 _saved_hooks_message = _private(_AUTOGRAD, "_saved_tensors_hooks_get_disabled_error_message")
 _dispatch_depth = _private(torch._C, "_len_torch_dispatch_stack")
 _pop_dispatch_mode = _private(torch._C, "_pop_torch_dispatch_stack")
+_dispatch_mode_at = _private(torch._C, "_get_dispatch_stack_at")
 _function_depth = _private(torch._C, "_len_torch_function_stack")
 _function_mode_at = _private(torch._C, "_get_function_stack_at")
 _pop_function_mode = _private(torch._C, "_pop_torch_function_stack")
@@ -326,9 +327,37 @@ _MAX_POPS = 64
 _CPU = torch.device("cpu")
 
 
+def _saved_hooks_in_force() -> bool | None:
+    """Are default saved-tensor hooks in force?  For a torch that can't show the top of their stack
+    (``_top_saved_tensors_default_hooks``): a tensor saved now got them, and a saved tensor that has hooks
+    refuses more.  None where that can't be seen (inference mode, say).  The hooks in force, if any, pack
+    one 1-element tensor."""
+    try:
+        with torch.enable_grad():
+            x = torch.ones(1, requires_grad=True)
+            y = x.sin()  # saves x; y keeps its grad_fn, and so the saved tensor, alive while it is looked at
+        saved = getattr(y.grad_fn, "_raw_saved_self", None)  # SinBackward's saved input
+        if saved is None:
+            return None
+        try:
+            saved.register_hooks(_same, _same)
+        except RuntimeError as exc:
+            if "hooks have already been set" in str(exc):
+                return True
+            return None
+        return False
+    except Exception:  # noqa: BLE001 - a pack hook that raises, a torch that saves differently: unknown
+        return None
+
+
+def _same(t: Any) -> Any:
+    return t
+
+
 def _autograd_state() -> tuple[Any, ...]:
-    """The saved-tensor default hooks on top and the disabled message; the dispatch and function mode depths."""
-    return (_top_saved_hooks(True) if _top_saved_hooks else None,
+    """The saved-tensor default hooks on top (where a torch can't show them: whether any are in force) and
+    the disabled message; the dispatch and function mode depths."""
+    return (_top_saved_hooks(True) if _top_saved_hooks else _saved_hooks_in_force(),
             _saved_hooks_message() if _saved_hooks_message else None,
             _dispatch_depth() if _dispatch_depth else 0,
             _function_depth() if _function_depth else 0)
@@ -348,6 +377,13 @@ def _restore_saved_tensor_hooks(top: Any, message: str | None, reasons: list[str
             _pop_saved_hooks()
         if not _same_hooks(_top_saved_hooks(True), top):
             reasons.append("the saved-tensor hooks in force before the example can't be put back")
+    elif _pop_saved_hooks is not None and top is False:  # none were in force: pop what the example left
+        for _ in range(_MAX_POPS):
+            if _saved_hooks_in_force() is not True:
+                break
+            _pop_saved_hooks()
+        if _saved_hooks_in_force() is not False:
+            reasons.append("the saved-tensor hooks an example left in force can't be taken off")
     if _saved_hooks_message is not None and _saved_hooks_message() != message:
         if message is None:
             _AUTOGRAD._saved_tensors_hooks_enable()
@@ -359,7 +395,11 @@ def _restore_modes(dispatch: int, function: int, reasons: list[str]) -> None:
     """Pop the torch dispatch and function modes an example entered and never left."""
     if _dispatch_depth is not None and _pop_dispatch_mode is not None:
         for _ in range(min(_dispatch_depth() - dispatch, _MAX_POPS)):
+            # Held while popped, as a mode's own __exit__ holds itself: on torch 2.6 a mode popped while only
+            # the stack held it crashed a later op (SIGSEGV); held, it doesn't.
+            held = _dispatch_mode_at(_dispatch_depth() - 1) if _dispatch_mode_at is not None else None
             _pop_dispatch_mode(None)
+            del held
         if _dispatch_depth() != dispatch:
             reasons.append("a torch dispatch mode entered in the example can't be left")
     if _function_depth is None or _function_depth() <= function:
