@@ -258,6 +258,11 @@ def test_a_reordering_groups_cpu_futures_name_no_device():
 
 # -- the package and the properties import and collect without CUDA or cupy ------------------------
 
+# Property modules that refuse to import, by design, on a torch without what they check (pipelining: the
+# schedules' scale_grads), with an ImportError of their own that names the installed torch; their property
+# file then skips, saying so.  Any other import error fails the test.
+REFUSE_ON_OLDER_TORCH = {"fuzzdist.properties.pipelining": "properties/test_pipelining.py"}
+
 _IMPORT_CHECK = r'''
 import importlib, pkgutil, sys
 
@@ -274,7 +279,18 @@ sys.meta_path.insert(0, _WatchCupy())
 import torch
 import fuzzdist, fuzzdist.toolkit.cuda_ipc, fuzzdist.properties
 for info in pkgutil.iter_modules(fuzzdist.properties.__path__):
-    importlib.import_module(f"fuzzdist.properties.{info.name}")
+    name = f"fuzzdist.properties.{info.name}"
+    try:
+        importlib.import_module(name)
+    except ImportError as exc:
+        # A module's own refusal of the installed torch (REFUSE_ON_OLDER_TORCH) is said; any other fails.
+        tb = exc.__traceback__
+        while tb.tb_next is not None:
+            tb = tb.tb_next
+        if (name not in __REFUSE__ or type(exc) is not ImportError or tb.tb_frame.f_globals.get("__name__") != name
+                or not str(exc).startswith(f"torch {torch.__version__}")):
+            raise
+        print(f"REFUSED {name}: {exc}")
 import pytest
 rc = pytest.main(sys.argv[1:])
 print("CUPY IMPORTS:", attempts)
@@ -293,7 +309,8 @@ def test_nothing_gpu_only_is_imported_and_cuda_variants_skip_with_the_reason():
     gpu = torch.cuda.is_available()
     # with a GPU, only collect (running -m gpu there is docs/gpu-run.md's job)
     args = ["--collect-only", "-q"] if gpu else ["-m", "gpu", "-v", "-rs"]
-    proc = subprocess.run([sys.executable, "-c", _IMPORT_CHECK, "properties/", "-p", "no:cacheprovider",
+    script = _IMPORT_CHECK.replace("__REFUSE__", repr(set(REFUSE_ON_OLDER_TORCH)))
+    proc = subprocess.run([sys.executable, "-c", script, "properties/", "-p", "no:cacheprovider",
                            "-W", "ignore::pytest.PytestAssertRewriteWarning", *args],
                           cwd=repo, capture_output=True, text=True, timeout=300)
     out = proc.stdout + proc.stderr
@@ -303,8 +320,21 @@ def test_nothing_gpu_only_is_imported_and_cuda_variants_skip_with_the_reason():
     if not gpu:
         results = [line for line in out.splitlines() if line.startswith("properties/") and "::" in line]
         assert results and all(" SKIPPED" in line for line in results), out[-4000:]
+        refused = dict(line.removeprefix("REFUSED ").split(": ", 1) for line in out.splitlines()
+                       if line.startswith("REFUSED "))
+        refusals = {REFUSE_ON_OLDER_TORCH[name]: why for name, why in refused.items()}
+
+        def said(line: str) -> bool:
+            """'SKIPPED [n] FILE:LINE: WHY': a CUDA variant needs CUDA; a refused module's property file skips
+            whole in the module's own words; any other skip says what the installed torch lacks, naming it."""
+            where, why = line.split("] ", 1)[-1].split(": ", 1)
+            file = where.rsplit(":", 1)[0]
+            if file in refusals:
+                return why == refusals[file]
+            return "needs CUDA" in why or f"torch {torch.__version__}" in why
+
         reasons = [line for line in out.splitlines() if line.startswith("SKIPPED [")]
-        assert reasons and all("needs CUDA" in line for line in reasons), "\n".join(reasons)
+        assert reasons and all(said(line) for line in reasons), "\n".join(reasons)
         for name in ("test_cuda_ipc_sees_writes[cuda-w4]", "test_cuda_zero_copy_cupy[cuda-w2]",
                      "test_blocked_stream_waits_for_every_work[cuda-w2]",
                      "test_ddp_gradients_match_local[cuda-w2-reorder-future]",
