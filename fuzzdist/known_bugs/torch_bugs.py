@@ -798,6 +798,54 @@ register(KnownBug(
     reproducer="docs/findings/sharded-tensor-chunk-offsets-past-end.py"))
 
 
+_GATHER_SKIPPED = "[GATHER_SKIPPED]"  # sharded_tensor.GATHER_SKIPPED_MARKER
+
+
+def _is_gather_empty_shard_skip(example: Mapping[str, Any], failure: BaseException) -> bool:
+    """A rank whose local shard is empty returned from ``ShardedTensor.gather`` without joining the gather
+    collective (the check saw its group's collective count unchanged, joined the gather for the waiting
+    ranks and says so); every other problem is that too, or the float32 rounding of
+    sharded-tensor-gather-default-dtype-float32 on the destination, which the same example can show."""
+    problems = _problems(failure)
+    if not problems or not any(_GATHER_SKIPPED in p for p in problems):
+        return False
+    return all((_GATHER_SKIPPED in p and "(empty)" in p)
+               or (p.startswith("gather to rank ") and p.endswith(_GATHER_FLOAT32)) for p in problems)
+
+
+register(KnownBug(
+    id="sharded-tensor-gather-empty-shard-skips-collective", kind="hang",
+    summary="torch 2.6.0: ShardedTensor.gather on a rank whose local shard is empty (a (3,) tensor over 4 ranks, "
+            "a (1,) tensor over 2) returns without joining the gather collective, so the other ranks wait in "
+            "theirs until the timeout",
+    where=("sharded_tensor",), recognise=_is_gather_empty_shard_skip, seen_on=("2.6",),
+    upstream="https://github.com/pytorch/pytorch/issues/150928",
+    reproducer="docs/findings/sharded-tensor-gather-empty-shard-skips-collective.py"))
+
+
+# faulthandler's line (no comma before "in", unlike a traceback's) for a frame of the subgroups property's
+# _retire, which drops the groups of an earlier example
+_IN_RETIRE = re.compile(r"subgroups\.py\", line \d+ in _retire")
+
+
+def _is_group_drop_deadlock(example: Mapping[str, Any], failure: BaseException) -> bool:
+    """The ranks timed out with a rank frozen while dropping process groups: its stack is faulthandler's (it
+    answered no snapshot: none of its Python threads ran), in the subgroups property's ``_retire``."""
+    if not isinstance(failure, RankTimeout) or not failure.ranks:
+        return False
+    return any(_IN_RETIRE.search(failure.stacks.get(r, "")) for r in failure.ranks)
+
+
+register(KnownBug(
+    id="gloo-process-group-drop-deadlocks", kind="hang",
+    summary="torch 2.6.0: dropping the last reference to a gloo process group right after a collective on it "
+            "can freeze the process: ~ProcessGroupGloo runs with the GIL held and joins a worker thread that "
+            "needs the GIL to free the finished Work's tensors",
+    where=("subgroups",), recognise=_is_group_drop_deadlock, seen_on=("2.6",),
+    upstream="https://github.com/pytorch/pytorch/pull/154976",
+    reproducer="docs/findings/gloo-process-group-drop-deadlocks.py"))
+
+
 # -- pipelining ---------------------------------------------------------------------------------
 
 _IMPLICIT_ONES = "[IMPLICIT_ONES: "  # pipelining.IMPLICIT_ONES's start: the check matched what the bug computes

@@ -39,6 +39,8 @@ MAX/MIN make of NaN is not this property's subject).  SUM over floats is compare
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import inspect
 import warnings
 import weakref
@@ -166,10 +168,40 @@ def _close(actual: torch.Tensor, expected: torch.Tensor, inputs: list[torch.Tens
 # on the ranks
 
 
-def _make_groups(case: SubgroupCase, new_group: Callable[..., Any], device_type: str) -> list[list[Any]]:
-    """Every rank creates every group, in the same order (``new_group`` needs all ranks); per group,
-    the process group(s) this rank uses, None where it is outside."""
-    made: list[list[Any]] = []
+# The groups of the last examples, destroyed but still referenced (see _retire).
+_RETIRED: collections.deque[list[Any]] = collections.deque()
+_RETIRED_KEPT = 1  # examples whose groups stay referenced after they end
+
+
+def _retire(made: list[list[Any]]) -> None:
+    """Destroy this example's process groups now, and drop the last reference to them only after the next
+    example: on torch 2.6.0 (known bug ``gloo-process-group-drop-deadlocks``) dropping a gloo group runs its
+    destructor with the GIL held, which joins the group's worker threads; a worker still freeing the Work of
+    a collective that just completed needs the GIL for the Work's tensors, and the rank freezes for good (its
+    peers then time out in the next example, whatever property it is).  By the next example the workers are
+    idle.  (Dropped at once, by the pool's isolation, that race froze about 1 example in 30 here.)"""
+    groups: list[Any] = []
+    for handles in made:
+        for handle in handles:
+            if handle is None:
+                continue
+            if hasattr(handle, "get_group"):  # a DeviceMesh: its dim groups, where this rank is in it
+                pgs = [handle.get_group(d) for d in range(handle.mesh.ndim)] if handle.get_coordinate() else []
+            else:
+                pgs = [handle]
+            groups += [pg for pg in pgs if pg is not dist.GroupMember.NON_GROUP_MEMBER
+                       and pg is not dist.group.WORLD and all(pg is not seen for seen in groups)]
+    for pg in reversed(groups):  # newest first, as the pool's isolation would
+        with contextlib.suppress(Exception):  # not registered (a stand-in's group): the pool's isolation's
+            dist.destroy_process_group(pg)
+    _RETIRED.append(groups)
+    while len(_RETIRED) > _RETIRED_KEPT:
+        _RETIRED.popleft()
+
+
+def _make_groups(case: SubgroupCase, new_group: Callable[..., Any], device_type: str, made: list[list[Any]]) -> None:
+    """Every rank creates every group, in the same order (``new_group`` needs all ranks); appends, per group,
+    the process group(s) this rank uses (None where it is outside) to ``made``."""
     for g in case.groups:
         if g.kind == "new_group":
             kwargs: dict[str, Any] = {"use_local_synchronization": True} if g.local_sync else {}
@@ -182,7 +214,6 @@ def _make_groups(case: SubgroupCase, new_group: Callable[..., Any], device_type:
 
             mesh = DeviceMesh(device_type, torch.tensor(g.ranks).reshape(g.mesh_shape))
             made.append([mesh])
-    return made
 
 
 def subgroups_and_check(ctx: RankContext, case: SubgroupCase,
@@ -193,8 +224,17 @@ def subgroups_and_check(ctx: RankContext, case: SubgroupCase,
     ``broadcast``, ``all_gather``) are swappable, for planted bugs."""
     fns: dict[str, Callable[..., Any]] = {"all_reduce": dist.all_reduce, "broadcast": dist.broadcast,
                                           "all_gather": dist.all_gather, **(collectives or {})}
+    made: list[list[Any]] = []
+    try:
+        _make_groups(case, new_group, ctx.device.type, made)  # first: nothing may fail before every rank made them
+        return _run_ops(ctx, case, fns, made)
+    finally:
+        _retire(made)
+
+
+def _run_ops(ctx: RankContext, case: SubgroupCase, fns: dict[str, Callable[..., Any]],
+             made: list[list[Any]]) -> list[str] | None:
     rank = ctx.rank
-    made = _make_groups(case, new_group, ctx.device.type)  # first: nothing may fail before every rank made them
     problems: list[str] = []
     for gi, (g, handles) in enumerate(zip(case.groups, made, strict=True)):
         orders = member_orders(g, rank)
