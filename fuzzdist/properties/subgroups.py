@@ -21,7 +21,7 @@ runs a drawn sequence of ``all_reduce`` (SUM, MAX, MIN), ``broadcast`` (from a d
 Singleton groups, the whole world, and the same ranks twice in another order are all drawn.  The
 groups are destroyed after the example by the rank's isolation (``fuzzdist.pool.rank.isolation``).
 
-Three torch bugs show here (their entries are in ``fuzzdist.known_bugs.torch_bugs``): re-creating a
+Four torch bugs show here (their entries are in ``fuzzdist.known_bugs.torch_bugs``): re-creating a
 ``use_local_synchronization`` group over ranks that had one before (destroyed) fails to connect, fails
 in its first collective or hangs (``new-group-local-sync-recreate-fails``: the hashed group name, and
 with it the store keys of the rendezvous, are reused; ``check`` remembers per pool which ranks earlier
@@ -30,7 +30,10 @@ examples made such groups over); on a mesh whose ranks are not sorted along a di
 ``get_coordinate()`` reports (``device-mesh-local-rank-not-coordinate``); and with zero-size tensors
 (collectives that move no data) a member can finish the example and destroy a group while a peer,
 descheduled on a busy machine, is still connecting it: the peer's ``new_group`` fails with "Gloo
-connectFullMesh failed ... Connection closed by peer" (``gloo-new-group-destroyed-early-breaks-peer``).
+connectFullMesh failed ... Connection closed by peer" (``gloo-new-group-destroyed-early-breaks-peer``);
+and on torch 2.6.0, dropping a gloo group right after a collective on it can freeze the rank for good
+(``gloo-process-group-drop-deadlocks``), so an example destroys its groups itself and drops them an
+example later (``_retire``).
 
 Values: float32/float64/int8/int32/int64/uint8 of random or constant values (no NaN: what gloo's
 MAX/MIN make of NaN is not this property's subject).  SUM over floats is compared with a tolerance
