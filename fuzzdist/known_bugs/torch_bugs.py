@@ -9,6 +9,7 @@ tell that a wrong result is exactly what the bug computes, its rank function say
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections.abc import Callable, Mapping
@@ -294,7 +295,10 @@ def _got_the_sum(problem: str, dtype: Any) -> bool:
     try:
         if dtype.is_floating_point or dtype.is_complex:
             got, xs = float(wrong.group(2)), [float(v) for v in values]
-            total = sum(xs) if any(math.isinf(x) for x in xs) else math.fsum(xs)  # fsum refuses inf - inf
+            try:
+                total = sum(xs) if any(math.isinf(x) for x in xs) else math.fsum(xs)  # fsum refuses inf - inf
+            except OverflowError:  # finite inputs whose sum leaves float64's range: each order's float64 sum
+                return len(xs) <= 5 and got in {sum(order) for order in itertools.permutations(xs)}
             if got == total or (math.isnan(got) and math.isnan(total)):  # NaN: an input NaN, or inf - inf
                 return True
             real = torch.empty(0, dtype=dtype).real.dtype if dtype.is_complex else dtype  # a real view's

@@ -24,6 +24,7 @@ from fuzzdist.conformance.ops import Prepared, Reduction, input_values, options,
 from fuzzdist.conformance.ops.gather_scatter import SOURCE_STRIDES_IGNORED
 from fuzzdist.driver.plugin import PoolKey
 from fuzzdist.errors import ConformanceFailure, FactoryError
+from fuzzdist.strategies import TensorSpec
 from fuzzdist.toolkit.oracle import reduction_problem
 
 REPEATABLE = settings(derandomize=True, database=None)
@@ -161,6 +162,25 @@ def test_a_gather_that_ignores_its_inputs_strides_is_caught_and_named(pools):
     other = failure.message.replace(f" ({SOURCE_STRIDES_IGNORED})", "")
     assert known_bugs.recognise("check-pg:gather", on_gloo, ConformanceFailure(other)) is None
     assert known_bugs.recognise("check-pg:gather", failure.example, ConformanceFailure(failure.message)) is None
+
+
+def test_gloos_sum_for_any_op_is_recognised_where_the_sum_overflows():
+    """torch 2.6.0's gloo-reduce-scatter-tensor-ignores-op, where the finite float64 inputs' sum leaves the
+    float64 range: inf, the sum all the same, is that bug; any other wrong value stays a failure."""
+    big = torch.finfo(torch.float64).max
+    xs = [torch.tensor([v], dtype=torch.float64) for v in (big, -0.0, big)]
+    call = OPS["reduce_scatter_tensor"].call(TensorSpec((1,), torch.float64), 0, reduce_op="PRODUCT")
+    example = {"world_size": 3, "call": call, "backend": "gloo"}
+
+    def failure(result: float) -> ConformanceFailure:
+        got = torch.tensor([result], dtype=torch.float64)
+        return ConformanceFailure(f"reduce_scatter_tensor does not conform: {call.describe()} with world_size=3\n"
+                                  f"  rank 0, {reduction_problem('the output tensor', 'PRODUCT', xs, got)}")
+
+    bug = known_bugs.recognise("check-pg:reduce_scatter_tensor", example, failure(float("inf")))
+    assert bug is not None and bug.id == "gloo-reduce-scatter-tensor-ignores-op"
+    for other in (big, float("-inf"), 1.0):
+        assert known_bugs.recognise("check-pg:reduce_scatter_tensor", example, failure(other)) is None, other
 
 
 def test_broadcast_from_the_wrong_source_is_caught_and_shrunk(pools):
