@@ -383,21 +383,15 @@ register(KnownBug(
     reproducer="docs/findings/gloo-reduce-scatter-tensor-ignores-op.py"))
 
 
-def _gather_ignores_input_strides(example: Mapping[str, Any], failure: BaseException) -> bool:
-    """check-pg's gather (or its async check's gather calls) on gloo, a non-contiguous input: every
-    problem is a gathered slot that holds its source's elements in the order of the source's memory
-    (the op's check says so with BROADCAST_STRIDES_IGNORED, the same words)."""
+def _every_check_pg_problem(example: Mapping[str, Any], failure: BaseException,
+                            shows_it: Callable[[Any, str], bool]) -> bool:
+    """On gloo, every problem block of a check-pg failure shows the bug: ``shows_it(call, block)`` for the
+    op check's call, or, for the async check, for the call each problem names."""
     if not _on_gloo(example):
         return False
     blocks = _problem_blocks(failure)
     if not blocks:
         return False
-
-    def shows_it(call: Any, block: str) -> bool:
-        first = block.splitlines()[0]
-        return (call.op == "gather" and call.spec.layout in _DENSE_NON_CONTIGUOUS
-                and "gather_list[" in first and BROADCAST_STRIDES_IGNORED in first)
-
     if "call" in example:
         return all(b.startswith("  rank ") and shows_it(example["call"], b) for b in blocks)
     calls = list(example.get("calls", ()))
@@ -408,6 +402,19 @@ def _gather_ignores_input_strides(example: Mapping[str, Any], failure: BaseExcep
     return True
 
 
+def _gather_ignores_input_strides(example: Mapping[str, Any], failure: BaseException) -> bool:
+    """check-pg's gather (or its async check's gather calls) on gloo, a non-contiguous input: every
+    problem is a gathered slot that holds its source's elements in the order of the source's memory
+    (the op's check says so with BROADCAST_STRIDES_IGNORED, the same words)."""
+
+    def shows_it(call: Any, block: str) -> bool:
+        first = block.splitlines()[0]
+        return (call.op == "gather" and call.spec.layout in _DENSE_NON_CONTIGUOUS
+                and "gather_list[" in first and BROADCAST_STRIDES_IGNORED in first)
+
+    return _every_check_pg_problem(example, failure, shows_it)
+
+
 register(KnownBug(
     id="gloo-gather-ignores-input-strides", kind="wrong result",
     summary="torch 2.6.0: gloo's gather sends a non-contiguous input tensor's memory as if it were row-major: "
@@ -415,6 +422,36 @@ register(KnownBug(
     where=("check-pg:gather", "check-pg:async"), recognise=_gather_ignores_input_strides, seen_on=("2.6",),
     upstream="https://github.com/pytorch/pytorch/issues/74809",
     reproducer="docs/findings/gloo-gather-ignores-input-strides.py"))
+
+
+# torch 2.6.0: float16's smallest subnormal (2**-24) on rank 0 and 1.0 on rank 1 reduce to 2**-24
+_F16_TINY = "5.960464477539063e-08"
+
+
+def _float16_keeps_own_value(example: Mapping[str, Any], failure: BaseException) -> bool:
+    """check-pg's allreduce or reduce (or its async check's calls of them) on gloo, float16, SUM or MAX,
+    two ranks: every problem's first wrong element is 2**-24 where rank 0 holds 2**-24 and rank 1 holds 1.0
+    (with 2**-24, 2**-23, 3 * 2**-24 or 1023 * 2**-24 on rank 0 against every finite non-negative float16 on
+    rank 1, a scan by hand on torch 2.6.0 found no other pair wrong)."""
+    import torch
+
+    def shows_it(call: Any, block: str) -> bool:
+        wrong, at = _FIRST_WRONG.search(block), _INPUTS_AT.search(block)
+        return (call.op in ("allreduce", "reduce") and call.reduce_op in ("SUM", "MAX")
+                and call.spec.dtype == torch.float16 and wrong is not None and at is not None
+                and wrong.group(1) == at.group(1) and wrong.group(2) == _F16_TINY
+                and at.group(2).strip() == f"rank 0: {_F16_TINY}, rank 1: 1.0")
+
+    return _every_check_pg_problem(example, failure, shows_it)
+
+
+register(KnownBug(
+    id="gloo-float16-reduce-keeps-own-value", kind="wrong result",
+    summary="torch 2.6.0: gloo's float16 all_reduce and reduce (SUM, MAX) of 2**-24 on rank 0 and 1.0 on rank 1 "
+            "give 2**-24 (expected 1.0)",
+    where=("check-pg:allreduce", "check-pg:reduce", "check-pg:async"), recognise=_float16_keeps_own_value,
+    seen_on=("2.6",), upstream="https://github.com/pytorch/pytorch/issues/152300",
+    reproducer="docs/findings/gloo-float16-reduce-keeps-own-value.py"))
 
 
 # -- DTensor -------------------------------------------------------------------------------------
