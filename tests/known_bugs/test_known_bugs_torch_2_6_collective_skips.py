@@ -62,3 +62,33 @@ def test_a_rank_that_answered_in_retire_or_hangs_elsewhere_stays_a_failure():
     answered = FROZEN.replace(" in _retire", ", in _retire")  # a snapshot's traceback: its Python threads ran
     assert _subgroups({0: answered, 1: WAITING}) is None
     assert _subgroups({0: WAITING, 1: WAITING}) is None
+
+
+# -- dtensor-empty-shard-full-tensor-pads-negative, on a rank whose local shard is empty in two dims --------
+
+PADDING = ("The input size 0, plus negative padding 0 and 0 resulted in a negative output size, which is invalid. "
+           "Check dimension 1 of your input.")
+PAD_TRACEBACK = 'File "torch/distributed/tensor/_collective_utils.py", line 177, in pad_tensor'
+
+
+def _dtensor(shape: tuple[int, ...], mesh_shape: tuple[int, ...], redistributions: tuple[tuple[str, ...], ...]
+             ) -> str | None:
+    from fuzzdist.errors import RankError
+    from fuzzdist.properties import dtensor
+
+    case = dtensor.RoundTrip(TensorSpec(shape, torch.float32), 0, mesh_shape, ("R",) * len(mesh_shape),
+                             redistributions)
+    failure = RankError([3], {3: PAD_TRACEBACK}, {3: "RuntimeError"}, {3: RuntimeError(PADDING)})
+    bug = known_bugs.recognise("dtensor", {"case": case}, failure)
+    return bug.id if bug else None
+
+
+def test_negative_padding_on_a_rank_with_an_empty_shard_is_the_known_bug():
+    # (1, 1) as (Shard(1), Shard(0)) on a 2x2 mesh: rank 3's local shard is (0, 0) (torch 2.6.0 raises there)
+    assert _dtensor((1, 1), (2, 2), (("S1", "S0"),)) == "dtensor-empty-shard-full-tensor-pads-negative"
+    assert _dtensor((1, 1), (2, 2), (("S-1", "S-2"),)) == "dtensor-empty-shard-full-tensor-pads-negative"
+
+
+def test_negative_padding_where_no_shard_is_empty_stays_a_failure():
+    assert _dtensor((2, 2), (2, 2), (("S1", "S0"),)) is None  # every rank holds one element
+    assert _dtensor((1, 1), (2, 2), (("R", "R"),)) is None  # nothing sharded
