@@ -4,19 +4,30 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from helpers.cli_helpers import read_report, stored, wait_for_report
 
+from fuzzdist.pool.rank import rank_state
+
 HELPERS = Path(__file__).resolve().parents[1] / "helpers"
-TORCHRUN = shutil.which("torchrun") or str(Path(sys.executable).parent / "torchrun")
+# torchrun of this interpreter's torch (the torch under test), not whichever torchrun PATH finds first
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
+
+
+def _gloo_unrecorded() -> str:
+    """Why the ranks' flight recorder keeps no record of gloo's collectives ("" where it does), asked as each
+    rank asks when it joins (rank_state.enable_flight_recorder), under the ranks' setting."""
+    size = os.environ.get("TORCH_FR_BUFFER_SIZE", str(rank_state.FLIGHT_RECORDER_ENTRIES))
+    with mock.patch.dict(os.environ, {"TORCH_FR_BUFFER_SIZE": size}):
+        return rank_state.recorder_gap("gloo")
 
 
 def _free_port() -> int:
@@ -30,7 +41,7 @@ def _torchrun(tmp_path, nproc, mode, timeout=240):
     # tests/ for torchrun_prop's rank function; the caller's PYTHONPATH for the fuzzdist under test.
     pythonpath = os.pathsep.join(filter(None, [str(HELPERS), os.environ.get("PYTHONPATH")]))
     env = dict(os.environ, PYTHONPATH=pythonpath, OMP_NUM_THREADS="1")
-    cmd = [TORCHRUN, "--nnodes", "1", "--nproc-per-node", str(nproc), "--master-addr", "127.0.0.1",
+    cmd = [*TORCHRUN, "--nnodes", "1", "--nproc-per-node", str(nproc), "--master-addr", "127.0.0.1",
            "--master-port", str(_free_port()), "--max-restarts", "0",
            str(HELPERS / "torchrun_prop.py"), str(report), mode, str(tmp_path / "db")]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
@@ -42,7 +53,7 @@ def _campaign_cmd(prop_file, nproc, *budget):
     """``torchrun ... -m fuzzdist run PROP_FILE`` for ``nproc`` processes, and the environment to run it in."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     env.pop("HYPOTHESIS_STORAGE_DIRECTORY", None)
-    cmd = [TORCHRUN, "--nnodes", "1", "--nproc-per-node", str(nproc), "--master-addr", "127.0.0.1",
+    cmd = [*TORCHRUN, "--nnodes", "1", "--nproc-per-node", str(nproc), "--master-addr", "127.0.0.1",
            "--master-port", str(_free_port()), "--max-restarts", "0", "-m", "fuzzdist", "run", prop_file,
            *budget, "--world-size", str(nproc), "--report", "r.json", "--junit", "", "--database", "db",
            "--progress", "none"]
@@ -101,6 +112,9 @@ def test_hanging_rank_is_a_timeout_with_its_stack(tmp_path):
 
 
 def test_a_skipped_collective_is_a_deadlock_explained_before_the_timeout(tmp_path):
+    if unrecorded := _gloo_unrecorded():
+        pytest.skip(f"a certain deadlock is proven from torch's flight record of gloo's collectives, which this "
+                    f"torch lacks: {unrecorded}")
     proc, report = _torchrun(tmp_path, 2, "deadlock")
     assert report["failure"] == "RankTimeout" and report["deadlock"], report
     assert report["failure_ranks"] == [0]
@@ -115,7 +129,7 @@ def test_fuzzdist_run_under_torchrun(tmp_path, planted):
     prop = tmp_path / "test_tr_prop.py"
     prop.write_text((HELPERS / "torchrun_cli_prop.py").read_text())
     env = dict(os.environ, OMP_NUM_THREADS="1", PLANT_BUG="1" if planted else "0")
-    cmd = [TORCHRUN, "--nnodes", "1", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+    cmd = [*TORCHRUN, "--nnodes", "1", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
            "--master-port", str(_free_port()), "--max-restarts", "0", "-m", "fuzzdist", "run", str(prop),
            "--max-examples", "30", "--world-size", "2", "--report", str(tmp_path / "r.json"),
            "--junit", "", "--database", str(tmp_path / "db"), "--progress", "none"]
