@@ -424,32 +424,35 @@ register(KnownBug(
     reproducer="docs/findings/gloo-gather-ignores-input-strides.py"))
 
 
-# torch 2.6.0: float16's smallest subnormal (2**-24) on rank 0 and 1.0 on rank 1 reduce to 2**-24
+# torch 2.6.0: where one rank holds float16's smallest subnormal (2**-24) and another 1.0, some elements reduce
+# to 2**-24 (which ones depends on where they sit in the tensor)
 _F16_TINY = "5.960464477539063e-08"
+_F16_REDUCING = ("allreduce", "reduce", "reduce_scatter_tensor", "_reduce_scatter_base")
 
 
 def _float16_keeps_own_value(example: Mapping[str, Any], failure: BaseException) -> bool:
-    """check-pg's allreduce or reduce (or its async check's calls of them) on gloo, float16, SUM or MAX,
-    two ranks: every problem's first wrong element is 2**-24 where rank 0 holds 2**-24 and rank 1 holds 1.0
-    (with 2**-24, 2**-23, 3 * 2**-24 or 1023 * 2**-24 on rank 0 against every finite non-negative float16 on
-    rank 1, a scan by hand on torch 2.6.0 found no other pair wrong)."""
+    """check-pg's allreduce, reduce or reduce_scatter_tensor (2.6.0's gloo builds it on allreduce), or its
+    async check's calls of them, on gloo, float16, SUM or MAX: every problem's first wrong element is 2**-24
+    where the ranks' inputs there include 2**-24 and 1.0 (seen at 2 and 3 ranks, either rank holding
+    either value)."""
     import torch
 
     def shows_it(call: Any, block: str) -> bool:
         wrong, at = _FIRST_WRONG.search(block), _INPUTS_AT.search(block)
-        return (call.op in ("allreduce", "reduce") and call.reduce_op in ("SUM", "MAX")
-                and call.spec.dtype == torch.float16 and wrong is not None and at is not None
-                and wrong.group(1) == at.group(1) and wrong.group(2) == _F16_TINY
-                and at.group(2).strip() == f"rank 0: {_F16_TINY}, rank 1: 1.0")
+        if (call.op not in _F16_REDUCING or call.reduce_op not in ("SUM", "MAX") or call.spec.dtype != torch.float16
+                or wrong is None or at is None or wrong.group(1) != at.group(1) or wrong.group(2) != _F16_TINY):
+            return False
+        values = _RANK_VALUE.findall(at.group(2))
+        return _F16_TINY in values and "1.0" in values
 
     return _every_check_pg_problem(example, failure, shows_it)
 
 
 register(KnownBug(
     id="gloo-float16-reduce-keeps-own-value", kind="wrong result",
-    summary="torch 2.6.0: gloo's float16 all_reduce and reduce (SUM, MAX) of 2**-24 on rank 0 and 1.0 on rank 1 "
-            "give 2**-24 (expected 1.0)",
-    where=("check-pg:allreduce", "check-pg:reduce", "check-pg:async"), recognise=_float16_keeps_own_value,
+    summary="torch 2.6.0: gloo's float16 all_reduce and reduce (SUM, MAX) can give 2**-24 for an element where "
+            "one rank holds 2**-24 and another 1.0 (expected 1.0)",
+    where=tuple(f"check-pg:{op}" for op in (*_F16_REDUCING, "async")), recognise=_float16_keeps_own_value,
     seen_on=("2.6",), upstream="https://github.com/pytorch/pytorch/issues/152300",
     reproducer="docs/findings/gloo-float16-reduce-keeps-own-value.py"))
 

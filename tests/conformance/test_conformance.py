@@ -183,24 +183,31 @@ def test_gloos_sum_for_any_op_is_recognised_where_the_sum_overflows():
         assert known_bugs.recognise("check-pg:reduce_scatter_tensor", example, failure(other)) is None, other
 
 
-@pytest.mark.parametrize("op, reduce_op", [("allreduce", "SUM"), ("allreduce", "MAX"), ("reduce", "MAX")])
-def test_gloos_float16_result_that_keeps_rank_0s_value_is_recognised_and_nothing_else(op, reduce_op):
-    """torch 2.6.0's gloo-float16-reduce-keeps-own-value: 2**-24 on rank 0 and 1.0 on rank 1 giving 2**-24 is
-    that bug on gloo; another value, the other order of the inputs, or another backend stays a failure."""
+@pytest.mark.parametrize("op, reduce_op", [("allreduce", "SUM"), ("allreduce", "MAX"), ("reduce", "MAX"),
+                                           ("reduce_scatter_tensor", "SUM")])
+def test_gloos_float16_result_of_2_to_the_minus_24_is_recognised_and_nothing_else(op, reduce_op):
+    """torch 2.6.0's gloo-float16-reduce-keeps-own-value: 2**-24 and 1.0 (in either order, with a third rank
+    too) giving 2**-24 is that bug on gloo; another value, other inputs, another dtype or another backend
+    stays a failure."""
     tiny = 2.0 ** -24
-    call = OPS[op].call(TensorSpec((1,), torch.float16), 0, reduce_op=reduce_op, root=0 if op == "reduce" else None)
+    root = 0 if op == "reduce" else None
 
-    def recognised(inputs: tuple[float, float], result: float, backend: str = "gloo") -> str | None:
-        xs = [torch.tensor([x], dtype=torch.float16) for x in inputs]
-        got = torch.tensor([result], dtype=torch.float16)
-        failure = ConformanceFailure(f"{op} does not conform: {call.describe()} with world_size=2\n"
+    def recognised(inputs: tuple[float, ...], result: float, backend: str = "gloo",
+                   dtype: torch.dtype = torch.float16) -> str | None:
+        call = OPS[op].call(TensorSpec((1,), dtype), 0, reduce_op=reduce_op, root=root)
+        xs = [torch.tensor([x], dtype=dtype) for x in inputs]
+        got = torch.tensor([result], dtype=dtype)
+        failure = ConformanceFailure(f"{op} does not conform: {call.describe()} with world_size={len(inputs)}\n"
                                      f"  rank 0, {reduction_problem('the tensor', reduce_op, xs, got)}")
-        bug = known_bugs.recognise(f"check-pg:{op}", {"world_size": 2, "call": call, "backend": backend}, failure)
+        example = {"world_size": len(inputs), "call": call, "backend": backend}
+        bug = known_bugs.recognise(f"check-pg:{op}", example, failure)
         return None if bug is None else bug.id
 
-    assert recognised((tiny, 1.0), tiny) == "gloo-float16-reduce-keeps-own-value"
+    for inputs in [(tiny, 1.0), (1.0, tiny), (tiny, -0.0, 1.0)]:
+        assert recognised(inputs, tiny) == "gloo-float16-reduce-keeps-own-value", inputs
     assert recognised((tiny, 1.0), 0.5) is None
-    assert recognised((1.0, tiny), tiny) is None
+    assert recognised((tiny, 0.5), tiny) is None
+    assert recognised((tiny, 1.0), tiny, dtype=torch.float32) is None
     assert recognised((tiny, 1.0), tiny, backend="planted:other") is None
 
 
