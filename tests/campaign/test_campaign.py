@@ -5,16 +5,14 @@ Each test writes a throwaway property file and runs the command in a subprocess.
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
-from unittest import mock
 
-import pytest
+from helpers import flight_record
 from helpers.cli_helpers import (
     cli_env,
     finish,
@@ -26,16 +24,6 @@ from helpers.cli_helpers import (
     wait_for_report,
     write,
 )
-
-from fuzzdist.pool.rank import rank_state
-
-
-def _gloo_unrecorded() -> str:
-    """Why the ranks' flight recorder keeps no record of gloo's collectives ("" where it does), asked as each
-    rank asks when it starts (rank_state.enable_flight_recorder), under the ranks' setting."""
-    size = os.environ.get("TORCH_FR_BUFFER_SIZE", str(rank_state.FLIGHT_RECORDER_ENTRIES))
-    with mock.patch.dict(os.environ, {"TORCH_FR_BUFFER_SIZE": size}):
-        return rank_state.recorder_gap("gloo")
 
 TWO_BUGS = '''
 import pytest
@@ -144,9 +132,7 @@ def test_deadlock(rank_pool, n):
 
 
 def test_a_hang_is_explained_in_the_report_the_summary_and_replay(tmp_path):
-    if unrecorded := _gloo_unrecorded():  # every hang would wait out the 30 s timeout, and none is a deadlock
-        pytest.skip(f"a certain deadlock is proven from torch's flight record of gloo's collectives, which this "
-                    f"torch lacks: {unrecorded}")
+    flight_record.skip_without_gloo_record()  # every hang would wait out the timeout, none a deadlock
     write(tmp_path, "test_dl.py", DEADLOCK)
     # Every hang costs a pool restart (seconds): a bug on a third of the inputs and a small budget.
     result = run_cli(["run", "test_dl.py", "--max-examples", "30", "--world-size", "2", "--timeout", "30",

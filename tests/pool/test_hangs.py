@@ -6,13 +6,11 @@ a deadlock the tests expect to be declared early must be, or the test fails on i
 
 from __future__ import annotations
 
-import os
 import sys
 import time
-from unittest import mock
 
 import pytest
-from helpers import planted_hangs
+from helpers import flight_record, planted_hangs
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
@@ -30,20 +28,7 @@ TIMEOUT = 20.0
 EARLY = 8.0  # a declared deadlock comes well before the timeout, even on a loaded 2-core machine
 
 
-def _gloo_unrecorded() -> str:
-    """Why the ranks' flight recorder keeps no record of gloo's collectives ("" where it does): what each
-    rank finds when it starts (rank_state.enable_flight_recorder), asked here under the ranks' setting."""
-    size = os.environ.get("TORCH_FR_BUFFER_SIZE", str(rank_state.FLIGHT_RECORDER_ENTRIES))
-    with mock.patch.dict(os.environ, {"TORCH_FR_BUFFER_SIZE": size}):
-        return rank_state.recorder_gap("gloo")
-
-
-# A deadlock is proven from the flight record of the ranks' collectives; without one (a torch whose
-# recorder is NCCL's only) every hang is declared at the timeout, from the stacks (docs/hangs.md).
-_UNRECORDED = _gloo_unrecorded()
-needs_gloo_record = pytest.mark.skipif(
-    bool(_UNRECORDED), reason=f"a certain deadlock is proven from torch's flight record of gloo's collectives, "
-                              f"which this torch lacks: {_UNRECORDED}")
+needs_gloo_record = flight_record.needs_gloo_record()
 
 
 @pytest.fixture(scope="module")
@@ -302,7 +287,6 @@ def test_a_blocked_stream_names_the_works_still_blocking_it():
     import torch
 
     from fuzzdist import strategies as fst
-    from fuzzdist.pool.rank import rank_state
     from fuzzdist.properties.block_stream import BlockedStream
 
     order = fst.CompletionOrder(n=2, steps=(("complete", 1), ("complete", 0)))
