@@ -424,37 +424,67 @@ register(KnownBug(
     reproducer="docs/findings/gloo-gather-ignores-input-strides.py"))
 
 
-# torch 2.6.0: where one rank holds float16's smallest subnormal (2**-24) and another 1.0, some elements reduce
-# to 2**-24 (which ones depends on where they sit in the tensor)
+# torch 2.6.0: a step of gloo's float16 reduction that combines float16's smallest subnormal (2**-24) with 1.0
+# (an input, or a partial result) gives 2**-24, as if the 1.0 were not there; which elements it meets
+# depends on where they sit in the tensor
 _F16_TINY = "5.960464477539063e-08"
 _F16_REDUCING = ("allreduce", "reduce", "reduce_scatter_tensor", "_reduce_scatter_base")
 
 
-def _float16_keeps_own_value(example: Mapping[str, Any], failure: BaseException) -> bool:
+def _reduced_without_a_one(reduce_op: str, values: list[str], got: float) -> bool:
+    """Whether ``got`` is what the float16 SUM or MAX of the inputs ``values``, folded in some order, gives
+    when each step that combines 2**-24 with 1.0 gives 2**-24."""
+    import torch
+
+    xs = [float(v) for v in values]
+    tiny = float(_F16_TINY)
+    if tiny not in xs or len(xs) > 6 or math.isnan(got) or any(math.isnan(x) for x in xs):
+        return False
+
+    def step(a: float, b: float) -> float:
+        if {a, b} == {tiny, 1.0}:
+            return tiny
+        if reduce_op == "MAX":
+            return max(a, b)
+        return float(torch.tensor(a, dtype=torch.float16) + torch.tensor(b, dtype=torch.float16))
+
+    for order in itertools.permutations(xs):
+        acc = order[0]
+        for x in order[1:]:
+            acc = step(acc, x)
+        if acc == got:
+            return True
+    return False
+
+
+def _float16_drops_one(example: Mapping[str, Any], failure: BaseException) -> bool:
     """check-pg's allreduce, reduce or reduce_scatter_tensor (2.6.0's gloo builds it on allreduce), or its
-    async check's calls of them, on gloo, float16, SUM or MAX: every problem's first wrong element is 2**-24
-    where the ranks' inputs there include 2**-24 and 1.0 (seen at 2 and 3 ranks, either rank holding
-    either value)."""
+    async check's calls of them, on gloo, float16, SUM or MAX: every problem's first wrong element is what
+    the reduction of the ranks' inputs there gives when a step combining 2**-24 with 1.0 gives 2**-24 (seen
+    at 2 and 3 ranks, either rank holding either value)."""
     import torch
 
     def shows_it(call: Any, block: str) -> bool:
         wrong, at = _FIRST_WRONG.search(block), _INPUTS_AT.search(block)
         if (call.op not in _F16_REDUCING or call.reduce_op not in ("SUM", "MAX") or call.spec.dtype != torch.float16
-                or wrong is None or at is None or wrong.group(1) != at.group(1) or wrong.group(2) != _F16_TINY):
+                or wrong is None or at is None or wrong.group(1) != at.group(1)):
             return False
-        values = _RANK_VALUE.findall(at.group(2))
-        return _F16_TINY in values and "1.0" in values
+        try:
+            got = float(wrong.group(2))
+        except ValueError:
+            return False
+        return _reduced_without_a_one(call.reduce_op, _RANK_VALUE.findall(at.group(2)), got)
 
     return _every_check_pg_problem(example, failure, shows_it)
 
 
 register(KnownBug(
-    id="gloo-float16-reduce-keeps-own-value", kind="wrong result",
-    summary="torch 2.6.0: gloo's float16 all_reduce and reduce (SUM, MAX) can give 2**-24 for an element where "
-            "one rank holds 2**-24 and another 1.0 (expected 1.0)",
-    where=tuple(f"check-pg:{op}" for op in (*_F16_REDUCING, "async")), recognise=_float16_keeps_own_value,
+    id="gloo-float16-reduce-drops-one", kind="wrong result",
+    summary="torch 2.6.0: gloo's float16 all_reduce and reduce (SUM, MAX) can combine 2**-24 and 1.0 into 2**-24, "
+            "as if the 1.0 were not there (2 ranks holding them: 2**-24 where 1.0 is expected)",
+    where=tuple(f"check-pg:{op}" for op in (*_F16_REDUCING, "async")), recognise=_float16_drops_one,
     seen_on=("2.6",), upstream="https://github.com/pytorch/pytorch/issues/152300",
-    reproducer="docs/findings/gloo-float16-reduce-keeps-own-value.py"))
+    reproducer="docs/findings/gloo-float16-reduce-drops-one.py"))
 
 
 # -- DTensor -------------------------------------------------------------------------------------

@@ -185,10 +185,10 @@ def test_gloos_sum_for_any_op_is_recognised_where_the_sum_overflows():
 
 @pytest.mark.parametrize("op, reduce_op", [("allreduce", "SUM"), ("allreduce", "MAX"), ("reduce", "MAX"),
                                            ("reduce_scatter_tensor", "SUM")])
-def test_gloos_float16_result_of_2_to_the_minus_24_is_recognised_and_nothing_else(op, reduce_op):
-    """torch 2.6.0's gloo-float16-reduce-keeps-own-value: 2**-24 and 1.0 (in either order, with a third rank
-    too) giving 2**-24 is that bug on gloo; another value, other inputs, another dtype or another backend
-    stays a failure."""
+def test_gloos_float16_reduction_without_a_one_is_recognised_and_nothing_else(op, reduce_op):
+    """torch 2.6.0's gloo-float16-reduce-drops-one: inputs with 2**-24 and 1.0 (in either order, with a third
+    rank too) reduced as if the 1.0 were not there is that bug on gloo; another value, other inputs, another
+    dtype or another backend stays a failure."""
     tiny = 2.0 ** -24
     root = 0 if op == "reduce" else None
 
@@ -204,7 +204,14 @@ def test_gloos_float16_result_of_2_to_the_minus_24_is_recognised_and_nothing_els
         return None if bug is None else bug.id
 
     for inputs in [(tiny, 1.0), (1.0, tiny), (tiny, -0.0, 1.0)]:
-        assert recognised(inputs, tiny) == "gloo-float16-reduce-keeps-own-value", inputs
+        assert recognised(inputs, tiny) == "gloo-float16-reduce-drops-one", inputs
+    # three ranks: a step that combines 2**-24 with 1.0 (an input or a partial sum) gives 2**-24 (torch 2.6.0 gave
+    # -1.0 for the SUM of 1.0, -1.0 and 2**-24, and 2**-24 for that of 2**-24, -6.1e-05 and 1.0)
+    without_the_one = {"SUM": -1.0, "MAX": tiny}[reduce_op]
+    assert recognised((1.0, -1.0, tiny), without_the_one) == "gloo-float16-reduce-drops-one"
+    if reduce_op == "SUM":
+        assert recognised((tiny, -6.103515625e-05, 1.0), tiny) == "gloo-float16-reduce-drops-one"
+    assert recognised((1.0, -1.0, tiny), 0.5) is None
     assert recognised((tiny, 1.0), 0.5) is None
     assert recognised((tiny, 0.5), tiny) is None
     assert recognised((tiny, 1.0), tiny, dtype=torch.float32) is None

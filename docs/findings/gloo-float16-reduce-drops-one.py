@@ -1,4 +1,4 @@
-"""gloo-float16-reduce-keeps-own-value: on torch 2.6.0, gloo's float16 reductions get some elements wrong.
+"""gloo-float16-reduce-drops-one: on torch 2.6.0, gloo's float16 reductions get some elements wrong.
 
 torch.distributed.all_reduce(tensor, op) "Reduces the tensor data across all machines in a way that all
 get the final result".  On torch 2.6.0's gloo, two float16 ranks holding 5.960464477539063e-08 (the
@@ -6,7 +6,7 @@ smallest subnormal, bits 0x0001) on rank 0 and 1.0 on rank 1 all-reduce to 5.960
 SUM and with MAX (expected 1.0 for both: 1.0 + 2**-24 rounds to 1.0 in float16), with no error; reduce
 to rank 0 gives the same.  The other pairs the script tries are right, for comparison.
 
-    python docs/findings/gloo-float16-reduce-keeps-own-value.py
+    python docs/findings/gloo-float16-reduce-drops-one.py
 
 Prints one line; exits 1 while the bug reproduces ("BUG: ..."), 0 once torch gets it right ("FIXED: ..."),
 3 when its ranks did not start in time ("NO VERDICT: ...", a busy machine).
