@@ -424,16 +424,16 @@ register(KnownBug(
     reproducer="docs/findings/gloo-gather-ignores-input-strides.py"))
 
 
-# torch 2.6.0: a step of gloo's float16 reduction that combines float16's smallest subnormal (2**-24) with 1.0
-# (an input, or a partial result) gives 2**-24, as if the 1.0 were not there; which elements it meets
-# depends on where they sit in the tensor
+# torch 2.6.0: a step of gloo's float16 reduction that brings float16's smallest subnormal (2**-24) into a partial
+# result of 1.0 (an input, or a partial sum) gives 2**-24, as if the 1.0 were not there (1.0 brought into 2**-24
+# is right); which elements it meets depends on where they sit in the tensor, which rank reduces which part
 _F16_TINY = "5.960464477539063e-08"
 _F16_REDUCING = ("allreduce", "reduce", "reduce_scatter_tensor", "_reduce_scatter_base")
 
 
 def _reduced_without_a_one(reduce_op: str, values: list[str], got: float) -> bool:
     """Whether ``got`` is what the float16 SUM or MAX of the inputs ``values``, folded in some order, gives
-    when each step that combines 2**-24 with 1.0 gives 2**-24."""
+    when each step that brings 2**-24 into a partial result of 1.0 gives 2**-24."""
     import torch
 
     xs = [float(v) for v in values]
@@ -442,7 +442,7 @@ def _reduced_without_a_one(reduce_op: str, values: list[str], got: float) -> boo
         return False
 
     def step(a: float, b: float) -> float:
-        if {a, b} == {tiny, 1.0}:
+        if a == 1.0 and b == tiny:
             return tiny
         if reduce_op == "MAX":
             return max(a, b)
@@ -460,8 +460,8 @@ def _reduced_without_a_one(reduce_op: str, values: list[str], got: float) -> boo
 def _float16_drops_one(example: Mapping[str, Any], failure: BaseException) -> bool:
     """check-pg's allreduce, reduce or reduce_scatter_tensor (2.6.0's gloo builds it on allreduce), or its
     async check's calls of them, on gloo, float16, SUM or MAX: every problem's first wrong element is what
-    the reduction of the ranks' inputs there gives when a step combining 2**-24 with 1.0 gives 2**-24 (seen
-    at 2 and 3 ranks, either rank holding either value)."""
+    the reduction of the ranks' inputs there gives, in some order, when a step that brings 2**-24 into a
+    partial result of 1.0 gives 2**-24 (seen at 2 and 3 ranks, either rank holding either value)."""
     import torch
 
     def shows_it(call: Any, block: str) -> bool:

@@ -205,12 +205,15 @@ def test_gloos_float16_reduction_without_a_one_is_recognised_and_nothing_else(op
 
     for inputs in [(tiny, 1.0), (1.0, tiny), (tiny, -0.0, 1.0)]:
         assert recognised(inputs, tiny) == "gloo-float16-reduce-drops-one", inputs
-    # three ranks: a step that combines 2**-24 with 1.0 (an input or a partial sum) gives 2**-24 (torch 2.6.0 gave
-    # -1.0 for the SUM of 1.0, -1.0 and 2**-24, and 2**-24 for that of 2**-24, -6.1e-05 and 1.0)
+    # three ranks: a step that brings 2**-24 into a partial result of 1.0 (an input or a partial sum) gives 2**-24;
+    # torch 2.6.0 gave -1.0 for the SUM of 1.0, -1.0 and 2**-24, 2**-24 for 2**-24, -6.1e-05 and 1.0, and 1.0
+    # (not 2**-24: 1.0 brought into 2**-24 is right) for 1.0, 2**-24 and 1.0
     without_the_one = {"SUM": -1.0, "MAX": tiny}[reduce_op]
     assert recognised((1.0, -1.0, tiny), without_the_one) == "gloo-float16-reduce-drops-one"
     if reduce_op == "SUM":
         assert recognised((tiny, -6.103515625e-05, 1.0), tiny) == "gloo-float16-reduce-drops-one"
+        assert recognised((1.0, tiny, 1.0), 1.0) == "gloo-float16-reduce-drops-one"
+        assert recognised((1.0, tiny, 1.0), tiny) is None  # no order gives it
     assert recognised((1.0, -1.0, tiny), 0.5) is None
     assert recognised((tiny, 1.0), 0.5) is None
     assert recognised((tiny, 0.5), tiny) is None
