@@ -221,6 +221,33 @@ def test_gloos_float16_reduction_without_a_one_is_recognised_and_nothing_else(op
     assert recognised((tiny, 1.0), tiny, backend="planted:other") is None
 
 
+def test_an_async_example_whose_calls_meet_different_known_bugs_is_a_sighting_of_each():
+    """torch 2.6.0's gloo in one async example: a reduce_scatter_tensor PRODUCT that gives the sum, and a bool SUM
+    allreduce that stores the byte 2. No one bug explains both calls; each call's problems alone are a known bug,
+    so each is tallied. A call whose problem no known bug explains keeps the example a failure."""
+    from fuzzdist.conformance._composite import _each_call_a_known_bug
+
+    scatter = OPS["reduce_scatter_tensor"].call(TensorSpec((1,), torch.float32), 0, reduce_op="PRODUCT")
+    bools = OPS["allreduce"].call(TensorSpec((2,), torch.bool), 1, reduce_op="SUM")
+    example = {"world_size": 2, "calls": (scatter, bools), "wait_order": (0, 1), "backend": "gloo"}
+    xs = [torch.tensor([2.0]), torch.tensor([3.0])]
+    ts = [torch.tensor([False, True]), torch.tensor([False, True])]
+    two = torch.tensor([0, 2], dtype=torch.uint8).view(torch.bool)
+    summed = "call 0 (reduce_scatter_tensor): rank 0, " + reduction_problem("the output tensor", "PRODUCT", xs,
+                                                                            xs[0] + xs[1])
+    byte_2 = "call 1 (allreduce): rank 0, " + reduction_problem("the reduced tensor", "SUM", ts, two)
+    wrong = "call 1 (allreduce): rank 0, " + reduction_problem("the reduced tensor", "SUM", ts,
+                                                               torch.tensor([True, False]))
+    head = "async: 2 calls issued with async_op=True before any wait, then waited in the order [0, 1]:"
+    with known_bugs.collecting() as tally:
+        assert _each_call_a_known_bug(example, head, {0: [summed], 1: [byte_2]})
+    assert set(tally.sightings) == {"gloo-reduce-scatter-tensor-ignores-op", "gloo-bool-sum-stores-2"}
+    with known_bugs.collecting() as tally:
+        assert not _each_call_a_known_bug(example, head, {0: [summed], 1: [wrong]})
+        assert not _each_call_a_known_bug({**example, "backend": "planted"}, head, {0: [summed], 1: [byte_2]})
+    assert not tally.sightings
+
+
 def test_broadcast_from_the_wrong_source_is_caught_and_shrunk(pools):
     failure = _failure(pools, "wrong_source_broadcast", "broadcast")
     call = failure.call
