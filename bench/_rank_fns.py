@@ -45,3 +45,15 @@ def sleep_then_all_reduce(ctx, seconds):
     t = torch.ones(2)
     dist.all_reduce(t)
     return float(t[0])
+
+
+def raise_on(ctx, rank):
+    """Rank ``rank`` raises, the others return (rank >= world size: none raises)."""
+    if ctx.rank == rank:
+        raise ValueError(f"planted failure on rank {ctx.rank}")
+    return ctx.rank
+
+
+def raise_on_all(ctx):
+    """Every rank raises."""
+    raise ValueError(f"planted failure on every rank (this is rank {ctx.rank})")

@@ -215,8 +215,16 @@ class Controller(ABC):
                 self._recover(failure)  # the hung ranks hold the group
                 raise
             self._recover(timeout)  # raised as a load error below
-        elif out.recycle:
-            self._recycle(out.recycle)
+        else:
+            if out.errors and len(out.errors) < self.world_size:
+                # Some ranks raised, the others returned: a rank may have raised before a collective its peers
+                # completed without it (a torch bug can make a rank finish one alone: torch 2.6.0's
+                # zero-byte all-gather in DTensor's full_tensor), and gloo pairs collectives by their count
+                # on the group, so every later example on the default group would hang.  Fresh ranks can't.
+                out.recycle.append(f"ranks {sorted(out.errors)} raised while the others returned: their "
+                                   "collectives on the default group may be out of step")
+            if out.recycle:
+                self._recycle(out.recycle)
         if out.load_errors:
             _raise_load_error(out.load_errors)
         if out.errors:

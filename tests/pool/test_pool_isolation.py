@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 import pytest
 from helpers import clean_fns, rank_fns
@@ -96,19 +97,30 @@ def test_kept_process_groups_outlive_the_example(rank_pool):
     assert rank_pool.generation == generation
 
 
-def test_destroyed_groups_are_dropped_on_a_thread_of_their_own():
+def test_destroyed_groups_are_dropped_on_a_thread_of_their_own_one_example_late():
     reaper, release, threads = _isolation._Reaper(), threading.Event(), []
+    dropped = []
 
     class SlowToDestroy:  # stands for a group whose destructor waits for a pending Work
+        def __init__(self, n):
+            self.n = n
+
         def __del__(self):
             threads.append(threading.current_thread().name)
+            dropped.append(self.n)
             release.wait(30)
 
-    reaper.drop([SlowToDestroy()])  # returns at once
-    reaper.drop([SlowToDestroy()])
-    assert not reaper.settle(1, timeout=0.1)  # the first is still being destroyed: both are left
+    reaper.drop([SlowToDestroy(1)])  # returns at once
+    assert reaper.settle(0, timeout=30)  # held, not destroyed: it waits for the next example's groups
+    time.sleep(0.05)
+    assert dropped == []
+    reaper.drop([SlowToDestroy(2)])  # the first is destroyed now, the second held
+    reaper.drop([SlowToDestroy(3)])
+    assert not reaper.settle(0, timeout=0.1)  # the first is still being destroyed: the third waits behind it
+    assert dropped == [1]
     release.set()
     assert reaper.settle(0, timeout=30)
+    assert dropped == [1, 2]  # the third stays held until a fourth comes
     assert threads == ["fuzzdist-group-reaper"] * 2
 
 

@@ -210,6 +210,7 @@ def keep_process_groups() -> Iterator[None]:
 class _Reaper:
     """Drops destroyed process groups on a thread of its own, so that their destructors run there.
 
+    The reaper drops each example's groups one example late (see ``_run``).
     A group's destructor waits for its Works: ~20 ms for an idle gloo group,
     and for a Work an example left pending, until the peers destroy their
     side.  The example's thread waits only when the backlog is long, and
@@ -238,11 +239,17 @@ class _Reaper:
             return self._drained.wait_for(lambda: self.backlog <= limit, timeout)
 
     def _run(self) -> None:
+        # An example's groups are dropped when the next example's arrive, not at once: on torch 2.6.0 a gloo
+        # group's destructor (GIL held) joins its worker threads, and a worker still freeing the Work of a
+        # collective that just completed needs the GIL, so the rank froze for good, about once in 30
+        # examples (known bug gloo-process-group-drop-deadlocks).  An example later, the workers are idle.
+        held: list[Any] = []
         while True:
             groups = self._queue.get()
-            groups.clear()  # the destructors run here
+            held, dropped = groups, held
+            dropped.clear()  # the destructors run here
             with self._drained:
-                self.backlog -= 1
+                self.backlog -= 1  # the held list counts as dropped: it waits only for the next one
                 self._drained.notify_all()
 
 
