@@ -89,6 +89,7 @@ from torch import nn
 
 from fuzzdist import strategies as fst
 from fuzzdist.errors import InvalidArgument
+from fuzzdist.known_bugs import known_failures
 from fuzzdist.properties import PropertyFailure, dtensor
 from fuzzdist.strategies import seeds
 from fuzzdist.toolkit.checks import first_difference
@@ -481,15 +482,19 @@ def check(pool: Pool, case: CheckpointCase, *, save: Callable[..., Any] = dcp_sa
     """Save ``case``'s state dict on every rank of ``pool`` with ``save`` into a fresh directory under
     ``base_dir`` and load it back with ``load`` into the other layout; raise :class:`PropertyFailure`
     if any rank loaded anything but the values rebuilt from the seeds.  The directory is removed
-    after the example, also when it fails.  ``save``/``load``: see the module docstring."""
+    after the example, also when it fails.  ``save``/``load``: see the module docstring.  Run inside
+    ``known_failures("checkpoint", case=case)``: a failure that a known torch bug explains is tallied as
+    a sighting, not raised."""
     path = new_checkpoint_dir(base_dir)
-    try:
-        results = pool.run(save_and_load, case, path, save=save, load=load)
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-    wrong = {rank: problems for rank, problems in enumerate(results) if problems}
-    if wrong:
-        raise PropertyFailure(f"ranks {sorted(wrong)} loaded other values than were saved: {wrong}", results)
+    # torch 2.6.0: dcp-save-double-shard-empty-piece-fails (a known bug's failure is tallied, not raised)
+    with known_failures("checkpoint", case=case):
+        try:
+            results = pool.run(save_and_load, case, path, save=save, load=load)
+        finally:
+            shutil.rmtree(path, ignore_errors=True)
+        wrong = {rank: problems for rank, problems in enumerate(results) if problems}
+        if wrong:
+            raise PropertyFailure(f"ranks {sorted(wrong)} loaded other values than were saved: {wrong}", results)
 
 
 
