@@ -304,3 +304,17 @@ def test_a_survivor_waiting_for_a_dead_rank_is_told():
     d = diagnose({1: _state(1, _c(1, shape=(5,)), call="all_reduce")}, {}, 2, dead={0: "SIGABRT"})
     assert d.kind is MissedCollective and d.deadlock
     assert d.summary == "rank 1 waits in all_reduce #1 (float32[5]), which rank 0 can never join: it died (SIGABRT)"
+
+
+def test_a_snapshot_whose_frames_fail_to_read_still_answers(monkeypatch):
+    # A snapshot reads another thread's frames, and a user's object there may fail its repr: the rank still
+    # answers, saying what it couldn't read, so that a hang is explained from the rest.
+    def broken(frames):
+        raise RuntimeError("planted: repr failed")
+
+    monkeypatch.setattr(rank_state, "_torch_call", broken)
+    monkeypatch.setattr(rank_state, "_user_site", broken)
+    state = rank_state.snapshot(seq=123, with_stack=True)
+    assert state.call is None and state.user_site is None
+    assert "the torch.distributed call unreadable (RuntimeError: planted: repr failed)" in state.note
+    assert "the example's own line unreadable" in state.note

@@ -37,9 +37,10 @@ import threading
 import time
 import traceback
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 # Records kept per process by torch's flight recorder when fuzzdist switches it on (it is off by
 # default in torch).  Enough for a few examples' collectives; older records are overwritten.
@@ -50,6 +51,7 @@ _C10D_FILE = os.path.join("torch", "distributed", "distributed_c10d.py")
 _POOL_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _FUZZDIST_DIR = os.path.dirname(_POOL_DIR)
 _PROPERTIES_DIR = os.path.join(_FUZZDIST_DIR, "properties")  # fuzzdist's own properties are user code
+_T = TypeVar("_T")
 _TORCH_DIR = os.sep + "torch" + os.sep
 _STDLIB_DIRS = tuple({sysconfig.get_paths()["stdlib"], os.path.dirname(threading.__file__)})
 # Arguments of a torch.distributed call that say who it waits for.
@@ -252,12 +254,13 @@ def _probe_recorder(backend: str) -> str:
 def snapshot(seq: int, with_stack: bool = False) -> RankState:
     """This rank's state in example ``seq`` (its state between examples if ``seq`` is over)."""
     running = _current.seq == seq
-    notes = []
+    notes: list[str] = []
     frames: list[FrameType] = []
     if running and _current.thread is not None:
         frame = sys._current_frames().get(_current.thread)
         frames = _example_frames(frame)
-    call, call_args = _torch_call(frames)
+    no_call: tuple[str | None, tuple[tuple[str, str], ...]] = (None, ())
+    call, call_args = _safely(lambda: _torch_call(frames), no_call, "the torch.distributed call", notes)
     try:
         # A rank that finished example seq starts no collective before the next example: its record
         # since seq began is still exactly seq's.
@@ -280,13 +283,23 @@ def snapshot(seq: int, with_stack: bool = False) -> RankState:
         collectives=collectives,
         call=call,
         call_args=call_args,
-        user_site=_user_site(frames),
+        user_site=_safely(lambda: _user_site(frames), None, "the example's own line", notes),
         pending_works=tuple(pending),
-        stack=_format(frames) if with_stack else "",
-        threads=_other_threads() if with_stack else "",
+        stack=_safely(lambda: _format(frames), "", "the stack", notes) if with_stack else "",
+        threads=_safely(_other_threads, "", "the other threads", notes) if with_stack else "",
         note="; ".join(notes),
         unrecorded=_recorder.gap,
     )
+
+
+def _safely(read: Callable[[], _T], default: _T, what: str, notes: list[str]) -> _T:
+    """``read()``, or ``default`` with a note where it raised: the example's frames change under a snapshot
+    taken from another thread, and a user's object in them may fail its repr."""
+    try:
+        return read()
+    except Exception as exc:  # noqa: BLE001 - a snapshot never raises
+        notes.append(f"{what} unreadable ({type(exc).__name__}: {exc})")
+        return default
 
 
 def _collectives(since_ns: int) -> tuple[Collective, ...]:

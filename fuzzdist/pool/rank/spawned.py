@@ -241,6 +241,8 @@ def _answer_snapshots(conn: Any) -> None:
                 conn.send_bytes(messages.dispatch(_Watcher, message))
             except (EOFError, OSError):  # the driver went away
                 return
+            except Exception:  # noqa: BLE001 - this thread must outlive one bad request: hangs need it
+                traceback.print_exc()  # unanswered, the request reads as "did not answer"
 
     threading.Thread(target=answer, name="fuzzdist-watch", daemon=True).start()
 
