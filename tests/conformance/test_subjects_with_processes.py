@@ -6,6 +6,7 @@ partial report."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 import time
 
@@ -125,7 +126,8 @@ def test_sigterm_prints_and_writes_the_partial_report(tmp_path):
     assert "INTERRUPTED by SIGTERM: a partial report" in stdout, stdout + stderr
     lines = stdout.splitlines()
     assert lines[0].startswith("fuzzdist check-pg helpers.child_pg:marked_child_gloo (") and \
-        "world sizes 2: NO FAILURE SO FAR in " in lines[0], lines[0]  # not CONFORMS: it was cut short
+        re.search(r"world sizes 2: NO FAILURE SO FAR(, \d+ sighting\(s\) of known torch bugs)? in ", lines[0]), \
+        lines[0]  # not CONFORMS: it was cut short (a draw may meet a known bug of the installed torch's gloo)
     for name in ("allreduce", "broadcast", "barrier"):  # every check is listed, reached or not
         assert any(line.split()[:1] == [name] for line in lines), stdout
     report = json.loads(out.read_text())
