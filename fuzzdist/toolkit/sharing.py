@@ -181,20 +181,27 @@ def shared_memory_in_use() -> frozenset[str]:
     return frozenset(mapped | by_fd)
 
 
-def leftover_shared_memory(baseline: frozenset[str], wait_s: float = 1.0) -> frozenset[str]:
+def leftover_shared_memory(baseline: frozenset[str], wait_s: float = 1.0,
+                           mapped_wait_s: float = 0.25) -> frozenset[str]:
     """The segments this process holds beyond ``baseline`` (a ``shared_memory_in_use()`` from before).
 
     Returns them, or an empty set if nothing leaked. A segment this process
-    maps or owns as a file counts at once. A segment it holds only through an
-    fd gets up to ``wait_s`` seconds to go. With ``file_descriptor``, the
-    sender's resource_sharer thread closes its copy of an fd just after
-    passing it on, which can be a moment after the receiver already has it.
+    holds only through an fd gets up to ``wait_s`` seconds to go: with
+    ``file_descriptor``, the sender's resource_sharer thread closes its copy
+    of an fd just after passing it on, which can be a moment after the
+    receiver already has it. A segment it maps or owns as a file gets
+    ``mapped_wait_s``: another thread may hold the example's frames for a
+    moment (the pool reads a running example's stack to explain hangs), and
+    a frame held when its function returns keeps that function's tensors
+    alive until it is let go. A leak lasts; either wait only lets a moment
+    pass.
     """
-    deadline = time.monotonic() + wait_s
+    start = time.monotonic()
     while True:
         mapped, by_fd = _segments()
         left = (mapped | by_fd) - baseline
-        if not left or mapped - baseline or time.monotonic() >= deadline:
+        waited = time.monotonic() - start
+        if not left or waited >= wait_s or (mapped - baseline and waited >= mapped_wait_s):
             return frozenset(left)
         time.sleep(0.005)
 
