@@ -9,6 +9,7 @@ import pkgutil
 import hypothesis.errors
 import pytest
 import torch
+from helpers.older_torch import REFUSE_ON_OLDER_TORCH
 
 import fuzzdist
 from fuzzdist.errors import (
@@ -35,10 +36,6 @@ OUTSIDE_THE_FAMILY = {
 }
 
 
-# Modules that refuse to import, by design, on a torch without what they check (pipelining: the
-# schedules' scale_grads): that refusal is an ImportError raised by the module's own code, naming the
-# installed torch.  Any other import error fails the tests.
-REFUSE_ON_OLDER_TORCH = {"fuzzdist.properties.pipelining"}
 
 
 def _designed_refusal(name: str, exc: ImportError) -> bool:

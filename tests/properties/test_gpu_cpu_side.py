@@ -11,6 +11,7 @@ from typing import TypeVar
 
 import pytest
 import torch
+from helpers.older_torch import REFUSE_ON_OLDER_TORCH
 from hypothesis import find, given, settings
 from hypothesis.errors import NoSuchExample
 
@@ -257,11 +258,6 @@ def test_a_reordering_groups_cpu_futures_name_no_device():
 
 
 # -- the package and the properties import and collect without CUDA or cupy ------------------------
-
-# Property modules that refuse to import, by design, on a torch without what they check (pipelining: the
-# schedules' scale_grads), with an ImportError of their own that names the installed torch; their property
-# file then skips, saying so.  Any other import error fails the test.
-REFUSE_ON_OLDER_TORCH = {"fuzzdist.properties.pipelining": "properties/test_pipelining.py"}
 
 _IMPORT_CHECK = r'''
 import importlib, pkgutil, sys
