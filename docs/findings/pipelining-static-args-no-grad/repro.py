@@ -2,9 +2,8 @@
 ``output_args``) by example tensors that don't require grad trains with wrong gradients: no gradient
 passes between the stages, and the first stage backpropagates a gradient of ones instead (or fails).
 
-``PipelineStage`` documents ``input_args`` as "Example input tensors" and ``output_args`` as "Example
-output tensors"; the pipelining docs build a stage with ``input_args=example_input_microbatch``, one
-micro-batch of input data, to "determine the input and output shapes required for communication".
+``PipelineStage``'s docstring documents ``input_args`` as "Example input tensors" and ``output_args`` as
+"Example output tensors", given up front in its "Static mode"; nothing there about ``requires_grad``.
 Two gloo ranks split ``nn.Sequential(nn.Linear(w, w), nn.Linear(w, w))`` into two stages, each built
 with ``input_args=torch.zeros(1, w)`` and ``output_args=torch.zeros(1, w)``, and run one
 ``ScheduleGPipe`` step (one micro-batch, MSE loss).  Stage 0's gradients should be the unsplit

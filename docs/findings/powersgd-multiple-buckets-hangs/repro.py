@@ -11,7 +11,7 @@ threads while they wait on a collective those threads must run.  Two gloo ranks 
 its own bucket: 6 buckets), for 8 steps, with
 ``powerSGD_hook(PowerSGDState(None, matrix_approximation_rank=1, start_powerSGD_iter=2,
 min_compression_rate=0))``; the same with DDP's default buckets (one bucket) is the control.  The
-collectives' order depends on thread scheduling, so the hang is not certain in every run; here it came
+outcome depends on timing, so the hang is not certain in every run; here it came
 at the first or second compressed step in every run but one of many.
 
     python docs/findings/powersgd-multiple-buckets-hangs/repro.py

@@ -4,7 +4,8 @@ and a batch of more than one, raises in its forward pass.
 
 On 2 ranks, nn.Linear(2, 1) parallelised with RowwiseParallel(input_layouts=Shard(1)), on a (2, 3, 2)
 input distributed Shard(1) (sequence 3: pieces of 2 and 1): the style redistributes the input to
-Shard(-1) (Shard(1) -> Shard(2), an all-to-all), whose local tensor comes back non-contiguous, shape
+Shard(-1) (Shard(1) -> Shard(2), an all-to-all; on CPU gloo's fallback for it, an all-gather and a
+chunk), whose local tensor comes back non-contiguous, shape
 (2, 3, 1) with strides (4, 1, 1): the padding of the sequence to 4 is narrowed off but left in the
 strides.  The Linear's forward then raises "view size is not compatible with input tensor's size and
 stride (at least one dimension spans across two contiguous subspaces). Use .reshape(...) instead."  With
