@@ -2,9 +2,9 @@
 
 Each ``docs/findings/<id>/repro.py`` runs with torch alone and exits 1 ("BUG: ...") while the bug
 reproduces, 0 ("FIXED: ...") once torch behaves: a reproducer that exits 0 means torch fixed the
-bug, and the catalogue's matrix (``fuzzdist/known_bugs/catalogue.toml``) must say so.  One that exits 3 ("NO VERDICT: ...")
-could not tell: a wait that is not part of the bug (its ranks' start-up) ran out, a slow machine rather
-than a changed torch, and the failure says so.  The scripts run in parallel (most
+bug, and the catalogue's matrix (``fuzzdist/known_bugs/catalogue.toml``) must say so.  One that exits 3
+("NO VERDICT: ...") could not tell: a wait that is not part of the bug (its ranks' start-up) ran out, a
+slow machine rather than a changed torch, and the failure says so.  The scripts run in parallel (most
 of their time is importing torch in each rank process, or waiting out a bounded hang), each in its
 own process group so a timeout kills its ranks too.
 """
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import ast
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -127,8 +126,8 @@ def test_reproducer_still_shows_the_bug(runs: dict[str, Run], finding: str) -> N
         pytest.fail(f"docs/findings/{finding}/repro.py ran past {SCRIPT_TIMEOUT_S}s (killed): its own bounds failed, "
                     f"or the machine is far too slow\n{shown}", pytrace=False)
     if run.returncode == NO_VERDICT_EXIT and verdict.startswith("NO VERDICT:"):
-        pytest.fail(f"a slow machine, not a changed torch: docs/findings/{finding}/repro.py reached no verdict on torch "
-                    f"{torch.__version__}: {verdict}\nRun it again on a quieter machine.", pytrace=False)
+        pytest.fail(f"a slow machine, not a changed torch: docs/findings/{finding}/repro.py reached no verdict on "
+                    f"torch {torch.__version__}: {verdict}\nRun it again on a quieter machine.", pytrace=False)
     if run.returncode != 1 or not verdict.startswith("BUG:"):
         pytest.fail(f"docs/findings/{finding}/repro.py failed (exit {run.returncode}), neither BUG nor FIXED\n{shown}",
                     pytrace=False)
@@ -164,7 +163,8 @@ def test_reproducer_needs_torch_alone(finding: str) -> None:
     modules = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     modules |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
     foreign = {m for m in modules if m.split(".")[0] not in sys.stdlib_module_names | {"torch"}}
-    assert not foreign, f"docs/findings/{finding}/repro.py imports {sorted(foreign)}: use torch and the standard library"
+    assert not foreign, (f"docs/findings/{finding}/repro.py imports {sorted(foreign)}: use torch and the standard "
+                         "library")
 
 
 def test_misuse_is_listed_apart_and_not_counted_as_a_bug() -> None:

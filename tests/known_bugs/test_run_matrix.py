@@ -73,3 +73,52 @@ def test_bad_input_gets_one_line_and_exit_2_before_anything_runs(args: list[str]
     assert done.stdout == ""
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and said in lines[0], done.stderr
+
+
+PINNED = "2.13.0+cpu"  # a column of the catalogue's matrix, whichever torch runs the tests
+
+
+def _catalogue_copy(module, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The catalogue module run_matrix loads, reading and writing a copy of the catalogue; the Python
+    named is taken to have torch PINNED."""
+    monkeypatch.setattr(module, "torch_version", lambda python, venv: PINNED)
+    catalogue = module.catalogue_module()
+    copy = tmp_path / "catalogue.toml"
+    copy.write_text(catalogue.PATH.read_text(encoding="utf-8"), encoding="utf-8")
+    monkeypatch.setattr(catalogue, "PATH", copy)
+    monkeypatch.setattr(module, "catalogue_module", lambda: catalogue)
+    return catalogue
+
+
+@pytest.mark.parametrize(("printed", "code"), [("BUG", 0), ("FIXED", 1)])
+def test_check_compares_each_cell_with_the_catalogue(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str], printed: str,
+                                                     code: int) -> None:
+    module = _module()
+    _catalogue_copy(module, tmp_path, monkeypatch)
+    monkeypatch.setattr(module, "run_one", lambda python, script, timeout: printed)
+    assert module.main([sys.executable, "--only", FAST, "--jobs", "1", "--check"]) == code
+    differs = [line for line in capsys.readouterr().err.splitlines() if line.startswith("differs: ")]
+    assert differs == ([] if code == 0 else
+                       [f"differs: {FAST} on torch {PINNED}: printed FIXED, the catalogue says BUG"])
+
+
+def test_a_version_the_catalogue_lacks_differs_everywhere() -> None:
+    module = _module()
+    catalogue = module.catalogue_module().load()
+    lines = module.differences(catalogue, [FAST], ["9.9.9"], {(FAST, 0): "BUG"})
+    assert lines == [f"torch 9.9.9 is not a column of the catalogue's matrix (it has {', '.join(catalogue.versions)})"
+                     ": --update adds it"]
+
+
+def test_update_writes_the_cells_into_the_catalogue(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    module = _module()
+    catalogue = _catalogue_copy(module, tmp_path, monkeypatch)
+    before = catalogue.parse(catalogue.PATH.read_text(encoding="utf-8"))
+    monkeypatch.setattr(module, "run_one", lambda python, script, timeout: "FIXED")
+    assert module.main([sys.executable, "--only", FAST, "--jobs", "1", "--update"]) == 0
+    after = catalogue.parse(catalogue.PATH.read_text(encoding="utf-8"))
+    assert after.findings[FAST].matrix[PINNED] == "FIXED"
+    assert before.findings[FAST].matrix[PINNED] == "BUG"
+    assert {i: f.matrix for i, f in after.findings.items() if i != FAST} == {
+        i: f.matrix for i, f in before.findings.items() if i != FAST}
