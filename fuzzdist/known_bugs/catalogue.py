@@ -14,6 +14,7 @@ it by path without importing torch.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from collections.abc import Mapping
@@ -199,7 +200,7 @@ def with_matrix(catalogue: Catalogue, results: Mapping[tuple[str, str], str]) ->
     findings = {}
     for finding_id, finding in catalogue.findings.items():
         matrix = {v: results.get((finding_id, v), finding.matrix.get(v, "not run")) for v in versions}
-        findings[finding_id] = Finding(**{**finding.__dict__, "matrix": matrix})
+        findings[finding_id] = dataclasses.replace(finding, matrix=matrix)
     return Catalogue(tuple(versions), findings)
 
 

@@ -15,6 +15,7 @@ whose generated part is stale (a test runs it).  Standard library only, like the
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -77,10 +78,10 @@ def finding_header(catalogue: Catalogue, finding: Finding) -> str:
 
 def generated_parts(catalogue: Catalogue) -> Iterator[tuple[str, Callable[[], str]]]:
     """Each page with a generated part (relative to ``docs/``) and what that part is."""
-    yield INDEX, lambda: findings_table(catalogue)
-    yield VERSIONS, lambda: version_matrix(catalogue)
+    yield INDEX, functools.partial(findings_table, catalogue)
+    yield VERSIONS, functools.partial(version_matrix, catalogue)
     for finding in catalogue.findings.values():
-        yield f"findings/{finding.id}/README.md", lambda f=finding: finding_header(catalogue, f)  # type: ignore[misc]
+        yield f"findings/{finding.id}/README.md", functools.partial(finding_header, catalogue, finding)
 
 
 class PageError(ValueError):
