@@ -15,7 +15,7 @@ the property runs its check inside :func:`known_failures`:
   raised as it is, with a note naming the known bug: nothing is ever swallowed silently.
 
 Whether a known bug still reproduces on the installed torch is checked by running its pinned minimal
-example with :func:`reproduces` (``properties/test_known_bugs.py``); its standalone reproducer, with
+example with :func:`reproduces` (``properties/test_known_torch_bugs.py``); its standalone reproducer, with
 torch alone, is the script named by :attr:`KnownBug.reproducer` (``docs/findings/``).
 """
 
