@@ -54,7 +54,7 @@ def _lookup(scope: griffe.Object | griffe.Alias, dotted: str) -> bool:
 def _package_of(obj: griffe.Object) -> griffe.Module:
     """The package a relative module name (``._probe``) is relative to."""
     module = obj.module
-    if module.is_package or module.parent is None:
+    if module.is_init_module or module.parent is None:
         return module
     return module.parent  # type: ignore[return-value]
 
@@ -90,7 +90,9 @@ def _file_exists(obj: griffe.Object, path: str) -> bool:
     if (folder / path).is_file():
         return True
     return any(
-        candidate.as_posix().endswith("/" + path) for top in SEARCHED for candidate in (REPO / top).rglob(Path(path).name)
+        candidate.as_posix().endswith("/" + path)
+        for top in SEARCHED
+        for candidate in (REPO / top).rglob(Path(path).name)
     )
 
 
