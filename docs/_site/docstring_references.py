@@ -7,7 +7,8 @@ name or the file still exists.  This extension, run by mkdocstrings over the who
 * resolves every role's target (absolute, relative to the package, or in the scope of the object
   the docstring documents) and warns when a ``fuzzdist`` name no longer exists;
 * warns when a path written in code (````tests/test_x.py````, ````remote.py````) names no file;
-* rewrites each role as code that links to the object where the site documents it.
+* rewrites each role as code that links to the object where the site documents it, and reStructuredText's
+  literal-block marker (``Example::``) as a plain colon: Markdown takes the indented block as code anyway.
 
 ``mkdocs build --strict`` turns each warning into an error, so a stale reference fails the build.
 """
@@ -23,6 +24,7 @@ from typing import Any
 import griffe
 
 REPO = Path(__file__).resolve().parents[2]
+LITERAL_MARKER = re.compile(r"(\S)::$|^\s*::$", re.M)
 ROLE = re.compile(r":(?:class|mod|func|attr|meth|data|exc|obj):`(~?)([^`<>]+)`")
 # A file path in code: ``name.py`` or ``dir/name.py`` (also .md, .toml, .ini, .json, .yml).
 FILE = re.compile(r"``([\w./-]+\.(?:py|md|toml|ini|json|yml))``")
@@ -128,4 +130,5 @@ class DocstringReferences(griffe.Extension):
                 return f"`{shown}`"
             return f'<autoref identifier="{full}" optional><code>{shown}</code></autoref>'
 
+        text = LITERAL_MARKER.sub(lambda m: f"{m.group(1)}:" if m.group(1) else "", text)
         return ROLE.sub(render, text)

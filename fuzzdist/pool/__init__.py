@@ -20,11 +20,12 @@ One protocol, two transports; the driver side here, the rank side in ``rank/``::
                     rank_state.py, rank_output.py, process_tree.py
 
 Public names:
-    Pool: the protocol (``run``, ``world_size``, ``start``, ``close``, context manager).
-    RankPool: spawns ``world_size`` local rank processes and restarts them after a failure.
-    TorchrunPool: rank 0's pool under torchrun (the other ranks call ``torchrun.serve``).
-    PoolGone: raised by a spent TorchrunPool.
-    DEFAULT_TIMEOUT, DEFAULT_STARTUP_TIMEOUT: seconds, per example and for starting the ranks.
+
+* Pool: the protocol (``run``, ``world_size``, ``start``, ``close``, context manager).
+* RankPool: spawns ``world_size`` local rank processes and restarts them after a failure.
+* TorchrunPool: rank 0's pool under torchrun (the other ranks call ``torchrun.serve``).
+* PoolGone: raised by a spent TorchrunPool.
+* DEFAULT_TIMEOUT, DEFAULT_STARTUP_TIMEOUT: seconds, per example and for starting the ranks.
 """
 
 from fuzzdist.errors import PoolGone
