@@ -197,3 +197,19 @@ def test_stale_docstring_references_are_reported(caplog):
     assert "fuzzdist.errors.Gone, which does not exist" in caplog.text
     assert "_remote.py, which is no file" in caplog.text
     assert '<autoref identifier="fuzzdist.errors.Hang" optional><code>Hang</code></autoref>' in out
+
+
+def test_site_warnings_fail_the_ci_build():
+    """The build code warns through mkdocs' loggers, which --strict counts, and CI keeps them on.
+
+    mkdocs counts only records of loggers under ``mkdocs``, and ``--quiet`` drops warnings before
+    they are counted: with it, ``mkdocs build --strict`` passed over a stale reference.
+    """
+    pytest.importorskip("mkdocs", reason="the docs extra: pip install -e '.[docs]'")
+    pytest.importorskip("griffe", reason="the docs extra: pip install -e '.[docs]'")
+    for name in ("outside_pages", "docstring_references"):
+        assert _load(name).log.name.startswith("mkdocs."), f"docs/_site/{name}.py must log under mkdocs"
+    build = [line for line in (REPO / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+             if "mkdocs build" in line and not line.lstrip().startswith("#")]
+    assert len(build) == 1 and "--strict" in build[0], ".ci/run should build the docs with --strict"
+    assert not re.search(r"\s(--quiet|-q)\b", build[0]), ".ci/run's docs build must not be --quiet"
