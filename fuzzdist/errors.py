@@ -26,7 +26,7 @@ same for the exception's ``__context__``).  A :class:`RankError` is always
 raised from the same line of the pool, so on its own every remote bug would
 look like one bug.  It is therefore raised *from* a rebuilt copy of the
 remote exception whose traceback ends at the remote raising site (see
-``_remote.py``): two different remote bugs give two different
+``fuzzdist/pool/remote.py``): two different remote bugs give two different
 ``__context__`` origins, hence two distinct failures.
 """
 

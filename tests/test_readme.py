@@ -1,10 +1,13 @@
 """README is a landing page whose commands and example work as written, and the manual in docs/ holds together.
 
-- README's quick start has the two commands, character for character; README stays short.
-- README's example property compiles and passes on a rank pool; docs/writing-properties.md's
-  "Reusing a property" example runs the library's DDP property over a user's group.
+- README's quick start has the two commands, character for character; README stays a landing page
+  (under 80 lines) that links every page of the manual.
+- README's example property compiles and passes on a rank pool, and is the one the manual and the
+  tutorial show; the tutorial's planted bug is found and shrunk as the tutorial says;
+  docs/writing-properties.md's "Reusing a property" example runs the library's DDP property over a
+  user's group.
 - Every relative link in README, the manual's pages and bench/RESULTS.md reaches a file, and every
-  #fragment a heading of that file.
+  #fragment a heading of that file (or an object the API reference renders, ``::: NAME``).
 - None of them talks about this project's tracker or history: no issue numbers, commit hashes,
   ``git worktree`` recipes or "stop N".
 """
@@ -23,6 +26,7 @@ README = REPO / "README.md"
 # The manual moved out of README: these pages are README's and must stay free of project history.
 MANUAL = [
     "docs/index.md",
+    "docs/first-property.md",
     "docs/campaigns.md",
     "docs/writing-properties.md",
     "docs/api.md",
@@ -41,7 +45,7 @@ QUICK_START = [
     'python3 -m venv .venv && .venv/bin/pip install torch==2.13.0 -e ".[test]" && .venv/bin/fuzzdist run --duration 5m',
     'python3 -m venv .venv && .venv/bin/pip install torch==2.13.0 -e ".[test]" && .venv/bin/python -m pytest tests/',
 ]
-README_MAX_LINES = 160
+README_MAX_LINES = 80
 
 
 def _text(page: str) -> str:
@@ -74,21 +78,23 @@ def test_readme_links_every_manual_page():
     assert "](docs/gpu-run.md)" in text and "never run on a GPU" in text, "README should keep its GPU status line"
 
 
-def test_readme_property_table_names_existing_files():
-    rows = re.findall(r"^\| `(test_[a-z0-9_]+\.py)` \|", README.read_text(encoding="utf-8"), re.M)
-    assert rows, "README should have the property suite's table"
+def test_property_table_names_existing_files():
+    """docs/properties.md's table of the suite names files that are in properties/."""
+    rows = re.findall(r"^\| `(test_[a-z0-9_]+\.py)[`:]", _text("docs/properties.md"), re.M)
+    assert rows, "docs/properties.md should have the property suite's table"
     missing = [name for name in rows if not (REPO / "properties" / name).is_file()]
-    assert not missing, f"README's property table names files not in properties/: {missing}"
+    assert not missing, f"docs/properties.md's property table names files not in properties/: {missing}"
 
 
 def test_readme_example_property_compiles():
     compile(_python_block("README.md", "def test_broadcast("), "README.md", "exec")
 
 
-def test_readme_example_is_the_manuals():
-    """README shows the example of docs/writing-properties.md, not a copy drifting apart from it."""
+@pytest.mark.parametrize("page", ["docs/writing-properties.md", "docs/first-property.md"])
+def test_readme_example_is_the_manuals(page):
+    """README shows the example of the manual and the tutorial, not a copy drifting apart from them."""
     marker = "def test_broadcast("
-    assert _python_block("README.md", marker) == _python_block("docs/writing-properties.md", marker)
+    assert _python_block("README.md", marker) == _python_block(page, marker)
 
 
 def test_readme_example_property_passes(pytester):
@@ -104,6 +110,23 @@ def test_readme_example_property_passes(pytester):
     outcomes = result.parseoutcomes()
     assert outcomes.get("passed", 0) >= 1, result.stdout.str()
     assert not outcomes.get("failed") and not outcomes.get("errors"), result.stdout.str()
+
+
+def test_tutorial_planted_bug_is_found_and_shrunk(pytester):
+    """docs/first-property.md's "Break it": the planted bug fails the example, shrunk to four elements."""
+    tutorial = _text("docs/first-property.md")
+    bug = [b for b in re.findall(r"```python\n(.*?)```", tutorial, re.S) if "planted bug" in b]
+    assert len(bug) == 1, "docs/first-property.md should have one python block with the planted bug"
+    broadcast_line = "    dist.broadcast(tensor, src, group=ctx.group)\n"
+    assert bug[0].startswith(broadcast_line), "the planted bug should follow the example's broadcast line"
+    block = _python_block("README.md", "def test_broadcast(")
+    pytester.makepyfile(test_broken=block.replace(broadcast_line, bug[0]))
+    result = pytester.runpytest("-p", "no:cacheprovider", "--hypothesis-profile=ci")
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("failed") == 1, result.stdout.str()
+    for shown in ("spec=TensorSpec((4,), torch.float32)", "1 of 4 elements differ; first at flat index 3: got 0.0"):
+        assert shown in tutorial, f"the tutorial should show {shown!r}"
+        assert shown in result.stdout.str(), result.stdout.str()
 
 
 def test_reusing_the_ddp_property_on_your_own_group(pytester):
@@ -124,8 +147,9 @@ def _slug(heading: str) -> str:
 
 def _anchors(path: Path) -> set[str]:
     seen: dict[str, int] = {}
-    anchors = set()
     text = re.sub(r"```.*?```", "", path.read_text(encoding="utf-8"), flags=re.S)
+    # An object the API reference renders is a heading of the site, named by its path.
+    anchors = set(re.findall(r"^::: ([\w.]+)", text, re.M))
     for heading in re.findall(r"^#{1,6} (.+)$", text, re.M):
         slug = _slug(heading)
         n = seen.get(slug, 0)

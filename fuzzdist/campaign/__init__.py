@@ -3,15 +3,23 @@
 The ``fuzzdist`` command (:mod:`fuzzdist.cli`) drives both through pytest, in
 process, with a plugin object from this package:
 
-    runner.CampaignPlugin   ``fuzzdist run``: rounds of Hypothesis per property
-                            until its share of the budget is spent
-    rounds                  the rounds of one property: the example wrapper, the budget
-    failures                the distinct failures found, one record per origin
-    replay.ReplayPlugin     ``fuzzdist replay``: re-executes the stored failures
-    database                directory / Redis example databases, fuzzdist's index
-    report                  campaign state, the JSON report, the summary table
-    progress                the live display (rich on a TTY, plain lines otherwise)
-    selection               which collected tests a command runs
+    runner.py           ``fuzzdist run`` (``CampaignPlugin``): rounds of Hypothesis per property
+                        until its share of the budget is spent
+    rounds.py           the rounds of one property: the example wrapper, the budget
+    schedule.py         how ``--duration`` is split between properties (pure logic)
+    failures.py         the distinct failures found, one record per origin
+    replay.py           ``fuzzdist replay`` (``ReplayPlugin``): re-executes the stored failures
+    export_script.py    ``replay --export-script``: a stored failure as a standalone script
+    database.py         directory / Redis example databases, fuzzdist's index
+    selection.py        which collected tests a command runs
+    jobs.py, merge.py   ``--jobs N``: the worker processes, and the merging of their reports
+    lifeline.py         a ``--jobs`` worker lives no longer than its parent
+    report.py           campaign state, the JSON report, the summary table
+    series.py           the bounded time series and event pairs the HTML report plots
+    html_report.py      the HTML page, with charts.py's static SVG charts
+    coverage_report.py  the report's ``coverage`` section (``--cover``)
+    output.py           the one writer of every output file
+    progress.py         the live display (rich on a TTY, plain lines otherwise)
 
 This module is also a pytest plugin for ``-p fuzzdist.campaign``: it adds
 ``--fuzzdist-database=DIR_OR_URL``, which points the loaded Hypothesis

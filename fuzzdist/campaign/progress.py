@@ -1,6 +1,6 @@
 """The live progress display: a rich Live table on a terminal, periodic plain lines otherwise.
 
-Both are driven from the main thread (the runner calls :meth:`update` at
+Both are driven from the main thread (the runner calls :meth:`Progress.update` at
 most a few times a second, from inside the examples), so they never read
 the campaign state while it changes.
 """

@@ -10,7 +10,9 @@ and conformance fuzzing of a ProcessGroup.
 
 Every command (one module each: :mod:`~fuzzdist.cli.run`,
 :mod:`~fuzzdist.cli.replay`, :mod:`~fuzzdist.cli.check_pg`, :mod:`~fuzzdist.cli.report`) shares one
-parser, one duration syntax and these exit codes (:mod:`fuzzdist.cli._common`):
+parser, one duration syntax and these exit codes (:mod:`fuzzdist.cli._common`); ``run`` and
+``replay`` share their pool and database options (:mod:`fuzzdist.cli._campaign`), and ``run
+--cover`` lives in :mod:`fuzzdist.cli._cover`:
 
     0   nothing failed (check-pg: the group conforms)
     1   a failure was found (run, check-pg), a stored failure still fails

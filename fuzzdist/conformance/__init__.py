@@ -31,8 +31,15 @@ subclass is fine) or a ``torch.distributed.Backend``.
 
 Also available as ``fuzzdist check-pg module:callable`` (:mod:`fuzzdist.cli.check_pg`)
 and from pytest (``--fuzzdist-pg module:callable``, the ``pg_conformance``
-fixture, ``properties/test_pg_conformance.py``).  See
+fixture, ``properties/test_pg_conformance.py``, ``plugin.py``).  See
 ``docs/backend-authors.md``.
+
+Modules: ``_engine.py`` (the session, the order of the checks), ``_options.py`` (``CheckOptions``),
+``_factories.py`` (the reference factories), ``_probe.py`` (what the group implements),
+``_checks.py`` (the checks a run knows), ``_op_check.py`` (one operation's check), ``_composite.py``
+(``async`` and ``ddp_parity``), ``_draw.py`` (the async check's strategies), ``_fuzzing.py``
+(Hypothesis within a check's share), ``_rank.py`` (the code on the ranks), ``_report.py`` (the
+report); ``ops/``, one definition per operation.
 """
 
 from fuzzdist.conformance._checks import ALL_CHECKS, ASYNC, DDP, all_checks

@@ -15,8 +15,11 @@ the property runs its check inside :func:`known_failures`:
   raised as it is, with a note naming the known bug: nothing is ever swallowed silently.
 
 Whether a known bug still reproduces on the installed torch is checked by running its pinned minimal
-example with :func:`reproduces` (``properties/test_known_bugs.py``); its standalone reproducer, with
+example with :func:`reproduces` (``properties/test_known_torch_bugs.py``); its standalone reproducer, with
 torch alone, is the script named by :attr:`KnownBug.reproducer` (``docs/findings/``).
+
+Modules: ``registry.py`` (what a known bug is, and the registry), ``torch_bugs.py`` (the entries),
+``symptoms.py`` (what a check adds to a failure that is exactly what a known bug computes).
 """
 
 from __future__ import annotations

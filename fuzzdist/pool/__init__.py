@@ -9,19 +9,23 @@ One protocol, two transports; the driver side here, the rank side in ``rank/``::
     torchrun.py     transport 2: TorchrunPool, torchrun's processes, over torchrun's store
     torchrun_stop.py  under torchrun, a SIGTERM during an example: a rank died, or the job is being stopped
     hangs.py        why ranks hung, from every rank's snapshot
+    torchrun_auth.py  under torchrun, the secret that signs every value in torchrun's store
     signals.py, remote.py, capabilities.py, observability.py, input_coverage.py: what the driver needs
                     around an example (chained signal handlers, remote exceptions, what the machine and
                     the ranks support, Hypothesis observations and events)
+    leftovers.py    what a pool's processes leave in the temporary folder, and how it goes away
+    line_coverage.py  ``--cover``: which packages to measure, and the lines the ranks reached, merged
     rank/           inside a rank: worker.py answers the messages and runs each call isolated
                     (isolation.py) and seeded; spawned.py, a spawned rank's entry point; context.py,
                     rank_state.py, rank_output.py, process_tree.py
 
 Public names:
-    Pool: the protocol (``run``, ``world_size``, ``start``, ``close``, context manager).
-    RankPool: spawns ``world_size`` local rank processes and restarts them after a failure.
-    TorchrunPool: rank 0's pool under torchrun (the other ranks call ``torchrun.serve``).
-    PoolGone: raised by a spent TorchrunPool.
-    DEFAULT_TIMEOUT, DEFAULT_STARTUP_TIMEOUT: seconds, per example and for starting the ranks.
+
+* Pool: the protocol (``run``, ``world_size``, ``start``, ``close``, context manager).
+* RankPool: spawns ``world_size`` local rank processes and restarts them after a failure.
+* TorchrunPool: rank 0's pool under torchrun (the other ranks call ``torchrun.serve``).
+* PoolGone: raised by a spent TorchrunPool.
+* DEFAULT_TIMEOUT, DEFAULT_STARTUP_TIMEOUT: seconds, per example and for starting the ranks.
 """
 
 from fuzzdist.errors import PoolGone

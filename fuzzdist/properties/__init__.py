@@ -25,6 +25,18 @@ Modules (import the one you need; each imports only its own dependencies):
 * ``cuda_ipc``: a CUDA tensor shared with ``reduce_tensor`` sees every rank's writes.
 * ``cuda_zero_copy``: ``__cuda_array_interface__``/DLPack/cupy views of shared CUDA memory.
 * ``block_stream``: ``Work.block_current_stream()`` holds a stream until every Work resolves.
+* ``functional``: functional collectives equal a reference and the c10d collective.
+* ``fsdp``: FSDP2's gradients and parameters equal a local model's.
+* ``subgroups``: collectives on ``new_group`` and ``DeviceMesh`` subgroups.
+* ``p2p``: send/recv, isend/irecv and ``batch_isend_irecv`` deliver the sender's tensor.
+* ``object_collectives``: the object collectives hand over objects equal to the source's.
+* ``zero``: ``ZeroRedundancyOptimizer`` trains as a local optimizer.
+* ``join``: uneven inputs under ``Join`` train as documented.
+* ``comm_hooks``: DDP communication hooks and ``no_sync`` keep their documented results.
+* ``checkpoint``: DCP saves what it loads, across shardings.
+* ``tensor_parallel``: ``parallelize_module`` computes what the local model computes.
+* ``pipelining``: a pipelined model gives the unsplit model's output, losses and gradients.
+* ``sharded_tensor``: ``ChunkShardingSpec`` sharding and gathering keep values.
 """
 
 from __future__ import annotations

@@ -24,6 +24,10 @@ Strategies and what they shrink to:
 * ``fsdp_configs(world_size)``: ``FSDPConfig`` -> one 1->1 layer, batch 1 on
   every rank, the 1-D mesh, root-only ``fully_shard`` with its defaults, one
   SGD step
+
+Modules: ``_shapes.py``, ``_dtypes.py`` (over ``_dtype_catalogue.py``, every dtype fuzzdist knows, and
+``_dtype_probe.py``, which ones a device holds), ``_tensors.py`` (``TensorSpec``), ``_tensor_specs.py``,
+``_seeds.py``, ``_ranks.py``, ``_allocator.py``, ``_completion.py``, ``_ddp.py`` and ``_fsdp.py``.
 """
 
 from fuzzdist.strategies._allocator import (

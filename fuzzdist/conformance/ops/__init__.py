@@ -1,5 +1,9 @@
 """The operations ``fuzzdist check-pg`` fuzzes, one definition each, and their registry ``OPS``.
 
+One module per family: ``allreduce.py`` (allreduce, reduce), ``allgather.py``, ``reduce_scatter.py``,
+``alltoall.py``, ``broadcast.py``, ``gather_scatter.py``, ``send_recv.py``, ``barrier.py``; the base
+class ``OpInfo`` and ``OpCall`` in ``_base.py``, the rank-side buffers in ``_buffers.py``.
+
 An op's definition (an ``OpInfo`` subclass instance) holds everything about
 it: how a call is drawn (``draw``) and probed (``probes``), what a rank
 builds and calls (``prepare``, run in the rank processes), the reference
