@@ -19,7 +19,9 @@ example with :func:`reproduces` (``properties/test_known_torch_bugs.py``); its s
 torch alone, is the script named by :attr:`KnownBug.reproducer` (``docs/findings/``).
 
 Modules: ``registry.py`` (what a known bug is, and the registry), ``torch_bugs.py`` (the entries),
-``symptoms.py`` (what a check adds to a failure that is exactly what a known bug computes).
+``symptoms.py`` (what a check adds to a failure that is exactly what a known bug computes),
+``catalogue.py`` (the catalogue of findings, ``catalogue.toml``: each finding's metadata, once),
+``catalogue_pages.py`` (the findings pages generated from the catalogue).
 """
 
 from __future__ import annotations
