@@ -9,7 +9,7 @@ One protocol, two transports; the driver side here, the rank side in ``rank/``::
     torchrun.py     transport 2: TorchrunPool, torchrun's processes, over torchrun's store
     torchrun_stop.py  under torchrun, a SIGTERM during an example: a rank died, or the job is being stopped
     hangs.py        why ranks hung, from every rank's snapshot
-    signals.py, remote.py, capabilities.py, observability.py, input_coverage.py: what the driver needs
+    signals.py, remote.py, capabilities/, observability.py, input_coverage.py: what the driver needs
                     around an example (chained signal handlers, remote exceptions, what the machine and
                     the ranks support, Hypothesis observations and events)
     rank/           inside a rank: worker.py answers the messages and runs each call isolated
