@@ -435,3 +435,19 @@ def test_a_property_file_skips_only_for_a_missing_torch_feature(monkeypatch, pat
     monkeypatch.setitem(sys.modules, f"fuzzdist.properties.{module}", None)
     with pytest.raises(pytest.skip.Exception, match="planted: this torch has no such thing"):
         spec.loader.exec_module(importlib.util.module_from_spec(spec))
+
+
+def test_the_package_keeps_the_public_names_the_api_page_documents():
+    """docs/api.md documents fuzzdist.pool.capabilities' public names; the package exports those, and
+    the rest lives in the module of its question."""
+    import re
+    from pathlib import Path
+
+    import fuzzdist.pool.capabilities as public
+
+    api = (Path(__file__).resolve().parents[2] / "docs" / "api.md").read_text(encoding="utf-8")
+    row = next(line for line in api.splitlines() if line.startswith("| `fuzzdist.pool.capabilities` |"))
+    named = set(re.findall(r"`(\w+)(?:\([^`]*\))?`", row.split("|")[2]))
+    documented = {name for name in named if not name.endswith("Error")}  # the error is fuzzdist.errors'
+    assert documented == set(public.__all__)
+    assert all(callable(getattr(public, name)) or name == "PROBES" for name in public.__all__)
