@@ -130,7 +130,7 @@ def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
 LAYERS: list[set[str]] = [
     {"errors", "compat", "fresh_interpreter"},  # leaves: they import nothing of fuzzdist
     {"known_bugs", "strategies"},
-    {"pool"},  # driver side and rank side (rank/)
+    {"pool"},  # the driver side and the rank side (pool/rank/)
     {"toolkit", "driver"},  # toolkit's ReorderingProcessGroup registers with the rank's state (pool.rank)
     {"properties"},
     {"conformance", "campaign"},
@@ -176,6 +176,18 @@ def test_each_layer_imports_only_the_layers_below_it():
     never imports a higher one, so the folders tell the layers truly."""
     violations = layer_violations(import_graph())
     assert not violations, "\n".join(violations)
+
+
+def documented_layers() -> list[set[str]]:
+    """The layers as docs/architecture.md's table lists them: row ``| n | `a/`, `b.py` (...) | ... |``."""
+    text = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    section = text.split("## The layers", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|") for line in section.splitlines() if re.match(r"\|\s*\d+\s*\|", line)]
+    return [{name.removesuffix(".py").rstrip("/") for name in re.findall(r"`([^`]+)`", row[2])} for row in rows]
+
+
+def test_the_documented_layers_are_the_tested_ones():
+    assert documented_layers() == LAYERS, "docs/architecture.md's layer table and LAYERS differ"
 
 
 def _plant(package: Path, files: dict[str, str]) -> None:
