@@ -47,6 +47,7 @@ def probe_here(device: str) -> list[str]:
 
 
 def _device_runtime_initialized(device: str) -> bool:
+    """Whether this process already started ``device``'s runtime (probing it here then costs nothing new)."""
     dev_type = torch.device(device).type
     module = getattr(torch, dev_type, None)
     is_initialized = getattr(module, "is_initialized", None)
@@ -58,6 +59,7 @@ def _device_runtime_initialized(device: str) -> bool:
 
 @functools.cache
 def _usable_dtype_names(device: str) -> tuple[str, ...]:
+    """The names of the dtypes usable on ``device`` (empty where the probe had no answer), kept per process."""
     # CPU (and any device whose runtime this process already started) is
     # probed in-process. Anything else is probed in a fresh interpreter:
     # Hypothesis strategies run in the driver, and starting a CUDA context

@@ -144,6 +144,7 @@ def _why_no_answer(asked: str) -> str:
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
+    """``torch.float32`` -> ``float32``: the name the probe is given and answers with."""
     return str(dtype).removeprefix("torch.")
 
 
