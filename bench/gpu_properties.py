@@ -92,7 +92,8 @@ def _benches(device: str = "cuda") -> list[Bench]:
 
 
 def _missing(bench: Bench) -> str | None:
-    from fuzzdist.pool.capabilities import missing, missing_gpus
+    from fuzzdist.pool.capabilities.gpu import missing_gpus
+    from fuzzdist.pool.capabilities.probes import missing
 
     reason = missing(*bench.needs) if bench.needs else None
     if reason is None and bench.backend == "nccl":

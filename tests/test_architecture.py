@@ -1,4 +1,5 @@
-"""The package's shape: fuzzdist's import graph has no cycles, and nothing reaches properties/ by path.
+"""The package's shape: fuzzdist's layers import downwards only, no import cycles, nothing reaches properties/
+by path.
 
 The graph counts every ``import``/``from`` statement, at module level and
 inside functions alike (a cycle through a lazy import is still a cycle a
@@ -16,15 +17,15 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "fuzzdist"
 
 
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(REPO).with_suffix("").parts)
+def _module_name(path: Path, package: Path = PACKAGE) -> str:
+    parts = list(path.relative_to(package.parent).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
 
 
-def _modules() -> dict[str, Path]:
-    return {_module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+def _modules(package: Path = PACKAGE) -> dict[str, Path]:
+    return {_module_name(path, package): path for path in sorted(package.rglob("*.py"))}
 
 
 def _resolve(module: str, is_package: bool, level: int, target: str | None) -> str:
@@ -61,9 +62,9 @@ def _imports(module: str, path: Path, modules: dict[str, Path]) -> set[str]:
     return found
 
 
-def import_graph() -> dict[str, set[str]]:
-    """Module name -> the fuzzdist modules it imports."""
-    modules = _modules()
+def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
+    """Module name -> the fuzzdist modules it imports (of the fuzzdist package at ``package``)."""
+    modules = _modules(package)
     return {name: _imports(name, path, modules) for name, path in modules.items()}
 
 
@@ -123,13 +124,103 @@ def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
     return packages
 
 
+# fuzzdist's layers, lowest first: a subpackage (or top-level module) imports only from the layers below
+# its own, never from one above it nor from one beside it in its layer.  The root ``fuzzdist``, the public
+# facade that re-exports from every layer, stands above them all.  docs/architecture.md tells the same order.
+LAYERS: list[set[str]] = [
+    {"errors", "compat", "fresh_interpreter"},  # leaves: they import nothing of fuzzdist
+    {"known_bugs", "strategies"},
+    {"pool"},  # the driver side and the rank side (pool/rank/)
+    {"toolkit", "driver"},  # toolkit's ReorderingProcessGroup registers with the rank's state (pool.rank)
+    {"properties"},
+    {"conformance", "campaign"},
+    {"cli"},
+    {"__main__"},
+]
+
+
+def layer_violations(graph: dict[str, set[str]], layers: list[set[str]] = LAYERS) -> list[str]:
+    """Each import in ``graph`` (module -> the modules it imports) that goes up or sideways between
+    ``layers``, and each subpackage that is in no layer, as one line naming the importing module."""
+    level = {f"fuzzdist.{name}": i for i, layer in enumerate(layers) for name in layer}
+    found = set()
+    for module, imported in graph.items():
+        if module == "fuzzdist":
+            continue
+        source = _package(module)
+        if source not in level:
+            found.add(f"{source} is in no layer: place it in LAYERS (tests/test_architecture.py) and in "
+                      "docs/architecture.md")
+            continue
+        for target in imported:
+            upper = _package(target)
+            if target == "fuzzdist" or upper == source or upper not in level:
+                continue  # the facade; its own package; a package in no layer is reported as a source
+            if level[upper] > level[source]:
+                found.add(f"{module} (layer {level[source]}) imports {target} from a layer above it "
+                          f"({level[upper]})")
+            elif level[upper] == level[source]:
+                found.add(f"{module} imports {target} from beside it (both in layer {level[source]})")
+    return sorted(found)
+
+
 def test_subpackages_import_each_other_one_way():
-    """strategies -> toolkit -> pool -> properties -> conformance -> driver -> campaign -> cli, with
-    errors and known_bugs below them: no package-level back edge (``pool`` importing ``driver``
-    while ``driver`` imports ``pool``), which would make the folders lie about the layers."""
+    """No package-level back edge (``pool`` importing ``driver`` while ``driver`` imports ``pool``)."""
     assert find_cycle({"a": {"b"}, "b": {"a"}}) is not None
     cycle = find_cycle(package_graph(import_graph()))
     assert cycle is None, "subpackages import each other both ways: " + " -> ".join(cycle)
+
+
+def test_each_layer_imports_only_the_layers_below_it():
+    """The order of LAYERS holds for every import, at module level or inside a function: a lower layer
+    never imports a higher one, so the folders tell the layers truly."""
+    violations = layer_violations(import_graph())
+    assert not violations, "\n".join(violations)
+
+
+def documented_layers() -> list[set[str]]:
+    """The layers as docs/architecture.md's table lists them: row ``| n | `a/`, `b.py` (...) | ... |``."""
+    text = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    section = text.split("## The layers", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|") for line in section.splitlines() if re.match(r"\|\s*\d+\s*\|", line)]
+    return [{name.removesuffix(".py").rstrip("/") for name in re.findall(r"`([^`]+)`", row[2])} for row in rows]
+
+
+def test_the_documented_layers_are_the_tested_ones():
+    assert documented_layers() == LAYERS, "docs/architecture.md's layer table and LAYERS differ"
+
+
+def _plant(package: Path, files: dict[str, str]) -> None:
+    for name, source in files.items():
+        path = package / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(source, encoding="utf-8")
+
+
+def test_a_planted_upward_import_is_caught_where_no_cycle_is(tmp_path):
+    """An upward import with no way back makes no cycle: only the order catches it.  So does an import
+    between two packages of one layer, and a subpackage nobody placed."""
+    package = tmp_path / "fuzzdist"
+    _plant(package, {
+        "__init__.py": "", "errors.py": "",
+        "pool/__init__.py": "from fuzzdist import errors\n",
+        "pool/local.py": "def start():\n    from fuzzdist.cli import run  # planted: pool reaching up to cli\n",
+        "cli/__init__.py": "", "cli/run.py": "from fuzzdist.pool import local\n",
+        "toolkit/__init__.py": "", "toolkit/reorder.py": "import fuzzdist.driver.plugin  # planted: sideways\n",
+        "driver/__init__.py": "", "driver/plugin.py": "",
+        "gadgets/__init__.py": "from fuzzdist.errors import *\n",
+    })
+    graph = import_graph(package)
+    assert find_cycle(package_graph(graph)) is not None  # pool <-> cli: the cycle test sees this one ...
+    (package / "cli" / "run.py").write_text("", encoding="utf-8")
+    graph = import_graph(package)
+    assert find_cycle(package_graph(graph)) is None  # ... but not this one
+    assert layer_violations(graph) == [
+        "fuzzdist.gadgets is in no layer: place it in LAYERS (tests/test_architecture.py) and in "
+        "docs/architecture.md",
+        "fuzzdist.pool.local (layer 2) imports fuzzdist.cli.run from a layer above it (6)",
+        "fuzzdist.toolkit.reorder imports fuzzdist.driver.plugin from beside it (both in layer 3)",
+    ]
 
 
 def _private_imports_across_packages() -> list[str]:
@@ -195,6 +286,8 @@ PUBLIC_MODULES = [
     "fuzzdist", "fuzzdist.pool", "fuzzdist.pool.torchrun", "fuzzdist.strategies", "fuzzdist.conformance",
     "fuzzdist.conformance.ops", "fuzzdist.properties", "fuzzdist.toolkit.checks", "fuzzdist.toolkit.sharing",
     "fuzzdist.toolkit.cuda_ipc", "fuzzdist.pool.capabilities", "fuzzdist.driver.newhooks", "fuzzdist.errors",
+    "fuzzdist.pool.capabilities.gloo", "fuzzdist.pool.capabilities.gpu", "fuzzdist.pool.capabilities.torch_features",
+    "fuzzdist.pool.capabilities.pool_args", "fuzzdist.pool.capabilities.backends",
     "fuzzdist.toolkit.reorder", "fuzzdist.pool.rank.context", "fuzzdist.driver.profiles", "fuzzdist.known_bugs",
 ]
 

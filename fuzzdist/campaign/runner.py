@@ -327,7 +327,8 @@ def _skip_reason(report: pytest.TestReport) -> str:
 def _expected_skip(item: pytest.Item) -> str | None:
     """Why the fuzzdist plugin will skip ``item`` on this machine (None: it will run)."""
     try:
-        from fuzzdist.pool.capabilities import missing, missing_gpus
+        from fuzzdist.pool.capabilities.gpu import missing_gpus
+        from fuzzdist.pool.capabilities.probes import missing
 
         if item.get_closest_marker("gpu") is not None:
             reason = missing_gpus(1)

@@ -44,7 +44,7 @@ def check_device(device: str | None) -> None:
     except InvalidArgument as exc:
         raise UsageError(str(exc)) from None
     if device == "cuda":
-        from fuzzdist.pool.capabilities import missing_gpus
+        from fuzzdist.pool.capabilities.gpu import missing_gpus
 
         reason = missing_gpus(1)
         if reason:

@@ -97,7 +97,7 @@ def world_size(text: str) -> int:
     value = positive_int(text)
     if "TORCHELASTIC_RUN_ID" in os.environ:
         return value
-    from fuzzdist.pool.capabilities import too_many_ranks
+    from fuzzdist.pool.capabilities.pool_args import too_many_ranks
 
     reason = too_many_ranks(value)
     if reason:

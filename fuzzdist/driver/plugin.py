@@ -44,7 +44,8 @@ from fuzzdist.driver.newhooks import RankPools
 from fuzzdist.driver.variant_keys import parametrized_by_pool
 from fuzzdist.errors import CapabilityError, PropertyFailure
 from fuzzdist.pool import DEFAULT_TIMEOUT, RankPool, observability
-from fuzzdist.pool.capabilities import missing, missing_gpus
+from fuzzdist.pool.capabilities.gpu import missing_gpus
+from fuzzdist.pool.capabilities.probes import missing
 from fuzzdist.pool.controller import timeout_problem
 from fuzzdist.pool.rank import rank_output
 

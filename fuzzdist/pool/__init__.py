@@ -10,7 +10,7 @@ One protocol, two transports; the driver side here, the rank side in ``rank/``::
     torchrun_stop.py  under torchrun, a SIGTERM during an example: a rank died, or the job is being stopped
     hangs.py        why ranks hung, from every rank's snapshot
     torchrun_auth.py  under torchrun, the secret that signs every value in torchrun's store
-    signals.py, remote.py, capabilities.py, observability.py, input_coverage.py: what the driver needs
+    signals.py, remote.py, capabilities/, observability.py, input_coverage.py: what the driver needs
                     around an example (chained signal handlers, remote exceptions, what the machine and
                     the ranks support, Hypothesis observations and events)
     leftovers.py    what a pool's processes leave in the temporary folder, and how it goes away

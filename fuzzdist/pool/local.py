@@ -36,7 +36,7 @@ from typing import Any
 
 from fuzzdist.errors import InvalidState, PoolStartupError, RankCrash
 from fuzzdist.pool import framing, leftovers, messages, starting
-from fuzzdist.pool.capabilities import validate_pool_args
+from fuzzdist.pool.capabilities.pool_args import validate_pool_args
 from fuzzdist.pool.controller import DEFAULT_TIMEOUT, Controller, Outcome, decode_reply
 from fuzzdist.pool.rank import process_tree
 from fuzzdist.pool.rank import rank_output as rank_output_mod

@@ -71,7 +71,7 @@ def join(backend: str = "gloo", device: str = "cpu", timeout: float = DEFAULT_TI
     import torch
     import torch.distributed as dist
 
-    from fuzzdist.pool.capabilities import validate_pool_args
+    from fuzzdist.pool.capabilities.pool_args import validate_pool_args
     from fuzzdist.pool.rank.context import RankContext
 
     if not in_torchrun():

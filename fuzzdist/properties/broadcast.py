@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from fuzzdist import known_bugs
 from fuzzdist import strategies as fst
 from fuzzdist.known_bugs.symptoms import BROADCAST_STRIDES_IGNORED
-from fuzzdist.pool.capabilities import gloo_dtypes
+from fuzzdist.pool.capabilities.gloo import gloo_dtypes
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.toolkit.checks import bitwise_equal, first_difference, storage_order
 

@@ -94,7 +94,8 @@ from fuzzdist import known_bugs
 from fuzzdist import strategies as fst
 from fuzzdist.errors import CapabilityError, InvalidArgument
 from fuzzdist.known_bugs import symptoms as _symptoms
-from fuzzdist.pool.capabilities import gloo_reduce_ops, probed_once
+from fuzzdist.pool.capabilities.gloo import gloo_reduce_ops
+from fuzzdist.pool.capabilities.per_pool import probed_once
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.strategies import TensorSpec, seeds
 from fuzzdist.toolkit.checks import first_difference, written_ignoring_strides

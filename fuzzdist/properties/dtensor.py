@@ -42,7 +42,7 @@ from hypothesis import strategies as st
 
 from fuzzdist import strategies as fst
 from fuzzdist.known_bugs import known_failures
-from fuzzdist.pool.capabilities import gloo_dtypes
+from fuzzdist.pool.capabilities.gloo import gloo_dtypes
 from fuzzdist.pool.rank.isolation import keep_process_groups
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.strategies import TensorSpec, seeds

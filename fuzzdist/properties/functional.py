@@ -52,7 +52,7 @@ from fuzzdist import strategies as fst
 from fuzzdist.errors import CallRaised
 from fuzzdist.known_bugs import known_failures
 from fuzzdist.known_bugs.symptoms import BOOL_BYTES_NOT_0_OR_1, CALL_RAISED
-from fuzzdist.pool.capabilities import functional_layouts, gloo_dtypes, gloo_reduce_ops
+from fuzzdist.pool.capabilities.gloo import functional_layouts, gloo_dtypes, gloo_reduce_ops
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.strategies import TensorSpec, mix_seed, seeds
 from fuzzdist.toolkit.oracle import exact_problem, reduction_problem

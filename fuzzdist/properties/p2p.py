@@ -52,7 +52,7 @@ from hypothesis import strategies as st
 from fuzzdist import strategies as fst
 from fuzzdist.known_bugs import known_failures, registry
 from fuzzdist.known_bugs.symptoms import REFUSED_UNCLEARLY
-from fuzzdist.pool.capabilities import GLOO_DTYPES
+from fuzzdist.pool.capabilities.gloo import GLOO_DTYPES
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.toolkit.checks import first_difference
 

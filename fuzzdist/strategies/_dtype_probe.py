@@ -1,21 +1,22 @@
 """Which dtypes a device can actually hold: probed once per device and process.
 
-CPU is probed in process; any other device in a short-lived child process,
-so the driver never starts a CUDA context.
+CPU is probed in process; any other device in a fresh interpreter
+(:mod:`fuzzdist.strategies._dtype_probe_child`, through
+:mod:`fuzzdist.fresh_interpreter`), so the driver never starts a CUDA context.
 """
 
 from __future__ import annotations
 
 import functools
-import json
-import os
-import subprocess
-import sys
 
 import torch
 
+from fuzzdist import fresh_interpreter
 from fuzzdist.strategies._dtype_catalogue import _catalogue
 from fuzzdist.strategies._tensors import PATTERNS, TensorSpec
+
+CHILD_MODULE = "fuzzdist.strategies._dtype_probe_child"
+CHILD_TIMEOUT = 300  # seconds: the child imports torch and may start a device's runtime
 
 
 def _probe_one(dtype: torch.dtype, device: str) -> bool:
@@ -40,19 +41,13 @@ def _probe_one(dtype: torch.dtype, device: str) -> bool:
     return True
 
 
-def _probe(device: str) -> list[str]:
+def probe_here(device: str) -> list[str]:
+    """The names (``str(dtype)``) of the catalogue's dtypes usable on ``device``, probed in this process."""
     return [str(dt) for dt, _ in _catalogue() if _probe_one(dt, device)]
 
 
-_SUBPROCESS_PROBE = """
-import json, sys
-sys.path.insert(0, sys.argv[1])
-from fuzzdist.strategies._dtype_probe import _probe
-print("FUZZDIST-DTYPES " + json.dumps(_probe(sys.argv[2])))
-"""
-
-
 def _device_runtime_initialized(device: str) -> bool:
+    """Whether this process already started ``device``'s runtime (probing it here then costs nothing new)."""
     dev_type = torch.device(device).type
     module = getattr(torch, dev_type, None)
     is_initialized = getattr(module, "is_initialized", None)
@@ -64,26 +59,14 @@ def _device_runtime_initialized(device: str) -> bool:
 
 @functools.cache
 def _usable_dtype_names(device: str) -> tuple[str, ...]:
+    """The names of the dtypes usable on ``device`` (empty where the probe had no answer), kept per process."""
     # CPU (and any device whose runtime this process already started) is
-    # probed in-process. Anything else is probed in a short-lived child
-    # process: Hypothesis strategies run in the driver, and starting a CUDA
-    # context there would pin memory on the GPU and break fork()ed workers.
+    # probed in-process. Anything else is probed in a fresh interpreter:
+    # Hypothesis strategies run in the driver, and starting a CUDA context
+    # there would pin memory on the GPU and break fork()ed workers.
     if torch.device(device).type in ("cpu", "meta") or _device_runtime_initialized(device):
-        return tuple(_probe(device))
-    package_parent = os.path.dirname(
-        os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    )
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-c", _SUBPROCESS_PROBE, package_parent, device],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return ()
-    for line in proc.stdout.splitlines():
-        if line.startswith("FUZZDIST-DTYPES "):
-            return tuple(json.loads(line[len("FUZZDIST-DTYPES "):]))
-    return ()
+        return tuple(probe_here(device))
+    answer = fresh_interpreter.ask(CHILD_MODULE, device, timeout=CHILD_TIMEOUT)
+    if not answer.given or not isinstance(answer.value, list):
+        return ()  # no answer: the device holds nothing fuzzdist can use
+    return tuple(str(name) for name in answer.value)

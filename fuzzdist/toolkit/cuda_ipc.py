@@ -148,7 +148,7 @@ def ipc_allocator_modes() -> st.SearchStrategy[fst.CudaAllocatorMode]:
     ``expandable_segments`` unset inherits ``PYTORCH_CUDA_ALLOC_CONF`` (or
     ``PYTORCH_ALLOC_CONF``), which may turn them on.
     """
-    from fuzzdist.pool.capabilities import missing_pidfd_getfd
+    from fuzzdist.pool.capabilities.gpu import missing_pidfd_getfd
 
     modes = cast("st.SearchStrategy[fst.CudaAllocatorMode]", fst.allocator_modes("cuda"))
     if missing_pidfd_getfd() is not None:

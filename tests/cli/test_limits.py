@@ -7,7 +7,7 @@ import pytest
 from helpers.cli_helpers import write
 
 from fuzzdist.cli import main
-from fuzzdist.pool import capabilities
+from fuzzdist.pool.capabilities import pool_args
 
 PROPERTY = '''
 from hypothesis import given, strategies as st
@@ -61,17 +61,17 @@ def test_numbers_out_of_bounds_are_one_line_and_exit_2(project, capsys, argv, ex
 
 
 def test_the_world_size_bound_follows_the_machine_s_memory(monkeypatch):
-    monkeypatch.setattr(capabilities, "_machine_memory", lambda: 10 * capabilities.RANK_MEMORY_BYTES)
-    assert capabilities.too_many_ranks(9) is None
-    assert "about 9 rank processes" in capabilities.too_many_ranks(10)
-    monkeypatch.setattr(capabilities, "_machine_memory", lambda: None)  # unknown: no bound
-    assert capabilities.too_many_ranks(10_000) is None
+    monkeypatch.setattr(pool_args, "_machine_memory", lambda: 10 * pool_args.RANK_MEMORY_BYTES)
+    assert pool_args.too_many_ranks(9) is None
+    assert "about 9 rank processes" in pool_args.too_many_ranks(10)
+    monkeypatch.setattr(pool_args, "_machine_memory", lambda: None)  # unknown: no bound
+    assert pool_args.too_many_ranks(10_000) is None
 
 
 def test_under_torchrun_the_world_size_is_torchruns_and_not_bounded_here(monkeypatch):
     from fuzzdist.cli._common import world_size
 
-    monkeypatch.setattr(capabilities, "_machine_memory", lambda: capabilities.RANK_MEMORY_BYTES)
+    monkeypatch.setattr(pool_args, "_machine_memory", lambda: pool_args.RANK_MEMORY_BYTES)
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "x")
     assert world_size("64") == 64
 
@@ -80,7 +80,7 @@ def test_a_rank_pool_the_machine_can_t_hold_is_refused_before_a_rank_starts(monk
     from fuzzdist import RankPool
     from fuzzdist.errors import InvalidArgument
 
-    monkeypatch.setattr(capabilities, "_machine_memory", lambda: 4 * capabilities.RANK_MEMORY_BYTES)
+    monkeypatch.setattr(pool_args, "_machine_memory", lambda: 4 * pool_args.RANK_MEMORY_BYTES)
     with pytest.raises(InvalidArgument, match="world_size=8: this machine can hold about 3 rank processes"):
         RankPool(world_size=8)
 

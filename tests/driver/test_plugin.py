@@ -103,7 +103,7 @@ def test_what_the_ranks_lack_skips_the_test_with_the_reason(suite):
 import pytest
 from hypothesis import given, strategies as st
 from fuzzdist.errors import CapabilityError
-from fuzzdist.pool.capabilities import probed_once
+from fuzzdist.pool.capabilities.per_pool import probed_once
 PROBES = []
 def probe():
     PROBES.append(1)

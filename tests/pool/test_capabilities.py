@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from fuzzdist.pool import capabilities
+from fuzzdist.pool.capabilities import gloo, gpu, probes, torch_features
 
 CANDIDATES = [n for n in ("float32", "float64", "float16", "bfloat16", "complex64", "complex128", "int8", "int16",
                            "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool", "float8_e4m3fn")
@@ -57,54 +57,58 @@ def _taken_at_world_size_2(rank_pool, api) -> set[str]:
     return {n for n, ok in answers[0].items() if ok}
 
 
-@pytest.mark.parametrize("api", capabilities.GLOO_APIS)
+@pytest.mark.parametrize("api", gloo.GLOO_APIS)
 def test_gloo_dtypes_is_what_the_installed_gloo_takes_at_world_size_2(rank_pool, api):
     """The probe runs at world size 1 in a subprocess; a property's ranks are 2 or more."""
     taken = _taken_at_world_size_2(rank_pool, api)
-    assert _names(capabilities.gloo_dtypes(api)) == taken & _names(capabilities.GLOO_DTYPES)
+    assert _names(gloo.gloo_dtypes(api)) == taken & _names(gloo.GLOO_DTYPES)
     # GLOO_DTYPES leaves out nothing gloo takes, and adds nothing but complex (which torch 2.6.0 refuses)
-    assert taken <= _names(capabilities.GLOO_DTYPES)
-    assert _names(capabilities.GLOO_DTYPES) - taken <= {"complex64", "complex128"}
+    assert taken <= _names(gloo.GLOO_DTYPES)
+    assert _names(gloo.GLOO_DTYPES) - taken <= {"complex64", "complex128"}
 
 
 def test_send_recv_carries_every_gloo_dtype(rank_pool):
     """The p2p property draws all of GLOO_DTYPES, on every torch."""
-    assert _names(capabilities.GLOO_DTYPES) <= _taken_at_world_size_2(rank_pool, "p2p")
+    assert _names(gloo.GLOO_DTYPES) <= _taken_at_world_size_2(rank_pool, "p2p")
 
 
 def test_a_wrong_probe_answer_is_caught(rank_pool, monkeypatch):
     """A probe that misses a dtype gloo takes fails the comparison above (one that claims a dtype outside
     GLOO_DTYPES can't: gloo_dtypes answers within it, and GLOO_DTYPES is checked against gloo there)."""
     taken = _taken_at_world_size_2(rank_pool, "broadcast")
-    monkeypatch.setattr(capabilities, "_probe_gloo_dtypes", lambda: {"broadcast": sorted(taken - {"int8"})})
-    capabilities.gloo_dtypes.cache_clear()
+    monkeypatch.setattr(gloo, "_probe_gloo_dtypes", lambda: {"broadcast": sorted(taken - {"int8"})})
+    gloo.gloo_dtypes.cache_clear()
     try:
-        assert _names(capabilities.gloo_dtypes("broadcast")) != taken & _names(capabilities.GLOO_DTYPES)
+        assert _names(gloo.gloo_dtypes("broadcast")) != taken & _names(gloo.GLOO_DTYPES)
     finally:
-        capabilities.gloo_dtypes.cache_clear()
+        gloo.gloo_dtypes.cache_clear()
+
+
+# A module that runs and prints no answer: a broken probe, seen from outside.
+NOT_A_PROBE = "platform"
 
 
 def _clear_probe_caches():
-    capabilities.gloo_dtypes.cache_clear()
-    capabilities.gloo_reduce_ops.cache_clear()
-    capabilities.functional_layouts.cache_clear()
-    capabilities._probe_gloo.cache_clear()
+    gloo.gloo_dtypes.cache_clear()
+    gloo.gloo_reduce_ops.cache_clear()
+    gloo.functional_layouts.cache_clear()
+    gloo._probe_gloo.cache_clear()
 
 
 def test_gloo_dtypes_without_an_answer_warns_and_draws_everything(monkeypatch):
     _clear_probe_caches()
-    monkeypatch.setattr(capabilities, "_GLOO_PROBE", "print('not json')")
+    monkeypatch.setattr(gloo, "PROBE_MODULE", NOT_A_PROBE)
     try:
         with pytest.warns(UserWarning, match=r"could not ask torch .* which dtypes gloo's broadcast takes "
-                                             r"\(JSONDecodeError.*drawing every dtype"):
-            assert capabilities.gloo_dtypes("broadcast") == capabilities.GLOO_DTYPES
+                                             r"\(python -m platform printed no answer.*drawing every dtype"):
+            assert gloo.gloo_dtypes("broadcast") == gloo.GLOO_DTYPES
     finally:
         _clear_probe_caches()
 
 
 def test_gloo_dtypes_of_an_unknown_api_is_an_error():
     with pytest.raises(ValueError, match="unknown API 'nccl_magic' for gloo_dtypes; known: broadcast"):
-        capabilities.gloo_dtypes("nccl_magic")
+        gloo.gloo_dtypes("nccl_magic")
 
 
 def reduces(ctx, api, dtype_names, ops):
@@ -136,17 +140,17 @@ def reduces(ctx, api, dtype_names, ops):
 
 
 def _reduced_at_world_size_2(rank_pool, api) -> dict[str, set[str]]:
-    names = sorted(_names(capabilities.GLOO_DTYPES))
-    answers = rank_pool.run(reduces, api, names, list(capabilities.GLOO_REDUCE_OPS))
+    names = sorted(_names(gloo.GLOO_DTYPES))
+    answers = rank_pool.run(reduces, api, names, list(gloo.GLOO_REDUCE_OPS))
     assert answers[0] == answers[1]  # the same answer on both ranks
     return {name: set(ops) for name, ops in answers[0].items()}
 
 
 def _probe_answer(api) -> dict[str, set[str]]:
-    return {str(d).removeprefix("torch."): set(capabilities.gloo_reduce_ops(api, d)) for d in capabilities.GLOO_DTYPES}
+    return {str(d).removeprefix("torch."): set(gloo.gloo_reduce_ops(api, d)) for d in gloo.GLOO_DTYPES}
 
 
-@pytest.mark.parametrize("api", capabilities.GLOO_REDUCE_APIS)
+@pytest.mark.parametrize("api", gloo.GLOO_REDUCE_APIS)
 def test_gloo_reduce_ops_is_what_the_installed_gloo_takes_at_world_size_2(rank_pool, api):
     """The ReduceOps probe runs at world size 1 in a subprocess; a property's ranks are 2 or more."""
     assert _probe_answer(api) == _reduced_at_world_size_2(rank_pool, api)
@@ -159,7 +163,7 @@ def test_the_reduce_scatter_forms_take_every_op_the_functional_property_draws(ra
 
     for api in ("reduce_scatter_tensor", "functional_reduce_scatter"):
         taken = _reduced_at_world_size_2(rank_pool, api)
-        for dtype in capabilities.gloo_dtypes("functional"):
+        for dtype in gloo.gloo_dtypes("functional"):
             assert set(functional.reduce_ops(dtype)) <= taken[str(dtype).removeprefix("torch.")], (api, dtype)
 
 
@@ -172,34 +176,35 @@ def test_a_wrong_reduce_ops_answer_is_caught(rank_pool, monkeypatch, wrong):
         planted["float32"].remove("PRODUCT")
     else:
         planted["float32"].append("BAND")  # bitwise over a floating dtype: every gloo refuses it
-    monkeypatch.setattr(capabilities, "_probe_gloo_reduce_ops", lambda: {"all_reduce": planted})
-    capabilities.gloo_reduce_ops.cache_clear()
+    monkeypatch.setattr(gloo, "_probe_gloo_reduce_ops", lambda: {"all_reduce": planted})
+    gloo.gloo_reduce_ops.cache_clear()
     try:
         assert _probe_answer("all_reduce") != _reduced_at_world_size_2(rank_pool, "all_reduce")
     finally:
-        capabilities.gloo_reduce_ops.cache_clear()
+        gloo.gloo_reduce_ops.cache_clear()
 
 
 def test_gloo_reduce_ops_without_an_answer_warns_and_draws_what_gloo_took_on_2_13(monkeypatch):
     _clear_probe_caches()
-    monkeypatch.setattr(capabilities, "_GLOO_PROBE", "print('not json')")
+    monkeypatch.setattr(gloo, "PROBE_MODULE", NOT_A_PROBE)
     try:
         with pytest.warns(UserWarning, match=r"could not ask torch .* which ReduceOps gloo's all_reduce takes "
-                                             r"\(JSONDecodeError.*drawing the ones gloo took on torch 2.13"):
-            assert capabilities.gloo_reduce_ops("all_reduce", torch.float32) == ("SUM", "AVG", "PRODUCT", "MIN", "MAX")
+                                             r"\(python -m platform printed no answer.*"
+                                             r"drawing the ones gloo took on torch 2.13"):
+            assert gloo.gloo_reduce_ops("all_reduce", torch.float32) == ("SUM", "AVG", "PRODUCT", "MIN", "MAX")
         with pytest.warns(UserWarning):
-            assert capabilities.gloo_reduce_ops("functional", torch.complex64) == ("SUM", "AVG")
+            assert gloo.gloo_reduce_ops("functional", torch.complex64) == ("SUM", "AVG")
         with pytest.warns(UserWarning):
-            assert capabilities.gloo_reduce_ops("reduce", torch.int8)[-3:] == ("BAND", "BOR", "BXOR")
+            assert gloo.gloo_reduce_ops("reduce", torch.int8)[-3:] == ("BAND", "BOR", "BXOR")
     finally:
         _clear_probe_caches()
 
 
 def test_gloo_reduce_ops_of_an_unknown_api_or_dtype_is_an_error():
     with pytest.raises(ValueError, match="unknown API 'nccl_magic' for gloo_reduce_ops; known: all_reduce"):
-        capabilities.gloo_reduce_ops("nccl_magic", torch.float32)
+        gloo.gloo_reduce_ops("nccl_magic", torch.float32)
     with pytest.raises(ValueError, match="gloo_reduce_ops takes a torch.dtype, got 'float32'"):
-        capabilities.gloo_reduce_ops("all_reduce", "float32")
+        gloo.gloo_reduce_ops("all_reduce", "float32")
 
 
 def functional_takes(ctx, layouts):
@@ -222,7 +227,7 @@ def functional_takes(ctx, layouts):
         return fn(t, None, None, ctx.group)
 
     out = {}
-    for op in capabilities.FUNCTIONAL_OPS:
+    for op in gloo.FUNCTIONAL_OPS:
         if not hasattr(fc, op):
             continue
         out[op] = []
@@ -240,7 +245,7 @@ def functional_takes(ctx, layouts):
 
 
 def _functional_layouts_at_world_size_2(rank_pool) -> dict[str, tuple[str, ...]]:
-    answers = rank_pool.run(functional_takes, list(capabilities.FUNCTIONAL_LAYOUTS))
+    answers = rank_pool.run(functional_takes, list(gloo.FUNCTIONAL_LAYOUTS))
     assert answers[0] == answers[1]  # the same answer on both ranks
     return {op: tuple(layouts) for op, layouts in answers[0].items()}
 
@@ -249,9 +254,9 @@ def test_functional_layouts_is_what_the_installed_torch_takes_at_world_size_2(ra
     """The layouts probe runs at world size 1 in a subprocess; a property's ranks are 2 or more."""
     from fuzzdist.strategies import LAYOUTS
 
-    assert capabilities.FUNCTIONAL_LAYOUTS == LAYOUTS  # every layout the strategies draw is asked about
+    assert gloo.FUNCTIONAL_LAYOUTS == LAYOUTS  # every layout the strategies draw is asked about
     taken = _functional_layouts_at_world_size_2(rank_pool)
-    assert {op: capabilities.functional_layouts(op) for op in taken} == taken
+    assert {op: gloo.functional_layouts(op) for op in taken} == taken
 
 
 def test_a_wrong_functional_layouts_answer_is_caught(rank_pool, monkeypatch):
@@ -263,27 +268,27 @@ def test_a_wrong_functional_layouts_answer_is_caught(rank_pool, monkeypatch):
     for op in planted:
         if "transposed" not in planted[op]:  # an op refusing a layout: claim it takes it
             planted[op].append("transposed")
-    monkeypatch.setattr(capabilities, "_probe_gloo", lambda: {"functional_layouts": planted})
-    capabilities.functional_layouts.cache_clear()
+    monkeypatch.setattr(gloo, "_probe_gloo", lambda: {"functional_layouts": planted})
+    gloo.functional_layouts.cache_clear()
     try:
-        answer = {op: capabilities.functional_layouts(op) for op in taken}
+        answer = {op: gloo.functional_layouts(op) for op in taken}
         assert answer["all_reduce"] != taken["all_reduce"]
         assert all(answer[op] != taken[op] for op in taken if "transposed" not in taken[op])
     finally:
-        capabilities.functional_layouts.cache_clear()
+        gloo.functional_layouts.cache_clear()
 
 
 def test_functional_layouts_without_an_answer_warns_and_draws_every_layout(monkeypatch):
     _clear_probe_caches()
-    monkeypatch.setattr(capabilities, "_GLOO_PROBE", "print('not json')")
+    monkeypatch.setattr(gloo, "PROBE_MODULE", NOT_A_PROBE)
     try:
         with pytest.warns(UserWarning, match=r"could not ask torch .* which layouts its functional all_reduce "
-                                             r"takes \(JSONDecodeError.*drawing every layout"):
-            assert capabilities.functional_layouts("all_reduce") == capabilities.FUNCTIONAL_LAYOUTS
+                                             r"takes \(python -m platform printed no answer.*drawing every layout"):
+            assert gloo.functional_layouts("all_reduce") == gloo.FUNCTIONAL_LAYOUTS
     finally:
         _clear_probe_caches()
     with pytest.raises(ValueError, match="unknown functional collective 'all_gather' for functional_layouts"):
-        capabilities.functional_layouts("all_gather")
+        gloo.functional_layouts("all_gather")
 
 
 def test_the_properties_draw_what_the_probe_answers():
@@ -308,28 +313,28 @@ def test_the_properties_draw_what_the_probe_answers():
 
     draw()
     for api, dtypes in seen.items():
-        assert dtypes <= set(capabilities.gloo_dtypes(api)), api
+        assert dtypes <= set(gloo.gloo_dtypes(api)), api
     for dtype, op in reductions:  # the functional all_reduce and c10d's, which it is compared with
-        assert op in capabilities.gloo_reduce_ops("functional", dtype), (dtype, op)
-        assert op in capabilities.gloo_reduce_ops("all_reduce", dtype), (dtype, op)
+        assert op in gloo.gloo_reduce_ops("functional", dtype), (dtype, op)
+        assert op in gloo.gloo_reduce_ops("all_reduce", dtype), (dtype, op)
     assert any(op != "SUM" for _, op in reductions)  # the ops are drawn, not only SUM
     for op, layout in layouts:
-        assert layout in capabilities.functional_layouts(op), (op, layout)
+        assert layout in gloo.functional_layouts(op), (op, layout)
     assert any(layout != "contiguous" for _, layout in layouts)  # the layouts are drawn, not only contiguous
 
 
 def test_pidfd_probe_answers(monkeypatch):
-    capabilities.missing_pidfd_getfd.cache_clear()
+    gpu.missing_pidfd_getfd.cache_clear()
     try:
-        answer = capabilities.missing_pidfd_getfd()
+        answer = gpu.missing_pidfd_getfd()
         assert answer is None or "pidfd" in answer
         # A machine that refuses: the reason names the syscall, the error and the way out.
-        monkeypatch.setattr(capabilities, "_PIDFD_PROBE", "print('pidfd_getfd Operation not permitted')")
-        capabilities.missing_pidfd_getfd.cache_clear()
-        refused = capabilities.missing_pidfd_getfd()
+        monkeypatch.setattr(gpu, "_PIDFD_PROBE", "print('pidfd_getfd Operation not permitted')")
+        gpu.missing_pidfd_getfd.cache_clear()
+        refused = gpu.missing_pidfd_getfd()
         assert "pidfd_getfd Operation not permitted" in refused and "SYS_PTRACE" in refused
     finally:
-        capabilities.missing_pidfd_getfd.cache_clear()
+        gpu.missing_pidfd_getfd.cache_clear()
 
 
 HAS_BLOCK_CURRENT_STREAM = hasattr(dist.distributed_c10d.Work, "block_current_stream")  # not in torch 2.6
@@ -337,28 +342,28 @@ HAS_BLOCK_CURRENT_STREAM = hasattr(dist.distributed_c10d.Work, "block_current_st
 
 def test_block_current_stream_probe(monkeypatch):
     if HAS_BLOCK_CURRENT_STREAM:
-        assert capabilities.missing_block_current_stream() is None
+        assert torch_features.missing_block_current_stream() is None
         monkeypatch.delattr(dist.distributed_c10d.Work, "block_current_stream")
-    reason = capabilities.missing_block_current_stream()
+    reason = torch_features.missing_block_current_stream()
     assert "block_current_stream" in reason and torch.__version__ in reason
 
 
 @pytest.mark.skipif(importlib.util.find_spec("cupy") is not None, reason="cupy is installed")
 def test_cupy_probe_says_how_to_install():
     # the extra for torch's CUDA: fuzzdist[gpu] for a CPU or CUDA 12 torch, fuzzdist[gpu-cuda13] for CUDA 13
-    extra = {13: "gpu-cuda13"}.get(capabilities._torch_cuda_major(), "gpu")
-    assert f"install fuzzdist[{extra}]" in capabilities.missing_cupy()
+    extra = {13: "gpu-cuda13"}.get(gpu._torch_cuda_major(), "gpu")
+    assert f"install fuzzdist[{extra}]" in gpu.missing_cupy()
 
 
 def test_unknown_capability_is_an_error():
     with pytest.raises(ValueError, match="unknown capabilities.*known: cuda"):
-        capabilities.missing("warp_drive")
+        probes.missing("warp_drive")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the reasons on a machine without a GPU")
 def test_gpu_probes_without_a_gpu():
-    for reason in (capabilities.missing_expandable_segments(), capabilities.missing_peer_access(2),
-                   capabilities.missing("cuda")):
+    for reason in (gpu.missing_expandable_segments(), gpu.missing_peer_access(2),
+                   probes.missing("cuda")):
         assert reason.startswith("needs CUDA")
 
 
@@ -382,19 +387,19 @@ def test_cuda():
 def test_fully_shard_needs_a_cpu_stream_with_record_event(monkeypatch):
     """torch 2.6's fully_shard fails on CPU ranks ('Stream' object has no attribute 'record_event'): skipped."""
     if hasattr(torch.cpu.Stream, "record_event"):
-        assert capabilities.missing_fully_shard() is None
+        assert torch_features.missing_fully_shard() is None
         monkeypatch.delattr(torch.cpu.Stream, "record_event")
-    reason = capabilities.missing_fully_shard()
+    reason = torch_features.missing_fully_shard()
     assert reason and "CPU ranks" in reason and "record_event" in reason and torch.__version__ in reason
 
 
 @pytest.mark.parametrize("probe, module", [
-    (capabilities.missing_fully_shard, "torch.distributed.fsdp"),
-    (capabilities.missing_functional_collectives, "torch.distributed._functional_collectives"),
-    (capabilities.missing_distributed_nn, "torch.distributed.nn"),
+    (torch_features.missing_fully_shard, "torch.distributed.fsdp"),
+    (torch_features.missing_functional_collectives, "torch.distributed._functional_collectives"),
+    (torch_features.missing_distributed_nn, "torch.distributed.nn"),
 ])
 def test_torch_feature_probes(monkeypatch, probe, module):
-    if probe is capabilities.missing_fully_shard and not hasattr(torch.cpu.Stream, "record_event"):
+    if probe is torch_features.missing_fully_shard and not hasattr(torch.cpu.Stream, "record_event"):
         monkeypatch.setattr(torch.cpu.Stream, "record_event", None, raising=False)  # torch 2.6: see above
     assert probe() is None  # every torch fuzzdist is tested with has them
     real = importlib.util.find_spec
@@ -426,7 +431,23 @@ def test_a_property_file_skips_only_for_a_missing_torch_feature(monkeypatch, pat
     with pytest.raises(ImportError):
         spec.loader.exec_module(importlib.util.module_from_spec(spec))
     probe = "missing_fully_shard" if module == "fsdp" else "missing_functional_collectives"
-    monkeypatch.setattr(capabilities, probe, lambda: "planted: this torch has no such thing")
+    monkeypatch.setattr(torch_features, probe, lambda: "planted: this torch has no such thing")
     monkeypatch.setitem(sys.modules, f"fuzzdist.properties.{module}", None)
     with pytest.raises(pytest.skip.Exception, match="planted: this torch has no such thing"):
         spec.loader.exec_module(importlib.util.module_from_spec(spec))
+
+
+def test_the_package_keeps_the_public_names_the_api_page_documents():
+    """docs/api.md documents fuzzdist.pool.capabilities' public names; the package exports those, and
+    the rest lives in the module of its question."""
+    import re
+    from pathlib import Path
+
+    import fuzzdist.pool.capabilities as public
+
+    api = (Path(__file__).resolve().parents[2] / "docs" / "api.md").read_text(encoding="utf-8")
+    row = next(line for line in api.splitlines() if line.startswith("| `fuzzdist.pool.capabilities` |"))
+    named = set(re.findall(r"`(\w+)(?:\([^`]*\))?`", row.split("|")[2]))
+    documented = {name for name in named if not name.endswith("Error")}  # the error is fuzzdist.errors'
+    assert documented == set(public.__all__)
+    assert all(callable(getattr(public, name)) or name == "PROBES" for name in public.__all__)

@@ -47,14 +47,14 @@ def test_bad_timeout(monkeypatch, timeout):
 
 def test_nccl_on_cpu_ranks(monkeypatch):
     _no_spawn(monkeypatch)
-    monkeypatch.setattr("fuzzdist.pool.capabilities.available_backends", lambda: ["gloo", "nccl"])
+    monkeypatch.setattr("fuzzdist.pool.capabilities.backends.available_backends", lambda: ["gloo", "nccl"])
     with pytest.raises(ValueError, match="nccl.*device='cuda'.*gloo"):
         RankPool(2, backend="nccl", device="cpu")
 
 
 def test_nccl_without_a_gpu_per_rank(monkeypatch):
     _no_spawn(monkeypatch)
-    monkeypatch.setattr("fuzzdist.pool.capabilities.available_backends", lambda: ["gloo", "nccl"])
+    monkeypatch.setattr("fuzzdist.pool.capabilities.backends.available_backends", lambda: ["gloo", "nccl"])
     monkeypatch.setattr(torch.backends.cuda, "is_built", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     message = "nccl' needs one GPU per rank: world_size=4 but needs 4 GPUs, but 1 is visible"

@@ -12,7 +12,7 @@ from helpers import planted_fsdp
 from helpers.minimal import minimal_failure
 
 from fuzzdist import strategies as fst
-from fuzzdist.pool.capabilities import missing_fully_shard
+from fuzzdist.pool.capabilities.torch_features import missing_fully_shard
 
 if missing_fully_shard():  # an older torch; any other ImportError below fails, with its traceback
     pytest.skip(missing_fully_shard() or "", allow_module_level=True)

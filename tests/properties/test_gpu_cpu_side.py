@@ -17,7 +17,7 @@ from hypothesis.errors import NoSuchExample
 
 import fuzzdist.toolkit.cuda_ipc as cuda_ipc
 from fuzzdist import strategies as fst
-from fuzzdist.pool import capabilities
+from fuzzdist.pool.capabilities import gpu as gpu_probes
 from fuzzdist.properties import cuda_ipc as ipc_property
 from fuzzdist.properties import ddp
 from fuzzdist.strategies import _allocator
@@ -116,7 +116,7 @@ def _fake_cupy(runtime: int, device_count_error: Exception | None = None) -> typ
 def test_cupy_probe_matches_cuda_major_versions(monkeypatch, torch_cuda, runtime, expected):
     monkeypatch.setitem(sys.modules, "cupy", _fake_cupy(runtime))
     monkeypatch.setattr(torch.version, "cuda", torch_cuda)
-    reason = capabilities.missing_cupy()
+    reason = gpu_probes.missing_cupy()
     if expected is None:
         assert reason is None
     else:
@@ -131,7 +131,7 @@ def test_cupy_probe_catches_any_exception_from_importing_cupy(monkeypatch, tmp_p
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(torch.version, "cuda", "13.0")
     try:
-        reason = capabilities.missing_cupy()
+        reason = gpu_probes.missing_cupy()
     finally:
         sys.modules.pop("cupy", None)
     assert reason is not None
@@ -141,7 +141,7 @@ def test_cupy_probe_catches_any_exception_from_importing_cupy(monkeypatch, tmp_p
 def test_cupy_probe_reports_a_cupy_that_sees_no_gpu(monkeypatch):
     monkeypatch.setitem(sys.modules, "cupy", _fake_cupy(13000, RuntimeError("no CUDA-capable device")))
     monkeypatch.setattr(torch.version, "cuda", "13.0")
-    assert "can't see a GPU: no CUDA-capable device" in capabilities.missing_cupy()
+    assert "can't see a GPU: no CUDA-capable device" in gpu_probes.missing_cupy()
 
 
 # -- allocator modes: effective allocator settings; no garbage_collection_threshold ------------------
@@ -164,7 +164,7 @@ def test_inherited_settings_come_from_the_environment_without_a_getter(monkeypat
 
 
 def test_ipc_modes_filter_the_effective_setting_where_pidfd_getfd_is_refused(monkeypatch):
-    monkeypatch.setattr(capabilities, "missing_pidfd_getfd", lambda: "planted: pidfd_getfd refused")
+    monkeypatch.setattr(gpu_probes, "missing_pidfd_getfd", lambda: "planted: pidfd_getfd refused")
     monkeypatch.setattr(cuda_ipc, "inherited_allocator_settings", lambda: {"expandable_segments": "True"})
     modes = cuda_ipc.ipc_allocator_modes()
 
