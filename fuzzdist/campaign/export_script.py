@@ -3,10 +3,10 @@
 While a stored failure is replayed, :class:`RecordingPool` stands in for the test's rank pool and
 notes every ``pool.run`` call: the pickled ``(fn, args, kwargs)`` exactly as the pool sent it, the
 seed the pool derived from it, and what came back (the results, or the ranks' failure).  The last
-call is the one the property failed on.  :func:`render` writes a script that spawns fresh ranks
-(``multiprocessing``, a TCPStore rendezvous), runs those calls in order, seeded as fuzzdist seeds
-them, with neither pytest nor Hypothesis running, and compares the last call with the stored
-failure:
+call is the one the property failed on.  :func:`render` writes the script: the source of
+:mod:`fuzzdist.pool.rank.standalone` (what runs with torch alone: it spawns fresh ranks, runs those
+calls in order, each seeded by the ranks' own seeding, with neither pytest nor Hypothesis running)
+and the stored failure it compares the last call with:
 
 - **BUG** (exit 1): the same failure again: a rank raises the same exception type, a rank dies,
   the ranks hang, or the call returns the very results the property rejected;
@@ -16,7 +16,7 @@ failure:
   started, an earlier call failed, or a different error came up.
 
 :class:`ExportDir` is the output directory: checked before anything runs (not a file, not a
-symlink, writable), opened once, and written with exclusive creates that follow no links.
+symlink, writable); each script is a new file written by :mod:`fuzzdist.campaign.output`.
 """
 
 from __future__ import annotations
@@ -351,7 +351,6 @@ class ExportDir:
         if check_output(path / "script.py") is not None:
             raise UsageError(f"can't write to --export-script {spec}: pass a directory you can write")
         self.path = path
-        self.written: list[Path] = []
 
     def write(self, stem: str, text: str) -> Path:
         """Create ``<stem>.py`` (``<stem>-2.py``... if taken: nothing is overwritten) and return its path."""
@@ -362,7 +361,6 @@ class ExportDir:
                 create_output(path, text)
             except FileExistsError:
                 continue
-            self.written.append(path)
             return path
         raise OSError(f"999 scripts named {stem}*.py already in {self.spec}")
 

@@ -82,11 +82,35 @@ def test_a_plain_tcpstore_listens_on_every_interface(served):
     assert addresses and not addresses <= _LOOPBACK_HEX, addresses
 
 
-def test_the_scripts_store_listens_on_the_loopback_address_only(served):
-    port = served(lambda port: standalone.rendezvous_store(0, 1, port, 30.0))
+@pytest.mark.parametrize("use_libuv", [True, False], ids=["libuv", "first-server"])
+def test_the_scripts_store_listens_on_the_loopback_address_only(served, use_libuv):
+    port = served(lambda port: standalone.rendezvous_store(0, 1, port, 30.0, use_libuv=use_libuv))
     assert _listening_addresses(port) == {"0100007F"}
     assert _reachable("127.0.0.1", port)
     outward = _outward_address()
     if outward is not None:
         assert not _reachable(outward, port), f"the store answers on {outward}:{port}"
 
+
+def test_a_torch_that_cant_bind_the_store_is_said_on_stderr(served, monkeypatch, capsys):
+    import torch.distributed as dist
+
+    class OlderTCPStore(dist.TCPStore):
+        """A TCPStore without master_listen_fd, as torch's before it."""
+
+        def __init__(self, host_name, port, world_size=None, is_master=False, timeout=None):
+            super().__init__(host_name, port, world_size, is_master, timeout=timeout)
+
+    monkeypatch.setattr(dist, "TCPStore", OlderTCPStore)
+    port = served(lambda port: standalone.rendezvous_store(0, 1, port, 30.0))
+    assert f"listens on every interface (port {port})" in capsys.readouterr().err
+    assert not _listening_addresses(port) <= _LOOPBACK_HEX
+
+
+@pytest.mark.parametrize(("version", "libuv"), [
+    ("2.13.0+cpu", True), ("2.8.0", True), ("2.8.1+cu126", True), ("2.9.0a0+git1234", True),
+    ("2.8.0a0+gitabcd", False), ("2.8.0.dev20250301", False), ("2.8.0rc1", False), ("2.7.1", False),
+    ("2.6.0+cpu", False), ("1.13.1", False), ("unknown", False),
+])
+def test_libuv_serves_a_handed_socket_from_the_2_8_release_on(version, libuv):
+    assert standalone.libuv_takes_a_socket(version) is libuv

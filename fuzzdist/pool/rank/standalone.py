@@ -25,6 +25,7 @@ import multiprocessing as mp
 import pickle
 import queue
 import random
+import re
 import shutil
 import socket
 import sys
@@ -86,34 +87,54 @@ class Reproducer:
 
 # -- inside a rank ---------------------------------------------------------------------------
 
-def rendezvous_store(rank: int, world_size: int, port: int, timeout_s: float) -> Any:
+def rendezvous_store(rank: int, world_size: int, port: int, timeout_s: float, use_libuv: bool | None = None) -> Any:
     """The ranks' TCPStore on the loopback address; rank 0 serves it.
 
     torch's TCPStore server listens on every interface whatever host name it is given, and has no
     authentication.  Rank 0 binds a socket to the loopback address itself and hands it to the server
     (``master_listen_fd``), so the store can't be reached from another host.  A torch without that
-    argument listens on every interface: the script says so on stderr.
+    argument listens on every interface: the script says so on stderr.  ``use_libuv``: which of torch's
+    two servers takes the socket (None: :func:`libuv_takes_a_socket` decides).
     """
     import torch.distributed as dist
 
     timeout = timedelta(seconds=timeout_s)
     if rank != 0:
         return dist.TCPStore(LOOPBACK, port, world_size, False, timeout=timeout)
+    if "master_listen_fd" not in (dist.TCPStore.__init__.__doc__ or ""):  # pybind's signature, in its docstring
+        sys.stderr.write(f"note: this torch's TCPStore can't be bound to {LOOPBACK}: it listens on every "
+                         f"interface (port {port}) while the script runs\n")
+        return dist.TCPStore(LOOPBACK, port, world_size, True, timeout=timeout)
+    if use_libuv is None:
+        use_libuv = libuv_takes_a_socket(torch.__version__)
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
         listener.bind((LOOPBACK, port))
         listener.listen()
-        store = dist.TCPStore(LOOPBACK, port, world_size, True, timeout=timeout, master_listen_fd=listener.fileno())
-    except TypeError:  # a torch without master_listen_fd
-        listener.close()
-        sys.stderr.write(f"note: this torch's TCPStore can't be bound to {LOOPBACK}: it listens on every "
-                         f"interface (port {port}) while the script runs\n")
-        return dist.TCPStore(LOOPBACK, port, world_size, True, timeout=timeout)
+        options: dict[str, Any] = {"timeout": timeout, "master_listen_fd": listener.fileno()}
+        if "use_libuv" in (dist.TCPStore.__init__.__doc__ or ""):  # a torch before it has only the first server
+            options["use_libuv"] = use_libuv
+        store = dist.TCPStore(LOOPBACK, port, world_size, True, **options)
     except BaseException:
         listener.close()
         raise
     listener.detach()  # the store's server owns the socket now: Python must never close it under it
     return store
+
+
+def libuv_takes_a_socket(version: str) -> bool:
+    """Does this torch's libuv TCPStore server serve on a socket it is handed?  From the 2.8 release on.
+
+    torch 2.8's release notes list it ("Supported masterListenFd in TCPStoreLibUvBackend": the server
+    never called listen on it before); torch's first server takes one in every release that has the
+    argument, so it serves there, and for a build whose version can't be read.  A 2.8 pre-release may
+    predate the change: the first server too.
+    """
+    found = re.match(r"(\d+)\.(\d+)(?:\.\d+)?(.*)", version)
+    if found is None:
+        return False
+    release, rest = (int(found[1]), int(found[2])), found[3]
+    return release > (2, 8) or (release == (2, 8) and not rest.startswith(("a", "b", "rc", ".dev")))
 
 
 def rank_main(repro: Reproducer, rank: int, port: int, tmpdir: str, replies: Any) -> None:
