@@ -260,7 +260,8 @@ def test_the_script_runs_with_torch_alone(planted_script, tmp_path):
     assert "imported fuzzdist" not in run.stderr
 
 
-def test_a_planted_link_is_never_written_through(tmp_path):
+def test_a_planted_link_or_an_existing_file_is_never_written_through_or_over(tmp_path):
+    """Scripts are written by campaign/output.py's create_output: a new file, whole, under a free name."""
     from fuzzdist.campaign.export_script import ExportDir
 
     outside = tmp_path / "outside.txt"
@@ -268,8 +269,9 @@ def test_a_planted_link_is_never_written_through(tmp_path):
     scripts = tmp_path / "scripts"
     scripts.mkdir()
     (scripts / "failure.py").symlink_to(outside)
+    (scripts / "failure-2.py").write_text("an older script")
     export_dir = ExportDir(str(scripts))
     path = export_dir.write("failure", "print('hi')\n")
-    assert path == scripts / "failure-2.py" and path.read_text() == "print('hi')\n"
-    assert outside.read_text() == "keep me"
-    assert sorted(os.listdir(scripts)) == ["failure-2.py", "failure.py"]  # no temporary file left
+    assert path == scripts / "failure-3.py" and path.read_text() == "print('hi')\n"
+    assert outside.read_text() == "keep me" and (scripts / "failure-2.py").read_text() == "an older script"
+    assert sorted(os.listdir(scripts)) == ["failure-2.py", "failure-3.py", "failure.py"]  # no temporary file left
