@@ -59,6 +59,33 @@ def write_output(path: str | os.PathLike, text: str) -> None:
         raise
 
 
+def create_output(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` to a new file ``path``: FileExistsError if anything is there (a link included), never
+    overwritten.  The text is written whole to a temporary file first, as :func:`write_output` does, then
+    linked in under ``path`` (``link`` refuses a name that exists), so a reader only ever sees a whole file.
+    Where the file system has no hard links, ``path`` is created exclusively and written in place."""
+    data = text.encode("utf-8")
+    path = Path(path)
+    fd, tmp = _create_exclusive(path.parent, path.name)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, path)
+            return
+        except FileExistsError:
+            raise
+        except OSError:  # no hard links here (EPERM, ENOTSUP...): an exclusive create of the name instead
+            pass
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+        with os.fdopen(os.open(path, flags, 0o666), "wb") as f:
+            f.write(data)
+    finally:
+        os.unlink(tmp)
+
+
 def _create_exclusive(folder: Path, name: str) -> tuple[int, str]:
     """A new file in ``folder`` under a random name, opened for writing: (fd, path).
 

@@ -178,3 +178,100 @@ def test_bad_export_dir_is_one_line_and_exit_2_before_anything_runs(exported, tm
     assert len(err.strip().splitlines()) == 1 and expect in err, err
     if case == "symlink":
         assert os.listdir(tmp_path / "real") == []
+
+
+# -- the script's code: fuzzdist's own, with torch alone ---------------------------------------
+
+PLANT = '''
+def fails_on_rank_1(ctx, n):
+    if ctx.rank == 1 and n > 2:
+        raise ValueError(f"planted: n={n}")
+'''
+
+
+@pytest.fixture
+def planted_script(tmp_path, monkeypatch):
+    """(script path, its text): a script for a planted rank function in a module of its own, exported
+    from a recording made here (no campaign), its PATHS that module's folder only."""
+    import importlib
+
+    from fuzzdist.campaign import export_script
+    from fuzzdist.pool.controller import derive_seed, pickle_call
+
+    project = tmp_path / "project"
+    project.mkdir()
+    write(project, "export_plant.py", PLANT)
+    monkeypatch.syspath_prepend(str(project))
+    plant = importlib.import_module("export_plant")
+    monkeypatch.setattr(export_script, "_project_paths", lambda: [str(project)])
+    recording = export_script.Recording(world_size=2, backend="gloo", device="cpu", timeout=30.0)
+    for n in (0, 3):  # an earlier call that passes, then the failing one
+        payload = pickle_call(plant.fails_on_rank_1, (n,), {})
+        recording.calls.append(export_script.Call(payload, derive_seed(payload), "export_plant.fails_on_rank_1"))
+    failed = {"kind": "raised", "types": {1: "builtins.ValueError"}, "summary": "ValueError: planted: n=3"}
+    text = export_script.render("export_plant.py::test_x", "ValueError", "test_x(n=3)", recording, failed,
+                                torch_version="2.13.0", script_name="planted.py")
+    path = tmp_path / "planted.py"
+    path.write_text(text)
+    return path, text
+
+
+def test_the_script_seeds_each_call_as_the_ranks_do(planted_script):
+    """The seeding a script holds is the ranks' own: its source is in the script, and the script's copy
+    leaves random, torch and numpy in the states the ranks' seeding leaves them in."""
+    import inspect
+    import random
+    import runpy
+
+    import numpy
+    import torch
+
+    from fuzzdist.pool.rank import isolation
+
+    path, text = planted_script
+    assert inspect.getsource(isolation.seed_everything) in text
+    script = runpy.run_path(str(path), run_name="exported_script")  # its __main__ block doesn't run
+
+    def states_after(seed_everything, seed):
+        seed_everything(seed)
+        return random.getstate(), torch.get_rng_state(), numpy.random.get_state()[1].tolist()
+
+    assert script["seed_everything"] is not isolation.seed_everything
+    for seed in (0, 1, 2**32 + 5, 2**63 - 1):
+        (r1, t1, n1), (r2, t2, n2) = states_after(script["seed_everything"], seed), \
+            states_after(isolation.seed_everything, seed)
+        assert r1 == r2 and torch.equal(t1, t2) and n1 == n2, seed
+    previous = states_after(isolation.seed_everything, 1)
+    assert not torch.equal(previous[1], states_after(isolation.seed_everything, 2)[1])  # the check can tell
+
+
+def test_the_script_runs_with_torch_alone(planted_script, tmp_path):
+    """No fuzzdist in the script's code: run where importing fuzzdist fails, it still says BUG."""
+    path, text = planted_script
+    assert not [line for line in text.splitlines() if line.lstrip().startswith(("import fuzzdist", "from fuzzdist"))]
+    poison = tmp_path / "poison" / "fuzzdist"
+    poison.mkdir(parents=True)
+    (poison / "__init__.py").write_text('raise ImportError("the exported script imported fuzzdist")\n')
+    env = {**cli_env(), "PYTHONPATH": str(poison.parent)}
+    run = subprocess.run([sys.executable, str(path)], cwd="/", env=env, text=True, capture_output=True,
+                         timeout=CLI_TIMEOUT)
+    assert run.returncode == 1, (run.stdout, run.stderr)
+    assert run.stdout.startswith("BUG: rank 1 raised builtins.ValueError: planted: n=3"), run.stdout
+    assert "imported fuzzdist" not in run.stderr
+
+
+def test_a_planted_link_or_an_existing_file_is_never_written_through_or_over(tmp_path):
+    """Scripts are written by campaign/output.py's create_output: a new file, whole, under a free name."""
+    from fuzzdist.campaign.export_script import ExportDir
+
+    outside = tmp_path / "outside.txt"
+    outside.write_text("keep me")
+    scripts = tmp_path / "scripts"
+    scripts.mkdir()
+    (scripts / "failure.py").symlink_to(outside)
+    (scripts / "failure-2.py").write_text("an older script")
+    export_dir = ExportDir(str(scripts))
+    path = export_dir.write("failure", "print('hi')\n")
+    assert path == scripts / "failure-3.py" and path.read_text() == "print('hi')\n"
+    assert outside.read_text() == "keep me" and (scripts / "failure-2.py").read_text() == "an older script"
+    assert sorted(os.listdir(scripts)) == ["failure-2.py", "failure-3.py", "failure.py"]  # no temporary file left

@@ -9,4 +9,6 @@ did and where it waits).  The driver side is the rest of :mod:`fuzzdist.pool`::
     rank_state.py    where the rank's example stands, read without stopping it (hangs)
     rank_output.py   what the rank prints, kept per example
     process_tree.py  the rank's process tree lives no longer than the rank and its driver
-    line_cover.py    ``--cover``: the lines the rank ran, example by example"""
+    line_cover.py    ``--cover``: the lines the rank ran, example by example
+    standalone.py    what a script exported by ``replay --export-script`` runs, with torch alone;
+                     its seeding is the ranks' own"""

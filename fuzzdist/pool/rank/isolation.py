@@ -18,7 +18,6 @@ import contextlib
 import logging
 import os
 import queue
-import random
 import threading
 import warnings
 import weakref
@@ -28,10 +27,8 @@ from typing import Any
 import torch
 import torch.multiprocessing as tmp
 
-try:
-    import numpy as _np
-except ImportError:  # numpy is optional inside torch
-    _np = None  # type: ignore[assignment]
+# Seeding lives with the standalone reproducer, so that an exported script seeds as the ranks do.
+from fuzzdist.pool.rank.standalone import seed_everything as seed_everything
 
 # Read once by the CUDA caching allocator at start-up: changing them in an
 # example can't be undone in place, so the rank process is recycled.
@@ -42,20 +39,6 @@ _get_default_device: Callable[[], torch.device] | None = getattr(torch, "get_def
 # nothing there and no torch function mode entered, the default device is the CPU: known without
 # calling get_default_device (~6 us, twice an example).  A torch without it always calls it.
 _DEVICE_CONTEXT = getattr(torch, "_GLOBAL_DEVICE_CONTEXT", None)
-
-
-def seed_everything(seed: int, cuda: bool = False) -> None:
-    """Seed random, numpy and torch (CPU, and every GPU on a CUDA rank).
-
-    Not ``torch.manual_seed``: it also seeds every accelerator backend torch
-    knows, which costs ~160us an example on a CPU rank.
-    """
-    random.seed(seed)
-    torch.default_generator.manual_seed(seed)
-    if cuda:
-        torch.cuda.manual_seed_all(seed)
-    if _np is not None:
-        _np.random.seed(seed % 2**32)
 
 
 def _environ_snapshot() -> dict[Any, Any]:
