@@ -89,16 +89,17 @@ class PoolStartupError(FuzzdistError):
 
 
 class PoolGone(BaseException):
-    """The torchrun group can't run examples any more (a rank crashed, hung or the agent stopped it).
+    """The pool can't run examples any more: the torchrun group (a rank crashed, hung or the agent
+    stopped it), or a RankPool whose ranks could not be restarted (``.failure`` its PoolStartupError).
 
-    A BaseException so Hypothesis doesn't try to shrink through it: the
-    failure that broke the pool, ``.failure``, was already raised in its own
-    example and saved to the database.  Not a :class:`FuzzdistError` for
-    that reason (see the module docstring).
+    A BaseException so Hypothesis doesn't try to shrink through it, nor save it
+    as the property's failure: the failure that broke the pool, if any, was
+    already raised in its own example and saved to the database.  Not a
+    :class:`FuzzdistError` for that reason (see the module docstring).
     """
 
-    def __init__(self, failure: BaseException) -> None:
-        super().__init__(f"the torchrun group is spent after: {str(failure).splitlines()[0]}")
+    def __init__(self, failure: BaseException, message: str | None = None) -> None:
+        super().__init__(message or f"the torchrun group is spent after: {(str(failure).splitlines() or [''])[0]}")
         self.failure = failure
 
 

@@ -113,6 +113,9 @@ class PoolCache:
 
     def get(self, key: PoolKey) -> RankPool:
         pool = self._pools.get(key)
+        if pool is not None and pool.spent:  # its ranks could not be restarted: a fresh pool tries again
+            pool.close()
+            pool = None
         if pool is None:
             pool = RankPool(key.world_size, key.backend, key.device, key.timeout, rank_output=self.rank_output)
             self._pools[key] = pool
