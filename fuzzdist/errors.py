@@ -368,6 +368,20 @@ class BudgetSpent(CampaignInterrupt):
     """The time budget is spent; raised by the example wrapper before the next example runs."""
 
 
+class PoolLost(CampaignInterrupt):
+    """A :class:`PoolGone` raised inside a Hypothesis example, carried out of it (``.gone``).
+
+    Hypothesis saves the example in flight for any BaseException but a
+    KeyboardInterrupt, so the fuzzdist plugin raises this in its place around
+    each example, and ``.gone`` again once out of Hypothesis: a pool that
+    can't run examples is never stored as a failure of the property.
+    """
+
+    def __init__(self, gone: PoolGone) -> None:
+        super().__init__(str(gone))
+        self.gone = gone
+
+
 class Terminated(CampaignInterrupt):
     """SIGINT or SIGTERM arrived (raised by the CLI's signal handler)."""
 

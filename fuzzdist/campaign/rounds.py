@@ -47,7 +47,7 @@ from fuzzdist.campaign.series import split_event
 from fuzzdist.compat import hypothesis_internals as hc
 from fuzzdist.compat.pytest_internals import Failed, OutcomeException
 from fuzzdist.driver.variant_keys import adopt
-from fuzzdist.errors import BudgetSpent, CampaignInterrupt, PoolGone, Terminated
+from fuzzdist.errors import BudgetSpent, CampaignInterrupt, PoolGone, PoolLost, Terminated
 
 # Examples per round when only time limits a property: the campaign profile's budget, so
 # Hypothesis schedules its phases (e.g. target() optimisation at half-way) as usual.
@@ -168,13 +168,16 @@ class PropertyRun:
                 except BudgetSpent:
                     prop.stop_reason = "time budget"
                     break
+                except PoolLost as exc:  # not a failure of the property: Hypothesis neither saved nor shrank it
+                    self._pool_gone(exc.gone)
+                    break
                 except CampaignInterrupt as exc:
                     self._interrupted(getattr(exc, "signal_name", "SIGINT"))
                     break
                 except KeyboardInterrupt:
                     self._interrupted("SIGINT")
                     break
-                except PoolGone as exc:  # not a failure of the property: Hypothesis neither saved nor shrank it
+                except PoolGone as exc:  # raised outside an example (the fuzzdist plugin carries it out of one)
                     self._pool_gone(exc)
                     break
                 except OutcomeException as exc:

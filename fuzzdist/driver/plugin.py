@@ -42,7 +42,7 @@ from fuzzdist.compat import hypothesis_internals as _hypothesis_compat
 from fuzzdist.driver import newhooks, profiles, variant_keys
 from fuzzdist.driver.newhooks import RankPools
 from fuzzdist.driver.variant_keys import parametrized_by_pool
-from fuzzdist.errors import CapabilityError, PropertyFailure
+from fuzzdist.errors import CapabilityError, PoolGone, PoolLost, PropertyFailure
 from fuzzdist.pool import DEFAULT_TIMEOUT, RankPool, observability
 from fuzzdist.pool.capabilities import missing, missing_gpus
 from fuzzdist.pool.controller import timeout_problem
@@ -251,10 +251,13 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
         with known_bugs.collecting() as tally:
             item.stash[_tally_key] = tally
             if log is None:
-                yield
+                outcome = yield
             else:
                 with log.collecting(item.nodeid):
-                    yield
+                    outcome = yield
+        lost = outcome.excinfo[1] if outcome.excinfo else None
+        if isinstance(lost, PoolLost):  # out of Hypothesis: the test fails with the pool's own error
+            outcome.force_exception(lost.gone)
     finally:
         if inner is not None:
             handle.inner_test = inner
@@ -278,6 +281,8 @@ def _tagging_property_failures(inner: Callable[..., Any]) -> Callable[..., Any]:
             raise
         except CapabilityError as exc:
             pytest.skip(str(exc))
+        except PoolGone as gone:  # not the property's failure: Hypothesis must neither save nor shrink it
+            raise PoolLost(gone) from gone
 
     return tagged
 
