@@ -307,6 +307,8 @@ def summary_text(state: CampaignState, report_path: str | None, junit_path: str 
                 lines.append("    the property itself is broken (Hypothesis could not run it); fix it and run again")
             else:
                 lines.append("    minimal example:" if failure.shrunk else
+                             "    smallest example so far (its rank pool could not go on shrinking it; the database "
+                             "keeps it, and the next run goes on shrinking):" if prop.pool_gone else
                              "    smallest example so far (the time ran out while shrinking; the database keeps "
                              "it, and the next run goes on shrinking):")
                 lines.extend("        " + line for line in failure.example.splitlines())

@@ -268,7 +268,7 @@ class PropertyRun:
         with before stays its failure."""
         state, prop = self.state, self.prop
         prop.status, prop.pool_gone = "error", True
-        prop.reason = f"its rank pool can't run examples any more: {first_line(str(exc))}"
+        prop.reason = first_line(str(exc))
         prop.stop_reason = "its rank pool is gone"
         self.campaign.progress.stream.write(f"fuzzdist: error: {prop.nodeid}: {prop.reason}\n")
         state.error = state.error or f"{prop.nodeid}: {prop.reason}"

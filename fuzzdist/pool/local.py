@@ -167,6 +167,18 @@ class RankPool(Controller):
         """Its ranks could not be restarted: every later ``run`` raises :class:`~fuzzdist.errors.PoolGone`."""
         return self._spent is not None
 
+    def revive(self) -> None:
+        """A spent pool (:attr:`spent`) tries fresh ranks once more; between tests, never inside an example.
+        Raises PoolStartupError (and stays spent) if they can't start either."""
+        if self._spent is None or self._closed:
+            return
+        self._spent = None
+        self._restart()
+        if self._spent is not None:
+            raise self._spent
+        self._ready_once = False  # the fresh ranks are a start: its error is theirs
+        self._ensure_ready()
+
     def close(self) -> None:
         """Stop the rank processes (bounded: stragglers are killed) and remove the pool's files."""
         if self._closed:
@@ -304,15 +316,14 @@ class RankPool(Controller):
                           RuntimeWarning, stacklevel=3)
             self._restart()
             self._check_usable()
-        if not self._ready_once:  # its first ranks: a PoolStartupError, as any failed start
-            self._wait_ready()
-            self._ready_once = True
-            return
         try:
             self._wait_ready()
-        except PoolStartupError as exc:  # restarted ranks that can't join: not a failure of the example
-            self._spend(exc)
-            raise self._gone() from exc
+        except PoolStartupError as exc:
+            self._spend(exc)  # no ranks are left: never run an example on none
+            if not self._ready_once:  # its first ranks: the start's own error
+                raise
+            raise self._gone() from exc  # restarted ranks that can't join: not a failure of the example
+        self._ready_once = True
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.startup_timeout
@@ -389,7 +400,8 @@ class RankPool(Controller):
     def _gone(self) -> PoolGone:
         assert self._spent is not None  # only a spent pool is gone
         first = (str(self._spent).strip().splitlines() or ["(no message)"])[0]
-        return PoolGone(self._spent, f"the rank pool can't run examples: its ranks could not be restarted "
+        again = "restarted" if self._ready_once else "started"
+        return PoolGone(self._spent, f"the rank pool can't run examples: its ranks could not be {again} "
                                      f"(PoolStartupError: {first})")
 
     def _kill(self) -> None:

@@ -126,3 +126,35 @@ def test_the_session_pool_cache_replaces_a_spent_pool(monkeypatch):
         assert fresh.run(rank_fns.whoami) == [(0, 1, "cpu", "gloo")]
     finally:
         cache.close()
+
+
+def test_a_spent_pool_revives_once_ranks_can_start_again(monkeypatch):
+    with RankPool(1, timeout=10, spares="never") as pool:
+        _no_more_ranks(pool, monkeypatch, PoolStartupError("planted: no room"))
+        with pytest.raises(RankCrash):
+            pool.run(rank_fns.die_on, 0, "exit")
+        with pytest.raises(PoolStartupError, match="planted: no room"):  # still no room: it stays spent
+            pool.revive()
+        assert pool.spent
+        monkeypatch.undo()  # the room is back
+        pool.revive()
+        assert not pool.spent and pool.run(rank_fns.whoami) == [(0, 1, "cpu", "gloo")]
+
+
+def test_first_ranks_that_cant_join_never_leave_a_pool_of_no_ranks(monkeypatch):
+    pool = RankPool(1, timeout=10, spares="never")
+    try:
+        real_wait = pool._wait_ready
+
+        def fails_once():
+            monkeypatch.setattr(pool, "_wait_ready", real_wait)
+            pool._kill()
+            raise PoolStartupError("planted: rank 0 could not join the gloo process group")
+
+        monkeypatch.setattr(pool, "_wait_ready", fails_once)
+        with pytest.raises(PoolStartupError):  # the first start's own error
+            pool.start()
+        with pytest.raises(PoolGone, match="could not join"):  # not an IndexError of a pool with no ranks
+            pool.run(rank_fns.whoami)
+    finally:
+        pool.close()
