@@ -200,7 +200,8 @@ class ReplayPlugin(SelectionPlugin):
                       f"had its own ({self._shared[item.nodeid].hex()})")
         for i, entry in enumerate(current, 1):
             outcome = self._replay_one(item, testargs, entry)
-            self._show(item, outcome, f"stored failure {i} of {len(current)}")
+            what = "the example given with --blob" if self.blob is not None else f"stored failure {i} of {len(current)}"
+            self._show(item, outcome, what)
             if outcome.status == "fails":
                 failing.append(outcome)
         if older:
