@@ -102,6 +102,10 @@ class Database:
         inner = db.inner if isinstance(db, CheckedSaves) else db
         if error is None and isinstance(inner, DirectoryBasedExampleDatabase):
             error = _write_problem(Path(inner.path))
+            if error is None:  # Hypothesis writes each entry in the temporary folder first
+                tmp = tempfile.gettempdir()
+                problem = _write_problem(Path(tmp))
+                error = f"the temporary folder {tmp}: {problem}" if problem else None
         return error or "what was read back is not what was saved"
 
 

@@ -139,6 +139,8 @@ class FailureLog:
                 continue
             why = self.database.not_kept(key, record.entries)
             was, record.saved, record.not_saved = record.saved, why is None, why
+            if why is not None and record.replay:  # what every output shows as the way to reproduce it
+                record.reproduce = record.replay
             if why is not None and was is not False:
                 changed = True
                 self.progress.stream.write(f"fuzzdist: warning: the example database {self.database.spec} did not "

@@ -88,6 +88,7 @@ def test_a_database_unwritable_halfway_loses_nothing_the_report_replays_every_fa
     assert "alpha bug" in kept["summary"] and kept["saved"] is True and kept["not_saved"] is None
     assert "beta bug" in lost["summary"] and lost["saved"] is False
     assert lost["not_saved"] in ("Permission denied", "Not a directory"), lost
+    assert lost["reproduce"] == lost["replay"]  # the HTML page and the JUnit file show the command that works
     assert report["totals"]["failures_not_saved"] == 1
     # One line says it as it happens; the summary marks it and gives the command that needs no database.
     [warning] = [line for line in out.splitlines() if "did not keep a failure" in line]
@@ -238,3 +239,12 @@ def test_a_pool_that_cant_restart_is_a_campaign_error_and_the_crash_stays_the_fa
     db = DirectoryBasedExampleDatabase(str(tmp_path / "db"))
     key = bytes.fromhex(crash["database_key"])
     assert len(list(db.fetch(key))) == 1
+
+
+def test_a_full_temporary_folder_is_named_as_the_reason(tmp_path, monkeypatch):
+    database = open_database(str(tmp_path / "db"))
+    full = tmp_path / "tmp-full"
+    full.write_text("a file, not a folder: nothing can be created in it")
+    monkeypatch.setattr("tempfile.tempdir", str(full))
+    database.db.save(b"key", b"entry")  # Hypothesis writes it in the temporary folder first: lost
+    assert database.not_kept(b"key", [b"entry"]) == f"the temporary folder {full}: Not a directory"
