@@ -248,3 +248,13 @@ def test_a_full_temporary_folder_is_named_as_the_reason(tmp_path, monkeypatch):
     monkeypatch.setattr("tempfile.tempdir", str(full))
     database.db.save(b"key", b"entry")  # Hypothesis writes it in the temporary folder first: lost
     assert database.not_kept(b"key", [b"entry"]) == f"the temporary folder {full}: Not a directory"
+
+
+def test_an_empty_entry_left_by_a_full_disk_is_not_kept(tmp_path):
+    database = open_database(str(tmp_path / "db"))
+    inner = database.db.inner
+    inner.save(b"key", b"entry")
+    value_path = inner._value_path(b"key", b"entry")  # what a full disk leaves: the file, with no bytes in it
+    value_path.write_bytes(b"")
+    assert list(database.db.fetch(b"key")) == [b""]
+    assert database.not_kept(b"key", [b"entry"]) == "what was read back is not what was saved"
