@@ -89,16 +89,17 @@ class PoolStartupError(FuzzdistError):
 
 
 class PoolGone(BaseException):
-    """The torchrun group can't run examples any more (a rank crashed, hung or the agent stopped it).
+    """The pool can't run examples any more: the torchrun group (a rank crashed, hung or the agent
+    stopped it), or a RankPool whose ranks could not be restarted (``.failure`` its PoolStartupError).
 
-    A BaseException so Hypothesis doesn't try to shrink through it: the
-    failure that broke the pool, ``.failure``, was already raised in its own
-    example and saved to the database.  Not a :class:`FuzzdistError` for
-    that reason (see the module docstring).
+    A BaseException so Hypothesis doesn't try to shrink through it, nor save it
+    as the property's failure: the failure that broke the pool, if any, was
+    already raised in its own example and saved to the database.  Not a
+    :class:`FuzzdistError` for that reason (see the module docstring).
     """
 
-    def __init__(self, failure: BaseException) -> None:
-        super().__init__(f"the torchrun group is spent after: {str(failure).splitlines()[0]}")
+    def __init__(self, failure: BaseException, message: str | None = None) -> None:
+        super().__init__(message or f"the torchrun group is spent after: {(str(failure).splitlines() or [''])[0]}")
         self.failure = failure
 
 
@@ -365,6 +366,20 @@ class CampaignInterrupt(KeyboardInterrupt):
 
 class BudgetSpent(CampaignInterrupt):
     """The time budget is spent; raised by the example wrapper before the next example runs."""
+
+
+class PoolLost(CampaignInterrupt):
+    """A :class:`PoolGone` raised inside a Hypothesis example, carried out of it (``.gone``).
+
+    Hypothesis saves the example in flight for any BaseException but a
+    KeyboardInterrupt, so the fuzzdist plugin raises this in its place around
+    each example, and ``.gone`` again once out of Hypothesis: a pool that
+    can't run examples is never stored as a failure of the property.
+    """
+
+    def __init__(self, gone: PoolGone) -> None:
+        super().__init__(str(gone))
+        self.gone = gone
 
 
 class Terminated(CampaignInterrupt):

@@ -11,6 +11,14 @@ examples under ``function_digest(inner_test)``, which changes whenever the
 test's source changes; the index is what lets ``fuzzdist replay`` say
 "stored failures for X under an older version of the test" instead of
 silently ignoring them.
+
+Hypothesis's directory database ignores an ``OSError`` on save (a folder
+made read-only, a full disk or ``$TMPDIR``), and Redis raises.  So every
+database is opened behind :class:`CheckedSaves`, which keeps a save's error
+instead of raising it inside Hypothesis's engine, and a campaign reads each
+failure back (:meth:`Database.not_kept`): what the database did not keep is
+said, and the report keeps its :func:`replay_command`, which needs no
+database.
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ import json
 import os
 import shlex
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -35,6 +43,38 @@ REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 REDIS_EXPIRE_AFTER = timedelta(days=365)
 
 
+class CheckedSaves(ExampleDatabase):
+    """``inner`` with the error of a save, a delete or a move kept (:attr:`last_error`) instead of raised:
+    raised inside Hypothesis's engine it would be filed as the property's failure.  Whether a failure
+    was kept is read back afterwards (:meth:`Database.not_kept`)."""
+
+    def __init__(self, inner: ExampleDatabase) -> None:
+        super().__init__()
+        self.inner = inner
+        self.last_error: str | None = None  # the latest write's error, on one line
+
+    def fetch(self, key: bytes) -> Iterable[bytes]:
+        return self.inner.fetch(key)
+
+    def save(self, key: bytes, value: bytes) -> None:
+        self._write(self.inner.save, key, value)
+
+    def delete(self, key: bytes, value: bytes) -> None:
+        self._write(self.inner.delete, key, value)
+
+    def move(self, src: bytes, dest: bytes, value: bytes) -> None:
+        self._write(self.inner.move, src, dest, value)
+
+    def _write(self, action: Callable[..., None], *args: bytes) -> None:
+        try:
+            action(*args)
+        except Exception as exc:  # Redis down, out of memory, ...: said when the failure is read back
+            self.last_error = _one_line(exc)
+
+    def __repr__(self) -> str:
+        return f"CheckedSaves({self.inner!r})"
+
+
 @dataclass
 class Database:
     """An opened example database and how to name it to a user."""
@@ -45,6 +85,28 @@ class Database:
 
     def describe(self) -> str:
         return self.spec + (" (Hypothesis's default directory)" if self.is_default else "")
+
+    def not_kept(self, key: bytes, entries: Collection[bytes]) -> str | None:
+        """Why none of ``entries`` (one failure's choice sequences) can be read back under ``key``
+        (or where Hypothesis moves an entry once it has a smaller one); None if one can."""
+        from fuzzdist.compat.hypothesis_internals import secondary_key
+
+        try:
+            for where in (key, secondary_key(key)):
+                if any(entry in entries for entry in self.db.fetch(where)):
+                    return None
+        except Exception as exc:
+            return f"it can't be read back: {_one_line(exc)}"
+        db = self.db
+        error = db.last_error if isinstance(db, CheckedSaves) else None
+        inner = db.inner if isinstance(db, CheckedSaves) else db
+        if error is None and isinstance(inner, DirectoryBasedExampleDatabase):
+            error = _write_problem(Path(inner.path))
+            if error is None:  # Hypothesis writes each entry in the temporary folder first
+                tmp = tempfile.gettempdir()
+                problem = _write_problem(Path(tmp))
+                error = f"the temporary folder {tmp}: {problem}" if problem else None
+        return error or "what was read back is not what was saved"
 
 
 def default_spec() -> str:
@@ -85,16 +147,32 @@ def open_database(spec: str | None, *, write: bool = True, must_exist: bool = Fa
         raise DatabaseError(f"no example database at {spec} (no such directory): run `fuzzdist run` "
                             "first, or pass --database with the directory or Redis URL a campaign used")
     if write:
-        try:
+        reason = _write_problem(path, create=True)
+        if reason is not None:
+            raise DatabaseError(f"can't write the example database directory {spec} ({reason}): pass "
+                                "--database with a writable directory, or a redis://HOST:PORT URL")
+    return Database(CheckedSaves(DirectoryBasedExampleDatabase(str(path))), spec, is_default)
+
+
+def _write_problem(path: Path, *, create: bool = False) -> str | None:
+    """Why a file can't be written in the directory ``path`` (created first with ``create``); None if it can."""
+    try:
+        if create:
             path.mkdir(parents=True, exist_ok=True)
-            fd, probe = tempfile.mkstemp(dir=path, prefix=".fuzzdist-probe-")
+        fd, probe = tempfile.mkstemp(dir=path, prefix=".fuzzdist-probe-")
+        try:
+            os.write(fd, b"x")  # a full disk refuses the bytes, not the name
+        finally:
             os.close(fd)
             os.unlink(probe)
-        except OSError as exc:
-            reason = exc.strerror or str(exc)
-            raise DatabaseError(f"can't write the example database directory {spec} ({reason}): pass "
-                                "--database with a writable directory, or a redis://HOST:PORT URL") from None
-    return Database(DirectoryBasedExampleDatabase(str(path)), spec, is_default)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
 
 
 def _open_redis(url: str) -> ExampleDatabase:
@@ -112,7 +190,7 @@ def _open_redis(url: str) -> ExampleDatabase:
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise DatabaseError(f"can't reach the Redis example database at {url} ({detail}): start "
                             "redis-server there, or pass another --database (a directory or redis:// URL)") from None
-    return RedisExampleDatabase(client, expire_after=REDIS_EXPIRE_AFTER)
+    return CheckedSaves(RedisExampleDatabase(client, expire_after=REDIS_EXPIRE_AFTER))
 
 
 # ---------------------------------------------------------------------------------------
@@ -143,4 +221,16 @@ def reproduce_command(nodeid: str, database: Database, options: Sequence[str] = 
     if not database.is_default:
         words += ["-p", "fuzzdist.campaign", f"--fuzzdist-database={database.spec}"]
     words += [nodeid, *options, "--hypothesis-profile=replay"]
+    return " ".join(shlex.quote(word) for word in words)
+
+
+def replay_command(nodeid: str, blob: str, options: Sequence[str] = ()) -> str:
+    """One shell command that replays one failing example of ``nodeid`` with no database:
+    ``fuzzdist replay`` of its ``@reproduce_failure`` ``blob``; ``options``: the pytest options the node id
+    depends on, as :func:`reproduce_command` takes them."""
+    words = ["fuzzdist", "replay", nodeid, "--blob", blob]
+    for option in options:
+        for pytest_flag, flag in (("--fuzzdist-world-size=", "--world-size"), ("--fuzzdist-timeout=", "--timeout")):
+            if option.startswith(pytest_flag):
+                words += [flag, option.removeprefix(pytest_flag)]
     return " ".join(shlex.quote(word) for word in words)

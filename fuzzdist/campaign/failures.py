@@ -6,7 +6,10 @@ same way Hypothesis does.  A record is made the moment its first failing
 example is raised (:meth:`FailureLog.example_failed`), follows the examples
 Hypothesis shrinks it through, and takes the minimal example, the
 traceback and the ``@reproduce_failure`` blob when the round raises it
-(:meth:`FailureLog.round_raised`).
+(:meth:`FailureLog.round_raised`).  Each record keeps the choice sequences
+it was seen with, and :meth:`FailureLog.check_saved` reads them back from
+the database: a failure the database did not keep is said on one line, and
+its record keeps a command that replays it with no database.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import Any, cast
 
 from hypothesis.errors import Flaky, HypothesisException
 
-from fuzzdist.campaign.database import Database, record_in_index, reproduce_command
+from fuzzdist.campaign.database import Database, record_in_index, replay_command, reproduce_command
 from fuzzdist.campaign.progress import Progress
 from fuzzdist.campaign.report import CampaignState, FailureRecord, PropertyState
 from fuzzdist.compat import hypothesis_internals as hc
@@ -56,6 +59,7 @@ class FailureLog:
             if not record.shrunk:  # Hypothesis is shrinking it: keep the latest (smallest) example
                 record.example, record.summary = example_text(item, kwargs, given), summary(exc)
                 record.hang = hang(exc) or record.hang
+                self._seen_with(item, record, hc.current_example_bytes())
             return False
         example = example_text(item, kwargs, given)
         from_database = False
@@ -68,6 +72,7 @@ class FailureLog:
             found_after_examples=prop.examples, found_after_s=round(self.state.elapsed(), 3),
             from_database=from_database, hang=hang(exc))
         prop.failures[origin] = record
+        self._seen_with(item, record, hc.current_example_bytes())
         self.index(item.nodeid, key)
         self.progress.new_failure(self.state, prop, record.summary, from_database)
         self._write_report()
@@ -102,11 +107,47 @@ class FailureLog:
             record.shrunk = kind != "error"
             record.traceback = "".join(traceback.format_exception(leaf))
             record.reproduce_failure = hc.reproduce_failure_from_notes(notes)
+            blob = hc.blob_from_decorator(record.reproduce_failure)
+            entry = hc.entry_from_blob(blob) if blob else None
+            if blob and entry is not None:  # the minimal example, as Hypothesis saved it
+                record.entries = (entry,)
+                record.replay = replay_command(item.nodeid, blob, self.pytest_options)
             if kind == "error":
                 prop.status = "error"
                 prop.reason = record.summary
         self._write_report()
         return stop
+
+    def _seen_with(self, item: Any, record: FailureRecord, entry: bytes | None) -> None:
+        """``record``'s failure was raised by the example ``entry`` (its choice sequence): Hypothesis saves
+        the first one of an origin, then each smaller one, moving the one it replaces aside."""
+        if entry is None:
+            return
+        record.entries = (record.entries[0], entry) if record.entries else (entry,)
+        blob = hc.reproduce_failure_blob(entry)
+        if blob is not None:
+            record.replay = replay_command(item.nodeid, blob.decode("ascii"), self.pytest_options)
+
+    def check_saved(self, prop: PropertyState, key: bytes | None) -> None:
+        """Read each failure of ``prop`` back from the database under ``key``: one that is not there is
+        said once, on one line, and marked (``saved``), so the report and the exit code say it."""
+        if key is None:
+            return
+        changed = False
+        for record in prop.failures.values():
+            if not record.entries:
+                continue
+            why = self.database.not_kept(key, record.entries)
+            was, record.saved, record.not_saved = record.saved, why is None, why
+            if why is not None and record.replay:  # what every output shows as the way to reproduce it
+                record.reproduce = record.replay
+            if why is not None and was is not False:
+                changed = True
+                self.progress.stream.write(f"fuzzdist: warning: the example database {self.database.spec} did not "
+                                           f"keep a failure of {prop.nodeid} ({why}); the report keeps it: "
+                                           f"{record.replay}\n")
+        if changed:
+            self._write_report()
 
     def index(self, nodeid: str, key: bytes | None) -> None:
         """Note in the database which test ``key`` belongs to (once per property)."""

@@ -164,7 +164,7 @@ def _death(worker: Worker) -> str | None:
         with contextlib.suppress(ValueError):
             return f"killed by {signal.Signals(-code).name}"
         return f"killed by signal {-code}"
-    if code in (0, 1) or (worker.stopped and code > 128):
+    if code in (0, 1, 4) or (worker.stopped and code > 128):  # 4: it found a failure the database did not keep
         return None
     return f"exited with code {code}: {_last_line(worker.log_path)}"
 
@@ -228,6 +228,7 @@ class JobsCampaign:
         self.workers: list[Worker] = []
         self.merged: dict = {}
         self._seen_failures: set[tuple[str, str]] = set()
+        self._unsaved_seen: set[tuple[str, str]] = set()  # failures a worker's database did not keep, said once
         self._stop_sent: float | None = None
         self._reports: list[dict | None] = []  # each worker's latest report, as last read
         self._html = HtmlPage(html_path) if html_path else None
@@ -337,6 +338,10 @@ class JobsCampaign:
                 if (prop.nodeid, origin) not in self._seen_failures:
                     self._seen_failures.add((prop.nodeid, origin))
                     self.progress.new_failure(self.state, prop, failure.summary, failure.from_database)
+                if failure.saved is False and (prop.nodeid, origin) not in self._unsaved_seen:
+                    self._unsaved_seen.add((prop.nodeid, origin))
+                    self.stream.write(f"fuzzdist: warning: the example database did not keep a failure of "
+                                      f"{prop.nodeid} ({failure.not_saved}); the report keeps it: {failure.replay}\n")
 
     def write_report(self, html_now: bool = False) -> None:
         self.merged["status"] = self.state.status

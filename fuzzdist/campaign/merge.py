@@ -44,7 +44,8 @@ def merge_properties(entries: Sequence[dict]) -> dict:
                 failures[failure["origin"]] = dict(failure)
             else:
                 seen["occurrences"] = seen.get("occurrences", 1) + failure.get("occurrences", 1)
-                if failure.get("shrunk") and not seen.get("shrunk"):  # keep the shrunk example
+                # keep one the database kept over one it did not (the database is shared), then the shrunk example
+                if _kept_rank(failure) > _kept_rank(seen):
                     failures[failure["origin"]] = {**failure, "occurrences": seen["occurrences"]}
     merged["failures"] = list(failures.values())
     merged["distinct_failures"] = len(failures)
@@ -104,6 +105,7 @@ def merge_reports(base: dict, reports: Sequence[dict | None], workers: list[dict
         "properties": len(properties),
         "examples": sum(p.get("examples", 0) for p in properties),
         "distinct_failures": sum(len(p.get("failures", [])) for p in properties),
+        "failures_not_saved": sum(1 for p in properties for f in p.get("failures", []) if f.get("saved") is False),
         "failing_properties": sum(1 for p in properties if p.get("failures")),
         "known_sightings": sum(p.get("known_sightings", 0) for p in properties),
         "known_bugs": sorted({b["id"] for p in properties for b in p.get("known_bugs", [])}),
@@ -114,6 +116,12 @@ def merge_reports(base: dict, reports: Sequence[dict | None], workers: list[dict
     if coverage is not None:  # --cover: the workers' lines, united
         data["coverage"] = coverage
     return data
+
+
+def _kept_rank(failure: dict) -> tuple[bool, bool]:
+    """Which of two workers' records of one failure the merge keeps: the higher (kept in the database
+    first, then shrunk)."""
+    return failure.get("saved") is not False, bool(failure.get("shrunk"))
 
 
 def _status_rank(status: str) -> int:

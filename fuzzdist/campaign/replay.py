@@ -36,7 +36,7 @@ from typing import TextIO, cast
 import pytest
 
 from fuzzdist import known_bugs
-from fuzzdist.campaign.database import Database, read_index, reproduce_command
+from fuzzdist.campaign.database import Database, read_index, replay_command, reproduce_command
 from fuzzdist.campaign.export_script import ExportDir, Recording, failure_of, render, script_stem, wrap_pools
 from fuzzdist.campaign.selection import SelectionPlugin, Targets
 from fuzzdist.compat import hypothesis_internals as hc
@@ -63,8 +63,9 @@ def _sorted_entries(entries) -> list[bytes]:
 class ReplayPlugin(SelectionPlugin):
     def __init__(self, targets: Targets, *, database: Database, stream: TextIO, export: bool = False,
                  device: str | None = None, pytest_options: Sequence[str] = (),
-                 export_dir: ExportDir | None = None) -> None:
+                 export_dir: ExportDir | None = None, blob: str | None = None) -> None:
         super().__init__(targets, device)
+        self.blob = blob  # --blob: replay this one example (a @reproduce_failure blob), not the database's
         self.export_dir = export_dir  # --export-script: where each failing example's script goes
         self._exported: Counter = Counter()  # node id -> scripts written for it
         self.pytest_options = list(pytest_options)  # what a reproducing pytest command needs
@@ -89,6 +90,9 @@ class ReplayPlugin(SelectionPlugin):
         self.stream.flush()
 
     def _lookup(self, item: pytest.Function, key: bytes):
+        if self.blob is not None:  # the one example given, whatever any database holds
+            entry = hc.entry_from_blob(self.blob)
+            return ([entry] if entry is not None else []), {}
         db = self.database.db
         current = _sorted_entries(db.fetch(key))
         # What plain pytest would adopt from the key the test's pool variants shared (variant_keys).
@@ -105,6 +109,17 @@ class ReplayPlugin(SelectionPlugin):
                 if entries:
                     older[old_key] = entries
         return current, older
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config,
+                                      items: list[pytest.Item]) -> None:
+        super().pytest_collection_modifyitems(session, config, items)
+        if self.blob is not None and self.error is None and len(items) > 1:  # a blob is one example of one test
+            self.error = (f"--blob replays one example of one property, but {len(items)} are selected: "
+                          "name the one its report names (PATH::TEST[ID])")
+            config.hook.pytest_deselected(items=list(items))
+            items[:] = []
+            self.selected = []
 
     # -- what has nothing to replay is skipped before its rank pool starts ---------------------
 
@@ -185,7 +200,8 @@ class ReplayPlugin(SelectionPlugin):
                       f"had its own ({self._shared[item.nodeid].hex()})")
         for i, entry in enumerate(current, 1):
             outcome = self._replay_one(item, testargs, entry)
-            self._show(item, outcome, f"stored failure {i} of {len(current)}")
+            what = "the example given with --blob" if self.blob is not None else f"stored failure {i} of {len(current)}"
+            self._show(item, outcome, what)
             if outcome.status == "fails":
                 failing.append(outcome)
         if older:
@@ -265,6 +281,8 @@ class ReplayPlugin(SelectionPlugin):
             self._out(f"  reproduce: it is stored under the older test's database key, which pytest no longer "
                       f"reads: add {outcome.decorator} to the test and run pytest "
                       f"{shlex.quote(item.nodeid)}, or `fuzzdist run` it to store it under the current key")
+        elif self.blob is not None:
+            self._out(f"  reproduce: {replay_command(item.nodeid, self.blob, self.pytest_options)}")
         else:
             self._out(f"  reproduce: {reproduce_command(item.nodeid, self.database, self.pytest_options)}")
         if self.export:

@@ -40,10 +40,16 @@ class FailureRecord:
     shrunk: bool = False  # Hypothesis finished shrinking it
     occurrences: int = 1  # failing examples with this origin
     hang: dict | None = None  # why the ranks hung (fuzzdist.pool.hangs.Diagnosis.to_dict()), for a hang
-
+    replay: str = ""  # one command that replays its example with no database (fuzzdist replay --blob)
+    saved: bool | None = None  # read back from the database (None: not checked, or nothing to read back)
+    not_saved: str | None = None  # why the database did not keep it (with saved False)
+    # the choice sequences it was seen with (first, latest), to read back; not in the report
+    entries: tuple[bytes, ...] = field(default=(), repr=False)
 
     def to_dict(self) -> dict:
-        return dict(self.__dict__)
+        data = dict(self.__dict__)
+        data.pop("entries")
+        return data
 
 
 @dataclass
@@ -75,6 +81,7 @@ class PropertyState:
     visits: int = 0  # slices it ran (the adaptive schedule visits a property several times)
     target_gains: int = 0  # times a target() label's best score improved
     schedule: dict = field(default_factory=dict)  # the time the schedule gave it and why
+    pool_gone: bool = False  # its rank pool could not go on (could not restart its ranks): `reason` says why
 
     @property
     def known_count(self) -> int:
@@ -158,6 +165,10 @@ class CampaignState:
     def failure_count(self) -> int:
         return sum(len(p.failures) for p in self.properties.values())
 
+    def not_kept(self) -> int:
+        """Failures found that the example database did not keep (the report has their replay command)."""
+        return sum(1 for p in self.properties.values() for f in p.failures.values() if f.saved is False)
+
     def errored(self) -> bool:
         return self.status == "error" or any(p.status == "error" for p in self.properties.values())
 
@@ -188,6 +199,7 @@ class CampaignState:
                 "properties": len(self.properties),
                 "examples": sum(p.examples for p in self.properties.values()),
                 "distinct_failures": self.failure_count(),
+                "failures_not_saved": self.not_kept(),
                 "failing_properties": sum(1 for p in self.properties.values() if p.failures),
                 "known_sightings": sum(p.known_count for p in self.properties.values()),
                 "known_bugs": sorted({b["id"] for p in self.properties.values() if p.known
@@ -258,6 +270,7 @@ def summary_text(state: CampaignState, report_path: str | None, junit_path: str 
              + f" after {fmt_seconds(state.elapsed())}: "
              + f"{sum(p.examples for p in state.properties.values()):,} examples, "
              + f"{state.failure_count()} distinct failure(s) in {len(state.properties)} properties"
+             + (f", {lost} NOT SAVED in the example database" if (lost := state.not_kept()) else "")
              + (f", {sightings} sighting(s) of known torch bugs" if (sightings := sum(
                  p.known_count for p in state.properties.values())) else "")]
     for i, row in enumerate(rows):
@@ -294,10 +307,16 @@ def summary_text(state: CampaignState, report_path: str | None, junit_path: str 
                 lines.append("    the property itself is broken (Hypothesis could not run it); fix it and run again")
             else:
                 lines.append("    minimal example:" if failure.shrunk else
+                             "    smallest example so far (its rank pool could not go on shrinking it; the database "
+                             "keeps it, and the next run goes on shrinking):" if prop.pool_gone else
                              "    smallest example so far (the time ran out while shrinking; the database keeps "
                              "it, and the next run goes on shrinking):")
                 lines.extend("        " + line for line in failure.example.splitlines())
-            lines.append(f"    reproduce: {failure.reproduce}")
+            if failure.saved is False:
+                lines.append(f"    NOT SAVED in the example database ({failure.not_saved}); replay it from here:")
+                lines.append(f"    reproduce: {failure.replay or '(no replay command: Hypothesis printed no blob)'}")
+            else:
+                lines.append(f"    reproduce: {failure.reproduce}")
     if state.error:
         lines.append(f"\nerror: {state.error}")
     if report_path or junit_path or html_path:

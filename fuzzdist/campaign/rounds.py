@@ -40,14 +40,14 @@ from hypothesis.errors import UnsatisfiedAssumption
 
 from fuzzdist import known_bugs
 from fuzzdist.campaign.database import Database
-from fuzzdist.campaign.failures import FailureLog, failures_text
+from fuzzdist.campaign.failures import FailureLog, failures_text, first_line
 from fuzzdist.campaign.progress import Progress
 from fuzzdist.campaign.report import CampaignState, PropertyState
 from fuzzdist.campaign.series import split_event
 from fuzzdist.compat import hypothesis_internals as hc
 from fuzzdist.compat.pytest_internals import Failed, OutcomeException
 from fuzzdist.driver.variant_keys import adopt
-from fuzzdist.errors import BudgetSpent, CampaignInterrupt, Terminated
+from fuzzdist.errors import BudgetSpent, CampaignInterrupt, PoolGone, PoolLost, Terminated
 
 # Examples per round when only time limits a property: the campaign profile's budget, so
 # Hypothesis schedules its phases (e.g. target() optimisation at half-way) as usual.
@@ -168,11 +168,17 @@ class PropertyRun:
                 except BudgetSpent:
                     prop.stop_reason = "time budget"
                     break
+                except PoolLost as exc:  # not a failure of the property: Hypothesis neither saved nor shrank it
+                    self._pool_gone(exc.gone)
+                    break
                 except CampaignInterrupt as exc:
                     self._interrupted(getattr(exc, "signal_name", "SIGINT"))
                     break
                 except KeyboardInterrupt:
                     self._interrupted("SIGINT")
+                    break
+                except PoolGone as exc:  # raised outside an example (the fuzzdist plugin carries it out of one)
+                    self._pool_gone(exc)
                     break
                 except OutcomeException as exc:
                     if isinstance(exc, pytest.skip.Exception):  # pytest.skip() inside the property: a skip,
@@ -197,6 +203,7 @@ class PropertyRun:
                     break
                 if prop.failures:
                     campaign.failures.index(item.nodeid, key)
+                    campaign.failures.check_saved(prop, key)
                 if prop.examples == before and not self.round.failed:
                     prop.stop_reason = "a round ran no example"
                     break
@@ -205,6 +212,7 @@ class PropertyRun:
             overrides.restore()
             if prop.failures:
                 campaign.failures.index(item.nodeid, key)
+                campaign.failures.check_saved(prop, key)
             self.round = None
             prop.elapsed_s += time.monotonic() - now
             prop.started_at = None
@@ -219,6 +227,8 @@ class PropertyRun:
             campaign.write_report(html_now=True)
         if prop.failures:
             pytest.fail(failures_text(prop), pytrace=False)
+        if prop.pool_gone:
+            pytest.fail(prop.reason or "its rank pool can't run examples", pytrace=False)
 
     def _take_share(self, now: float) -> None:
         """Start the campaign's clock (at its first property) and give this visit its share of the time."""
@@ -251,6 +261,17 @@ class PropertyRun:
         if state.max_examples is not None and prop.examples >= state.max_examples:
             return "max examples"
         return None
+
+    def _pool_gone(self, exc: PoolGone) -> None:
+        """The property's rank pool can't run examples any more (its ranks could not be restarted, or a
+        torchrun group is spent): an error of the campaign, said on one line; what the property failed
+        with before stays its failure."""
+        state, prop = self.state, self.prop
+        prop.status, prop.pool_gone = "error", True
+        prop.reason = first_line(str(exc))
+        prop.stop_reason = "its rank pool is gone"
+        self.campaign.progress.stream.write(f"fuzzdist: error: {prop.nodeid}: {prop.reason}\n")
+        state.error = state.error or f"{prop.nodeid}: {prop.reason}"
 
     def _interrupted(self, signal_name: str) -> None:
         state, prop = self.state, self.prop

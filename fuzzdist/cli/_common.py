@@ -17,6 +17,7 @@ EXIT_OK = 0  # nothing failed (check-pg: the group conforms)
 EXIT_FOUND = 1  # a failure was found, a stored failure still fails, or a property errored
 EXIT_USAGE = 2  # bad input: one line on stderr says what to do
 EXIT_INTERNAL = 3  # pytest's own internal error (run, replay)
+EXIT_NOT_KEPT = 4  # run: a failure was found that the example database did not keep (the report can replay it)
 # 128+N: interrupted by signal N with nothing found (run, replay)
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}

@@ -26,6 +26,7 @@ from fuzzdist.cli._campaign import (
 from fuzzdist.cli._common import (
     EXIT_FOUND,
     EXIT_INTERNAL,
+    EXIT_NOT_KEPT,
     EXIT_OK,
     check_outputs,
     parse_duration,
@@ -326,6 +327,8 @@ def _run_jobs(args: argparse.Namespace, state: Any, progress: Any, stream: Any, 
 
 
 def _exit_code(state: Any) -> int:
+    if state.not_kept():  # something found is in the report only: the most urgent thing to say
+        return EXIT_NOT_KEPT
     if state.failure_count() or any(p.status == "error" for p in state.properties.values()):
         return EXIT_FOUND
     if state.error:

@@ -125,6 +125,31 @@ def reproduce_failure_blob(entry: bytes) -> bytes | None:
     return None if choices is None else encode_failure(choices)
 
 
+def entry_from_blob(blob: bytes | str) -> bytes | None:
+    """The database entry (choice sequence bytes) of a ``@reproduce_failure`` blob; None if ``blob``
+    is not one (not base64, not a choice sequence)."""
+    from hypothesis.core import decode_failure
+    from hypothesis.database import choices_to_bytes
+    from hypothesis.errors import InvalidArgument
+
+    try:
+        return choices_to_bytes(decode_failure(blob.encode("ascii") if isinstance(blob, str) else blob))
+    except (InvalidArgument, UnicodeEncodeError, ValueError):
+        return None
+
+
+def blob_from_decorator(text: str | None) -> str | None:
+    """The blob (base64 text) of a ``@reproduce_failure('VERSION', b'BLOB')`` decorator; None if none."""
+    match = re.search(r"@reproduce_failure\([^,]*,\s*b['\"]([A-Za-z0-9+/=]+)['\"]\)", text or "")
+    return match.group(1) if match else None
+
+
+def secondary_key(key: bytes) -> bytes:
+    """Where Hypothesis moves a test's failing examples once it found a smaller one (its engine's
+    ``secondary_key``): still kept, replayed after the primary ones."""
+    return b".".join((key, b"secondary"))
+
+
 @contextlib.contextmanager
 def reproducing(test: Callable[..., Any], blob: bytes) -> Iterator[str]:
     """Calls of ``test`` inside run only the example ``blob``, as under ``@reproduce_failure``.

@@ -28,6 +28,7 @@ The session's pools come from the ``pytest_fuzzdist_make_pool_cache`` hook
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import os
 import re
@@ -42,7 +43,7 @@ from fuzzdist.compat import hypothesis_internals as _hypothesis_compat
 from fuzzdist.driver import newhooks, profiles, variant_keys
 from fuzzdist.driver.newhooks import RankPools
 from fuzzdist.driver.variant_keys import parametrized_by_pool
-from fuzzdist.errors import CapabilityError, PropertyFailure
+from fuzzdist.errors import CapabilityError, PoolGone, PoolLost, PoolStartupError, PropertyFailure
 from fuzzdist.pool import DEFAULT_TIMEOUT, RankPool, observability
 from fuzzdist.pool.capabilities.gpu import missing_gpus
 from fuzzdist.pool.capabilities.probes import missing
@@ -114,6 +115,9 @@ class PoolCache:
 
     def get(self, key: PoolKey) -> RankPool:
         pool = self._pools.get(key)
+        if pool is not None and pool.spent:  # its ranks could not be restarted: a fresh pool tries again
+            pool.close()
+            pool = None
         if pool is None:
             pool = RankPool(key.world_size, key.backend, key.device, key.timeout, rank_output=self.rank_output)
             self._pools[key] = pool
@@ -243,19 +247,33 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     if inner is not None and parametrized_by_pool(item):
         _hypothesis_compat.set_extra_digest(inner, item.nodeid.encode())
     log = item.config.stash.get(rank_output_key, None)
+    _revive_spent_pools(item)
     try:
         if inner is not None:
             handle.inner_test = _tagging_property_failures(inner)
+        outcome: Any
         with known_bugs.collecting() as tally:
             item.stash[_tally_key] = tally
             if log is None:
-                yield
+                outcome = yield
             else:
                 with log.collecting(item.nodeid):
-                    yield
+                    outcome = yield
+        lost = outcome.excinfo[1] if outcome.excinfo else None
+        if isinstance(lost, PoolLost):  # out of Hypothesis: the test fails with the pool's own error
+            outcome.force_exception(lost.gone)
     finally:
         if inner is not None:
             handle.inner_test = inner
+
+
+def _revive_spent_pools(item: pytest.Item) -> None:
+    """A session pool whose ranks could not be restarted in an earlier test gets one more try before this
+    one; if that fails too, its first ``run`` raises PoolGone, which names the cause."""
+    for value in getattr(item, "funcargs", {}).values():
+        if isinstance(value, RankPool) and value.spent:
+            with contextlib.suppress(PoolStartupError):
+                value.revive()
 
 
 def _tagging_property_failures(inner: Callable[..., Any]) -> Callable[..., Any]:
@@ -276,6 +294,8 @@ def _tagging_property_failures(inner: Callable[..., Any]) -> Callable[..., Any]:
             raise
         except CapabilityError as exc:
             pytest.skip(str(exc))
+        except PoolGone as gone:  # not the property's failure: Hypothesis must neither save nor shrink it
+            raise PoolLost(gone) from gone
 
     return tagged
 

@@ -34,7 +34,7 @@ from collections.abc import Set
 from dataclasses import dataclass
 from typing import Any
 
-from fuzzdist.errors import InvalidState, PoolStartupError, RankCrash
+from fuzzdist.errors import InvalidState, PoolGone, PoolStartupError, RankCrash
 from fuzzdist.pool import framing, leftovers, messages, starting
 from fuzzdist.pool.capabilities.pool_args import validate_pool_args
 from fuzzdist.pool.controller import DEFAULT_TIMEOUT, Controller, Outcome, decode_reply
@@ -122,6 +122,8 @@ class RankPool(Controller):
         self._sets_started = 0  # rank sets started, spares included: names their files and stores
         self._requests = 0  # snapshot requests sent, to tell a late answer from the current one
         self._ready = False
+        self._ready_once = False  # its first ranks joined: a later start is a restart
+        self._spent: PoolStartupError | None = None  # why its ranks could not be restarted (see _spend)
         self._closed = False
         leftovers.remove_stale_pool_dirs()  # of drivers that were SIGKILLed, this user's only
         self._tmpdir = tempfile.mkdtemp(prefix=leftovers.pool_dir_prefix())
@@ -159,6 +161,23 @@ class RankPool(Controller):
         spares = self._spare.ranks if self._spare is not None else []
         return {"ranks": [starting.tree_memory(r.process.pid) for r in self._ranks],
                 "spares": [starting.tree_memory(r.process.pid) for r in spares]}
+
+    @property
+    def spent(self) -> bool:
+        """Its ranks could not be restarted: every later ``run`` raises :class:`~fuzzdist.errors.PoolGone`."""
+        return self._spent is not None
+
+    def revive(self) -> None:
+        """A spent pool (:attr:`spent`) tries fresh ranks once more; between tests, never inside an example.
+        Raises PoolStartupError (and stays spent) if they can't start either."""
+        if self._spent is None or self._closed:
+            return
+        self._spent = None
+        self._restart()
+        if self._spent is not None:
+            raise self._spent
+        self._ready_once = False  # the fresh ranks are a start: its error is theirs
+        self._ensure_ready()
 
     def close(self) -> None:
         """Stop the rank processes (bounded: stragglers are killed) and remove the pool's files."""
@@ -279,9 +298,14 @@ class RankPool(Controller):
             self.spares_replaced += 1
             self._start_spare()
 
+    def _check_usable(self) -> None:
+        if self._spent is not None:
+            raise self._gone()
+
     def _ensure_ready(self) -> None:
         if self._closed:
             raise InvalidState("this RankPool is closed; create a new one")
+        self._check_usable()
         if self._ready:
             dead = self._poller.exited()  # one poll of every sentinel, not a selector per rank
             if not dead:
@@ -291,7 +315,15 @@ class RankPool(Controller):
             warnings.warn(f"fuzzdist: rank processes {dead} died between examples; restarting the pool",
                           RuntimeWarning, stacklevel=3)
             self._restart()
-        self._wait_ready()
+            self._check_usable()
+        try:
+            self._wait_ready()
+        except PoolStartupError as exc:
+            self._spend(exc)  # no ranks are left: never run an example on none
+            if not self._ready_once:  # its first ranks: the start's own error
+                raise
+            raise self._gone() from exc  # restarted ranks that can't join: not a failure of the example
+        self._ready_once = True
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.startup_timeout
@@ -329,7 +361,18 @@ class RankPool(Controller):
         The fresh ones are the spare set where there is one (already started, often already in their
         group), and a new spare set starts behind them.  Under ``spares="auto"`` the first restart
         starts the first spare: a pool that restarted once (a hang, a crash) is likely to again.
+
+        Fresh ranks that can't be started (a full ``$TMPDIR``, no memory) leave the pool spent
+        (:meth:`_spend`) instead of raising: the failure being recovered from is still the example's.
         """
+        try:
+            self._replace_ranks()
+        except PoolStartupError as exc:
+            self._spend(exc)
+        except Exception as exc:  # OSError, most often: a full disk, too many processes or open files
+            self._spend(PoolStartupError(f"could not start rank processes: {type(exc).__name__}: {exc}"))
+
+    def _replace_ranks(self) -> None:
         self._kill()
         if self._closed:
             return
@@ -342,7 +385,24 @@ class RankPool(Controller):
         else:
             self._take(self._start_set())
         if self.spares != "never":
-            self._start_spare()
+            try:
+                self._start_spare()
+            except Exception:  # the ranks in place can go on; the next restart starts a set itself
+                self._spare = None
+
+    def _spend(self, cause: PoolStartupError) -> None:
+        """Its ranks could not be restarted: no ranks are left, and every later run raises PoolGone (a
+        BaseException, so Hypothesis neither saves nor shrinks it as a failure of the property)."""
+        self._kill()
+        self._drop_spare()
+        self._spent = cause
+
+    def _gone(self) -> PoolGone:
+        assert self._spent is not None  # only a spent pool is gone
+        first = (str(self._spent).strip().splitlines() or ["(no message)"])[0]
+        again = "restarted" if self._ready_once else "started"
+        return PoolGone(self._spent, f"the rank pool can't run examples: its ranks could not be {again} "
+                                     f"(PoolStartupError: {first})")
 
     def _kill(self) -> None:
         _kill_ranks(self._ranks)
