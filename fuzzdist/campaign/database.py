@@ -11,13 +11,25 @@ examples under ``function_digest(inner_test)``, which changes whenever the
 test's source changes; the index is what lets ``fuzzdist replay`` say
 "stored failures for X under an older version of the test" instead of
 silently ignoring them.
+
+A Redis URL may carry a password (``redis://:PASSWORD@host/0``); nothing
+fuzzdist writes or prints holds it (:func:`redact` puts ``***`` in its place
+everywhere).  The password can also come from outside the command line: a
+file only its owner can read (``--database-password-file``) or the
+:data:`PASSWORD_ENV` variable; a URL whose password is ``***`` (a redacted
+command pasted back) takes it from there.
+
+What fuzzdist reads from a database is bounded: an entry larger than
+:data:`MAX_ENTRY_BYTES` is skipped and said so, never decoded.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
+import stat
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,6 +45,16 @@ REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 # Hypothesis's RedisExampleDatabase lets keys expire 8 days after their last use; a
 # fleet's findings should outlive a long weekend and a holiday, so keep them a year.
 REDIS_EXPIRE_AFTER = timedelta(days=365)
+PASSWORD_ENV = "FUZZDIST_REDIS_PASSWORD"
+REDACTED = "***"
+# Hypothesis's entries are choice sequences of a few kilobytes; one past this was not written by a
+# campaign, and decoding and replaying it costs about a hundred times its size in memory.
+MAX_ENTRY_BYTES = 1 << 20
+
+# The password of a Redis URL: after "user:" in its authority (up to the last "@" before the path),
+# or in a "password=" query parameter.
+_URL_PASSWORD = re.compile(r"(?P<head>\b(?:rediss?|unix)://[^:@/\s]*:)(?P<password>[^\s/?#]*)(?=@)")
+_QUERY_PASSWORD = re.compile(r"(?P<head>\b(?:rediss?|unix)://\S*?[?&]password=)(?P<password>[^&#\s]*)")
 
 
 @dataclass
@@ -45,6 +67,35 @@ class Database:
 
     def describe(self) -> str:
         return self.spec + (" (Hypothesis's default directory)" if self.is_default else "")
+
+
+def redact(text: str) -> str:
+    """``text`` with the password of every Redis URL in it replaced by ``***``: what every output and
+    message shows of a ``--database`` (``redis://:***@host/0``)."""
+    for pattern in (_URL_PASSWORD, _QUERY_PASSWORD):
+        text = pattern.sub(lambda m: m.group("head") + (REDACTED if m.group("password") else ""), text)
+    return text
+
+
+def read_password_file(path: str) -> str:
+    """The Redis password in ``path`` (its first line); DatabaseError if the file can't be read or others
+    can read it (a password file must be private: ``chmod 600``)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as exc:
+        raise DatabaseError(f"can't read the database password file {path} ({exc.strerror or exc}): pass "
+                            "--database-password-file with a regular file (not a link) only you can read") from None
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+            raise DatabaseError(f"the database password file {path} must be a regular file you own that nobody "
+                                f"else can read or write (chmod 600 {path})")
+        data = f.read(4096)
+    lines = data.decode("utf-8", "surrogateescape").splitlines()
+    if not lines or not lines[0].strip():
+        raise DatabaseError(f"the database password file {path} is empty: put the Redis password on its "
+                            "first line")
+    return lines[0].strip()
 
 
 def default_spec() -> str:
@@ -63,11 +114,14 @@ def is_redis(spec: str) -> bool:
     return spec.startswith(REDIS_SCHEMES)
 
 
-def open_database(spec: str | None, *, write: bool = True, must_exist: bool = False) -> Database:
+def open_database(spec: str | None, *, write: bool = True, must_exist: bool = False,
+                  password: str | None = None) -> Database:
     """Open ``spec`` (a directory, or a ``redis://`` URL); raise DatabaseError if it can't be used.
 
     ``write``: check that a directory can be created and written.  ``must_exist``: a
     directory that does not exist is an error (replay: there is nothing to read).
+    ``password``: a Redis URL's password given apart from it (``--database-password-file``).
+    The Database's ``spec`` is the redacted one.
     """
     is_default = spec is None
     if spec is None:
@@ -75,9 +129,9 @@ def open_database(spec: str | None, *, write: bool = True, must_exist: bool = Fa
     if not spec.strip():
         raise DatabaseError("--database is empty: pass a directory or a redis://HOST:PORT/DB URL")
     if is_redis(spec):
-        return Database(_open_redis(spec), spec, False)
+        return Database(_open_redis(spec, password), redact(spec), False)
     if "://" in spec:
-        raise DatabaseError(f"--database {spec}: unknown URL scheme; pass a directory, "
+        raise DatabaseError(f"--database {redact(spec)}: unknown URL scheme; pass a directory, "
                             "or a redis://HOST:PORT/DB (rediss://, unix://) URL")
     path = Path(spec).expanduser()
     is_default = is_default or path.resolve() == Path(default_spec()).resolve()
@@ -97,20 +151,52 @@ def open_database(spec: str | None, *, write: bool = True, must_exist: bool = Fa
     return Database(DirectoryBasedExampleDatabase(str(path)), spec, is_default)
 
 
-def _open_redis(url: str) -> ExampleDatabase:
+def redis_password(url: str, given: str | None = None) -> str | None:
+    """The password to connect to ``url`` with: ``given`` (a password file), else the URL's own, else
+    :data:`PASSWORD_ENV`; a URL whose password is ``***`` has none of its own."""
+    if given:
+        return given
+    match = _URL_PASSWORD.search(url) or _QUERY_PASSWORD.search(url)
+    own = match.group("password") if match else ""
+    if own and own != REDACTED:
+        from urllib.parse import unquote
+
+        return unquote(own)
+    env = os.environ.get(PASSWORD_ENV)
+    if env:
+        return env
+    if own == REDACTED:
+        raise DatabaseError(f"--database {redact(url)}: its password is hidden (***): set {PASSWORD_ENV} or pass "
+                            "--database-password-file with a file that holds it")
+    return None
+
+
+def _without_password(url: str) -> str:
+    """``url`` with its password left empty (the client is given it apart)."""
+    for pattern in (_URL_PASSWORD, _QUERY_PASSWORD):
+        url = pattern.sub(lambda m: m.group("head"), url)
+    return url
+
+
+def _open_redis(url: str, password: str | None = None) -> ExampleDatabase:
+    shown = redact(url)
     try:
         import redis
     except ImportError:
-        raise DatabaseError(f"--database {url} needs the redis Python package: "
+        raise DatabaseError(f"--database {shown} needs the redis Python package: "
                             "pip install redis (or pip install 'fuzzdist[campaign]')") from None
     from hypothesis.extra.redis import RedisExampleDatabase
 
+    password = redis_password(url, password)
     try:
-        client = redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=30)
+        options = {"password": password} if password else {}
+        client = redis.Redis.from_url(_without_password(url), socket_connect_timeout=5, socket_timeout=30, **options)
         client.ping()
     except (redis.exceptions.RedisError, ValueError, OSError) as exc:
-        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise DatabaseError(f"can't reach the Redis example database at {url} ({detail}): start "
+        detail = redact(str(exc).strip().splitlines()[0]) if str(exc).strip() else type(exc).__name__
+        if password:
+            detail = detail.replace(password, REDACTED)
+        raise DatabaseError(f"can't reach the Redis example database at {shown} ({detail}): start "
                             "redis-server there, or pass another --database (a directory or redis:// URL)") from None
     return RedisExampleDatabase(client, expire_after=REDIS_EXPIRE_AFTER)
 
@@ -128,6 +214,8 @@ def read_index(db: ExampleDatabase) -> dict[str, set[bytes]]:
     """{node id: every database key a campaign filed failures of it under}."""
     index: dict[str, set[bytes]] = {}
     for raw in db.fetch(INDEX_KEY):
+        if len(raw) > MAX_ENTRY_BYTES:  # not one fuzzdist wrote (its entries are a line of JSON)
+            continue
         try:
             entry = json.loads(raw)
             index.setdefault(entry["nodeid"], set()).add(bytes.fromhex(entry["key"]))

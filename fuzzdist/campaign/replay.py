@@ -15,6 +15,8 @@ database is only read, never changed.  Each one is reported as
 - **PASSES**: no longer fails (the bug was fixed, or it was flaky);
 - **KNOWN**: fails only with known torch bugs (``fuzzdist.known_bugs``), listed;
 - **DOESN'T FIT**: the stored choices no longer fit the test's strategies;
+- **TOO LARGE**: stored entries larger than ``MAX_ENTRY_BYTES``, skipped unread
+  (no campaign writes one; decoding one costs many times its size);
 
 ``--export-script DIR`` also writes each failure that still fails as a standalone script
 (:mod:`fuzzdist.campaign.export_script`);
@@ -36,8 +38,9 @@ from typing import TextIO, cast
 import pytest
 
 from fuzzdist import known_bugs
-from fuzzdist.campaign.database import Database, read_index, reproduce_command
+from fuzzdist.campaign.database import MAX_ENTRY_BYTES, Database, read_index, reproduce_command
 from fuzzdist.campaign.export_script import ExportDir, Recording, failure_of, render, script_stem, wrap_pools
+from fuzzdist.campaign.plain_text import one_line, plain
 from fuzzdist.campaign.selection import SelectionPlugin, Targets
 from fuzzdist.compat import hypothesis_internals as hc
 from fuzzdist.compat.pytest_internals import Failed, OutcomeException, call_arguments
@@ -77,6 +80,7 @@ class ReplayPlugin(SelectionPlugin):
         self._stored: dict[str, tuple[bytes, list[bytes], dict[bytes, list[bytes]]]] = {}
         self._reported: set[str] = set()
         self._shared: dict[str, bytes] = {}  # node id -> the shared key its stored failures are read from
+        self._too_large: dict[str, int] = {}  # node id -> entries skipped unread at its latest look-up
 
     @property
     def index(self) -> dict[str, set[bytes]]:
@@ -85,26 +89,47 @@ class ReplayPlugin(SelectionPlugin):
         return self._index
 
     def _out(self, text: str = "") -> None:
-        self.stream.write(text + "\n")
+        # Node ids, examples and errors come from the database (anyone who can write to it): plain text only.
+        self.stream.write(plain(text) + "\n")
         self.stream.flush()
 
     def _lookup(self, item: pytest.Function, key: bytes):
         db = self.database.db
-        current = _sorted_entries(db.fetch(key))
+        self._too_large[item.nodeid] = 0
+        current = self._bounded(item.nodeid, db.fetch(key))
         # What plain pytest would adopt from the key the test's pool variants shared (variant_keys).
         shared = shared_key(item)
         self._shared.pop(item.nodeid, None)
         if not current and shared is not None:
-            current = _sorted_entries(fallback(db, key, shared))
+            current = self._bounded(item.nodeid, fallback(db, key, shared))
             if current:
                 self._shared[item.nodeid] = shared
         older = {}
         for old_key in sorted(self.index.get(item.nodeid, ())):
             if old_key != key and old_key != self._shared.get(item.nodeid):
-                entries = _sorted_entries(db.fetch(old_key))
+                entries = self._bounded(item.nodeid, db.fetch(old_key))
                 if entries:
                     older[old_key] = entries
         return current, older
+
+    def _bounded(self, nodeid: str, entries) -> list[bytes]:
+        """``entries``, simplest first, without those larger than MAX_ENTRY_BYTES (counted for ``nodeid``)."""
+        kept = []
+        for entry in entries:
+            if len(entry) > MAX_ENTRY_BYTES:
+                self._too_large[nodeid] += 1
+            else:
+                kept.append(entry)
+        return _sorted_entries(kept)
+
+    def _say_too_large(self, nodeid: str) -> None:
+        """One line for the entries of ``nodeid`` skipped unread, if any."""
+        n = self._too_large.get(nodeid, 0)
+        if n:
+            self.counts["too large"] += n
+            self._out(f"TOO LARGE       {nodeid}: {n} stored entr{'y' if n == 1 else 'ies'} larger than "
+                      f"{MAX_ENTRY_BYTES:,} bytes skipped unread (no campaign writes one: someone else wrote "
+                      "it to the database)")
 
     # -- what has nothing to replay is skipped before its rank pool starts ---------------------
 
@@ -116,6 +141,7 @@ class ReplayPlugin(SelectionPlugin):
         key = database_key(item)
         current, older = self._lookup(item, key)
         self._stored[item.nodeid] = (key, current, older)
+        self._say_too_large(item.nodeid)
         if not current and not older:
             self.counts["nothing stored"] += 1
             self._reported.add(item.nodeid)
@@ -161,7 +187,7 @@ class ReplayPlugin(SelectionPlugin):
             n = sum(len(list(self.database.db.fetch(k))) for k in keys)
             if n:
                 self.counts["orphaned"] += 1
-                self._out(f"GONE            {nodeid}: {n} stored failure(s) of a test that no longer exists "
+                self._out(f"GONE            {one_line(nodeid)}: {n} stored failure(s) of a test that no longer exists "
                           "(renamed or removed); nothing to replay them against")
 
     # -- the replay of one property -------------------------------------------------------------
@@ -176,6 +202,7 @@ class ReplayPlugin(SelectionPlugin):
         guessed, current, older = self._stored[item.nodeid]
         if key != guessed:
             current, older = self._lookup(item, key)
+            self._say_too_large(item.nodeid)
         testargs = call_arguments(item)
         failing = []
         if item.nodeid in self._shared:
@@ -296,13 +323,14 @@ class ReplayPlugin(SelectionPlugin):
         return f"{path} (exits 1 while it fails, 0 once fixed)"
 
     def print_summary(self) -> None:
-        order = ["fails", "exported", "not exported", "known", "passes", "doesn't fit", "unreadable", "shared key",
+        order = ["fails", "exported", "not exported", "known", "passes", "doesn't fit", "unreadable", "too large",
+                 "shared key",
                  "older version", "orphaned", "not replayed", "nothing stored"]
         words = {"fails": "still fail", "exported": "exported as scripts",
                  "not exported": "not exported (see each)", "known": "fail only with known torch bugs",
                  "passes": "no longer fail",
                  "doesn't fit": "no longer fit the test",
-                 "unreadable": "unreadable", "shared key": "properties replayed from the key their pool "
+                 "unreadable": "unreadable", "too large": "too large to read (skipped)", "shared key": "properties replayed from the key their pool "
                  "variants shared", "older version": "properties with failures stored under an "
                  "older version of the test", "orphaned": "stored for tests that no longer exist",
                  "not replayed": "properties not replayed (skipped)", "nothing stored": "properties with "
