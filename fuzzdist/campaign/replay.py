@@ -330,7 +330,8 @@ class ReplayPlugin(SelectionPlugin):
                  "not exported": "not exported (see each)", "known": "fail only with known torch bugs",
                  "passes": "no longer fail",
                  "doesn't fit": "no longer fit the test",
-                 "unreadable": "unreadable", "too large": "too large to read (skipped)", "shared key": "properties replayed from the key their pool "
+                 "unreadable": "unreadable", "too large": "too large to read (skipped)",
+                 "shared key": "properties replayed from the key their pool "
                  "variants shared", "older version": "properties with failures stored under an "
                  "older version of the test", "orphaned": "stored for tests that no longer exist",
                  "not replayed": "properties not replayed (skipped)", "nothing stored": "properties with "

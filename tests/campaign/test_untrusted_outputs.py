@@ -132,7 +132,8 @@ def test_a_redacted_url_takes_its_password_from_the_environment_or_says_where_to
 # -- strings from outside ----------------------------------------------------------------------
 
 def test_plain_escapes_what_could_drive_a_terminal_and_keeps_lines():
-    assert plain("a\x1b]0;title\x07b\x1b[2K\r\x9b\u202ec\udcff") == "a\\x1b]0;title\\x07b\\x1b[2K\\r\\x9b\\u202ec\\udcff"
+    hostile = "a\x1b]0;title\x07b\x1b[2K\r\x9b\u202ec\udcff"
+    assert plain(hostile) == "a\\x1b]0;title\\x07b\\x1b[2K\\r\\x9b\\u202ec\\udcff"
     assert plain("line 1\n\tline 2") == "line 1\n\tline 2"
     assert one_line("a\nb\tc") == "a\\nb\\tc"
 
