@@ -350,6 +350,10 @@ class _Outcome:
         """The example as Hypothesis reported it while replaying it ("" if it printed none)."""
         return hc.printed_example(self.lines, attempts=True)
 
+    def call(self) -> str:
+        """The example's call alone, without its draws and notes."""
+        return hc.printed_call(self.lines, attempts=True)
+
 
 def _describe_error(exc: BaseException) -> str:
     """A RankError's message holds every failing rank's traceback; otherwise the driver's traceback."""
@@ -366,7 +370,7 @@ def _describe_error(exc: BaseException) -> str:
 def export_lines(item: pytest.Function, outcome: _Outcome) -> str:
     """``@example(...)`` for the failing example, or why it can't be pinned that way."""
     given = hc.given_argument_names(item.obj)
-    call_text = outcome.example().split("\nDraw ", 1)[0]
+    call_text = outcome.call()
     values = split_call(call_text) or {}
     data_args = [name for name in given if values.get(name) == "data(...)"]
     missing = [name for name in given if name not in values]

@@ -278,6 +278,7 @@ class PropertyRun:
                     raise BudgetSpent()
             warming_up = prop.warmup_s is None  # its first example: the ranks' lazy imports and set-up
             started = time.monotonic()
+            hc.record_draws(kwargs)  # what st.data() draws, shown if the example fails and isn't shrunk
             try:
                 result = inner(*args, **kwargs)
             except UnsatisfiedAssumption:
