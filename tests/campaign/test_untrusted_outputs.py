@@ -164,3 +164,16 @@ def test_replay_prints_a_hostile_node_id_as_plain_text_and_skips_an_oversized_en
             "unread") in out, out
     assert "1 too large to read (skipped)" in out, out
     assert os.path.getsize(next((tmp_path / "db").rglob("*"), tmp_path)) >= 0  # the database is left as it was
+
+
+def test_the_campaign_summary_prints_drawn_text_as_plain_text():
+    from fuzzdist.campaign.report import CampaignState, FailureRecord, PropertyState, summary_text
+
+    state = CampaignState(command=["fuzzdist", "run"], device="cpu", database="db", duration_s=None,
+                          max_examples=10, world_size=None)
+    prop = state.properties["t.py::test_x"] = PropertyState("t.py::test_x", status="failed")
+    prop.failures["o"] = FailureRecord(origin="o", kind="failure", summary="ValueError: \x1b]0;pwned\x07",
+                                       example="test_x(s='\x1b[2J')\nDraw 1: '\x9b1m'", shrunk=True)
+    text = summary_text(state, None, None)
+    assert not any(c in text for c in "\x1b\x07\x9b"), text
+    assert "ValueError: \\x1b]0;pwned\\x07" in text and "Draw 1: '\\x9b1m'" in text
