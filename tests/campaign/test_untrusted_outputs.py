@@ -177,3 +177,16 @@ def test_the_campaign_summary_prints_drawn_text_as_plain_text():
     text = summary_text(state, None, None)
     assert not any(c in text for c in "\x1b\x07\x9b"), text
     assert "ValueError: \\x1b]0;pwned\\x07" in text and "Draw 1: '\\x9b1m'" in text
+
+
+def test_a_progress_line_prints_a_failure_message_as_one_plain_line():
+    import io
+
+    from fuzzdist.campaign.progress import PlainProgress
+    from fuzzdist.campaign.report import CampaignState, PropertyState
+
+    state = CampaignState(command=["fuzzdist", "run"], device="cpu", database="db", duration_s=None,
+                          max_examples=10, world_size=None)
+    stream = io.StringIO()
+    PlainProgress(stream).new_failure(state, PropertyState("t.py::test_x"), "ValueError: \x1b[2K\rfake\nline", False)
+    assert stream.getvalue().endswith("new failure in t.py::test_x: ValueError: \\x1b[2K\\rfake\\nline\n")
