@@ -190,3 +190,15 @@ def test_a_progress_line_prints_a_failure_message_as_one_plain_line():
     stream = io.StringIO()
     PlainProgress(stream).new_failure(state, PropertyState("t.py::test_x"), "ValueError: \x1b[2K\rfake\nline", False)
     assert stream.getvalue().endswith("new failure in t.py::test_x: ValueError: \\x1b[2K\\rfake\\nline\n")
+
+
+def test_jobs_workers_get_the_password_file_not_the_password():
+    import argparse
+
+    from fuzzdist.campaign.jobs import worker_argv
+
+    args = argparse.Namespace(targets=[], schedule="adaptive", duration=None, max_examples=5, seed=None,
+                              device="cpu", database="redis://host/0", database_password_file="redis.pw",
+                              world_size=None, timeout=None, cover=None)
+    argv = worker_argv(args, 0, 2, "w0.json", "w0.xml")
+    assert argv[argv.index("--database-password-file") + 1] == "redis.pw"
