@@ -202,3 +202,17 @@ def test_jobs_workers_get_the_password_file_not_the_password():
                               world_size=None, timeout=None, cover=None)
     argv = worker_argv(args, 0, 2, "w0.json", "w0.xml")
     assert argv[argv.index("--database-password-file") + 1] == "redis.pw"
+
+
+def test_an_unreachable_redis_is_one_line_without_its_password(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("redis")
+    from helpers.cli_helpers import free_port
+
+    from fuzzdist.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path, "test_one.py", ONE_BUG)
+    port = free_port()  # nothing listens there
+    assert main(["run", "test_one.py", "--database", f"redis://:{SECRET}@127.0.0.1:{port}/0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"redis://:***@127.0.0.1:{port}/0" in err and SECRET not in err, err
