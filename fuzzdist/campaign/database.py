@@ -20,18 +20,21 @@ file only its owner can read (``--database-password-file``) or the
 command pasted back) takes it from there.
 
 What fuzzdist reads from a database is bounded: an entry larger than
-:data:`MAX_ENTRY_BYTES` is skipped and said so, never decoded.
+:data:`MAX_ENTRY_BYTES` is left out of what the database gives Hypothesis and
+fuzzdist (:class:`BoundedDatabase`), never decoded, and counted so that the
+campaign and replay can say so.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 import shlex
 import stat
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -57,16 +60,60 @@ _URL_PASSWORD = re.compile(r"(?P<head>\b(?:rediss?|unix)://[^:@/\s]*:)(?P<passwo
 _QUERY_PASSWORD = re.compile(r"(?P<head>\b(?:rediss?|unix)://\S*?[?&]password=)(?P<password>[^&#\s]*)")
 
 
+class BoundedDatabase(ExampleDatabase):
+    """``db`` whose ``fetch`` leaves out the entries larger than :data:`MAX_ENTRY_BYTES`: Hypothesis
+    would decode and replay them, at about a hundred times their size in memory.  Each one left out is
+    counted under its key (:meth:`too_large`); saving, deleting and moving go straight to ``db``."""
+
+    def __init__(self, db: ExampleDatabase) -> None:
+        super().__init__()
+        self.db = db
+        self._too_large: dict[bytes, set[bytes]] = {}  # key -> digests of the entries left out
+
+    def __repr__(self) -> str:
+        return repr(self.db)
+
+    def fetch(self, key: bytes) -> Iterable[bytes]:
+        for value in self.db.fetch(key):
+            if len(value) > MAX_ENTRY_BYTES:
+                self._too_large.setdefault(key, set()).add(hashlib.sha256(value).digest())
+            else:
+                yield value
+
+    def save(self, key: bytes, value: bytes) -> None:
+        self.db.save(key, value)
+
+    def delete(self, key: bytes, value: bytes) -> None:
+        self.db.delete(key, value)
+
+    def move(self, src: bytes, dest: bytes, value: bytes) -> None:
+        self.db.move(src, dest, value)
+
+    def too_large(self, key: bytes) -> int:
+        """Entries of ``key`` left out so far because of their size."""
+        return len(self._too_large.get(key, ()))
+
+
 @dataclass
 class Database:
     """An opened example database and how to name it to a user."""
 
     db: ExampleDatabase
-    spec: str  # what the user passed (or the default), as it can be passed again
+    spec: str  # what the user passed (or the default), as it can be passed again (its password hidden)
     is_default: bool  # the directory plain `pytest` uses when no database is configured
 
     def describe(self) -> str:
         return self.spec + (" (Hypothesis's default directory)" if self.is_default else "")
+
+    def too_large(self, key: bytes) -> int:
+        """Entries of ``key`` left out because of their size (:class:`BoundedDatabase`)."""
+        return self.db.too_large(key) if isinstance(self.db, BoundedDatabase) else 0
+
+
+def too_large_note(what: str, n: int) -> str:
+    """What a user is told of ``n`` entries of ``what`` left out because of their size."""
+    return (f"{what}: {n} stored entr{'y' if n == 1 else 'ies'} larger than {MAX_ENTRY_BYTES:,} bytes skipped "
+            "unread (no campaign writes one: someone else wrote it to the database)")
 
 
 def redact(text: str) -> str:
@@ -129,7 +176,7 @@ def open_database(spec: str | None, *, write: bool = True, must_exist: bool = Fa
     if not spec.strip():
         raise DatabaseError("--database is empty: pass a directory or a redis://HOST:PORT/DB URL")
     if is_redis(spec):
-        return Database(_open_redis(spec, password), redact(spec), False)
+        return Database(BoundedDatabase(_open_redis(spec, password)), redact(spec), False)
     if "://" in spec:
         raise DatabaseError(f"--database {redact(spec)}: unknown URL scheme; pass a directory, "
                             "or a redis://HOST:PORT/DB (rediss://, unix://) URL")
@@ -148,7 +195,7 @@ def open_database(spec: str | None, *, write: bool = True, must_exist: bool = Fa
             reason = exc.strerror or str(exc)
             raise DatabaseError(f"can't write the example database directory {spec} ({reason}): pass "
                                 "--database with a writable directory, or a redis://HOST:PORT URL") from None
-    return Database(DirectoryBasedExampleDatabase(str(path)), spec, is_default)
+    return Database(BoundedDatabase(DirectoryBasedExampleDatabase(str(path))), spec, is_default)
 
 
 def redis_password(url: str, given: str | None = None) -> str | None:
@@ -214,8 +261,6 @@ def read_index(db: ExampleDatabase) -> dict[str, set[bytes]]:
     """{node id: every database key a campaign filed failures of it under}."""
     index: dict[str, set[bytes]] = {}
     for raw in db.fetch(INDEX_KEY):
-        if len(raw) > MAX_ENTRY_BYTES:  # not one fuzzdist wrote (its entries are a line of JSON)
-            continue
         try:
             entry = json.loads(raw)
             index.setdefault(entry["nodeid"], set()).add(bytes.fromhex(entry["key"]))

@@ -15,7 +15,7 @@ database is only read, never changed.  Each one is reported as
 - **PASSES**: no longer fails (the bug was fixed, or it was flaky);
 - **KNOWN**: fails only with known torch bugs (``fuzzdist.known_bugs``), listed;
 - **DOESN'T FIT**: the stored choices no longer fit the test's strategies;
-- **TOO LARGE**: stored entries larger than ``MAX_ENTRY_BYTES``, skipped unread
+- **TOO LARGE**: stored entries larger than ``database.MAX_ENTRY_BYTES``, skipped unread
   (no campaign writes one; decoding one costs many times its size);
 
 ``--export-script DIR`` also writes each failure that still fails as a standalone script
@@ -38,7 +38,7 @@ from typing import TextIO, cast
 import pytest
 
 from fuzzdist import known_bugs
-from fuzzdist.campaign.database import MAX_ENTRY_BYTES, Database, read_index, reproduce_command
+from fuzzdist.campaign.database import Database, read_index, reproduce_command, too_large_note
 from fuzzdist.campaign.export_script import ExportDir, Recording, failure_of, render, script_stem, wrap_pools
 from fuzzdist.campaign.plain_text import one_line, plain
 from fuzzdist.campaign.selection import SelectionPlugin, Targets
@@ -95,41 +95,31 @@ class ReplayPlugin(SelectionPlugin):
 
     def _lookup(self, item: pytest.Function, key: bytes):
         db = self.database.db
-        self._too_large[item.nodeid] = 0
-        current = self._bounded(item.nodeid, db.fetch(key))
+        current = _sorted_entries(db.fetch(key))
         # What plain pytest would adopt from the key the test's pool variants shared (variant_keys).
         shared = shared_key(item)
         self._shared.pop(item.nodeid, None)
         if not current and shared is not None:
-            current = self._bounded(item.nodeid, fallback(db, key, shared))
+            current = _sorted_entries(fallback(db, key, shared))
             if current:
                 self._shared[item.nodeid] = shared
         older = {}
         for old_key in sorted(self.index.get(item.nodeid, ())):
             if old_key != key and old_key != self._shared.get(item.nodeid):
-                entries = self._bounded(item.nodeid, db.fetch(old_key))
+                entries = _sorted_entries(db.fetch(old_key))
                 if entries:
                     older[old_key] = entries
+        # The entries the database left out for their size (MAX_ENTRY_BYTES), under every key read.
+        self._too_large[item.nodeid] = sum(self.database.too_large(k)
+                                           for k in {key, shared, *self.index.get(item.nodeid, ())} if k)
         return current, older
-
-    def _bounded(self, nodeid: str, entries) -> list[bytes]:
-        """``entries``, simplest first, without those larger than MAX_ENTRY_BYTES (counted for ``nodeid``)."""
-        kept = []
-        for entry in entries:
-            if len(entry) > MAX_ENTRY_BYTES:
-                self._too_large[nodeid] += 1
-            else:
-                kept.append(entry)
-        return _sorted_entries(kept)
 
     def _say_too_large(self, nodeid: str) -> None:
         """One line for the entries of ``nodeid`` skipped unread, if any."""
         n = self._too_large.get(nodeid, 0)
         if n:
             self.counts["too large"] += n
-            self._out(f"TOO LARGE       {nodeid}: {n} stored entr{'y' if n == 1 else 'ies'} larger than "
-                      f"{MAX_ENTRY_BYTES:,} bytes skipped unread (no campaign writes one: someone else wrote "
-                      "it to the database)")
+            self._out(f"TOO LARGE       {too_large_note(nodeid, n)}")
 
     # -- what has nothing to replay is skipped before its rank pool starts ---------------------
 

@@ -8,7 +8,6 @@ it can be given apart from the command line.  What ``fuzzdist replay`` reads fro
 from __future__ import annotations
 
 import json
-import os
 import sys
 
 import pytest
@@ -163,7 +162,7 @@ def test_replay_prints_a_hostile_node_id_as_plain_text_and_skips_an_oversized_en
     assert (f"TOO LARGE       test_h.py::test_p: 1 stored entry larger than {MAX_ENTRY_BYTES:,} bytes skipped "
             "unread") in out, out
     assert "1 too large to read (skipped)" in out, out
-    assert os.path.getsize(next((tmp_path / "db").rglob("*"), tmp_path)) >= 0  # the database is left as it was
+    assert list(db.fetch(b"k2")) == [b"x" * (MAX_ENTRY_BYTES + 1)]  # left in the database, as it was
 
 
 def test_the_campaign_summary_prints_drawn_text_as_plain_text():
@@ -216,3 +215,17 @@ def test_an_unreachable_redis_is_one_line_without_its_password(tmp_path, monkeyp
     assert main(["run", "test_one.py", "--database", f"redis://:{SECRET}@127.0.0.1:{port}/0"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"redis://:***@127.0.0.1:{port}/0" in err and SECRET not in err, err
+
+
+def test_a_campaign_leaves_an_oversized_entry_unread_and_says_so(tmp_path):
+    write(tmp_path, "test_h.py", PLAIN_PROPERTY)
+    args = ["run", "test_h.py", "--max-examples", "5", "--database", "db", "--report", "r.json", "--junit", "",
+            "--progress", "plain"]
+    first = run_cli(args, cwd=tmp_path)
+    assert first.returncode == 0, first.stdout + first.stderr
+    key = bytes.fromhex(read_report(tmp_path / "r.json")["properties"][0]["database_key"])
+    DirectoryBasedExampleDatabase(str(tmp_path / "db")).save(key, b"x" * (MAX_ENTRY_BYTES + 1))
+    result = run_cli(args, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (f"test_h.py::test_p: 1 stored entry larger than {MAX_ENTRY_BYTES:,} bytes skipped unread"
+            in result.stdout), result.stdout
