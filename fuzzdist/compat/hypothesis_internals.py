@@ -278,12 +278,14 @@ def _noting(draw: Callable[..., Any], drawn: list[tuple[Any, Any]]) -> Callable[
 def drawn_lines(kwargs: Mapping[str, Any]) -> list[str]:
     """The draws of the ``st.data()`` objects among ``kwargs``, as Hypothesis prints them
     ("Draw 1 (label): value"), each value cut to 4,000 characters."""
+    from hypothesis.strategies import DataObject
     from hypothesis.vendor.pretty import pretty
 
     lines = []
     # Several st.data() arguments of one example are one object: its draws are shown once.
-    for value in {id(v): v for v in kwargs.values()}.values():
-        for i, (label, result) in enumerate(getattr(value, "__dict__", {}).get(_DRAWN, ()), 1):
+    data_objects = {id(v): v for v in kwargs.values() if type(v) is DataObject}
+    for value in data_objects.values():
+        for i, (label, result) in enumerate(value.__dict__.get(_DRAWN, ()), 1):
             try:
                 shown = pretty(result)
             except Exception as exc:  # noqa: BLE001 - a broken __repr__ must not lose the failure
