@@ -229,3 +229,19 @@ def test_a_campaign_leaves_an_oversized_entry_unread_and_says_so(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     assert (f"test_h.py::test_p: 1 stored entry larger than {MAX_ENTRY_BYTES:,} bytes skipped unread"
             in result.stdout), result.stdout
+
+
+def test_a_database_path_with_a_non_utf8_byte_gets_its_page_written_and_read_back(tmp_path):
+    """Python reads the byte as a lone surrogate (db\\udcff): JSON keeps it, UTF-8 can't; shown escaped."""
+    import subprocess
+
+    write(tmp_path, "test_h.py", PLAIN_PROPERTY)
+    run = subprocess.run([sys.executable, "-m", "fuzzdist", "run", "test_h.py", "--max-examples", "5",
+                          "--database", b"db\xff", "--report", "r.json", "--html", "r.html", "--junit", ""],
+                         cwd=tmp_path, env=cli_env(), capture_output=True, timeout=CLI_TIMEOUT)
+    out = run.stdout.decode("utf-8", "replace")
+    assert run.returncode == 0 and "NOT WRITTEN" not in out, out + run.stderr.decode("utf-8", "replace")
+    assert "db\\udcff" in (tmp_path / "r.html").read_text(encoding="utf-8")
+    again = run_cli(["report", "r.json", "--html", "again.html"], cwd=tmp_path)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "db\\udcff" in (tmp_path / "again.html").read_text(encoding="utf-8")
