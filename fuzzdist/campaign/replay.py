@@ -314,8 +314,7 @@ class ReplayPlugin(SelectionPlugin):
 
     def print_summary(self) -> None:
         order = ["fails", "exported", "not exported", "known", "passes", "doesn't fit", "unreadable", "too large",
-                 "shared key",
-                 "older version", "orphaned", "not replayed", "nothing stored"]
+                 "shared key", "older version", "orphaned", "not replayed", "nothing stored"]
         words = {"fails": "still fail", "exported": "exported as scripts",
                  "not exported": "not exported (see each)", "known": "fail only with known torch bugs",
                  "passes": "no longer fail",
