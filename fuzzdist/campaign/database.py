@@ -19,13 +19,27 @@ instead of raising it inside Hypothesis's engine, and a campaign reads each
 failure back (:meth:`Database.not_kept`): what the database did not keep is
 said, and the report keeps its :func:`replay_command`, which needs no
 database.
+A Redis URL may carry a password (``redis://:PASSWORD@host/0``); nothing
+fuzzdist writes or prints holds it (:func:`redact` puts ``***`` in its place
+everywhere).  The password can also come from outside the command line: a
+file only its owner can read (``--database-password-file``) or the
+:data:`PASSWORD_ENV` variable; a URL whose password is ``***`` (a redacted
+command pasted back) takes it from there.
+
+What fuzzdist reads from a database is bounded: an entry larger than
+:data:`MAX_ENTRY_BYTES` is left out of what the database gives Hypothesis and
+fuzzdist (:class:`BoundedDatabase`), never decoded, and counted so that the
+campaign and replay can say so.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import shlex
+import stat
 import tempfile
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
@@ -41,6 +55,50 @@ REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 # Hypothesis's RedisExampleDatabase lets keys expire 8 days after their last use; a
 # fleet's findings should outlive a long weekend and a holiday, so keep them a year.
 REDIS_EXPIRE_AFTER = timedelta(days=365)
+PASSWORD_ENV = "FUZZDIST_REDIS_PASSWORD"
+REDACTED = "***"
+# Hypothesis's entries are choice sequences of a few kilobytes; one past this was not written by a
+# campaign, and decoding and replaying it costs about a hundred times its size in memory.
+MAX_ENTRY_BYTES = 1 << 20
+
+# The password of a Redis URL: after "user:" in its authority (up to the last "@" before the path),
+# or in a "password=" query parameter.
+_URL_PASSWORD = re.compile(r"(?P<head>\b(?:rediss?|unix)://[^:@/\s]*:)(?P<password>[^\s/?#]*)(?=@)")
+_QUERY_PASSWORD = re.compile(r"(?P<head>\b(?:rediss?|unix)://\S*?[?&]password=)(?P<password>[^&#\s]*)")
+
+
+class BoundedDatabase(ExampleDatabase):
+    """``db`` whose ``fetch`` leaves out the entries larger than :data:`MAX_ENTRY_BYTES`: Hypothesis
+    would decode and replay them, at about a hundred times their size in memory.  Each one left out is
+    counted under its key (:meth:`too_large`); saving, deleting and moving go straight to ``db``."""
+
+    def __init__(self, db: ExampleDatabase) -> None:
+        super().__init__()
+        self.db = db
+        self._too_large: dict[bytes, set[bytes]] = {}  # key -> digests of the entries left out
+
+    def __repr__(self) -> str:
+        return repr(self.db)
+
+    def fetch(self, key: bytes) -> Iterable[bytes]:
+        for value in self.db.fetch(key):
+            if len(value) > MAX_ENTRY_BYTES:
+                self._too_large.setdefault(key, set()).add(hashlib.sha256(value).digest())
+            else:
+                yield value
+
+    def save(self, key: bytes, value: bytes) -> None:
+        self.db.save(key, value)
+
+    def delete(self, key: bytes, value: bytes) -> None:
+        self.db.delete(key, value)
+
+    def move(self, src: bytes, dest: bytes, value: bytes) -> None:
+        self.db.move(src, dest, value)
+
+    def too_large(self, key: bytes) -> int:
+        """Entries of ``key`` left out so far because of their size."""
+        return len(self._too_large.get(key, ()))
 
 
 class CheckedSaves(ExampleDatabase):
@@ -80,7 +138,7 @@ class Database:
     """An opened example database and how to name it to a user."""
 
     db: ExampleDatabase
-    spec: str  # what the user passed (or the default), as it can be passed again
+    spec: str  # what the user passed (or the default), as it can be passed again (its password hidden)
     is_default: bool  # the directory plain `pytest` uses when no database is configured
 
     def describe(self) -> str:
@@ -97,7 +155,7 @@ class Database:
                     return None
         except Exception as exc:
             return f"it can't be read back: {_one_line(exc)}"
-        db = self.db
+        db = self.db.db if isinstance(self.db, BoundedDatabase) else self.db
         error = db.last_error if isinstance(db, CheckedSaves) else None
         inner = db.inner if isinstance(db, CheckedSaves) else db
         if error is None and isinstance(inner, DirectoryBasedExampleDatabase):
@@ -107,6 +165,44 @@ class Database:
                 problem = _write_problem(Path(tmp))
                 error = f"the temporary folder {tmp}: {problem}" if problem else None
         return error or "what was read back is not what was saved"
+    def too_large(self, key: bytes) -> int:
+        """Entries of ``key`` left out because of their size (:class:`BoundedDatabase`)."""
+        return self.db.too_large(key) if isinstance(self.db, BoundedDatabase) else 0
+
+
+def too_large_note(what: str, n: int) -> str:
+    """What a user is told of ``n`` entries of ``what`` left out because of their size."""
+    return (f"{what}: {n} stored entr{'y' if n == 1 else 'ies'} larger than {MAX_ENTRY_BYTES:,} bytes skipped "
+            "unread (no campaign writes one: someone else wrote it to the database)")
+
+
+def redact(text: str) -> str:
+    """``text`` with the password of every Redis URL in it replaced by ``***``: what every output and
+    message shows of a ``--database`` (``redis://:***@host/0``)."""
+    for pattern in (_URL_PASSWORD, _QUERY_PASSWORD):
+        text = pattern.sub(lambda m: m.group("head") + (REDACTED if m.group("password") else ""), text)
+    return text
+
+
+def read_password_file(path: str) -> str:
+    """The Redis password in ``path`` (its first line); DatabaseError if the file can't be read or others
+    can read it (a password file must be private: ``chmod 600``)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as exc:
+        raise DatabaseError(f"can't read the database password file {path} ({exc.strerror or exc}): pass "
+                            "--database-password-file with a regular file (not a link) only you can read") from None
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+            raise DatabaseError(f"the database password file {path} must be a regular file you own that nobody "
+                                f"else can read or write (chmod 600 {path})")
+        data = f.read(4096)
+    lines = data.decode("utf-8", "surrogateescape").splitlines()
+    if not lines or not lines[0].strip():
+        raise DatabaseError(f"the database password file {path} is empty: put the Redis password on its "
+                            "first line")
+    return lines[0].strip()
 
 
 def default_spec() -> str:
@@ -125,11 +221,14 @@ def is_redis(spec: str) -> bool:
     return spec.startswith(REDIS_SCHEMES)
 
 
-def open_database(spec: str | None, *, write: bool = True, must_exist: bool = False) -> Database:
+def open_database(spec: str | None, *, write: bool = True, must_exist: bool = False,
+                  password: str | None = None) -> Database:
     """Open ``spec`` (a directory, or a ``redis://`` URL); raise DatabaseError if it can't be used.
 
     ``write``: check that a directory can be created and written.  ``must_exist``: a
     directory that does not exist is an error (replay: there is nothing to read).
+    ``password``: a Redis URL's password given apart from it (``--database-password-file``).
+    The Database's ``spec`` is the redacted one.
     """
     is_default = spec is None
     if spec is None:
@@ -137,9 +236,9 @@ def open_database(spec: str | None, *, write: bool = True, must_exist: bool = Fa
     if not spec.strip():
         raise DatabaseError("--database is empty: pass a directory or a redis://HOST:PORT/DB URL")
     if is_redis(spec):
-        return Database(_open_redis(spec), spec, False)
+        return Database(BoundedDatabase(_open_redis(spec, password)), redact(spec), False)
     if "://" in spec:
-        raise DatabaseError(f"--database {spec}: unknown URL scheme; pass a directory, "
+        raise DatabaseError(f"--database {redact(spec)}: unknown URL scheme; pass a directory, "
                             "or a redis://HOST:PORT/DB (rediss://, unix://) URL")
     path = Path(spec).expanduser()
     is_default = is_default or path.resolve() == Path(default_spec()).resolve()
@@ -151,7 +250,7 @@ def open_database(spec: str | None, *, write: bool = True, must_exist: bool = Fa
         if reason is not None:
             raise DatabaseError(f"can't write the example database directory {spec} ({reason}): pass "
                                 "--database with a writable directory, or a redis://HOST:PORT URL")
-    return Database(CheckedSaves(DirectoryBasedExampleDatabase(str(path))), spec, is_default)
+    return Database(BoundedDatabase(CheckedSaves(DirectoryBasedExampleDatabase(str(path)))), spec, is_default)
 
 
 def _write_problem(path: Path, *, create: bool = False) -> str | None:
@@ -175,20 +274,52 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
 
 
-def _open_redis(url: str) -> ExampleDatabase:
+def redis_password(url: str, given: str | None = None) -> str | None:
+    """The password to connect to ``url`` with: ``given`` (a password file), else the URL's own, else
+    :data:`PASSWORD_ENV`; a URL whose password is ``***`` has none of its own."""
+    if given:
+        return given
+    match = _URL_PASSWORD.search(url) or _QUERY_PASSWORD.search(url)
+    own = match.group("password") if match else ""
+    if own and own != REDACTED:
+        from urllib.parse import unquote
+
+        return unquote(own)
+    env = os.environ.get(PASSWORD_ENV)
+    if env:
+        return env
+    if own == REDACTED:
+        raise DatabaseError(f"--database {redact(url)}: its password is hidden (***): set {PASSWORD_ENV} or pass "
+                            "--database-password-file with a file that holds it")
+    return None
+
+
+def _without_password(url: str) -> str:
+    """``url`` with its password left empty (the client is given it apart)."""
+    for pattern in (_URL_PASSWORD, _QUERY_PASSWORD):
+        url = pattern.sub(lambda m: m.group("head"), url)
+    return url
+
+
+def _open_redis(url: str, password: str | None = None) -> ExampleDatabase:
+    shown = redact(url)
     try:
         import redis
     except ImportError:
-        raise DatabaseError(f"--database {url} needs the redis Python package: "
+        raise DatabaseError(f"--database {shown} needs the redis Python package: "
                             "pip install redis (or pip install 'fuzzdist[campaign]')") from None
     from hypothesis.extra.redis import RedisExampleDatabase
 
+    password = redis_password(url, password)
     try:
-        client = redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=30)
+        options = {"password": password} if password else {}
+        client = redis.Redis.from_url(_without_password(url), socket_connect_timeout=5, socket_timeout=30, **options)
         client.ping()
     except (redis.exceptions.RedisError, ValueError, OSError) as exc:
-        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise DatabaseError(f"can't reach the Redis example database at {url} ({detail}): start "
+        detail = redact(str(exc).strip().splitlines()[0]) if str(exc).strip() else type(exc).__name__
+        if password:
+            detail = detail.replace(password, REDACTED)
+        raise DatabaseError(f"can't reach the Redis example database at {shown} ({detail}): start "
                             "redis-server there, or pass another --database (a directory or redis:// URL)") from None
     return CheckedSaves(RedisExampleDatabase(client, expire_after=REDIS_EXPIRE_AFTER))
 

@@ -175,9 +175,11 @@ def leaves(exc: BaseException) -> Iterator[BaseException]:
 
 
 def example_text(item: Any, kwargs: dict[str, Any], given: Collection[str]) -> str:
-    """The drawn arguments of an example as a call (until Hypothesis prints the shrunk one)."""
+    """The drawn arguments of an example as a call, then what its ``st.data()`` arguments drew, as
+    Hypothesis prints them (until Hypothesis prints the shrunk one)."""
     shown = ", ".join(f"{name}={value!r}" for name, value in kwargs.items() if name in given)
-    return f"{getattr(item, 'originalname', item.name)}({shown[:4000]})"
+    draws = hc.drawn_lines({name: value for name, value in kwargs.items() if name in given})
+    return "\n".join([f"{getattr(item, 'originalname', item.name)}({shown[:4000]})", *draws])
 
 
 def hang(exc: BaseException) -> dict | None:

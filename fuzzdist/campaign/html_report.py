@@ -9,10 +9,15 @@ pair of event keys (dtype x layout, ...), a grid whose empty cells are the
 pairs no example reached.  Sightings of known torch bugs (``fuzzdist.known_bugs``:
 counted, not failures) are shown apart from the failures: in the headline, per
 property, and in a section listing each bug.  Every user-derived string is escaped.
+
+What is drawn is bounded, whatever the report holds: at most :data:`MAX_GRID_CELLS` cells of
+pair grids per property and :data:`MAX_PAGE_GRID_CELLS` on the page (the pairs past them are
+named, not drawn), and an axis value is shown in at most :data:`MAX_VALUE_CHARS` characters.
 """
 
 from __future__ import annotations
 
+import functools
 import html
 import math
 import re
@@ -21,6 +26,7 @@ from collections.abc import Iterable, Sequence
 
 from fuzzdist.campaign import coverage_report
 from fuzzdist.campaign.charts import xy_chart
+from fuzzdist.campaign.plain_text import encodable
 from fuzzdist.campaign.report import HTML_COST_SHARE, REPORT_FORMAT, REPORT_INTERVAL_S, fmt_seconds, write_text_atomic
 from fuzzdist.campaign.series import split_event
 from fuzzdist.errors import BadReport
@@ -28,6 +34,11 @@ from fuzzdist.errors import BadReport
 REFRESH_S = 30  # a running campaign's page reloads itself this often (fuzzdist run rewrites it)
 OPEN_GRIDS = 4  # pair grids shown open per property; the others are folded
 MAX_AXIS_VALUES = 40  # rows or columns of one grid; past it the least reached values are left out
+# A grid's cells cost the page about 200 bytes each, and a few bytes of event_pairs can ask for
+# thousands: past these, grids are named and not drawn (a campaign's own grids need far fewer).
+MAX_GRID_CELLS = 10_000  # per property
+MAX_PAGE_GRID_CELLS = 50_000  # on the whole page
+MAX_VALUE_CHARS = 80  # an event value longer than this is cut in a grid's headers
 # Pairs a reader looks for first, when the property reached them (the others follow, folded).
 PAIR_ORDER = (("dtype", "layout"), ("dtype", "pattern"), ("layout", "ndim"), ("sharing", "dtype"),
               ("sharing", "layout"), ("allocator", "dtype"), ("completion", "completion-has"),
@@ -77,7 +88,22 @@ def check_report(report: object) -> dict:
             for column, values in series.items():
                 if isinstance(values, list) and not all(_is_number(v) for v in values):
                     raise _bad(f"{where}series.{column}", "a list of numbers", values)
+    _all_finite(report)
     return report
+
+
+def _all_finite(report: dict) -> None:
+    """BadReport naming the first field that holds Infinity or NaN, anywhere in the report: Python's
+    json reads them, but no number fuzzdist writes is one, and nothing can draw or sum them."""
+    stack: list[tuple[object, str]] = [(report, "")]
+    while stack:
+        node, where = stack.pop()
+        if isinstance(node, float) and not math.isfinite(node):
+            raise _bad(where, "a finite number", node)
+        if isinstance(node, dict):
+            stack.extend((value, f"{where}.{key}" if where else str(key)) for key, value in node.items())
+        elif isinstance(node, list):
+            stack.extend((value, f"{where}[{i}]") for i, value in enumerate(node))
 
 
 _NUMBER = "number"  # an int or a float, not a bool
@@ -136,13 +162,16 @@ def render_page(report: dict) -> str:
     refresh = f'<meta http-equiv="refresh" content="{REFRESH_S}">' if status in ("running", "starting") else ""
     body = [_header(report, props), _known_section(props), _timeline(report, props)]
     body.append(coverage_report.html_section(report.get("coverage")))  # --cover: code reached on the ranks
-    body += [_property(i, prop) for i, prop in enumerate(props)]
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">{refresh}'
+    budget = [MAX_PAGE_GRID_CELLS]  # grid cells the page may still draw
+    body += [_property(i, prop, budget) for i, prop in enumerate(props)]
+    # A lone surrogate (a non-UTF-8 byte in a path or an argument) can't be written as UTF-8: shown escaped.
+    return encodable(f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">{refresh}'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
             f"<title>{_e(title)}</title><style>{CSS}</style></head>\n<body>\n" + "\n".join(body)
             + '\n<footer>Written by fuzzdist from the campaign\'s JSON report: '
             + _e(f"fuzzdist {report.get('fuzzdist_version', '?')}, hypothesis {report.get('hypothesis_version', '?')}"
                  f", torch {report.get('torch_version', '?')}") + "</footer>\n</body></html>\n")
+
 
 
 # -- the campaign as a whole ------------------------------------------------------------------
@@ -253,7 +282,7 @@ def _timeline(report: dict, props: list[dict]) -> str:
 
 # -- one property -----------------------------------------------------------------------------
 
-def _property(index: int, prop: dict) -> str:
+def _property(index: int, prop: dict, budget: list[int]) -> str:
     failures = prop.get("failures") or []
     head = (f'<h2>{_e(prop.get("nodeid"))} <span class="status status-{_e(prop.get("status"))}">'
             f'{_e(prop.get("status"))}</span></h2>')
@@ -265,7 +294,7 @@ def _property(index: int, prop: dict) -> str:
                + (f", {known:,} sighting(s) of known torch bugs" if known else "")
                + f'; stopped because: {_e(prop.get("stop_reason") or prop.get("reason") or "-")}</p>')
     return (f'<section class="property" id="prop-{index}">{head}{numbers}{_throughput(prop)}'
-            f'{_failures(failures, known)}{_known_in(prop)}{_coverage(prop)}</section>')
+            f'{_failures(failures, known)}{_known_in(prop)}{_coverage(prop, budget)}</section>')
 
 
 def _known_in(prop: dict) -> str:
@@ -332,7 +361,7 @@ def _failures(failures: list[dict], known: int = 0) -> str:
     return "".join(parts)
 
 
-def _coverage(prop: dict) -> str:
+def _coverage(prop: dict, budget: list[int]) -> str:
     events = prop.get("events") or {}
     if not events:
         return ('<div class="coverage"><h3>Coverage</h3><p class="note">No <code>event()</code> was recorded: '
@@ -354,17 +383,44 @@ def _coverage(prop: dict) -> str:
                      "<span class=\"never legend\">never</span> marks a pair of values, each reached by "
                      "some example, that no example reached together (some pairs can't occur by "
                      "construction).</p>")
-        for i, grid in enumerate(grids):
+        drawn, left_out = _within(grids, budget)
+        for i, grid in enumerate(drawn):
             if i == OPEN_GRIDS:
-                parts.append(f"<details><summary>{len(grids) - OPEN_GRIDS} more pair(s) of events</summary>")
+                parts.append(f"<details><summary>{len(drawn) - OPEN_GRIDS} more pair(s) of events</summary>")
             parts.append(grid.html())
-        if len(grids) > OPEN_GRIDS:
+        if len(drawn) > OPEN_GRIDS:
             parts.append("</details>")
+        if left_out:
+            names = ", ".join(f"{_short(g.x)} &times; {_short(g.y)}" for g in left_out[:20])
+            parts.append(f'<p class="note">{len(left_out):,} more pair(s) of events not drawn (a page draws at most '
+                         f"{MAX_GRID_CELLS:,} grid cells per property and {MAX_PAGE_GRID_CELLS:,} in all): {names}"
+                         f"{', ...' if len(left_out) > 20 else ''}.</p>")
     if prop.get("event_pairs_dropped"):
         parts.append(f'<p class="note">{prop["event_pairs_dropped"]:,} pair counts were not kept: the report '
                      "keeps a bounded number of pairs per property.</p>")
     parts.append("</div>")
     return "".join(parts)
+
+
+def _within(grids: list[_Grid], budget: list[int]) -> tuple[list[_Grid], list[_Grid]]:
+    """The grids to draw, in order, while their cells fit this property's share and the page's ``budget``
+    (taken from it); and those left out."""
+    allowed = min(MAX_GRID_CELLS, budget[0])
+    drawn, left_out = [], []
+    for grid in grids:
+        if grid.cells <= allowed:
+            drawn.append(grid)
+            allowed -= grid.cells
+            budget[0] -= grid.cells
+        else:
+            left_out.append(grid)
+    return drawn, left_out
+
+
+def _short(value: object) -> str:
+    """An event key or value for a grid, escaped, cut to MAX_VALUE_CHARS characters."""
+    text = "" if value is None else str(value)
+    return _e(text if len(text) <= MAX_VALUE_CHARS else text[:MAX_VALUE_CHARS - 3] + "...")
 
 
 class _Grid:
@@ -373,11 +429,15 @@ class _Grid:
     def __init__(self, x: str, y: str, rows: list[str], columns: list[str], counts: dict, hidden: int) -> None:
         self.x, self.y, self.rows, self.columns, self.counts, self.hidden = x, y, rows, columns, counts, hidden
         self.cells = len(rows) * len(columns)
-        self.never = sum(1 for r in rows for c in columns if not counts.get((r, c)))
+
+    @functools.cached_property
+    def never(self) -> int:
+        """The pairs of values no example reached together."""
+        return sum(1 for r in self.rows for c in self.columns if not self.counts.get((r, c)))
 
     def html(self) -> str:
         top = max(self.counts.values(), default=1)
-        head = "".join(f"<th>{_e(c)}</th>" for c in self.columns)
+        head = "".join(f"<th>{_short(c)}</th>" for c in self.columns)
         rows = []
         for r in self.rows:
             cells = []
@@ -389,14 +449,14 @@ class _Grid:
                     cells.append(f'<td class="n" style="background:rgba(31,119,180,{0.1 + 0.8 * level:.2f});'
                                  f'color:{ink}">{n:,}</td>')
                 else:
-                    cells.append(f'<td class="never" title="{_e(self.x)}={_e(r)} with {_e(self.y)}={_e(c)}: '
-                                 'never reached">never</td>')
-            rows.append(f"<tr><th>{_e(r)}</th>{''.join(cells)}</tr>")
+                    cells.append(f'<td class="never" title="{_short(self.x)}={_short(r)} with '
+                                 f'{_short(self.y)}={_short(c)}: never reached">never</td>')
+            rows.append(f"<tr><th>{_short(r)}</th>{''.join(cells)}</tr>")
         hidden = (f'<p class="note">{self.hidden} less reached value(s) left out of this grid.</p>'
                   if self.hidden else "")
-        return (f'<div class="pair-grid"><h4>{_e(self.x)} &times; {_e(self.y)} '
+        return (f'<div class="pair-grid"><h4>{_short(self.x)} &times; {_short(self.y)} '
                 f'<small>({self.never} of {self.cells} pairs never reached)</small></h4>'
-                f'<table class="grid"><thead><tr><th class="corner">{_e(self.x)} \\ {_e(self.y)}</th>{head}'
+                f'<table class="grid"><thead><tr><th class="corner">{_short(self.x)} \\ {_short(self.y)}</th>{head}'
                 f'</tr></thead><tbody>{"".join(rows)}</tbody></table>{hidden}</div>')
 
 

@@ -106,6 +106,7 @@ def worker_argv(args: argparse.Namespace, index: int, jobs: int, report: str, ju
             "--html", "", "--progress", "none", "--schedule", args.schedule]
     for flag, value in (("--duration", args.duration), ("--max-examples", args.max_examples),
                         ("--seed", args.seed), ("--device", args.device), ("--database", args.database),
+                        ("--database-password-file", getattr(args, "database_password_file", None)),
                         ("--world-size", args.world_size), ("--timeout", args.timeout)):
         if value is not None:
             argv += [flag, repr(value) if isinstance(value, float) else str(value)]

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, TextIO
 if TYPE_CHECKING:
     from rich.live import Live
 
+from fuzzdist.campaign.plain_text import one_line
 from fuzzdist.campaign.report import CampaignState, PropertyState, fmt_events, fmt_left, fmt_seconds
 
 
@@ -64,7 +65,8 @@ class PlainProgress(Progress):
         self._next = time.monotonic() + interval
 
     def _line(self, state: CampaignState, text: str) -> None:
-        self.stream.write(f"[{fmt_seconds(state.elapsed()):>6}] {text}\n")
+        # A failure's message may hold drawn values (replayed from a shared database, too): plain text.
+        self.stream.write(f"[{fmt_seconds(state.elapsed()):>6}] {one_line(text)}\n")
         self.stream.flush()
 
     def start(self, state: CampaignState) -> None:

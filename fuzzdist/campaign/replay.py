@@ -15,6 +15,8 @@ database is only read, never changed.  Each one is reported as
 - **PASSES**: no longer fails (the bug was fixed, or it was flaky);
 - **KNOWN**: fails only with known torch bugs (``fuzzdist.known_bugs``), listed;
 - **DOESN'T FIT**: the stored choices no longer fit the test's strategies;
+- **TOO LARGE**: stored entries larger than ``database.MAX_ENTRY_BYTES``, skipped unread
+  (no campaign writes one; decoding one costs many times its size);
 
 ``--export-script DIR`` also writes each failure that still fails as a standalone script
 (:mod:`fuzzdist.campaign.export_script`);
@@ -36,8 +38,9 @@ from typing import TextIO, cast
 import pytest
 
 from fuzzdist import known_bugs
-from fuzzdist.campaign.database import Database, read_index, replay_command, reproduce_command
+from fuzzdist.campaign.database import Database, read_index, replay_command, reproduce_command, too_large_note
 from fuzzdist.campaign.export_script import ExportDir, Recording, failure_of, render, script_stem, wrap_pools
+from fuzzdist.campaign.plain_text import one_line, plain
 from fuzzdist.campaign.selection import SelectionPlugin, Targets
 from fuzzdist.compat import hypothesis_internals as hc
 from fuzzdist.compat.pytest_internals import Failed, OutcomeException, call_arguments
@@ -78,6 +81,7 @@ class ReplayPlugin(SelectionPlugin):
         self._stored: dict[str, tuple[bytes, list[bytes], dict[bytes, list[bytes]]]] = {}
         self._reported: set[str] = set()
         self._shared: dict[str, bytes] = {}  # node id -> the shared key its stored failures are read from
+        self._too_large: dict[str, int] = {}  # node id -> entries skipped unread at its latest look-up
 
     @property
     def index(self) -> dict[str, set[bytes]]:
@@ -86,7 +90,8 @@ class ReplayPlugin(SelectionPlugin):
         return self._index
 
     def _out(self, text: str = "") -> None:
-        self.stream.write(text + "\n")
+        # Node ids, examples and errors come from the database (anyone who can write to it): plain text only.
+        self.stream.write(plain(text) + "\n")
         self.stream.flush()
 
     def _lookup(self, item: pytest.Function, key: bytes):
@@ -108,6 +113,9 @@ class ReplayPlugin(SelectionPlugin):
                 entries = _sorted_entries(db.fetch(old_key))
                 if entries:
                     older[old_key] = entries
+        # The entries the database left out for their size (MAX_ENTRY_BYTES), under every key read.
+        self._too_large[item.nodeid] = sum(self.database.too_large(k)
+                                           for k in {key, shared, *self.index.get(item.nodeid, ())} if k)
         return current, older
 
     @pytest.hookimpl(trylast=True)
@@ -121,6 +129,13 @@ class ReplayPlugin(SelectionPlugin):
             items[:] = []
             self.selected = []
 
+    def _say_too_large(self, nodeid: str) -> None:
+        """One line for the entries of ``nodeid`` skipped unread, if any."""
+        n = self._too_large.get(nodeid, 0)
+        if n:
+            self.counts["too large"] += n
+            self._out(f"TOO LARGE       {too_large_note(nodeid, n)}")
+
     # -- what has nothing to replay is skipped before its rank pool starts ---------------------
 
     @pytest.hookimpl(tryfirst=True)
@@ -131,6 +146,7 @@ class ReplayPlugin(SelectionPlugin):
         key = database_key(item)
         current, older = self._lookup(item, key)
         self._stored[item.nodeid] = (key, current, older)
+        self._say_too_large(item.nodeid)
         if not current and not older:
             self.counts["nothing stored"] += 1
             self._reported.add(item.nodeid)
@@ -176,7 +192,7 @@ class ReplayPlugin(SelectionPlugin):
             n = sum(len(list(self.database.db.fetch(k))) for k in keys)
             if n:
                 self.counts["orphaned"] += 1
-                self._out(f"GONE            {nodeid}: {n} stored failure(s) of a test that no longer exists "
+                self._out(f"GONE            {one_line(nodeid)}: {n} stored failure(s) of a test that no longer exists "
                           "(renamed or removed); nothing to replay them against")
 
     # -- the replay of one property -------------------------------------------------------------
@@ -191,6 +207,7 @@ class ReplayPlugin(SelectionPlugin):
         guessed, current, older = self._stored[item.nodeid]
         if key != guessed:
             current, older = self._lookup(item, key)
+            self._say_too_large(item.nodeid)
         testargs = call_arguments(item)
         failing = []
         if item.nodeid in self._shared:
@@ -314,13 +331,14 @@ class ReplayPlugin(SelectionPlugin):
         return f"{path} (exits 1 while it fails, 0 once fixed)"
 
     def print_summary(self) -> None:
-        order = ["fails", "exported", "not exported", "known", "passes", "doesn't fit", "unreadable", "shared key",
-                 "older version", "orphaned", "not replayed", "nothing stored"]
+        order = ["fails", "exported", "not exported", "known", "passes", "doesn't fit", "unreadable", "too large",
+                 "shared key", "older version", "orphaned", "not replayed", "nothing stored"]
         words = {"fails": "still fail", "exported": "exported as scripts",
                  "not exported": "not exported (see each)", "known": "fail only with known torch bugs",
                  "passes": "no longer fail",
                  "doesn't fit": "no longer fit the test",
-                 "unreadable": "unreadable", "shared key": "properties replayed from the key their pool "
+                 "unreadable": "unreadable", "too large": "too large to read (skipped)",
+                 "shared key": "properties replayed from the key their pool "
                  "variants shared", "older version": "properties with failures stored under an "
                  "older version of the test", "orphaned": "stored for tests that no longer exist",
                  "not replayed": "properties not replayed (skipped)", "nothing stored": "properties with "
@@ -339,6 +357,10 @@ class _Outcome:
         """The example as Hypothesis reported it while replaying it ("" if it printed none)."""
         return hc.printed_example(self.lines, attempts=True)
 
+    def call(self) -> str:
+        """The example's call alone, without its draws and notes."""
+        return hc.printed_call(self.lines, attempts=True)
+
 
 def _describe_error(exc: BaseException) -> str:
     """A RankError's message holds every failing rank's traceback; otherwise the driver's traceback."""
@@ -355,7 +377,7 @@ def _describe_error(exc: BaseException) -> str:
 def export_lines(item: pytest.Function, outcome: _Outcome) -> str:
     """``@example(...)`` for the failing example, or why it can't be pinned that way."""
     given = hc.given_argument_names(item.obj)
-    call_text = outcome.example().split("\nDraw ", 1)[0]
+    call_text = outcome.call()
     values = split_call(call_text) or {}
     data_args = [name for name in given if values.get(name) == "data(...)"]
     missing = [name for name in given if name not in values]

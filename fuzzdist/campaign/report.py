@@ -12,6 +12,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from fuzzdist.campaign.output import write_output
+from fuzzdist.campaign.plain_text import plain
 from fuzzdist.campaign.series import EventPairs, TimeSeries
 
 REPORT_FORMAT = 1
@@ -331,4 +332,5 @@ def summary_text(state: CampaignState, report_path: str | None, junit_path: str 
             lines.append(f"JUnit XML:   {junit_path} NOT WRITTEN ({failed['junit']})")
         elif junit_path:
             lines.append(f"JUnit XML:   {junit_path}")
-    return "\n".join(lines)
+    # Examples and messages hold drawn values (from a shared database, too): plain text on a terminal.
+    return plain("\n".join(lines))

@@ -39,7 +39,7 @@ from hypothesis import settings as Settings
 from hypothesis.errors import UnsatisfiedAssumption
 
 from fuzzdist import known_bugs
-from fuzzdist.campaign.database import Database
+from fuzzdist.campaign.database import Database, too_large_note
 from fuzzdist.campaign.failures import FailureLog, failures_text, first_line
 from fuzzdist.campaign.progress import Progress
 from fuzzdist.campaign.report import CampaignState, PropertyState
@@ -128,6 +128,8 @@ class PropertyRun:
             campaign.progress.note(state, adopted)
         known = frozenset(db.fetch(key))
         prop.stored_before = len(known)
+        if campaign.database.too_large(key) and not prop.rounds:  # said at its first visit (BoundedDatabase)
+            campaign.progress.note(state, too_large_note(item.nodeid, campaign.database.too_large(key)))
         self.given = set(hc.given_argument_names(fn))
         earlier, prop.known = prop.known, known_bugs.current_tally()  # the fuzzdist plugin's, around this call
         if earlier and prop.known is not None and prop.known is not earlier:  # an earlier visit's sightings
@@ -299,6 +301,7 @@ class PropertyRun:
                     raise BudgetSpent()
             warming_up = prop.warmup_s is None  # its first example: the ranks' lazy imports and set-up
             started = time.monotonic()
+            hc.record_draws(kwargs)  # what st.data() draws, shown if the example fails and isn't shrunk
             try:
                 result = inner(*args, **kwargs)
             except UnsatisfiedAssumption:

@@ -60,5 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except UsageError as exc:
-        print(f"fuzzdist {args.command}: error: {exc}", file=sys.stderr)
+        from fuzzdist.campaign.database import redact
+        from fuzzdist.campaign.plain_text import plain
+
+        print(f"fuzzdist {args.command}: error: {plain(redact(str(exc)))}", file=sys.stderr)
         return EXIT_USAGE

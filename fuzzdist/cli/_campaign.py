@@ -25,6 +25,9 @@ def add_pool_arguments(parser: argparse.ArgumentParser, device_default: str | No
     parser.add_argument("--database", metavar="DIR_OR_URL", default=None,
                         help="example database: a directory or a redis://HOST:PORT/DB URL "
                              "(default: Hypothesis's .hypothesis/examples, which plain pytest uses)")
+    parser.add_argument("--database-password-file", metavar="FILE", default=None,
+                        help="the Redis database's password, on the first line of a file only you can read "
+                             "(chmod 600), so that it is not on the command line (or set FUZZDIST_REDIS_PASSWORD)")
     parser.add_argument("--world-size", type=world_size, metavar="N",
                         help="ranks for every property, in place of the world sizes its marker pins "
                              "(default: the marker's, else 2)")
@@ -53,7 +56,7 @@ def check_device(device: str | None) -> None:
 
 def open_targets(args: argparse.Namespace, *, write: bool) -> tuple[Any, Any]:
     """The selected targets and the example database, or a UsageError saying what is wrong."""
-    from fuzzdist.campaign.database import open_database
+    from fuzzdist.campaign.database import open_database, read_password_file
     from fuzzdist.campaign.selection import resolve_targets
     from fuzzdist.errors import DatabaseError, TargetError
 
@@ -62,7 +65,8 @@ def open_targets(args: argparse.Namespace, *, write: bool) -> tuple[Any, Any]:
     except TargetError as exc:
         raise UsageError(str(exc)) from None
     try:
-        database = open_database(args.database, write=write, must_exist=not write)
+        password = read_password_file(args.database_password_file) if args.database_password_file else None
+        database = open_database(args.database, write=write, must_exist=not write, password=password)
     except DatabaseError as exc:
         raise UsageError(str(exc)) from None
     return targets, database

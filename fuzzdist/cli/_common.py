@@ -34,7 +34,11 @@ class Parser(argparse.ArgumentParser):
         self._negative_number_matcher = re.compile(r"^-\d+(\.\d+)?[smhd]?([\d.]+[smhd])*$|^-\.\d+$")
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        from fuzzdist.campaign.database import redact
+        from fuzzdist.campaign.plain_text import plain
+
+        # The message may quote an argument: a Redis URL's password is not repeated, nor a control character.
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {plain(redact(message))} (see {self.prog} --help)\n")
 
 
 def parse_duration(text: str) -> float:

@@ -7,6 +7,7 @@ import json
 import os
 from typing import Any
 
+from fuzzdist.campaign.plain_text import plain
 from fuzzdist.cli._common import EXIT_OK
 from fuzzdist.errors import UsageError
 
@@ -55,7 +56,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise UsageError(f"can't write {args.json} ({exc.strerror or exc}): pass --json with a path in a "
                              "writable directory") from None
-        print(f"JSON report: {os.path.abspath(args.json)}")
+        print(f"JSON report: {plain(os.path.abspath(args.json))}")
     if not args.html:
         return EXIT_OK
     try:
@@ -68,7 +69,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise UsageError(f"can't write {args.html} ({exc.strerror or exc}): pass --html with a path in a "
                          "writable directory") from None
-    print(f"HTML report: {os.path.abspath(args.html)}")
+    print(f"HTML report: {plain(os.path.abspath(args.html))}")
     return EXIT_OK
 
 

@@ -225,7 +225,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     targets, database = open_targets(args, write=True)
     report_path = args.report or None
     junit_path = args.junit or None
-    state = CampaignState(command=["fuzzdist", *args.argv],
+    from fuzzdist.campaign.database import redact
+
+    state = CampaignState(command=["fuzzdist", *(redact(word) for word in args.argv)],
                           device=args.device, database=database.describe(), duration_s=args.duration,
                           max_examples=args.max_examples, world_size=args.world_size)
     if state.duration_s is None and state.max_examples is None:

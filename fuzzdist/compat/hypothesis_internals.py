@@ -230,28 +230,93 @@ def example_context(test: Callable[..., Any], events: dict[str, str]) -> Iterato
 # -- what Hypothesis prints ------------------------------------------------------------------
 #
 # The failing example's notes (``exc.__notes__``), or the lines Hypothesis reports: its layout is not
-# an API.  "Falsifying example: f(...)" until 6.x, "Failing test case: ..." in newer releases;
-# st.data()'s draws follow as "Draw 1: ..." lines.
+# an API.  "Falsifying example: f(...)" until 6.x, "Failing test case: ..." in newer releases; what
+# the example reported as it ran follows (st.data()'s draws as "Draw 1: ...", the test's note()s), then
+# what Hypothesis adds about the search (the explain phase, target scores, the @reproduce_failure blob).
 
 _EXAMPLE_PREFIXES = ("Failing test case: ", "Falsifying example: ", "Falsifying explicit example: ")
 _ATTEMPT_PREFIX = "Trying example: "  # an example reported as it runs (verbose, or a replayed one)
+# Where what the example reported ends: what Hypothesis adds after it.
+_AFTER_EXAMPLE = ("\nYou can reproduce", "You can reproduce", "Explanation:", "Highest target score",
+                  "(note: ", "Failed to reproduce exception", "Unreliable ", "Trying example: ")
+
+
+def printed_call(lines: Iterable[str], *, attempts: bool = False) -> str:
+    """The call alone of :func:`printed_example` (``f(a=1, data=data(...))``; "" if none)."""
+    prefixes = _EXAMPLE_PREFIXES + ((_ATTEMPT_PREFIX,) if attempts else ())
+    return next((line[len(p):] for line in lines for p in prefixes if line.startswith(p)), "")
 
 
 def printed_example(lines: Iterable[str], *, attempts: bool = False) -> str:
     """The example Hypothesis printed, from an exception's notes or the lines it reported: the call
-    after "Falsifying example: " (or its other prefixes), then the "Draw N: ..." lines of st.data()
+    after "Falsifying example: " (or its other prefixes), then what it reported as it ran (st.data()'s
+    "Draw N: ..." lines, the test's ``note()``s; never its ``event()``s, which Hypothesis doesn't print)
     ("" if none).  With ``attempts``, an example reported as "Trying example: " counts too."""
     prefixes = _EXAMPLE_PREFIXES + ((_ATTEMPT_PREFIX,) if attempts else ())
-    out = []
+    out: list[str] = []
+    reporting = False  # between the example's call and what Hypothesis adds after it
     for line in lines:
         for prefix in prefixes:
             if line.startswith(prefix):
                 out.append(line[len(prefix):])
+                reporting = True
                 break
         else:
-            if line.startswith("Draw "):
+            if reporting and line.startswith(_AFTER_EXAMPLE):
+                reporting = False
+            elif reporting or line.startswith("Draw "):
                 out.append(line)
     return "\n".join(out)
+
+
+# -- st.data()'s draws, before Hypothesis prints them ------------------------------------------
+#
+# Hypothesis prints a st.data() object's draws only for the example it reports in the end; an example
+# shown before that (a failure whose shrinking the time budget cut short) would show "data=data(...)".
+# While fuzzdist runs an example, its st.data() objects note what they draw.
+
+_DRAWN = "_fuzzdist_drawn"
+
+
+def record_draws(kwargs: Mapping[str, Any]) -> None:
+    """Make each ``st.data()`` object among an example's arguments note what it draws (for
+    :func:`drawn_lines`); cheap: one list append per draw, formatted only if the example is shown."""
+    from hypothesis.strategies import DataObject
+
+    for value in kwargs.values():
+        if type(value) is DataObject and _DRAWN not in value.__dict__:
+            drawn: list[tuple[Any, Any]] = []
+            value.__dict__[_DRAWN] = drawn
+            value.draw = _noting(value.draw, drawn)  # type: ignore[method-assign]
+
+
+def _noting(draw: Callable[..., Any], drawn: list[tuple[Any, Any]]) -> Callable[..., Any]:
+    @functools.wraps(draw)
+    def noting_draw(strategy: Any, label: Any = None) -> Any:
+        result = draw(strategy, label)
+        drawn.append((label, result))
+        return result
+
+    return noting_draw
+
+
+def drawn_lines(kwargs: Mapping[str, Any]) -> list[str]:
+    """The draws of the ``st.data()`` objects among ``kwargs``, as Hypothesis prints them
+    ("Draw 1 (label): value"), each value cut to 4,000 characters."""
+    from hypothesis.strategies import DataObject
+    from hypothesis.vendor.pretty import pretty
+
+    lines = []
+    # Several st.data() arguments of one example are one object: its draws are shown once.
+    data_objects = {id(v): v for v in kwargs.values() if type(v) is DataObject}
+    for value in data_objects.values():
+        for i, (label, result) in enumerate(value.__dict__.get(_DRAWN, ()), 1):
+            try:
+                shown = pretty(result)
+            except Exception as exc:  # noqa: BLE001 - a broken __repr__ must not lose the failure
+                shown = f"<unprintable {type(result).__name__}: {type(exc).__name__}>"
+            lines.append(f"Draw {i}{'' if label is None else f' ({label})'}: {shown[:4000]}")
+    return lines
 
 
 def reproduce_failure_from_notes(notes: Iterable[str]) -> str | None:

@@ -26,7 +26,8 @@ Strategies and what they shrink to:
   SGD step
 
 Modules: ``_shapes.py``, ``_dtypes.py`` (over ``_dtype_catalogue.py``, every dtype fuzzdist knows, and
-``_dtype_probe.py``, which ones a device holds, asking its child program ``_dtype_probe_child.py``), ``_tensors.py`` (``TensorSpec``), ``_tensor_specs.py``,
+``_dtype_probe.py``, which ones a device holds, asking its child program ``_dtype_probe_child.py``),
+``_tensors.py`` (``TensorSpec``), ``_tensor_specs.py``,
 ``_seeds.py``, ``_ranks.py``, ``_allocator.py``, ``_completion.py``, ``_ddp.py`` and ``_fsdp.py``.
 """
 

@@ -252,7 +252,7 @@ def test_a_full_temporary_folder_is_named_as_the_reason(tmp_path, monkeypatch):
 
 def test_an_empty_entry_left_by_a_full_disk_is_not_kept(tmp_path):
     database = open_database(str(tmp_path / "db"))
-    inner = database.db.inner
+    inner = database.db.db.inner  # BoundedDatabase(CheckedSaves(the directory database))
     inner.save(b"key", b"entry")
     value_path = inner._value_path(b"key", b"entry")  # what a full disk leaves: the file, with no bytes in it
     value_path.write_bytes(b"")

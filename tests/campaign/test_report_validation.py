@@ -133,3 +133,80 @@ def test_a_chart_of_properties_without_failures_plots_only_those_with_some():
     timeline = page[page.index('id="timeline"'):page.index('id="prop-0"')]
     assert "test_x.py::test_a" in timeline and "test_quiet" not in timeline
     assert "1 other propert" in timeline
+
+
+# -- values nothing can show, and what a few bytes can ask the page to draw --------------------
+
+NOT_FINITE = [
+    ("properties.0.targets", {"loss": float("inf")}, r"properties\[0\].targets.loss should be a finite number"),
+    ("properties.0.startup_s", float("nan"), r"properties\[0\].startup_s should be a finite number"),
+    ("coverage", {"files": {}, "percent": float("-inf"), "lines_reached": 1},
+     r"coverage.percent should be a finite number"),
+    ("coverage", {"files": {}, "timeline": [[float("inf"), 3]]}, r"coverage.timeline\[0\]\[0\] should be a finite"),
+]
+
+
+@pytest.mark.parametrize("field, value, message", NOT_FINITE)
+@pytest.mark.parametrize("merged", [False, True], ids=["one", "merged"])
+def test_infinity_or_nan_anywhere_is_one_line_and_exit_2(tmp_path, capsys, field, value, message, merged):
+    """Python's json reads Infinity and NaN; the page (pygal, the coverage section) and the merge can't use them."""
+    text = json.dumps(_set(field, value))
+    assert "Infinity" in text or "NaN" in text
+    (tmp_path / "bad.json").write_text(text, encoding="utf-8")
+    (tmp_path / "good.json").write_text(json.dumps(_report()), encoding="utf-8")
+    paths = [str(tmp_path / "good.json")] * merged + [str(tmp_path / "bad.json")]
+    code = main(["report", *paths, "--html", str(tmp_path / "r.html")])
+    out, err = capsys.readouterr()
+    assert code == 2, (out, err)
+    assert err.count("\n") == 1 and err.startswith("fuzzdist report: error: "), err
+    assert re.search(message, err), err
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_a_lone_surrogate_is_shown_escaped_and_the_page_is_written(tmp_path, capsys):
+    """What Python makes of a non-UTF-8 byte (a database path `db\\xff`): JSON keeps it as \\udcff, UTF-8 can't."""
+    report = _set("properties.0.failures.0.example", "test_a(path='db\udcff')")
+    report["database"] = "db\udcff"
+    report["properties"][0]["nodeid"] = "test_x.py::test_\udcff"
+    (tmp_path / "r.json").write_text(json.dumps(report), encoding="ascii")
+    assert main(["report", str(tmp_path / "r.json"), "--html", str(tmp_path / "r.html")]) == 0, capsys.readouterr()
+    page = (tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "test_a(path=&#x27;db\\udcff&#x27;)" in page and "test_x.py::test_\\udcff" in page
+
+
+def test_the_pair_grids_drawn_are_bounded_and_those_left_out_are_named(tmp_path, capsys):
+    """100 pairs of 40 values each (78 KB of JSON) asked for 160,000 cells, an 11 MB page."""
+    from fuzzdist.campaign.html_report import MAX_GRID_CELLS
+
+    report = _report()
+    report["properties"][0]["event_pairs"] = [
+        {"x": f"a{i}", "y": f"b{i}", "cells": [[f"v{j}", f"w{j}", 1] for j in range(40)]} for i in range(100)]
+    page = render_page(check_report(report))
+    drawn = page.count('<div class="pair-grid">')
+    assert drawn == MAX_GRID_CELLS // 1600
+    assert page.count('class="never"') <= MAX_GRID_CELLS
+    assert f"{100 - drawn} more pair(s) of events not drawn" in page
+    assert len(page) < 2_000_000
+
+
+def test_the_page_draws_at_most_its_share_of_grid_cells_over_all_properties():
+    from fuzzdist.campaign.html_report import MAX_PAGE_GRID_CELLS
+
+    report = _report()
+    prop = report["properties"][0]
+    prop["event_pairs"] = [{"x": f"a{i}", "y": f"b{i}", "cells": [[f"v{j}", f"w{j}", 1] for j in range(40)]}
+                           for i in range(6)]
+    report["properties"] = [dict(prop, nodeid=f"test_x.py::test_{i}") for i in range(20)]
+    page = render_page(check_report(report))
+    assert page.count('class="never"') <= MAX_PAGE_GRID_CELLS
+    assert "more pair(s) of events not drawn" in page
+
+
+def test_a_long_event_value_is_cut_in_the_grids():
+    from fuzzdist.campaign.html_report import MAX_VALUE_CHARS
+
+    report = _report()
+    long = "x" * 10_000
+    report["properties"][0]["event_pairs"][0]["cells"] = [[long, "contiguous", 3]]
+    page = render_page(check_report(report))
+    assert "x" * (MAX_VALUE_CHARS - 3) + "..." in page and "x" * (MAX_VALUE_CHARS + 1) not in page
