@@ -25,7 +25,6 @@ import shutil
 import signal
 import socket
 import sys
-import tempfile
 import threading
 import time
 import warnings
@@ -123,10 +122,11 @@ class RankPool(Controller):
         self._requests = 0  # snapshot requests sent, to tell a late answer from the current one
         self._ready = False
         self._closed = False
-        leftovers.remove_stale_pool_dirs()  # of drivers that were SIGKILLed, this user's only
-        self._tmpdir = tempfile.mkdtemp(prefix=leftovers.pool_dir_prefix())
+        leftovers.remove_leftovers()  # of dead drivers (SIGKILLed), this user's only
+        self._folder = leftovers.pool_dir()  # its lock, held while the pool lives, keeps other cleaners off
+        self._tmpdir = self._folder.path
         self._spare_ranks: list[_Rank] = []  # the spare set's ranks, also killed by the finalizer
-        self._finalizer = weakref.finalize(self, _cleanup, self._ranks, self._spare_ranks, self._tmpdir)
+        self._finalizer = weakref.finalize(self, _cleanup, self._ranks, self._spare_ranks, self._folder)
         self.generation += 1
         self._take(self._start_set())
         if self.spares == "always":
@@ -550,11 +550,12 @@ def _kill_ranks(ranks: list[_Rank]) -> None:
             pass
 
 
-def _cleanup(ranks: list[_Rank], spare_ranks: list[_Rank], tmpdir: str) -> None:
+def _cleanup(ranks: list[_Rank], spare_ranks: list[_Rank], folder: leftovers.Owned) -> None:
     _kill_ranks(ranks + spare_ranks)
     ranks.clear()
     spare_ranks.clear()
-    shutil.rmtree(tmpdir, ignore_errors=True)
+    shutil.rmtree(folder.path, ignore_errors=True)
+    folder.release()  # after: a cleaner that takes the lock finds nothing left
 
 
 def _read_file(path: str) -> str:
