@@ -53,6 +53,12 @@ class Owned:
         self.path = path
         self._fd: int | None = fd
 
+    def fileno(self) -> int:
+        """The lock's file descriptor: a child given it (``pass_fds``) holds the lock too, until it ends."""
+        if self._fd is None:
+            raise ValueError(f"{self.path}: its lock was released")
+        return self._fd
+
     def release(self) -> None:
         """Let the lock go: after the folder is removed, or for the next run to remove it.  Idempotent."""
         fd, self._fd = self._fd, None
