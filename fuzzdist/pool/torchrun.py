@@ -84,12 +84,20 @@ def join(backend: str = "gloo", device: str = "cpu", timeout: float = DEFAULT_TI
         torch.cuda.set_device(dev)
     else:
         dev = torch.device("cpu")
-    use_signer(torchrun_auth.Signer(torchrun_auth.load_secret(), torchrun_auth.scope()))
+    secret = torchrun_auth.load_secret()
+    use_signer(torchrun_auth.Signer(secret, torchrun_auth.scope()))
     rank_state.enable_flight_recorder(backend)
     dist.init_process_group(backend, rank=rank, world_size=world_size,
                             timeout=timedelta(seconds=timeout + 30.0))
     torchrun_auth.forget_node_secret()  # every rank read it before the group could form
     store = _store_client(timeout)
+    # One secret on every rank, checked before anything runs: a rank with another one could not read
+    # rank 0's messages (it would be lost, then saved as a crash of a property that passes).
+    try:
+        torchrun_auth.check_same_secret(store, rank, world_size, secret, timeout + 30.0)
+    except InvalidState:
+        dist.destroy_process_group()
+        raise
     tmpdir = tempfile.mkdtemp(prefix="fuzzdist-torchrun-")
     ctx = RankContext(rank, world_size, dev, backend, dist.group.WORLD, store, tmpdir)
     return ctx, store
