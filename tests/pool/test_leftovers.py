@@ -327,3 +327,67 @@ def test_the_next_run_removes_what_a_sigkilled_run_left(tmp_path):
     while time.monotonic() < deadline and any(temp.iterdir()):
         time.sleep(0.2)
     assert sorted(p.name for p in temp.iterdir()) == []
+
+
+def _can_unshare_pids() -> bool:
+    import shutil
+
+    if shutil.which("unshare") is None:
+        return False
+    probe = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "true"], capture_output=True, timeout=30)
+    return probe.returncode == 0
+
+
+IN_OTHER_NAMESPACE = """
+import os, sys
+from fuzzdist import RankPool
+if __name__ == "__main__":
+    pool = RankPool(1, spares="never").start()
+    print(os.getpid(), pool._tmpdir, flush=True)
+    sys.stdin.read()
+    pool.close()
+"""
+
+
+NEXT_POOL = "from fuzzdist import RankPool\nif __name__ == '__main__':\n    RankPool(1, spares='never').start().close()"
+
+
+def _free_pids_here(count: int = 200) -> int:
+    """The first of ``count`` pids in a row that no process has in this namespace (above the low ones)."""
+    taken = {int(p) for p in os.listdir("/proc") if p.isdigit()}
+    start = 500
+    while any(pid in taken for pid in range(start, start + count)):
+        start += count
+    return start
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or not _can_unshare_pids(),
+                    reason="needs unshare --pid (Linux, with the right to make namespaces)")
+def test_a_pool_in_another_pid_namespace_keeps_its_folder(tmp_path):
+    """Containers sharing /tmp: a live driver in another PID namespace has a pid that is no process here, so
+    it looks dead from here; the next pool here leaves its folder all the same."""
+    import select
+
+    env = dict(cli_env(), TMPDIR=str(tmp_path))
+    start = _free_pids_here()
+    # Inside, pids count from 1: use some up, so that the driver's pid there is none here.
+    inside = (f'while [ "$(sh -c \'echo $$\')" -lt {start} ]; do :; done; '
+              f'"{sys.executable}" -c \'{IN_OTHER_NAMESPACE}\'')
+    other = subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "sh", "-c", inside],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert other.stdout is not None and select.select([other.stdout], [], [], 240)[0], "no pool within 240s"
+        pid, path = other.stdout.readline().split()
+        folder = Path(path)
+        assert folder.parent == tmp_path and folder.is_dir()
+        assert start <= int(pid) < start + 200 and not os.path.exists(f"/proc/{pid}")  # dead, seen from here
+        subprocess.run([sys.executable, "-c", NEXT_POOL], env=env, check=True, timeout=300)
+        assert folder.is_dir() and any(folder.iterdir()), "the live pool's folder was removed"
+    finally:
+        assert other.stdin is not None
+        other.stdin.close()  # the other pool closes; --kill-child ends the namespace if it has not by then
+        try:
+            other.wait(60)
+        except subprocess.TimeoutExpired:
+            other.kill()
+            other.wait(30)
