@@ -26,7 +26,6 @@ is removed only by a process that took its lock, so never under its owner.
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import os
 import shutil
@@ -35,6 +34,8 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+
+from fuzzdist.errors import InvalidState
 
 POOL_DIR_PREFIX = "fuzzdist-pool-"
 JUNIT_DIR_PREFIX = "fuzzdist-junit-"
@@ -56,7 +57,7 @@ class Owned:
     def fileno(self) -> int:
         """The lock's file descriptor: a child given it (``pass_fds``) holds the lock too, until it ends."""
         if self._fd is None:
-            raise ValueError(f"{self.path}: its lock was released")
+            raise InvalidState(f"{self.path}: its lock was released")
         return self._fd
 
     def release(self) -> None:
@@ -77,15 +78,16 @@ class Owned:
 
 def make_owned_dir(prefix: str, dir: str | os.PathLike[str] | None = None) -> Owned:
     """A new folder, as ``tempfile.mkdtemp(prefix=prefix, dir=dir)`` makes it (only this user can open it),
-    owned by this process until :meth:`Owned.release`.  OSError if none can be made."""
+    owned by this process until :meth:`Owned.release`.  OSError if the folder can't be made; InvalidState if
+    each new one is removed before its lock is held."""
     for _ in range(_TRIES):
         path = tempfile.mkdtemp(prefix=prefix, dir=dir)
         owned = _hold(path)
         if owned is not None:
             return owned
         shutil.rmtree(path, ignore_errors=True)  # another run's cleaner took it: it may still be removing it
-    raise OSError(errno.EAGAIN, f"could not make a folder that stays mine in {dir or tempfile.gettempdir()}: "
-                                "another process keeps removing them")
+    raise InvalidState(f"could not make a folder of my own in {dir or tempfile.gettempdir()}: another process "
+                       f"removed each of {_TRIES} new ones at once; look for what cleans that folder")
 
 
 def own_multiprocessing_temp_dir() -> str:
