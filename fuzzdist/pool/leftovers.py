@@ -9,8 +9,9 @@ Three kinds of leftovers:
   first.
 * a process killed by SIGKILL can't remove the folders it made: a pool's
   folder (``fuzzdist-pool-*``), ``fuzzdist run``'s JUnit folder
-  (``fuzzdist-junit-*``), a ``--jobs`` parent's workers' folder, the
-  driver's multiprocessing folder (``pymp-*``, the fork server's socket).
+  (``fuzzdist-junit-*``), a ``--jobs`` parent's workers' folder, a torchrun
+  rank's folder (``fuzzdist-torchrun-*``), the driver's multiprocessing
+  folder (``pymp-*``, the fork server's socket).
   The next run removes the ones whose owner is dead (:func:`remove_dead`).
 * nothing else: a folder fuzzdist can't prove is its own is never touched.
 
@@ -40,9 +41,10 @@ from fuzzdist.errors import InvalidState
 POOL_DIR_PREFIX = "fuzzdist-pool-"
 JUNIT_DIR_PREFIX = "fuzzdist-junit-"
 JOBS_DIR_PREFIX = "fuzzdist-jobs-"
+TORCHRUN_DIR_PREFIX = "fuzzdist-torchrun-"
 MP_DIR_PREFIX = "pymp-"  # multiprocessing's (util.get_temp_dir): only the ones holding OWNER_LOCK are fuzzdist's
 OWNER_LOCK = ".fuzzdist-owner.lock"
-_TEMP_PREFIXES = (POOL_DIR_PREFIX, JUNIT_DIR_PREFIX, JOBS_DIR_PREFIX, MP_DIR_PREFIX)
+_TEMP_PREFIXES = (POOL_DIR_PREFIX, JUNIT_DIR_PREFIX, JOBS_DIR_PREFIX, TORCHRUN_DIR_PREFIX, MP_DIR_PREFIX)
 _TRIES = 10  # new folders tried when another run's cleaner took the last one before its lock was held
 _mp_owned: dict[str, Owned] = {}  # this process's multiprocessing folder, its lock held for the process's life
 
@@ -195,7 +197,7 @@ def _remove_if_dead(folder: str) -> bool:
 
 def remove_leftovers(tmpdir: str | os.PathLike[str] | None = None) -> list[str]:
     """Remove what dead fuzzdist processes left in ``tmpdir`` (default the temporary folder): pool folders,
-    JUnit folders, ``--jobs`` folders and multiprocessing folders whose owner is dead (see
+    JUnit folders, ``--jobs`` folders, torchrun ranks' folders and multiprocessing folders whose owner is dead (see
     :func:`remove_dead`).  Returns the paths removed."""
     root = Path(tmpdir if tmpdir is not None else tempfile.gettempdir())
     return remove_dead(root, lambda name: name.startswith(_TEMP_PREFIXES))

@@ -109,7 +109,7 @@ def test_a_folder_owned_by_another_user_is_left(tmp_path, monkeypatch):
     assert remove_leftovers(tmp_path) == [] and folder.exists()
 
 
-@pytest.mark.parametrize("name", ["fuzzdist-junit-abc", "fuzzdist-jobs-abc", "pymp-abc"])
+@pytest.mark.parametrize("name", ["fuzzdist-junit-abc", "fuzzdist-jobs-abc", "fuzzdist-torchrun-abc", "pymp-abc"])
 def test_a_dead_runs_junit_jobs_and_multiprocessing_folders_go(tmp_path, holder, name):
     dead = _leftover(tmp_path / name)
     live = tmp_path / f"{name}-live"
