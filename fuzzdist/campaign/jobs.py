@@ -25,7 +25,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
@@ -43,8 +42,10 @@ from fuzzdist.campaign.report import (
     write_text_atomic,
 )
 from fuzzdist.errors import JobsError
+from fuzzdist.pool import leftovers
 
 SEED_STRIDE = 1_000_003  # seed offset between workers fuzzing the same property
+_NAME_ROOM = 255 - len(".workers-") - 8  # of the report's name in its workers' folder's (mkdtemp adds 8)
 STOP_GRACE_S = 30.0  # after SIGTERM, how long a worker gets to write its report before SIGKILL
 POLL_S = 0.25
 OVERRUN_GRACE_S = 300.0  # a worker still running this long past --duration is stopped (every wait bounded)
@@ -115,13 +116,17 @@ def worker_argv(args: argparse.Namespace, index: int, jobs: int, report: str, ju
     return argv
 
 
-def work_directory(report_path: str | None) -> str:
+def work_directory(report_path: str | None) -> leftovers.Owned:
     """Where the workers' reports and logs go: next to the JSON report (a dead worker's log is kept
-    there), else a temporary directory; removed at the end unless a worker died."""
+    there), else a temporary directory; removed at the end unless a worker died.  Owned by this process
+    (:mod:`fuzzdist.pool.leftovers`): the next run removes the one a SIGKILLed parent left, first."""
     if report_path:
         folder, name = os.path.split(os.path.abspath(report_path))
-        return tempfile.mkdtemp(prefix=f"{name}.workers-", dir=folder)
-    return tempfile.mkdtemp(prefix="fuzzdist-jobs-")
+        prefix = f"{name[:_NAME_ROOM]}.workers-"
+        leftovers.remove_dead(folder, lambda entry: entry.startswith(prefix))
+        return leftovers.make_owned_dir(prefix, dir=folder)
+    leftovers.remove_leftovers()
+    return leftovers.make_owned_dir(leftovers.JOBS_DIR_PREFIX)
 
 
 @dataclass
@@ -225,7 +230,8 @@ class JobsCampaign:
         self.args, self.state, self.progress, self.stream = args, state, progress, stream
         self.report_path, self.junit_path, self.html_path = report_path, junit_path, html_path
         self.gpus = gpus
-        self.workdir = work_directory(report_path)
+        self._workdir = work_directory(report_path)
+        self.workdir = self._workdir.path
         self.workers: list[Worker] = []
         self.merged: dict = {}
         self._seen_failures: set[tuple[str, str]] = set()
@@ -250,6 +256,8 @@ class JobsCampaign:
             proc = subprocess.Popen([sys.executable, "-m", "fuzzdist",
                                      *worker_argv(self.args, index, jobs, report, junit)],
                                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                    # the folder stays owned while a worker writes its last report in it
+                                    pass_fds=(self._workdir.fileno(),),
                                     # its own session: a Ctrl-C reaches the parent only, which passes on
                                     # one SIGTERM (two signals could cut a worker's last report short)
                                     start_new_session=True)
@@ -394,6 +402,9 @@ class JobsCampaign:
                 self.write_errors["junit"] = exc.strerror or str(exc)
         if not any(w.died for w in self.workers):
             shutil.rmtree(self.workdir, ignore_errors=True)
+            self._workdir.release()
+        else:
+            self._workdir.keep()  # a dead worker's log, for the user: no later run removes it
 
     def summary_lines(self) -> list[str]:
         lines = [f"workers: {len(self.workers)}"]

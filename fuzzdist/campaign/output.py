@@ -28,6 +28,7 @@ import stat
 from pathlib import Path
 
 _TRIES = 100  # random names tried for the temporary file (a clash is a 1 in 2**64 event, or an attack)
+_TEMP_EXTRA = len(".") + len(".0123456789abcdef.tmp")  # what the temporary name adds to the output's
 
 
 def write_output(path: str | os.PathLike, text: str) -> None:
@@ -93,13 +94,28 @@ def _create_exclusive(folder: Path, name: str) -> tuple[int, str]:
     planted there is opened; mode 0o666 lets the umask give the mode a plain ``open()`` gives.
     """
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    stem = _temporary_stem(folder, name)
     for _ in range(_TRIES):
-        tmp = str(folder / f".{name}.{secrets.token_hex(8)}.tmp")
+        tmp = str(folder / f".{stem}.{secrets.token_hex(8)}.tmp")
         try:
             return os.open(tmp, flags, 0o666), tmp
         except FileExistsError:
             continue
     raise FileExistsError(errno.EEXIST, f"no free temporary name in {folder} after {_TRIES} tries")
+
+
+def _temporary_stem(folder: Path, name: str) -> str:
+    """``name``, cut short where needed so that the temporary name (``name`` and 22 characters) stays within
+    the longest name the file system takes: an output name it takes is never refused for its temporary."""
+    try:
+        limit = os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        limit = 255
+    room = max(1, (limit if limit > 0 else 255) - _TEMP_EXTRA)
+    stem = name
+    while len(os.fsencode(stem)) > room:  # counted in bytes, as the file system counts
+        stem = stem[:-1]
+    return stem
 
 
 def _write_special(path: Path, info: os.stat_result, data: bytes) -> None:

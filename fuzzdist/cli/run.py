@@ -254,11 +254,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     if launched is not None:
         plugins.append(LaunchPools(launched))
     argv = pytest_args(args, targets, "campaign")
-    junit_tmp = None
+    junit_tmp = junit_folder = None
     if junit_path:  # pytest's own JUnit writer, into a folder only this user can open, moved at the end
-        import tempfile
+        from fuzzdist.pool import leftovers
 
-        junit_tmp = os.path.join(tempfile.mkdtemp(prefix="fuzzdist-junit-"), "junit.xml")
+        leftovers.remove_leftovers()  # what SIGKILLed runs left, this one's JUnit folder among them
+        junit_folder = leftovers.make_owned_dir(leftovers.JUNIT_DIR_PREFIX)
+        junit_tmp = os.path.join(junit_folder.path, "junit.xml")
         argv += [f"--junitxml={junit_tmp}", "-o", "junit_suite_name=fuzzdist"]
 
     def on_signal(name):
@@ -279,6 +281,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             _move_junit(junit_tmp, junit_path, plugin.write_errors, stream)
         else:
             shutil.rmtree(os.path.dirname(junit_tmp), ignore_errors=True)
+    if junit_folder is not None:
+        junit_folder.release()
     if error is not None:
         raise UsageError(error)
     if state.interrupted_by:

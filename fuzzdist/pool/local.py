@@ -25,7 +25,6 @@ import shutil
 import signal
 import socket
 import sys
-import tempfile
 import threading
 import time
 import warnings
@@ -125,10 +124,11 @@ class RankPool(Controller):
         self._ready_once = False  # its first ranks joined: a later start is a restart
         self._spent: PoolStartupError | None = None  # why its ranks could not be restarted (see _spend)
         self._closed = False
-        leftovers.remove_stale_pool_dirs()  # of drivers that were SIGKILLed, this user's only
-        self._tmpdir = tempfile.mkdtemp(prefix=leftovers.pool_dir_prefix())
+        leftovers.remove_leftovers()  # of dead drivers (SIGKILLed), this user's only
+        self._folder = leftovers.pool_dir()  # its lock, held while the pool lives, keeps other cleaners off
+        self._tmpdir = self._folder.path
         self._spare_ranks: list[_Rank] = []  # the spare set's ranks, also killed by the finalizer
-        self._finalizer = weakref.finalize(self, _cleanup, self._ranks, self._spare_ranks, self._tmpdir)
+        self._finalizer = weakref.finalize(self, _cleanup, self._ranks, self._spare_ranks, self._folder)
         self.generation += 1
         self._take(self._start_set())
         if self.spares == "always":
@@ -610,11 +610,12 @@ def _kill_ranks(ranks: list[_Rank]) -> None:
             pass
 
 
-def _cleanup(ranks: list[_Rank], spare_ranks: list[_Rank], tmpdir: str) -> None:
+def _cleanup(ranks: list[_Rank], spare_ranks: list[_Rank], folder: leftovers.Owned) -> None:
     _kill_ranks(ranks + spare_ranks)
     ranks.clear()
     spare_ranks.clear()
-    shutil.rmtree(tmpdir, ignore_errors=True)
+    shutil.rmtree(folder.path, ignore_errors=True)
+    folder.release()  # after: a cleaner that takes the lock finds nothing left
 
 
 def _read_file(path: str) -> str:

@@ -35,6 +35,7 @@ import sys
 from typing import Any
 
 from fuzzdist.errors import InvalidArgument
+from fuzzdist.pool import leftovers
 
 START_METHODS = ("auto", "spawn", "forkserver")
 SPARE_MODES = ("auto", "always", "never")
@@ -151,6 +152,9 @@ def context(method: str) -> Any:
             ctx.set_forkserver_preload(PRELOAD)
             _server_env = _relevant(os.environ)
             try:
+                # The server's socket goes in this process's pymp-* folder: owned, so that a later run
+                # removes it if this driver is SIGKILLed.
+                leftovers.own_multiprocessing_temp_dir()
                 forkserver.ensure_running()
             except OSError as exc:
                 # e.g. "AF_UNIX path too long": its socket lives in the temporary folder (TMPDIR)

@@ -41,7 +41,7 @@ from datetime import timedelta
 from typing import Any
 
 from fuzzdist.errors import CapabilityError, ForgedMessage, InvalidState, PoolGone, RankCrash
-from fuzzdist.pool import line_coverage, messages, torchrun_auth
+from fuzzdist.pool import leftovers, line_coverage, messages, torchrun_auth
 from fuzzdist.pool.controller import DEFAULT_TIMEOUT, Controller, Outcome, decode_reply
 from fuzzdist.pool.rank import line_cover, rank_state
 from fuzzdist.pool.rank.rank_state import RankState
@@ -52,6 +52,7 @@ from fuzzdist.pool.torchrun_stop import SigtermMark, Verdict, mark_key
 # Keys live in torchrun's store, which outlives a restart of the group: one namespace per attempt, its
 # prefix derived from the run's secret (join() sets it: torchrun_auth), so that nobody else can guess it.
 _signer: torchrun_auth.Signer | None = None
+_folder: leftovers.Owned | None = None  # this rank's folder (join() makes it), its lock held while it is used
 _PREFIX = f"fuzzdist/unjoined/{torchrun_auth.scope()}/"
 _STOP_KEY = f"{_PREFIX}stop"
 HEARTBEAT_S = 0.5
@@ -84,14 +85,24 @@ def join(backend: str = "gloo", device: str = "cpu", timeout: float = DEFAULT_TI
         torch.cuda.set_device(dev)
     else:
         dev = torch.device("cpu")
-    use_signer(torchrun_auth.Signer(torchrun_auth.load_secret(), torchrun_auth.scope()))
+    secret = torchrun_auth.load_secret()
+    use_signer(torchrun_auth.Signer(secret, torchrun_auth.scope()))
     rank_state.enable_flight_recorder(backend)
     dist.init_process_group(backend, rank=rank, world_size=world_size,
                             timeout=timedelta(seconds=timeout + 30.0))
     torchrun_auth.forget_node_secret()  # every rank read it before the group could form
     store = _store_client(timeout)
-    tmpdir = tempfile.mkdtemp(prefix="fuzzdist-torchrun-")
-    ctx = RankContext(rank, world_size, dev, backend, dist.group.WORLD, store, tmpdir)
+    # One secret on every rank, checked before anything runs: a rank with another one could not read
+    # rank 0's messages (it would be lost, then saved as a crash of a property that passes).
+    try:
+        torchrun_auth.check_same_secret(store, rank, world_size, secret, timeout + 30.0)
+    except InvalidState:
+        dist.destroy_process_group()
+        raise
+    leftovers.remove_leftovers()  # what SIGKILLed runs left, this user's only
+    global _folder
+    _folder = leftovers.make_owned_dir(leftovers.TORCHRUN_DIR_PREFIX)  # owned until _remove_tmpdir
+    ctx = RankContext(rank, world_size, dev, backend, dist.group.WORLD, store, _folder.path)
     return ctx, store
 
 
@@ -429,6 +440,8 @@ def _remove_tmpdir(ctx: Any) -> None:
     tmpdir = getattr(ctx, "tmpdir", None)
     if tmpdir:
         shutil.rmtree(tmpdir, ignore_errors=True)
+    if _folder is not None and _folder.path == tmpdir:
+        _folder.release()  # after: a cleaner that takes the lock finds nothing left
 
 
 def _alive_key(rank: int) -> str:

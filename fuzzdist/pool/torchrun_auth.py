@@ -18,9 +18,16 @@ The secret is shared by the ranks without the store (:func:`load_secret`):
   the user and readable by nobody else;
 * on one node without either, fuzzdist makes one: the first rank writes 32
   random bytes to a file in a folder only the user can open, named after
-  torchrun's agent (every rank's parent) and the attempt, and the other
-  ranks read it; it is removed once the group has formed
+  the job's store address and the attempt (what every rank of one torchrun
+  shares, a wrapper script between torchrun and fuzzdist or not), and the
+  other ranks read it; it is removed once the group has formed
   (:func:`forget_node_secret`).
+
+Before anything runs the ranks check that they have one secret
+(:func:`check_same_secret`): each puts a fingerprint of its secret (an HMAC
+of a public label: it tells whether two secrets are the same, not what they
+are) under a fixed key, and a rank whose secret differs is refused with one
+line naming the secret, instead of its messages going unread.
 """
 
 from __future__ import annotations
@@ -31,7 +38,9 @@ import os
 import secrets
 import stat
 import tempfile
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from fuzzdist.errors import ForgedMessage, InvalidState
 
@@ -138,8 +147,10 @@ def _private_path() -> Path:
 
 
 def _node_file(folder: Path | None = None) -> Path:
-    # torchrun's agent is every local rank's parent: its pid and the attempt name the file they share.
-    name = hashlib.sha256(f"{os.getppid()}\0{scope()}".encode()).hexdigest()[:32]
+    # Every local rank of one attempt has the job's store address, and no other job listening on this host
+    # has it; not the parent's pid: a wrapper script that does not exec is each rank's own parent.
+    job = f"{os.environ.get('MASTER_ADDR', '')}:{os.environ.get('MASTER_PORT', '')}"
+    name = hashlib.sha256(f"{job}\0{scope()}".encode()).hexdigest()[:32]
     return (private_dir() if folder is None else folder) / f"torchrun-{name}.key"
 
 
@@ -171,6 +182,57 @@ def _node_secret() -> bytes:
     if stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid() and len(data) == 32:
         return data
     raise InvalidState(f"{path} is not the secret file fuzzdist makes: remove it, or {_HOW}")
+
+
+def fingerprint(secret: bytes, scope: str) -> bytes:
+    """What a rank shows the others of its ``secret``: an HMAC of a public label and the attempt, which
+    tells whether two ranks' secrets are the same and nothing else of them."""
+    return hmac.new(secret, b"fuzzdist-torchrun-fingerprint-v1\0" + scope.encode(), hashlib.sha256).digest()
+
+
+def fingerprint_key(scope: str, rank: int) -> str:
+    """Where ``rank`` puts its fingerprint in torchrun's store: a fixed key, known to ranks of any secret."""
+    return f"fuzzdist/fingerprint/{scope}/{rank}"
+
+
+def secret_source() -> str:
+    """Where this rank's secret comes from, in words, for a message."""
+    if SECRET_ENV in os.environ:
+        return SECRET_ENV
+    if SECRET_FILE_ENV in os.environ:
+        return f"{SECRET_FILE_ENV}={os.environ[SECRET_FILE_ENV]}"
+    return f"the one-node secret fuzzdist makes (neither {SECRET_ENV} nor {SECRET_FILE_ENV} is set)"
+
+
+def check_same_secret(store: Any, rank: int, world_size: int, secret: bytes, timeout: float) -> None:
+    """Before anything runs: does every rank have this rank's secret?  Each rank puts its fingerprint in
+    ``store``; rank 0 compares every rank's with its own, the others rank 0's.  InvalidState names the
+    secret when they differ, or the ranks that showed none within ``timeout`` seconds."""
+    attempt = scope()
+    mine = fingerprint(secret, attempt)
+    store.set(fingerprint_key(attempt, rank), mine)
+    others = list(range(1, world_size)) if rank == 0 else [0]
+    keys = [fingerprint_key(attempt, r) for r in others]
+    try:
+        store.wait(keys, timedelta(seconds=timeout))
+    except Exception:  # noqa: BLE001 - torch's store error (a timeout) or the store went away
+        missing = [r for r, key in zip(others, keys, strict=True) if not _has(store, key)]
+        raise InvalidState(f"rank(s) {', '.join(map(str, missing))} did not show which secret they sign torchrun's "
+                           f"store messages with within {timeout:g}s: see their output for why") from None
+    differ = [r for r, key in zip(others, keys, strict=True) if not hmac.compare_digest(store.get(key), mine)]
+    if not differ:
+        return
+    whose = (f"rank(s) {', '.join(map(str, differ))} have another secret than rank 0's" if rank == 0
+             else f"rank {rank}'s secret is not rank 0's")
+    raise InvalidState(f"{whose} ({secret_source()}): the ranks could not read each other's messages, so "
+                       f"nothing was run. Give every rank the same secret: {_HOW}")
+
+
+def _has(store: Any, key: str) -> bool:
+    try:
+        return bool(store.check([key]))
+    except Exception:  # noqa: BLE001 - the store went away
+        return False
 
 
 def forget_node_secret() -> None:

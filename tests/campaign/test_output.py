@@ -117,3 +117,19 @@ def test_the_writer_never_touches_the_process_umask(tmp_path, monkeypatch):
     from fuzzdist.campaign.report import write_json_atomic
 
     write_json_atomic(tmp_path / "r2.json", {})
+
+
+@pytest.mark.parametrize("length", [233, 240, 255])
+def test_a_name_as_long_as_the_file_system_takes_is_written(tmp_path, length):
+    """The temporary name adds 22 characters to the output's: cut short, it stays within NAME_MAX."""
+    name = "r" * (length - len(".json")) + ".json"
+    assert check_output(tmp_path / name) is None
+    write_output(tmp_path / name, "{}")
+    assert (tmp_path / name).read_text() == "{}"
+    assert [p.name for p in tmp_path.iterdir()] == [name]
+
+
+def test_a_long_name_in_several_bytes_per_character_is_cut_by_bytes(tmp_path):
+    name = "é" * 120 + ".json"  # 245 bytes in UTF-8: the temporary name's cut counts bytes, not characters
+    write_output(tmp_path / name, "{}")
+    assert [p.name for p in tmp_path.iterdir()] == [name]

@@ -137,3 +137,15 @@ def test_junit_is_written_through_no_planted_link(project, capsys, tmp_path):
     assert code == 0, (out, err)
     assert victim.read_text() == "precious"
     assert "<testsuite" in (project / "out" / "j.xml").read_text()
+
+
+def test_a_report_with_a_240_character_name_is_written(project, capsys):
+    """The file system takes the name: neither the check before the run nor the writer refuses it."""
+    name = "r" * 235 + ".json"
+    # a module name of its own: another in-process run imported test_props already
+    (project / "properties" / "test_props.py").rename(project / "properties" / "test_long_report.py")
+    code = main(["run", "--max-examples", "3", "--report", f"out/{name}", "--junit", "", "--html", "",
+                 "--progress", "none", "--database", ":memory:"])
+    out, err = capsys.readouterr()
+    assert code == 0, (out, err)
+    assert json.loads((project / "out" / name).read_text())["status"] == "finished"

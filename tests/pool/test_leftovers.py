@@ -15,9 +15,17 @@ from helpers import descendants
 from helpers.cli_helpers import cli_env, wait_for_report, write
 
 from fuzzdist.pool import leftovers
-from fuzzdist.pool.leftovers import pool_dir_prefix, remove_stale_pool_dirs
+from fuzzdist.pool.leftovers import OWNER_LOCK, POOL_DIR_PREFIX, make_owned_dir, remove_leftovers
 
-# -- a dead driver's pool folder -----------------------------------------------------------------
+# -- folders whose owner is dead --------------------------------------------------------------------
+
+HOLDER = """
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("held", flush=True)
+sys.stdin.read()
+"""
 
 
 def _dead_pid() -> int:
@@ -26,39 +34,121 @@ def _dead_pid() -> int:
     return proc.pid
 
 
-def test_only_this_users_folders_of_dead_drivers_go(tmp_path):
-    dead = tmp_path / f"fuzzdist-pool-{_dead_pid()}-abc"
-    (dead / "store").mkdir(parents=True)
+def _leftover(folder: Path) -> Path:
+    """``folder`` as a dead owner leaves it: its lock file there, nobody holding it."""
+    folder.mkdir()
+    (folder / OWNER_LOCK).touch()
+    return folder
+
+
+@pytest.fixture
+def holder():
+    """Hold the lock of a folder from another process: ``holder(folder)`` until the test ends."""
+    procs: list[subprocess.Popen] = []
+
+    def hold(folder: Path) -> subprocess.Popen:
+        proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(folder / OWNER_LOCK)], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True)
+        procs.append(proc)
+        assert proc.stdout is not None and proc.stdout.readline() == "held\n"
+        return proc
+
+    yield hold
+    for proc in procs:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_folder_whose_lock_is_held_stays_though_its_pid_looks_dead(tmp_path, holder):
+    """What another PID namespace sharing the temporary folder sees: the driver's pid is not alive here, but
+    it holds its folder's lock.  The folder goes once nobody holds it."""
+    folder = tmp_path / f"fuzzdist-pool-{_dead_pid()}-abc"
+    folder.mkdir()
+    (folder / "store.1").write_text("x")
+    owner = holder(folder)
+    assert remove_leftovers(tmp_path) == [] and (folder / "store.1").exists()
+    owner.kill()
+    owner.wait()
+    assert remove_leftovers(tmp_path) == [str(folder)] and not folder.exists()
+
+
+def test_only_this_users_provably_dead_folders_go(tmp_path):
+    dead = _leftover(tmp_path / "fuzzdist-pool-abc")
+    (dead / "store").mkdir()
     (dead / "store" / "file").write_text("x")
-    mine = tmp_path / f"{pool_dir_prefix()}def"
-    mine.mkdir()
-    older = tmp_path / "fuzzdist-pool-xyz"  # an older fuzzdist's name: no driver in it, left alone
-    older.mkdir()
+    mine = make_owned_dir(POOL_DIR_PREFIX, dir=tmp_path)  # this process holds it
+    unlocked = tmp_path / f"fuzzdist-pool-{_dead_pid()}-xyz"  # being made, or an older fuzzdist's: left alone
+    unlocked.mkdir()
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     (elsewhere / "keep").write_text("keep")
-    link = tmp_path / f"fuzzdist-pool-{_dead_pid()}-link"
+    (elsewhere / OWNER_LOCK).touch()
+    link = tmp_path / "fuzzdist-pool-link"
     link.symlink_to(elsewhere)  # a planted link: never followed, never removed
-    assert remove_stale_pool_dirs(tmp_path) == [str(dead)]
-    assert not dead.exists() and mine.exists() and older.exists()
-    assert link.is_symlink() and (elsewhere / "keep").read_text() == "keep"
+    try:
+        assert remove_leftovers(tmp_path) == [str(dead)]
+        assert not dead.exists() and os.path.isdir(mine.path) and unlocked.exists()
+        assert link.is_symlink() and (elsewhere / "keep").read_text() == "keep"
+    finally:
+        mine.release()
+    assert remove_leftovers(tmp_path) == [mine.path]
 
 
-def test_a_reused_pid_does_not_keep_a_dead_drivers_folder(tmp_path, monkeypatch):
-    folder = tmp_path / "fuzzdist-pool-1-abc"  # pid 1 is alive, but started long before this folder
+def test_a_planted_lock_link_is_not_followed(tmp_path):
+    target = tmp_path / "target"
+    target.write_text("x")
+    folder = tmp_path / "fuzzdist-pool-abc"
     folder.mkdir()
-    monkeypatch.setattr(leftovers, "_start_time", lambda pid: time.time() + 60)
-    assert remove_stale_pool_dirs(tmp_path) == [str(folder)]
-    folder.mkdir()
-    monkeypatch.setattr(leftovers, "_start_time", lambda pid: 0.0)
-    assert remove_stale_pool_dirs(tmp_path) == []
+    (folder / OWNER_LOCK).symlink_to(target)
+    assert remove_leftovers(tmp_path) == [] and folder.exists() and target.read_text() == "x"
 
 
-def test_a_pool_folder_owned_by_another_user_is_left(tmp_path, monkeypatch):
-    folder = tmp_path / f"fuzzdist-pool-{_dead_pid()}-abc"
-    folder.mkdir()
+def test_a_folder_owned_by_another_user_is_left(tmp_path, monkeypatch):
+    folder = _leftover(tmp_path / "fuzzdist-pool-abc")
     monkeypatch.setattr(leftovers.os, "getuid", lambda: os.stat(folder).st_uid + 1)
-    assert remove_stale_pool_dirs(tmp_path) == [] and folder.exists()
+    assert remove_leftovers(tmp_path) == [] and folder.exists()
+
+
+@pytest.mark.parametrize("name", ["fuzzdist-junit-abc", "fuzzdist-jobs-abc", "fuzzdist-torchrun-abc", "pymp-abc"])
+def test_a_dead_runs_junit_jobs_and_multiprocessing_folders_go(tmp_path, holder, name):
+    dead = _leftover(tmp_path / name)
+    live = tmp_path / f"{name}-live"
+    live.mkdir()
+    holder(live)
+    plain = tmp_path / f"{name}-plain"  # no lock file: not provably fuzzdist's (another program's pymp-*)
+    plain.mkdir()
+    assert remove_leftovers(tmp_path) == [str(dead)]
+    assert live.exists() and plain.exists()
+
+
+def test_a_folder_kept_for_the_user_is_never_a_leftover(tmp_path):
+    kept = make_owned_dir("r.json.workers-", dir=tmp_path)
+    kept.keep()
+    assert remove_leftovers(tmp_path) == [] and os.path.isdir(kept.path)
+    assert os.listdir(kept.path) == []
+
+
+def test_a_new_folder_taken_by_a_cleaner_first_is_made_again(tmp_path, monkeypatch):
+    """Another run's cleaner may take a new folder's lock before its maker does (between the lock file's
+    creation and its flock): the maker sees it and makes another folder."""
+    real = leftovers._hold
+    calls: list[str] = []
+
+    def cleaner_first(folder: str):
+        calls.append(folder)
+        if len(calls) == 1:
+            lock = os.path.join(folder, OWNER_LOCK)
+            open(lock, "w").close()
+            assert leftovers._remove_if_dead(folder)  # the cleaner wins the race
+        return real(folder)
+
+    monkeypatch.setattr(leftovers, "_hold", cleaner_first)
+    owned = make_owned_dir(POOL_DIR_PREFIX, dir=tmp_path)
+    try:
+        assert len(calls) == 2 and owned.path == calls[1] and os.path.isdir(owned.path)
+        assert remove_leftovers(tmp_path) == []  # it holds its lock
+    finally:
+        owned.release()
 
 
 # -- a rank's os._exit ------------------------------------------------------------------------------
@@ -203,3 +293,101 @@ def test_the_next_pool_removes_the_folder_of_a_sigkilled_driver(tmp_path):
     code = "from fuzzdist import RankPool\nif __name__ == '__main__':\n    RankPool(1, spares='never').start().close()"
     subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=300)
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith("fuzzdist-pool-")] == []
+
+
+def test_the_next_run_removes_what_a_sigkilled_run_left(tmp_path):
+    """A SIGKILLed ``fuzzdist run`` leaves its pool's folder, its JUnit folder and its multiprocessing folder
+    (the fork server's socket): the next run removes all three, and leaves nothing of its own."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    write(tmp_path, "test_leftover_prop.py", PLAIN)
+    env = dict(cli_env(), TMPDIR=str(temp), FUZZDIST_START_METHOD="forkserver")
+    killed = subprocess.Popen([sys.executable, "-m", "fuzzdist", "run", "test_leftover_prop.py", "--duration", "300s",
+                               "--report", "r.json", "--junit", "j.xml", "--html", "", "--progress", "none",
+                               "--database", str(tmp_path / "db")],
+                              cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for_report(tmp_path / "r.json", lambda r: sum(p["examples"] for p in r["properties"]) >= 1,
+                        killed, timeout=300)
+        killed.kill()
+        killed.wait(30)
+    finally:
+        if killed.poll() is None:
+            killed.kill()
+            killed.wait()
+    left = sorted(p.name for p in temp.iterdir())
+    for prefix in ("fuzzdist-pool-", "fuzzdist-junit-", "pymp-"):
+        assert any(name.startswith(prefix) for name in left), left
+    proc = subprocess.run([sys.executable, "-m", "fuzzdist", "run", "test_leftover_prop.py", "--max-examples", "3",
+                           "--report", "", "--junit", "j.xml", "--html", "", "--progress", "none",
+                           "--database", str(tmp_path / "db")],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    deadline = time.monotonic() + 10  # the fork server ends a moment after its driver
+    while time.monotonic() < deadline and any(temp.iterdir()):
+        time.sleep(0.2)
+    assert sorted(p.name for p in temp.iterdir()) == []
+
+
+def _can_unshare_pids() -> bool:
+    import shutil
+
+    if shutil.which("unshare") is None:
+        return False
+    probe = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "true"], capture_output=True, timeout=30)
+    return probe.returncode == 0
+
+
+IN_OTHER_NAMESPACE = """
+import os, sys
+from fuzzdist import RankPool
+if __name__ == "__main__":
+    pool = RankPool(1, spares="never").start()
+    print(os.getpid(), pool._tmpdir, flush=True)
+    sys.stdin.read()
+    pool.close()
+"""
+
+
+NEXT_POOL = "from fuzzdist import RankPool\nif __name__ == '__main__':\n    RankPool(1, spares='never').start().close()"
+
+
+def _free_pids_here(count: int = 200) -> int:
+    """The first of ``count`` pids in a row that no process has in this namespace (above the low ones)."""
+    taken = {int(p) for p in os.listdir("/proc") if p.isdigit()}
+    start = 500
+    while any(pid in taken for pid in range(start, start + count)):
+        start += count
+    return start
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or not _can_unshare_pids(),
+                    reason="needs unshare --pid (Linux, with the right to make namespaces)")
+def test_a_pool_in_another_pid_namespace_keeps_its_folder(tmp_path):
+    """Containers sharing /tmp: a live driver in another PID namespace has a pid that is no process here, so
+    it looks dead from here; the next pool here leaves its folder all the same."""
+    import select
+
+    env = dict(cli_env(), TMPDIR=str(tmp_path))
+    start = _free_pids_here()
+    # Inside, pids count from 1: use some up, so that the driver's pid there is none here.
+    inside = (f'while [ "$(sh -c \'echo $$\')" -lt {start} ]; do :; done; '
+              f'"{sys.executable}" -c \'{IN_OTHER_NAMESPACE}\'')
+    other = subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "sh", "-c", inside],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert other.stdout is not None and select.select([other.stdout], [], [], 240)[0], "no pool within 240s"
+        pid, path = other.stdout.readline().split()
+        folder = Path(path)
+        assert folder.parent == tmp_path and folder.is_dir()
+        assert start <= int(pid) < start + 200 and not os.path.exists(f"/proc/{pid}")  # dead, seen from here
+        subprocess.run([sys.executable, "-c", NEXT_POOL], env=env, check=True, timeout=300)
+        assert folder.is_dir() and any(folder.iterdir()), "the live pool's folder was removed"
+    finally:
+        assert other.stdin is not None
+        other.stdin.close()  # the other pool closes; --kill-child ends the namespace if it has not by then
+        try:
+            other.wait(60)
+        except subprocess.TimeoutExpired:
+            other.kill()
+            other.wait(30)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -137,6 +138,7 @@ def test_fuzzdist_run_under_torchrun(tmp_path, planted):
 # Rank 1 fails most examples; the campaign (rank 0's process, which runs this test function) notes its pid.
 SIGNALLED_PROP = '''
 import os
+import re
 from hypothesis import given, strategies as st
 
 def check(ctx, n):
@@ -185,6 +187,7 @@ def test_sigterm_under_torchrun_writes_the_report_and_loses_no_failure(tmp_path,
 # Rank 1 dies in most examples; torchrun's agent then SIGTERMs every worker, rank 0 (the campaign) included.
 CRASHING_PROP = '''
 import os
+import re
 from hypothesis import given, strategies as st
 
 def check(ctx, n):
@@ -222,6 +225,7 @@ def test_a_rank_dying_under_fuzzdist_run_is_a_rank_crash_in_the_report_and_the_d
 # waits for rank 0 in all_reduce ("collective": blocked in C++, where a Python signal handler can't run).
 STOPPED_PROP = '''
 import os
+import re
 import time
 
 import torch
@@ -278,3 +282,50 @@ def test_stopping_the_job_during_an_example_records_no_false_crash(tmp_path, tar
     [prop] = report["properties"]
     assert len(prop["failures"]) == 1 and "planted: n=10" in prop["failures"][0]["summary"], prop["failures"]
     assert len(stored(tmp_path / "db", found["properties"][0]["database_key"])) == 1, "only the planted failure"
+
+
+# A wrapper between torchrun and fuzzdist: "exec" hands the rank's process over; without it, the shell stays
+# every rank's own parent.
+WRAPPERS = {
+    "differing": '#!/bin/sh\nexport FUZZDIST_TORCHRUN_SECRET="secret-of-local-rank-$LOCAL_RANK-0123456789"\n'
+                 'exec "$FUZZDIST_TEST_PYTHON" -m fuzzdist "$@"\n',
+    "no-exec": '#!/bin/sh\n"$FUZZDIST_TEST_PYTHON" -m fuzzdist "$@"\n',
+}
+
+
+def _wrapped_campaign(tmp_path, wrapper):
+    script = tmp_path / "wrapper.sh"
+    script.write_text(WRAPPERS[wrapper])
+    script.chmod(0o755)
+    prop = tmp_path / "test_tr_prop.py"
+    prop.write_text((HELPERS / "torchrun_cli_prop.py").read_text())
+    env = dict(os.environ, OMP_NUM_THREADS="1", PLANT_BUG="0", FUZZDIST_TEST_PYTHON=sys.executable)
+    env.pop("FUZZDIST_TORCHRUN_SECRET", None)
+    env.pop("FUZZDIST_TORCHRUN_SECRET_FILE", None)
+    cmd = [*TORCHRUN, "--nnodes", "1", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+           "--master-port", str(_free_port()), "--max-restarts", "0", "--no-python", str(script), "run", str(prop),
+           "--max-examples", "5", "--world-size", "2", "--report", str(tmp_path / "r.json"),
+           "--junit", "", "--database", str(tmp_path / "db"), "--progress", "none"]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240, cwd=tmp_path)
+
+
+def test_ranks_given_different_secrets_are_one_line_and_exit_2_with_nothing_saved(tmp_path):
+    """Each rank with its own secret could not read the others' messages: refused before anything runs."""
+    started = time.monotonic()
+    proc = _wrapped_campaign(tmp_path, "differing")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-3000:]
+    assert re.search(r"rank 1's secret is not rank 0's \(FUZZDIST_TORCHRUN_SECRET\)|rank\(s\) 1 have another "
+                     r"secret than rank 0's \(FUZZDIST_TORCHRUN_SECRET\)", out), out[-3000:]
+    assert re.search(r"exitcode\s*:\s*2\b", out), out[-3000:]  # torchrun's summary: the rank's exit code
+    assert "RankCrash" not in out and "SIGKILL" not in out, out[-3000:]
+    assert not (tmp_path / "r.json").exists()
+    assert not (tmp_path / "db").exists() or not any(p.is_file() for p in (tmp_path / "db").rglob("*"))
+    assert time.monotonic() - started < 120
+
+
+def test_a_wrapper_that_does_not_exec_still_gives_every_rank_the_one_node_secret(tmp_path):
+    proc = _wrapped_campaign(tmp_path, "no-exec")
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    [result] = json.loads((tmp_path / "r.json").read_text())["properties"]
+    assert result["status"] == "passed" and result["examples"] >= 5

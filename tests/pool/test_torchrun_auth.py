@@ -219,3 +219,59 @@ def test_fuzzdist_run_on_several_nodes_without_a_secret_is_one_line_and_exit_2(e
     assert main(["run", "--max-examples", "1", "--report", "", "--junit", "", "--progress", "none"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "several nodes" in err and "FUZZDIST_TORCHRUN_SECRET" in err, err
+
+
+def test_ranks_of_one_job_share_the_one_node_secret_whatever_their_parent(env, monkeypatch):
+    """A wrapper script that does not exec is each rank's parent: the ranks still find one secret file."""
+    for name, value in dict(WORLD_SIZE="2", LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT="29511").items():
+        env.setenv(name, value)
+    monkeypatch.setattr(torchrun_auth.os, "getppid", lambda: 1000)
+    first = torchrun_auth.load_secret()
+    monkeypatch.setattr(torchrun_auth.os, "getppid", lambda: 1001)
+    assert torchrun_auth.load_secret() == first
+    env.setenv("MASTER_PORT", "29512")  # another job beside it: its own secret
+    assert torchrun_auth.load_secret() != first
+    torchrun_auth.forget_node_secret()
+    env.setenv("MASTER_PORT", "29511")
+    torchrun_auth.forget_node_secret()
+
+
+def _show(store, rank, secret):
+    """Put ``rank``'s fingerprint in the store, as that rank's check does first."""
+    scope = torchrun_auth.scope()
+    store.set(torchrun_auth.fingerprint_key(scope, rank), torchrun_auth.fingerprint(secret, scope))
+
+
+def _check(store, rank, world_size, secret, timeout=10.0):
+    client = dist.TCPStore("127.0.0.1", store.port, is_master=False, wait_for_workers=False)
+    torchrun_auth.check_same_secret(client, rank, world_size, secret, timeout)
+
+
+def test_one_secret_on_every_rank_passes_the_check(store, env):
+    env.setenv("FUZZDIST_TORCHRUN_SECRET", SECRET.decode())
+    _show(store, 0, SECRET)  # rank 0's, first
+    for rank in (1, 2, 0):  # ranks 1 and 2 compare with rank 0's, rank 0 with theirs
+        _check(store, rank, 3, SECRET)
+
+
+def test_a_rank_with_another_secret_is_refused_on_both_sides_naming_the_secret(store, env):
+    env.setenv("FUZZDIST_TORCHRUN_SECRET", SECRET.decode())
+    _show(store, 0, SECRET)
+    with pytest.raises(InvalidState, match=r"^rank 1's secret is not rank 0's \(FUZZDIST_TORCHRUN_SECRET\).*"
+                                           r"nothing was run.*set FUZZDIST_TORCHRUN_SECRET to the same"):
+        _check(store, 1, 2, b"another secret, 16 characters or more")
+    with pytest.raises(InvalidState, match=r"^rank\(s\) 1 have another secret than rank 0's"):
+        _check(store, 0, 2, SECRET)
+
+
+def test_a_fingerprint_tells_nothing_but_sameness(store):
+    assert torchrun_auth.fingerprint(SECRET, "a/0") == torchrun_auth.fingerprint(SECRET, "a/0")
+    assert torchrun_auth.fingerprint(SECRET, "a/0") != torchrun_auth.fingerprint(SECRET + b"x", "a/0")
+    assert SECRET not in torchrun_auth.fingerprint(SECRET, "a/0")
+
+
+def test_a_rank_that_shows_no_secret_is_named_after_the_timeout(store, env):
+    env.setenv("FUZZDIST_TORCHRUN_SECRET", SECRET.decode())
+    with pytest.raises(InvalidState, match=r"^rank\(s\) 2 did not show which secret"):
+        _show(store, 1, SECRET)
+        _check(store, 0, 3, SECRET, timeout=1.0)
