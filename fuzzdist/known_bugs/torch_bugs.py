@@ -11,48 +11,32 @@ from __future__ import annotations
 
 import itertools
 import math
-import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from fuzzdist.errors import ConformanceFailure, PropertyFailure, RankError, RankTimeout
+from fuzzdist.errors import RankError, RankTimeout
+from fuzzdist.known_bugs import evidence
 from fuzzdist.known_bugs.registry import KnownBug, register
-from fuzzdist.known_bugs.symptoms import (
-    BOOL_BYTES_NOT_0_OR_1,
-    BROADCAST_STRIDES_IGNORED,
-    FORWARD_OP_ON_GRADS,
-    MESH_SORTED_ORDER,
-    OBJECT_CALL_RAISED,
-    REFUSED_UNCLEARLY,
-    REPEAT_WAIT_BLOCKED,
-    STACK_CHECK,
-    STRIDES_IGNORED,
-    SUBGROUP_MAKING,
-    SUBGROUP_OPS,
-    SUM_GRAD_FOR_ANY_OP,
-)
+from fuzzdist.known_bugs.symptoms import SUBGROUP_MAKING, SUBGROUP_OPS
+from fuzzdist.problems import Kind, Problem, Symptom
 
 SEEN_ON = ("2.13",)
 _DENSE_NON_CONTIGUOUS = ("transposed", "channels_last")  # the layouts whose memory order differs
 
 
-def _problems(failure: BaseException) -> list[str] | None:
-    """Every problem a property's ranks reported (rank results are a string, a list of them, or None);
-    None if ``failure`` is not a property's failure."""
-    if not isinstance(failure, PropertyFailure):
-        return None
-    out: list[str] = []
-    for result in failure.results:
-        if isinstance(result, str):
-            out.append(result)
-        elif isinstance(result, (list, tuple)):
-            out.extend(str(p) for p in result)
-    return out
+def _problems(failure: BaseException) -> list[Problem] | None:
+    """Every problem a property's ranks reported; None if ``failure`` is not a property's failure."""
+    return evidence.reported(failure)
 
 
-def _every_problem(failure: BaseException, test: Callable[[str], bool]) -> bool:
+def _every_problem(failure: BaseException, test: Callable[[Problem], bool]) -> bool:
     problems = _problems(failure) or []
     return bool(problems) and all(test(p) for p in problems)
+
+
+def _shows(symptom: Symptom) -> Callable[[Problem], bool]:
+    """A test of a problem: it shows ``symptom``."""
+    return lambda problem: problem.symptom is symptom
 
 
 # -- broadcast ---------------------------------------------------------------------------------
@@ -60,7 +44,7 @@ def _every_problem(failure: BaseException, test: Callable[[str], bool]) -> bool:
 
 def _broadcast_ignores_strides(example: Mapping[str, Any], failure: BaseException) -> bool:
     return (example["spec"].layout in _DENSE_NON_CONTIGUOUS
-            and _every_problem(failure, lambda p: BROADCAST_STRIDES_IGNORED in p))
+            and _every_problem(failure, _shows(Symptom.MEMORY_ORDER)))
 
 
 register(KnownBug(
@@ -81,7 +65,7 @@ def _collective(name: str, example: Mapping[str, Any]) -> bool:
 
 def _all_to_all_scatter_ignores_strides(example: Mapping[str, Any], failure: BaseException) -> bool:
     return (_collective("all_to_all", example) and example["case"].out_layout in _DENSE_NON_CONTIGUOUS
-            and _every_problem(failure, lambda p: p.startswith("output ") and STRIDES_IGNORED in p))
+            and _every_problem(failure, _shows(Symptom.STRIDES_IGNORED)))
 
 
 register(KnownBug(
@@ -95,7 +79,7 @@ register(KnownBug(
 
 def _all_gather_grad_transposed(example: Mapping[str, Any], failure: BaseException) -> bool:
     return (_collective("all_gather", example) and example["case"].grad_layout in _DENSE_NON_CONTIGUOUS
-            and _every_problem(failure, lambda p: p.startswith("grad of input") and STRIDES_IGNORED in p))
+            and _every_problem(failure, _shows(Symptom.STRIDES_IGNORED)))
 
 
 register(KnownBug(
@@ -109,7 +93,7 @@ register(KnownBug(
 
 def _all_reduce_backward_non_sum(example: Mapping[str, Any], failure: BaseException) -> bool:
     return (_collective("all_reduce", example) and example["case"].op in ("PRODUCT", "MIN", "MAX")
-            and _every_problem(failure, lambda p: p.startswith("grad of input") and FORWARD_OP_ON_GRADS in p))
+            and _every_problem(failure, _shows(Symptom.FORWARD_OP_ON_GRADS)))
 
 
 register(KnownBug(
@@ -123,7 +107,7 @@ register(KnownBug(
 def _reduce_backward_ignores_op(example: Mapping[str, Any], failure: BaseException) -> bool:
     return (example.get("name") in ("reduce", "reduce_scatter")
             and example["case"].op in ("AVG", "PRODUCT", "MIN", "MAX")
-            and _every_problem(failure, lambda p: p.startswith("grad of input") and SUM_GRAD_FOR_ANY_OP in p))
+            and _every_problem(failure, _shows(Symptom.SUM_GRAD_FOR_ANY_OP)))
 
 
 register(KnownBug(
@@ -138,77 +122,60 @@ register(KnownBug(
 # -- check-pg (fuzzdist.conformance) -----------------------------------------------------------
 
 _REDUCING = ("allreduce", "reduce", "reduce_scatter", "reduce_scatter_tensor", "_reduce_scatter_base")
+_FUNCTIONAL_REDUCING = ("all_reduce", "reduce_scatter_single", "reduce_scatter_tensor")  # the functional property's
 
 
 def _on_gloo(example: Mapping[str, Any]) -> bool:
     """Whether check-pg (or the functional property) ran on gloo (or a group that names itself after it):
     the same symptom on another backend is that backend's own bug."""
-    return "gloo" in str(example.get("backend") or "").lower()
+    return evidence.ran_on_gloo(example)
 
 
-_ASYNC_PROBLEM = re.compile(r"  call (\d+) \((\w+)\): ")  # "  call 2 (allreduce): rank 0, ..."
+def _calls_of(example: Mapping[str, Any]) -> list[Any]:
+    """The calls a check-pg example (``call``: the op check's one; ``calls``: the async check's) or a functional
+    example (its case's ``calls``) ran, by index."""
+    if example.get("call") is not None:
+        return [example["call"]]
+    return list(example.get("calls", ()) or getattr(example.get("case"), "calls", ()))
 
 
-def _problem_lines(failure: BaseException) -> list[str] | None:
-    """The problem lines of a check-pg ConformanceFailure ("  rank r, ..." for one op, "  call i (op):
-    ..." for the async check; not the async head's "  call i: ..." nor the inputs), None for any other
-    failure."""
-    if not isinstance(failure, ConformanceFailure):
+def _call_of(example: Mapping[str, Any], problem: Problem) -> Any:
+    """The call ``problem`` is about (the op check's one call where the problem names none), or None where
+    the problem's call index or op doesn't match the example's calls."""
+    calls = _calls_of(example)
+    index = 0 if problem.call is None and example.get("call") is not None else problem.call
+    if index is None or index >= len(calls):
         return None
-    return [line for line in str(failure).splitlines()
-            if line.startswith("  rank ") or _ASYNC_PROBLEM.match(line)]
+    call = calls[index]
+    return call if problem.op in (None, call.op) else None
+
+
+def _every_call_problem(example: Mapping[str, Any], failure: BaseException,
+                        shows_it: Callable[[Any, Problem], bool]) -> bool:
+    """On gloo, every problem a check-pg check or the functional property reported shows the bug:
+    ``shows_it(call, problem)`` for the call the problem is about."""
+    problems = evidence.reported(failure)
+    if not problems or not _on_gloo(example):
+        return False
+    for problem in problems:
+        call = _call_of(example, problem)
+        if call is None or not shows_it(call, problem):
+            return False
+    return True
 
 
 def _is_bool_sum(call: Any) -> bool:
     import torch
 
-    return bool(call.op in _REDUCING and call.reduce_op == "SUM" and call.spec.dtype == torch.bool)
-
-
-def _bool_sum_stores_2(example: Mapping[str, Any], failure: BaseException) -> bool:
-    """check-pg on gloo: every problem is a bool byte other than 0/1, in a bool SUM call (the single
-    op's call, or, in the async check, the call each problem line names)."""
-    lines = _problem_lines(failure)
-    if not lines or not _on_gloo(example) or any(BOOL_BYTES_NOT_0_OR_1 not in line for line in lines):
-        return False
-    if "call" in example:
-        return _is_bool_sum(example["call"]) and all(line.startswith("  rank ") for line in lines)
-    calls = list(example.get("calls", ()))
-    for line in lines:
-        found = _ASYNC_PROBLEM.match(line)
-        if found is None or int(found.group(1)) >= len(calls):
-            return False
-        call = calls[int(found.group(1))]
-        if call.op != found.group(2) or not _is_bool_sum(call):
-            return False
-    return True
-
-
-_CALL_INDEX = re.compile(r"call (\d+) ")
-
-
-def _functional_bool_sum_stores_2(example: Mapping[str, Any], failure: BaseException) -> bool:
-    """The functional-collectives property on gloo: every problem is a bool byte other than 0/1, in a
-    call that reduces bools with SUM (the same gloo kernel as c10d's; met by ``fuzzdist run``)."""
-    case = example.get("case")
-    calls = getattr(case, "calls", ())
-    problems = _problems(failure)
-    if not problems or not calls or not _on_gloo(example):
-        return False
-    import torch
-
-    for problem in problems:
-        found = _CALL_INDEX.match(problem)
-        if found is None or BOOL_BYTES_NOT_0_OR_1 not in problem or int(found.group(1)) >= len(calls):
-            return False
-        call = calls[int(found.group(1))]
-        if call.reduce_op != "SUM" or call.spec.dtype != torch.bool or not call.op.startswith(("all_reduce", "reduce")):
-            return False
-    return True
+    reducing = call.op in _REDUCING or call.op in _FUNCTIONAL_REDUCING
+    return bool(reducing and call.reduce_op == "SUM" and call.spec.dtype == torch.bool)
 
 
 def _bool_sum_any(example: Mapping[str, Any], failure: BaseException) -> bool:
-    return _bool_sum_stores_2(example, failure) or _functional_bool_sum_stores_2(example, failure)
+    """check-pg or the functional property on gloo: every problem is a bool byte other than 0/1, in a bool
+    SUM call (the same gloo kernel as c10d's; the functional property met it in ``fuzzdist run``)."""
+    return _every_call_problem(example, failure, lambda call, problem: (
+        problem.symptom is Symptom.BOOL_BYTES_NOT_0_OR_1 and _is_bool_sum(call)))
 
 
 register(KnownBug(
@@ -219,22 +186,18 @@ register(KnownBug(
     seen_on=SEEN_ON, reproducer="docs/findings/gloo-bool-sum-stores-2.py"))
 
 
-_REPEATED_CALL = re.compile(r": call (\d+) \((\w+)\): ")
-
-
 def _second_wait_blocks(example: Mapping[str, Any], failure: BaseException) -> bool:
     """check-pg's async check on gloo: every rank's error is a repeated wait() that timed out
-    (REPEAT_WAIT_BLOCKED, only on a timeout) on a send_recv call that the wait order repeats."""
-    if not isinstance(failure, RankError) or not failure.exceptions or not _on_gloo(example):
+    (:attr:`Symptom.REPEAT_WAIT_BLOCKED`, only on a timeout) on a send_recv call that the wait order repeats."""
+    errors = evidence.raised(failure)
+    if not errors or not _on_gloo(example):
         return False
     calls, waits = list(example.get("calls", ())), list(example.get("wait_order", ()))
-    for exc in failure.exceptions.values():
-        text = str(exc)
-        found = _REPEATED_CALL.search(text)
-        if REPEAT_WAIT_BLOCKED not in text or found is None:
+    for problem in errors:
+        i = problem.call
+        if problem.symptom is not Symptom.REPEAT_WAIT_BLOCKED or i is None or i >= len(calls):
             return False
-        i = int(found.group(1))
-        if i >= len(calls) or calls[i].op != "send_recv" or found.group(2) != "send_recv" or waits.count(i) < 2:
+        if calls[i].op != "send_recv" or problem.op != "send_recv" or waits.count(i) < 2:
             return False
     return True
 
@@ -247,12 +210,16 @@ register(KnownBug(
     reproducer="docs/findings/gloo-p2p-second-wait-blocks.py"))
 
 
+_STACK_CHECK = "outputShape[0] * worldSize == inputShape[0]"  # gloo's CHECK on reduce_scatter_tensor's stack form
+
+
 def _reduce_scatter_stack_aborts(example: Mapping[str, Any], failure: BaseException) -> bool:
     # torch 2.13 raises the CHECK's fatal message as a RuntimeError on every rank where the ranks'
     # C++ lets it (check-pg's probe sees that); where it aborts the process instead (torch 2.6.0: SIGABRT),
     # a RankCrash carries the same message in the rank's last output.
+    said = (evidence.reported(failure) or []) + evidence.raised(failure) + evidence.died(failure)
     return (getattr(example.get("call"), "form", None) == "stack" and _on_gloo(example)
-            and STACK_CHECK in str(failure))
+            and any(evidence.says(problem, _STACK_CHECK) for problem in said))
 
 
 register(KnownBug(
@@ -265,36 +232,30 @@ register(KnownBug(
 
 
 # torch 2.6.0: gloo's _reduce_scatter_base (reduce_scatter_tensor, and the functional reduce_scatter_tensor
-# over it) reduces with SUM whatever the op.  What fuzzdist.toolkit.oracle writes for a wrong reduction:
-# the first wrong element ("first at flat index i: got G, expected E") and every rank's input there.
-_FIRST_WRONG = re.compile(r"first at flat index (\d+): got (\S+?), expected ")
-_INPUTS_AT = re.compile(r"inputs at index (\d+): (rank \d+: .*)")
-_RANK_VALUE = re.compile(r"rank \d+: ([^,\s]+)")
-_ODD_BYTES = re.compile(BOOL_BYTES_NOT_0_OR_1 + r" \(bytes \[([\d, ]+)\]")
+# over it) reduces with SUM whatever the op.  fuzzdist.toolkit.oracle's record of a wrong reduction holds the
+# first wrong element (index, got) and every rank's input there (inputs_at, inputs).
 _SCATTERING = ("reduce_scatter_tensor", "_reduce_scatter_base", "reduce_scatter_single")
 
 
-def _got_the_sum(problem: str, dtype: Any) -> bool:
+def _got_the_sum(problem: Problem, dtype: Any) -> bool:
     """``problem``'s first wrong element is the SUM of the ranks' inputs at its index (within the float
     error of any order of sums; integers wrap as the dtype does; bools by truth value, or by the bytes
     shown, which count the True inputs)."""
     import torch
 
-    wrong, at = _FIRST_WRONG.search(problem), _INPUTS_AT.search(problem)
-    if at is None:
+    values = problem.inputs
+    if not values:
         return False
-    values = _RANK_VALUE.findall(at.group(2))
     if dtype == torch.bool:  # the sum's truth is any(); its bytes, where shown, count the True inputs
-        trues = sum(v == "True" for v in values)
-        odd = _ODD_BYTES.search(problem)
-        if odd is not None:
-            return trues in [int(b) for b in re.findall(r"\d+", odd.group(1))]
-        return wrong is not None and wrong.group(1) == at.group(1) and wrong.group(2) == str(trues > 0)
-    if wrong is None or wrong.group(1) != at.group(1):
+        trues = sum(v is True for v in values)
+        if problem.symptom is Symptom.BOOL_BYTES_NOT_0_OR_1:
+            return trues in problem.got
+        return problem.index == problem.inputs_at and problem.got == (trues > 0)
+    if problem.index is None or problem.index != problem.inputs_at:
         return False
     try:
         if dtype.is_floating_point or dtype.is_complex:
-            got, xs = float(wrong.group(2)), [float(v) for v in values]
+            got, xs = float(problem.got), [float(v) for v in values]
             try:
                 total = sum(xs) if any(math.isinf(x) for x in xs) else math.fsum(xs)  # fsum refuses inf - inf
             except OverflowError:  # finite inputs whose sum leaves float64's range: each order's float64 sum
@@ -309,33 +270,12 @@ def _got_the_sum(problem: str, dtype: Any) -> bool:
             bound = len(xs) * torch.finfo(real).eps * math.fsum(abs(x) for x in xs)
             return abs(got - total) <= bound
         total_int = torch.tensor([int(v) for v in values], dtype=torch.int64).sum().to(dtype).item()
-        return int(wrong.group(2)) == total_int
+        return int(problem.got) == total_int
     except (ValueError, OverflowError, RuntimeError, TypeError):
         return False
 
 
-def _problem_blocks(failure: BaseException) -> list[str] | None:
-    """check-pg's problems, each with its lines: a "  rank r, ..." (or async "  call i (op): ...") line
-    and the more indented lines under it (the inputs at the first wrong index, the values); None for a
-    failure that is no ConformanceFailure."""
-    if not isinstance(failure, ConformanceFailure):
-        return None
-    blocks: list[str] = []
-    current: list[str] | None = None
-    for line in str(failure).splitlines():
-        if line.startswith("  rank ") or _ASYNC_PROBLEM.match(line):
-            current = [line]
-            blocks.append("")
-        elif current is not None and line.startswith("    "):
-            current.append(line)
-        else:
-            current = None
-            continue
-        blocks[-1] = "\n".join(current)
-    return blocks
-
-
-def _scatter_call_got_the_sum(call: Any, problem: str) -> bool:
+def _scatter_call_got_the_sum(call: Any, problem: Problem) -> bool:
     return bool(call.op in _SCATTERING and call.reduce_op != "SUM" and _got_the_sum(problem, call.spec.dtype))
 
 
@@ -343,34 +283,7 @@ def _reduce_scatter_tensor_ignores_op(example: Mapping[str, Any], failure: BaseE
     """On gloo, every problem is a reduce_scatter_tensor-like call with an op other than SUM whose first
     wrong element is the SUM of the inputs there: check-pg's op check (the call), its async check (the
     call each problem names), the functional property (the call each rank's problem names)."""
-    if not _on_gloo(example):
-        return False
-    blocks = _problem_blocks(failure)
-    if blocks is not None:
-        if not blocks:
-            return False
-        if "call" in example:
-            return all(b.startswith("  rank ") and _scatter_call_got_the_sum(example["call"], b) for b in blocks)
-        calls = list(example.get("calls", ()))
-        for block in blocks:
-            found = _ASYNC_PROBLEM.match(block)
-            if found is None or int(found.group(1)) >= len(calls):
-                return False
-            call = calls[int(found.group(1))]
-            if call.op != found.group(2) or not _scatter_call_got_the_sum(call, block):
-                return False
-        return True
-    case_calls = getattr(example.get("case"), "calls", ())
-    problems = _problems(failure)
-    if not problems or not case_calls:
-        return False
-    for problem in problems:
-        found = _CALL_INDEX.match(problem)
-        if found is None or int(found.group(1)) >= len(case_calls):
-            return False
-        if not _scatter_call_got_the_sum(case_calls[int(found.group(1))], problem):
-            return False
-    return True
+    return _every_call_problem(example, failure, _scatter_call_got_the_sum)
 
 
 register(KnownBug(
@@ -383,36 +296,12 @@ register(KnownBug(
     reproducer="docs/findings/gloo-reduce-scatter-tensor-ignores-op.py"))
 
 
-def _every_check_pg_problem(example: Mapping[str, Any], failure: BaseException,
-                            shows_it: Callable[[Any, str], bool]) -> bool:
-    """On gloo, every problem block of a check-pg failure shows the bug: ``shows_it(call, block)`` for the
-    op check's call, or, for the async check, for the call each problem names."""
-    if not _on_gloo(example):
-        return False
-    blocks = _problem_blocks(failure)
-    if not blocks:
-        return False
-    if "call" in example:
-        return all(b.startswith("  rank ") and shows_it(example["call"], b) for b in blocks)
-    calls = list(example.get("calls", ()))
-    for block in blocks:
-        found = _ASYNC_PROBLEM.match(block)
-        if found is None or int(found.group(1)) >= len(calls) or not shows_it(calls[int(found.group(1))], block):
-            return False
-    return True
-
-
 def _gather_ignores_input_strides(example: Mapping[str, Any], failure: BaseException) -> bool:
     """check-pg's gather (or its async check's gather calls) on gloo, a non-contiguous input: every
     problem is a gathered slot that holds its source's elements in the order of the source's memory
-    (the op's check says so with BROADCAST_STRIDES_IGNORED, the same words)."""
-
-    def shows_it(call: Any, block: str) -> bool:
-        first = block.splitlines()[0]
-        return (call.op == "gather" and call.spec.layout in _DENSE_NON_CONTIGUOUS
-                and "gather_list[" in first and BROADCAST_STRIDES_IGNORED in first)
-
-    return _every_check_pg_problem(example, failure, shows_it)
+    (:attr:`Symptom.MEMORY_ORDER`, which the op's check sets only on a gathered slot)."""
+    return _every_call_problem(example, failure, lambda call, problem: (
+        call.op == "gather" and call.spec.layout in _DENSE_NON_CONTIGUOUS and problem.symptom is Symptom.MEMORY_ORDER))
 
 
 register(KnownBug(
@@ -427,17 +316,16 @@ register(KnownBug(
 # torch 2.6.0: a step of gloo's float16 reduction that brings float16's smallest subnormal (2**-24) into a partial
 # result of 1.0 (an input, or a partial sum) gives 2**-24, as if the 1.0 were not there (1.0 brought into 2**-24
 # is right); which elements it meets depends on where they sit in the tensor, which rank reduces which part
-_F16_TINY = "5.960464477539063e-08"
+_F16_TINY = 2.0 ** -24
 _F16_REDUCING = ("allreduce", "reduce", "reduce_scatter_tensor", "_reduce_scatter_base")
 
 
-def _reduced_without_a_one(reduce_op: str, values: list[str], got: float) -> bool:
-    """Whether ``got`` is what the float16 SUM or MAX of the inputs ``values``, folded in some order, gives
+def _reduced_without_a_one(reduce_op: str, xs: list[float], got: float) -> bool:
+    """Whether ``got`` is what the float16 SUM or MAX of the inputs ``xs``, folded in some order, gives
     when each step that brings 2**-24 into a partial result of 1.0 gives 2**-24."""
     import torch
 
-    xs = [float(v) for v in values]
-    tiny = float(_F16_TINY)
+    tiny = _F16_TINY
     if tiny not in xs or len(xs) > 6 or math.isnan(got) or any(math.isnan(x) for x in xs):
         return False
 
@@ -464,18 +352,17 @@ def _float16_drops_one(example: Mapping[str, Any], failure: BaseException) -> bo
     partial result of 1.0 gives 2**-24 (seen at 2 and 3 ranks, either rank holding either value)."""
     import torch
 
-    def shows_it(call: Any, block: str) -> bool:
-        wrong, at = _FIRST_WRONG.search(block), _INPUTS_AT.search(block)
+    def shows_it(call: Any, problem: Problem) -> bool:
         if (call.op not in _F16_REDUCING or call.reduce_op not in ("SUM", "MAX") or call.spec.dtype != torch.float16
-                or wrong is None or at is None or wrong.group(1) != at.group(1)):
+                or not problem.inputs or problem.index is None or problem.index != problem.inputs_at):
             return False
         try:
-            got = float(wrong.group(2))
-        except ValueError:
+            got, xs = float(problem.got), [float(v) for v in problem.inputs]
+        except (TypeError, ValueError):
             return False
-        return _reduced_without_a_one(call.reduce_op, _RANK_VALUE.findall(at.group(2)), got)
+        return _reduced_without_a_one(call.reduce_op, xs, got)
 
-    return _every_check_pg_problem(example, failure, shows_it)
+    return _every_call_problem(example, failure, shows_it)
 
 
 register(KnownBug(
@@ -510,11 +397,11 @@ def _is_dtensor_empty_dim_negative_padding(example: Mapping[str, Any], failure: 
     """torch 2.6.0: some rank's local shard is empty at some stage, and every failed rank raised pad_tensor's
     "negative padding" RuntimeError (the DTensor property's round trip); ranks whose shard is not empty
     may go on into the all-gather the failed ones never join, so stragglers are allowed."""
-    if not _has_empty_local_shard(example.get("case")) or not isinstance(failure, RankError) or not failure.exceptions:
+    errors = evidence.raised(failure)
+    if not _has_empty_local_shard(example.get("case")) or not errors:
         return False
-    return all(isinstance(exc, RuntimeError) and "negative padding" in str(exc)
-               and "pad_tensor" in failure.tracebacks.get(rank, "")
-               for rank, exc in failure.exceptions.items())
+    return all(evidence.raised_a(p, RuntimeError) and evidence.says(p, "negative padding")
+               and evidence.says(p, "pad_tensor") for p in errors)
 
 
 register(KnownBug(
@@ -578,12 +465,13 @@ def _is_double_shard_save_plan_refused(example: Mapping[str, Any], failure: Base
     leaves = getattr(example.get("case"), "leaves", None)
     if leaves is None or not any(_empty_piece_on_another(leaf) for _, leaf in leaves()):
         return False
-    if not isinstance(failure, RankError) or not failure.exceptions or failure.stragglers:
+    errors = evidence.raised(failure)
+    if not errors or evidence.waiting(failure):
         return False
-    return all(failure.exc_types.get(r, "").endswith("CheckpointException")
-               and _PLAN_REFUSED in failure.tracebacks.get(r, "")
-               and "_save_state_dict" in failure.tracebacks.get(r, "")
-               for r in failure.exceptions)
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    return all(evidence.raised_a(p, CheckpointException) and evidence.says(p, _PLAN_REFUSED)
+               and evidence.says(p, "_save_state_dict") for p in errors)
 
 
 register(KnownBug(
@@ -599,25 +487,20 @@ register(KnownBug(
 # -- functional collectives -----------------------------------------------------------------
 
 
-# fuzzdist.known_bugs.symptoms.CALL_RAISED as the functional property's ranks raise it ("call {index} {op} raised
-# {type}: {message}"), for an all_to_all_single that raised "Invalid scalar type"
-_CALL_RAISED_INVALID_SCALAR = re.compile(r"call (\d+) all_to_all_single raised \w+: .*Invalid scalar type", re.S)
-
-
 def _functional_all_to_all_complex(example: Mapping[str, Any], failure: BaseException) -> bool:
-    """Every rank that failed raised "Invalid scalar type" from a call that is an all_to_all_single of a
-    complex tensor (the property's ranks name the call in the error), and none was left waiting."""
+    """Every rank raised "Invalid scalar type" from a call that is an all_to_all_single of a complex tensor
+    (the property's ranks name the call in the error's record), and none was left waiting."""
     calls = getattr(example.get("case"), "calls", ())
-    if not isinstance(failure, RankError) or not failure.exceptions or failure.stragglers:
+    errors = evidence.raised(failure)
+    if not errors or evidence.waiting(failure) or not isinstance(failure, RankError):
         return False
-    for exc in failure.exceptions.values():
-        found = _CALL_RAISED_INVALID_SCALAR.match(str(exc))
-        if found is None or int(found.group(1)) >= len(calls):
+    for problem in errors:
+        if problem.call is None or problem.call >= len(calls) or not evidence.says(problem, "Invalid scalar type"):
             return False
-        call = calls[int(found.group(1))]
-        if call.op != "all_to_all_single" or not call.spec.dtype.is_complex:
+        call = calls[problem.call]
+        if call.op != "all_to_all_single" or problem.op != call.op or not call.spec.dtype.is_complex:
             return False
-    return set(failure.exceptions) == set(failure.ranks)
+    return len(errors) == len(failure.ranks)
 
 
 register(KnownBug(
@@ -640,9 +523,8 @@ register(KnownBug(
 # building the new group ("Gloo connectFullMesh failed ...") or from its tcp transport in the first
 # collective (the peer reset/closed the connection, a socket or recv timed out); or a rank hangs inside
 # ProcessGroupGloo(...) (a RankTimeout's stack).
-_STALE_RENDEZVOUS = re.compile(r"Gloo connectFullMesh failed|gloo/transport/tcp/\S+\] (Read error \S+ )?"
-                               r"(Connection (reset|closed) by peer|Socket Timeout|"
-                               r"Timed out waiting \d+ms for recv operation)", re.S)
+_STALE_RENDEZVOUS = (r"Gloo connectFullMesh failed|gloo/transport/tcp/\S+\] (Read error \S+ )?"
+                      r"(Connection (reset|closed) by peer|Socket Timeout|Timed out waiting \d+ms for recv operation)")
 _BUILDING_GLOO_GROUP = "ProcessGroupGloo("
 # where a rank left waiting by a peer that failed the rendezvous stands: in the property's group making or
 # collectives
@@ -664,13 +546,12 @@ def _is_local_sync_recreate(example: Mapping[str, Any], failure: BaseException) 
 def _is_stale_rendezvous(failure: BaseException) -> bool:
     """Every rank that failed shows a stale rendezvous's symptom; a rank left waiting for it waits in
     this example's groups or collectives."""
+    waiting = evidence.waiting(failure)
     if isinstance(failure, RankTimeout):
-        return bool(failure.ranks) and all(_BUILDING_GLOO_GROUP in failure.stacks.get(r, "") for r in failure.ranks)
-    if not isinstance(failure, RankError) or not failure.exceptions:
-        return False
-    return (all(_STALE_RENDEZVOUS.search(str(exc)) for exc in failure.exceptions.values())
-            and all(any(where in failure.straggler_stacks.get(r, "") for where in _IN_THE_EXAMPLE)
-                    for r in failure.stragglers))
+        return bool(waiting) and all(evidence.says(p, _BUILDING_GLOO_GROUP) for p in waiting)
+    errors = evidence.raised(failure)
+    return (bool(errors) and all(evidence.says_pattern(p, _STALE_RENDEZVOUS) for p in errors)
+            and all(any(evidence.says(p, where) for where in _IN_THE_EXAMPLE) for p in waiting))
 
 
 register(KnownBug(
@@ -683,16 +564,13 @@ register(KnownBug(
 
 
 def _is_mesh_order(example: Mapping[str, Any], failure: BaseException) -> bool:
-    """Every problem is on a mesh dimension whose drawn ranks are not ascending, and is exactly what the
-    ascending order gives (the rank says so, ``MESH_SORTED_ORDER``): its local rank, or an all_gather's
-    outputs (all_reduce and broadcast don't depend on the order, so a wrong one is never this bug)."""
+    """The example has a mesh dimension whose drawn ranks are not ascending, and every problem is exactly what
+    the ascending order gives (:attr:`Symptom.MESH_SORTED_ORDER`, which the rank sets only on such a
+    dimension): its local rank, or an all_gather's outputs (all_reduce and broadcast don't depend on the
+    order, so a wrong one is never this bug)."""
     groups = getattr(example.get("case"), "groups", ())
     unsorted = {(g.ranks, dim) for g in groups if g.kind == "mesh" for dim in g.unsorted_dims()}
-    problems = _problems(failure)
-    return bool(problems) and bool(unsorted) and all(
-        MESH_SORTED_ORDER in p
-        and any(p.startswith(f"{dim} of {ranks} ") or f"on mesh {list(ranks)} ({dim}," in p for ranks, dim in unsorted)
-        for p in problems or ())
+    return bool(unsorted) and _every_problem(failure, _shows(Symptom.MESH_SORTED_ORDER))
 
 
 register(KnownBug(
@@ -708,7 +586,7 @@ register(KnownBug(
 
 # gloo's rendezvous failing because a peer closed its side: the peer destroyed the group (dropped it)
 # while this rank was still connecting
-_PEER_CLOSED_MID_CONNECT = re.compile(r"Gloo connectFullMesh failed.*Connection (closed|reset) by peer", re.S)
+_PEER_CLOSED_MID_CONNECT = r"Gloo connectFullMesh failed.*Connection (closed|reset) by peer"
 
 
 def _is_destroyed_early(example: Mapping[str, Any], failure: BaseException) -> bool:
@@ -719,11 +597,10 @@ def _is_destroyed_early(example: Mapping[str, Any], failure: BaseException) -> b
     spec = getattr(example.get("case"), "spec", None)
     if spec is None or math.prod(spec.shape) != 0:
         return False
-    if not isinstance(failure, RankError) or not failure.exceptions:
-        return False
-    return (all(_PEER_CLOSED_MID_CONNECT.search(str(exc)) and SUBGROUP_MAKING in failure.tracebacks.get(r, "")
-                for r, exc in failure.exceptions.items())
-            and all(SUBGROUP_MAKING in failure.straggler_stacks.get(r, "") for r in failure.stragglers))
+    errors = evidence.raised(failure)
+    return (bool(errors) and all(evidence.says_pattern(p, _PEER_CLOSED_MID_CONNECT)
+                                 and evidence.says(p, SUBGROUP_MAKING) for p in errors)
+            and all(evidence.says(p, SUBGROUP_MAKING) for p in evidence.waiting(failure)))
 
 
 register(KnownBug(
@@ -738,9 +615,7 @@ register(KnownBug(
 # What the p2p property's self-loop tries report for a refusal that doesn't say why: the peer and the tag.
 # gloo's words: "Pair is not connected" (torch 2.13, 2.14), "writev [none]: Bad file descriptor" from
 # the same tcp pair (torch 2.6.0; the reproducer prints it there).
-_UNCLEAR = re.compile(r"(?:send to|receive from|wait for the send to) rank (\d+)(?: and the receive from it)? "
-                      rf"\(tag (\d+), .*{REFUSED_UNCLEARLY}: "
-                      r".*(?:Pair is not connected|tcp/pair\.cc:\d+\] writev \[none\]: Bad file descriptor)")
+_UNCLEAR = r"Pair is not connected|tcp/pair\.cc:\d+\] writev \[none\]: Bad file descriptor"
 
 
 def _is_self_loop_unclear(example: Mapping[str, Any], failure: BaseException) -> bool:
@@ -748,14 +623,15 @@ def _is_self_loop_unclear(example: Mapping[str, Any], failure: BaseException) ->
     doesn't say the peer is the rank itself (a self-loop may deliver, or be refused clearly): the rank
     that reported it, the peer it names and the tag are a drawn message from that rank to itself."""
     messages = getattr(example.get("case"), "messages", None)
-    if messages is None or not isinstance(failure, PropertyFailure) or failure.results is None:
+    by_rank = evidence.reported_by_rank(failure)
+    if messages is None or by_rank is None:
         return False
     loops = {(m.src, m.tag) for m in messages if m.src == m.dst}
     seen = False
-    for rank, result in enumerate(failure.results):
-        for problem in result or ():
-            found = _UNCLEAR.search(problem)
-            if found is None or int(found.group(1)) != rank or (rank, int(found.group(2))) not in loops:
+    for rank, problems in enumerate(by_rank):
+        for problem in problems:
+            if (problem.symptom is not Symptom.REFUSED_UNCLEARLY or problem.subject[:1] != (rank,)
+                    or (rank, problem.subject[1]) not in loops or not evidence.says_pattern(problem, _UNCLEAR)):
                 return False
             seen = True
     return seen
@@ -771,9 +647,10 @@ register(KnownBug(
     reproducer="docs/findings/gloo-p2p-self-loop-unclear-error.py"))
 
 
-_WIDE = ("uint16", "uint32", "uint64")
-_UNPICKLE_ERROR = re.compile(r"UntypedStorage' has no attribute 'dtype'|"
-                             r"(float8|uint16|uint32|uint64).*(not supported|unpickl)", re.S)
+# the dtypes torch can't unpickle
+_WIDE = ("uint16", "uint32", "uint64", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
+         "float8_e8m0fnu")
+_UNPICKLE_ERROR = r"UntypedStorage' has no attribute 'dtype'|(float8|uint16|uint32|uint64).*(not supported|unpickl)"
 
 
 def _is_wide_unsigned_unpickle(example: Mapping[str, Any], failure: BaseException) -> bool:
@@ -781,16 +658,17 @@ def _is_wide_unsigned_unpickle(example: Mapping[str, Any], failure: BaseExceptio
     tensor of a dtype torch 2.13 can't unpickle (uint16/32/64, float8)."""
     case: Any = example.get("case")
     received = getattr(case, "dtypes_received", None)
-    if received is None or not isinstance(failure, PropertyFailure) or not failure.results:
+    by_rank = evidence.reported_by_rank(failure)
+    if received is None or not by_rank:
         return False
-    world = len(failure.results)
-    raised = OBJECT_CALL_RAISED.split("{type}")[0].format(op=case.op)  # "<op> raised "
+    world = len(by_rank)
     seen = False
-    for rank, result in enumerate(failure.results):
-        for problem in result or ():
-            if not (isinstance(problem, str) and problem.startswith(raised) and _UNPICKLE_ERROR.search(problem)):
+    for rank, problems in enumerate(by_rank):
+        for problem in problems:
+            if not (problem.kind is Kind.RAISED and problem.op == case.op
+                    and evidence.says_pattern(problem, _UNPICKLE_ERROR)):
                 return False
-            if not any(d in _WIDE or d.startswith("float8") for d in received(rank, world)):
+            if not any(d in _WIDE for d in received(rank, world)):
                 return False
             seen = True
     return seen
@@ -807,7 +685,7 @@ register(KnownBug(
 
 # -- tensor parallelism ------------------------------------------------------------------------
 
-_TP_STEP_RAISED = "the SGD step on the parallelised parameters raised RuntimeError: "
+_SGD_STEP = "the SGD step on the parallelised parameters"  # tensor_parallel.SGD_STEP
 _TP_INPLACE = "in-place operations that require placement changes are not supported"
 
 
@@ -834,8 +712,16 @@ def _is_tp_empty_shard_step(example: Mapping[str, Any], failure: BaseException) 
     placed Replicate() for a Shard parameter, on a config with an empty parameter shard."""
     if not _tp_has_empty_shard(example.get("config")):
         return False
-    return _every_problem(failure, lambda p: p.startswith(_TP_STEP_RAISED) and _TP_INPLACE in p
-                          and "((Replicate(),), (Shard(dim=" in p)
+    from torch.distributed.tensor import Replicate, Shard
+
+    def replicated_grad_of_shard(moved: tuple[Any, ...]) -> bool:
+        _, grad_placements, param_placements = moved
+        return (len(grad_placements) == len(param_placements) == 1 and isinstance(grad_placements[0], Replicate)
+                and isinstance(param_placements[0], Shard))
+
+    return _every_problem(failure, lambda p: (
+        p.kind is Kind.RAISED and p.what == _SGD_STEP and evidence.says(p, _TP_INPLACE)
+        and any(replicated_grad_of_shard(moved) for moved in p.subject)))
 
 
 register(KnownBug(
@@ -847,16 +733,10 @@ register(KnownBug(
     reproducer="docs/findings/tp-colwise-empty-shard-step-fails.py"))
 
 
-_GATHER_FLOAT32 = "(exactly a float32 round trip of the original)"  # sharded_tensor.GATHER_FLOAT32_MARKER
-
-
 def _is_sharded_tensor_gather_float32(example: Mapping[str, Any], failure: BaseException) -> bool:
     """Every problem is the gather's result on its destination, which the check found to be exactly
     the original rounded to float32 and back (ShardedTensor.gather's default buffers are float32)."""
-    problems = _problems(failure)
-    if not problems:
-        return False
-    return all(p.startswith("gather to rank ") and p.endswith(_GATHER_FLOAT32) for p in problems)
+    return _every_problem(failure, _shows(Symptom.FLOAT32_ROUND_TRIP))
 
 
 register(KnownBug(
@@ -868,14 +748,11 @@ register(KnownBug(
     reproducer="docs/findings/sharded-tensor-gather-default-dtype-float32.py"))
 
 
-_STALE_SHARD = "[STALE_SHARD: "  # join.STALE_SHARD's start: the check matched what the bug computes
-
-
 def _is_join_zero_joined_shard_stale(example: Mapping[str, Any], failure: BaseException) -> bool:
     """DDP with ZeRO under Join, and every problem on every rank is a parameter that the check found
     equal to the joined owner's shard stepped with that rank's own (stale or absent) gradients."""
     case = example.get("case")
-    return bool(getattr(case, "zero", False)) and _every_problem(failure, lambda p: _STALE_SHARD in p)
+    return bool(getattr(case, "zero", False)) and _every_problem(failure, _shows(Symptom.STALE_SHARD))
 
 
 register(KnownBug(
@@ -891,9 +768,9 @@ register(KnownBug(
 def _is_batched_powersgd_orthogonalize_assert(example: Mapping[str, Any], failure: BaseException) -> bool:
     """The ranks raised the bare AssertionError of ``_orthogonalize``'s shape check, called from
     ``batched_powerSGD_hook``."""
-    message = str(failure)
-    return (isinstance(failure, RankError) and "AssertionError" in message and "batched_powerSGD_hook" in message
-            and "_orthogonalize" in message)
+    errors = evidence.raised(failure)
+    return bool(errors) and any(evidence.raised_a(p, AssertionError) and evidence.says(p, "batched_powerSGD_hook")
+                                and evidence.says(p, "_orthogonalize") for p in errors)
 
 
 # docs/findings/batched-powersgd-orthogonalize-asserts.py, seen by properties/test_comm_hooks.py::test_powersgd
@@ -912,32 +789,28 @@ def _is_chunk_offset_past_end(example: Mapping[str, Any], failure: BaseException
     ceil(size / n) * (n - 1) > size for n placements."""
     case: Any = example.get("case")
     spec, placements = getattr(case, "spec", None), getattr(case, "placements", None)
-    if spec is None or not placements or not isinstance(failure, RankError) or not failure.exceptions:
+    errors = evidence.raised(failure)
+    if spec is None or not placements or not errors:
         return False
     size, n = spec.shape[case.dim % len(spec.shape)], len(placements)
     if not -(-size // n) * (n - 1) > size:
         return False
-    return all(isinstance(exc, IndexError) and "start out of range" in str(exc)
-               and "chunk_sharding_spec" in failure.tracebacks.get(rank, "")
-               for rank, exc in failure.exceptions.items())
+    return all(evidence.raised_a(p, IndexError) and evidence.says(p, "start out of range")
+               and evidence.says(p, "chunk_sharding_spec") for p in errors)
 
 
-_SHARD_SIZES = re.compile(r"shard_sizes=\[([^\]]*)\]")
+_EMPTY_SHARD = r"shard_sizes=\[(\d+, )*0(, \d+)*\]"  # torch's repr of a shard's metadata with a size 0
+_EMPTY_SHARDS_OVERLAP = rf"Shards .*{_EMPTY_SHARD}.* and .*{_EMPTY_SHARD}.* overlap$"
 
 
 def _is_empty_shards_overlap(example: Mapping[str, Any], failure: BaseException) -> bool:
     """torch 2.6.0: every failed rank raised ValueError "Shards ... and ... overlap" about two shards that are
     both empty (a size 0 in each), from the shard-metadata check ChunkShardingSpec.shard runs."""
-    if getattr(example.get("case"), "spec", None) is None or not isinstance(failure, RankError) \
-            or not failure.exceptions:
+    errors = evidence.raised(failure)
+    if getattr(example.get("case"), "spec", None) is None or not errors:
         return False
-    for rank, exc in failure.exceptions.items():
-        sizes = _SHARD_SIZES.findall(str(exc))
-        if not (isinstance(exc, ValueError) and str(exc).endswith("overlap") and len(sizes) == 2
-                and all("0" in [n.strip() for n in s.split(",")] for s in sizes)
-                and "chunk_sharding_spec" in failure.tracebacks.get(rank, "")):
-            return False
-    return True
+    return all(evidence.raised_a(p, ValueError) and evidence.says_pattern(p, _EMPTY_SHARDS_OVERLAP)
+               and evidence.says(p, "chunk_sharding_spec") for p in errors)
 
 
 register(KnownBug(
@@ -959,19 +832,16 @@ register(KnownBug(
     reproducer="docs/findings/sharded-tensor-chunk-offsets-past-end.py"))
 
 
-_GATHER_SKIPPED = "[GATHER_SKIPPED]"  # sharded_tensor.GATHER_SKIPPED_MARKER
-
-
 def _is_gather_empty_shard_skip(example: Mapping[str, Any], failure: BaseException) -> bool:
     """A rank whose local shard is empty returned from ``ShardedTensor.gather`` without joining the gather
     collective (the check saw its group's collective count unchanged, joined the gather for the waiting
     ranks and says so); every other problem is that too, or the float32 rounding of
     sharded-tensor-gather-default-dtype-float32 on the destination, which the same example can show."""
     problems = _problems(failure)
-    if not problems or not any(_GATHER_SKIPPED in p for p in problems):
+    if not problems or not any(p.symptom is Symptom.GATHER_SKIPPED for p in problems):
         return False
-    return all((_GATHER_SKIPPED in p and "(empty)" in p)
-               or (p.startswith("gather to rank ") and p.endswith(_GATHER_FLOAT32)) for p in problems)
+    return all((p.symptom is Symptom.GATHER_SKIPPED and any(0 in shape for shape in p.subject))
+               or p.symptom is Symptom.FLOAT32_ROUND_TRIP for p in problems)
 
 
 register(KnownBug(
@@ -986,15 +856,14 @@ register(KnownBug(
 
 # faulthandler's line (no comma before "in", unlike a traceback's) for a frame of the subgroups property's
 # _retire, which drops the groups of an earlier example
-_IN_RETIRE = re.compile(r"subgroups\.py\", line \d+ in _retire")
+_IN_RETIRE = r"subgroups(/__init__)?\.py\", line \d+ in _retire"
 
 
 def _is_group_drop_deadlock(example: Mapping[str, Any], failure: BaseException) -> bool:
     """The ranks timed out with a rank frozen while dropping process groups: its stack is faulthandler's (it
     answered no snapshot: none of its Python threads ran), in the subgroups property's ``_retire``."""
-    if not isinstance(failure, RankTimeout) or not failure.ranks:
-        return False
-    return any(_IN_RETIRE.search(failure.stacks.get(r, "")) for r in failure.ranks)
+    return isinstance(failure, RankTimeout) and any(
+        evidence.says_pattern(p, _IN_RETIRE) for p in evidence.waiting(failure))
 
 
 register(KnownBug(
@@ -1009,7 +878,6 @@ register(KnownBug(
 
 # -- pipelining ---------------------------------------------------------------------------------
 
-_IMPLICIT_ONES = "[IMPLICIT_ONES: "  # pipelining.IMPLICIT_ONES's start: the check matched what the bug computes
 _STAGE_BACKWARD_FAILED = "Failed to run stage backward"
 
 
@@ -1020,11 +888,11 @@ def _is_pipelining_static_args_no_grad(example: Mapping[str, Any], failure: Base
     config = example.get("config")
     if not (getattr(config, "static", False) and getattr(config, "plain_examples", False)):
         return False
-    if isinstance(failure, RankError):
-        return bool(failure.exceptions) and all(
-            isinstance(exc, RuntimeError) and _STAGE_BACKWARD_FAILED in str(exc)
-            and "Output gradient: ('None',)" in str(exc) for exc in failure.exceptions.values())
-    return _every_problem(failure, lambda p: _IMPLICIT_ONES in p)
+    errors = evidence.raised(failure)
+    if errors:
+        return all(evidence.raised_a(p, RuntimeError) and evidence.says(p, _STAGE_BACKWARD_FAILED)
+                   and evidence.says(p, "Output gradient: ('None',)") for p in errors)
+    return _every_problem(failure, _shows(Symptom.IMPLICIT_ONES))
 
 
 register(KnownBug(
@@ -1047,10 +915,10 @@ def _is_ddp_static_graph_no_sync_assert(example: Mapping[str, Any], failure: Bas
     """The no_sync check (its example has a ``config``) on a ``static_graph`` DDP config, and every rank
     that raised raised the reducer's ``expect_autograd_hooks_`` internal assertion."""
     config = example.get("config")
-    if not getattr(config, "static_graph", False) or not isinstance(failure, RankError) or not failure.exceptions:
+    errors = evidence.raised(failure)
+    if not getattr(config, "static_graph", False) or not errors:
         return False
-    return all(isinstance(exc, RuntimeError) and _EXPECT_AUTOGRAD_HOOKS in str(exc)
-               for exc in failure.exceptions.values())
+    return all(evidence.raised_a(p, RuntimeError) and evidence.says(p, _EXPECT_AUTOGRAD_HOOKS) for p in errors)
 
 
 register(KnownBug(
@@ -1087,8 +955,9 @@ def _is_tp_rowwise_empty_shard_forward(example: Mapping[str, Any], failure: Base
     "would remove or reshape sharded dimension" RuntimeError."""
     if not _tp_rowwise_narrower_than_mesh(example.get("config")):
         return False
-    return isinstance(failure, RankError) and bool(failure.exceptions) and all(
-        isinstance(exc, RuntimeError) and _TP_RESHAPE_SHARDED in str(exc) for exc in failure.exceptions.values())
+    errors = evidence.raised(failure)
+    return bool(errors) and all(evidence.raised_a(p, RuntimeError) and evidence.says(p, _TP_RESHAPE_SHARDED)
+                                for p in errors)
 
 
 register(KnownBug(
@@ -1101,8 +970,8 @@ register(KnownBug(
 
 
 _TP_VIEW_INCOMPATIBLE = "view size is not compatible with input tensor's size and stride"
-_LINEAR_FORWARD = re.compile(r'nn[/\\]modules[/\\]linear\.py", line \d+, in forward')
-_AUTOGRAD_BACKWARD = re.compile(r'autograd[/\\]graph\.py", line \d+, in _engine_run_backward')
+_LINEAR_FORWARD = r'nn[/\\]modules[/\\]linear\.py", line \d+, in forward'
+_AUTOGRAD_BACKWARD = r'autograd[/\\]graph\.py", line \d+, in _engine_run_backward'
 
 
 def _tp_rowwise_uneven_sequence_input(config: Any) -> bool:
@@ -1129,12 +998,12 @@ def _is_tp_rowwise_uneven_sequence_view(example: Mapping[str, Any], failure: Bas
     never empty); ranks whose piece is empty can go on into the next collective, so stragglers are allowed."""
     if not _tp_rowwise_uneven_sequence_input(example.get("config")):
         return False
-    if not isinstance(failure, RankError) or 0 not in failure.exceptions:
+    errors = evidence.raised(failure)
+    if not errors or errors[0].rank != 0:
         return False
-    return all(isinstance(exc, RuntimeError) and _TP_VIEW_INCOMPATIBLE in str(exc)
-               and (_LINEAR_FORWARD.search(failure.tracebacks.get(rank, "")) is not None
-                    or _AUTOGRAD_BACKWARD.search(failure.tracebacks.get(rank, "")) is not None)
-               for rank, exc in failure.exceptions.items())
+    return all(evidence.raised_a(p, RuntimeError) and evidence.says(p, _TP_VIEW_INCOMPATIBLE)
+               and (evidence.says_pattern(p, _LINEAR_FORWARD) or evidence.says_pattern(p, _AUTOGRAD_BACKWARD))
+               for p in errors)
 
 
 register(KnownBug(
@@ -1147,18 +1016,6 @@ register(KnownBug(
     where=("tensor_parallel",), recognise=_is_tp_rowwise_uneven_sequence_view, seen_on=SEEN_ON,
     upstream="https://github.com/pytorch/pytorch/issues/143748",
     reproducer="docs/findings/tp-rowwise-uneven-sequence-view-fails.py"))
-
-
-_TP_OUTPUT_REPLICATED = re.compile(r"^output: DTensor \([0-9, ]*\) \(Replicate\(\),\), expected \([0-9, ]*\) "
-                                   r"\(Shard\(dim=(\d)\),\)$")
-
-
-_TP_LOCAL_OUTPUT_SHAPE = re.compile(r"^output's local piece on rank (\d+): got \(([0-9, ]*)\) (\S+), "
-                                    r"expected \(([0-9, ]*)\) (\S+)$")
-
-
-def _shape(text: str) -> tuple[int, ...]:
-    return tuple(int(n) for n in text.replace(" ", "").split(",") if n)
 
 
 def _is_tp_sequence_parallel_short_sequence(example: Mapping[str, Any], failure: BaseException) -> bool:
@@ -1179,16 +1036,21 @@ def _is_tp_sequence_parallel_short_sequence(example: Mapping[str, Any], failure:
     def chunk(rank: int) -> tuple[int, ...]:  # the rank's torch.chunk piece: one position each, the last ones empty
         return whole[:dim] + (1 if rank < size else 0,) + whole[dim + 1:]
 
-    def replicated(problem: str) -> bool:
-        match = _TP_OUTPUT_REPLICATED.match(problem)
-        return match is not None and int(match.group(1)) == dim
+    def replicated(problem: Problem) -> bool:  # the output's placements: (shape, placements) pairs
+        from torch.distributed.tensor import Replicate, Shard
 
-    def whole_local(problem: str) -> bool:
-        match = _TP_LOCAL_OUTPUT_SHAPE.match(problem)
-        if match is None or match.group(3) != match.group(5):
+        if problem.kind is not Kind.SHAPE or problem.what != "output" or not isinstance(problem.got, tuple):
             return False
-        rank = int(match.group(1))
-        return rank < world and _shape(match.group(2)) == whole and _shape(match.group(4)) == chunk(rank) != whole
+        got, expected = problem.got[1], problem.expected[1]
+        return (len(got) == len(expected) == 1 and isinstance(got[0], Replicate) and isinstance(expected[0], Shard)
+                and expected[0].dim == dim)
+
+    def whole_local(problem: Problem) -> bool:  # a rank's local output: (shape, dtype) pairs
+        if problem.kind is not Kind.SHAPE or problem.what != "output's local piece" or problem.rank is None:
+            return False
+        (got, got_dtype), (expected, expected_dtype) = problem.got, problem.expected
+        return (got_dtype == expected_dtype and problem.rank < world and got == whole
+                and expected == chunk(problem.rank) != whole)
 
     return _every_problem(failure, lambda problem: replicated(problem) or whole_local(problem))
 
@@ -1206,10 +1068,10 @@ register(KnownBug(
 # -- DDP communication hooks: PowerSGD's collectives from future callbacks ----------------------------
 
 
+_HOOK_FILE = "powerSGD_hook.py"
 _GLOO_SIZE_MISMATCH = "Received data size doesn't match expected size"
 # the enforce itself, which torch 2.6.0's gloo states without the sentence above ("... 40 vs 8")
 _GLOO_SIZE_ENFORCE = "op.preamble.length <= op.nbytes"
-_RANKS_DIFFER = "'s gradients differ from rank 0's bitwise"  # comm_hooks' cross-rank check
 
 
 def _is_powersgd_callback_collectives_hang(example: Mapping[str, Any], failure: BaseException) -> bool:
@@ -1220,8 +1082,6 @@ def _is_powersgd_callback_collectives_hang(example: Mapping[str, Any], failure: 
     error through one (a recv timed out: "Got the following error when running the callback"); or the synced
     gradients differ across the ranks bitwise (every rank gets the same all-reduce result unless the
     ranks paired different all-reduces: a deterministic bug in the hook would not make them differ)."""
-    from fuzzdist.errors import RankCrash
-
     case = example.get("case")
     if type(case).__name__ != "PowerSGDCase":  # comm_hooks' PowerSGD check only
         return False
@@ -1230,15 +1090,15 @@ def _is_powersgd_callback_collectives_hang(example: Mapping[str, Any], failure: 
                               or getattr(config, "find_unused_parameters", False)):
         return False
     if isinstance(failure, RankTimeout):
-        return "powerSGD_hook.py" in str(failure)
-    if isinstance(failure, RankCrash):
-        text = str(failure)
-        return (_GLOO_SIZE_MISMATCH in text or _GLOO_SIZE_ENFORCE in text) and "powerSGD_hook.py" in text
-    if isinstance(failure, RankError):  # a gloo error raised through one of the hook's callbacks
-        return bool(failure.exceptions) and all(
-            "when running the callback" in str(exc) and "powerSGD_hook.py" in str(exc)
-            for exc in failure.exceptions.values())
-    return any(_RANKS_DIFFER in p for p in _problems(failure) or [])
+        return any(evidence.says(p, _HOOK_FILE) for p in evidence.waiting(failure))
+    died = evidence.died(failure)
+    if died:  # a rank aborted on gloo's size check, inside a callback
+        return (any(evidence.says(p, _GLOO_SIZE_MISMATCH) or evidence.says(p, _GLOO_SIZE_ENFORCE) for p in died)
+                and any(evidence.says(p, _HOOK_FILE) for p in died))
+    errors = evidence.raised(failure)
+    if errors:  # a gloo error raised through one of the hook's callbacks
+        return all(evidence.says(p, "when running the callback") and evidence.says(p, _HOOK_FILE) for p in errors)
+    return any(p.symptom is Symptom.RANKS_DIFFER for p in _problems(failure) or [])
 
 
 register(KnownBug(

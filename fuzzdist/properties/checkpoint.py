@@ -90,9 +90,11 @@ from torch import nn
 from fuzzdist import strategies as fst
 from fuzzdist.errors import InvalidArgument
 from fuzzdist.known_bugs import known_failures
+from fuzzdist.problems import Kind, Problem, by_rank
 from fuzzdist.properties import PropertyFailure, dtensor
 from fuzzdist.strategies import seeds
 from fuzzdist.toolkit.checks import first_difference
+from fuzzdist.toolkit.reporting import capped
 
 try:
     import torch.distributed.checkpoint as dcp
@@ -116,7 +118,6 @@ HAS_NO_DIST_LOAD = "no_dist" in __import__("inspect").signature(dcp.load).parame
 SEEDS = seeds()
 MAX_BYTES = 512  # per tensor: <= 64 elements of the widest dtype per dim, and fast
 MAX_ENTRIES = 4  # leaves per state dict
-_MAX_REPORTED = 8  # problems reported per rank
 _KEYS = st.text("abcxyz_0123456789", min_size=1, max_size=3)  # no ".": see the module docstring
 Placements = tuple[str, ...]  # "R" or "S<d>" per mesh dim, as in fuzzdist.properties.dtensor
 
@@ -301,20 +302,21 @@ def _same_value(actual: Any, expected: Any) -> bool:
 
 
 def _check_loaded(ctx: RankContext, case: CheckpointCase, state: dict[str, Any], allocated: list[torch.Tensor],
-                  what: str, single: bool) -> list[str]:
+                  what: str, single: bool) -> list[Problem]:
     """What differs in the loaded ``state`` (and the tensors allocated for it) from the seeds' values."""
-    problems: list[str] = []
+    problems: list[Problem] = []
     tensors = iter(allocated)
     for path, leaf in case.leaves():
         where = f"{what}: {'.'.join(map(str, path))}"
         try:
             got = _get(state, path)
         except (KeyError, IndexError, TypeError) as exc:
-            problems.append(f"{where}: missing from the loaded state dict ({type(exc).__name__}: {exc})")
+            problems.append(Problem(Kind.MISSING, where, detail=f"missing from the loaded state dict "
+                                                                f"({type(exc).__name__}: {exc})"))
             continue
         if isinstance(leaf, ValueLeaf):
             if not _same_value(got, leaf.value):
-                problems.append(f"{where}: got {got!r}, expected {leaf.value!r}")
+                problems.append(Problem(Kind.MISMATCH, where, got=got, expected=leaf.value))
             continue
         full = leaf.spec.materialize(ctx.device, leaf.seed)
         mine = next(tensors)
@@ -323,20 +325,21 @@ def _check_loaded(ctx: RankContext, case: CheckpointCase, state: dict[str, Any],
         else:
             expected = _expected_piece(ctx, full, leaf.load_mesh, leaf.load_placements)
             if not isinstance(got, DTensor):
-                problems.append(f"{where}: got a {type(got).__name__}, expected the DTensor allocated")
+                problems.append(Problem(Kind.SHAPE, where, got=f"a {type(got).__name__}",
+                                        expected="the DTensor allocated"))
                 continue
             if _names(tuple(got.placements)) != leaf.load_placements or tuple(got.shape) != leaf.spec.shape:
-                problems.append(f"{where}: got a DTensor {tuple(got.shape)} {got.placements}, expected "
-                                f"{leaf.spec.shape} {leaf.load_placements}")
+                problems.append(Problem(Kind.SHAPE, where, got=(tuple(got.shape), got.placements),
+                                        expected=(leaf.spec.shape, leaf.load_placements), detail="(a DTensor)"))
             got = got.to_local()
-        diff = first_difference(got, expected)
+        diff = first_difference(got, expected, where)
         if diff is not None:
-            problems.append(f"{where}: {diff}")
+            problems.append(diff)
         elif got is not mine and got.data_ptr() != mine.data_ptr():
-            diff = first_difference(mine, expected)
+            diff = first_difference(mine, expected, f"{where}: the tensor allocated for the values (the state "
+                                                    "dict holds them)")
             if diff is not None:
-                problems.append(f"{where}: the state dict holds the values, the tensor allocated for them "
-                                f"does not: {diff}")
+                problems.append(diff)
     return problems
 
 
@@ -352,15 +355,12 @@ def _single_target(ctx: RankContext, node: Any, allocated: list[torch.Tensor]) -
     return t
 
 
-def _report(problems: list[str]) -> list[str] | None:
-    if not problems:
-        return None
-    more = len(problems) - _MAX_REPORTED
-    return problems[:_MAX_REPORTED] + ([f"... and {more} more"] if more > 0 else [])
+def _report(problems: list[Problem]) -> list[Problem] | None:
+    return capped(problems) or None
 
 
 def save_and_load(ctx: RankContext, case: CheckpointCase, path: str,
-                  save: Callable[..., Any] = dcp_save, load: Callable[..., Any] = dcp_load) -> list[str] | None:
+                  save: Callable[..., Any] = dcp_save, load: Callable[..., Any] = dcp_load) -> list[Problem] | None:
     """On every rank: save ``case``'s state dict to ``path`` with ``save``, load it into the other
     layout with ``load`` and check it (and, with ``case.single_process``, load it on rank 0 alone
     into full-size plain tensors); None if all is well, else the problems."""
@@ -494,7 +494,8 @@ def check(pool: Pool, case: CheckpointCase, *, save: Callable[..., Any] = dcp_sa
             shutil.rmtree(path, ignore_errors=True)
         wrong = {rank: problems for rank, problems in enumerate(results) if problems}
         if wrong:
-            raise PropertyFailure(f"ranks {sorted(wrong)} loaded other values than were saved: {wrong}", results)
+            raise PropertyFailure(f"ranks {sorted(wrong)} loaded other values than were saved:{by_rank(wrong)}",
+                                  results)
 
 
 
@@ -630,23 +631,24 @@ def set_seeded_state(inner: nn.Module, optimizer: torch.optim.Optimizer, seed: i
                     value.fill_(seeded_step(seed, fqn))
 
 
-def check_seeded_state(inner: nn.Module, optimizer: torch.optim.Optimizer, case: ModelCase, what: str) -> list[str]:
+def check_seeded_state(inner: nn.Module, optimizer: torch.optim.Optimizer, case: ModelCase,
+                       what: str) -> list[Problem]:
     """What differs in ``inner``'s parameters and ``optimizer``'s state from the values of
     ``case.seed`` and ``case.lr``."""
     problems = []
     for group in optimizer.param_groups:
         if group["lr"] != case.lr:
-            problems.append(f"{what}: optimizer lr {group['lr']!r}, expected {case.lr!r}")
+            problems.append(Problem(Kind.MISMATCH, f"{what}: optimizer lr", got=group["lr"], expected=case.lr))
     for fqn, p in inner.named_parameters():
         local, piece = _local_and_expected(p.detach(), seeded(tuple(p.shape), case.seed, fqn))
-        diff = first_difference(local, piece)
+        diff = first_difference(local, piece, f"{what}: parameter {fqn}")
         if diff is not None:
-            problems.append(f"{what}: parameter {fqn}: {diff}")
+            problems.append(diff)
         state = optimizer.state.get(p, {})
         for key in (*_STATE_KEYS, "step"):
             if key not in state and not (key == "step" and case.optimizer == "sgd"):
                 if (key == "momentum_buffer") == (case.optimizer == "sgd"):
-                    problems.append(f"{what}: optimizer state {fqn}.{key} is missing")
+                    problems.append(Problem(Kind.MISSING, f"{what}: optimizer state {fqn}.{key}"))
                 continue
             if key not in state:
                 continue
@@ -654,13 +656,13 @@ def check_seeded_state(inner: nn.Module, optimizer: torch.optim.Optimizer, case:
             if key == "step":
                 got = float(value) if isinstance(value, (int, float)) else float(value.item())
                 if got != seeded_step(case.seed, fqn):
-                    problems.append(f"{what}: optimizer state {fqn}.step is {got!r}, expected "
-                                    f"{seeded_step(case.seed, fqn)!r}")
+                    problems.append(Problem(Kind.MISMATCH, f"{what}: optimizer state {fqn}.step", got=got,
+                                            expected=seeded_step(case.seed, fqn)))
                 continue
             local, piece = _local_and_expected(value, seeded(tuple(value.shape), case.seed, fqn, key))
-            diff = first_difference(local, piece)
+            diff = first_difference(local, piece, f"{what}: optimizer state {fqn}.{key}")
             if diff is not None:
-                problems.append(f"{what}: optimizer state {fqn}.{key}: {diff}")
+                problems.append(diff)
     return problems
 
 
@@ -682,7 +684,7 @@ def _load_model(ctx: RankContext, case: ModelCase, how: Parallelism, path: str, 
 
 def model_save_and_load(ctx: RankContext, case: ModelCase, path: str, save: Callable[..., Any] = dcp_save,
                         load: Callable[..., Any] = dcp_load,
-                        set_state: Callable[..., Any] = dsd_set_state_dict) -> list[str] | None:
+                        set_state: Callable[..., Any] = dsd_set_state_dict) -> list[Problem] | None:
     """On every rank: set a model's and its optimizer's state from the seed under ``case.save``, save
     it with ``get_state_dict`` and ``save``, load it into a fresh model under ``case.load`` with
     ``get_state_dict``, ``load`` and ``set_state``, and check it (and on rank 0, with
@@ -750,5 +752,5 @@ def check_model(pool: Pool, case: ModelCase, *, save: Callable[..., Any] = dcp_s
         shutil.rmtree(path, ignore_errors=True)
     wrong = {rank: problems for rank, problems in enumerate(results) if problems}
     if wrong:
-        raise PropertyFailure(f"ranks {sorted(wrong)} loaded another model or optimizer state than was saved: "
-                              f"{wrong}", results)
+        raise PropertyFailure(f"ranks {sorted(wrong)} loaded another model or optimizer state than was saved:"
+                              f"{by_rank(wrong)}", results)

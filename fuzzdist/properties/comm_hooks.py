@@ -111,10 +111,12 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from fuzzdist import strategies as fst
 from fuzzdist.errors import InvalidArgument
 from fuzzdist.known_bugs import known_failures
+from fuzzdist.problems import Kind, Problem, Symptom, by_rank, listed
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.properties.ddp import TOLERANCES, completion_schedules, ddp_device_kwargs, pg_wrapper
 from fuzzdist.strategies import seeds
-from fuzzdist.toolkit.checks import fingerprint
+from fuzzdist.toolkit.checks import Digest, digest, fingerprint, mismatch
+from fuzzdist.toolkit.reporting import capped
 
 if TYPE_CHECKING:
     from fuzzdist.pool import Pool
@@ -129,10 +131,8 @@ __all__ = [
 SEEDS = seeds()
 DTYPES = st.sampled_from([torch.float32, torch.float64])
 REORDER_KINDS = ("reorder-subclass", "reorder-future")
-_MAX_REPORTED = 6
 _KAPPA_LIMIT = 1e3  # summed PowerSGD matrices worse conditioned than this get no value check
 Tensors = dict[str, torch.Tensor | None]
-Digest = tuple[tuple[str, tuple[object, ...] | None], ...]
 
 
 # ---------------------------------------------------------------------------
@@ -337,23 +337,17 @@ def half_expected(local: list[torch.Tensor | None], half: torch.dtype, like: tor
 
 
 def mean_problem(what: str, actual: torch.Tensor | None, mean: torch.Tensor, bound: torch.Tensor | float,
-                 ) -> str | None:
+                 ) -> Problem | None:
     """None if every element of ``actual`` (None = zeros) is within ``bound`` of ``mean`` (infinities
-    and NaNs must match exactly), else a one-line description."""
+    and NaNs must match exactly), else the first difference."""
     a = torch.zeros_like(mean) if actual is None else actual.detach().double()
     if a.shape != mean.shape:
-        return f"{what}: got shape {tuple(a.shape)}, expected {tuple(mean.shape)}"
+        return Problem(Kind.SHAPE, what, got=tuple(a.shape), expected=tuple(mean.shape))
     bound_t = torch.as_tensor(bound, dtype=torch.float64).expand_as(mean)
     finite = torch.isfinite(mean)
     ok = torch.where(finite, (a - mean).abs() <= bound_t,
                      (a == mean) | (torch.isnan(a) & torch.isnan(mean)))
-    if bool(ok.all()):
-        return None
-    bad = (~ok).reshape(-1)
-    i = int(bad.nonzero()[0])
-    return (f"{what}: {int(bad.sum())} of {a.numel()} elements differ; first at flat index {i}: "
-            f"got {a.reshape(-1)[i].item():.9g}, expected {mean.reshape(-1)[i].item():.9g} "
-            f"within {bound_t.reshape(-1)[i].item():.3g}")
+    return mismatch(what, a, mean, ~ok, bound_t)
 
 
 def _close_bound(terms: list[torch.Tensor], dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
@@ -369,19 +363,10 @@ def _grads(model: nn.Module) -> Tensors:
     return {name: None if p.grad is None else p.grad.detach().clone() for name, p in model.named_parameters()}
 
 
-def _digest(tensors: dict[str, Any]) -> Digest:
-    return tuple((name, None if t is None else fingerprint(t)) for name, t in tensors.items())
-
-
 def _sync_reference(reference: nn.Module, model: nn.Module) -> None:
     with torch.no_grad():
         for (_, r), (_, p) in zip(reference.named_parameters(), model.named_parameters(), strict=True):
             r.copy_(p)
-
-
-def _report(problems: list[str]) -> list[str]:
-    more = len(problems) - _MAX_REPORTED
-    return problems[:_MAX_REPORTED] + ([f"... and {more} more"] if more > 0 else [])
 
 
 def _loss(ddp: nn.Module, config: fst.DDPConfig, rank: int, step: int, seed: int, dtype: torch.dtype,
@@ -428,7 +413,7 @@ def compressed_training(ctx: RankContext, case: CompressionCase, dtype: torch.dt
     hook = named if hook is None else hook
     scale = float(2 ** case.scale_exp)
     pg = _wrapped(ctx, pg_kind, schedule)
-    problems: list[str] = []
+    problems: list[Problem] = []
     digests: list[Digest] = []
     try:
         model = config.build_model(seed).to(ctx.device, dtype)
@@ -448,13 +433,13 @@ def compressed_training(ctx: RankContext, case: CompressionCase, dtype: torch.dt
             local = local_gradients(reference, config, step, seed, dtype, scale)
             _loss(ddp, config, ctx.rank, step, seed, dtype, ctx.device, scale).backward()
             grads = _grads(model)
-            digests.append(_digest(grads))
+            digests.append(digest(grads))
             if twin is not None and twin_model is not None:
                 _loss(twin, config, ctx.rank, step, seed, dtype, ctx.device, scale).backward()
                 for name, t in _grads(twin_model).items():
                     if not _same_as_vanilla(grads[name], t, ctx.world_size, dtype, [g[name] for g in local]):
-                        problems.append(f"step {step} grad {name}: not equal to DDP without a hook "
-                                        f"({_VANILLA_EQUALITY[_exact_scale(ctx.world_size)]})")
+                        problems.append(Problem(Kind.MISMATCH, f"step {step} grad {name}", detail=(
+                            f"not equal to DDP without a hook ({_VANILLA_EQUALITY[_exact_scale(ctx.world_size)]})")))
             for name, grad in grads.items():
                 terms = [g[name] for g in local]
                 like = next((t for t in terms if t is not None), grad)
@@ -476,17 +461,17 @@ def compressed_training(ctx: RankContext, case: CompressionCase, dtype: torch.dt
             optimizer.zero_grad(set_to_none=True)
             if twin_opt is not None:
                 twin_opt.zero_grad(set_to_none=True)
-        digests.append(_digest(dict(model.named_parameters())))
+        digests.append(digest(dict(model.named_parameters())))
     finally:
         if pg is not ctx.group:
             pg.close()
-    return {"problems": _report(problems), "digests": digests}
+    return {"problems": capped(problems), "digests": digests}
 
 
 def _check_agreement(results: list[dict[str, Any]], what: str) -> None:
     wrong = {rank: obs["problems"] for rank, obs in enumerate(results) if obs["problems"]}
     if wrong:
-        raise PropertyFailure(f"{what} breaks its contract on ranks {sorted(wrong)}: {wrong}", results)
+        raise PropertyFailure(f"{what} breaks its contract on ranks {sorted(wrong)}:{by_rank(wrong)}", results)
     first = results[0]["digests"]
     for rank, obs in enumerate(results):
         if obs["digests"] != first:
@@ -560,8 +545,8 @@ def powersgd_training(ctx: RankContext, case: PowerSGDCase, dtype: torch.dtype, 
         record: dict[str, Any] = {
             "grads": grads, "local": local, "error_before": error_before,
             "error_after": _tensors(getattr(state, "error_dict", {})), "layout": dict(layout),
-            "low_rank": (_digest({str(k): v for k, v in getattr(state, "p_memory_dict", {}).items()}),
-                         _digest({str(k): v for k, v in getattr(state, "q_memory_dict", {}).items()})),
+            "low_rank": (digest({str(k): v for k, v in getattr(state, "p_memory_dict", {}).items()}),
+                         digest({str(k): v for k, v in getattr(state, "q_memory_dict", {}).items()})),
             "vanilla": None,
         }
         if step < case.start_iter:
@@ -574,7 +559,7 @@ def powersgd_training(ctx: RankContext, case: PowerSGDCase, dtype: torch.dtype, 
         steps.append(record)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-    return {"steps": steps, "params": _digest(dict(model.named_parameters())),
+    return {"steps": steps, "params": digest(dict(model.named_parameters())),
             "shapes": {name: tuple(p.shape) for name, p in model.named_parameters()}}
 
 
@@ -646,10 +631,10 @@ def _lossless_bound(summed: torch.Tensor, world: int, dtype: torch.dtype, epsilo
                            + 10 * torch.finfo(dtype).tiny)
 
 
-def powersgd_problems(results: list[dict[str, Any]], case: PowerSGDCase, dtype: torch.dtype) -> list[str]:
+def powersgd_problems(results: list[dict[str, Any]], case: PowerSGDCase, dtype: torch.dtype) -> list[Problem]:
     """Check in the driver what the ranks of ``powersgd_training`` returned (module docstring)."""
     world = len(results)
-    problems: list[str] = []
+    problems: list[Problem] = []
     # Warm start reuses Q: Q_t = M_{t-1}^T P_{t-1}, square and invertible only while every earlier
     # compressed M of that tensor was (a dead ReLU's all-zero gradient makes it singular for good).
     # Only then is P P^T M the mean; a fresh Q (no warm start, or the first compressed step) is.
@@ -658,15 +643,18 @@ def powersgd_problems(results: list[dict[str, Any]], case: PowerSGDCase, dtype: 
         recs = [r["steps"][step] for r in results]
         ref = recs[0]
         for rank, rec in enumerate(recs):
-            if _digest(rec["grads"]) != _digest(ref["grads"]):
-                problems.append(f"step {step}: rank {rank}'s gradients differ from rank 0's bitwise")
+            if digest(rec["grads"]) != digest(ref["grads"]):
+                problems.append(Problem(Kind.MISMATCH, f"step {step}: gradients", rank=rank,
+                                        symptom=Symptom.RANKS_DIFFER))
             if rec["low_rank"] != ref["low_rank"]:
-                problems.append(f"step {step}: rank {rank}'s warm-start P/Q state differs from rank 0's bitwise")
+                problems.append(Problem(Kind.MISMATCH, f"step {step}: warm-start P/Q state", rank=rank,
+                                        detail="differs from rank 0's bitwise"))
         if step < case.start_iter:
             for rank, rec in enumerate(recs):
                 if rec["vanilla"]:
-                    problems.append(f"step {step} (before start_powerSGD_iter={case.start_iter}), rank {rank}: "
-                                    f"{rec['vanilla']} not bitwise equal to DDP without a hook")
+                    before = f"step {step} (before start_powerSGD_iter={case.start_iter})"
+                    problems.append(Problem(Kind.MISMATCH, before, rank=rank,
+                                            detail=f"{rec['vanilla']} not bitwise equal to DDP without a hook"))
             continue
         layout: dict[int, list[str]] = ref["layout"]
         grads: Tensors = ref["grads"]
@@ -685,7 +673,8 @@ def powersgd_problems(results: list[dict[str, Any]], case: PowerSGDCase, dtype: 
                 for rank, (rec, inp) in enumerate(zip(recs, inputs, strict=True)):
                     after = rec["error_after"].get(index)
                     if after is None:
-                        problems.append(f"step {step} bucket {index}, rank {rank}: no error-feedback state")
+                        problems.append(Problem(Kind.MISSING, f"step {step} bucket {index}: error-feedback state",
+                                                rank=rank))
                         continue
                     mean, bound = _close_bound([inp - flat_grad], dtype)
                     bound = bound * 4 + TOLERANCES[dtype][0] * world * (inp.abs() + flat_grad.abs())
@@ -733,7 +722,7 @@ def powersgd_problems(results: list[dict[str, Any]], case: PowerSGDCase, dtype: 
                 if p is not None:
                     problems.append(p)
     if any(r["params"] != results[0]["params"] for r in results):
-        problems.append("parameters are not bitwise equal on every rank")
+        problems.append(Problem(Kind.MISMATCH, "parameters", detail="not bitwise equal on every rank"))
     return problems
 
 
@@ -746,7 +735,8 @@ def check_powersgd(pool: Pool, case: PowerSGDCase, dtype: torch.dtype, seed: int
         results = pool.run(powersgd_training, case, dtype, seed, hook=hook, state_factory=state_factory)
         problems = powersgd_problems(results, case, dtype)
         if problems:
-            raise PropertyFailure(f"PowerSGD breaks its contract: {_report(problems)}", results)
+            raise PropertyFailure(f"PowerSGD breaks its contract:{listed(capped(problems))}", results,
+                                  problems=problems)
 
 
 # ---------------------------------------------------------------------------
@@ -808,7 +798,7 @@ def local_sgd_training(ctx: RankContext, case: LocalSGDCase, dtype: torch.dtype,
     local_opt = config.build_optimizer(ddp.parameters())
     optimizer = optimizer_factory(optim=local_opt, averager=averager) if case.optimizer_wrapper else local_opt
     rtol, atol = TOLERANCES[dtype]
-    problems: list[str] = []
+    problems: list[Problem] = []
     digests: list[Digest] = []
     for step in range(config.steps):
         optimizer.zero_grad()
@@ -817,13 +807,13 @@ def local_sgd_training(ctx: RankContext, case: LocalSGDCase, dtype: torch.dtype,
         if not case.optimizer_wrapper:
             averager.average_parameters(ddp.parameters())
         params = {name: p.detach().clone() for name, p in model.named_parameters()}
-        digests.append(_digest(params))
+        digests.append(digest(params))
         for name, p in params.items():
             want = expected[step][ctx.rank][name].double()
             problem = mean_problem(f"after step {step} param {name}", p, want, rtol * want.abs() + atol)
             if problem is not None:
                 problems.append(problem)
-    return {"problems": _report(problems), "digests": digests}
+    return {"problems": capped(problems), "digests": digests}
 
 
 def synced_after(case: LocalSGDCase, step: int) -> bool:
@@ -847,8 +837,8 @@ def check_local_sgd(pool: Pool, case: LocalSGDCase, dtype: torch.dtype, seed: in
                            averager_factory=averager_factory, optimizer_factory=optimizer_factory)
         wrong = {rank: obs["problems"] for rank, obs in enumerate(results) if obs["problems"]}
         if wrong:
-            raise PropertyFailure(f"post-local SGD differs from the local simulation on ranks {sorted(wrong)}: "
-                                  f"{wrong}", results)
+            raise PropertyFailure(f"post-local SGD differs from the local simulation on ranks {sorted(wrong)}:"
+                                  f"{by_rank(wrong)}", results)
         for step in range(case.config.steps):
             if synced_after(case, step) and any(r["digests"][step] != results[0]["digests"][step] for r in results):
                 raise PropertyFailure(f"after step {step} the parameters should be equal on every rank "
@@ -892,7 +882,7 @@ def no_sync_training(ctx: RankContext, config: fst.DDPConfig, dtype: torch.dtype
     reference = copy.deepcopy(model)
     ddp = _ddp(model, ctx.group, ctx, config)
     rtol, atol = TOLERANCES[dtype]
-    problems: list[str] = []
+    problems: list[Problem] = []
     micro = config.steps - 1
     every = [local_gradients(reference, config, k, seed, dtype) for k in range(config.steps)]
     accumulated = [every[k][ctx.rank] for k in range(micro)]
@@ -925,7 +915,7 @@ def no_sync_training(ctx: RankContext, config: fst.DDPConfig, dtype: torch.dtype
                          rtol * (config.steps * config.world_size + 1) * magnitude + atol)
         if p is not None:
             problems.append(p)
-    return {"problems": _report(problems), "digests": [_digest(grads)]}
+    return {"problems": capped(problems), "digests": [digest(grads)]}
 
 
 def check_no_sync(pool: Pool, config: fst.DDPConfig, dtype: torch.dtype, seed: int, *,

@@ -13,23 +13,25 @@ import torch
 
 from fuzzdist import known_bugs
 from fuzzdist.errors import PropertyFailure, RankError
-from fuzzdist.known_bugs.symptoms import MESH_SORTED_ORDER, OBJECT_CALL_RAISED, REFUSED_UNCLEARLY
+from fuzzdist.problems import Kind, Problem, Symptom
 
 
 def _raised(message: str, where: str = "  File \"subgroups.py\", line 1, in _make_groups\n") -> RankError:
     return RankError([0], {0: where}, {0: "builtins.RuntimeError"}, {0: RuntimeError(message)})
 
 
-def _failed(*problems: str) -> PropertyFailure:
+def _failed(*problems: Problem) -> PropertyFailure:
     return PropertyFailure("wrong", [list(problems), None])
 
 
 SPEC = NS(shape=(1,), dtype=torch.float32)
 CLOSED = "Gloo connectFullMesh failed with [gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:1"
 MESH = NS(kind="mesh", ranks=(1, 0), unsorted_dims=lambda: ["mesh dim 0"])
-UNCLEAR = f"batch send to rank 0 (tag 0, spec, a self-loop) {REFUSED_UNCLEARLY}: RuntimeError: Pair is not connected"
-UNPICKLE = OBJECT_CALL_RAISED.format(op="all_gather_object", type="AttributeError",
-                                     message="'UntypedStorage' has no attribute 'dtype'")
+UNCLEAR = Problem.raised(RuntimeError("Pair is not connected"), "batch send to rank 0 (tag 0, spec, a self-loop)",
+                         symptom=Symptom.REFUSED_UNCLEARLY, subject=(0, 0))
+UNPICKLE = Problem.raised(AttributeError("'UntypedStorage' has no attribute 'dtype'"), op="all_gather_object")
+LOCAL_RANK = Problem(Kind.MISMATCH, "mesh dim 0 of (1, 0) (2,): get_local_rank(0)", got=0, expected=1,
+                     symptom=Symptom.MESH_SORTED_ORDER)
 # id -> (where, example, its symptom, another failure)
 CASES = {
     "new-group-local-sync-recreate-fails": (
@@ -42,14 +44,13 @@ CASES = {
         _raised(CLOSED), _raised(CLOSED, where="  File \"subgroups.py\", line 1, in _run_op\n")),
     "device-mesh-local-rank-not-coordinate": (
         "subgroups", {"case": NS(groups=(MESH,), spec=SPEC)},
-        _failed(f"mesh dim 0 of (1, 0) (2,): get_local_rank(0) is 0, expected the coordinate 1: {MESH_SORTED_ORDER}"),
-        _failed("mesh dim 0 of (1, 0) (2,): get_local_rank(0) is 0, expected the coordinate 1")),
+        _failed(LOCAL_RANK), _failed(Problem(Kind.MISMATCH, LOCAL_RANK.what, got=0, expected=1))),
     "gloo-p2p-self-loop-unclear-error": (
         "p2p", {"case": NS(messages=(NS(src=0, dst=0, tag=0),))},
-        _failed(UNCLEAR), _failed(UNCLEAR.replace("tag 0", "tag 3"))),
+        _failed(UNCLEAR), _failed(UNCLEAR.about(UNCLEAR.what, subject=(0, 3)))),
     "wide-unsigned-unpickle-objects": (
         "object_collectives", {"case": NS(op="all_gather_object", dtypes_received=lambda rank, world: {"uint16"})},
-        _failed(UNPICKLE), _failed("all_gather_object: obj[0]: got 8")),
+        _failed(UNPICKLE), _failed(Problem(Kind.MISMATCH, op="all_gather_object", detail="obj[0]: got 8"))),
 }
 
 

@@ -16,6 +16,7 @@ import torch
 from fuzzdist import known_bugs
 from fuzzdist.errors import PropertyFailure, RankError
 from fuzzdist.known_bugs.symptoms import SUBGROUP_MAKING, SUBGROUP_OPS
+from fuzzdist.problems import Kind, Problem
 from fuzzdist.properties import subgroups
 from fuzzdist.strategies import TensorSpec
 
@@ -112,7 +113,8 @@ def test_a_peer_closing_a_group_of_an_example_that_moves_no_data_is_the_known_bu
     (_case(), _raised({2: CLOSED, 0: "invalid src"})),  # another error beside it
     (_case(), _raised({2: "Gloo connectFullMesh failed with [pair.cc:144] no error"})),  # not a closed peer
     (_case(), _raised({2: CLOSED}, stragglers={1: IN_OP})),  # a rank left waiting in a collective
-    (_case(), PropertyFailure("ranks [0] saw wrong subgroup results", [["all_gather: differs"], None, None])),
+    (_case(), PropertyFailure("ranks [0] saw wrong subgroup results",
+                              [[Problem(Kind.MISMATCH, "all_gather", detail="differs")], None, None])),
 ], ids=["data-moves", "in-a-collective", "another-error", "another-connect-error", "straggler-in-op", "wrong-value"])
 def test_other_failures_are_not_the_destroyed_early_bug(example, failure):
     assert _recognised(example, failure) is None
