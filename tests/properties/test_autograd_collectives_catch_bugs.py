@@ -24,7 +24,7 @@ def _shrunk_failure(pool, name, **impl):
 
 
 def _problems(results, rank):
-    return " | ".join(results[rank] or [])
+    return " | ".join(map(str, results[rank] or []))
 
 
 def test_catches_all_gather_swapping_two_ranks(rank_pool):

@@ -71,4 +71,4 @@ def test_catches_distribute_tensor_ignoring_src_data_rank(rank_pool):
     for rank, problems in enumerate(results):
         assert problems[0].startswith(f"distribute_tensor to ('R',): local shard at mesh coordinate "
                                       f"({rank},): ")
-        assert any("full_tensor(): 1 of 1 elements differ" in p for p in problems)
+        assert any("full_tensor(): 1 of 1 elements differ" in str(p) for p in problems)
