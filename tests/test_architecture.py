@@ -123,6 +123,25 @@ def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
     return packages
 
 
+def test_known_bugs_reach_the_families_only_through_the_one_list():
+    """``fuzzdist.known_bugs`` sits below the families, yet collects their entries: by name, through
+    ``entries.ENTRY_MODULES``, imported lazily.  That list names exactly the ``known_bugs`` modules in the tree,
+    each in a family package or check-pg, and no module of ``fuzzdist.known_bugs`` imports a family."""
+    from fuzzdist.known_bugs.entries import ENTRY_MODULES
+
+    modules = _modules()
+    in_tree = sorted(name for name in modules if name.endswith(".known_bugs") and name != "fuzzdist.known_bugs")
+    assert sorted(ENTRY_MODULES) == in_tree
+    assert all(name.startswith(("fuzzdist.properties.", "fuzzdist.conformance.")) for name in ENTRY_MODULES)
+    graph = import_graph()
+    above = [f"{m} imports {t}" for m in graph if _package(m) == "fuzzdist.known_bugs"
+             for t in graph[m] if _package(t) in ("fuzzdist.properties", "fuzzdist.conformance")]
+    assert not above, "\n".join(above)
+    loaders = [m for m, path in modules.items() if _package(m) == "fuzzdist.known_bugs"
+               and "importlib" in path.read_text(encoding="utf-8")]
+    assert loaders == ["fuzzdist.known_bugs.entries"]
+
+
 def test_subpackages_import_each_other_one_way():
     """strategies -> toolkit -> pool -> properties -> conformance -> driver -> campaign -> cli, with
     errors and known_bugs below them: no package-level back edge (``pool`` importing ``driver``

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fuzzdist.errors import InvalidArgument, InvalidState
-from fuzzdist.known_bugs import torch_bugs as _known_torch_bugs  # noqa: F401  (registers the built-in entries on import)
+from fuzzdist.known_bugs import entries
 from fuzzdist.known_bugs.registry import _REGISTRY, KINDS, Example, KnownBug, register
 
 __all__ = [
@@ -36,12 +36,14 @@ __all__ = [
 ]
 
 def registry() -> Mapping[str, KnownBug]:
-    """Every registered known bug by id (the built-in ones are registered on import)."""
+    """Every registered known bug by id (the built-in ones: every family's, collected on first use)."""
+    entries.load()
     return dict(_REGISTRY)
 
 
 def recognise(where: str, example: Example, failure: BaseException) -> KnownBug | None:
     """The known bug that explains ``failure`` of check ``where`` on ``example``, or None."""
+    entries.load()
     for bug in _REGISTRY.values():
         if where in bug.where:
             try:
@@ -49,7 +51,8 @@ def recognise(where: str, example: Example, failure: BaseException) -> KnownBug 
                     return bug
             except Exception as exc:  # a broken predicate must not turn a failure into a pass
                 raise InvalidState(f"the predicate of known bug {bug.id!r} raised {exc!r} on "
-                                   f"{type(failure).__name__}; fix it in fuzzdist.known_bugs") from exc
+                                   f"{type(failure).__name__}; fix it in {getattr(bug.recognise, '__module__', '')}"
+                                   ) from exc
     return None
 
 

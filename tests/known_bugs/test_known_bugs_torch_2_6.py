@@ -2,23 +2,19 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
 from fuzzdist import known_bugs
 from fuzzdist.errors import RankCrash, RankError
+from fuzzdist.properties.comm_hooks import PowerSGDCase
 
 
 @dataclass
 class _Config:
     bucket_cap_mb: float | None = 1e-05
     find_unused_parameters: bool = True
-
-
-@dataclass
-class PowerSGDCase:  # the predicate knows comm_hooks' case by its class name
-    config: _Config = field(default_factory=_Config)
 
 
 def _crash(output: str, stack: str) -> RankCrash:
@@ -35,7 +31,7 @@ ENFORCE_2_6 = ("terminate called after throwing an instance of 'gloo::EnforceNot
 
 
 def _recognised(failure: RankCrash, case: object = None) -> str | None:
-    bug = known_bugs.recognise("comm_hooks", {"case": case or PowerSGDCase()}, failure)
+    bug = known_bugs.recognise("comm_hooks", {"case": case or PowerSGDCase(_Config())}, failure)
     return bug.id if bug else None
 
 

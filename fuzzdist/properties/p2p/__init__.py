@@ -34,7 +34,7 @@ that bug; ``check-pg``'s async check is where it shows.  On gloo (torch 2.13) is
 batch_isend_irecv to or from the rank itself neither deliver nor refuse clearly: they fail with
 gloo's internal "Pair is not connected" enforce (``dist.send`` checks the rank first and refuses
 clearly): that is the known bug ``gloo-p2p-self-loop-unclear-error`` (in
-``fuzzdist.known_bugs.torch_bugs``).  Once torch delivers self-loops (or refuses them clearly), the property passes.
+``known_bugs.py next to it``).  Once torch delivers self-loops (or refuses them clearly), the property passes.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ import torch.distributed as dist
 from hypothesis import strategies as st
 
 from fuzzdist import strategies as fst
-from fuzzdist.known_bugs import known_failures, registry
+from fuzzdist.known_bugs import known_failures
 from fuzzdist.pool.capabilities import GLOO_DTYPES
 from fuzzdist.problems import Kind, Problem, Symptom, by_rank
 from fuzzdist.properties import PropertyFailure
@@ -328,10 +328,7 @@ def p2p_cases(draw: st.DrawFn, world_size: int, apis: st.SearchStrategy[str] | N
 
 
 # ---------------------------------------------------------------------------
-# the known bug (its entry is in fuzzdist.known_bugs.torch_bugs), and the driver-side check
-
-GLOO_P2P_SELF_LOOP_UNCLEAR = registry()["gloo-p2p-self-loop-unclear-error"]
-
+# the known bug (its entry is in known_bugs.py next to it), and the driver-side check
 
 def check(pool: Pool, case: P2PCase, *, api: dict[str, Callable[..., Any]] | None = None) -> None:
     """Run ``case`` over ``pool`` with torch's point-to-point functions (or the stand-ins in ``api``,

@@ -21,7 +21,7 @@ runs a drawn sequence of ``all_reduce`` (SUM, MAX, MIN), ``broadcast`` (from a d
 Singleton groups, the whole world, and the same ranks twice in another order are all drawn.  The
 groups are destroyed after the example by the rank's isolation (``fuzzdist.pool.rank.isolation``).
 
-Four torch bugs show here (their entries are in ``fuzzdist.known_bugs.torch_bugs``): re-creating a
+Four torch bugs show here (their entries are in ``known_bugs.py next to it``): re-creating a
 ``use_local_synchronization`` group over ranks that had one before (destroyed) fails to connect, fails
 in its first collective or hangs (``new-group-local-sync-recreate-fails``: the hashed group name, and
 with it the store keys of the rendezvous, are reused; ``check`` remembers per pool which ranks earlier
@@ -56,7 +56,7 @@ import torch.distributed as dist
 from hypothesis import strategies as st
 
 from fuzzdist import strategies as fst
-from fuzzdist.known_bugs import known_failures, registry
+from fuzzdist.known_bugs import known_failures
 from fuzzdist.problems import Kind, Problem, Symptom, by_rank
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.toolkit.checks import first_difference
@@ -376,7 +376,7 @@ def subgroup_cases(draw: st.DrawFn, world_size: int, kinds: tuple[str, ...] = ("
 
 
 # ---------------------------------------------------------------------------
-# known bugs (their entries are in fuzzdist.known_bugs.torch_bugs), and the driver-side check
+# known bugs (their entries are in known_bugs.py next to it), and the driver-side check
 
 # Per pool, the rank sets of the locally synchronised groups its earlier examples made (every group is
 # destroyed after its example): new-group-local-sync-recreate-fails needs one of those made again.
@@ -388,11 +388,6 @@ def _local_sync_before(pool: Any) -> set[tuple[int, ...]]:
         return _LOCAL_SYNC_BEFORE.setdefault(pool, set())
     except TypeError:  # a pool that can't be weakly referenced: no history, so never this bug
         return set()
-
-
-LOCAL_SYNC_RECREATE = registry()["new-group-local-sync-recreate-fails"]
-MESH_LOCAL_RANK = registry()["device-mesh-local-rank-not-coordinate"]
-DESTROYED_EARLY = registry()["gloo-new-group-destroyed-early-breaks-peer"]
 
 
 def check(pool: Pool, case: SubgroupCase, *, new_group: Callable[..., Any] = dist.new_group,

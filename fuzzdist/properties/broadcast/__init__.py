@@ -18,8 +18,8 @@ import torch
 import torch.distributed as dist
 from hypothesis import strategies as st
 
-from fuzzdist import known_bugs
 from fuzzdist import strategies as fst
+from fuzzdist.known_bugs import known_failures
 from fuzzdist.pool.capabilities import gloo_dtypes
 from fuzzdist.problems import Problem, Symptom, by_rank
 from fuzzdist.properties import PropertyFailure
@@ -66,7 +66,7 @@ def check(pool: Pool, spec: fst.TensorSpec, src: int, seed: int, *,
     ``broadcast`` (any function with ``dist.broadcast``'s signature); raise
     :class:`PropertyFailure` naming the ranks whose tensor differs from the source's.  Run inside
     ``known_failures("broadcast", ...)``: a known torch bug's failure is tallied, not raised."""
-    with known_bugs.known_failures("broadcast", spec=spec, src=src, seed=seed, world_size=pool.world_size):
+    with known_failures("broadcast", spec=spec, src=src, seed=seed, world_size=pool.world_size):
         differences = pool.run(broadcast_and_check, spec, src, seed, broadcast=broadcast)
         wrong = {rank: diff for rank, diff in enumerate(differences) if diff is not None}
         if wrong:

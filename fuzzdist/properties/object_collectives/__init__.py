@@ -11,7 +11,7 @@ taken from the collective.
 
 The uint16/uint32/uint64/float8 tensors torch 2.13 pickles but can't unpickle are drawn like any
 other: the check runs inside :func:`fuzzdist.known_bugs.known_failures`, which reports that
-failure as the known bug ``wide-unsigned-unpickle-objects`` (in ``fuzzdist.known_bugs.torch_bugs``) and any other
+failure as the known bug ``wide-unsigned-unpickle-objects`` (in ``known_bugs.py next to it``) and any other
 failure as new.
 """
 
@@ -28,7 +28,7 @@ import torch.distributed as dist
 from hypothesis import strategies as st
 
 from fuzzdist import strategies as fst
-from fuzzdist.known_bugs import known_failures, registry
+from fuzzdist.known_bugs import known_failures
 from fuzzdist.problems import Kind, Problem, by_rank
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.toolkit.checks import first_difference
@@ -206,7 +206,7 @@ def object_cases(draw: st.DrawFn, world_size: int, op: st.SearchStrategy[str] | 
 
 
 # ---------------------------------------------------------------------------
-# the known bug (its entry is in fuzzdist.known_bugs.torch_bugs), and the driver-side check
+# the known bug (its entry is in known_bugs.py next to it), and the driver-side check
 
 def _dtypes_in(desc: Any) -> set[str]:
     if isinstance(desc, Tensor):
@@ -228,9 +228,6 @@ def _unpickled_on(case: ObjectCase, rank: int, world: int) -> list[Any]:
     if case.op == "gather_object" and rank != case.root:
         return []
     return list(case.objects[:world])  # all_gather_object everywhere, gather_object on the root
-
-
-WIDE_UNSIGNED_UNPICKLE = registry()["wide-unsigned-unpickle-objects"]
 
 
 def check(pool: Pool, case: ObjectCase, *, ops: dict[str, Callable[..., Any]] | None = None) -> None:

@@ -90,9 +90,9 @@ import torch.distributed as dist
 import torch.distributed.nn.functional as dnn
 from hypothesis import strategies as st
 
-from fuzzdist import known_bugs
 from fuzzdist import strategies as fst
 from fuzzdist.errors import CapabilityError, InvalidArgument
+from fuzzdist.known_bugs import known_failures
 from fuzzdist.pool.capabilities import gloo_reduce_ops, probed_once
 from fuzzdist.problems import Kind, Problem, Symptom, by_rank
 from fuzzdist.properties import PropertyFailure
@@ -608,7 +608,7 @@ def check(pool: Pool, name: str, case: Case, **impl: Any) -> None:
     reference.  ``impl`` swaps the collective: ``all_gather=my_all_gather`` (the rank function's
     keyword, named after the collective).  Run inside ``known_failures("collectives", ...)``: a known
     torch bug's failure is tallied, not raised."""
-    with known_bugs.known_failures("collectives", name=name, case=case, world_size=pool.world_size):
+    with known_failures("collectives", name=name, case=case, world_size=pool.world_size):
         results = pool.run(CHECKS[name], case, **impl)
         wrong = {rank: problems for rank, problems in enumerate(results) if problems}
         if wrong:
