@@ -158,6 +158,8 @@ def _mismatch(p: Problem) -> str:
         return f"{p.count} of {p.size} bools {p.symptom.value} (bytes {list(p.got)}; True is the byte 1)"
     head = f"{p.count} of {p.size} {p.unit}s differ; " if p.count is not None else ""
     if p.index is None:
+        if p.got is None and p.expected is None:  # the detail says how
+            return head.removesuffix("; ")
         return f"{head}got {_value(p.got)}, expected {_value(p.expected)}"
     if p.bound is not None:
         values = f"got {p.got:.9g}, expected {p.expected:.9g} within {p.bound:.3g}"

@@ -25,6 +25,8 @@ def test_describe_words_each_kind():
         "all_gather_object: raised ValueError: bad")
     assert describe(Problem(Kind.MORE, count=3)) == "... and 3 more"
     assert describe(Problem(Kind.NOTE, rank=1, detail="left early")) == "rank 1: left early"
+    assert describe(Problem(Kind.MISMATCH, "grad w", detail="not equal to DDP without a hook")) == (
+        "grad w: not equal to DDP without a hook")
 
 
 def test_describe_names_the_call_and_rank_and_adds_the_symptom_and_inputs():
