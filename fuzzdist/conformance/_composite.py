@@ -81,7 +81,7 @@ def run_async(probe: GroupProbe, fuzzer: Fuzzer, report: OpReport) -> None:
                     or _each_call_a_known_bug(example, head, by_call)
                     or probe.inherited(w, ASYNC, example, failure, calls, waits, observed=observed)):
                 return
-            failing.append(Failure(ASYNC, message, example))
+            failing.append(Failure(ASYNC, message, example, failure))
             raise failure
 
     report.supported = ["every supported operation, 2 to 4 in flight"]

@@ -67,7 +67,7 @@ def run_op(probe: GroupProbe, fuzzer: Fuzzer, op: str, report: OpReport) -> None
             if (known_bugs.sighted(f"check-pg:{op}", example, failure)
                     or probe.inherited(w, op, example, failure, (call,), observed=observed)):
                 return
-            failing.append(Failure(op, message.rstrip(), example))
+            failing.append(Failure(op, message.rstrip(), example, failure))
             raise failure
 
     if not info.reduces:
