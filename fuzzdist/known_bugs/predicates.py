@@ -3,12 +3,15 @@ and the torch release the entries were last checked on."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from fuzzdist.known_bugs import evidence
 from fuzzdist.problems import Problem, Symptom
 
-__all__ = ["DENSE_NON_CONTIGUOUS", "SEEN_ON", "every_problem", "shows"]
+__all__ = ["DENSE_NON_CONTIGUOUS", "SEEN_ON", "every_problem", "example_of", "shows"]
+
+T = TypeVar("T")
 
 SEEN_ON = ("2.13",)
 """The torch release most entries reproduced on (``KnownBug.seen_on``)."""
@@ -26,3 +29,10 @@ def every_problem(failure: BaseException, test: Callable[[Problem], bool]) -> bo
 def shows(symptom: Symptom) -> Callable[[Problem], bool]:
     """A test of a problem: it shows ``symptom``."""
     return lambda problem: problem.symptom is symptom
+
+
+def example_of(example: Mapping[str, Any], key: str, cls: type[T]) -> T | None:
+    """The example's ``key`` field where it is a ``cls`` (the family's own case or config class), else None:
+    a predicate asks the example's type, not whether it has the right attributes."""
+    value = example.get(key)
+    return value if isinstance(value, cls) else None

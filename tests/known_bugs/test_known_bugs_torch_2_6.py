@@ -60,15 +60,10 @@ def _shard_error(message: str, traceback: str = SHARD_TRACEBACK) -> RankError:
 
 
 def _sharded_example() -> dict:
+    from fuzzdist.properties.sharded_tensor import ShardCase
     from fuzzdist.strategies import TensorSpec
 
-    @dataclass
-    class ShardCase:
-        spec: TensorSpec
-        dim: int = 0
-        placements: tuple = (0, 1)
-
-    return {"case": ShardCase(TensorSpec((0,), torch.float32))}
+    return {"case": ShardCase(TensorSpec((0,), torch.float32), 0, 0, (0, 1))}
 
 
 def test_empty_shards_taken_for_overlapping_is_recognised():
@@ -95,13 +90,10 @@ def _padding_error(message: str = PADDING, traceback: str = PAD_TRACEBACK) -> Ra
 
 
 def _roundtrip(shape: tuple) -> dict:
+    from fuzzdist.properties.dtensor import RoundTrip
     from fuzzdist.strategies import TensorSpec
 
-    @dataclass
-    class RoundTrip:
-        spec: TensorSpec
-
-    return {"case": RoundTrip(TensorSpec(shape, torch.float32))}
+    return {"case": RoundTrip(TensorSpec(shape, torch.float32), 0, (2,), ("R",))}
 
 
 def test_dtensor_negative_padding_of_an_empty_dim_is_recognised():

@@ -12,7 +12,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from fuzzdist.known_bugs import evidence
+from fuzzdist.known_bugs.predicates import example_of
 from fuzzdist.known_bugs.registry import KnownBug, register
+from fuzzdist.properties.checkpoint import CheckpointCase, DTensorLeaf
 
 
 def _piece_2_6(size: int, pieces: int, index: int) -> tuple[int, int]:
@@ -26,7 +28,7 @@ def _piece_2_6(size: int, pieces: int, index: int) -> tuple[int, int]:
     return (0, size) if size < start else (min(size, start + step) - start, start)
 
 
-def _empty_piece_on_another(leaf: Any) -> bool:
+def _empty_piece_on_another(leaf: object) -> bool:
     """Whether a checkpoint leaf is a DTensor saved with one tensor dim sharded over both dims of a 2-D mesh
     (``("S0", "S0")``) where torch 2.6.0's ``compute_local_shape_and_global_offset`` puts a rank's empty piece
     at the offset of another rank's non-empty piece.  Its arithmetic, read in 2.6.0's source: the inner offset
@@ -34,9 +36,10 @@ def _empty_piece_on_another(leaf: Any) -> bool:
     the empty pieces of ranks 1 and 3 at offset 1, rank 2's element's).  Checked on 2.6.0: that layout's save
     fails; (1,), (3,), (5,), (6,), (7,) and a (2, 1) tensor's dim 1 on 2x2, (2,) on 1x4 and 4x1, (3,) on 1x4
     save."""
-    spec, mesh = getattr(leaf, "spec", None), getattr(leaf, "save_mesh", None)
-    names = getattr(leaf, "save_placements", None)
-    if spec is None or mesh is None or names is None or len(mesh) != 2 or len(names) != 2:
+    if not isinstance(leaf, DTensorLeaf):
+        return False
+    spec, mesh, names = leaf.spec, leaf.save_mesh, leaf.save_placements
+    if len(mesh) != 2 or len(names) != 2:
         return False
     shape = tuple(spec.shape)
     if not shape or names[0] == "R" or names[0] != names[1]:
@@ -60,8 +63,8 @@ def _is_double_shard_save_plan_refused(example: Mapping[str, Any], failure: Base
     puts where another rank's piece starts, and every rank raised DCP's CheckpointException from the save's
     planning, the coordinator's ValueError "Failed to validate global plan" (DCP sends the coordinator's
     failure to every rank, so none waits)."""
-    leaves = getattr(example.get("case"), "leaves", None)
-    if leaves is None or not any(_empty_piece_on_another(leaf) for _, leaf in leaves()):
+    case = example_of(example, "case", CheckpointCase)
+    if case is None or not any(_empty_piece_on_another(leaf) for _, leaf in case.leaves()):
         return False
     errors = evidence.raised(failure)
     if not errors or evidence.waiting(failure):

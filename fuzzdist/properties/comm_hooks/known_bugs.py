@@ -13,10 +13,11 @@ from typing import Any
 
 from fuzzdist.errors import RankTimeout
 from fuzzdist.known_bugs import evidence
-from fuzzdist.known_bugs.predicates import SEEN_ON
+from fuzzdist.known_bugs.predicates import SEEN_ON, example_of
 from fuzzdist.known_bugs.registry import KnownBug, register
 from fuzzdist.problems import Symptom
 from fuzzdist.properties.comm_hooks import PowerSGDCase
+from fuzzdist.strategies import DDPConfig
 
 
 def _is_batched_powersgd_orthogonalize_assert(example: Mapping[str, Any], failure: BaseException) -> bool:
@@ -45,9 +46,9 @@ _EXPECT_AUTOGRAD_HOOKS = "expect_autograd_hooks_ INTERNAL ASSERT FAILED"
 def _is_ddp_static_graph_no_sync_assert(example: Mapping[str, Any], failure: BaseException) -> bool:
     """The no_sync check (its example has a ``config``) on a ``static_graph`` DDP config, and every rank
     that raised raised the reducer's ``expect_autograd_hooks_`` internal assertion."""
-    config = example.get("config")
+    config = example_of(example, "config", DDPConfig)
     errors = evidence.raised(failure)
-    if not getattr(config, "static_graph", False) or not errors:
+    if config is None or not config.static_graph or not errors:
         return False
     return all(evidence.raised_a(p, RuntimeError) and evidence.says(p, _EXPECT_AUTOGRAD_HOOKS) for p in errors)
 

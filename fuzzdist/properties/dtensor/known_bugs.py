@@ -12,21 +12,20 @@ from collections.abc import Mapping
 from typing import Any
 
 from fuzzdist.known_bugs import evidence
+from fuzzdist.known_bugs.predicates import example_of
 from fuzzdist.known_bugs.registry import KnownBug, register
+from fuzzdist.properties.dtensor import RoundTrip
 
 
-def _has_empty_local_shard(case: Any) -> bool:
+def _has_empty_local_shard(case: RoundTrip | None) -> bool:
     """Whether some rank's local shard of the DTensor round trip is empty at some stage: the tensor has an
     empty dim, or a stage shards a dim over a mesh dim of more ranks than the dim has elements."""
-    spec, mesh_shape = getattr(case, "spec", None), getattr(case, "mesh_shape", None)
-    if spec is None:
+    if case is None:
         return False
-    shape = tuple(spec.shape)
+    shape, mesh_shape = tuple(case.spec.shape), case.mesh_shape
     if 0 in shape:
         return True
-    if mesh_shape is None:
-        return False
-    stages = (tuple(getattr(case, "placements", ())),) + tuple(getattr(case, "redistributions", ()))
+    stages = (tuple(case.placements),) + tuple(case.redistributions)
     return any(name != "R" and shape[int(name[1:]) % len(shape)] < mesh_shape[m]
                for stage in stages for m, name in enumerate(stage) if shape)
 
@@ -36,7 +35,7 @@ def _is_dtensor_empty_dim_negative_padding(example: Mapping[str, Any], failure: 
     "negative padding" RuntimeError (the DTensor property's round trip); ranks whose shard is not empty
     may go on into the all-gather the failed ones never join, so stragglers are allowed."""
     errors = evidence.raised(failure)
-    if not _has_empty_local_shard(example.get("case")) or not errors:
+    if not _has_empty_local_shard(example_of(example, "case", RoundTrip)) or not errors:
         return False
     return all(evidence.raised_a(p, RuntimeError) and evidence.says(p, "negative padding")
                and evidence.says(p, "pad_tensor") for p in errors)

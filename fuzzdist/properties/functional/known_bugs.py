@@ -14,13 +14,16 @@ from typing import Any
 
 from fuzzdist.errors import RankError
 from fuzzdist.known_bugs import evidence
+from fuzzdist.known_bugs.predicates import example_of
 from fuzzdist.known_bugs.registry import KnownBug, register
+from fuzzdist.properties.functional import FunctionalCase
 
 
 def _functional_all_to_all_complex(example: Mapping[str, Any], failure: BaseException) -> bool:
     """Every rank raised "Invalid scalar type" from a call that is an all_to_all_single of a complex tensor
     (the property's ranks name the call in the error's record), and none was left waiting."""
-    calls = getattr(example.get("case"), "calls", ())
+    case = example_of(example, "case", FunctionalCase)
+    calls = () if case is None else case.calls
     errors = evidence.raised(failure)
     if not errors or evidence.waiting(failure) or not isinstance(failure, RankError):
         return False

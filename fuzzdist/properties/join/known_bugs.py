@@ -11,16 +11,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from fuzzdist.known_bugs.predicates import SEEN_ON, every_problem, shows
+from fuzzdist.known_bugs.predicates import SEEN_ON, every_problem, example_of, shows
 from fuzzdist.known_bugs.registry import KnownBug, register
 from fuzzdist.problems import Symptom
+from fuzzdist.properties.join import JoinCase
 
 
 def _is_join_zero_joined_shard_stale(example: Mapping[str, Any], failure: BaseException) -> bool:
     """DDP with ZeRO under Join, and every problem on every rank is a parameter that the check found
     equal to the joined owner's shard stepped with that rank's own (stale or absent) gradients."""
-    case = example.get("case")
-    return bool(getattr(case, "zero", False)) and every_problem(failure, shows(Symptom.STALE_SHARD))
+    case = example_of(example, "case", JoinCase)
+    return case is not None and case.zero and every_problem(failure, shows(Symptom.STALE_SHARD))
 
 
 register(KnownBug(

@@ -12,9 +12,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from fuzzdist.known_bugs import evidence
-from fuzzdist.known_bugs.predicates import SEEN_ON
+from fuzzdist.known_bugs.predicates import SEEN_ON, example_of
 from fuzzdist.known_bugs.registry import KnownBug, register
 from fuzzdist.problems import Kind
+from fuzzdist.properties.object_collectives import ObjectCase
 
 # the dtypes torch can't unpickle
 _WIDE = ("uint16", "uint32", "uint64", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
@@ -25,11 +26,11 @@ _UNPICKLE_ERROR = r"UntypedStorage' has no attribute 'dtype'|(float8|uint16|uint
 def _is_wide_unsigned_unpickle(example: Mapping[str, Any], failure: BaseException) -> bool:
     """Every problem is a rank's collective raising the unpickling error, on a rank that receives a
     tensor of a dtype torch 2.13 can't unpickle (uint16/32/64, float8)."""
-    case: Any = example.get("case")
-    received = getattr(case, "dtypes_received", None)
+    case = example_of(example, "case", ObjectCase)
     by_rank = evidence.reported_by_rank(failure)
-    if received is None or not by_rank:
+    if case is None or not by_rank:
         return False
+    received = case.dtypes_received
     world = len(by_rank)
     seen = False
     for rank, problems in enumerate(by_rank):

@@ -12,8 +12,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from fuzzdist.known_bugs import evidence
+from fuzzdist.known_bugs.predicates import example_of
 from fuzzdist.known_bugs.registry import KnownBug, register
 from fuzzdist.problems import Symptom
+from fuzzdist.properties.p2p import P2PCase
 
 # What the p2p property's self-loop tries report for a refusal that doesn't say why: the peer and the tag.
 # gloo's words: "Pair is not connected" (torch 2.13, 2.14), "writev [none]: Bad file descriptor" from
@@ -25,7 +27,8 @@ def _is_self_loop_unclear(example: Mapping[str, Any], failure: BaseException) ->
     """Every problem is a self-loop refused with gloo's "Pair is not connected" enforce, an error that
     doesn't say the peer is the rank itself (a self-loop may deliver, or be refused clearly): the rank
     that reported it, the peer it names and the tag are a drawn message from that rank to itself."""
-    messages = getattr(example.get("case"), "messages", None)
+    case = example_of(example, "case", P2PCase)
+    messages = None if case is None else case.messages
     by_rank = evidence.reported_by_rank(failure)
     if messages is None or by_rank is None:
         return False

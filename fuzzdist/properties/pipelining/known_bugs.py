@@ -12,9 +12,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from fuzzdist.known_bugs import evidence
-from fuzzdist.known_bugs.predicates import SEEN_ON, every_problem, shows
+from fuzzdist.known_bugs.predicates import SEEN_ON, every_problem, example_of, shows
 from fuzzdist.known_bugs.registry import KnownBug, register
 from fuzzdist.problems import Symptom
+from fuzzdist.properties.pipelining import PipeConfig
 
 _STAGE_BACKWARD_FAILED = "Failed to run stage backward"
 
@@ -23,8 +24,8 @@ def _is_pipelining_static_args_no_grad(example: Mapping[str, Any], failure: Base
     """Static stages built from plain example tensors (``config.plain_examples``), and either every problem
     is a stage gradient the check found equal to backward from that stage's own output with a gradient of
     ones, or every rank that raised raised the stage backward's RuntimeError with no output gradient."""
-    config = example.get("config")
-    if not (getattr(config, "static", False) and getattr(config, "plain_examples", False)):
+    config = example_of(example, "config", PipeConfig)
+    if config is None or not (config.static and config.plain_examples):
         return False
     errors = evidence.raised(failure)
     if errors:

@@ -12,9 +12,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from fuzzdist.known_bugs import evidence
-from fuzzdist.known_bugs.predicates import SEEN_ON, every_problem, shows
+from fuzzdist.known_bugs.predicates import SEEN_ON, every_problem, example_of, shows
 from fuzzdist.known_bugs.registry import KnownBug, register
 from fuzzdist.problems import Symptom
+from fuzzdist.properties.sharded_tensor import ShardCase
 
 
 def _is_sharded_tensor_gather_float32(example: Mapping[str, Any], failure: BaseException) -> bool:
@@ -36,12 +37,11 @@ def _is_chunk_offset_past_end(example: Mapping[str, Any], failure: BaseException
     """The source rank's ``ChunkShardingSpec.shard`` raised narrow's "start out of range" IndexError
     (every other failed rank too), in a case whose chunk offsets run past the end of the sharded dim:
     ceil(size / n) * (n - 1) > size for n placements."""
-    case: Any = example.get("case")
-    spec, placements = getattr(case, "spec", None), getattr(case, "placements", None)
+    case = example_of(example, "case", ShardCase)
     errors = evidence.raised(failure)
-    if spec is None or not placements or not errors:
+    if case is None or not case.placements or not errors:
         return False
-    size, n = spec.shape[case.dim % len(spec.shape)], len(placements)
+    size, n = case.spec.shape[case.dim % len(case.spec.shape)], len(case.placements)
     if not -(-size // n) * (n - 1) > size:
         return False
     return all(evidence.raised_a(p, IndexError) and evidence.says(p, "start out of range")
@@ -56,7 +56,7 @@ def _is_empty_shards_overlap(example: Mapping[str, Any], failure: BaseException)
     """torch 2.6.0: every failed rank raised ValueError "Shards ... and ... overlap" about two shards that are
     both empty (a size 0 in each), from the shard-metadata check ChunkShardingSpec.shard runs."""
     errors = evidence.raised(failure)
-    if getattr(example.get("case"), "spec", None) is None or not errors:
+    if example_of(example, "case", ShardCase) is None or not errors:
         return False
     return all(evidence.raised_a(p, ValueError) and evidence.says_pattern(p, _EMPTY_SHARDS_OVERLAP)
                and evidence.says(p, "chunk_sharding_spec") for p in errors)

@@ -14,10 +14,10 @@ from typing import Any
 
 from fuzzdist.errors import RankTimeout
 from fuzzdist.known_bugs import evidence
-from fuzzdist.known_bugs.predicates import SEEN_ON, every_problem, shows
+from fuzzdist.known_bugs.predicates import SEEN_ON, every_problem, example_of, shows
 from fuzzdist.known_bugs.registry import KnownBug, register
 from fuzzdist.problems import Symptom
-from fuzzdist.properties.subgroups import _make_groups, _run_op
+from fuzzdist.properties.subgroups import SubgroupCase, _make_groups, _run_op
 
 # The predicates read the drawn case through its attributes and the hooks its classes define
 # (``Group.unsorted_dims()``, ``ObjectCase.dtypes_received(rank, world)``): this module can't import the
@@ -41,8 +41,9 @@ def _is_local_sync_recreate(example: Mapping[str, Any], failure: BaseException) 
     failed to connect, lost its peer or timed out in gloo's transport, or hung building the group (its
     rendezvous read the stale keys)."""
     before = example.get("local_sync_before") or ()
-    groups = getattr(example.get("case"), "groups", ())
-    if not any(getattr(g, "local_sync", False) and tuple(sorted(g.ranks)) in before for g in groups):
+    case = example_of(example, "case", SubgroupCase)
+    groups = () if case is None else case.groups
+    if not any(g.local_sync and tuple(sorted(g.ranks)) in before for g in groups):
         return False
     return _is_stale_rendezvous(failure)
 
@@ -72,7 +73,8 @@ def _is_mesh_order(example: Mapping[str, Any], failure: BaseException) -> bool:
     the ascending order gives (:attr:`Symptom.MESH_SORTED_ORDER`, which the rank sets only on such a
     dimension): its local rank, or an all_gather's outputs (all_reduce and broadcast don't depend on the
     order, so a wrong one is never this bug)."""
-    groups = getattr(example.get("case"), "groups", ())
+    case = example_of(example, "case", SubgroupCase)
+    groups = () if case is None else case.groups
     unsorted = {(g.ranks, dim) for g in groups if g.kind == "mesh" for dim in g.unsorted_dims()}
     return bool(unsorted) and every_problem(failure, shows(Symptom.MESH_SORTED_ORDER))
 
@@ -98,8 +100,8 @@ def _is_destroyed_early(example: Mapping[str, Any], failure: BaseException) -> b
     this rank after its ``new_group`` returned, so it can finish the example and destroy the group), every
     rank that failed raised gloo's "connectFullMesh failed ... Connection closed by peer" while making
     the example's groups, and a rank left waiting waits in a later group's making (for the failed rank)."""
-    spec = getattr(example.get("case"), "spec", None)
-    if spec is None or math.prod(spec.shape) != 0:
+    case = example_of(example, "case", SubgroupCase)
+    if case is None or math.prod(case.spec.shape) != 0:
         return False
     errors = evidence.raised(failure)
     return (bool(errors) and all(evidence.says_pattern(p, _PEER_CLOSED_MID_CONNECT)

@@ -12,23 +12,21 @@ from collections.abc import Mapping
 from typing import Any
 
 from fuzzdist.known_bugs import evidence
-from fuzzdist.known_bugs.predicates import SEEN_ON, every_problem
+from fuzzdist.known_bugs.predicates import SEEN_ON, every_problem, example_of
 from fuzzdist.known_bugs.registry import KnownBug, register
 from fuzzdist.problems import Kind, Problem
-from fuzzdist.properties.tensor_parallel import SGD_STEP
+from fuzzdist.properties.tensor_parallel import SGD_STEP, TPConfig
 
 _TP_INPLACE = "in-place operations that require placement changes are not supported"
 
 
-def _tp_has_empty_shard(config: Any) -> bool:
+def _tp_has_empty_shard(config: TPConfig | None) -> bool:
     """Whether some Colwise/Rowwise Linear of a tensor_parallel config has a sharded parameter dim smaller
     than the world size (some rank's piece empty): Colwise shards out_features, Rowwise in_features."""
-    layers = getattr(config, "layers", None)
-    world = getattr(config, "world_size", None)
-    width = getattr(config, "in_features", None)
-    if layers is None or world is None or width is None:
+    if config is None:
         return False
-    for layer in layers:
+    world, width = config.world_size, config.in_features
+    for layer in config.layers:
         if layer.kind == "colwise" and layer.out_features < world:
             return True
         if layer.kind == "rowwise" and width < world:
@@ -41,7 +39,7 @@ def _tp_has_empty_shard(config: Any) -> bool:
 def _is_tp_empty_shard_step(example: Mapping[str, Any], failure: BaseException) -> bool:
     """Every problem is the SGD step raising DTensor's in-place placement-change error, with some gradient
     placed Replicate() for a Shard parameter, on a config with an empty parameter shard."""
-    if not _tp_has_empty_shard(example.get("config")):
+    if not _tp_has_empty_shard(example_of(example, "config", TPConfig)):
         return False
     from torch.distributed.tensor import Replicate, Shard
 
@@ -69,13 +67,12 @@ register(KnownBug(
 _TP_RESHAPE_SHARDED = "would remove or reshape sharded dimension"
 
 
-def _tp_rowwise_narrower_than_mesh(config: Any) -> bool:
+def _tp_rowwise_narrower_than_mesh(config: TPConfig | None) -> bool:
     """Whether some RowwiseParallel Linear of a tensor_parallel config has fewer input features than ranks."""
-    layers, world, width = getattr(config, "layers", None), getattr(config, "world_size", None), \
-        getattr(config, "in_features", None)
-    if layers is None or world is None or width is None:
+    if config is None:
         return False
-    for layer in layers:
+    world, width = config.world_size, config.in_features
+    for layer in config.layers:
         if layer.kind == "rowwise" and width < world:
             return True
         if layer.kind != "sequence":
@@ -86,7 +83,7 @@ def _tp_rowwise_narrower_than_mesh(config: Any) -> bool:
 def _is_tp_rowwise_empty_shard_forward(example: Mapping[str, Any], failure: BaseException) -> bool:
     """A config with a Rowwise Linear narrower than the mesh, and every rank that raised raised DTensor's
     "would remove or reshape sharded dimension" RuntimeError."""
-    if not _tp_rowwise_narrower_than_mesh(example.get("config")):
+    if not _tp_rowwise_narrower_than_mesh(example_of(example, "config", TPConfig)):
         return False
     errors = evidence.raised(failure)
     return bool(errors) and all(evidence.raised_a(p, RuntimeError) and evidence.says(p, _TP_RESHAPE_SHARDED)
@@ -107,7 +104,7 @@ _LINEAR_FORWARD = r'nn[/\\]modules[/\\]linear\.py", line \d+, in forward'
 _AUTOGRAD_BACKWARD = r'autograd[/\\]graph\.py", line \d+, in _engine_run_backward'
 
 
-def _tp_rowwise_uneven_sequence_input(config: Any) -> bool:
+def _tp_rowwise_uneven_sequence_input(config: TPConfig | None) -> bool:
     """Whether a tensor_parallel config moves an activation between Shard(seq) and Shard(-1) with DTensor's
     all-to-all over an uneven sequence, which leaves padding in the local tensor's strides: a RowwiseParallel
     Linear taking its input sharded on the sequence dim (``input_layout`` "T": Shard(seq) -> Shard(-1) in
@@ -115,10 +112,9 @@ def _tp_rowwise_uneven_sequence_input(config: Any) -> bool:
     Shard(seq), whose backward runs the other way); the sequence (dim 1) longer than 1 and not divisible by
     the world size, with a batch of more than 1 outside it.  (Such an activation is a DTensor: the strategy
     hands local sequence shards over only where the sequence divides evenly.)"""
-    layers, world = getattr(config, "layers", None), getattr(config, "world_size", None)
-    if not layers or world is None or getattr(config, "sequence_dim", None) != 1:
+    if config is None or not config.layers or config.sequence_dim != 1:
         return False
-    batch, seq = config.batch, config.seq
+    layers, world, batch, seq = config.layers, config.world_size, config.batch, config.seq
     if not (batch > 1 and seq > 1 and seq % world != 0):
         return False
     return any((layer.kind == "rowwise" and layer.input_layout == "T")
@@ -129,7 +125,7 @@ def _is_tp_rowwise_uneven_sequence_view(example: Mapping[str, Any], failure: Bas
     """A config with a Rowwise Linear fed an uneven sequence shard (above), and the ranks raised view's "size is
     not compatible" RuntimeError inside an nn.Linear's forward, rank 0 among them (its piece of the features is
     never empty); ranks whose piece is empty can go on into the next collective, so stragglers are allowed."""
-    if not _tp_rowwise_uneven_sequence_input(example.get("config")):
+    if not _tp_rowwise_uneven_sequence_input(example_of(example, "config", TPConfig)):
         return False
     errors = evidence.raised(failure)
     if not errors or errors[0].rank != 0:
@@ -156,10 +152,10 @@ def _is_tp_sequence_parallel_short_sequence(example: Mapping[str, Any], failure:
     is the output placed Replicate() where Shard(sequence dim) was expected, or, with use_local_output=True,
     a rank's local output the whole output (the local tensor of that Replicate() DTensor) where its
     torch.chunk piece of the sequence dim was expected."""
-    config: Any = example.get("config")
-    layers, world = getattr(config, "layers", None), getattr(config, "world_size", None)
-    if not layers or world is None or layers[-1].kind != "sequence":
+    config = example_of(example, "config", TPConfig)
+    if config is None or not config.layers or config.layers[-1].kind != "sequence":
         return False
+    world = config.world_size
     dim = config.sequence_dim
     size = config.shape[dim]
     if not size < world:
