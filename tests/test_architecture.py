@@ -132,6 +132,9 @@ def test_known_bugs_reach_the_families_only_through_the_one_list():
     modules = _modules()
     in_tree = sorted(name for name in modules if name.endswith(".known_bugs") and name != "fuzzdist.known_bugs")
     assert sorted(ENTRY_MODULES) == in_tree
+    # each serves its own family's check (check-pg's: check-pg's, and the functional property's gloo kernels)
+    assert all(name.split(".")[-2] in serves or name.startswith("fuzzdist.conformance.")
+               for name, serves in ENTRY_MODULES.items())
     assert all(name.startswith(("fuzzdist.properties.", "fuzzdist.conformance.")) for name in ENTRY_MODULES)
     graph = import_graph()
     above = [f"{m} imports {t}" for m in graph if _package(m) == "fuzzdist.known_bugs"

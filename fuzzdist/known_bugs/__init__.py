@@ -43,7 +43,7 @@ def registry() -> Mapping[str, KnownBug]:
 
 def recognise(where: str, example: Example, failure: BaseException) -> KnownBug | None:
     """The known bug that explains ``failure`` of check ``where`` on ``example``, or None."""
-    entries.load()
+    entries.load(where)
     for bug in _REGISTRY.values():
         if where in bug.where:
             try:

@@ -92,7 +92,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from fuzzdist.errors import InvalidArgument, InvalidStrategyArgument
 from fuzzdist.problems import Kind, Problem, by_rank
 from fuzzdist.properties import PropertyFailure
-from fuzzdist.strategies import seeds
+from fuzzdist.strategies import mix_seed_fnv, seeds
 from fuzzdist.toolkit.checks import Digest, digest, mismatch
 from fuzzdist.toolkit.reporting import capped
 
@@ -241,7 +241,7 @@ class ZeroCase:
 
     def build_model(self, seed: int, dtype: torch.dtype) -> nn.Module:
         """The model, identical on every rank for the same seed; the global RNG is left alone."""
-        gen = torch.Generator().manual_seed(_mix(seed, 0x6D6F64656C))
+        gen = torch.Generator().manual_seed(mix_seed_fnv(seed, 0x6D6F64656C))
         modules: list[nn.Module] = []
         for k, (i, o, bias) in enumerate(self.layers):
             if k:
@@ -256,7 +256,7 @@ class ZeroCase:
 
     def make_batch(self, rank: int, step: int, seed: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """Rank ``rank``'s (inputs, targets) at ``step``, deterministic in (seed, rank, step)."""
-        gen = torch.Generator().manual_seed(_mix(seed, rank, step))
+        gen = torch.Generator().manual_seed(mix_seed_fnv(seed, rank, step))
         b = self.batch_sizes[rank]
         x = torch.rand((b, self.layers[0][0]), generator=gen, dtype=torch.float64) * 2 - 1
         y = torch.rand((b, self.layers[-1][1]), generator=gen, dtype=torch.float64) * 2 - 1
@@ -288,14 +288,6 @@ class ZeroCase:
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         printer.text(repr(self))
-
-
-def _mix(*values: int) -> int:
-    """A 63-bit seed from integers (deterministic across processes, unlike ``hash``)."""
-    h = 0x9E3779B97F4A7C15
-    for v in values:
-        h = ((h ^ (v & 0xFFFFFFFFFFFFFFFF)) * 0x100000001B3 + 0x632BE59BD9B4E019) & 0xFFFFFFFFFFFFFFFF
-    return h >> 1
 
 
 def optimizer_specs(names: Iterable[str] = OPTIMIZERS) -> st.SearchStrategy[OptimizerSpec]:

@@ -122,7 +122,7 @@ def test_dropped_contribution_is_caught_and_shrunk(pools):
     assert failure.world_size == 2
     assert call.reduce_op == "SUM" and call.spec.dtype == torch.float32 and call.spec.numel == 4
     assert call.spec.layout == "contiguous" and call.out_offset == 0
-    assert "op=ReduceOp.SUM" in failure.message and "4 of 4 elements wrong" in failure.message
+    assert "op=ReduceOp.SUM" in failure.message and "4 of 4 elements differ" in failure.message
 
 
 def test_work_resolved_before_its_data_is_caught_and_shrunk(pools):

@@ -14,7 +14,8 @@ from fuzzdist.known_bugs.entries import ENTRY_MODULES
 
 REPO = Path(__file__).resolve().parents[2]
 # every module that registers known bugs, and what predicates share
-PREDICATE_MODULES = [name.replace(".", "/") + ".py" for name in ENTRY_MODULES] + ["fuzzdist/known_bugs/predicates.py"]
+PREDICATE_MODULES = [name.replace(".", "/") + ".py" for name in sorted(ENTRY_MODULES)] + [
+    "fuzzdist/known_bugs/predicates.py"]
 
 # reading text: a message, a traceback, a stack, a record's words, a failure's raw results
 TEXT_ATTRIBUTES = {"args", "__str__", "__repr__", "error_text", "trace", "detail", "hint", "tracebacks", "stacks",

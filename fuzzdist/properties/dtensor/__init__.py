@@ -46,7 +46,7 @@ from fuzzdist.pool.capabilities import gloo_dtypes
 from fuzzdist.pool.rank.isolation import keep_process_groups
 from fuzzdist.problems import Kind, Problem, by_rank
 from fuzzdist.properties import PropertyFailure
-from fuzzdist.strategies import TensorSpec, seeds
+from fuzzdist.strategies import TensorSpec, mesh_shapes, seeds
 from fuzzdist.toolkit.checks import first_difference
 
 if TYPE_CHECKING:
@@ -226,12 +226,6 @@ def roundtrip_and_check(ctx: RankContext, case: RoundTrip, distribute: Callable[
 
 # ---------------------------------------------------------------------------
 # strategies
-
-
-def mesh_shapes(world_size: int) -> list[tuple[int, ...]]:
-    """Every 1-D and 2-D mesh shape with ``world_size`` ranks: (W,) first, size-1 dims last."""
-    two_d = [(a, world_size // a) for a in range(1, world_size + 1) if world_size % a == 0]
-    return [(world_size,)] + sorted(two_d, key=lambda s: (min(s) == 1, s))
 
 
 def placements_for(ndim: int, mesh_ndim: int) -> st.SearchStrategy[tuple[str, ...]]:

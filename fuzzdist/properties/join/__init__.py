@@ -89,7 +89,7 @@ from fuzzdist.errors import InvalidArgument, InvalidStrategyArgument
 from fuzzdist.known_bugs import known_failures
 from fuzzdist.problems import Kind, Problem, Symptom, by_rank
 from fuzzdist.properties import PropertyFailure
-from fuzzdist.strategies import seeds
+from fuzzdist.strategies import mix_seed_fnv, seeds
 from fuzzdist.toolkit.checks import digest, mismatch
 from fuzzdist.toolkit.reporting import capped
 
@@ -165,7 +165,7 @@ class JoinCase:
 
     def build_model(self, seed: int, dtype: torch.dtype) -> nn.Module:
         """The model, identical on every rank for the same seed; the global RNG is left alone."""
-        gen = torch.Generator().manual_seed(_mix(seed, 0x6A6F696E))
+        gen = torch.Generator().manual_seed(mix_seed_fnv(seed, 0x6A6F696E))
         modules: list[nn.Module] = []
         for k, (a, b) in enumerate(zip(self.widths, self.widths[1:], strict=False)):
             if k:
@@ -180,7 +180,7 @@ class JoinCase:
 
     def make_batch(self, rank: int, step: int, seed: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """Rank ``rank``'s (inputs, targets) at ``step``, deterministic in (seed, rank, step)."""
-        gen = torch.Generator().manual_seed(_mix(seed, rank, step))
+        gen = torch.Generator().manual_seed(mix_seed_fnv(seed, rank, step))
         x = torch.rand((self.batch_size, self.widths[0]), generator=gen, dtype=torch.float64) * 2 - 1
         y = torch.rand((self.batch_size, self.widths[-1]), generator=gen, dtype=torch.float64) * 2 - 1
         return x.to(dtype), y.to(dtype)
@@ -207,14 +207,6 @@ class JoinCase:
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         printer.text(repr(self))
-
-
-def _mix(*values: int) -> int:
-    """A 63-bit seed from integers (deterministic across processes, unlike ``hash``)."""
-    h = 0x9E3779B97F4A7C15
-    for v in values:
-        h = ((h ^ (v & 0xFFFFFFFFFFFFFFFF)) * 0x100000001B3 + 0x632BE59BD9B4E019) & 0xFFFFFFFFFFFFFFFF
-    return h >> 1
 
 
 def join_cases(world_size: int = 2, *, max_batches: int = 3, zero: bool = True) -> st.SearchStrategy[JoinCase]:
