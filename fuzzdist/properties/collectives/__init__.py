@@ -30,7 +30,8 @@ gradient for its output; for list outputs g_s[k] is the gradient of rank s's k-t
 Known torch bugs, drawn like any other input: the check runs inside
 ``known_failures("collectives", ...)`` (:mod:`fuzzdist.known_bugs`), and a failure with exactly their
 symptom is tallied as a sighting, not raised.  The rank functions say when a wrong result is exactly
-what the bug computes (``STRIDES_IGNORED``, ``FORWARD_OP_ON_GRADS``), and the predicates look for that:
+what the bug computes (a problem's ``symptom``: ``Symptom.STRIDES_IGNORED``, ``FORWARD_OP_ON_GRADS``), and
+the predicates look for that:
 
 * ``nn-all-reduce-backward-non-sum``: ``_AllReduce.backward`` all-reduces the upstream gradients
   with the *forward's* op (right for SUM and AVG; for MAX it returns the max of the gradients, for
