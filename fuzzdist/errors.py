@@ -37,6 +37,8 @@ from typing import Any
 
 import hypothesis.errors
 
+from fuzzdist.problems import Problem, flatten
+
 
 class FuzzdistError(Exception):
     """Base class of every error fuzzdist raises itself (see the module docstring for the exceptions)."""
@@ -120,12 +122,21 @@ class PropertyFailure(FuzzdistError, AssertionError):
 
     Raised by the checkers of :mod:`fuzzdist.properties`.  ``results`` holds what the rank
     function returned on each rank, in rank order, for tests that look closer than the
-    message (the planted-bug tests do).
+    message (the planted-bug tests do); :attr:`problems` the
+    :class:`~fuzzdist.problems.Problem` records, which known-bug predicates read: those among the
+    results, or, where the check found them in the driver, ``problems``.
     """
 
-    def __init__(self, message: str, results: Sequence[Any] = ()) -> None:
+    def __init__(self, message: str, results: Sequence[Any] = (), problems: Sequence[Problem] | None = None) -> None:
         super().__init__(message)
         self.results: list[Any] = list(results)
+        self._problems = None if problems is None else list(problems)
+
+    @property
+    def problems(self) -> list[Problem]:
+        """Every problem found: the driver's, or those the ranks reported, in rank order (a rank's result
+        is a Problem, a list of them, or None)."""
+        return flatten(self.results) if self._problems is None else self._problems
 
 
 # What became of the pool after a failure, in the failure's message: a spawned pool restarts its
@@ -337,7 +348,15 @@ class UsageError(FuzzdistError):
 
 
 class CallRaised(FuzzdistError, RuntimeError):
-    """A functional collective raised on a rank; the message names the call (``CALL_RAISED``)."""
+    """A functional collective raised on a rank: ``problem`` (a :attr:`~fuzzdist.problems.Kind.RAISED`
+    :class:`~fuzzdist.problems.Problem`) names the call and what it raised, and so does the message."""
+
+    def __init__(self, problem: Problem) -> None:
+        super().__init__(str(problem))
+        self.problem = problem
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.problem,))
 
 
 class FactoryError(FuzzdistError, ValueError):
@@ -345,7 +364,12 @@ class FactoryError(FuzzdistError, ValueError):
 
 
 class ConformanceFailure(FuzzdistError, AssertionError):
-    """An example where the ProcessGroup broke the c10d contract (the message says how)."""
+    """An example where the ProcessGroup broke the c10d contract (the message says how; ``problems``
+    holds each :class:`~fuzzdist.problems.Problem` found, which known-bug predicates read)."""
+
+    def __init__(self, message: str, problems: Sequence[Problem] = ()) -> None:
+        super().__init__(message)
+        self.problems: list[Problem] = list(problems)
 
 
 class BadReport(InvalidArgument):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -102,7 +103,7 @@ def _check_pg(pool: Any, call: Any, world_size: int, backend: str) -> None:
     observed = pool.run(_rank.run_calls, "fuzzdist.conformance:gloo", (call,))
     problems = call.info.check(call, world_size, [obs[0] for obs in observed])
     if problems:
-        raise ConformanceFailure(f"{call.describe()}:\n" + "\n".join(f"  {p}" for p in problems))
+        raise ConformanceFailure(f"{call.describe()}:\n" + "\n".join(f"  {p}" for p in problems), problems)
 
 
 def _check_pg_async(pool: Any, calls: tuple[Any, ...], wait_order: tuple[int, ...], world_size: int,
@@ -112,9 +113,10 @@ def _check_pg_async(pool: Any, calls: tuple[Any, ...], wait_order: tuple[int, ..
     from fuzzdist.errors import ConformanceFailure
 
     observed = pool.run(_rank.run_calls, "fuzzdist.conformance:gloo", calls, wait_order)
-    problems = [p for i, call in enumerate(calls) for p in call.info.check(call, world_size, [o[i] for o in observed])]
+    problems = [replace(p, call=i, op=call.op) for i, call in enumerate(calls)
+                for p in call.info.check(call, world_size, [o[i] for o in observed])]
     if problems:
-        raise ConformanceFailure("async:\n" + "\n".join(f"  call: {p}" for p in problems))
+        raise ConformanceFailure("async:\n" + "\n".join(f"  {p}" for p in problems), problems)
 
 
 def _call(op: str, **fields: Any) -> Any:

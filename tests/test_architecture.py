@@ -128,7 +128,7 @@ def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
 # its own, never from one above it nor from one beside it in its layer.  The root ``fuzzdist``, the public
 # facade that re-exports from every layer, stands above them all.  docs/architecture.md tells the same order.
 LAYERS: list[set[str]] = [
-    {"errors", "compat", "fresh_interpreter"},  # leaves: they import nothing of fuzzdist
+    {"errors", "problems", "compat", "fresh_interpreter"},  # leaves: they import nothing of fuzzdist
     {"known_bugs", "strategies"},
     {"pool"},  # the driver side and the rank side (pool/rank/)
     {"toolkit", "driver"},  # toolkit's ReorderingProcessGroup registers with the rank's state (pool.rank)
@@ -162,6 +162,28 @@ def layer_violations(graph: dict[str, set[str]], layers: list[set[str]] = LAYERS
             elif level[upper] == level[source]:
                 found.add(f"{module} imports {target} from beside it (both in layer {level[source]})")
     return sorted(found)
+
+
+def test_known_bugs_reach_the_families_only_through_the_one_list():
+    """``fuzzdist.known_bugs`` sits below the families, yet collects their entries: by name, through
+    ``entries.ENTRY_MODULES``, imported lazily.  That list names exactly the ``known_bugs`` modules in the tree,
+    each in a family package or check-pg, and no module of ``fuzzdist.known_bugs`` imports a family."""
+    from fuzzdist.known_bugs.entries import ENTRY_MODULES
+
+    modules = _modules()
+    in_tree = sorted(name for name in modules if name.endswith(".known_bugs") and name != "fuzzdist.known_bugs")
+    assert sorted(ENTRY_MODULES) == in_tree
+    # each serves its own family's check (check-pg's: check-pg's, and the functional property's gloo kernels)
+    assert all(name.split(".")[-2] in serves or name.startswith("fuzzdist.conformance.")
+               for name, serves in ENTRY_MODULES.items())
+    assert all(name.startswith(("fuzzdist.properties.", "fuzzdist.conformance.")) for name in ENTRY_MODULES)
+    graph = import_graph()
+    above = [f"{m} imports {t}" for m in graph if _package(m) == "fuzzdist.known_bugs"
+             for t in graph[m] if _package(t) in ("fuzzdist.properties", "fuzzdist.conformance")]
+    assert not above, "\n".join(above)
+    loaders = [m for m, path in modules.items() if _package(m) == "fuzzdist.known_bugs"
+               and "importlib" in path.read_text(encoding="utf-8")]
+    assert loaders == ["fuzzdist.known_bugs.entries"]
 
 
 def test_subpackages_import_each_other_one_way():

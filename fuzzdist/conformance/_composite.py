@@ -4,6 +4,7 @@ over the group, directly and through a ``ReorderingProcessGroup``)."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -26,6 +27,7 @@ from fuzzdist.conformance._report import (
 )
 from fuzzdist.conformance.ops import OPS
 from fuzzdist.errors import ConformanceFailure, RankFailure
+from fuzzdist.problems import Problem
 from fuzzdist.properties import ddp as ddp_property
 
 
@@ -67,19 +69,19 @@ def run_async(probe: GroupProbe, fuzzer: Fuzzer, report: OpReport) -> None:
                 message = f"{message}\n  the group's own processes died during the calls: {died}"
             failing.append(Failure(ASYNC, message, example, exc))
             raise
-        by_call: dict[int, list[str]] = {}
+        by_call: dict[int, list[Problem]] = {}
         for i, call in enumerate(calls):
             for p in call.info.check(call, w, [obs[i] for obs in observed]):
-                by_call.setdefault(i, []).append(f"call {i} ({call.op}): {p}")
+                by_call.setdefault(i, []).append(dataclasses.replace(p, call=i, op=call.op))
         problems = [p for i in sorted(by_call) for p in by_call[i]]
         if problems:
             message = head + "\n" + "\n".join(f"  {p}" for p in problems)
-            failure = ConformanceFailure(message)
+            failure = ConformanceFailure(message, problems)
             if (known_bugs.sighted(f"check-pg:{ASYNC}", example, failure)
                     or _each_call_a_known_bug(example, head, by_call)
                     or probe.inherited(w, ASYNC, example, failure, calls, waits, observed=observed)):
                 return
-            failing.append(Failure(ASYNC, message, example))
+            failing.append(Failure(ASYNC, message, example, failure))
             raise failure
 
     report.supported = ["every supported operation, 2 to 4 in flight"]
@@ -87,7 +89,7 @@ def run_async(probe: GroupProbe, fuzzer: Fuzzer, report: OpReport) -> None:
     finish(report)
 
 
-def _each_call_a_known_bug(example: dict[str, Any], head: str, by_call: dict[int, list[str]]) -> bool:
+def _each_call_a_known_bug(example: dict[str, Any], head: str, by_call: dict[int, list[Problem]]) -> bool:
     """Where the wrong results of several calls of one async example are different known bugs (torch 2.6.0's
     gloo: a reduce_scatter_tensor that sums whatever the op, and a bool SUM allreduce that stores the byte 2),
     no bug explains them all: each call's problems alone, if every call's are a known bug, are tallied as a
@@ -95,7 +97,7 @@ def _each_call_a_known_bug(example: dict[str, Any], head: str, by_call: dict[int
     if len(by_call) < 2:
         return False
     where = f"check-pg:{ASYNC}"
-    failures = [ConformanceFailure(head + "\n" + "\n".join(f"  {p}" for p in problems))
+    failures = [ConformanceFailure(head + "\n" + "\n".join(f"  {p}" for p in problems), problems)
                 for problems in by_call.values()]
     if any(known_bugs.recognise(where, example, f) is None for f in failures):
         return False

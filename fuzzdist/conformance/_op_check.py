@@ -63,11 +63,11 @@ def run_op(probe: GroupProbe, fuzzer: Fuzzer, op: str, report: OpReport) -> None
         problems = info.check(call, w, [obs[0] for obs in observed])
         if problems:
             message = head + "\n" + "\n".join(f"  {p}" for p in problems) + "\n" + info.inputs_summary(call, w)
-            failure = ConformanceFailure(message)
+            failure = ConformanceFailure(message, problems)
             if (known_bugs.sighted(f"check-pg:{op}", example, failure)
                     or probe.inherited(w, op, example, failure, (call,), observed=observed)):
                 return
-            failing.append(Failure(op, message.rstrip(), example))
+            failing.append(Failure(op, message.rstrip(), example, failure))
             raise failure
 
     if not info.reduces:

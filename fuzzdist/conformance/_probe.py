@@ -29,6 +29,7 @@ from fuzzdist.conformance.ops import OPS, Capabilities, OpCall
 from fuzzdist.conformance.ops._base import LAYOUT_VARIANT, UNEVEN_VARIANT
 from fuzzdist.errors import ConformanceFailure, RankCrash, RankFailure, RankTimeout
 from fuzzdist.pool import RankPool
+from fuzzdist.problems import Kind, Problem
 
 # A probe result: not run, because an earlier probe of the same operation crashed the group.
 SKIPPED = object()
@@ -212,7 +213,8 @@ class GroupProbe:
         raised = [r[0] for r in per_rank if r[0] is not None]
         if raised:
             type_name, message = raised[0]
-            error = ConformanceFailure(f"{call.describe()} raised on the ranks: {type_name}: {message}")
+            error = ConformanceFailure(f"{call.describe()} raised on the ranks: {type_name}: {message}",
+                                       [Problem(Kind.RAISED, error=type_name, error_text=message)])
             bug = known_bugs.recognise(f"check-pg:{op}", example, error)
             if bug is not None:
                 self.sightings.setdefault(op, []).append((bug, example, error))

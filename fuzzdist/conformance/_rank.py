@@ -31,7 +31,7 @@ from torch._C._distributed_c10d import Backend as _C10dBackend  # dist.Backend i
 from fuzzdist.conformance.ops import OpCall
 from fuzzdist.conformance.ops._buffers import Prepared
 from fuzzdist.errors import FactoryError, InvalidType, describe_exit
-from fuzzdist.known_bugs.symptoms import REPEAT_WAIT_BLOCKED
+from fuzzdist.problems import Kind, Problem, Symptom
 
 # factory reference -> the ProcessGroup this rank built with it
 _GROUPS: dict[str, Any] = {}
@@ -260,7 +260,15 @@ REPEAT_WAIT_S = 2.0
 
 
 class _RepeatedWaitBlocked(Exception):
-    """A repeated wait() timed out, or returned False, within REPEAT_WAIT_S (the message says which call)."""
+    """A repeated wait() timed out, or returned False, within REPEAT_WAIT_S: ``problem`` says which call (a
+    :attr:`~fuzzdist.problems.Symptom.REPEAT_WAIT_BLOCKED` record), and so does the message."""
+
+    def __init__(self, problem: Problem) -> None:
+        super().__init__(str(problem))
+        self.problem = problem
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.problem,))
 
 
 _TIMEOUT_WORDS = re.compile(r"timed? ?out|timeout", re.I)
@@ -277,8 +285,8 @@ def _wait_again(work: Any, index: int, call: OpCall) -> None:
     the example's timeout).  Only a timeout or a False return is "blocked"; any other exception is the
     rank's error, as it is from a first wait()."""
     def blocked(what: str) -> _RepeatedWaitBlocked:
-        return _RepeatedWaitBlocked(f"{REPEAT_WAIT_BLOCKED} within {REPEAT_WAIT_S:g} s: call {index} "
-                                    f"({call.op}): {what}")
+        return _RepeatedWaitBlocked(Problem(Kind.HANG, call=index, op=call.op, symptom=Symptom.REPEAT_WAIT_BLOCKED,
+                                            detail=f"within {REPEAT_WAIT_S:g} s: {what}"))
 
     try:
         done = work.wait(timedelta(seconds=REPEAT_WAIT_S))

@@ -66,7 +66,8 @@ class Failure:
     ``example`` holds the example's fields (``world_size`` and ``call``, or
     ``calls`` and ``wait_order`` for the async check, ``config`` for DDP);
     ``message`` names the operation, its arguments, the expected and the
-    actual values.
+    actual values; ``exception`` is the failure itself (a ``ConformanceFailure``
+    carries its :class:`~fuzzdist.problems.Problem` records), where there is one.
     """
 
     op: str

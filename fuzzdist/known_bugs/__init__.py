@@ -18,8 +18,9 @@ Whether a known bug still reproduces on the installed torch is checked by runnin
 example with :func:`reproduces` (``properties/test_known_torch_bugs.py``); its standalone reproducer, with
 torch alone, is the script named by :attr:`KnownBug.reproducer` (``docs/findings/``).
 
-Modules: ``registry.py`` (what a known bug is, and the registry), ``torch_bugs.py`` (the entries),
-``symptoms.py`` (what a check adds to a failure that is exactly what a known bug computes),
+Modules: ``registry.py`` (what a known bug is, and the registry), ``entries.py`` (the one list of the
+modules that register entries: each family's ``known_bugs.py``, imported by name on first use),
+``evidence.py`` (a failure as the records predicates read), ``predicates.py`` (what predicates share),
 ``catalogue.py`` (the catalogue of findings, ``catalogue.toml``: each finding's metadata, once),
 ``catalogue_pages.py`` (the findings pages generated from the catalogue).
 """
@@ -32,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fuzzdist.errors import InvalidArgument, InvalidState
-from fuzzdist.known_bugs import torch_bugs as _known_torch_bugs  # noqa: F401  (registers the built-in entries on import)
+from fuzzdist.known_bugs import entries
 from fuzzdist.known_bugs.registry import _REGISTRY, KINDS, Example, KnownBug, register
 
 __all__ = [
@@ -41,12 +42,14 @@ __all__ = [
 ]
 
 def registry() -> Mapping[str, KnownBug]:
-    """Every registered known bug by id (the built-in ones are registered on import)."""
+    """Every registered known bug by id (the built-in ones: every family's, collected on first use)."""
+    entries.load()
     return dict(_REGISTRY)
 
 
 def recognise(where: str, example: Example, failure: BaseException) -> KnownBug | None:
     """The known bug that explains ``failure`` of check ``where`` on ``example``, or None."""
+    entries.load(where)
     for bug in _REGISTRY.values():
         if where in bug.where:
             try:
@@ -54,7 +57,8 @@ def recognise(where: str, example: Example, failure: BaseException) -> KnownBug 
                     return bug
             except Exception as exc:  # a broken predicate must not turn a failure into a pass
                 raise InvalidState(f"the predicate of known bug {bug.id!r} raised {exc!r} on "
-                                   f"{type(failure).__name__}; fix it in fuzzdist.known_bugs") from exc
+                                   f"{type(failure).__name__}; fix it in {getattr(bug.recognise, '__module__', '')}"
+                                   ) from exc
     return None
 
 

@@ -1,6 +1,6 @@
-"""What a known torch bug is, and the registry holding them: a leaf module, so that the entry file
-(``fuzzdist.known_bugs.torch_bugs``) and the property modules that register bugs import it without
-importing :mod:`fuzzdist.known_bugs`, which loads the entry file (one-way import graph).
+"""What a known torch bug is, and the registry holding them: a leaf module, so that the modules that register
+bugs (each family's ``known_bugs``, listed in :mod:`fuzzdist.known_bugs.entries`) import it without importing
+:mod:`fuzzdist.known_bugs`, which collects them (one-way import graph).
 
 A bug of torch's that fuzzdist found has its metadata (summary, kind, upstream thread, reproducer, the
 versions it reproduces on) written once, in the catalogue (:mod:`fuzzdist.known_bugs.catalogue`):

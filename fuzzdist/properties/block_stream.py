@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from fuzzdist import strategies as fst
 from fuzzdist.pool.rank.rank_state import watch_pending
+from fuzzdist.problems import Kind, Problem, by_rank
 from fuzzdist.properties import PropertyFailure
 
 if TYPE_CHECKING:
@@ -61,14 +62,14 @@ def make_block_work(index: int) -> BlockWork:
 
 
 def check_blocked_stream(ctx: RankContext, order: fst.CompletionOrder,
-                         make_work: Callable[[int], Any] = make_block_work) -> list[str]:
+                         make_work: Callable[[int], Any] = make_block_work) -> list[Problem]:
     """Block one stream with ``order.n`` Works, resolve them as ``order`` says; report violations.
 
     Dropped Works lose their last Python reference while unresolved: the
     stream must stay blocked until their futures resolve, which the guard at
     the end does, so no example leaves the GPU blocked.
     """
-    problems: list[str] = []
+    problems: list[Problem] = []
     after = None  # the event recorded behind the blocks
     stream = torch.cuda.Stream(device=ctx.device)
     blocked = BlockedStream(stream, order)  # a hang names the Works still blocking the stream
@@ -88,7 +89,8 @@ def check_blocked_stream(ctx: RankContext, order: fst.CompletionOrder,
         for action, i in order.steps:
             time.sleep(POLL_S)
             if unresolved and after.query():
-                problems.append(f"stream ran on before step {action} {i} with Works {sorted(unresolved)} unresolved")
+                problems.append(Problem(Kind.HANG, "stream", detail=f"ran on before step {action} {i} with Works "
+                                                                    f"{sorted(unresolved)} unresolved"))
                 break
             if action == "complete":
                 futures[i].set_result(None)
@@ -105,7 +107,8 @@ def check_blocked_stream(ctx: RankContext, order: fst.CompletionOrder,
                     pass  # a failed Work's wait raises: expected
         time.sleep(POLL_S)
         if unresolved and after.query() and not problems:
-            problems.append(f"stream ran on with dropped Works {sorted(unresolved)} never resolved")
+            problems.append(Problem(Kind.HANG, "stream", detail=f"ran on with dropped Works {sorted(unresolved)} "
+                                                                "never resolved"))
     finally:
         for future in futures:  # the guard: never leave the GPU stream blocked
             if not future.done():
@@ -114,7 +117,8 @@ def check_blocked_stream(ctx: RankContext, order: fst.CompletionOrder,
         while after is not None and not after.query() and time.monotonic() < deadline:
             time.sleep(0.005)
         if after is not None and not after.query():
-            problems.append(f"stream still blocked {RELEASE_S:g}s after every Work resolved")
+            problems.append(Problem(Kind.HANG, "stream", detail=f"still blocked {RELEASE_S:g}s after every Work "
+                                                                "resolved"))
             ctx.request_recycle("a GPU stream stayed blocked")
     return problems
 
@@ -125,4 +129,4 @@ def check(pool: Pool, order: fst.CompletionOrder, *, make_work: Callable[[int], 
     early or stayed blocked."""
     problems = pool.run(check_blocked_stream, order, make_work=make_work)
     if problems != [[]] * pool.world_size:
-        raise PropertyFailure(str(problems), problems)
+        raise PropertyFailure(f"a blocked stream broke its contract:{by_rank(dict(enumerate(problems)))}", problems)

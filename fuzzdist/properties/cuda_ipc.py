@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from fuzzdist import strategies as fst
 from fuzzdist.errors import InvalidArgument
+from fuzzdist.problems import Kind, Problem, by_rank
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.toolkit.checks import first_difference
 from fuzzdist.toolkit.cuda_ipc import (
@@ -90,10 +91,10 @@ def _values(numel: int, dtype: torch.dtype, seed: int, device: str | torch.devic
 def ipc_write_and_see(ctx: RankContext, nbytes: int, dtype: torch.dtype, offset: int, count: int, src: int,
                       writer: int, seed: int, mode: fst.CudaAllocatorMode,
                       share: Callable[..., Any] = reduce_cuda_handles,
-                      receive: Callable[..., Any] = open_cuda_handle) -> list[str]:
+                      receive: Callable[..., Any] = open_cuda_handle) -> list[Problem]:
     """On every rank: share views of one allocation of exactly ``nbytes`` from ``src`` (see
     :func:`layout`); ``writer`` writes; report what each rank sees against independently built values."""
-    problems: list[str] = []
+    problems: list[Problem] = []
     itemsize = torch.empty(0, dtype=dtype).element_size()
     where = layout(nbytes, itemsize, offset, count)
     with mode.applied():
@@ -105,7 +106,7 @@ def ipc_write_and_see(ctx: RankContext, nbytes: int, dtype: torch.dtype, offset:
             # the segment that holds this tensor must be what the mode asked for, not merely some segment
             mismatch = check_expandable_segment(parent, mode.effective_expandable_segments())
             if mismatch:
-                problems.append(f"allocator mode {mode}: {mismatch}")
+                problems.append(Problem(Kind.NOTE, f"allocator mode {mode}", detail=mismatch))
             del parent  # the views keep the allocation; it goes with them, inside the mode
         receive_here = functools.partial(receive, device_index=ctx.device.index)
         shared = [share_tensor(piece, src, ctx.group, share=share, receive=receive_here) for piece in pieces]
@@ -116,9 +117,9 @@ def ipc_write_and_see(ctx: RankContext, nbytes: int, dtype: torch.dtype, offset:
             torch.cuda.synchronize(ctx.device)
         dist.barrier(group=ctx.group)
         for i, tensor in enumerate(shared):
-            diff = first_difference(tensor, _values(where.numel, dtype, seed + i, "cpu"))
+            diff = first_difference(tensor, _values(where.numel, dtype, seed + i, "cpu"), f"piece {i}")
             if diff:
-                problems.append(f"piece {i}: {diff}")
+                problems.append(diff)
         torch.cuda.synchronize(ctx.device)
         del shared, pieces  # every rank lets go of the memory inside the mode...
         dist.barrier(group=ctx.group)  # ...before the source frees it (its hold queue, see applied())
@@ -136,4 +137,5 @@ def check(pool: Pool, nbytes: int, dtype: torch.dtype, offset: int, count: int, 
     problems = pool.run(ipc_write_and_see, nbytes, dtype, offset, count, src, writer, seed, mode,
                         share=share, receive=receive)
     if problems != [[]] * pool.world_size:
-        raise PropertyFailure(str(problems), problems)
+        raise PropertyFailure(f"ranks saw other values than rank {writer} wrote:"
+                              f"{by_rank(dict(enumerate(problems)))}", problems)

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from fuzzdist import strategies as fst
 from fuzzdist.errors import InvalidArgument
+from fuzzdist.problems import Kind, Problem, by_rank
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.toolkit.checks import first_difference
 from fuzzdist.toolkit.cuda_ipc import CudaArrayInterface, ipc_allocator_modes, open_cuda_handle, reduce_cuda_handles
@@ -62,12 +63,12 @@ def _cupy_views(shared: torch.Tensor, ptr: int, nbytes: int, view_dtype: torch.d
 
 def zero_copy_views(ctx: RankContext, nbytes: int, view_dtype: torch.dtype, src: int, seed: int,
                     mode: fst.CudaAllocatorMode, as_tensor: Callable[..., Any] = _as_tensor,
-                    interfaces: str = "torch") -> list[str]:
+                    interfaces: str = "torch") -> list[Problem]:
     """On every rank: view memory shared from ``src`` through each interface of the set ``interfaces``
     (``"torch"``: the seed's wrapper and DLPack; ``"cupy"``: real cupy arrays); report every copy."""
     if interfaces not in INTERFACE_SETS:
         raise InvalidArgument(f"interfaces must be one of {INTERFACE_SETS}, got {interfaces!r}")
-    problems: list[str] = []
+    problems: list[Problem] = []
     with mode.applied():
         base = None
         if ctx.rank == src:
@@ -82,10 +83,11 @@ def zero_copy_views(ctx: RankContext, nbytes: int, view_dtype: torch.dtype, src:
         views = make(shared, ptr, nbytes, view_dtype, ctx.device.index, as_tensor)
         for name, view in views.items():
             if nbytes and view.data_ptr() != ptr:
-                problems.append(f"{name}: copied (data_ptr {view.data_ptr():#x}, shared memory at {ptr:#x})")
-            diff = first_difference(view, expected)
+                problems.append(Problem(Kind.NOTE, name, detail=f"copied (data_ptr {view.data_ptr():#x}, shared "
+                                                                f"memory at {ptr:#x})"))
+            diff = first_difference(view, expected, name)
             if diff:
-                problems.append(f"{name}: {diff}")
+                problems.append(diff)
         torch.cuda.synchronize(ctx.device)
         del views, shared, base  # every rank lets go inside the mode, before the source frees the memory
         torch.distributed.barrier(group=ctx.group)
@@ -101,4 +103,4 @@ def check(pool: Pool, nbytes: int, view_dtype: torch.dtype, src: int, seed: int,
     problems = pool.run(zero_copy_views, nbytes, view_dtype, src, seed, mode, as_tensor=as_tensor,
                         interfaces=interfaces)
     if problems != [[]] * pool.world_size:
-        raise PropertyFailure(str(problems), problems)
+        raise PropertyFailure(f"views copied or differ:{by_rank(dict(enumerate(problems)))}", problems)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import copy
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -38,10 +38,12 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from fuzzdist import strategies as fst
 from fuzzdist.errors import InvalidArgument
+from fuzzdist.problems import Kind, Problem, by_rank
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.strategies import seeds
-from fuzzdist.toolkit.checks import fingerprint
+from fuzzdist.toolkit.checks import Digest, digest
 from fuzzdist.toolkit.reorder import ReorderingProcessGroup
+from fuzzdist.toolkit.reporting import capped
 
 if TYPE_CHECKING:
     from fuzzdist.pool import Pool
@@ -57,7 +59,6 @@ TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
 MAX_WINDOW = 4  # the reordering schedule covers windows of 1..MAX_WINDOW allreduces
 PG_KINDS = ("gloo", "reorder-subclass", "reorder-future")
 NCCL_PG_KINDS = ("nccl", "reorder-subclass", "reorder-future")  # one GPU per rank: the pool's group is nccl
-_MAX_REPORTED = 6  # mismatches reported per rank
 
 
 def completion_schedules(max_window: int = MAX_WINDOW) -> st.SearchStrategy[fst.CompletionOrder]:
@@ -169,8 +170,8 @@ def whole_batch_gradients(reference: nn.Module, config: fst.DDPConfig, step: int
 
 
 def _mismatch(what: str, actual: torch.Tensor | None, expected: torch.Tensor | None,
-              rtol: float, atol: float) -> str | None:
-    """None if close (None counts as zeros), else a one-line description."""
+              rtol: float, atol: float) -> Problem | None:
+    """None if close (None counts as zeros), else the worst difference."""
     if actual is None and expected is None:
         return None
     if actual is None:
@@ -180,19 +181,16 @@ def _mismatch(what: str, actual: torch.Tensor | None, expected: torch.Tensor | N
         expected = torch.zeros_like(actual)
     actual, expected = actual.detach(), expected.detach()
     if actual.shape != expected.shape or actual.dtype != expected.dtype:
-        return f"{what}: got {tuple(actual.shape)} {actual.dtype}, expected {tuple(expected.shape)} {expected.dtype}"
+        return Problem(Kind.SHAPE, what, got=(tuple(actual.shape), str(actual.dtype)),
+                       expected=(tuple(expected.shape), str(expected.dtype)))
     if torch.allclose(actual, expected, rtol=rtol, atol=atol, equal_nan=True):
         return None
     diff = (actual - expected).abs().reshape(-1)
     i = int(torch.nan_to_num(diff, nan=float("inf")).argmax())
     bad = int((~torch.isclose(actual, expected, rtol=rtol, atol=atol, equal_nan=True)).sum())
-    return (f"{what}: {bad} of {actual.numel()} elements differ; worst at flat index {i}: "
-            f"got {actual.reshape(-1)[i].item():.9g}, expected {expected.reshape(-1)[i].item():.9g}")
-
-
-def _digest(tensors: Mapping[str, torch.Tensor | None]) -> tuple[tuple[str, tuple[object, ...] | None], ...]:
-    """A digest of named tensors (None as a marker): equal iff all are bitwise equal."""
-    return tuple((name, None if t is None else fingerprint(t)) for name, t in tensors.items())
+    return Problem(Kind.MISMATCH, what, index=i, got=actual.reshape(-1)[i].item(),
+                   expected=expected.reshape(-1)[i].item(), bound=atol + rtol * abs(expected.reshape(-1)[i].item()),
+                   count=bad, size=actual.numel(), worst=True)
 
 
 def ddp_parity(ctx: RankContext, config: fst.DDPConfig, dtype: torch.dtype, seed: int,
@@ -206,8 +204,8 @@ def ddp_parity(ctx: RankContext, config: fst.DDPConfig, dtype: torch.dtype, seed
     """
     rtol, atol = TOLERANCES[dtype]
     pg = ctx.group if wrap is None else wrap(ctx.group, *wrap_args, **(wrap_kwargs or {}))
-    mismatches: list[str] = []
-    grad_digests: list[tuple[tuple[str, tuple[object, ...] | None], ...]] = []
+    mismatches: list[Problem] = []
+    grad_digests: list[Digest] = []
     try:
         model = config.build_model(seed).to(ctx.device, dtype)
         reference = copy.deepcopy(model)  # same seed, same values: built before DDP touches them
@@ -227,7 +225,7 @@ def ddp_parity(ctx: RankContext, config: fst.DDPConfig, dtype: torch.dtype, seed
             loss.backward()
             grads = {name: None if p.grad is None else p.grad.detach().clone()
                      for name, p in model.named_parameters()}
-            grad_digests.append(_digest(grads))
+            grad_digests.append(digest(grads))
             for name, grad in grads.items():
                 diff = _mismatch(f"step {step} grad {name}", grad, expected[name], rtol, atol)
                 if diff is None and name in whole:
@@ -251,10 +249,9 @@ def ddp_parity(ctx: RankContext, config: fst.DDPConfig, dtype: torch.dtype, seed
         if pg is not ctx.group and hasattr(pg, "close"):
             pg.close()
     return {
-        "mismatches": mismatches[:_MAX_REPORTED] + (
-            [f"... and {len(mismatches) - _MAX_REPORTED} more"] if len(mismatches) > _MAX_REPORTED else []),
+        "mismatches": capped(mismatches),
         "grad_digests": grad_digests,
-        "param_digest": _digest(params),
+        "param_digest": digest(params),
     }
 
 
@@ -264,7 +261,8 @@ def check_parity(results: list[dict[str, Any]]) -> None:
     parameters are not bitwise equal."""
     wrong = {rank: obs["mismatches"] for rank, obs in enumerate(results) if obs["mismatches"]}
     if wrong:
-        raise PropertyFailure(f"DDP differs from the local reference on ranks {sorted(wrong)}: {wrong}", results)
+        raise PropertyFailure(f"DDP differs from the local reference on ranks {sorted(wrong)}:{by_rank(wrong)}",
+                              results)
     for step in range(len(results[0]["grad_digests"])):
         digests = [obs["grad_digests"][step] for obs in results]
         if not all(d == digests[0] for d in digests):

@@ -56,9 +56,11 @@ from fuzzdist import strategies as fst
 from fuzzdist.errors import InvalidArgument
 from fuzzdist.known_bugs import known_failures
 from fuzzdist.pool.rank.isolation import keep_process_groups
+from fuzzdist.problems import Kind, Problem, by_rank
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.strategies import seeds
-from fuzzdist.toolkit.checks import fingerprint
+from fuzzdist.toolkit.checks import Digest, digest, mismatch
+from fuzzdist.toolkit.reporting import capped
 
 try:
     from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
@@ -78,10 +80,8 @@ TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
     torch.float32: (1.3e-6, 1e-5),
     torch.float64: (1e-7, 1e-7),
 }
-_MAX_REPORTED = 6  # problems reported per rank
 # all_gather_into_tensor is deprecated (a FutureWarning) where all_gather_single exists
 _ALL_GATHER = getattr(torch.distributed, "all_gather_single", None) or torch.distributed.all_gather_into_tensor
-Digest = tuple[tuple[str, tuple[object, ...] | None], ...]
 
 
 # ---------------------------------------------------------------------------
@@ -166,41 +166,27 @@ def expected_gradient(local: list[torch.Tensor | None], world: int,
 
 
 def _gradient_problem(what: str, actual: torch.Tensor | None,
-                      expected: tuple[torch.Tensor, torch.Tensor] | None) -> str | None:
+                      expected: tuple[torch.Tensor, torch.Tensor] | None) -> Problem | None:
     if expected is None:
         if actual is None or not bool(actual.any()):
             return None  # no rank used the parameter: None and zeros alike
-        return f"{what}: got a non-zero gradient where no rank has one"
+        return Problem(Kind.MISMATCH, what, detail="got a non-zero gradient where no rank has one")
     mean, bound = expected
     if actual is None:
         actual = torch.zeros_like(mean)
     if tuple(actual.shape) != tuple(mean.shape):
-        return f"{what}: got shape {tuple(actual.shape)}, expected {tuple(mean.shape)}"
+        return Problem(Kind.SHAPE, what, got=tuple(actual.shape), expected=tuple(mean.shape))
     error = (actual.double() - mean).abs()
-    bad = ~(error <= bound)  # NaN counts as bad
-    if not bool(bad.any()):
-        return None
-    i = int(torch.where(bad.reshape(-1), error.reshape(-1).nan_to_num(nan=math.inf), -1.0).argmax())
-    return (f"{what}: {int(bad.sum())} of {actual.numel()} elements differ; worst at flat index {i}: "
-            f"got {actual.reshape(-1)[i].item():.9g}, expected {mean.reshape(-1)[i].item():.9g} "
-            f"within {bound.reshape(-1)[i].item():.3g}")
+    return mismatch(what, actual, mean, ~(error <= bound), bound, error)  # NaN counts as bad
 
 
-def _param_problem(what: str, actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) -> str | None:
+def _param_problem(what: str, actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) -> Problem | None:
     rtol, atol = TOLERANCES[dtype]
     if tuple(actual.shape) != tuple(expected.shape) or actual.dtype != expected.dtype:
-        return (f"{what}: got {tuple(actual.shape)} {actual.dtype}, "
-                f"expected {tuple(expected.shape)} {expected.dtype}")
+        return Problem(Kind.SHAPE, what, got=(tuple(actual.shape), str(actual.dtype)),
+                       expected=(tuple(expected.shape), str(expected.dtype)))
     close = torch.isclose(actual, expected, rtol=rtol, atol=atol, equal_nan=True)
-    if bool(close.all()):
-        return None
-    i = int((~close).reshape(-1).nonzero()[0])
-    return (f"{what}: {int((~close).sum())} of {actual.numel()} elements differ; first at flat index {i}: "
-            f"got {actual.reshape(-1)[i].item():.9g}, expected {expected.reshape(-1)[i].item():.9g}")
-
-
-def _digest(tensors: dict[str, torch.Tensor | None]) -> Digest:
-    return tuple((name, None if t is None else fingerprint(t)) for name, t in tensors.items())
+    return mismatch(what, actual, expected, ~close, atol + rtol * expected.abs())
 
 
 # ---------------------------------------------------------------------------
@@ -292,12 +278,12 @@ def fsdp_parity(ctx: RankContext, config: fst.FSDPConfig, dtype: torch.dtype, se
     optimizer = config.build_optimizer(model.parameters())
     ref_optimizer = config.build_optimizer(reference.parameters())
     reduce_in = reduce_dtype(config, dtype)
-    problems: list[str] = []
+    problems: list[Problem] = []
     digests: list[Digest] = []
 
     def check_params(when: str) -> None:
         params = gather(dict(model.named_parameters()), shapes, mesh, dtype)
-        digests.append(_digest(params))
+        digests.append(digest(params))
         ref_params = dict(reference.named_parameters())
         with torch.no_grad():
             for name, param in params.items():
@@ -312,7 +298,7 @@ def fsdp_parity(ctx: RankContext, config: fst.FSDPConfig, dtype: torch.dtype, se
         local = rank_gradients(reference, config, step, seed, dtype)
         loss_of(model, config, ctx.rank, step, seed, dtype).backward()
         grads = gather({name: p.grad for name, p in model.named_parameters()}, shapes, mesh, dtype)
-        digests.append(_digest(grads))
+        digests.append(digest(grads))
         for name, grad in grads.items():
             expected = expected_gradient([g[name] for g in local], config.world_size, reduce_in)
             problem = _gradient_problem(f"step {step}: grad {name}", grad, expected)
@@ -325,9 +311,7 @@ def fsdp_parity(ctx: RankContext, config: fst.FSDPConfig, dtype: torch.dtype, se
         optimizer.zero_grad(set_to_none=True)
         ref_optimizer.zero_grad(set_to_none=True)
     check_params(f"after {config.steps} steps")
-    more = len(problems) - _MAX_REPORTED
-    return {"problems": problems[:_MAX_REPORTED] + ([f"... and {more} more"] if more > 0 else []),
-            "digests": digests}
+    return {"problems": capped(problems), "digests": digests}
 
 
 # ---------------------------------------------------------------------------
@@ -340,7 +324,8 @@ def check_parity(results: list[dict[str, Any]]) -> None:
     gradients or parameters are not bitwise equal."""
     wrong = {rank: obs["problems"] for rank, obs in enumerate(results) if obs["problems"]}
     if wrong:
-        raise PropertyFailure(f"FSDP differs from the local reference on ranks {sorted(wrong)}: {wrong}", results)
+        raise PropertyFailure(f"FSDP differs from the local reference on ranks {sorted(wrong)}:{by_rank(wrong)}",
+                              results)
     first = results[0]["digests"]
     for rank, obs in enumerate(results):
         if obs["digests"] != first:

@@ -19,6 +19,7 @@ import torch.distributed as dist
 from hypothesis import strategies as st
 
 from fuzzdist import strategies as fst
+from fuzzdist.problems import Kind, Problem, by_rank
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.toolkit.checks import first_difference
 from fuzzdist.toolkit.sharing import (
@@ -68,19 +69,20 @@ def _layout(t: torch.Tensor) -> tuple[Any, ...]:
     return (tuple(t.shape), t.dtype, tuple(t.stride()), t.storage_offset(), t.untyped_storage().nbytes())
 
 
-def _difference(tensor: torch.Tensor, expected: torch.Tensor) -> str | None:
+def _difference(what: str, tensor: torch.Tensor, expected: torch.Tensor) -> Problem | None:
     """What differs between the shared tensor and the private expected one: the view's values, then
     the storage bytes around the view, which no write may touch."""
-    diff = first_difference(tensor, expected)
+    diff = first_difference(tensor, expected, what)
     if diff is None and not torch.equal(storage_bytes(tensor), storage_bytes(expected)):
-        diff = "the view's values are right, but storage bytes outside the view differ"
+        diff = Problem(Kind.MISMATCH, what, detail="the view's values are right, but storage bytes outside the "
+                                                   "view differ")
     return diff
 
 
 def share_write_and_check(ctx: RankContext, spec: fst.TensorSpec, seed: int, src: int, writers: tuple[int, ...],
                           write_pattern: str, write_seed: int, mode: fst.SharingStrategyMode, *,
                           share: Callable[..., Any] = reduce_tensor_handles,
-                          receive: Callable[..., Any] = open_tensor_handle) -> list[str] | None:
+                          receive: Callable[..., Any] = open_tensor_handle) -> list[Problem] | None:
     """Runs on every rank. Rank ``src`` shares ``spec``'s tensor. Then each rank in ``writers``
     writes new values into it in turn, and every rank checks what it sees after each write.
 
@@ -98,14 +100,15 @@ def share_write_and_check(ctx: RankContext, spec: fst.TensorSpec, seed: int, src
     dist.barrier(group=ctx.group)
     leaked = leftover_shared_memory(baseline)
     if leaked:
-        problems.append(f"still holds shared memory after every rank dropped the tensor: {sorted(leaked)}")
+        problems.append(Problem(Kind.NOTE, detail=f"still holds shared memory after every rank dropped the tensor: "
+                                                  f"{sorted(leaked)}"))
     return problems or None
 
 
 def _share_write_and_check(ctx: RankContext, spec: fst.TensorSpec, seed: int, src: int, writers: tuple[int, ...],
                            write_pattern: str, write_seed: int, share: Callable[..., Any],
-                           receive: Callable[..., Any]) -> list[str]:
-    problems: list[str] = []
+                           receive: Callable[..., Any]) -> list[Problem]:
+    problems: list[Problem] = []
     # Built from (spec, seed) alone, in this rank's private memory, never read from the shared tensor.
     expected = spec.materialize(ctx.device, seed)
     mine = spec.materialize(ctx.device, seed) if ctx.rank == src else None
@@ -113,11 +116,11 @@ def _share_write_and_check(ctx: RankContext, spec: fst.TensorSpec, seed: int, sr
     tensor = share_tensor(mine, src, ctx.group, share=share, receive=receive)
     del mine
     if _layout(tensor) != _layout(expected):
-        problems.append(f"received (shape, dtype, stride, storage offset, storage bytes) {_layout(tensor)}, "
-                        f"expected {_layout(expected)}")
+        problems.append(Problem(Kind.SHAPE, "received (shape, dtype, stride, storage offset, storage bytes)",
+                                got=_layout(tensor), expected=_layout(expected)))
         tensor = None  # keep entering the barriers, but don't write into memory of the wrong shape
-    elif (diff := _difference(tensor, expected)) is not None:
-        problems.append(f"as shared: {diff}")
+    elif (diff := _difference("as shared", tensor, expected)) is not None:
+        problems.append(diff)
     write_spec = fst.TensorSpec(spec.shape, spec.dtype, pattern=write_pattern)
     for round_, writer in enumerate(writers):
         values = write_spec.materialize(ctx.device, write_seed_for(write_seed, round_))
@@ -126,8 +129,9 @@ def _share_write_and_check(ctx: RankContext, spec: fst.TensorSpec, seed: int, sr
         if ctx.rank == writer and tensor is not None:
             tensor.copy_(values)
         dist.barrier(group=ctx.group)  # the write is done before anyone looks
-        if tensor is not None and (diff := _difference(tensor, expected)) is not None:
-            problems.append(f"after rank {writer}'s write (round {round_}): {diff}")
+        if tensor is not None and (diff := _difference(f"after rank {writer}'s write (round {round_})", tensor,
+                                                       expected)) is not None:
+            problems.append(diff)
     return problems
 
 
@@ -141,4 +145,4 @@ def check(pool: Pool, spec: fst.TensorSpec, seed: int, src: int, writers: tuple[
                         share=share, receive=receive)
     wrong = {rank: p for rank, p in enumerate(problems) if p is not None}
     if wrong:
-        raise PropertyFailure(f"shared from rank {src} under {mode}, written by {writers}: {wrong}", problems)
+        raise PropertyFailure(f"shared from rank {src} under {mode}, written by {writers}:{by_rank(wrong)}", problems)

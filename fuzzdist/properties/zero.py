@@ -90,9 +90,11 @@ from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from fuzzdist.errors import InvalidArgument, InvalidStrategyArgument
+from fuzzdist.problems import Kind, Problem, by_rank
 from fuzzdist.properties import PropertyFailure
-from fuzzdist.strategies import seeds
-from fuzzdist.toolkit.checks import fingerprint
+from fuzzdist.strategies import mix_seed_fnv, seeds
+from fuzzdist.toolkit.checks import Digest, digest, mismatch
+from fuzzdist.toolkit.reporting import capped
 
 if TYPE_CHECKING:
     from fuzzdist.pool import Pool
@@ -106,8 +108,6 @@ OPTIMIZERS = ("sgd", "adam", "adamw")
 MAX_WIDTH = 4
 MAX_LAYERS = 3
 MAX_GROUPS = 3
-_MAX_REPORTED = 6  # problems reported per rank
-Digest = tuple[tuple[str, tuple[object, ...] | None], ...]
 
 
 # ---------------------------------------------------------------------------
@@ -241,7 +241,7 @@ class ZeroCase:
 
     def build_model(self, seed: int, dtype: torch.dtype) -> nn.Module:
         """The model, identical on every rank for the same seed; the global RNG is left alone."""
-        gen = torch.Generator().manual_seed(_mix(seed, 0x6D6F64656C))
+        gen = torch.Generator().manual_seed(mix_seed_fnv(seed, 0x6D6F64656C))
         modules: list[nn.Module] = []
         for k, (i, o, bias) in enumerate(self.layers):
             if k:
@@ -256,7 +256,7 @@ class ZeroCase:
 
     def make_batch(self, rank: int, step: int, seed: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """Rank ``rank``'s (inputs, targets) at ``step``, deterministic in (seed, rank, step)."""
-        gen = torch.Generator().manual_seed(_mix(seed, rank, step))
+        gen = torch.Generator().manual_seed(mix_seed_fnv(seed, rank, step))
         b = self.batch_sizes[rank]
         x = torch.rand((b, self.layers[0][0]), generator=gen, dtype=torch.float64) * 2 - 1
         y = torch.rand((b, self.layers[-1][1]), generator=gen, dtype=torch.float64) * 2 - 1
@@ -288,14 +288,6 @@ class ZeroCase:
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         printer.text(repr(self))
-
-
-def _mix(*values: int) -> int:
-    """A 63-bit seed from integers (deterministic across processes, unlike ``hash``)."""
-    h = 0x9E3779B97F4A7C15
-    for v in values:
-        h = ((h ^ (v & 0xFFFFFFFFFFFFFFFF)) * 0x100000001B3 + 0x632BE59BD9B4E019) & 0xFFFFFFFFFFFFFFFF
-    return h >> 1
 
 
 def optimizer_specs(names: Iterable[str] = OPTIMIZERS) -> st.SearchStrategy[OptimizerSpec]:
@@ -421,63 +413,60 @@ def expected_gradient(local: Sequence[torch.Tensor | None], dtype: torch.dtype,
 
 
 def gradient_problem(what: str, actual: torch.Tensor | None,
-                     expected: tuple[torch.Tensor, torch.Tensor] | None) -> str | None:
+                     expected: tuple[torch.Tensor, torch.Tensor] | None) -> Problem | None:
     """None if ``actual`` is within the bound of the expected mean (None counts as zeros), else
-    a one-line description of the worst element."""
+    the worst element."""
     if expected is None:
-        return None if actual is None or not bool(actual.any()) else f"{what}: non-zero where no rank has one"
+        if actual is None or not bool(actual.any()):
+            return None
+        return Problem(Kind.MISMATCH, what, detail="non-zero where no rank has one")
     mean, bound = expected
     if actual is None:
         actual = torch.zeros_like(mean)
     if tuple(actual.shape) != tuple(mean.shape):
-        return f"{what}: got shape {tuple(actual.shape)}, expected {tuple(mean.shape)}"
+        return Problem(Kind.SHAPE, what, got=tuple(actual.shape), expected=tuple(mean.shape))
     error = (actual.double() - mean).abs()
-    bad = ~(error <= bound)
-    if not bool(bad.any()):
-        return None
-    i = int(torch.where(bad.reshape(-1), error.reshape(-1).nan_to_num(nan=math.inf), -1.0).argmax())
-    return (f"{what}: {int(bad.sum())} of {actual.numel()} elements differ; worst at flat index {i}: "
-            f"got {actual.reshape(-1)[i].item():.9g}, expected {mean.reshape(-1)[i].item():.9g} "
-            f"within {bound.reshape(-1)[i].item():.3g}")
+    return mismatch(what, actual, mean, ~(error <= bound), bound, error)
 
 
-def close_problem(what: str, actual: torch.Tensor, expected: torch.Tensor) -> str | None:
+def close_problem(what: str, actual: torch.Tensor, expected: torch.Tensor) -> Problem | None:
     """None if ``actual`` is within ``2 * eps * |expected| + smallest_normal`` of ``expected`` (see the
-    module docstring), else a one-line description of the first difference."""
+    module docstring), else the first difference."""
     actual, expected = actual.detach(), expected.detach()
     if tuple(actual.shape) != tuple(expected.shape) or actual.dtype != expected.dtype:
-        return f"{what}: got {tuple(actual.shape)} {actual.dtype}, expected {tuple(expected.shape)} {expected.dtype}"
+        return Problem(Kind.SHAPE, what, got=(tuple(actual.shape), str(actual.dtype)),
+                       expected=(tuple(expected.shape), str(expected.dtype)))
     info = torch.finfo(actual.dtype) if actual.is_floating_point() else None
     rtol, atol = (PARAM_EPS * info.eps, info.smallest_normal) if info is not None else (0.0, 0.0)
     close = torch.isclose(actual, expected, rtol=rtol, atol=atol, equal_nan=True)
-    if bool(close.all()):
-        return None
-    i = int((~close).reshape(-1).nonzero()[0])
-    return (f"{what}: {int((~close).sum())} of {actual.numel()} elements differ; first at flat index {i}: "
-            f"got {actual.reshape(-1)[i].item():.9g}, expected {expected.reshape(-1)[i].item():.9g}")
+    return mismatch(what, actual, expected, ~close, atol + rtol * expected.abs().double())
 
 
-def state_dict_problems(actual: dict[str, Any], expected: dict[str, Any]) -> list[str]:
+def state_dict_problems(actual: dict[str, Any], expected: dict[str, Any]) -> list[Problem]:
     """How the consolidated ``state_dict()`` differs from the local optimizer's: ``param_groups``
     (every option but ``params``, exactly, and the parameter indices per group) and each
     parameter's state (same keys; tensors within tolerance, other values equal)."""
-    problems: list[str] = []
+    problems: list[Problem] = []
     a_groups, e_groups = actual.get("param_groups", []), expected["param_groups"]
     if len(a_groups) != len(e_groups):
-        return [f"state_dict: {len(a_groups)} param_groups, expected {len(e_groups)}"]
+        return [Problem(Kind.MISMATCH, "state_dict: param_groups", got=len(a_groups), expected=len(e_groups))]
     for g, (a, e) in enumerate(zip(a_groups, e_groups, strict=True)):
         if list(a["params"]) != list(e["params"]):
-            problems.append(f"state_dict param_groups[{g}]['params'] = {a['params']}, expected {e['params']}")
+            problems.append(Problem(Kind.MISMATCH, f"state_dict param_groups[{g}]['params']", got=a["params"],
+                                    expected=e["params"]))
         for key in sorted(set(a) | set(e)):
             if key != "params" and a.get(key) != e.get(key):
-                problems.append(f"state_dict param_groups[{g}][{key!r}] = {a.get(key)!r}, expected {e.get(key)!r}")
+                problems.append(Problem(Kind.MISMATCH, f"state_dict param_groups[{g}][{key!r}]", got=a.get(key),
+                                        expected=e.get(key)))
     a_state, e_state = actual.get("state", {}), expected["state"]
     if sorted(a_state) != sorted(e_state):
-        problems.append(f"state_dict has state for parameters {sorted(a_state)}, expected {sorted(e_state)}")
+        problems.append(Problem(Kind.MISMATCH, "state_dict: the parameters with state", got=sorted(a_state),
+                                expected=sorted(e_state)))
     for index in sorted(set(a_state) & set(e_state)):
         a, e = a_state[index], e_state[index]
         if not isinstance(a, dict) or sorted(a) != sorted(e):
-            problems.append(f"state_dict state[{index}] has {a!r:.80}, expected keys {sorted(e)}")
+            problems.append(Problem(Kind.MISMATCH, f"state_dict state[{index}]", got=f"{a!r:.80}",
+                                    expected=f"keys {sorted(e)}"))
             continue
         for key in sorted(e):
             if isinstance(e[key], torch.Tensor) and isinstance(a[key], torch.Tensor):
@@ -485,12 +474,9 @@ def state_dict_problems(actual: dict[str, Any], expected: dict[str, Any]) -> lis
                 if problem is not None:
                     problems.append(problem)
             elif a[key] != e[key]:
-                problems.append(f"state_dict state[{index}][{key!r}] = {a[key]!r}, expected {e[key]!r}")
+                problems.append(Problem(Kind.MISMATCH, f"state_dict state[{index}][{key!r}]", got=a[key],
+                                        expected=e[key]))
     return problems
-
-
-def _digest(tensors: dict[str, torch.Tensor | None]) -> Digest:
-    return tuple((name, None if t is None else fingerprint(t)) for name, t in tensors.items())
 
 
 # ---------------------------------------------------------------------------
@@ -508,7 +494,7 @@ def _build_zero(case: ZeroCase, params: Sequence[nn.Parameter], upto: int, group
 
 
 def overlap_refusal(ctx: RankContext, case: ZeroCase, seed: int, dtype: torch.dtype,
-                    optimizer_class: type[Any]) -> list[str]:
+                    optimizer_class: type[Any]) -> list[Problem]:
     """On gloo: ZeRO takes ``overlap_with_ddp=True``, and both DDP-ZeRO hooks refuse gloo at once
     with a ``RuntimeError``, as their docs say.  Returns the problems."""
     from torch.distributed.algorithms.ddp_comm_hooks.ddp_zero_hook import (
@@ -531,13 +517,13 @@ def overlap_refusal(ctx: RankContext, case: ZeroCase, seed: int, dtype: torch.dt
             # a clear refusal names gloo (torch 2.13: "Gloo backend using Overlapping DDP with ZeRO may meet
             # hangs") or the backends it needs (torch 2.6: "... currently requires NCCL/HCCL backend ...")
             if not any(name in str(exc).lower() for name in ("gloo", "nccl")):
-                problems.append(f"{hook.__name__} on gloo raised RuntimeError naming neither gloo nor the backend "
-                                f"it needs: {exc}")
+                problems.append(Problem.raised(exc, f"{hook.__name__} on gloo",
+                                               detail="(naming neither gloo nor the backend it needs)"))
         except Exception as exc:  # noqa: BLE001 - any other type is the finding
-            problems.append(f"{hook.__name__} on gloo raised {type(exc).__name__}: {exc}, "
-                            "documented: RuntimeError")
+            problems.append(Problem.raised(exc, f"{hook.__name__} on gloo", detail="(documented: RuntimeError)"))
         else:
-            problems.append(f"{hook.__name__} accepted a gloo DDP, documented: RuntimeError (gloo may hang)")
+            problems.append(Problem(Kind.MISSING, f"{hook.__name__} on gloo", detail=(
+                "accepted a gloo DDP, documented: RuntimeError (gloo may hang)")))
     return problems
 
 
@@ -561,7 +547,7 @@ def zero_parity(ctx: RankContext, case: ZeroCase, seed: int, dtype: torch.dtype,
     ref_opt = case.optimizer.optimizer_class(case.param_groups(ref_params, case.initial_groups),
                                              **case.optimizer.kwargs())
     added = case.initial_groups == case.num_groups
-    problems: list[str] = []
+    problems: list[Problem] = []
     digests: list[Digest] = []
     for step in range(case.steps):
         if not added and step == case.add_step:
@@ -574,7 +560,7 @@ def zero_parity(ctx: RankContext, case: ZeroCase, seed: int, dtype: torch.dtype,
         x, y = case.make_batch(ctx.rank, step, seed, dtype)
         nn.functional.mse_loss(ddp(x), y).backward()
         grads = {n: None if p.grad is None else p.grad.detach().clone() for n, p in zip(names, params, strict=True)}
-        digests.append(_digest(grads))
+        digests.append(digest(grads))
         for name, ref_p in zip(names, ref_params, strict=True):
             problem = gradient_problem(f"step {step}: grad {name}", grads[name],
                                        expected_gradient([g[name] for g in local], dtype))
@@ -587,7 +573,7 @@ def zero_parity(ctx: RankContext, case: ZeroCase, seed: int, dtype: torch.dtype,
         model.zero_grad(set_to_none=True)  # also the parameters of groups not added yet
         ref_opt.zero_grad(set_to_none=True)
         after = {n: p.detach().clone() for n, p in zip(names, params, strict=True)}
-        digests.append(_digest(dict(after)))
+        digests.append(digest(dict(after)))
         with torch.no_grad():
             for name, ref_p in zip(names, ref_params, strict=True):
                 problem = close_problem(f"after step {step}: param {name}", after[name], ref_p)
@@ -597,23 +583,21 @@ def zero_parity(ctx: RankContext, case: ZeroCase, seed: int, dtype: torch.dtype,
         if case.reload is not None and case.reload[0] == step:
             zero, reload_problems = _reload(ctx, case, zero, ref_opt, params, optimizer_class)
             problems.extend(reload_problems)
-    more = len(problems) - _MAX_REPORTED
-    return {"problems": problems[:_MAX_REPORTED] + ([f"... and {more} more"] if more > 0 else []),
-            "digests": digests}
+    return {"problems": capped(problems), "digests": digests}
 
 
 def _reload(ctx: RankContext, case: ZeroCase, zero: Any, ref_opt: torch.optim.Optimizer,
-            params: Sequence[nn.Parameter], optimizer_class: type[Any]) -> tuple[Any, list[str]]:
+            params: Sequence[nn.Parameter], optimizer_class: type[Any]) -> tuple[Any, list[Problem]]:
     """Consolidate ``zero``'s state on ``case.reload[1]``, check it there against the reference
     optimizer's, hand it over through a file (a checkpoint) and return a fresh optimizer, built with
     the same groups, that loaded it; and the problems."""
     to = case.reload[1] if case.reload is not None else 0
     zero.consolidate_state_dict(to=to)
     path = os.path.join(ctx.tmpdir, f"zero-state-{ctx.example}.pt")
-    problems: list[str] = []
+    problems: list[Problem] = []
     if ctx.rank == to:
         state = zero.state_dict()
-        problems.extend(f"consolidated on rank {to}: {p}" for p in
+        problems.extend(p.about(f"consolidated on rank {to}: {p.what}") for p in
                         state_dict_problems(copy.deepcopy(state), ref_opt.state_dict()))
         torch.save(state, path)
     dist.barrier(group=ctx.group)
@@ -637,7 +621,8 @@ def check_results(results: list[dict[str, Any]]) -> None:
     parameters are not bitwise equal."""
     wrong = {rank: obs["problems"] for rank, obs in enumerate(results) if obs["problems"]}
     if wrong:
-        raise PropertyFailure(f"ZeRO differs from the local optimizer on ranks {sorted(wrong)}: {wrong}", results)
+        raise PropertyFailure(f"ZeRO differs from the local optimizer on ranks {sorted(wrong)}:{by_rank(wrong)}",
+                              results)
     first = results[0]["digests"]
     for rank, obs in enumerate(results):
         if obs["digests"] != first:

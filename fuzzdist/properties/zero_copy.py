@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 from fuzzdist import strategies as fst
 from fuzzdist.errors import InvalidArgument
+from fuzzdist.problems import Kind, Problem, by_rank
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.strategies import seeds
 from fuzzdist.toolkit.checks import first_difference
@@ -241,29 +242,31 @@ def alias_cases(draw: st.DrawFn, device: str = "cpu", interfaces: tuple[str, ...
 # rank functions
 
 
-def _alias_problems(alias: torch.Tensor | str, tensor: torch.Tensor, expected: torch.Tensor) -> list[str]:
-    """How ``alias`` fails to be ``tensor``'s memory holding ``expected``'s values."""
-    if isinstance(alias, str):  # the conversion raised
-        return [alias]
+def _alias_problems(alias: torch.Tensor | Problem, tensor: torch.Tensor, expected: torch.Tensor,
+                    where: str = "") -> list[Problem]:
+    """How ``alias`` fails to be ``tensor``'s memory holding ``expected``'s values (``where``: whose memory)."""
+    if isinstance(alias, Problem):  # the conversion raised
+        return [alias.about(", ".join(part for part in (where, alias.what) if part))]
     problems = []
     if alias.device != tensor.device or alias.data_ptr() != tensor.data_ptr():
-        problems.append(f"copied: the result lives at {alias.device} {alias.data_ptr():#x}, "
-                        f"the memory at {tensor.device} {tensor.data_ptr():#x}")
-    diff = first_difference(alias, expected)
+        problems.append(Problem(Kind.NOTE, where, detail=f"copied: the result lives at {alias.device} "
+                                                         f"{alias.data_ptr():#x}, the memory at {tensor.device} "
+                                                         f"{tensor.data_ptr():#x}"))
+    diff = first_difference(alias, expected, ", ".join(part for part in (where, "values") if part))
     if diff is not None:
-        problems.append(f"values: {diff}")
+        problems.append(diff)
     return problems
 
 
-def _convert(convert: Callable[[torch.Tensor], torch.Tensor], tensor: torch.Tensor) -> torch.Tensor | str:
+def _convert(convert: Callable[[torch.Tensor], torch.Tensor], tensor: torch.Tensor) -> torch.Tensor | Problem:
     try:
         return convert(tensor)
     except Exception as exc:  # noqa: BLE001 - reported, so every rank still meets the others
-        return f"the conversion raised {type(exc).__name__}: {exc}"
+        return Problem.raised(exc, "the conversion")
 
 
 def alias_and_check(ctx: RankContext, case: AliasCase, seed: int, *,
-                    convert: Callable[[torch.Tensor], torch.Tensor] | None = None) -> list[str] | None:
+                    convert: Callable[[torch.Tensor], torch.Tensor] | None = None) -> list[Problem] | None:
     """Runs on every rank. Builds ``case.spec``'s tensor in private memory, views it as
     ``case.view_dtype``, takes a tensor over it through the interface, and compares.
 
@@ -287,7 +290,7 @@ def alias_shared_and_check(ctx: RankContext, case: AliasCase, seed: int, src: in
                            mode: fst.SharingStrategyMode, *,
                            convert: Callable[[torch.Tensor], torch.Tensor] | None = None,
                            share: Callable[..., Any] = reduce_tensor_handles,
-                           receive: Callable[..., Any] = open_tensor_handle) -> list[str] | None:
+                           receive: Callable[..., Any] = open_tensor_handle) -> list[Problem] | None:
     """Runs on every rank. Rank ``src`` shares ``case.spec``'s tensor under ``mode``. Each rank
     views its tensor as ``case.view_dtype``, takes a tensor over it through the interface and
     compares. Then rank ``writer`` writes through its result, and every rank checks its result
@@ -303,19 +306,20 @@ def alias_shared_and_check(ctx: RankContext, case: AliasCase, seed: int, src: in
     dist.barrier(group=ctx.group)  # every rank has dropped its tensors
     leaked = leftover_shared_memory(baseline)
     if leaked:
-        problems.append(f"still holds shared memory after every rank dropped the tensor: {sorted(leaked)}")
+        problems.append(Problem(Kind.NOTE, detail=f"still holds shared memory after every rank dropped the tensor: "
+                                                  f"{sorted(leaked)}"))
     return problems or None
 
 
 def _alias_shared(ctx: RankContext, case: AliasCase, seed: int, src: int, writer: int, write_seed: int,
                   convert: Callable[[torch.Tensor], torch.Tensor], share: Callable[..., Any],
-                  receive: Callable[..., Any]) -> list[str]:
+                  receive: Callable[..., Any]) -> list[Problem]:
     expected = case.spec.materialize(ctx.device, seed).view(case.view_dtype)  # private, never shared
     mine = case.spec.materialize(ctx.device, seed) if ctx.rank == src else None
     tensor = share_tensor(mine, src, ctx.group, share=share, receive=receive).view(case.view_dtype)
     del mine
-    alias: Any = _convert(convert, tensor)  # Tensor | str; Any as mypy cannot narrow it through `writable`
-    problems = [f"over memory shared by rank {src}: {p}" for p in _alias_problems(alias, tensor, expected)]
+    alias: Any = _convert(convert, tensor)  # Tensor | Problem; Any as mypy cannot narrow it through `writable`
+    problems = _alias_problems(alias, tensor, expected, f"over memory shared by rank {src}")
     values = fst.TensorSpec(tuple(expected.shape), case.view_dtype).materialize(ctx.device, write_seed_for(write_seed))
     # write only into a result of the right shape, but enter every barrier whatever happened
     writable = isinstance(alias, torch.Tensor) and alias.shape == values.shape and alias.dtype == values.dtype
@@ -323,8 +327,8 @@ def _alias_shared(ctx: RankContext, case: AliasCase, seed: int, src: int, writer
     if ctx.rank == writer and writable:
         alias.copy_(values)
     dist.barrier(group=ctx.group)  # the write is done before anyone looks
-    if writable and (diff := first_difference(alias, values)) is not None:
-        problems.append(f"after rank {writer} wrote through its result: {diff}")
+    if writable and (diff := first_difference(alias, values, f"after rank {writer} wrote through its result")):
+        problems.append(diff)
     return problems
 
 
@@ -342,7 +346,7 @@ def check(pool: Pool, case: AliasCase, seed: int, *, convert: Callable[[torch.Te
     (or ``convert``); raise :class:`PropertyFailure` if any result is a copy or has other values."""
     problems = pool.run(alias_and_check, case, seed, convert=convert)
     if wrong := _wrong(problems):
-        raise PropertyFailure(f"{case}: {wrong}", problems)
+        raise PropertyFailure(f"{case}:{by_rank(wrong)}", problems)
 
 
 def check_shared(pool: Pool, case: AliasCase, seed: int, src: int, writer: int, write_seed: int,
@@ -355,4 +359,5 @@ def check_shared(pool: Pool, case: AliasCase, seed: int, src: int, writer: int, 
     problems = pool.run(alias_shared_and_check, case, seed, src, writer, write_seed, mode, convert=convert,
                         share=share, receive=receive)
     if wrong := _wrong(problems):
-        raise PropertyFailure(f"{case}, shared from rank {src} under {mode}, written by {writer}: {wrong}", problems)
+        raise PropertyFailure(f"{case}, shared from rank {src} under {mode}, written by {writer}:{by_rank(wrong)}",
+                              problems)

@@ -43,8 +43,8 @@ from fuzzdist.strategies._ddp import DDPConfig, ddp_configs
 from fuzzdist.strategies._dtype_catalogue import DTYPE_KINDS
 from fuzzdist.strategies._dtypes import dtypes, supported_dtypes
 from fuzzdist.strategies._fsdp import FSDPConfig, fsdp_configs
-from fuzzdist.strategies._ranks import rank_subsets, source_ranks, world_sizes
-from fuzzdist.strategies._seeds import mix_seed, seeds
+from fuzzdist.strategies._ranks import mesh_shapes, rank_subsets, source_ranks, world_sizes
+from fuzzdist.strategies._seeds import mix_seed, mix_seed_fnv, seeds
 from fuzzdist.strategies._shapes import shapes
 from fuzzdist.strategies._tensor_specs import tensor_specs
 from fuzzdist.strategies._tensors import LAYOUTS, PATTERNS, TensorSpec
@@ -66,7 +66,9 @@ __all__ = [
     "dtypes",
     "fsdp_configs",
     "inherited_allocator_settings",
+    "mesh_shapes",
     "mix_seed",
+    "mix_seed_fnv",
     "rank_subsets",
     "seeds",
     "shapes",

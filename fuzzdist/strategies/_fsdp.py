@@ -15,6 +15,7 @@ from torch import nn
 
 from fuzzdist.errors import InvalidArgument, InvalidStrategyArgument
 from fuzzdist.strategies._ddp import DDPConfig, check_model_arguments
+from fuzzdist.strategies._ranks import mesh_shapes
 
 # Mixed-precision dtypes drawn, in shrink order (None = no cast, FSDP's default).
 PARAM_DTYPES: tuple[torch.dtype | None, ...] = (None, torch.float32, torch.bfloat16, torch.float16)
@@ -30,13 +31,6 @@ def fully_shard_available() -> bool:
     except ImportError:
         return False
     return True
-
-
-def mesh_shapes(world_size: int) -> list[tuple[int, ...]]:
-    """Every mesh FSDP2 takes over ``world_size`` ranks: the 1-D mesh ``(W,)`` (FSDP) first, then
-    every 2-D ``(replicate, shard)`` factorisation (HSDP), size-1 dims last."""
-    two_d = [(a, world_size // a) for a in range(1, world_size + 1) if world_size % a == 0]
-    return [(world_size,)] + sorted(two_d, key=lambda s: (min(s) == 1, s))
 
 
 def reshard_choices(shard_size: int) -> list[bool | int | None]:

@@ -56,3 +56,11 @@ def rank_subsets(
     return st.lists(
         st.integers(0, world_size - 1), min_size=min_size, max_size=max_size, unique=True
     ).map(lambda ranks: tuple(sorted(ranks)))
+
+
+def mesh_shapes(world_size: int) -> list[tuple[int, ...]]:
+    """Every 1-D and 2-D device-mesh shape of ``world_size`` ranks, in shrink order: ``(W,)`` first, then
+    every 2-D factorisation, those with a size-1 dim last (FSDP2's meshes: FSDP, then HSDP's
+    ``(replicate, shard)``)."""
+    two_d = [(a, world_size // a) for a in range(1, world_size + 1) if world_size % a == 0]
+    return [(world_size,)] + sorted(two_d, key=lambda s: (min(s) == 1, s))

@@ -8,8 +8,15 @@ operation under test (from the drawn spec and seed), never from its output.
 from __future__ import annotations
 
 import hashlib
+import math
+from collections.abc import Mapping
 
 import torch
+
+from fuzzdist.problems import Kind, Problem
+
+Digest = tuple[tuple[str, tuple[object, ...] | None], ...]
+"""Named tensors' fingerprints (None for a missing tensor): equal iff the tensors are bitwise equal."""
 
 
 def _byte_view(t: torch.Tensor) -> torch.Tensor:
@@ -44,11 +51,18 @@ def fingerprint(t: torch.Tensor) -> tuple[object, ...]:
     return (tuple(t.shape), str(t.dtype), hashlib.blake2b(raw_bytes(t), digest_size=16).hexdigest())
 
 
-def first_difference(actual: torch.Tensor, expected: torch.Tensor) -> str | None:
-    """None if bitwise equal, else a one-line description of the first difference."""
+def digest(tensors: Mapping[str, torch.Tensor | None]) -> Digest:
+    """The :data:`Digest` of named tensors: what ranks compare to show they hold the same values."""
+    return tuple((name, None if t is None else fingerprint(t)) for name, t in tensors.items())
+
+
+def first_difference(actual: torch.Tensor, expected: torch.Tensor, what: str = "") -> Problem | None:
+    """None if bitwise equal, else the first difference as a :class:`~fuzzdist.problems.Problem` about
+    ``what``: a :attr:`~fuzzdist.problems.Kind.SHAPE` one (got and expected are (shape, dtype)) or a
+    :attr:`~fuzzdist.problems.Kind.MISMATCH` one (how many elements differ, the first's index and values)."""
     if tuple(actual.shape) != tuple(expected.shape) or actual.dtype != expected.dtype:
-        return (f"got shape {tuple(actual.shape)} {actual.dtype}, "
-                f"expected {tuple(expected.shape)} {expected.dtype}")
+        return Problem(Kind.SHAPE, what, got=(tuple(actual.shape), str(actual.dtype)),
+                       expected=(tuple(expected.shape), str(expected.dtype)))
     if bitwise_equal(actual, expected):  # the fast path: a C comparison, no copies to bytes
         return None
     a, e = raw_bytes(actual), raw_bytes(expected)
@@ -58,8 +72,8 @@ def first_difference(actual: torch.Tensor, expected: torch.Tensor) -> str | None
     flat_a = actual.detach().to("cpu").contiguous().reshape(-1)
     flat_e = expected.detach().to("cpu").contiguous().reshape(-1)
     count = int(sum(1 for i in range(0, len(a), itemsize) if a[i:i + itemsize] != e[i:i + itemsize]))
-    return (f"{count} of {actual.numel()} elements differ; first at flat index {index}: "
-            f"got {flat_a[index].item()!r}, expected {flat_e[index].item()!r}")
+    return Problem(Kind.MISMATCH, what, index=index, got=flat_a[index].item(), expected=flat_e[index].item(),
+                   count=count, size=actual.numel())
 
 
 def storage_order(t: torch.Tensor) -> torch.Tensor | None:
@@ -91,3 +105,21 @@ def written_ignoring_strides(values: torch.Tensor, like: torch.Tensor) -> torch.
         return None
     in_memory_order.copy_(values)
     return out
+
+
+def mismatch(what: str, actual: torch.Tensor, expected: torch.Tensor, bad: torch.Tensor,
+             bound: torch.Tensor | float | None = None, error: torch.Tensor | None = None) -> Problem | None:
+    """The :class:`~fuzzdist.problems.Problem` of a comparison within a tolerance that found the elements
+    ``bad`` (a bool mask shaped like ``actual``) wrong: None where none is; else how many, and the first
+    one (the worst by ``error``, where given), with the tolerance ``bound`` there."""
+    flat_bad = bad.reshape(-1)
+    if not bool(flat_bad.any()):
+        return None
+    if error is None:
+        i = int(flat_bad.nonzero()[0])
+    else:
+        i = int(torch.where(flat_bad, error.reshape(-1).nan_to_num(nan=math.inf), -1.0).argmax())
+    at = None if bound is None else float(torch.as_tensor(bound, dtype=torch.float64).expand(bad.shape).reshape(-1)[i])
+    return Problem(Kind.MISMATCH, what, index=i, got=actual.reshape(-1)[i].item(),
+                   expected=expected.reshape(-1)[i].item(), bound=at, count=int(flat_bad.sum()),
+                   size=actual.numel(), worst=error is not None)

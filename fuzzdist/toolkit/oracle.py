@@ -38,6 +38,7 @@ After an allreduce, every rank must also hold bitwise the same result
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Callable
@@ -46,7 +47,7 @@ from typing import Any
 import torch
 
 from fuzzdist.errors import InvalidArgument
-from fuzzdist.known_bugs.symptoms import BOOL_BYTES_NOT_0_OR_1
+from fuzzdist.problems import Kind, Problem, Symptom
 from fuzzdist.toolkit.checks import first_difference, raw_bytes
 
 _MAX_TREE_RANKS = 5
@@ -78,12 +79,12 @@ def _fmt(v: Any) -> str:
 # -- exact comparison ----------------------------------------------------------------------
 
 
-def exact_problem(what: str, actual: torch.Tensor, expected: torch.Tensor) -> str | None:
-    """None if ``actual`` is bitwise ``expected``, else the first difference and both values."""
-    diff = first_difference(actual, expected)
+def exact_problem(what: str, actual: torch.Tensor, expected: torch.Tensor) -> Problem | None:
+    """None if ``actual`` is bitwise ``expected``, else the first difference, with both values shown."""
+    diff = first_difference(actual, expected, what)
     if diff is None:
         return None
-    return (f"{what}: {diff}\n      expected: {show(expected)}\n      actual:   {show(actual)}")
+    return dataclasses.replace(diff, detail=f"\n      expected: {show(expected)}\n      actual:   {show(actual)}")
 
 
 # -- reductions -------------------------------------------------------------------------
@@ -234,12 +235,13 @@ def _float_reduction(reduce_op: str, xs: list[torch.Tensor], actual: torch.Tenso
 
 
 def reduction_problem(what: str, reduce_op: str, inputs: list[torch.Tensor], actual: torch.Tensor,
-                      ) -> str | None:
-    """None if ``actual`` is a valid ``reduce_op`` over ``inputs`` (one per rank), else what differs."""
+                      ) -> Problem | None:
+    """None if ``actual`` is a valid ``reduce_op`` over ``inputs`` (one per rank), else what differs, with
+    every rank's input at the first wrong element."""
     expected_shape = tuple(inputs[0].shape)
     if tuple(actual.shape) != expected_shape or actual.dtype != inputs[0].dtype:
-        return (f"{what}: got shape {tuple(actual.shape)} {actual.dtype}, expected {expected_shape} "
-                f"{inputs[0].dtype}")
+        return Problem(Kind.SHAPE, what, got=(tuple(actual.shape), str(actual.dtype)),
+                       expected=(expected_shape, str(inputs[0].dtype)))
     if inputs[0].dtype == torch.bool:
         expected = exact_reduction(reduce_op, inputs)
         problem = exact_problem(what, actual, expected)
@@ -248,16 +250,17 @@ def reduction_problem(what: str, reduce_op: str, inputs: list[torch.Tensor], act
         raw = actual.contiguous().view(torch.uint8)
         truth = raw != 0
         if exact_problem(what, truth, expected) is None:  # right by truth value, but not valid bools
-            odd = sorted({int(b) for b in raw.reshape(-1).tolist() if b > 1})
-            return (f"{what}: {int((raw > 1).sum())} of {raw.numel()} bools {BOOL_BYTES_NOT_0_OR_1} "
-                    f"(bytes {odd}; True is the byte 1)" + _inputs_at(inputs, _first_bad_index(actual, expected)))
-        return problem + _inputs_at(inputs, _first_bad_index(truth, expected))
+            odd = tuple(sorted({int(b) for b in raw.reshape(-1).tolist() if b > 1}))
+            return _with_inputs(Problem(Kind.MISMATCH, what, got=odd, count=int((raw > 1).sum()), size=raw.numel(),
+                                        symptom=Symptom.BOOL_BYTES_NOT_0_OR_1),
+                                inputs, _first_bad_index(actual, expected))
+        return _with_inputs(problem, inputs, _first_bad_index(truth, expected))
     if _kind(inputs[0].dtype) != "float":
         expected = exact_reduction(reduce_op, inputs)
         problem = exact_problem(what, actual, expected)
         if problem is None:
             return None
-        return problem + _inputs_at(inputs, _first_bad_index(actual, expected))
+        return _with_inputs(problem, inputs, _first_bad_index(actual, expected))
     xs = [_comparable(x) for x in inputs]
     got = _comparable(actual)
     complex_inputs = [x.detach().contiguous() for x in inputs] if inputs[0].is_complex() else None
@@ -266,12 +269,10 @@ def reduction_problem(what: str, reduce_op: str, inputs: list[torch.Tensor], act
     if bad.numel() == 0:
         return None
     index = int(bad[0, 0])
-    unit = "real-view element" if inputs[0].is_complex() else "element"
-    return (f"{what}: {bad.shape[0]} of {got.numel()} {unit}s wrong; first at flat index {index}: "
-            f"got {_fmt(got[index].item())}, expected {_fmt(shown[index].item())} ({note})"
-            f"\n      inputs at index {index}: "
-            + ", ".join(f"rank {r}: {_fmt(x[index].item())}" for r, x in enumerate(xs))
-            + f"\n      expected: {show(shown)}\n      actual:   {show(got)}")
+    return Problem(Kind.MISMATCH, what, index=index, got=got[index].item(), expected=shown[index].item(),
+                   count=bad.shape[0], size=got.numel(), inputs=tuple(x[index].item() for x in xs), inputs_at=index,
+                   unit="real-view element" if inputs[0].is_complex() else "element",
+                   detail=f"({note})\n      expected: {show(shown)}\n      actual:   {show(got)}")
 
 
 def _first_bad_index(actual: torch.Tensor, expected: torch.Tensor) -> int | None:
@@ -284,9 +285,8 @@ def _first_bad_index(actual: torch.Tensor, expected: torch.Tensor) -> int | None
     return None
 
 
-def _inputs_at(inputs: list[torch.Tensor], index: int | None) -> str:
+def _with_inputs(problem: Problem, inputs: list[torch.Tensor], index: int | None) -> Problem:
+    """``problem`` with every rank's input at ``index`` (the first wrong element), where there is one."""
     if index is None:
-        return ""
-    xs = [_comparable(x) for x in inputs]
-    return f"\n      inputs at index {index}: " + ", ".join(
-        f"rank {r}: {_fmt(x[index].item())}" for r, x in enumerate(xs))
+        return problem
+    return dataclasses.replace(problem, inputs_at=index, inputs=tuple(_comparable(x)[index].item() for x in inputs))

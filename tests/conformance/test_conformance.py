@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +22,9 @@ from fuzzdist import known_bugs
 from fuzzdist.cli import main
 from fuzzdist.conformance import ASYNC, DDP, OPS, OpCall, OpInfo, check_process_group, gloo, unsupported_reason
 from fuzzdist.conformance.ops import Prepared, Reduction, input_values, options, real, reduce_op_enum
-from fuzzdist.conformance.ops.gather_scatter import SOURCE_STRIDES_IGNORED
 from fuzzdist.driver.plugin import PoolKey
 from fuzzdist.errors import ConformanceFailure, FactoryError
+from fuzzdist.problems import Problem, Symptom
 from fuzzdist.strategies import TensorSpec
 from fuzzdist.toolkit.oracle import reduction_problem
 
@@ -121,7 +122,7 @@ def test_dropped_contribution_is_caught_and_shrunk(pools):
     assert failure.world_size == 2
     assert call.reduce_op == "SUM" and call.spec.dtype == torch.float32 and call.spec.numel == 4
     assert call.spec.layout == "contiguous" and call.out_offset == 0
-    assert "op=ReduceOp.SUM" in failure.message and "4 of 4 elements wrong" in failure.message
+    assert "op=ReduceOp.SUM" in failure.message and "4 of 4 elements differ" in failure.message
 
 
 def test_work_resolved_before_its_data_is_caught_and_shrunk(pools):
@@ -154,14 +155,16 @@ def test_a_gather_that_ignores_its_inputs_strides_is_caught_and_named(pools):
     assert not report.ops["gather"].known, report.summary()
     call = failure.call
     assert failure.world_size == 1 and call.spec.layout in ("transposed", "channels_last"), failure.message
-    assert "gather_list[0]: " in failure.message and f"({SOURCE_STRIDES_IGNORED})" in failure.message
+    assert "gather_list[0]: " in failure.message and f"({Symptom.MEMORY_ORDER.value})" in failure.message
+    found = failure.exception
+    assert isinstance(found, ConformanceFailure) and found.problems[0].symptom is Symptom.MEMORY_ORDER
     on_gloo = {**failure.example, "backend": "gloo"}
-    bug = known_bugs.recognise("check-pg:gather", on_gloo, ConformanceFailure(failure.message))
+    bug = known_bugs.recognise("check-pg:gather", on_gloo, found)
     assert bug is not None and bug.id == "gloo-gather-ignores-input-strides"
     # another wrong result on the same call stays a failure, on gloo too
-    other = failure.message.replace(f" ({SOURCE_STRIDES_IGNORED})", "")
-    assert known_bugs.recognise("check-pg:gather", on_gloo, ConformanceFailure(other)) is None
-    assert known_bugs.recognise("check-pg:gather", failure.example, ConformanceFailure(failure.message)) is None
+    other = ConformanceFailure(failure.message, [replace(p, symptom=None) for p in found.problems])
+    assert known_bugs.recognise("check-pg:gather", on_gloo, other) is None
+    assert known_bugs.recognise("check-pg:gather", failure.example, found) is None
 
 
 def test_gloos_sum_for_any_op_is_recognised_where_the_sum_overflows():
@@ -174,8 +177,9 @@ def test_gloos_sum_for_any_op_is_recognised_where_the_sum_overflows():
 
     def failure(result: float) -> ConformanceFailure:
         got = torch.tensor([result], dtype=torch.float64)
-        return ConformanceFailure(f"reduce_scatter_tensor does not conform: {call.describe()} with world_size=3\n"
-                                  f"  rank 0, {reduction_problem('the output tensor', 'PRODUCT', xs, got)}")
+        problem = reduction_problem("the output tensor", "PRODUCT", xs, got)
+        assert problem is not None
+        return ConformanceFailure("reduce_scatter_tensor does not conform", [replace(problem, rank=0)])
 
     bug = known_bugs.recognise("check-pg:reduce_scatter_tensor", example, failure(float("inf")))
     assert bug is not None and bug.id == "gloo-reduce-scatter-tensor-ignores-op"
@@ -197,8 +201,8 @@ def test_gloos_float16_reduction_without_a_one_is_recognised_and_nothing_else(op
         call = OPS[op].call(TensorSpec((1,), dtype), 0, reduce_op=reduce_op, root=root)
         xs = [torch.tensor([x], dtype=dtype) for x in inputs]
         got = torch.tensor([result], dtype=dtype)
-        failure = ConformanceFailure(f"{op} does not conform: {call.describe()} with world_size={len(inputs)}\n"
-                                     f"  rank 0, {reduction_problem('the tensor', reduce_op, xs, got)}")
+        problem = reduction_problem("the tensor", reduce_op, xs, got)
+        failure = ConformanceFailure(f"{op} does not conform", [] if problem is None else [replace(problem, rank=0)])
         example = {"world_size": len(inputs), "call": call, "backend": backend}
         bug = known_bugs.recognise(f"check-pg:{op}", example, failure)
         return None if bug is None else bug.id
@@ -233,11 +237,13 @@ def test_an_async_example_whose_calls_meet_different_known_bugs_is_a_sighting_of
     xs = [torch.tensor([2.0]), torch.tensor([3.0])]
     ts = [torch.tensor([False, True]), torch.tensor([False, True])]
     two = torch.tensor([0, 2], dtype=torch.uint8).view(torch.bool)
-    summed = "call 0 (reduce_scatter_tensor): rank 0, " + reduction_problem("the output tensor", "PRODUCT", xs,
-                                                                            xs[0] + xs[1])
-    byte_2 = "call 1 (allreduce): rank 0, " + reduction_problem("the reduced tensor", "SUM", ts, two)
-    wrong = "call 1 (allreduce): rank 0, " + reduction_problem("the reduced tensor", "SUM", ts,
-                                                               torch.tensor([True, False]))
+    def on_call(index: int, op: str, problem: Problem | None) -> Problem:
+        assert problem is not None
+        return replace(problem, call=index, op=op, rank=0)
+
+    summed = on_call(0, "reduce_scatter_tensor", reduction_problem("the output tensor", "PRODUCT", xs, xs[0] + xs[1]))
+    byte_2 = on_call(1, "allreduce", reduction_problem("the reduced tensor", "SUM", ts, two))
+    wrong = on_call(1, "allreduce", reduction_problem("the reduced tensor", "SUM", ts, torch.tensor([True, False])))
     head = "async: 2 calls issued with async_op=True before any wait, then waited in the order [0, 1]:"
     with known_bugs.collecting() as tally:
         assert _each_call_a_known_bug(example, head, {0: [summed], 1: [byte_2]})
@@ -440,7 +446,7 @@ def test_reference_accepts_every_summation_order_and_nothing_else():
     other = (xs[0] + xs[2]) + xs[1]
     for result in (left, right, other):
         assert reduction_problem("sum", "SUM", xs, result) is None
-    assert "expected" in reduction_problem("sum", "SUM", xs, torch.tensor([0.5]))
+    assert "expected" in str(reduction_problem("sum", "SUM", xs, torch.tensor([0.5])))
 
 
 def test_reference_nan_and_overflow_rules():
@@ -453,9 +459,9 @@ def test_reference_nan_and_overflow_rules():
     assert reduction_problem("avg", "AVG", ys, torch.tensor([nan])) is None  # big + big overflowed
     bools = [torch.tensor([True, False]), torch.tensor([True, False])]
     two = torch.tensor([2, 0], dtype=torch.uint8).view(torch.bool)  # a byte-summing backend (gloo's SUM)
-    assert "hold a byte other than 0 and 1 (bytes [2]" in reduction_problem("sum", "SUM", bools, two)
+    assert "hold a byte other than 0 and 1 (bytes [2]" in str(reduction_problem("sum", "SUM", bools, two))
     assert reduction_problem("sum", "SUM", bools, torch.tensor([True, False])) is None
-    assert "expected" in reduction_problem("sum", "SUM", bools, torch.tensor([False, False]))  # wrong by truth
+    assert "expected" in str(reduction_problem("sum", "SUM", bools, torch.tensor([False, False])))  # wrong by truth
 
 
 # -- the command line ----------------------------------------------------------------------------

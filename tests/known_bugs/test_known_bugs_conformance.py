@@ -5,6 +5,8 @@ symptom stays a failure."""
 from __future__ import annotations
 
 import json
+import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -12,11 +14,10 @@ from hypothesis import settings
 
 from fuzzdist import known_bugs
 from fuzzdist.conformance import OpCall, _rank, check_process_group
-from fuzzdist.conformance._rank import REPEAT_WAIT_BLOCKED
 from fuzzdist.driver.plugin import PoolKey
 from fuzzdist.errors import ConformanceFailure, RankCrash, RankError
+from fuzzdist.problems import Kind, Problem, Symptom
 from fuzzdist.strategies import TensorSpec
-from fuzzdist.toolkit.oracle import BOOL_BYTES_NOT_0_OR_1
 
 BOOL_SUM = OpCall("allreduce", TensorSpec((1,), torch.bool), 3, reduce_op="SUM")
 STACK = OpCall("reduce_scatter_tensor", TensorSpec((2,), torch.float32), 0, reduce_op="SUM", form="stack")
@@ -28,27 +29,23 @@ SUM_SCATTER = OpCall("reduce_scatter_tensor", TensorSpec((3,), torch.float32), 0
 # torch 2.6.0's gloo reduces reduce_scatter_tensor with SUM whatever the op (gloo-reduce-scatter-tensor-ignores-op)
 OLD_GLOO_REDUCE_SCATTER = torch.__version__.startswith("2.6.")
 
-# what fuzzdist.toolkit.oracle writes for a wrong float reduction (a rank's problem, its inputs there)
-WRONG_MAX_IS_SUM = ("rank 0, the output tensor: 1 of 3 elements wrong; first at flat index 1: got 3.5, expected 2.5 "
-                    "(by value; where an input is NaN, NaN or any input is accepted)\n"
-                    "        inputs at index 1: rank 0: 1.0, rank 1: 2.5\n"
-                    "        expected: [..]\n        actual:   [..]")
-WRONG_MAX_OTHER = WRONG_MAX_IS_SUM.replace("got 3.5", "got 3.25")
-INF_MINUS_INF = ("rank 1, the output tensor: 1 of 3 elements wrong; first at flat index 0: got nan, expected inf "
-                 "(by value; ...)\n        inputs at index 0: rank 0: inf, rank 1: -inf")
-# an int8 PRODUCT that got the wrapped sum: 100 + 100 is -56 in int8 (exact_problem's order of lines)
-INT8_WRAPPED_SUM = ("rank 0, the output tensor: 1 of 2 elements differ; first at flat index 0: got -56, "
-                    "expected 16\n        expected: [16, 1]\n        actual:   [-56, 1]\n"
-                    "        inputs at index 0: rank 0: 100, rank 1: 100")
+# the records fuzzdist.toolkit.oracle makes for a wrong float reduction (a rank's problem, its inputs there)
+WRONG_MAX_IS_SUM = Problem(Kind.MISMATCH, "the output tensor", rank=0, index=1, got=3.5, expected=2.5, count=1,
+                           size=3, inputs=(1.0, 2.5), inputs_at=1)
+WRONG_MAX_OTHER = replace(WRONG_MAX_IS_SUM, got=3.25)
+INF_MINUS_INF = Problem(Kind.MISMATCH, "the output tensor", rank=1, index=0, got=math.nan, expected=math.inf,
+                        count=1, size=3, inputs=(math.inf, -math.inf), inputs_at=0)
+# an int8 PRODUCT that got the wrapped sum: 100 + 100 is -56 in int8
+INT8_WRAPPED_SUM = Problem(Kind.MISMATCH, "the output tensor", rank=0, index=0, got=-56, expected=16, count=1,
+                           size=2, inputs=(100, 100), inputs_at=0)
 BXOR_SCATTER = OpCall("reduce_scatter_tensor", TensorSpec((1,), torch.bool), 0, reduce_op="BXOR")
 MAX_BOOL_SCATTER = OpCall("reduce_scatter_tensor", TensorSpec((1,), torch.bool), 0, reduce_op="MAX")
 # bools (torch 2.6.0, check-pg at world size 3): BXOR of True, False, True gave True, the sum's truth
-BXOR_IS_SUM = ("rank 0, the output tensor: 1 of 1 elements differ; first at flat index 0: got True, expected False\n"
-               "      expected: [False]\n      actual:   [True]\n      inputs at index 0: rank 0: True, rank 1: False, "
-               "rank 2: True")
+BXOR_IS_SUM = Problem(Kind.MISMATCH, "the output tensor", rank=0, index=0, got=True, expected=False, count=1,
+                      size=1, inputs=(True, False, True), inputs_at=0)
 # MAX of True, True right by truth value, but the byte is the sum's, 2
-MAX_BYTE_2 = (f"rank 0, the output tensor: 1 of 1 bools {BOOL_BYTES_NOT_0_OR_1} (bytes [2]; True is the byte 1)\n"
-              "      inputs at index 0: rank 0: True, rank 1: True")
+MAX_BYTE_2 = Problem(Kind.MISMATCH, "the output tensor", rank=0, got=(2,), count=1, size=1,
+                     symptom=Symptom.BOOL_BYTES_NOT_0_OR_1, inputs=(True, True), inputs_at=0)
 # torch 2.6.0: the stack form's CHECK aborts the rank (SIGABRT), its message on stderr only
 SIGABRT_CHECK = ("[rank0]:[F1126 10:16:33.625983287 ProcessGroupGloo.cpp:1979] Check failed: outputShape[0] * "
                  "worldSize == inputShape[0] (4 vs. 2) ")
@@ -82,56 +79,59 @@ def test_check_pg_reports_gloo_known_bugs_per_collective(pools):
     assert {k["id"]: k["count"] for k in data["ops"]["reduce_scatter_tensor"]["known"]}[stack["id"]] == 1
 
 
-def _message(*problems: str) -> ConformanceFailure:
-    return ConformanceFailure("op does not conform: ...\n" + "\n".join(f"  {p}" for p in problems))
+def _message(*problems: Problem) -> ConformanceFailure:
+    return ConformanceFailure("op does not conform: ...", problems)
 
 
-def _rank_error(message: str) -> RankError:
-    exc = RankError.__new__(RankError)
-    exc.exceptions = {0: RuntimeError(message), 1: RuntimeError(message)}
-    return exc
+def _raised(message: str) -> ConformanceFailure:
+    """What check-pg's probe raises for a call that raised on the ranks."""
+    return ConformanceFailure(f"raised: RuntimeError: {message}", [Problem(Kind.RAISED, error="RuntimeError",
+                                                                            error_text=message)])
+
+
+def _rank_error(blocked: Problem) -> RankError:
+    """Both ranks' repeated wait() blocked, as ``blocked`` says."""
+    excs = {0: _rank._RepeatedWaitBlocked(blocked), 1: _rank._RepeatedWaitBlocked(blocked)}
+    return RankError([0, 1], dict.fromkeys(excs, "Traceback ..."), dict.fromkeys(excs, "_RepeatedWaitBlocked"), excs)
 
 
 def _crash(last_output: str) -> RankCrash:
     return RankCrash([0], {0: -6}, {}, last_output={0: last_output})
 
 
-BOOL_MARK = f"1 of 1 bools {BOOL_BYTES_NOT_0_OR_1} (bytes [2]; True is the byte 1)"
-BLOCKED = f"{REPEAT_WAIT_BLOCKED} within 2 s: call 0 (send_recv): RuntimeError: Timed out"
+BOOL_BYTES = Problem(Kind.MISMATCH, "the reduced tensor", rank=0, got=(2,), count=1, size=1,
+                     symptom=Symptom.BOOL_BYTES_NOT_0_OR_1)
+BOOL_WRONG = Problem(Kind.MISMATCH, "the reduced tensor", rank=0, index=0, got=False, expected=True, count=1, size=1)
+BLOCKED = Problem(Kind.HANG, call=0, op="send_recv", symptom=Symptom.REPEAT_WAIT_BLOCKED,
+                  detail="within 2 s: RuntimeError: Timed out")
 GLOO = {"world_size": 2, "backend": "gloo"}
 MINE = {"world_size": 2, "backend": "planted:MyGroup"}  # a user's own group with gloo's symptoms
+STACK_CHECK = "Check failed: outputShape[0] * worldSize == inputShape[0] (4 vs. 2)"
 
 
-def _async_bool(*problems: str) -> ConformanceFailure:
-    head = "async: 2 calls issued ...:\n  call 0: allreduce(...)\n  call 1: allreduce(...)"
-    return ConformanceFailure(head + "\n" + "\n".join(f"  {p}" for p in problems))
+def _call(index: int, op: str, problem: Problem) -> Problem:
+    """``problem`` as the async check reports it: about call ``index`` (an ``op``)."""
+    return replace(problem, call=index, op=op)
 
 
 @pytest.mark.parametrize("where, example, failure, bug", [
-    ("check-pg:allreduce", {**GLOO, "call": BOOL_SUM}, _message(f"rank 0, the reduced tensor: {BOOL_MARK}"),
-     "gloo-bool-sum-stores-2"),
-    ("check-pg:allreduce", {**MINE, "call": BOOL_SUM}, _message(f"rank 0, the reduced tensor: {BOOL_MARK}"),
+    ("check-pg:allreduce", {**GLOO, "call": BOOL_SUM}, _message(BOOL_BYTES), "gloo-bool-sum-stores-2"),
+    ("check-pg:allreduce", {**MINE, "call": BOOL_SUM}, _message(BOOL_BYTES),
      None),  # not gloo: the user's backend's own bug
-    ("check-pg:allreduce", {**GLOO, "call": BOOL_SUM},  # wrong by truth value: another bug
-     _message("rank 0, the reduced tensor: 1 of 1 elements differ; first at flat index 0"), None),
+    ("check-pg:allreduce", {**GLOO, "call": BOOL_SUM}, _message(BOOL_WRONG), None),  # wrong by truth value
     ("check-pg:allreduce", {**GLOO, "call": BOOL_SUM},  # one rank's bytes, another's truth
-     _message(f"rank 0, the reduced tensor: {BOOL_MARK}", "rank 1, the reduced tensor: 1 of 1 elements differ"),
-     None),
-    # async: each problem line is tied to the call it names
+     _message(BOOL_BYTES, replace(BOOL_WRONG, rank=1)), None),
+    # async: each problem is tied to the call it names
     ("check-pg:async", {**GLOO, "calls": (ALLREDUCE, BOOL_SUM), "wait_order": (0, 1)},
-     _async_bool(f"call 1 (allreduce): rank 0, the reduced tensor: {BOOL_MARK}"), "gloo-bool-sum-stores-2"),
-    ("check-pg:async", {**GLOO, "calls": (ALLREDUCE, BOOL_SUM), "wait_order": (0, 1)},  # the float call's line
-     _async_bool(f"call 0 (allreduce): rank 0, the reduced tensor: {BOOL_MARK}"), None),
+     _message(_call(1, "allreduce", BOOL_BYTES)), "gloo-bool-sum-stores-2"),
+    ("check-pg:async", {**GLOO, "calls": (ALLREDUCE, BOOL_SUM), "wait_order": (0, 1)},  # the float call's
+     _message(_call(0, "allreduce", BOOL_BYTES)), None),
     ("check-pg:async", {**MINE, "calls": (ALLREDUCE, BOOL_SUM), "wait_order": (0, 1)},
-     _async_bool(f"call 1 (allreduce): rank 0, the reduced tensor: {BOOL_MARK}"), None),
-    ("check-pg:reduce_scatter_tensor", {**GLOO, "call": STACK},
-     ConformanceFailure("raised: RuntimeError: Check failed: outputShape[0] * worldSize == inputShape[0] (4 vs. 2)"),
+     _message(_call(1, "allreduce", BOOL_BYTES)), None),
+    ("check-pg:reduce_scatter_tensor", {**GLOO, "call": STACK}, _raised(STACK_CHECK),
      "gloo-reduce-scatter-stack-aborts"),
-    ("check-pg:reduce_scatter_tensor", {**MINE, "call": STACK},
-     ConformanceFailure("raised: RuntimeError: Check failed: outputShape[0] * worldSize == inputShape[0] (4 vs. 2)"),
-     None),
-    ("check-pg:reduce_scatter_tensor", {**GLOO, "call": STACK},
-     ConformanceFailure("raised: RuntimeError: some other error"), None),
+    ("check-pg:reduce_scatter_tensor", {**MINE, "call": STACK}, _raised(STACK_CHECK), None),
+    ("check-pg:reduce_scatter_tensor", {**GLOO, "call": STACK}, _raised("some other error"), None),
     # torch 2.6.0: the same CHECK aborts the rank; its message is in the crash's last output
     ("check-pg:reduce_scatter_tensor", {**GLOO, "call": STACK}, _crash(SIGABRT_CHECK),
      "gloo-reduce-scatter-stack-aborts"),
@@ -147,23 +147,23 @@ def _async_bool(*problems: str) -> ConformanceFailure:
      "gloo-reduce-scatter-tensor-ignores-op"),
     ("check-pg:reduce_scatter_tensor", {**GLOO, "call": MAX_SCATTER}, _message(WRONG_MAX_OTHER), None),  # not the sum
     ("check-pg:reduce_scatter_tensor", {**GLOO, "call": MAX_SCATTER},  # one rank's sum, another's other value
-     _message(WRONG_MAX_IS_SUM, WRONG_MAX_OTHER.replace("rank 0,", "rank 1,")), None),
+     _message(WRONG_MAX_IS_SUM, replace(WRONG_MAX_OTHER, rank=1)), None),
     ("check-pg:reduce_scatter_tensor", {**GLOO, "call": SUM_SCATTER}, _message(WRONG_MAX_IS_SUM), None),  # SUM itself
     ("check-pg:reduce_scatter_tensor", {**MINE, "call": MAX_SCATTER}, _message(WRONG_MAX_IS_SUM), None),
-    ("check-pg:reduce_scatter_tensor", {**GLOO, "call": MAX_SCATTER},  # no inputs line: can't tell
-     _message(WRONG_MAX_IS_SUM.split("\n")[0]), None),
+    ("check-pg:reduce_scatter_tensor", {**GLOO, "call": MAX_SCATTER},  # no inputs: can't tell
+     _message(replace(WRONG_MAX_IS_SUM, inputs=(), inputs_at=None)), None),
     ("check-pg:reduce_scatter_tensor", {**GLOO, "call": BXOR_SCATTER}, _message(BXOR_IS_SUM),
      "gloo-reduce-scatter-tensor-ignores-op"),
     ("check-pg:reduce_scatter_tensor", {**GLOO, "call": BXOR_SCATTER},  # False is no sum of a True
-     _message(BXOR_IS_SUM.replace("got True, expected False", "got False, expected True")), None),
+     _message(replace(BXOR_IS_SUM, got=False, expected=True)), None),
     ("check-pg:reduce_scatter_tensor", {**GLOO, "call": MAX_BOOL_SCATTER}, _message(MAX_BYTE_2),
      "gloo-reduce-scatter-tensor-ignores-op"),
     ("check-pg:reduce_scatter_tensor", {**GLOO, "call": MAX_BOOL_SCATTER},  # byte 3 from two Trues: no sum
-     _message(MAX_BYTE_2.replace("bytes [2]", "bytes [3]")), None),
+     _message(replace(MAX_BYTE_2, got=(3,))), None),
     ("check-pg:async", {**GLOO, "calls": (ALLREDUCE, MAX_SCATTER), "wait_order": (0, 1)},
-     _async_bool(f"call 1 (reduce_scatter_tensor): {WRONG_MAX_IS_SUM}"), "gloo-reduce-scatter-tensor-ignores-op"),
-    ("check-pg:async", {**GLOO, "calls": (MAX_SCATTER, ALLREDUCE), "wait_order": (0, 1)},  # the allreduce's line
-     _async_bool(f"call 1 (allreduce): {WRONG_MAX_IS_SUM}"), None),
+     _message(_call(1, "reduce_scatter_tensor", WRONG_MAX_IS_SUM)), "gloo-reduce-scatter-tensor-ignores-op"),
+    ("check-pg:async", {**GLOO, "calls": (MAX_SCATTER, ALLREDUCE), "wait_order": (0, 1)},  # the allreduce's
+     _message(_call(1, "allreduce", WRONG_MAX_IS_SUM)), None),
     ("check-pg:async", {**GLOO, "calls": (SEND, ALLREDUCE), "wait_order": (0, 1, 0)}, _rank_error(BLOCKED),
      "gloo-p2p-second-wait-blocks"),
     ("check-pg:async", {**GLOO, "calls": (SEND, ALLREDUCE), "wait_order": (0, 1, 1, 0)},  # an allreduce repeated
@@ -172,7 +172,7 @@ def _async_bool(*problems: str) -> ConformanceFailure:
     ("check-pg:async", {**GLOO, "calls": (SEND, ALLREDUCE), "wait_order": (0, 1)},  # call 0 waited once only
      _rank_error(BLOCKED), None),
     ("check-pg:async", {**GLOO, "calls": (ALLREDUCE, SEND), "wait_order": (0, 1, 0)},  # an allreduce's
-     _rank_error(f"{REPEAT_WAIT_BLOCKED} within 2 s: call 0 (allreduce): RuntimeError: Timed out"), None),
+     _rank_error(replace(BLOCKED, op="allreduce")), None),
 ])
 def test_check_pg_predicates_look_at_the_symptom(where, example, failure, bug):
     found = known_bugs.recognise(where, example, failure)
@@ -201,7 +201,10 @@ class _Work:
 def test_a_repeated_wait_is_blocked_only_on_a_timeout(outcome, blocked):
     work = _Work(outcome)
     if blocked:
-        with pytest.raises(_rank._RepeatedWaitBlocked, match="call 3 \\(send_recv\\)"):
+        with pytest.raises(_rank._RepeatedWaitBlocked, match="call 3 send_recv") as raised:
+            _rank._wait_again(work, 3, SEND)
+        assert (raised.value.problem.call, raised.value.problem.symptom) == (3, Symptom.REPEAT_WAIT_BLOCKED)
+        with pytest.raises(_rank._RepeatedWaitBlocked):
             _rank._wait_again(work, 3, SEND)
     else:
         _rank._wait_again(work, 3, SEND)

@@ -6,12 +6,14 @@ their pinned examples in properties/test_known_torch_bugs.py, or by their reprod
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
 from fuzzdist import known_bugs
-from fuzzdist.errors import PropertyFailure, RankError
-from fuzzdist.known_bugs.symptoms import CALL_RAISED, MESH_SORTED_ORDER
+from fuzzdist.errors import CallRaised, PropertyFailure, RankError
+from fuzzdist.problems import Kind, Problem, Symptom
 from fuzzdist.strategies import TensorSpec
 
 F32 = TensorSpec((1,), torch.float32)
@@ -37,11 +39,12 @@ def _mesh_example() -> dict:
                                            (("all_reduce", "SUM"), ("all_gather", 0)), F32, 0)}
 
 
-LOCAL_RANK = (f"mesh dim 0 of (1, 0) (2,): get_local_rank(0) is 0, expected the coordinate 1 (group ranks [0, 1]): "
-              f"{MESH_SORTED_ORDER}")
-GATHER = (f"all_gather on mesh [1, 0] (mesh dim 0, group order [1, 0]): output 0 (group rank 0 = rank 1): differs; "
-          f"the outputs are {MESH_SORTED_ORDER}")
-SUM_WRONG = "all_reduce(SUM) on mesh [1, 0] (mesh dim 0, group order [1, 0]): got 3.0, expected about 2.0"
+LOCAL_RANK = Problem(Kind.MISMATCH, "mesh dim 0 of (1, 0) (2,): get_local_rank(0)", got=0, expected=1,
+                     symptom=Symptom.MESH_SORTED_ORDER)
+GATHER = Problem(Kind.MISMATCH, "all_gather on mesh [1, 0] (mesh dim 0, group order [1, 0]): output 0 (group rank 0 "
+                 "= rank 1)", index=0, got=2.0, expected=1.0, count=1, size=1, symptom=Symptom.MESH_SORTED_ORDER)
+SUM_WRONG = Problem(Kind.MISMATCH, "all_reduce(SUM) on mesh [1, 0] (mesh dim 0, group order [1, 0])", index=0,
+                    got=3.0, expected=2.0, bound=1e-6, count=1, size=1)
 
 
 def test_mesh_order_is_recognised_from_the_sorted_order_symptoms():
@@ -52,8 +55,8 @@ def test_mesh_order_is_recognised_from_the_sorted_order_symptoms():
 @pytest.mark.parametrize("results", [
     [[SUM_WRONG], None],  # all_reduce SUM can't depend on the order: never this bug
     [[LOCAL_RANK], [SUM_WRONG]],  # the symptom on one rank, something else on another
-    [[LOCAL_RANK.replace(f": {MESH_SORTED_ORDER}", "")], None],  # a local rank that is not the sorted order's
-    [[GATHER.replace(f"; the outputs are {MESH_SORTED_ORDER}", "")], None],  # outputs not in the sorted order
+    [[replace(LOCAL_RANK, symptom=None)], None],  # a local rank that is not the sorted order's
+    [[replace(GATHER, symptom=None)], None],  # outputs not in the sorted order
 ], ids=["sum", "sum-beside", "local-rank", "gather"])
 def test_mesh_order_other_symptoms_stay_failures(results):
     assert _recognised("subgroups", _mesh_example(), _failed(results)) is None
@@ -86,28 +89,33 @@ def _uint16():
     return object_collectives.Tensor(TensorSpec((1,), torch.uint16), 0)
 
 
-UNPICKLE = "{op} raised AttributeError: type object 'torch.storage.UntypedStorage' has no attribute 'dtype'"
+def _unpickle(op: str) -> Problem:
+    """What a rank's object collective reports when torch can't unpickle a wide tensor."""
+    return Problem.raised(AttributeError("type object 'torch.storage.UntypedStorage' has no attribute 'dtype'"),
+                          op=op)
+
 
 
 def test_unpickle_error_on_every_rank_that_receives_a_wide_tensor_is_recognised():
     example = _object_example("all_gather_object", (None, _uint16()))
-    failure = _failed([[UNPICKLE.format(op="all_gather_object")]] * 2)
+    failure = _failed([[_unpickle("all_gather_object")]] * 2)
     assert _recognised("object_collectives", example, failure) == "wide-unsigned-unpickle-objects"
     scatter = _object_example("scatter_object_list", ([_uint16(), None], None))
-    only_rank_0 = _failed([[UNPICKLE.format(op="scatter_object_list")], None])
+    only_rank_0 = _failed([[_unpickle("scatter_object_list")], None])
     assert _recognised("object_collectives", scatter, only_rank_0) == "wide-unsigned-unpickle-objects"
 
 
 def test_unpickle_predicate_other_symptoms_stay_failures():
     example = _object_example("all_gather_object", (None, _uint16()))
-    beside = _failed([[UNPICKLE.format(op="all_gather_object")], ["all_gather_object: obj[0]: got 8"]])
+    wrong = Problem(Kind.MISMATCH, op="all_gather_object", detail="obj[0]: got 8")
+    beside = _failed([[_unpickle("all_gather_object")], [wrong]])
     assert _recognised("object_collectives", example, beside) is None  # another rank's bug is not hidden
     # a wide tensor that never travels: a non-root rank's broadcast list, a scatter piece for another rank
     unsent = _object_example("broadcast_object_list", ([None], [_uint16()]))
-    failure = _failed([None, [UNPICKLE.format(op="broadcast_object_list")]])
+    failure = _failed([None, [_unpickle("broadcast_object_list")]])
     assert _recognised("object_collectives", unsent, failure) is None
     scatter = _object_example("scatter_object_list", ([_uint16(), None], None))
-    rank_1 = _failed([None, [UNPICKLE.format(op="scatter_object_list")]])
+    rank_1 = _failed([None, [_unpickle("scatter_object_list")]])
     assert _recognised("object_collectives", scatter, rank_1) is None
 
 
@@ -122,9 +130,16 @@ def _p2p_example() -> dict:
                                 ((), ()))}
 
 
-PAIR = "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:1] Pair is not connected"
-SELF_LOOP = (f"batch wait for the send to rank 0 and the receive from it (tag 0, {F32}, a self-loop) was refused, "
-             f"but the error does not say why: {PAIR}")
+PAIR = "[../third_party/gloo/gloo/transport/tcp/pair.cc:1] Pair is not connected"
+
+
+def _refused(peer: int, tag: int, words: str = PAIR) -> Problem:
+    """A send or receive to ``peer`` with ``tag`` that gloo refused with ``words``, as the p2p property reports it."""
+    return Problem.raised(RuntimeError(words), f"batch wait for the send to rank {peer} and the receive from it "
+                          f"(tag {tag}, {F32}, a self-loop)", symptom=Symptom.REFUSED_UNCLEARLY, subject=(peer, tag))
+
+
+SELF_LOOP = _refused(0, 0)
 
 
 def test_self_loop_refused_with_pair_not_connected_is_recognised():
@@ -135,18 +150,18 @@ def test_self_loop_refused_with_pair_not_connected_is_recognised():
 def test_self_loop_refused_with_torch_2_6s_words_is_recognised():
     """torch 2.6.0's gloo refuses the same self-loop from the same tcp pair with other words."""
     words = "[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:331] writev [none]: Bad file descriptor"
-    assert _recognised("p2p", _p2p_example(), _failed([[SELF_LOOP.replace(PAIR, f"RuntimeError: {words}")], None])) \
+    assert _recognised("p2p", _p2p_example(), _failed([[_refused(0, 0, words)], None])) \
         == "gloo-p2p-self-loop-unclear-error"
-    other = SELF_LOOP.replace(PAIR, "RuntimeError: writev: Bad file descriptor")  # not gloo's pair
+    other = _refused(0, 0, "writev: Bad file descriptor")  # not gloo's pair
     assert _recognised("p2p", _p2p_example(), _failed([[other], None])) is None
 
 
 @pytest.mark.parametrize("results", [
     # a refusal between two distinct ranks, with the same unclear error, beside the self-loop
-    [[SELF_LOOP], [f"batch receive from rank 0 (tag 3, spec) was refused, but the error does not say why: {PAIR}"]],
-    [[SELF_LOOP.replace("tag 0", "tag 5")], None],  # no self-loop with that tag
+    [[SELF_LOOP], [_refused(0, 3)]],
+    [[_refused(0, 5)], None],  # no self-loop with that tag
     [None, [SELF_LOOP]],  # rank 1 has no self-loop (and rank 0 is not rank 1 itself)
-    [[SELF_LOOP.replace("Pair is not connected", "Connection reset by peer")], None],
+    [[_refused(0, 0, "Connection reset by peer")], None],
 ], ids=["distinct-ranks", "other-tag", "other-rank", "other-error"])
 def test_self_loop_predicate_other_symptoms_stay_failures(results):
     assert _recognised("p2p", _p2p_example(), _failed(results)) is None
@@ -162,7 +177,7 @@ def test_an_unrelated_error_mentioning_self_is_not_a_clear_refusal():
     pending: list[str] = []
     m = p2p.Message(0, 0, 0, TensorSpec((2, 2), torch.float32, "transposed"), 1)
     problem = p2p._try_refused(m, True, "isend", {"isend": _raises_type_error}, None, pending)
-    assert problem is not None and "does not say why" in problem and not pending
+    assert problem is not None and problem.symptom is Symptom.REFUSED_UNCLEARLY and not pending
 
 
 # -- functional: gloo-functional-all-to-all-complex-raises -------------------------------------------
@@ -175,14 +190,14 @@ def _functional_example() -> dict:
     return {"case": functional.FunctionalCase(calls, (0, 1), ("wait_tensor",) * 2)}
 
 
-def _rank_error(*messages: str, stragglers: tuple[int, ...] = ()) -> RankError:
-    excs = {r: RuntimeError(m) for r, m in enumerate(messages)}
+def _rank_error(*errors: str | Exception, stragglers: tuple[int, ...] = ()) -> RankError:
+    excs = {r: e if isinstance(e, Exception) else RuntimeError(e) for r, e in enumerate(errors)}
     return RankError(list(excs), {r: "Traceback ..." for r in excs}, dict.fromkeys(excs, "builtins.RuntimeError"),
                      excs, stragglers=stragglers)
 
 
-def _call_raised(index: int, message: str = "Invalid scalar type") -> str:
-    return CALL_RAISED.format(index=index, op="all_to_all_single", type="RuntimeError", message=message)
+def _call_raised(index: int, message: str = "Invalid scalar type") -> CallRaised:
+    return CallRaised(Problem.raised(RuntimeError(message), call=index, op="all_to_all_single"))
 
 
 def test_functional_all_to_all_complex_is_recognised_from_the_call_that_raised():
@@ -195,7 +210,7 @@ def test_functional_all_to_all_complex_is_recognised_from_the_call_that_raised()
     _rank_error(_call_raised(1), _call_raised(1, "Connection reset by peer")),  # another error on one rank
     _rank_error("Invalid scalar type", "Invalid scalar type"),  # not tied to a call
     _rank_error(_call_raised(1), stragglers=(1,)),  # a rank left waiting
-    _failed([["call 1 all_to_all_single: Invalid scalar type"], None]),
+    _failed([[_call_raised(1).problem], None]),
 ], ids=["other-call", "other-error", "untied", "straggler", "property-failure"])
 def test_functional_all_to_all_complex_other_symptoms_stay_failures(failure):
     assert _recognised("functional", _functional_example(), failure) is None
@@ -217,28 +232,27 @@ def _grad_problem(collectives, op: str, got: float, g: float = 0.5) -> str | Non
 
 def test_reduce_gradient_that_is_sums_is_named_so_and_recognised():
     collectives = pytest.importorskip("fuzzdist.properties.collectives")
-    from fuzzdist.known_bugs.symptoms import SUM_GRAD_FOR_ANY_OP
-
     assert _grad_problem(collectives, "MAX", 0.0) is None  # rank 0 doesn't hold the max: 0 is right
     assert _grad_problem(collectives, "MIN", 0.5) is None  # it holds the min: g is right
     assert _grad_problem(collectives, "PRODUCT", 1.0) is None  # g * 2
     assert _grad_problem(collectives, "AVG", 0.25) is None  # g / 2
     for op in ("MAX", "PRODUCT", "AVG"):
         problem = _grad_problem(collectives, op, 0.5)  # what torch gives: SUM's gradient
-        assert problem is not None and SUM_GRAD_FOR_ANY_OP in problem
+        assert problem is not None and problem.symptom is Symptom.SUM_GRAD_FOR_ANY_OP
         for name in ("reduce", "reduce_scatter"):
             assert _recognised("collectives", _reduce_example(name, op), _failed([[problem], None])) \
                 == "nn-reduce-backward-ignores-op"
 
 
-SUMS = "grad of input: differs (exactly SUM's gradient: the forward's op ignored)"
+SUMS = Problem(Kind.MISMATCH, "grad of input", index=0, got=0.5, expected=0.0, count=1, size=1,
+               symptom=Symptom.SUM_GRAD_FOR_ANY_OP)
 
 
 @pytest.mark.parametrize("example, results", [
     (_reduce_example(op="SUM"), [[SUMS]]),
     (_reduce_example(name="all_reduce"), [[SUMS]]),
-    (_reduce_example(), [["grad of input: 1 of 1 elements differ from the gradient of MAX over 2 ranks"]]),  # not SUM's
-    (_reduce_example(), [[SUMS], ["output: 3"]]),
+    (_reduce_example(), [[replace(SUMS, symptom=None)]]),  # not SUM's
+    (_reduce_example(), [[SUMS], [Problem(Kind.MISMATCH, "output", index=0, got=3.0, expected=2.0)]]),
 ], ids=["sum", "all-reduce", "another-gradient", "and-a-wrong-output"])
 def test_reduce_backward_other_symptoms_stay_failures(example, results):
     assert _recognised("collectives", example, _failed(results)) is None
@@ -247,7 +261,7 @@ def test_reduce_backward_other_symptoms_stay_failures(example, results):
 def test_a_gradient_other_than_sums_is_not_named_sums():
     collectives = pytest.importorskip("fuzzdist.properties.collectives")
     problem = _grad_problem(collectives, "MAX", 1.5)  # neither right (0) nor SUM's (0.5)
-    assert problem is not None and "SUM's gradient" not in problem
+    assert problem is not None and problem.symptom is None
 
 
 # -- tensor_parallel: tp-rowwise-uneven-sequence-view-fails ------------------------------------------
@@ -309,7 +323,7 @@ def test_tp_colwise_uneven_sequence_backward_is_recognised():
     (_tp_example(), _tp_rank_error({0: VIEW_ERROR, 1: "Connection reset by peer"})),  # another error beside it
     (_tp_example(), _tp_rank_error({1: VIEW_ERROR}, stragglers=(0,))),  # rank 0's piece is never empty
     (_tp_example(), _tp_rank_error({0: VIEW_ERROR}, {0: IN_BACKWARD})),  # not in forward nor autograd
-    (_tp_example(), _failed([[VIEW_ERROR], None])),  # not raised
+    (_tp_example(), _failed([[Problem(Kind.NOTE, detail=VIEW_ERROR)], None])),  # not raised
 ], ids=["even", "seq-1", "batch-1", "dim-0", "default-input", "other-error", "beside", "rank-1-only", "backward",
         "property-failure"])
 def test_tp_rowwise_uneven_sequence_other_symptoms_stay_failures(example, failure):
@@ -318,7 +332,14 @@ def test_tp_rowwise_uneven_sequence_other_symptoms_stay_failures(example, failur
 
 # -- tensor_parallel: tp-sequence-parallel-short-sequence-replicated ---------------------------------
 
-CAMPAIGN_LOCAL_PIECE = "output's local piece on rank 1: got (1, 1, 1) torch.float64, expected (1, 0, 1) torch.float64"
+def _local_piece(rank: int, got: tuple[int, ...], expected: tuple[int, ...], got_dtype: str = "torch.float64"
+                 ) -> Problem:
+    """A rank's local output of the wrong shape, as the tensor-parallel property reports it."""
+    return Problem(Kind.SHAPE, "output's local piece", rank=rank, got=(got, got_dtype),
+                   expected=(expected, "torch.float64"))
+
+
+CAMPAIGN_LOCAL_PIECE = _local_piece(1, (1, 1, 1), (1, 0, 1))
 
 
 def _sp_example(seq: int = 1, world: int = 2, last: str = "sequence", sequence_dim: int = 1) -> dict:
@@ -334,11 +355,12 @@ def _sp_example(seq: int = 1, world: int = 2, last: str = "sequence", sequence_d
 def test_tp_sequence_parallel_short_sequence_local_output_is_recognised():
     assert _recognised("tensor_parallel", _sp_example(), _failed([None, [CAMPAIGN_LOCAL_PIECE]])) \
         == "tp-sequence-parallel-short-sequence-replicated"  # what the campaign saw
-    three_of_four = [f"output's local piece on rank {r}: got (1, 3, 1) torch.float64, expected (1, {e}, 1) "
-                     "torch.float64" for r, e in ((0, 1), (1, 1), (2, 1), (3, 0))]
+    three_of_four = [_local_piece(r, (1, 3, 1), (1, e, 1)) for r, e in ((0, 1), (1, 1), (2, 1), (3, 0))]
     assert _recognised("tensor_parallel", _sp_example(seq=3, world=4), _failed([[p] for p in three_of_four])) \
         == "tp-sequence-parallel-short-sequence-replicated"  # every rank whose piece isn't the whole
-    replicated = "output: DTensor (1, 1, 1) (Replicate(),), expected (1, 1, 1) (Shard(dim=1),)"
+    from torch.distributed.tensor import Replicate, Shard
+
+    replicated = Problem(Kind.SHAPE, "output", got=((1, 1, 1), (Replicate(),)), expected=((1, 1, 1), (Shard(1),)))
     assert _recognised("tensor_parallel", _sp_example(), _failed([[replicated], [replicated]])) \
         == "tp-sequence-parallel-short-sequence-replicated"  # the DTensor form still
 
@@ -347,16 +369,12 @@ def test_tp_sequence_parallel_short_sequence_local_output_is_recognised():
     (_sp_example(seq=2), _failed([None, [CAMPAIGN_LOCAL_PIECE]])),  # an even sequence
     (_sp_example(last="colwise"), _failed([None, [CAMPAIGN_LOCAL_PIECE]])),  # the last layer not SequenceParallel
     (_sp_example(sequence_dim=0), _failed([None, [CAMPAIGN_LOCAL_PIECE]])),  # on dim 0, rank 1's chunk is (0, 1, 1)
-    (_sp_example(), _failed([None, ["output's local piece on rank 1: got (1, 2, 1) torch.float64, "
-                                    "expected (1, 0, 1) torch.float64"]])),  # not the whole output
-    (_sp_example(), _failed([None, ["output's local piece on rank 1: got (1, 1, 1) torch.float64, "
-                                    "expected (1, 1, 1) torch.float64"]])),  # not the rank's chunk
-    (_sp_example(), _failed([None, ["output's local piece on rank 1: got (1, 1, 1) torch.float32, "
-                                    "expected (1, 0, 1) torch.float64"]])),  # another dtype
-    (_sp_example(), _failed([["output's local piece on rank 0: got (1, 1, 1) torch.float64, "
-                              "expected (1, 0, 1) torch.float64"], None])),  # rank 0's piece isn't empty
-    (_sp_example(), _failed([["output's local piece on rank 0: 1 of 1 elements differ; worst at flat index 0: "
-                              "got 1, expected 2"], [CAMPAIGN_LOCAL_PIECE]])),  # wrong values beside it
+    (_sp_example(), _failed([None, [_local_piece(1, (1, 2, 1), (1, 0, 1))]])),  # not the whole output
+    (_sp_example(), _failed([None, [_local_piece(1, (1, 1, 1), (1, 1, 1))]])),  # not the rank's chunk
+    (_sp_example(), _failed([None, [_local_piece(1, (1, 1, 1), (1, 0, 1), "torch.float32")]])),  # another dtype
+    (_sp_example(), _failed([[_local_piece(0, (1, 1, 1), (1, 0, 1))], None])),  # rank 0's piece isn't empty
+    (_sp_example(), _failed([[Problem(Kind.MISMATCH, "output's local piece", rank=0, index=0, got=1.0, expected=2.0,
+                                      count=1, size=1, worst=True)], [CAMPAIGN_LOCAL_PIECE]])),  # values beside it
 ], ids=["even", "not-sequence", "dim-0", "other-shape", "not-chunk", "dtype", "rank-0", "values-beside"])
 def test_tp_sequence_parallel_short_sequence_other_symptoms_stay_failures(example, failure):
     assert _recognised("tensor_parallel", example, failure) is None

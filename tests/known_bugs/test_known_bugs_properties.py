@@ -76,7 +76,10 @@ def test_bool_sum_through_functional_collectives_is_the_gloo_bug_and_only_that()
                                                                 reduce_op=reduce_op),),
                                          order=(0,), completions=("wait_tensor",), seed=0)
 
-    byte_2 = ["call 0 all_reduce: 1 of 1 bools hold a byte other than 0 and 1 (bytes [2]; True is the byte 1)"]
+    from fuzzdist.problems import Kind, Problem, Symptom
+
+    byte_2 = [Problem(Kind.MISMATCH, call=0, op="all_reduce", got=(2,), count=1, size=1,
+                      symptom=Symptom.BOOL_BYTES_NOT_0_OR_1)]
     failure = PropertyFailure("functional collectives wrong on ranks [0, 1]", [byte_2, byte_2])
 
     def example(dtype, reduce_op="SUM", backend="gloo"):
@@ -89,13 +92,17 @@ def test_bool_sum_through_functional_collectives_is_the_gloo_bug_and_only_that()
     # the same bytes on another backend are that backend's own bug; with no backend named, nothing is known
     assert known_bugs.recognise("functional", example(torch.bool, backend="nccl"), failure) is None
     assert known_bugs.recognise("functional", {"case": case(torch.bool)}, failure) is None
-    other = PropertyFailure("wrong", [["call 0 all_reduce: values differ at index 0"], None])
+    other = PropertyFailure("wrong", [[Problem(Kind.MISMATCH, call=0, op="all_reduce", index=0, got=True,
+                                               expected=False)], None])
     assert known_bugs.recognise("functional", example(torch.bool), other) is None
     # the functional result right, c10d's right by truth value but holding the byte 2: the same gloo bug
     c10d = torch.tensor([2], dtype=torch.uint8).view(torch.bool)
-    assert functional._invalid_bools(c10d, torch.tensor([False])) == ""  # c10d wrong by truth value too
-    assert functional._invalid_bools(torch.tensor([True]), torch.tensor([True])) == ""
-    vs_c10d = "call 0 all_reduce vs c10d: differs" + functional._invalid_bools(c10d, torch.tensor([True]))
+    differs = Problem(Kind.MISMATCH, "compared with c10d", call=0, op="all_reduce", index=0, got=True,
+                      expected=True, count=1, size=1)
+    assert functional._invalid_bools(differs, c10d, torch.tensor([False])) is differs  # wrong by truth value too
+    assert functional._invalid_bools(differs, torch.tensor([True]), torch.tensor([True])) is differs
+    vs_c10d = functional._invalid_bools(differs, c10d, torch.tensor([True]))
+    assert vs_c10d is not None and vs_c10d.symptom is Symptom.BOOL_BYTES_NOT_0_OR_1
     failure = PropertyFailure("functional collectives wrong on ranks [0]", [[vs_c10d], None])
     assert known_bugs.recognise("functional", example(torch.bool), failure).id == "gloo-bool-sum-stores-2"
     assert known_bugs.recognise("functional", example(torch.bool, "MAX"), failure) is None
@@ -115,9 +122,11 @@ def test_reduce_scatter_ignoring_the_op_through_functional_collectives():
         case = functional.FunctionalCase(calls=(call,), order=(0,), completions=("wait_tensor",), seed=0)
         return {"case": case, "backend": backend}
 
+    from fuzzdist.problems import Kind, Problem
+
     def problem(got, rank=0):
-        return [f"call 0 reduce_scatter_tensor: 1 of 2 elements wrong; first at flat index 1: got {got}, expected "
-                f"-1.5 (by value; ...)\n      inputs at index 1: rank 0: -1.5, rank 1: 4.0\n      expected: [..]"]
+        return [Problem(Kind.MISMATCH, call=0, op="reduce_scatter_tensor", index=1, got=got, expected=-1.5, count=1,
+                        size=2, inputs=(-1.5, 4.0), inputs_at=1)]
 
     summed = PropertyFailure("functional collectives wrong on ranks [0, 1]", [problem(2.5), problem(2.5)])
     bug = known_bugs.recognise("functional", example(), summed)

@@ -15,7 +15,8 @@ import torch
 
 from fuzzdist import known_bugs
 from fuzzdist.errors import PropertyFailure, RankError
-from fuzzdist.known_bugs.symptoms import SUBGROUP_MAKING, SUBGROUP_OPS
+from fuzzdist.known_bugs.entries import ENTRY_MODULES
+from fuzzdist.problems import Kind, Problem
 from fuzzdist.properties import subgroups
 from fuzzdist.strategies import TensorSpec
 
@@ -33,28 +34,31 @@ PROBE = Path(__file__).resolve().parents[1] / "helpers" / "registry_probe.py"
 
 
 def test_importing_known_bugs_alone_registers_every_built_in_entry():
-    """In a fresh interpreter that imports no property module: every entry is listed, and each of the
-    property suite's entries recognises its symptom, and not another failure, on duck-typed cases."""
+    """In a fresh interpreter that imports ``fuzzdist.known_bugs`` alone: every entry is listed (the registry
+    collects each family's entries by name), and each of the property suite's entries recognises its symptom,
+    and not another failure."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     out = subprocess.run([sys.executable, str(PROBE)], cwd=ROOT, env=env, capture_output=True, text=True,
                          timeout=120, check=True).stdout
     probe = json.loads(out.strip().splitlines()[-1])
-    assert probe["properties"] == []  # nothing imported a property module on the way
+    # the families the registry collected, and nothing else of the property suite's
+    assert set(probe["properties"]) <= {name.rpartition(".")[0] for name in ENTRY_MODULES} | set(ENTRY_MODULES) | {
+        "fuzzdist.properties", "fuzzdist.properties.ddp", "fuzzdist.properties.dtensor"}
     assert BUILT_IN - set(probe["ids"]) == set()
     assert probe["seen"] == {bug_id: [bug_id, None] for bug_id in probe["seen"]} and len(probe["seen"]) == 5
 
 
-def test_the_property_modules_name_the_registry_entries():
-    from fuzzdist.properties import object_collectives, p2p
+def test_the_families_known_bugs_modules_name_their_registry_entries():
+    from fuzzdist.properties.object_collectives import known_bugs as object_bugs
+    from fuzzdist.properties.p2p import known_bugs as p2p_bugs
+    from fuzzdist.properties.subgroups import known_bugs as subgroup_bugs
 
     bugs = known_bugs.registry()
-    assert subgroups.LOCAL_SYNC_RECREATE is bugs["new-group-local-sync-recreate-fails"]
-    assert subgroups.MESH_LOCAL_RANK is bugs["device-mesh-local-rank-not-coordinate"]
-    assert subgroups.DESTROYED_EARLY is bugs["gloo-new-group-destroyed-early-breaks-peer"]
-    assert p2p.GLOO_P2P_SELF_LOOP_UNCLEAR is bugs["gloo-p2p-self-loop-unclear-error"]
-    assert object_collectives.WIDE_UNSIGNED_UNPICKLE is bugs["wide-unsigned-unpickle-objects"]
-    # the predicates find a rank waiting in the subgroups property by these function names
-    assert callable(getattr(subgroups, SUBGROUP_MAKING)) and callable(getattr(subgroups, SUBGROUP_OPS))
+    assert subgroup_bugs.LOCAL_SYNC_RECREATE is bugs["new-group-local-sync-recreate-fails"]
+    assert subgroup_bugs.MESH_LOCAL_RANK is bugs["device-mesh-local-rank-not-coordinate"]
+    assert subgroup_bugs.DESTROYED_EARLY is bugs["gloo-new-group-destroyed-early-breaks-peer"]
+    assert p2p_bugs.GLOO_P2P_SELF_LOOP_UNCLEAR is bugs["gloo-p2p-self-loop-unclear-error"]
+    assert object_bugs.WIDE_UNSIGNED_UNPICKLE is bugs["wide-unsigned-unpickle-objects"]
 
 
 def test_the_hooks_the_moved_predicates_read():
@@ -112,7 +116,8 @@ def test_a_peer_closing_a_group_of_an_example_that_moves_no_data_is_the_known_bu
     (_case(), _raised({2: CLOSED, 0: "invalid src"})),  # another error beside it
     (_case(), _raised({2: "Gloo connectFullMesh failed with [pair.cc:144] no error"})),  # not a closed peer
     (_case(), _raised({2: CLOSED}, stragglers={1: IN_OP})),  # a rank left waiting in a collective
-    (_case(), PropertyFailure("ranks [0] saw wrong subgroup results", [["all_gather: differs"], None, None])),
+    (_case(), PropertyFailure("ranks [0] saw wrong subgroup results",
+                              [[Problem(Kind.MISMATCH, "all_gather", detail="differs")], None, None])),
 ], ids=["data-moves", "in-a-collective", "another-error", "another-connect-error", "straggler-in-op", "wrong-value"])
 def test_other_failures_are_not_the_destroyed_early_bug(example, failure):
     assert _recognised(example, failure) is None

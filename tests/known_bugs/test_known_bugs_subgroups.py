@@ -10,6 +10,7 @@ import torch
 from fuzzdist import known_bugs
 from fuzzdist.errors import PropertyFailure, RankError, RankFailure, RankTimeout
 from fuzzdist.properties import subgroups
+from fuzzdist.properties.subgroups import known_bugs as subgroup_bugs
 from fuzzdist.strategies import TensorSpec
 
 SPEC = TensorSpec((1,), torch.float32)
@@ -56,7 +57,7 @@ NOT_STALE = {
 
 
 def _recognised(example, failure) -> bool:
-    return known_bugs.recognise("subgroups", example, failure) is subgroups.LOCAL_SYNC_RECREATE
+    return known_bugs.recognise("subgroups", example, failure) is subgroup_bugs.LOCAL_SYNC_RECREATE
 
 
 @pytest.mark.parametrize("symptom", sorted(STALE))

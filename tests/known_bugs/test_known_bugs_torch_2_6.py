@@ -2,23 +2,19 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
 from fuzzdist import known_bugs
 from fuzzdist.errors import RankCrash, RankError
+from fuzzdist.properties.comm_hooks import PowerSGDCase
 
 
 @dataclass
 class _Config:
     bucket_cap_mb: float | None = 1e-05
     find_unused_parameters: bool = True
-
-
-@dataclass
-class PowerSGDCase:  # the predicate knows comm_hooks' case by its class name
-    config: _Config = field(default_factory=_Config)
 
 
 def _crash(output: str, stack: str) -> RankCrash:
@@ -35,7 +31,7 @@ ENFORCE_2_6 = ("terminate called after throwing an instance of 'gloo::EnforceNot
 
 
 def _recognised(failure: RankCrash, case: object = None) -> str | None:
-    bug = known_bugs.recognise("comm_hooks", {"case": case or PowerSGDCase()}, failure)
+    bug = known_bugs.recognise("comm_hooks", {"case": case or PowerSGDCase(_Config())}, failure)
     return bug.id if bug else None
 
 
@@ -64,15 +60,10 @@ def _shard_error(message: str, traceback: str = SHARD_TRACEBACK) -> RankError:
 
 
 def _sharded_example() -> dict:
+    from fuzzdist.properties.sharded_tensor import ShardCase
     from fuzzdist.strategies import TensorSpec
 
-    @dataclass
-    class ShardCase:
-        spec: TensorSpec
-        dim: int = 0
-        placements: tuple = (0, 1)
-
-    return {"case": ShardCase(TensorSpec((0,), torch.float32))}
+    return {"case": ShardCase(TensorSpec((0,), torch.float32), 0, 0, (0, 1))}
 
 
 def test_empty_shards_taken_for_overlapping_is_recognised():
@@ -99,13 +90,10 @@ def _padding_error(message: str = PADDING, traceback: str = PAD_TRACEBACK) -> Ra
 
 
 def _roundtrip(shape: tuple) -> dict:
+    from fuzzdist.properties.dtensor import RoundTrip
     from fuzzdist.strategies import TensorSpec
 
-    @dataclass
-    class RoundTrip:
-        spec: TensorSpec
-
-    return {"case": RoundTrip(TensorSpec(shape, torch.float32))}
+    return {"case": RoundTrip(TensorSpec(shape, torch.float32), 0, (2,), ("R",))}
 
 
 def test_dtensor_negative_padding_of_an_empty_dim_is_recognised():

@@ -4,23 +4,25 @@ symptom the properties report, and nothing next to it."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from fuzzdist import known_bugs
 from fuzzdist.errors import RankTimeout
+from fuzzdist.problems import Kind, Problem, Symptom
 from fuzzdist.properties import PropertyFailure, sharded_tensor, subgroups
 from fuzzdist.strategies import TensorSpec
 
 SKIP_ID = "sharded-tensor-gather-empty-shard-skips-collective"
 DROP_ID = "gloo-process-group-drop-deadlocks"
 CASE = sharded_tensor.ShardCase(TensorSpec((3,), torch.float32), 0, 0, (0, 1, 2, 3))
-SKIPPED = ("gather to rank 0: rank 3, local shards [(0,)] (empty), returned from gather without joining its "
-           f"collective, so the other ranks waited in theirs (fuzzdist joined it for them) "
-           f"{sharded_tensor.GATHER_SKIPPED_MARKER}")
-ROUNDED = f"gather to rank 0: 3 of 3 elements differ; first at flat index 0 {sharded_tensor.GATHER_FLOAT32_MARKER}"
+SKIPPED = Problem(Kind.HANG, "gather to rank 0", rank=3, subject=((0,),), symptom=Symptom.GATHER_SKIPPED)
+ROUNDED = Problem(Kind.MISMATCH, "gather to rank 0", index=0, got=1.0, expected=1.1, count=3, size=3,
+                  symptom=Symptom.FLOAT32_ROUND_TRIP)
 
 
-def _sharded(results: list[list[str] | None]) -> str | None:
+def _sharded(results: list[list[Problem] | None]) -> str | None:
     failure = PropertyFailure(f"ranks saw other values: {results}", results)
     bug = known_bugs.recognise("sharded_tensor", {"case": CASE}, failure)
     return bug.id if bug else None
@@ -33,9 +35,9 @@ def test_a_skipped_gather_on_an_empty_shard_is_the_known_bug():
 
 
 def test_a_skipped_gather_without_an_empty_shard_or_next_to_a_wrong_value_stays_a_failure():
-    not_empty = SKIPPED.replace(" (empty)", "").replace("[(0,)]", "[(1,)]")
+    not_empty = replace(SKIPPED, subject=((1,),))
     assert _sharded([None, None, None, [not_empty]]) is None  # a gather skipped for another reason
-    assert _sharded([["gather to rank 0: 1 of 3 elements differ"], None, None, [SKIPPED]]) is None
+    assert _sharded([[replace(ROUNDED, symptom=None)], None, None, [SKIPPED]]) is None
     assert _sharded([[ROUNDED], None, None, None]) == "sharded-tensor-gather-default-dtype-float32"
 
 

@@ -24,7 +24,7 @@ def _shrunk_failure(pool, name, **impl):
 
 
 def _problems(results, rank):
-    return " | ".join(results[rank] or [])
+    return " | ".join(map(str, results[rank] or []))
 
 
 def test_catches_all_gather_swapping_two_ranks(rank_pool):
@@ -120,4 +120,4 @@ def test_float16_product_accepts_what_some_order_gives_overflow_included():
     for first in (float("inf"), 90.0):
         assert collectives._reduced("output", torch.tensor([first, 64.0, 15.0], dtype=f16), terms, "PRODUCT") is None
     wrong = collectives._reduced("output", torch.tensor([90.0, 65.0, 15.0], dtype=f16), terms, "PRODUCT")
-    assert wrong is not None and "1 of 3 elements" in wrong and "flat index 1" in wrong
+    assert wrong is not None and (wrong.count, wrong.size, wrong.index) == (1, 3, 1)

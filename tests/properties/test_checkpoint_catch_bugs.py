@@ -16,6 +16,7 @@ except ImportError as exc:  # torch without torch.distributed.checkpoint
     pytest.skip(str(exc), allow_module_level=True)
 
 from fuzzdist import strategies as fst
+from fuzzdist.problems import Kind, Problem
 
 # The shrunk examples asserted below are those of 2 ranks.
 pytestmark = pytest.mark.fuzzdist(world_size=2)
@@ -38,8 +39,9 @@ def test_catches_a_load_reading_only_the_first_chunk(rank_pool):
     assert (leaf.load_mesh, leaf.load_placements) == ((2,), ("R",))
     assert not case.asynchronous and not case.single_process
     for problems in results:  # every rank still holds the decoy at flat index 1
-        assert problems == [f"load: {'.'.join(map(str, path))}: 1 of 2 elements differ; first at flat index 1: "
-                            + problems[0].split("first at flat index 1: ", 1)[1]], problems
+        (problem,) = problems
+        assert (problem.what, problem.count, problem.size, problem.index) == (f"load: {'.'.join(map(str, path))}",
+                                                                              1, 2, 1), problems
 
 
 def test_catches_a_load_into_copies(rank_pool):
@@ -51,7 +53,7 @@ def test_catches_a_load_into_copies(rank_pool):
     assert not case.asynchronous and not case.single_process
     for problems in results:
         assert len(problems) == 1
-        assert "the state dict holds the values, the tensor allocated for them does not: 1 of 1 elements" in problems[0]
+        assert "the tensor allocated for the values (the state dict holds them): 1 of 1 elements" in str(problems[0])
 
 
 def test_catches_set_state_dict_ignoring_the_optimizer(rank_pool):
@@ -64,4 +66,5 @@ def test_catches_set_state_dict_ignoring_the_optimizer(rank_pool):
     # out are the optimizer's own, which dcp.load fills in place: the learning rate is all that differs.
     assert f.case == checkpoint.ModelCase(), f.case
     for problems in f.results:
-        assert problems == ["loaded under ddp: optimizer lr 1.0, expected 0.5"], problems
+        assert problems == [Problem(Kind.MISMATCH, "loaded under ddp: optimizer lr", got=1.0, expected=0.5)], problems
+        assert str(problems[0]) == "loaded under ddp: optimizer lr: got 1.0, expected 0.5"

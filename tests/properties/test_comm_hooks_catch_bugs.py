@@ -87,7 +87,7 @@ def test_hook_against_ddp_at_3_ranks_allows_the_terms_rounding_but_not_a_lost_te
     relative to the terms, not the result: with a loss scaled by 2**14 the ranks' gradients can be
     large and cancel, so the result keeps few exact bits (a campaign met this); a lost rank's term
     is still far outside it."""
-    from fuzzdist.properties.comm_hooks import _same_as_vanilla
+    from fuzzdist.properties.comm_hooks.common import _same_as_vanilla
 
     terms = [torch.tensor([16384.0, 1.0]), torch.tensor([-16384.0, 2.0]), torch.tensor([0.01, 3.0])]
     mean = (sum(t.double() for t in terms) / 3).float()

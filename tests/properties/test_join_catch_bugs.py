@@ -32,7 +32,7 @@ def test_join_catches_a_divisor_ignoring_divide_by_initial_world_size(rank_pool)
     assert f.dtype == torch.float32 and f.seed == 0
     # Rank 1 trains alone at step 0: its gradient is its own, not half of it.
     assert f.results is not None and f.results[0] == [], f.results
-    assert f.results[1][0].startswith("step 0: grad 0.weight: 1 of 1 elements differ"), f.results
+    assert str(f.results[1][0]).startswith("step 0: grad 0.weight: 1 of 1 elements differ"), f.results
 
 
 def test_join_catches_a_missing_final_model_broadcast(rank_pool):

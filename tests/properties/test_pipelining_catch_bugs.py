@@ -35,8 +35,8 @@ def test_pipelining_catches_unscaled_gradients(rank_pool):
     assert f.dtype == torch.float32 and f.seed == 0
     # Every stage's gradients are twice the documented ones (the sum, not the mean, of 2 micro-batches).
     assert f.results is not None
-    assert f.results[0][0].startswith("stage 0: grad 0.weight: 1 of 1 elements differ"), f.results
-    assert f.results[1][0].startswith("stage 1: grad 2.weight: 1 of 1 elements differ"), f.results
+    assert str(f.results[0][0]).startswith("stage 0: grad 0.weight: 1 of 1 elements differ"), f.results
+    assert str(f.results[1][0]).startswith("stage 1: grad 2.weight: 1 of 1 elements differ"), f.results
 
 
 def test_pipelining_catches_misaligned_targets(rank_pool):
@@ -46,4 +46,4 @@ def test_pipelining_catches_misaligned_targets(rank_pool):
     assert f.config == pipelining.PipeConfig(2, (1, 1, 1), (0, 1, 2), n_microbatches=2), f.config
     assert f.dtype == torch.float32 and f.seed == 0
     assert f.results is not None
-    assert "loss of micro-batch 0: 1 of 1 elements differ" in f.results[1][0], f.results
+    assert "loss of micro-batch 0: 1 of 1 elements differ" in str(f.results[1][0]), f.results

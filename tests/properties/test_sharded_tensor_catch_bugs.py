@@ -34,4 +34,5 @@ def test_catches_a_gather_ignoring_the_placement_order(rank_pool):
     assert case.dim == 0 and case.src == 0 and case.dst == 0 and case.load_placements is None, case
     assert f.results[1] is None  # only the destination sees the gathered tensor
     (problem,) = f.results[0]
-    assert problem.startswith("gather to rank 0: 2 of 2 elements differ; first at flat index 0"), problem
+    assert (problem.what, problem.count, problem.size, problem.index) == ("gather to rank 0", 2, 2, 0), problem
+    assert str(problem).startswith("gather to rank 0: 2 of 2 elements differ; first at flat index 0"), problem

@@ -32,7 +32,7 @@ def test_catches_a_sharer_that_sends_a_copy(rank_pool):
     assert f.src == 0 and f.writers == (0,) and f.mode.strategy == "file_descriptor"
     assert f.results[0] is None  # the source sees its own write; its receiver holds a copy that doesn't
     assert len(f.results[1]) == 1
-    assert f.results[1][0].startswith("after rank 0's write (round 0): 5 of 5 elements differ")
+    assert str(f.results[1][0]).startswith("after rank 0's write (round 0): 5 of 5 elements differ")
 
 
 def test_catches_a_receiver_that_copies_views(rank_pool):
@@ -41,8 +41,8 @@ def test_catches_a_receiver_that_copies_views(rank_pool):
     assert f.spec == fst.TensorSpec((2, 2), torch.float32, layout="transposed")
     assert f.src == 0 and f.mode.strategy == "file_descriptor"
     assert f.results[0] is None
-    assert len(f.results[1]) == 1 and f.results[1][0].startswith("received (shape, dtype, stride")
-    assert "(2, 1), 0, 16), expected ((2, 2), torch.float32, (1, 2), 0, 16)" in f.results[1][0]
+    assert len(f.results[1]) == 1 and str(f.results[1][0]).startswith("received (shape, dtype, stride")
+    assert "(2, 1), 0, 16), expected ((2, 2), torch.float32, (1, 2), 0, 16)" in str(f.results[1][0])
 
 
 def test_catches_a_receiver_that_keeps_the_memory(rank_pool):
@@ -54,7 +54,7 @@ def test_catches_a_receiver_that_keeps_the_memory(rank_pool):
     assert f.mode.strategy == "file_descriptor" and f.writers == (0,)
     assert f.results[0] is None  # the source let go; the receiver still maps the segment
     assert len(f.results[1]) == 1
-    assert f.results[1][0].startswith(
+    assert str(f.results[1][0]).startswith(
         "still holds shared memory after every rank dropped the tensor: ['/dev/shm/torch_")
 
 

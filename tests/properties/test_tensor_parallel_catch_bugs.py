@@ -29,4 +29,4 @@ def test_catches_a_parallelize_dropping_src_data_rank(rank_pool):
     assert config.layers == (tp.TPLayer("colwise", 1),), config
     assert (config.batch, config.seq, config.in_features, config.input_layout, config.sequence_dim) == \
         (1, 1, 1, "R", 1), config
-    assert f.results[0] and f.results[0][0].startswith("after parallelize: layers.0."), f.results
+    assert f.results[0] and f.results[0][0].what.startswith("after parallelize: layers.0."), f.results

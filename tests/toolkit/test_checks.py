@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fuzzdist.toolkit.checks import bitwise_equal, first_difference, raw_bytes
+from fuzzdist.problems import Kind, Problem
+from fuzzdist.toolkit.checks import bitwise_equal, digest, first_difference, mismatch, raw_bytes
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.uint16, torch.complex64, torch.bool])
@@ -25,7 +26,35 @@ def test_a_differing_byte_is_found():
     actual = expected.clone()
     actual[2] = -3.0
     assert not bitwise_equal(actual, expected)
-    assert "1 of 3 elements differ" in (first_difference(actual, expected) or "")
+    found = first_difference(actual, expected, "output")
+    assert found == Problem(Kind.MISMATCH, "output", index=2, got=-3.0, expected=3.0, count=1, size=3)
+    assert str(found) == "output: 1 of 3 elements differ; first at flat index 2: got -3.0, expected 3.0"
+
+
+def test_a_shape_or_dtype_difference_is_a_shape_problem():
+    found = first_difference(torch.zeros(2, dtype=torch.int32), torch.zeros(3))
+    assert found is not None and found.kind is Kind.SHAPE
+    assert (found.got, found.expected) == (((2,), "torch.int32"), ((3,), "torch.float32"))
+    assert str(found) == "got shape (2,) torch.int32, expected (3,) torch.float32"
+
+
+def test_mismatch_reports_the_first_or_the_worst_element_and_its_bound():
+    actual, expected = torch.tensor([1.5, 0.0, 9.0]), torch.tensor([1.0, 0.0, 1.0])
+    error = (actual - expected).abs()
+    bad = error > 0.25
+    first = mismatch("grad w", actual, expected, bad, 0.25)
+    worst = mismatch("grad w", actual, expected, bad, torch.full((3,), 0.25), error)
+    assert first is not None and (first.index, first.count, first.bound, first.worst) == (0, 2, 0.25, False)
+    assert worst is not None and (worst.index, worst.got, worst.worst) == (2, 9.0, True)
+    assert str(worst) == "grad w: 2 of 3 elements differ; worst at flat index 2: got 9, expected 1 within 0.25"
+    assert mismatch("grad w", actual, expected, torch.zeros(3, dtype=torch.bool)) is None
+
+
+def test_digest_is_equal_only_for_bitwise_equal_tensors():
+    same = digest({"w": torch.tensor([0.0, 1.0]), "b": None})
+    assert same == digest({"w": torch.tensor([0.0, 1.0]), "b": None})
+    assert same != digest({"w": torch.tensor([-0.0, 1.0]), "b": None})
+    assert same != digest({"w": torch.tensor([0.0, 1.0]), "b": torch.zeros(0)})
 
 
 def test_signed_zeros_and_nan_payloads_are_told_apart():

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from fuzzdist import strategies as fst
 from fuzzdist.errors import InvalidArgument
+from fuzzdist.problems import Kind, Problem
 from fuzzdist.strategies import TensorSpec, mix_seed, seeds
 from fuzzdist.toolkit.oracle import exact_problem, reduction_problem, show
 
@@ -218,26 +219,27 @@ class OpInfo(ABC):
     def expected(self, call: OpCall, world: int) -> dict[int, list[tuple[str, Expected]]]:
         """rank -> [(what, expectation)], in the order ``prepare`` registered the rank's outputs."""
 
-    def check(self, call: OpCall, world: int, observed: list[dict[str, Any]]) -> list[str]:
+    def check(self, call: OpCall, world: int, observed: list[dict[str, Any]]) -> list[Problem]:
         """What is wrong with the ranks' observations of ``call`` (as returned by the ranks; empty: it
         conforms)."""
         return self.problems(call, world, [dict(obs, out=[unpack(o) for o in obs["out"]]) for obs in observed])
 
-    def problems(self, call: OpCall, world: int, observed: list[dict[str, Any]]) -> list[str]:
+    def problems(self, call: OpCall, world: int, observed: list[dict[str, Any]]) -> list[Problem]:
         """The ranks' own notes, then each output compared with ``expected``."""
-        problems = [f"rank {r}: {note}" for r, obs in enumerate(observed) for note in obs["notes"]]
+        problems = [Problem(Kind.NOTE, rank=r, detail=note) for r, obs in enumerate(observed) for note in obs["notes"]]
         for r, wanted in self.expected(call, world).items():
             outs = observed[r]["out"]
             if len(outs) != len(wanted):  # pragma: no cover - prepare and expected disagree
-                problems.append(f"rank {r}: returned {len(outs)} outputs, expected {len(wanted)}")
+                problems.append(Problem(Kind.MISSING, "outputs", rank=r, got=len(outs), expected=len(wanted),
+                                        detail=f"returned {len(outs)} outputs, expected {len(wanted)}"))
                 continue
             for (what, expected), actual in zip(wanted, outs, strict=False):
                 problem = self.compare(call, what, expected, actual)
                 if problem is not None:
-                    problems.append(f"rank {r}, {problem}")
+                    problems.append(replace(problem, rank=r))
         return problems
 
-    def compare(self, call: OpCall, what: str, expected: Expected, actual: torch.Tensor) -> str | None:
+    def compare(self, call: OpCall, what: str, expected: Expected, actual: torch.Tensor) -> Problem | None:
         """None if ``actual`` is right: bit-exact, or a valid reduction (see ``_reference``)."""
         if expected is None:
             return None

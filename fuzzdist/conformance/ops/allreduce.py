@@ -8,6 +8,7 @@ from torch._C._distributed_c10d import AllreduceOptions, ReduceOptions
 
 from fuzzdist.conformance.ops._base import Expected, OpCall, OpInfo, Reduction, input_values
 from fuzzdist.conformance.ops._buffers import Prepared, options, real, reduce_op_enum
+from fuzzdist.problems import Kind, Problem
 from fuzzdist.toolkit.checks import raw_bytes
 from fuzzdist.toolkit.oracle import show
 
@@ -26,14 +27,15 @@ class AllReduce(OpInfo):
         xs = [input_values(call, r) for r in range(world)]
         return {r: [("the reduced tensor", Reduction(xs))] for r in range(world)}
 
-    def problems(self, call: OpCall, world: int, observed: list[dict[str, Any]]) -> list[str]:
+    def problems(self, call: OpCall, world: int, observed: list[dict[str, Any]]) -> list[Problem]:
         problems = super().problems(call, world, observed)
         if not problems:
             first = raw_bytes(observed[0]["out"][0])
             for r in range(1, world):
                 if raw_bytes(observed[r]["out"][0]) != first:
-                    problems.append(f"rank {r} holds a result that is not bitwise identical to rank 0's: "
-                                    f"{show(observed[r]['out'][0])} vs {show(observed[0]['out'][0])}")
+                    problems.append(Problem(Kind.MISMATCH, rank=r, detail=(
+                        f"holds a result that is not bitwise identical to rank 0's: "
+                        f"{show(observed[r]['out'][0])} vs {show(observed[0]['out'][0])}")))
         return problems
 
 

@@ -12,6 +12,7 @@ from torch._C._distributed_c10d import BarrierOptions
 from fuzzdist import strategies as fst
 from fuzzdist.conformance.ops._base import Capabilities, Expected, OpCall, OpInfo
 from fuzzdist.conformance.ops._buffers import Prepared, options
+from fuzzdist.problems import Kind, Problem
 
 LATE_ARRIVAL_S = 0.02  # how late the late rank arrives
 
@@ -51,13 +52,13 @@ class Barrier(OpInfo):
     def expected(self, call: OpCall, world: int) -> dict[int, list[tuple[str, Expected]]]:
         return {r: [] for r in range(world)}
 
-    def problems(self, call: OpCall, world: int, observed: list[dict[str, Any]]) -> list[str]:
+    def problems(self, call: OpCall, world: int, observed: list[dict[str, Any]]) -> list[Problem]:
         problems = super().problems(call, world, observed)
         for r, obs in enumerate(observed):
             if obs["value"] != world:
                 late = f" (rank {call.late_rank} arrived late)" if call.late_rank is not None else ""
-                problems.append(f"rank {r}: left the barrier when only {obs['value']} of {world} ranks had "
-                                f"entered it{late}")
+                problems.append(Problem(Kind.HANG, rank=r, got=obs["value"], expected=world, detail=(
+                    f"left the barrier when only {obs['value']} of {world} ranks had entered it{late}")))
         return problems
 
     def input_lines(self, call: OpCall, world: int) -> list[str]:

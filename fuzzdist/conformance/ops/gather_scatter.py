@@ -9,13 +9,10 @@ from torch._C._distributed_c10d import GatherOptions, ScatterOptions
 
 from fuzzdist.conformance.ops._base import Expected, OpCall, OpInfo, input_seed, input_values
 from fuzzdist.conformance.ops._buffers import Prepared, main_input, options, real
-from fuzzdist.known_bugs.symptoms import BROADCAST_STRIDES_IGNORED
+from fuzzdist.problems import Problem, Symptom
 from fuzzdist.toolkit.checks import bitwise_equal, storage_order
 from fuzzdist.toolkit.oracle import show
 
-# What a gathered slot's problem says when it holds its source's elements in the order of the source's
-# memory: a backend that ignores the input's strides (torch 2.6.0's gloo: gloo-gather-ignores-input-strides).
-SOURCE_STRIDES_IGNORED = BROADCAST_STRIDES_IGNORED
 _SLOT = "gather_list["
 
 
@@ -36,9 +33,10 @@ class Gather(OpInfo):
         return {r: [(f"{_SLOT}{i}]", xs[i]) for i in range(world)] if r == call.root else []
                 for r in range(world)}
 
-    def compare(self, call: OpCall, what: str, expected: Expected, actual: torch.Tensor) -> str | None:
+    def compare(self, call: OpCall, what: str, expected: Expected, actual: torch.Tensor) -> Problem | None:
         """The plain comparison; where a slot from a non-contiguous input is wrong, whether it holds exactly
-        that input's memory order (so the known-bug registry can tell gloo's stride bug from others)."""
+        that input's memory order (:attr:`~fuzzdist.problems.Symptom.MEMORY_ORDER`: a backend that ignores
+        the input's strides) (so the known-bug registry can tell gloo's stride bug from others)."""
         problem = super().compare(call, what, expected, actual)
         if problem is None or call.spec.layout == "contiguous" or not what.startswith(_SLOT):
             return problem
@@ -46,8 +44,7 @@ class Gather(OpInfo):
         in_memory_order = storage_order(call.spec.materialize("cpu", input_seed(call.seed, source, 0)))
         if in_memory_order is None or not bitwise_equal(actual, in_memory_order):
             return problem
-        first, _, rest = problem.partition("\n")
-        return f"{first} ({SOURCE_STRIDES_IGNORED})" + (f"\n{rest}" if rest else "")
+        return problem.with_symptom(Symptom.MEMORY_ORDER)
 
 
 class Scatter(OpInfo):

@@ -44,8 +44,9 @@ from fuzzdist import strategies as fst
 from fuzzdist.known_bugs import known_failures
 from fuzzdist.pool.capabilities.gloo import gloo_dtypes
 from fuzzdist.pool.rank.isolation import keep_process_groups
+from fuzzdist.problems import Kind, Problem, by_rank
 from fuzzdist.properties import PropertyFailure
-from fuzzdist.strategies import TensorSpec, seeds
+from fuzzdist.strategies import TensorSpec, mesh_shapes, seeds
 from fuzzdist.toolkit.checks import first_difference
 
 if TYPE_CHECKING:
@@ -166,28 +167,31 @@ def _quiet_logs() -> Iterator[None]:
 
 
 def _check_stage(stage: str, dt: Any, names: tuple[str, ...], original: torch.Tensor, mesh_shape: tuple[int, ...],
-                 coord: tuple[int, ...], full_tensor: Callable[..., Any]) -> list[str]:
+                 coord: tuple[int, ...], full_tensor: Callable[..., Any]) -> list[Problem]:
     problems = []
     if tuple(dt.shape) != tuple(original.shape):
-        problems.append(f"{stage}: DTensor shape {tuple(dt.shape)}, expected {tuple(original.shape)}")
+        problems.append(Problem(Kind.SHAPE, f"{stage}: DTensor shape", got=tuple(dt.shape),
+                                expected=tuple(original.shape)))
     expected_placements = _normalized(names, original.ndim)
     if tuple(dt.placements) != expected_placements:
-        problems.append(f"{stage}: placements {tuple(dt.placements)}, expected {expected_placements}")
+        problems.append(Problem(Kind.SHAPE, f"{stage}: placements", got=tuple(dt.placements),
+                                expected=expected_placements))
     local = dt.to_local()
     if tuple(original.shape) == tuple(dt.shape):
-        diff = first_difference(local, expected_local(original, mesh_shape, coord, names))
+        diff = first_difference(local, expected_local(original, mesh_shape, coord, names),
+                                f"{stage}: local shard at mesh coordinate {coord}")
         if diff is not None:
-            problems.append(f"{stage}: local shard at mesh coordinate {coord}: {diff}")
+            problems.append(diff)
     full = full_tensor(dt)  # a collective: every rank calls it, whatever it found so far
-    diff = first_difference(full, original)
+    diff = first_difference(full, original, f"{stage}: full_tensor()")
     if diff is not None:
-        problems.append(f"{stage}: full_tensor(): {diff}")
+        problems.append(diff)
     return problems
 
 
 def roundtrip_and_check(ctx: RankContext, case: RoundTrip, distribute: Callable[..., Any] = _distribute,
                         redistribute: Callable[..., Any] = _redistribute,
-                        full_tensor: Callable[..., Any] = _full_tensor) -> list[str] | None:
+                        full_tensor: Callable[..., Any] = _full_tensor) -> list[Problem] | None:
     """On every rank: distribute, then redistribute along case.redistributions, checking each
     stage; None if all is well, else the problems.  The three operations are swappable."""
     mesh = device_mesh(ctx.device.type, case.mesh_shape)
@@ -222,12 +226,6 @@ def roundtrip_and_check(ctx: RankContext, case: RoundTrip, distribute: Callable[
 
 # ---------------------------------------------------------------------------
 # strategies
-
-
-def mesh_shapes(world_size: int) -> list[tuple[int, ...]]:
-    """Every 1-D and 2-D mesh shape with ``world_size`` ranks: (W,) first, size-1 dims last."""
-    two_d = [(a, world_size // a) for a in range(1, world_size + 1) if world_size % a == 0]
-    return [(world_size,)] + sorted(two_d, key=lambda s: (min(s) == 1, s))
 
 
 def placements_for(ndim: int, mesh_ndim: int) -> st.SearchStrategy[tuple[str, ...]]:
@@ -268,4 +266,4 @@ def check(pool: Pool, case: RoundTrip, *, distribute: Callable[..., Any] = _dist
                            full_tensor=full_tensor)
         wrong = {rank: problems for rank, problems in enumerate(results) if problems}
         if wrong:
-            raise PropertyFailure(f"ranks {sorted(wrong)} lost or moved values: {wrong}", results)
+            raise PropertyFailure(f"ranks {sorted(wrong)} lost or moved values:{by_rank(wrong)}", results)

@@ -30,7 +30,8 @@ gradient for its output; for list outputs g_s[k] is the gradient of rank s's k-t
 Known torch bugs, drawn like any other input: the check runs inside
 ``known_failures("collectives", ...)`` (:mod:`fuzzdist.known_bugs`), and a failure with exactly their
 symptom is tallied as a sighting, not raised.  The rank functions say when a wrong result is exactly
-what the bug computes (``STRIDES_IGNORED``, ``FORWARD_OP_ON_GRADS``), and the predicates look for that:
+what the bug computes (a problem's ``symptom``: ``Symptom.STRIDES_IGNORED``, ``FORWARD_OP_ON_GRADS``), and
+the predicates look for that:
 
 * ``nn-all-reduce-backward-non-sum``: ``_AllReduce.backward`` all-reduces the upstream gradients
   with the *forward's* op (right for SUM and AVG; for MAX it returns the max of the gradients, for
@@ -90,12 +91,12 @@ import torch.distributed as dist
 import torch.distributed.nn.functional as dnn
 from hypothesis import strategies as st
 
-from fuzzdist import known_bugs
 from fuzzdist import strategies as fst
 from fuzzdist.errors import CapabilityError, InvalidArgument
-from fuzzdist.known_bugs import symptoms as _symptoms
+from fuzzdist.known_bugs import known_failures
 from fuzzdist.pool.capabilities.gloo import gloo_reduce_ops
 from fuzzdist.pool.capabilities.per_pool import probed_once
+from fuzzdist.problems import Kind, Problem, Symptom, by_rank
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.strategies import TensorSpec, seeds
 from fuzzdist.toolkit.checks import first_difference, written_ignoring_strides
@@ -112,9 +113,6 @@ REDUCTIONS = ("reduce", "all_reduce", "reduce_scatter")
 REDUCE_OPS = ("SUM", "AVG", "PRODUCT", "MIN", "MAX")  # shrink order: SUM first
 # The ops whose gradients are checked (see the module docstring); the others: forward only.
 GRAD_OPS = {"reduce": REDUCE_OPS, "all_reduce": REDUCE_OPS, "reduce_scatter": REDUCE_OPS}
-# What a rank adds to a wrong result that is exactly what a known torch bug computes (fuzzdist.known_bugs.symptoms).
-STRIDES_IGNORED, FORWARD_OP_ON_GRADS = _symptoms.STRIDES_IGNORED, _symptoms.FORWARD_OP_ON_GRADS
-SUM_GRAD_FOR_ANY_OP = _symptoms.SUM_GRAD_FOR_ANY_OP
 FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 BASE_DTYPES = (torch.float32, torch.float64)  # always drawn; probed only for reduce_scatter
 MAX_BYTES = 1024
@@ -183,15 +181,14 @@ def _op(case: Case) -> Any:
 
 
 # ---------------------------------------------------------------------------
-# comparisons: each returns None, or "what: how it differs"
+# comparisons: each returns None, or the Problem
 
 
-def _exact(what: str, actual: torch.Tensor, expected: torch.Tensor) -> str | None:
-    diff = first_difference(actual.detach(), expected)
-    return None if diff is None else f"{what}: {diff}"
+def _exact(what: str, actual: torch.Tensor, expected: torch.Tensor) -> Problem | None:
+    return first_difference(actual.detach(), expected, what)
 
 
-def _reduced(what: str, actual: torch.Tensor, terms: list[torch.Tensor], op: str | None) -> str | None:
+def _reduced(what: str, actual: torch.Tensor, terms: list[torch.Tensor], op: str | None) -> Problem | None:
     """Check ``actual`` against ``op`` over ``terms`` (one tensor per rank, in rank order), by the
     reference every reduction in fuzzdist uses (:func:`fuzzdist.toolkit.oracle.reduction_problem`)."""
     if op is None:
@@ -215,13 +212,14 @@ def products_in_range(terms: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return ok
 
 
-def _count(what: str, outputs: Sequence[Any], expected: int) -> str | None:
+def _count(what: str, outputs: Sequence[Any], expected: int) -> Problem | None:
     if len(outputs) != expected:
-        return f"{what}: got {len(outputs)} tensors, expected {expected}"
+        return Problem(Kind.MISSING, what, got=len(outputs), expected=expected,
+                       detail=f"got {len(outputs)} tensors, expected {expected}")
     return None
 
 
-def _report(problems: list[Any]) -> list[str] | None:
+def _report(problems: list[Any]) -> list[Problem] | None:
     problems = [p for p in problems if p is not None]
     return problems or None
 
@@ -240,7 +238,7 @@ class _quiet(warnings.catch_warnings):
 
 
 def broadcast_and_check(ctx: RankContext, case: Case,
-                        broadcast: Callable[..., Any] = dnn.broadcast) -> list[str] | None:
+                        broadcast: Callable[..., Any] = dnn.broadcast) -> list[Problem] | None:
     """``broadcast`` from case.root; checks the output and the input gradient on every rank."""
     r, w, dev, src = ctx.rank, ctx.world_size, ctx.device, case.root
     x = _leaf(_x(case, dev, r))
@@ -260,7 +258,7 @@ def broadcast_and_check(ctx: RankContext, case: Case,
 
 
 def reduce_and_check(ctx: RankContext, case: Case,
-                     reduce: Callable[..., Any] = dnn.reduce) -> list[str] | None:
+                     reduce: Callable[..., Any] = dnn.reduce) -> list[Problem] | None:
     """``reduce`` with case.op to case.root; the output is checked on the destination only."""
     r, w, dev, dst = ctx.rank, ctx.world_size, ctx.device, case.root
     x = _leaf(_x(case, dev, r))
@@ -277,7 +275,7 @@ def reduce_and_check(ctx: RankContext, case: Case,
 
 
 def all_reduce_and_check(ctx: RankContext, case: Case,
-                         all_reduce: Callable[..., Any] = dnn.all_reduce) -> list[str] | None:
+                         all_reduce: Callable[..., Any] = dnn.all_reduce) -> list[Problem] | None:
     """``all_reduce`` with case.op; checks the output and (SUM, AVG) the input gradient."""
     r, w, dev = ctx.rank, ctx.world_size, ctx.device
     x = _leaf(_x(case, dev, r))
@@ -291,13 +289,13 @@ def all_reduce_and_check(ctx: RankContext, case: Case,
             (gx,) = torch.autograd.grad(y, x, grads[r])
             problem = _reduction_grad("grad of input", gx, xs, r, grads, case.op)
             if problem is not None and case.op not in ("SUM", "AVG") and _reduced("", gx, grads, case.op) is None:
-                problem += f" ({FORWARD_OP_ON_GRADS})"
+                problem = problem.with_symptom(Symptom.FORWARD_OP_ON_GRADS)
             problems.append(problem)
     return _report(problems)
 
 
 def _op_grad(what: str, actual: torch.Tensor, xs: list[torch.Tensor], r: int, g: torch.Tensor,
-             op: str | None) -> str | None:
+             op: str | None) -> Problem | None:
     """Check ``actual``, the gradient of x_r (``xs[r]``) for one output y = ``op`` over ``xs`` with upstream
     gradient ``g`` (reduce's destination, reduce_scatter's receiver); SUM's is ``g`` itself, bitwise.  A
     wrong gradient that is exactly ``g`` says so: what a backward that ignores the op gives."""
@@ -306,19 +304,20 @@ def _op_grad(what: str, actual: torch.Tensor, xs: list[torch.Tensor], r: int, g:
     only = [g if s == r else torch.zeros_like(g) for s in range(len(xs))]  # one output gets a gradient
     problem = _reduction_grad(what, actual, xs, r, only, op)
     if problem is not None and _exact("", actual, g) is None:
-        problem += f" ({SUM_GRAD_FOR_ANY_OP})"
+        problem = problem.with_symptom(Symptom.SUM_GRAD_FOR_ANY_OP)
     return problem
 
 
 def _reduction_grad(what: str, actual: torch.Tensor, xs: list[torch.Tensor], r: int,
-                    grads: list[torch.Tensor], op: str | None) -> str | None:
+                    grads: list[torch.Tensor], op: str | None) -> Problem | None:
     """Check ``actual``, the gradient of x_r (``xs[r]``) for y = ``op`` over ``xs`` when every rank's
     output y gets upstream gradient ``grads[s]`` (see the module docstring)."""
     if op in ("SUM", "AVG"):
         return _reduced(what, actual, grads, op)
     dtype = xs[0].dtype
     if tuple(actual.shape) != tuple(xs[0].shape) or actual.dtype != dtype:
-        return f"{what}: got shape {tuple(actual.shape)} {actual.dtype}, expected {tuple(xs[0].shape)} {dtype}"
+        return Problem(Kind.SHAPE, what, got=(tuple(actual.shape), str(actual.dtype)),
+                       expected=(tuple(xs[0].shape), str(dtype)))
     n = len(xs)
     x64 = torch.stack([x.detach().to(torch.float64) for x in xs])
     total = torch.stack([g.detach().to(torch.float64) for g in grads]).sum(0)
@@ -345,13 +344,13 @@ def _reduction_grad(what: str, actual: torch.Tensor, xs: list[torch.Tensor], r: 
         return None
     flat_bad = bad.reshape(-1)
     i = int(flat_bad.nonzero()[0])
-    return (f"{what}: {int(flat_bad.sum())} of {bad.numel()} elements differ from the gradient of {op} over "
-            f"{n} ranks; first at flat index {i}: got {got.reshape(-1)[i].item()!r}, "
-            f"expected {ref.reshape(-1)[i].item()!r} +- {bound.reshape(-1)[i].item():.3g}")
+    return Problem(Kind.MISMATCH, what, index=i, got=got.reshape(-1)[i].item(), expected=ref.reshape(-1)[i].item(),
+                   bound=bound.reshape(-1)[i].item(), count=int(flat_bad.sum()), size=bad.numel(),
+                   detail=f"(the gradient of {op} over {n} ranks)")
 
 
 def all_gather_and_check(ctx: RankContext, case: Case,
-                         all_gather: Callable[..., Any] = dnn.all_gather) -> list[str] | None:
+                         all_gather: Callable[..., Any] = dnn.all_gather) -> list[Problem] | None:
     """``all_gather``; output k is rank k's input; grad x_r = sum over ranks s of g_s[r]."""
     r, w, dev = ctx.rank, ctx.world_size, ctx.device
     shape = case.spec.shape
@@ -368,13 +367,13 @@ def all_gather_and_check(ctx: RankContext, case: Case,
         # gloo's backward scatters each rank's gradient into empty_like(this rank's upstream gradient)
         scattered = [written_ignoring_strides(g, _g(case, shape, dev, r, s)) for s, g in enumerate(received)]
         if all(t is not None for t in scattered) and _reduced("", gx, scattered, "SUM") is None:  # type: ignore[arg-type]
-            problem += f" ({STRIDES_IGNORED}: the upstream gradient's)"
+            problem = problem.with_symptom(Symptom.STRIDES_IGNORED)
     problems.append(problem)
     return _report(problems)
 
 
 def gather_and_check(ctx: RankContext, case: Case,
-                     gather: Callable[..., Any] = dnn.gather) -> list[str] | None:
+                     gather: Callable[..., Any] = dnn.gather) -> list[Problem] | None:
     """``gather`` to case.root; on the destination output k is rank k's input; grad x_r = g_dst[r]."""
     r, w, dev, dst = ctx.rank, ctx.world_size, ctx.device, case.root
     shape = case.spec.shape
@@ -390,7 +389,7 @@ def gather_and_check(ctx: RankContext, case: Case,
 
 
 def scatter_and_check(ctx: RankContext, case: Case,
-                      scatter: Callable[..., Any] = dnn.scatter) -> list[str] | None:
+                      scatter: Callable[..., Any] = dnn.scatter) -> list[Problem] | None:
     """``scatter`` from case.root (every rank passes W tensors); y_r = xs_src[r]."""
     r, w, dev, src = ctx.rank, ctx.world_size, ctx.device, case.root
     shape = case.spec.shape
@@ -409,7 +408,7 @@ def scatter_and_check(ctx: RankContext, case: Case,
 
 
 def all_to_all_and_check(ctx: RankContext, case: Case,
-                         all_to_all: Callable[..., Any] = dnn.all_to_all) -> list[str] | None:
+                         all_to_all: Callable[..., Any] = dnn.all_to_all) -> list[Problem] | None:
     """``all_to_all``: y_r[i] = xs_i[r]; grad xs_r[j] = g_j[r]."""
     r, w, dev = ctx.rank, ctx.world_size, ctx.device
     shape, dtype = case.spec.shape, case.spec.dtype
@@ -426,7 +425,7 @@ def all_to_all_and_check(ctx: RankContext, case: Case,
                     # gloo's all_to_all scatters into the output tensors
                     scattered = written_ignoring_strides(_x(case, dev, i, r), out_spec.materialize(dev, 0))
                     if scattered is not None and _exact("", ys[i], scattered) is None:
-                        problem += f" ({STRIDES_IGNORED}: output {i}'s)"
+                        problem = problem.with_symptom(Symptom.STRIDES_IGNORED)
                 problems.append(problem)
         gxs = torch.autograd.grad(ys, xs, [_g(case, shape, dev, r, i) for i in range(len(ys))])
     problems += [_exact(f"grad of input {j}", gx, _g(case, shape, dev, j, r)) for j, gx in enumerate(gxs)]
@@ -438,7 +437,7 @@ def _a2a_spec(case: Case, rows: int) -> TensorSpec:
 
 
 def all_to_all_single_and_check(ctx: RankContext, case: Case,
-                                all_to_all_single: Callable[..., Any] = dnn.all_to_all_single) -> list[str] | None:
+                                all_to_all_single: Callable[..., Any] = dnn.all_to_all_single) -> list[Problem] | None:
     """``all_to_all_single`` with split sizes case.splits (explicit, or None when even)."""
     r, w, dev = ctx.rank, ctx.world_size, ctx.device
     split = case.splits
@@ -473,7 +472,7 @@ def all_to_all_single_and_check(ctx: RankContext, case: Case,
 
 
 def reduce_scatter_and_check(ctx: RankContext, case: Case,
-                             reduce_scatter: Callable[..., Any] = dnn.reduce_scatter) -> list[str] | None:
+                             reduce_scatter: Callable[..., Any] = dnn.reduce_scatter) -> list[Problem] | None:
     """``reduce_scatter`` with case.op: y_r = op over ranks s of xs_s[r]; grad xs_r[j] = g_j (SUM)."""
     r, w, dev = ctx.rank, ctx.world_size, ctx.device
     shape, dtype = case.spec.shape, case.spec.dtype
@@ -611,8 +610,8 @@ def check(pool: Pool, name: str, case: Case, **impl: Any) -> None:
     reference.  ``impl`` swaps the collective: ``all_gather=my_all_gather`` (the rank function's
     keyword, named after the collective).  Run inside ``known_failures("collectives", ...)``: a known
     torch bug's failure is tallied, not raised."""
-    with known_bugs.known_failures("collectives", name=name, case=case, world_size=pool.world_size):
+    with known_failures("collectives", name=name, case=case, world_size=pool.world_size):
         results = pool.run(CHECKS[name], case, **impl)
         wrong = {rank: problems for rank, problems in enumerate(results) if problems}
         if wrong:
-            raise PropertyFailure(f"{name}: ranks {sorted(wrong)} differ from the reference: {wrong}", results)
+            raise PropertyFailure(f"{name}: ranks {sorted(wrong)} differ from the reference:{by_rank(wrong)}", results)

@@ -34,7 +34,7 @@ that bug; ``check-pg``'s async check is where it shows.  On gloo (torch 2.13) is
 batch_isend_irecv to or from the rank itself neither deliver nor refuse clearly: they fail with
 gloo's internal "Pair is not connected" enforce (``dist.send`` checks the rank first and refuses
 clearly): that is the known bug ``gloo-p2p-self-loop-unclear-error`` (in
-``fuzzdist.known_bugs.torch_bugs``).  Once torch delivers self-loops (or refuses them clearly), the property passes.
+``known_bugs.py next to it``).  Once torch delivers self-loops (or refuses them clearly), the property passes.
 """
 
 from __future__ import annotations
@@ -50,9 +50,9 @@ import torch.distributed as dist
 from hypothesis import strategies as st
 
 from fuzzdist import strategies as fst
-from fuzzdist.known_bugs import known_failures, registry
-from fuzzdist.known_bugs.symptoms import REFUSED_UNCLEARLY
+from fuzzdist.known_bugs import known_failures
 from fuzzdist.pool.capabilities.gloo import GLOO_DTYPES
+from fuzzdist.problems import Kind, Problem, Symptom, by_rank
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.toolkit.checks import first_difference
 
@@ -139,7 +139,7 @@ _CLEAR_REFUSAL = {"self": re.compile(r"same as the rank of the current process|o
 
 
 def _try_refused(m: Message, sending: bool, api: str, fns: dict[str, Callable[..., Any]],
-                 group: Any, pending: list[str]) -> str | None:
+                 group: Any, pending: list[str]) -> Problem | None:
     """Issue the send (or receive) of ``m``, which must be refused; None if it was, with a clear error.
     An accepted op is never waited on (it may never complete): it is added to ``pending``."""
     tensor = m.spec.materialize("cpu", m.seed)
@@ -158,17 +158,23 @@ def _try_refused(m: Message, sending: bool, api: str, fns: dict[str, Callable[..
             (fns["send"] if sending else fns["recv"])(tensor, peer, group=group, tag=m.tag)
             works = []
     except Exception as exc:  # noqa: BLE001 - the refusal this looks for
-        text = f"{type(exc).__name__}: {exc}"
         if any(_CLEAR_REFUSAL[reason].search(str(exc)) for reason in reasons):
             return None
-        return f"{api} {label} {REFUSED_UNCLEARLY}: {text.splitlines()[0][:300]}"
+        return _refused_unclearly(f"{api} {label}", exc, peer, m.tag)
     # Not refused: don't wait on what can never complete; say so.
     pending.append(label)
-    return f"{api} {label} was accepted ({len(works)} Work(s)) where it should be refused"
+    return Problem(Kind.NOTE, f"{api} {label}", subject=(peer, m.tag),
+                   detail=f"was accepted ({len(works)} Work(s)) where it should be refused")
+
+
+def _refused_unclearly(what: str, exc: Exception, peer: int, tag: int) -> Problem:
+    """A send or receive of ``what`` to or from ``peer`` with ``tag`` refused with ``exc``, whose words don't
+    say why."""
+    return Problem.raised(exc, what, symptom=Symptom.REFUSED_UNCLEARLY, subject=(peer, tag))
 
 
 def _try_self_loop(m: Message, api: str, fns: dict[str, Callable[..., Any]], group: Any,
-                   device: str | torch.device, pending: list[str]) -> str | None:
+                   device: str | torch.device, pending: list[str]) -> Problem | None:
     """Send ``m`` (contiguous) from its rank to itself and receive it; None if the receive got exactly the
     sent values, or if the first refused call said the peer is the rank itself.  Works left un-waited
     by a refusal are added to ``pending``."""
@@ -202,28 +208,29 @@ def _try_self_loop(m: Message, api: str, fns: dict[str, Callable[..., Any]], gro
     except Exception as exc:  # noqa: BLE001 - a refusal is one of the two right outcomes
         if accepted or waited < len(works):
             pending.append(f"self-loop on rank {rank} (tag {m.tag})")
-        text = f"{type(exc).__name__}: {exc}"
         label = f"{api} {step} (tag {m.tag}, {m.spec}, a self-loop)"
         if not _CLEAR_REFUSAL["self"].search(str(exc)):
-            return f"{label} {REFUSED_UNCLEARLY}: {text.splitlines()[0][:300]}"
+            return _refused_unclearly(label, exc, rank, m.tag)
         if accepted:
-            return f"{label} was refused after its {accepted[-1]} was accepted: {text.splitlines()[0][:300]}"
+            return Problem.raised(exc, label, subject=(rank, m.tag),
+                                  detail=f"(refused after its {accepted[-1]} was accepted)")
         return None
     diff = first_difference(received, expected)
     if diff is not None:
-        return f"{api} self-loop message on rank {rank} (tag {m.tag}, {m.spec}) delivered wrong values: {diff}"
+        return diff.about(f"{api} self-loop message on rank {rank} (tag {m.tag}, {m.spec}) delivered wrong values",
+                          subject=(rank, m.tag))
     return None
 
 
 def p2p_and_check(ctx: RankContext, case: P2PCase,
-                  api: dict[str, Callable[..., Any]] | None = None) -> list[str] | None:
+                  api: dict[str, Callable[..., Any]] | None = None) -> list[Problem] | None:
     """On every rank: issue this rank's ops of ``case`` in its drawn order, wait for each Work once, then
     try its self-loops and the ops that must be refused; None if every received tensor is the sender's,
     every self-loop delivered or was refused clearly and every refusal was clear, else what went wrong.
     ``api`` maps the torch function names to stand-ins."""
     fns = _default_api() if api is None else {**_default_api(), **api}
     rank, group = ctx.rank, ctx.group
-    problems: list[str] = []
+    problems: list[Problem] = []
     received: dict[int, torch.Tensor] = {}
     expected: dict[int, torch.Tensor] = {}
     posted: list[tuple[Any, Any]] = []  # (kind, tensor) in issue order
@@ -264,7 +271,8 @@ def p2p_and_check(ctx: RankContext, case: P2PCase,
         diff = first_difference(tensor, expected[i])
         if diff is not None:
             m = case.messages[i]
-            problems.append(f"message #{i} from rank {m.src} (tag {m.tag}, {m.spec}): {diff}")
+            problems.append(diff.about(f"message #{i} from rank {m.src} (tag {m.tag}, {m.spec})",
+                                       subject=(m.src, m.tag)))
     if group is not None:
         dist.barrier(group=group)  # every message is in before any rank tries a self-loop or a refusal
     pending: list[str] = []  # ops accepted (or posted) and never waited on
@@ -320,10 +328,7 @@ def p2p_cases(draw: st.DrawFn, world_size: int, apis: st.SearchStrategy[str] | N
 
 
 # ---------------------------------------------------------------------------
-# the known bug (its entry is in fuzzdist.known_bugs.torch_bugs), and the driver-side check
-
-GLOO_P2P_SELF_LOOP_UNCLEAR = registry()["gloo-p2p-self-loop-unclear-error"]
-
+# the known bug (its entry is in known_bugs.py next to it), and the driver-side check
 
 def check(pool: Pool, case: P2PCase, *, api: dict[str, Callable[..., Any]] | None = None) -> None:
     """Run ``case`` over ``pool`` with torch's point-to-point functions (or the stand-ins in ``api``,
@@ -333,4 +338,5 @@ def check(pool: Pool, case: P2PCase, *, api: dict[str, Callable[..., Any]] | Non
         results = pool.run(p2p_and_check, case, api=api)
         wrong = {rank: problems for rank, problems in enumerate(results) if problems}
         if wrong:
-            raise PropertyFailure(f"ranks {sorted(wrong)} went wrong in {case.api} point-to-point: {wrong}", results)
+            raise PropertyFailure(f"ranks {sorted(wrong)} went wrong in {case.api} point-to-point:{by_rank(wrong)}",
+                                  results)

@@ -21,7 +21,7 @@ runs a drawn sequence of ``all_reduce`` (SUM, MAX, MIN), ``broadcast`` (from a d
 Singleton groups, the whole world, and the same ranks twice in another order are all drawn.  The
 groups are destroyed after the example by the rank's isolation (``fuzzdist.pool.rank.isolation``).
 
-Four torch bugs show here (their entries are in ``fuzzdist.known_bugs.torch_bugs``): re-creating a
+Four torch bugs show here (their entries are in ``known_bugs.py next to it``): re-creating a
 ``use_local_synchronization`` group over ranks that had one before (destroyed) fails to connect, fails
 in its first collective or hangs (``new-group-local-sync-recreate-fails``: the hashed group name, and
 with it the store keys of the rendezvous, are reused; ``check`` remembers per pool which ranks earlier
@@ -56,8 +56,8 @@ import torch.distributed as dist
 from hypothesis import strategies as st
 
 from fuzzdist import strategies as fst
-from fuzzdist.known_bugs import known_failures, registry
-from fuzzdist.known_bugs.symptoms import MESH_SORTED_ORDER
+from fuzzdist.known_bugs import known_failures
+from fuzzdist.problems import Kind, Problem, Symptom, by_rank
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.toolkit.checks import first_difference
 
@@ -153,7 +153,7 @@ def _reduce(inputs: list[torch.Tensor], op: str) -> torch.Tensor:
     return stacked.to(wide).sum(0).to(stacked.dtype)  # integer SUM wraps, as the dtype does
 
 
-def _close(actual: torch.Tensor, expected: torch.Tensor, inputs: list[torch.Tensor]) -> str | None:
+def _close(actual: torch.Tensor, expected: torch.Tensor, inputs: list[torch.Tensor]) -> Problem | None:
     """Float SUM: equal up to rounding in any summation order (a bound from the sum of magnitudes)."""
     if tuple(actual.shape) != tuple(expected.shape) or actual.dtype != expected.dtype:
         return first_difference(actual, expected)
@@ -162,8 +162,9 @@ def _close(actual: torch.Tensor, expected: torch.Tensor, inputs: list[torch.Tens
     bad = err > bound
     if bool(bad.any()):
         i = int(bad.reshape(-1).nonzero()[0])
-        return (f"{int(bad.sum())} of {actual.numel()} elements differ beyond rounding; first at flat index {i}: "
-                f"got {actual.reshape(-1)[i].item()!r}, expected about {expected.reshape(-1)[i].item()!r}")
+        return Problem(Kind.MISMATCH, index=i, got=actual.reshape(-1)[i].item(),
+                       expected=expected.reshape(-1)[i].item(), bound=bound.reshape(-1)[i].item(),
+                       count=int(bad.sum()), size=actual.numel())
     return None
 
 
@@ -221,7 +222,7 @@ def _make_groups(case: SubgroupCase, new_group: Callable[..., Any], device_type:
 
 def subgroups_and_check(ctx: RankContext, case: SubgroupCase,
                         new_group: Callable[..., Any] = dist.new_group,
-                        collectives: dict[str, Callable[..., Any]] | None = None) -> list[str] | None:
+                        collectives: dict[str, Callable[..., Any]] | None = None) -> list[Problem] | None:
     """On every rank: create ``case.groups``, run ``case.ops`` on each; None if every tensor is what the
     reference says, else what differs.  ``new_group`` and ``collectives`` (keyed ``all_reduce``,
     ``broadcast``, ``all_gather``) are swappable, for planted bugs."""
@@ -236,9 +237,9 @@ def subgroups_and_check(ctx: RankContext, case: SubgroupCase,
 
 
 def _run_ops(ctx: RankContext, case: SubgroupCase, fns: dict[str, Callable[..., Any]],
-             made: list[list[Any]]) -> list[str] | None:
+             made: list[list[Any]]) -> list[Problem] | None:
     rank = ctx.rank
-    problems: list[str] = []
+    problems: list[Problem] = []
     for gi, (g, handles) in enumerate(zip(case.groups, made, strict=True)):
         orders = member_orders(g, rank)
         if g.kind == "mesh":
@@ -246,7 +247,8 @@ def _run_ops(ctx: RankContext, case: SubgroupCase, fns: dict[str, Callable[..., 
             coord = mesh.get_coordinate()
             want = mesh_coordinate(g, rank) if rank in g.ranks else None
             if (tuple(coord) if coord is not None else None) != want:
-                problems.append(f"mesh {g.ranks} {g.mesh_shape}: get_coordinate() is {coord}, expected {want}")
+                problems.append(Problem(Kind.MISMATCH, f"mesh {g.ranks} {g.mesh_shape}: get_coordinate()", got=coord,
+                                        expected=want))
             if want is None:
                 continue
             pgs = [mesh.get_group(d) for d in range(len(g.mesh_shape))]
@@ -255,11 +257,11 @@ def _run_ops(ctx: RankContext, case: SubgroupCase, fns: dict[str, Callable[..., 
                 if local != want[d]:
                     member = orders[d]
                     row = member[1] if member is not None else []
-                    sorted_order = f": {MESH_SORTED_ORDER}" if row != sorted(row) and local == sorted(row).index(rank) \
-                        else ""
-                    problems.append(f"mesh dim {d} of {g.ranks} {g.mesh_shape}: get_local_rank({d}) is "
-                                    f"{local}, expected the coordinate {want[d]} "
-                                    f"(group ranks {dist.get_process_group_ranks(pg)}){sorted_order}")
+                    sorted_order = row != sorted(row) and local == sorted(row).index(rank)
+                    problems.append(Problem(
+                        Kind.MISMATCH, f"mesh dim {d} of {g.ranks} {g.mesh_shape}: get_local_rank({d})", got=local,
+                        expected=want[d], detail=f"(the coordinate; group ranks {dist.get_process_group_ranks(pg)})",
+                        symptom=Symptom.MESH_SORTED_ORDER if sorted_order else None))
         else:
             pgs = [handles[0] if handles[0] is not None else dist.GroupMember.NON_GROUP_MEMBER]
         for d, (pg, member) in enumerate(zip(pgs, orders, strict=True)):
@@ -270,7 +272,7 @@ def _run_ops(ctx: RankContext, case: SubgroupCase, fns: dict[str, Callable[..., 
 
 
 def _run_op(fns: dict[str, Callable[..., Any]], name: str, arg: Any, pg: Any, member: tuple[str, list[int]] | None,
-            case: SubgroupCase, step: int, rank: int, device: Any, g: Group) -> list[str]:
+            case: SubgroupCase, step: int, rank: int, device: Any, g: Group) -> list[Problem]:
     spec, seed = case.spec, case.seed
     if member is None and name == "broadcast":
         return []  # torch checks src against the group before membership: a ValueError outside it
@@ -292,17 +294,19 @@ def _run_op(fns: dict[str, Callable[..., Any]], name: str, arg: Any, pg: Any, me
         if name == "all_gather":
             diff = diff or next((first_difference(o, torch.zeros_like(o)) for o in outs
                                  if first_difference(o, torch.zeros_like(o))), None)
-        return [] if diff is None else [f"{where}: rank {rank} is outside the group, yet its tensor changed: {diff}"]
+        if diff is None:
+            return []
+        return [diff.about(f"{where}: rank {rank} is outside the group, yet its tensor changed")]
     label, order = member
     inputs = [input_of(spec, seed, step, r, device) for r in order]
     where = f"{where} ({label}, group order {order})"
     if name == "all_gather":
-        wrong = [f"{where}: output {i} (group rank {i} = rank {order[i]}): {d}"
+        wrong = [d.about(f"{where}: output {i} (group rank {i} = rank {order[i]})")
                  for i, (o, e) in enumerate(zip(outs, inputs, strict=True)) if (d := first_difference(o, e))]
         if wrong and g.kind == "mesh" and order != sorted(order) and all(
                 first_difference(o, input_of(spec, seed, step, r, device)) is None
                 for o, r in zip(outs, sorted(order), strict=True)):
-            wrong = [f"{w}; the outputs are {MESH_SORTED_ORDER}" for w in wrong]
+            wrong = [w.with_symptom(Symptom.MESH_SORTED_ORDER) for w in wrong]
         return wrong
     if name == "broadcast":
         diff = first_difference(mine, inputs[arg % len(order)])
@@ -310,7 +314,7 @@ def _run_op(fns: dict[str, Callable[..., Any]], name: str, arg: Any, pg: Any, me
         diff = _close(mine, _reduce(inputs, arg), inputs)
     else:
         diff = first_difference(mine, _reduce(inputs, arg))
-    return [] if diff is None else [f"{where}: {diff}"]
+    return [] if diff is None else [diff.about(where)]
 
 
 # ---------------------------------------------------------------------------
@@ -372,7 +376,7 @@ def subgroup_cases(draw: st.DrawFn, world_size: int, kinds: tuple[str, ...] = ("
 
 
 # ---------------------------------------------------------------------------
-# known bugs (their entries are in fuzzdist.known_bugs.torch_bugs), and the driver-side check
+# known bugs (their entries are in known_bugs.py next to it), and the driver-side check
 
 # Per pool, the rank sets of the locally synchronised groups its earlier examples made (every group is
 # destroyed after its example): new-group-local-sync-recreate-fails needs one of those made again.
@@ -384,11 +388,6 @@ def _local_sync_before(pool: Any) -> set[tuple[int, ...]]:
         return _LOCAL_SYNC_BEFORE.setdefault(pool, set())
     except TypeError:  # a pool that can't be weakly referenced: no history, so never this bug
         return set()
-
-
-LOCAL_SYNC_RECREATE = registry()["new-group-local-sync-recreate-fails"]
-MESH_LOCAL_RANK = registry()["device-mesh-local-rank-not-coordinate"]
-DESTROYED_EARLY = registry()["gloo-new-group-destroyed-early-breaks-peer"]
 
 
 def check(pool: Pool, case: SubgroupCase, *, new_group: Callable[..., Any] = dist.new_group,
@@ -403,6 +402,6 @@ def check(pool: Pool, case: SubgroupCase, *, new_group: Callable[..., Any] = dis
             results = pool.run(subgroups_and_check, case, new_group=new_group, collectives=collectives)
             wrong = {rank: problems for rank, problems in enumerate(results) if problems}
             if wrong:
-                raise PropertyFailure(f"ranks {sorted(wrong)} saw wrong subgroup results: {wrong}", results)
+                raise PropertyFailure(f"ranks {sorted(wrong)} saw wrong subgroup results:{by_rank(wrong)}", results)
     finally:
         before |= local_sync

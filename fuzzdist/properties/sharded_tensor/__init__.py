@@ -64,6 +64,7 @@ from hypothesis import strategies as st
 from fuzzdist import strategies as fst
 from fuzzdist.errors import InvalidArgument, InvalidStrategyArgument
 from fuzzdist.known_bugs import known_failures
+from fuzzdist.problems import Kind, Problem, Symptom, by_rank
 from fuzzdist.properties import PropertyFailure, checkpoint
 from fuzzdist.strategies import seeds
 from fuzzdist.toolkit.checks import first_difference
@@ -83,9 +84,6 @@ SEEDS = seeds()
 DTYPES: tuple[torch.dtype, ...] = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64,
                                    torch.int32, torch.int8, torch.uint8, torch.bool)
 MAX_DIM = 64
-GATHER_FLOAT32_MARKER = "(exactly a float32 round trip of the original)"
-# a rank's gather returned without issuing the collective (sharded-tensor-gather-empty-shard-skips-collective)
-GATHER_SKIPPED_MARKER = "[GATHER_SKIPPED]"
 
 
 @dataclass(frozen=True)
@@ -158,7 +156,7 @@ def _collectives_issued(group: Any) -> int | None:
         return None
 
 
-def _skipped_gather(sharded: Any, dst: int, group: Any, rank: int) -> str:
+def _skipped_gather(sharded: Any, dst: int, group: Any, rank: int) -> Problem:
     """This rank's ``gather`` returned without issuing the gather collective (torch 2.6.0 returns early on
     a rank whose local shard is empty), so the other ranks wait in theirs: join it with a stand-in, so
     that they finish and the pool's group stays in step, and return the problem.
@@ -180,9 +178,10 @@ def _skipped_gather(sharded: Any, dst: int, group: Any, rank: int) -> str:
             torch.distributed.gather(torch.zeros(largest, dtype=torch.uint8), None, dst=dst, group=group)
     shapes = [tuple(s.tensor.shape) for s in sharded.local_shards()]
     empty = " (empty)" if any(0 in shape for shape in shapes) else ""
-    return (f"gather to rank {dst}: rank {rank}, local shards {shapes}{empty}, returned from gather without "
-            f"joining its collective, so the other ranks waited in theirs (fuzzdist joined it for them"
-            f"{'; out was left as it was' if rank == dst else ''}) {GATHER_SKIPPED_MARKER}")
+    return Problem(Kind.HANG, f"gather to rank {dst}", rank=rank, subject=tuple(shapes),
+                   symptom=Symptom.GATHER_SKIPPED,
+                   detail=f"local shards {shapes}{empty}: the other ranks waited in theirs (fuzzdist joined it for "
+                          f"them{'; out was left as it was' if rank == dst else ''})")
 
 
 def _decoy(full: torch.Tensor) -> torch.Tensor:
@@ -197,33 +196,36 @@ def _same_up_to_nan_payloads(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def _check_local(sharded: Any, full: torch.Tensor, dim: int, ranks: tuple[int, ...], rank: int,
-                 stage: str) -> list[str]:
-    problems: list[str] = []
+                 stage: str) -> list[Problem]:
+    problems: list[Problem] = []
     shards = sharded.local_shards()
     if len(shards) != 1:
-        return [f"{stage}: {len(shards)} local shards, expected 1"]
+        return [Problem(Kind.MISMATCH, f"{stage}: local shards", got=len(shards), expected=1)]
     shard = shards[0]
     index = ranks.index(rank)
     start, length = chunk_span(full.shape[dim], len(ranks), index)
     expected = full.narrow(dim, start, length)
     md = shard.metadata
     if md.placement is not None and md.placement.rank() != rank:
-        problems.append(f"{stage}: the local shard's metadata names rank {md.placement.rank()}")
+        problems.append(Problem(Kind.MISMATCH, f"{stage}: the local shard's metadata's rank", got=md.placement.rank(),
+                                expected=rank))
     if tuple(md.shard_sizes) != tuple(expected.shape):
-        problems.append(f"{stage}: shard_sizes {tuple(md.shard_sizes)}, expected {tuple(expected.shape)}")
+        problems.append(Problem(Kind.SHAPE, f"{stage}: shard_sizes", got=tuple(md.shard_sizes),
+                                expected=tuple(expected.shape)))
     elif length:
         offsets = tuple(start if d == dim else 0 for d in range(full.ndim))
         if tuple(md.shard_offsets) != offsets:
-            problems.append(f"{stage}: shard_offsets {tuple(md.shard_offsets)}, expected {offsets}")
-    diff = first_difference(shard.tensor, expected)
+            problems.append(Problem(Kind.MISMATCH, f"{stage}: shard_offsets", got=tuple(md.shard_offsets),
+                                    expected=offsets))
+    diff = first_difference(shard.tensor, expected, f"{stage}: local shard (placement {index})")
     if diff is not None:
-        problems.append(f"{stage}: local shard (placement {index}): {diff}")
+        problems.append(diff)
     return problems
 
 
 def shard_and_gather(ctx: RankContext, case: ShardCase, path: str | None = None,
                      shard: Callable[..., Any] = spec_shard, gather: Callable[..., Any] = st_gather,
-                     ) -> list[str] | None:
+                     ) -> list[Problem] | None:
     """On every rank: shard, check the local shard, gather to ``case.dst`` and check there; with
     ``path``, save through DCP and load into ``case.load_placements``.  None if all is well."""
     full = case.spec.materialize(ctx.device, case.seed)  # the reference: never handed to shard()
@@ -241,11 +243,12 @@ def shard_and_gather(ctx: RankContext, case: ShardCase, path: str | None = None,
         if skipped:
             problems.append(_skipped_gather(sharded, case.dst, ctx.group, ctx.rank))
         elif out is not None:
-            diff = first_difference(out, full)
+            diff = first_difference(out, full, f"gather to rank {case.dst}")
             if diff is not None:
                 rounded = full.to(torch.float32).to(full.dtype)
-                marker = f" {GATHER_FLOAT32_MARKER}" if _same_up_to_nan_payloads(out, rounded) else ""
-                problems.append(f"gather to rank {case.dst}: {diff}{marker}")
+                if _same_up_to_nan_payloads(out, rounded):
+                    diff = diff.with_symptom(Symptom.FLOAT32_ROUND_TRIP)
+                problems.append(diff)
         if path is not None and case.load_placements is not None:
             checkpoint.dcp_save({"t": sharded}, path, False)
             target = shard(_decoy(full), _spec(case.dim, case.load_placements), case.src, ctx.group)
@@ -302,6 +305,6 @@ def check(pool: Pool, case: ShardCase, *, shard: Callable[..., Any] = spec_shard
                 shutil.rmtree(path, ignore_errors=True)
         wrong = {rank: problems for rank, problems in enumerate(results) if problems}
         if wrong:
-            raise PropertyFailure(f"ranks {sorted(wrong)} saw other values than torch.chunk's pieces: {wrong}",
-                                  results)
+            raise PropertyFailure(f"ranks {sorted(wrong)} saw other values than torch.chunk's pieces:"
+                                  f"{by_rank(wrong)}", results)
 

@@ -91,10 +91,12 @@ from torch import nn
 
 from fuzzdist.errors import InvalidArgument
 from fuzzdist.known_bugs import known_failures
+from fuzzdist.problems import Kind, Problem, by_rank
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.properties import dtensor as _dtensor
 from fuzzdist.strategies import seeds
 from fuzzdist.toolkit.checks import first_difference
+from fuzzdist.toolkit.reporting import capped
 
 try:
     from torch.distributed.tensor import DTensor, Replicate, Shard
@@ -125,8 +127,7 @@ KINDS = ("colwise", "rowwise", "sequence")
 LAYOUTS = ("R", "T", "H")  # Replicate(), Shard(sequence_dim), Shard(-1)
 _DEFAULT_IN = {"colwise": "R", "rowwise": "H"}
 _DEFAULT_OUT = {"colwise": "H", "rowwise": "R", "sequence": "T"}
-_MAX_REPORTED = 8
-SGD_STEP_RAISED = "the SGD step on the parallelised parameters raised"
+SGD_STEP = "the SGD step on the parallelised parameters"  # what a problem of the optimizer's step is about
 
 
 @dataclass(frozen=True)
@@ -299,18 +300,19 @@ def _param_placement(kind: str, name: str) -> tuple[Any, ...]:
     return (Replicate(),)
 
 
-def _close(what: str, actual: torch.Tensor, expected: torch.Tensor) -> str | None:
-    """None if ``actual`` is within rtol/atol of ``expected``, else a one-line description."""
+def _close(what: str, actual: torch.Tensor, expected: torch.Tensor, rank: int | None = None) -> Problem | None:
+    """None if ``actual`` is within rtol/atol of ``expected``, else the worst difference (on ``rank``)."""
     if tuple(actual.shape) != tuple(expected.shape) or actual.dtype != expected.dtype:
-        return (f"{what}: got {tuple(actual.shape)} {actual.dtype}, "
-                f"expected {tuple(expected.shape)} {expected.dtype}")
+        return Problem(Kind.SHAPE, what, rank=rank, got=(tuple(actual.shape), str(actual.dtype)),
+                       expected=(tuple(expected.shape), str(expected.dtype)))
     close = torch.isclose(actual, expected, rtol=RTOL, atol=ATOL)
     if bool(close.all()):
         return None
     error = (actual - expected).abs().reshape(-1).nan_to_num(nan=math.inf)
     i = int(torch.where((~close).reshape(-1), error, -1.0).argmax())
-    return (f"{what}: {int((~close).sum())} of {actual.numel()} elements differ; worst at flat index {i}: "
-            f"got {actual.reshape(-1)[i].item():.9g}, expected {expected.reshape(-1)[i].item():.9g}")
+    return Problem(Kind.MISMATCH, what, rank=rank, index=i, got=actual.reshape(-1)[i].item(),
+                   expected=expected.reshape(-1)[i].item(), bound=ATOL + RTOL * abs(expected.reshape(-1)[i].item()),
+                   count=int((~close).sum()), size=actual.numel(), worst=True)
 
 
 # ---------------------------------------------------------------------------
@@ -332,7 +334,7 @@ def _any_rank(ctx: RankContext, stop: bool) -> bool:
 
 
 def tp_parity(ctx: RankContext, config: TPConfig, seed: int,
-              parallelize: Callable[..., nn.Module] = _parallelize) -> list[str]:
+              parallelize: Callable[..., nn.Module] = _parallelize) -> list[Problem]:
     """On every rank: parallelise ``config``'s model with ``parallelize`` (``parallelize_module``'s
     signature), run it forward and backward and one SGD step next to the local reference; return
     the problems (empty if none)."""
@@ -346,22 +348,22 @@ def tp_parity(ctx: RankContext, config: TPConfig, seed: int,
     decoy = src is not None and rank != src
     model = config.build_model(seed, linear_seed=seed + 2**33 if decoy else seed)
     kwargs = {"src_data_rank": src} if HAS_SRC_DATA_RANK else {}
-    problems: list[str] = []
+    problems: list[Problem] = []
     model = parallelize(model, mesh, config.plan(), **kwargs)
     ref_params = dict(reference.named_parameters())
     params: dict[str, Any] = dict(model.named_parameters())  # DTensor parameters after parallelize_module
     if sorted(params) != sorted(ref_params):
-        return [f"parameter names {sorted(params)}, expected {sorted(ref_params)}"]
+        return [Problem(Kind.MISMATCH, "parameter names", got=sorted(params), expected=sorted(ref_params))]
     kinds = {name: config.layers[int(name.split(".")[1])].kind for name in params}
     for name, p in params.items():
         expected = _param_placement(kinds[name], name.rsplit(".", 1)[1])
         if not isinstance(p, DTensor) or tuple(p.placements) != expected:
             got = tuple(p.placements) if isinstance(p, DTensor) else type(p).__name__
-            problems.append(f"after parallelize: {name} has placements {got}, expected {expected}")
+            problems.append(Problem(Kind.SHAPE, f"after parallelize: {name}'s placements", got=got, expected=expected))
             continue
         diff = first_difference(p.to_local(), piece(ref_params[name].detach(), expected, rank, world))
         if diff is not None:
-            problems.append(f"after parallelize: {name}'s local piece on rank {rank}: {diff}")
+            problems.append(diff.about(f"after parallelize: {name}'s local piece", rank=rank))
     if _any_rank(ctx, bool(problems)):  # stop together: a rank leaving alone strands the others in a collective
         return problems
 
@@ -375,23 +377,23 @@ def tp_parity(ctx: RankContext, config: TPConfig, seed: int,
     local: torch.Tensor | None = None  # this rank's output piece, while backward can go on from it
     if last.local_output:
         if isinstance(out, DTensor):
-            problems.append(f"output: got a DTensor, expected a local torch.Tensor "
-                            f"(use_local_output={last.use_local_output})")
+            problems.append(Problem(Kind.SHAPE, "output", got="a DTensor", expected="a local torch.Tensor",
+                                    detail=f"(use_local_output={last.use_local_output})"))
         else:
             local = out
     else:
         norm = tuple(Shard(p.dim % 3) if isinstance(p, Shard) else p for p in out_placements)
         if not isinstance(out, DTensor):
-            problems.append(f"output: got a {type(out).__name__}, expected a DTensor "
-                            f"(use_local_output={last.use_local_output})")
+            problems.append(Problem(Kind.SHAPE, "output", got=f"a {type(out).__name__}", expected="a DTensor",
+                                    detail=f"(use_local_output={last.use_local_output})"))
         elif tuple(out.placements) != norm or tuple(out.shape) != tuple(ref_out.shape):
-            problems.append(f"output: DTensor {tuple(out.shape)} {tuple(out.placements)}, "
-                            f"expected {tuple(ref_out.shape)} {norm}")
+            problems.append(Problem(Kind.SHAPE, "output", got=(tuple(out.shape), tuple(out.placements)),
+                                    expected=(tuple(ref_out.shape), norm), detail="(a DTensor's shape and placements)"))
         else:
             local = out.to_local()
     if local is not None:
         expected_piece = piece(ref_out.detach(), out_placements, rank, world)
-        diff = _close(f"output's local piece on rank {rank}", local, expected_piece)
+        diff = _close("output's local piece", local, expected_piece, rank)
         if diff is not None:
             problems.append(diff)
             if local.shape != expected_piece.shape:
@@ -405,11 +407,11 @@ def tp_parity(ctx: RankContext, config: TPConfig, seed: int,
         assert ref_grad is not None
         grad = p.grad
         if not isinstance(grad, DTensor):
-            problems.append(f"grad {name}: got {type(grad).__name__}, expected a DTensor")
+            problems.append(Problem(Kind.SHAPE, f"grad {name}", got=type(grad).__name__, expected="a DTensor"))
             continue
         if tuple(grad.placements) == tuple(p.placements):
-            diff = _close(f"grad {name}'s local piece on rank {rank}", grad.to_local(),
-                          piece(ref_grad, tuple(p.placements), rank, world))
+            diff = _close(f"grad {name}'s local piece", grad.to_local(),
+                          piece(ref_grad, tuple(p.placements), rank, world), rank)
             if diff is not None:
                 problems.append(diff)
         diff = _close(f"grad {name} ({tuple(grad.placements)}).full_tensor()", grad.full_tensor(), ref_grad)
@@ -420,20 +422,18 @@ def tp_parity(ctx: RankContext, config: TPConfig, seed: int,
     try:
         torch.optim.SGD(model.parameters(), lr=LR).step()
     except RuntimeError as exc:
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        problems.append(f"{SGD_STEP_RAISED} {type(exc).__name__}: {first_line} (gradient placements that differ "
-                        f"from their parameter's: {moved})")
+        problems.append(Problem.raised(exc, SGD_STEP, subject=tuple((n, g, p) for n, (g, p) in moved.items()),
+                                       detail=f"(gradient placements that differ from their parameter's: {moved})"))
         return problems
     torch.optim.SGD(reference.parameters(), lr=LR).step()
     for name, p in params.items():
         placements = tuple(p.placements) if isinstance(p, DTensor) else (Replicate(),)
         local = p.to_local() if isinstance(p, DTensor) else p
-        diff = _close(f"after an SGD step: {name}'s local piece on rank {rank}", local.detach(),
-                      piece(ref_params[name].detach(), placements, rank, world))
+        diff = _close(f"after an SGD step: {name}'s local piece", local.detach(),
+                      piece(ref_params[name].detach(), placements, rank, world), rank)
         if diff is not None:
             problems.append(diff)
-    more = len(problems) - _MAX_REPORTED
-    return problems[:_MAX_REPORTED] + ([f"... and {more} more"] if more > 0 else [])
+    return capped(problems)
 
 
 # ---------------------------------------------------------------------------
@@ -518,5 +518,5 @@ def check(pool: Pool, config: TPConfig, seed: int, *, parallelize: Callable[...,
         results = pool.run(tp_parity, config, seed, parallelize=parallelize)
         wrong = {rank: problems for rank, problems in enumerate(results) if problems}
         if wrong:
-            raise PropertyFailure(f"tensor parallelism differs from the local reference on ranks {sorted(wrong)}: "
-                                  f"{wrong}", results)
+            raise PropertyFailure(f"tensor parallelism differs from the local reference on ranks {sorted(wrong)}:"
+                                  f"{by_rank(wrong)}", results)

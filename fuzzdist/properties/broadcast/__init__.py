@@ -18,10 +18,10 @@ import torch
 import torch.distributed as dist
 from hypothesis import strategies as st
 
-from fuzzdist import known_bugs
 from fuzzdist import strategies as fst
-from fuzzdist.known_bugs.symptoms import BROADCAST_STRIDES_IGNORED
+from fuzzdist.known_bugs import known_failures
 from fuzzdist.pool.capabilities.gloo import gloo_dtypes
+from fuzzdist.problems import Problem, Symptom, by_rank
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.toolkit.checks import bitwise_equal, first_difference, storage_order
 
@@ -36,13 +36,11 @@ MAX_BYTES = 64 * 1024
 # layout, every value pattern.
 SPECS = fst.tensor_specs(shapes=fst.shapes(max_bytes=MAX_BYTES),
                          dtypes=st.deferred(lambda: st.sampled_from(gloo_dtypes("broadcast"))))
-# What a receiver's difference says when it holds the source's memory order (see storage_order).
-STRIDES_IGNORED = BROADCAST_STRIDES_IGNORED
 SEEDS = fst.seeds()
 
 
 def broadcast_and_check(ctx: RankContext, spec: fst.TensorSpec, src: int, seed: int,
-                        broadcast: Callable[..., Any] = dist.broadcast) -> str | None:
+                        broadcast: Callable[..., Any] = dist.broadcast) -> Problem | None:
     """On every rank: broadcast ``spec``'s tensor from ``src``; None if this rank holds exactly
     the source's values, else what differs.  ``broadcast`` is swappable so tests can plant bugs."""
     if ctx.rank == src:
@@ -58,7 +56,7 @@ def broadcast_and_check(ctx: RankContext, spec: fst.TensorSpec, src: int, seed: 
     if diff is not None and ctx.rank != src:
         in_memory_order = storage_order(spec.materialize(ctx.device, seed))
         if in_memory_order is not None and bitwise_equal(tensor, in_memory_order):
-            diff = f"{diff} ({STRIDES_IGNORED})"
+            diff = diff.with_symptom(Symptom.MEMORY_ORDER)
     return diff
 
 
@@ -68,8 +66,8 @@ def check(pool: Pool, spec: fst.TensorSpec, src: int, seed: int, *,
     ``broadcast`` (any function with ``dist.broadcast``'s signature); raise
     :class:`PropertyFailure` naming the ranks whose tensor differs from the source's.  Run inside
     ``known_failures("broadcast", ...)``: a known torch bug's failure is tallied, not raised."""
-    with known_bugs.known_failures("broadcast", spec=spec, src=src, seed=seed, world_size=pool.world_size):
+    with known_failures("broadcast", spec=spec, src=src, seed=seed, world_size=pool.world_size):
         differences = pool.run(broadcast_and_check, spec, src, seed, broadcast=broadcast)
         wrong = {rank: diff for rank, diff in enumerate(differences) if diff is not None}
         if wrong:
-            raise PropertyFailure(f"ranks {sorted(wrong)} differ from source rank {src}: {wrong}", differences)
+            raise PropertyFailure(f"ranks {sorted(wrong)} differ from source rank {src}:{by_rank(wrong)}", differences)

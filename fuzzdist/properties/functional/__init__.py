@@ -39,6 +39,7 @@ function in place of torch's.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -51,8 +52,8 @@ from hypothesis import strategies as st
 from fuzzdist import strategies as fst
 from fuzzdist.errors import CallRaised
 from fuzzdist.known_bugs import known_failures
-from fuzzdist.known_bugs.symptoms import BOOL_BYTES_NOT_0_OR_1, CALL_RAISED
 from fuzzdist.pool.capabilities.gloo import functional_layouts, gloo_dtypes, gloo_reduce_ops
+from fuzzdist.problems import Problem, Symptom, by_rank
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.strategies import TensorSpec, mix_seed, seeds
 from fuzzdist.toolkit.oracle import exact_problem, reduction_problem
@@ -127,7 +128,7 @@ def rank_input(call: Call, index: int, rank: int, seed: int) -> torch.Tensor:
 
 
 def expected_problem(call: Call, inputs: list[torch.Tensor], rank: int, actual: torch.Tensor,
-                     what: str) -> str | None:
+                     what: str) -> Problem | None:
     """None if ``actual`` is what ``call`` must give on ``rank``, from every rank's ``inputs``."""
     world = len(inputs)
     if call.op == "all_reduce":
@@ -204,21 +205,21 @@ def _c10d(call: Call, x: torch.Tensor, group: Any, rank: int) -> torch.Tensor:
 
 @contextlib.contextmanager
 def _naming_the_call(index: int, call: Call) -> Iterator[None]:
-    """Re-raise what a call raised as a :class:`CallRaised` that names the call (``CALL_RAISED``): the known
-    bugs' predicates tie a rank's error to the call that raised it."""
+    """Re-raise what a call raised as a :class:`CallRaised` that names the call: the known bugs' predicates
+    tie a rank's error to the call that raised it (its :class:`~fuzzdist.problems.Problem`)."""
     try:
         yield
     except Exception as exc:
-        raise CallRaised(CALL_RAISED.format(index=index, op=call.op, type=type(exc).__name__, message=exc)) from exc
+        raise CallRaised(Problem.raised(exc, call=index, op=call.op)) from exc
 
 
 def functional_and_check(ctx: RankContext, case: FunctionalCase,
-                         functions: Mapping[str, Callable[..., Any]] | None = None) -> list[str] | None:
+                         functions: Mapping[str, Callable[..., Any]] | None = None) -> list[Problem] | None:
     """On every rank: issue ``case``'s calls, complete them in its order, check each result against
     the reference and the c10d collective and each input against its original; None or the problems."""
     functions = functions or {}
     world, rank = ctx.world_size, ctx.rank
-    problems: list[str] = []
+    problems: list[Problem] = []
     inputs = [rank_input(call, i, rank, case.seed) for i, call in enumerate(case.calls)]
     results: list[Any] = []
     with warnings.catch_warnings():
@@ -232,32 +233,29 @@ def functional_and_check(ctx: RankContext, case: FunctionalCase,
         with _naming_the_call(i, case.calls[i]):
             done[i] = _complete(results[i], case.completions[i])
     for i, call in enumerate(case.calls):
-        what = f"call {i} {call.op}"
+        found: list[Problem | None] = []
         everyone = [rank_input(call, i, r, case.seed) for r in range(world)]
-        problem = expected_problem(call, everyone, rank, done[i], what)
-        if problem is not None:
-            problems.append(problem)
+        problem = expected_problem(call, everyone, rank, done[i], "")
+        found.append(problem)
         c10d = _c10d(call, everyone[rank], ctx.group, rank)  # a collective: every rank, every call
         if problem is None and call.reduce_op != "AVG":  # movement ops carry "SUM"
-            diff = exact_problem(f"{what} vs c10d", done[i], c10d)
-            if diff is not None:
-                problems.append(diff + _invalid_bools(c10d, done[i]))
-        changed = exact_problem(f"{what}: its input afterwards", inputs[i], everyone[rank])
-        if changed is not None:
-            problems.append(changed)
+            found.append(_invalid_bools(exact_problem("compared with c10d", done[i], c10d), c10d, done[i]))
+        found.append(exact_problem("its input afterwards", inputs[i], everyone[rank]))
+        problems += [dataclasses.replace(p, call=i, op=call.op) for p in found if p is not None]
     return problems or None
 
 
-def _invalid_bools(c10d: torch.Tensor, result: torch.Tensor) -> str:
+def _invalid_bools(diff: Problem | None, c10d: torch.Tensor, result: torch.Tensor) -> Problem | None:
     """Where c10d's result is right by truth value (equal to the functional result, which matched the
     reference) but holds bool bytes other than 0 and 1 (gloo-bool-sum-stores-2 in c10d), say so."""
-    if c10d.dtype != torch.bool:
-        return ""
+    if diff is None or c10d.dtype != torch.bool:
+        return diff
     raw = c10d.contiguous().view(torch.uint8)
     odd = int((raw > 1).sum())
     if not odd or exact_problem("", raw != 0, result) is not None:
-        return ""
-    return f" (c10d's result: {odd} of {raw.numel()} bools {BOOL_BYTES_NOT_0_OR_1})"
+        return diff
+    return dataclasses.replace(diff, symptom=Symptom.BOOL_BYTES_NOT_0_OR_1,
+                               detail=f"(c10d's result: {odd} of {raw.numel()} bools){diff.detail}")
 
 
 # ---------------------------------------------------------------------------
@@ -325,4 +323,4 @@ def check(pool: Pool, case: FunctionalCase, *, functions: Mapping[str, Callable[
         results = pool.run(functional_and_check, case, functions=dict(functions or {}))
         wrong = {rank: problems for rank, problems in enumerate(results) if problems}
         if wrong:
-            raise PropertyFailure(f"functional collectives wrong on ranks {sorted(wrong)}: {wrong}", results)
+            raise PropertyFailure(f"functional collectives wrong on ranks {sorted(wrong)}:{by_rank(wrong)}", results)

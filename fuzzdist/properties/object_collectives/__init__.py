@@ -11,7 +11,7 @@ taken from the collective.
 
 The uint16/uint32/uint64/float8 tensors torch 2.13 pickles but can't unpickle are drawn like any
 other: the check runs inside :func:`fuzzdist.known_bugs.known_failures`, which reports that
-failure as the known bug ``wide-unsigned-unpickle-objects`` (in ``fuzzdist.known_bugs.torch_bugs``) and any other
+failure as the known bug ``wide-unsigned-unpickle-objects`` (in ``known_bugs.py next to it``) and any other
 failure as new.
 """
 
@@ -28,8 +28,8 @@ import torch.distributed as dist
 from hypothesis import strategies as st
 
 from fuzzdist import strategies as fst
-from fuzzdist.known_bugs import known_failures, registry
-from fuzzdist.known_bugs.symptoms import OBJECT_CALL_RAISED
+from fuzzdist.known_bugs import known_failures
+from fuzzdist.problems import Kind, Problem, by_rank
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.toolkit.checks import first_difference
 
@@ -102,8 +102,8 @@ def difference(actual: Any, expected: Any, path: str = "obj") -> str | None:
     if type(actual) is not type(expected):
         return f"{path}: got a {type(actual).__name__}, expected a {type(expected).__name__}"
     if isinstance(expected, torch.Tensor):
-        diff = first_difference(actual, expected)
-        return None if diff is None else f"{path}: {diff}"
+        problem = first_difference(actual, expected)
+        return None if problem is None else f"{path}: {problem}"
     if isinstance(expected, float):
         same = struct.pack("<d", actual) == struct.pack("<d", expected)
         return None if same else f"{path}: got {actual!r}, expected {expected!r}"
@@ -134,7 +134,7 @@ def _default_ops() -> dict[str, Callable[..., Any]]:
 
 
 def object_collective_and_check(ctx: RankContext, case: ObjectCase,
-                                ops: dict[str, Callable[..., Any]] | None = None) -> list[str] | None:
+                                ops: dict[str, Callable[..., Any]] | None = None) -> list[Problem] | None:
     """On every rank: run ``case.op`` with this rank's objects; None if it received what it should have,
     else what differs (or the error it raised: unpickling happens after the collective, so a rank that
     raises does not leave its peers waiting).  ``ops`` maps op names to stand-ins, for planted bugs."""
@@ -142,7 +142,7 @@ def object_collective_and_check(ctx: RankContext, case: ObjectCase,
     rank, world, root = ctx.rank, ctx.world_size, case.root
     expected_all = [build(case.objects[r]) for r in range(world)]  # built before the collective
     mine = build(case.objects[rank])
-    problems: list[str] = []
+    problems: list[Problem] = []
     try:
         if case.op == "broadcast_object_list":
             got = mine if rank == root else [None] * len(case.objects[root])
@@ -161,10 +161,10 @@ def object_collective_and_check(ctx: RankContext, case: ObjectCase,
             fn(mine, got, dst=root, group=ctx.group)
             expected = expected_all if rank == root else None
     except Exception as exc:  # noqa: BLE001 - an observation, reported by the driver
-        return [OBJECT_CALL_RAISED.format(op=case.op, type=type(exc).__name__, message=exc)]
+        return [Problem.raised(exc, op=case.op)]
     diff = difference(got, expected)
     if diff is not None:
-        problems.append(f"{case.op}: {diff}")
+        problems.append(Problem(Kind.MISMATCH, op=case.op, detail=diff))
     return problems or None
 
 
@@ -206,7 +206,7 @@ def object_cases(draw: st.DrawFn, world_size: int, op: st.SearchStrategy[str] | 
 
 
 # ---------------------------------------------------------------------------
-# the known bug (its entry is in fuzzdist.known_bugs.torch_bugs), and the driver-side check
+# the known bug (its entry is in known_bugs.py next to it), and the driver-side check
 
 def _dtypes_in(desc: Any) -> set[str]:
     if isinstance(desc, Tensor):
@@ -230,9 +230,6 @@ def _unpickled_on(case: ObjectCase, rank: int, world: int) -> list[Any]:
     return list(case.objects[:world])  # all_gather_object everywhere, gather_object on the root
 
 
-WIDE_UNSIGNED_UNPICKLE = registry()["wide-unsigned-unpickle-objects"]
-
-
 def check(pool: Pool, case: ObjectCase, *, ops: dict[str, Callable[..., Any]] | None = None) -> None:
     """Run ``case`` over ``pool`` (torch's object collectives, or the stand-ins in ``ops``); raise
     :class:`PropertyFailure` naming the ranks that received something other than the source's objects.
@@ -242,7 +239,7 @@ def check(pool: Pool, case: ObjectCase, *, ops: dict[str, Callable[..., Any]] | 
         wrong = {rank: problems for rank, problems in enumerate(results) if problems}
         if wrong:
             raise PropertyFailure(f"ranks {sorted(wrong)} did not get the objects rank {case.root}'s "
-                                  f"{case.op} should have handed them: {wrong}", results)
+                                  f"{case.op} should have handed them:{by_rank(wrong)}", results)
 
 
 __all__ = ["OPS", "Large", "ObjectCase", "Tensor", "build", "check", "difference", "object_cases", "objects",

@@ -58,7 +58,7 @@ join hook discards the result of its shadowing all-reduce: in ``Join``'s documen
 joined rank's shard is stepped with its own stale gradients (None after ``zero_grad()``: not at
 all) instead of the active ranks' mean.  The property checks the documented reference anyway; where
 the parameters instead equal what that computes (``stale_shard_gradients``), the problem says
-``STALE_SHARD`` and the known bug ``join-zero-joined-shard-stale`` recognises it.
+(:attr:`~fuzzdist.problems.Symptom.STALE_SHARD`) and the known bug ``join-zero-joined-shard-stale`` recognises it.
 
 Drawn (``join_cases``): a chain of 1 to 3 Linear layers (widths 1 to 4, with bias), 0 to 3 batches
 per rank of 1 or 2 samples, DDP alone or with ZeRO, both ``divide_by_initial_world_size`` settings,
@@ -87,9 +87,11 @@ from torch.nn.parallel import DistributedDataParallel
 
 from fuzzdist.errors import InvalidArgument, InvalidStrategyArgument
 from fuzzdist.known_bugs import known_failures
+from fuzzdist.problems import Kind, Problem, Symptom, by_rank
 from fuzzdist.properties import PropertyFailure
-from fuzzdist.strategies import seeds
-from fuzzdist.toolkit.checks import fingerprint
+from fuzzdist.strategies import mix_seed_fnv, seeds
+from fuzzdist.toolkit.checks import digest, mismatch
+from fuzzdist.toolkit.reporting import capped
 
 if TYPE_CHECKING:
     from fuzzdist.pool import Pool
@@ -102,11 +104,6 @@ OPTIMIZERS = ("sgd", "sgd_momentum", "adam")
 LR = 0.05
 MAX_WIDTH = 4
 MAX_LAYERS = 3
-# The marker of a ZeRO shard stepped with a joined rank's own gradients: the known bug's symptom
-# (``fuzzdist/known_bugs/torch_bugs.py`` matches this text).
-STALE_SHARD = "[STALE_SHARD: equals the joined owner's shard stepped with its own gradients]"
-_MAX_REPORTED = 6
-Digest = tuple[tuple[str, tuple[object, ...] | None], ...]
 
 
 @dataclass(frozen=True)
@@ -168,7 +165,7 @@ class JoinCase:
 
     def build_model(self, seed: int, dtype: torch.dtype) -> nn.Module:
         """The model, identical on every rank for the same seed; the global RNG is left alone."""
-        gen = torch.Generator().manual_seed(_mix(seed, 0x6A6F696E))
+        gen = torch.Generator().manual_seed(mix_seed_fnv(seed, 0x6A6F696E))
         modules: list[nn.Module] = []
         for k, (a, b) in enumerate(zip(self.widths, self.widths[1:], strict=False)):
             if k:
@@ -183,7 +180,7 @@ class JoinCase:
 
     def make_batch(self, rank: int, step: int, seed: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """Rank ``rank``'s (inputs, targets) at ``step``, deterministic in (seed, rank, step)."""
-        gen = torch.Generator().manual_seed(_mix(seed, rank, step))
+        gen = torch.Generator().manual_seed(mix_seed_fnv(seed, rank, step))
         x = torch.rand((self.batch_size, self.widths[0]), generator=gen, dtype=torch.float64) * 2 - 1
         y = torch.rand((self.batch_size, self.widths[-1]), generator=gen, dtype=torch.float64) * 2 - 1
         return x.to(dtype), y.to(dtype)
@@ -210,14 +207,6 @@ class JoinCase:
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         printer.text(repr(self))
-
-
-def _mix(*values: int) -> int:
-    """A 63-bit seed from integers (deterministic across processes, unlike ``hash``)."""
-    h = 0x9E3779B97F4A7C15
-    for v in values:
-        h = ((h ^ (v & 0xFFFFFFFFFFFFFFFF)) * 0x100000001B3 + 0x632BE59BD9B4E019) & 0xFFFFFFFFFFFFFFFF
-    return h >> 1
 
 
 def join_cases(world_size: int = 2, *, max_batches: int = 3, zero: bool = True) -> st.SearchStrategy[JoinCase]:
@@ -322,34 +311,22 @@ def stale_shard_gradients(case: JoinCase, step: int, grads: dict[str, torch.Tens
     return out
 
 
-def param_problem(what: str, actual: torch.Tensor, expected: torch.Tensor) -> str | None:
-    """None if ``actual`` is within ``2 * eps * |expected| + smallest_normal`` of ``expected``, else a
-    one-line description."""
+def param_problem(what: str, actual: torch.Tensor, expected: torch.Tensor) -> Problem | None:
+    """None if ``actual`` is within ``2 * eps * |expected| + smallest_normal`` of ``expected``, else the
+    first difference."""
     info = torch.finfo(actual.dtype)
     bad = ~torch.isclose(actual, expected, rtol=PARAM_EPS * info.eps, atol=info.smallest_normal, equal_nan=True)
-    if not bool(bad.any()):
-        return None
-    i = int(bad.reshape(-1).nonzero()[0])
-    return (f"{what}: {int(bad.sum())} of {actual.numel()} elements differ; first at flat index {i}: "
-            f"got {actual.reshape(-1)[i].item():.9g}, expected {expected.reshape(-1)[i].item():.9g}")
+    return mismatch(what, actual, expected, bad, PARAM_EPS * info.eps * expected.abs() + info.smallest_normal)
 
 
-def gradient_problem(what: str, actual: torch.Tensor | None, expected: tuple[torch.Tensor, torch.Tensor]) -> str | None:
-    """None if ``actual`` (None counts as zeros) is within the bound of the exact value."""
+def gradient_problem(what: str, actual: torch.Tensor | None,
+                     expected: tuple[torch.Tensor, torch.Tensor]) -> Problem | None:
+    """None if ``actual`` (None counts as zeros) is within the bound of the exact value, else the worst
+    difference."""
     mean, bound = expected
     actual = torch.zeros_like(mean) if actual is None else actual
     error = (actual.double() - mean).abs()
-    bad = ~(error <= bound)
-    if not bool(bad.any()):
-        return None
-    i = int(torch.where(bad.reshape(-1), error.reshape(-1).nan_to_num(nan=math.inf), -1.0).argmax())
-    return (f"{what}: {int(bad.sum())} of {actual.numel()} elements differ; worst at flat index {i}: "
-            f"got {actual.reshape(-1)[i].item():.9g}, expected {mean.reshape(-1)[i].item():.9g} "
-            f"within {bound.reshape(-1)[i].item():.3g}")
-
-
-def _digest(tensors: dict[str, torch.Tensor]) -> Digest:
-    return tuple((name, fingerprint(t)) for name, t in tensors.items())
+    return mismatch(what, actual, mean, ~(error <= bound), bound, error)
 
 
 # ---------------------------------------------------------------------------
@@ -407,38 +384,39 @@ def join_training(ctx: RankContext, case: JoinCase, seed: int, dtype: torch.dtyp
     problems = _check_steps(case, seed, dtype, ctx.rank, grads_seen, params_seen, final,
                             _owners(optimizer, model) if case.zero else None)
     if len(grads_seen) > case.steps:
-        problems.append(f"completed step {case.steps}, documented: every rank raises after {case.steps} steps")
+        problems.append(Problem(Kind.NOTE, detail=f"completed step {case.steps}, documented: every rank raises "
+                                                  f"after {case.steps} steps"))
     if case.throws and raised is None:
-        problems.append(f"raised nothing; documented: every rank raises a RuntimeError once one rank runs "
-                        f"out of inputs (counts {case.counts})")
+        problems.append(Problem(Kind.MISSING, detail=f"raised nothing; documented: every rank raises a RuntimeError "
+                                                     f"once one rank runs out of inputs (counts {case.counts})"))
     if raised is not None and not case.throws:
-        problems.append(f"raised {raised[0]}: {raised[1]}")
+        problems.append(Problem(Kind.RAISED, error=raised[0], error_text=raised[1]))
     if case.throws and len(params_seen) != case.steps:
-        problems.append(f"completed {len(params_seen)} steps before raising, documented: {case.steps} "
-                        "(the first rank's end of data)")
+        problems.append(Problem(Kind.MISMATCH, "steps completed before raising", got=len(params_seen),
+                                expected=case.steps, detail="(documented: the first rank's end of data)"))
     return {
         "problems": problems,
         "steps": len(params_seen),
         "raised": raised,
-        "grad_digests": [_digest({n: g if g is not None else torch.zeros(0) for n, g in grads.items()})
+        "grad_digests": [digest({n: g if g is not None else torch.zeros(0) for n, g in grads.items()})
                          for grads in grads_seen],
-        "final_digest": _digest(final),
+        "final_digest": digest(final),
     }
 
 
 def _check_steps(case: JoinCase, seed: int, dtype: torch.dtype, rank: int,
                  grads_seen: list[dict[str, torch.Tensor | None]], params_seen: list[dict[str, torch.Tensor]],
-                 final: dict[str, torch.Tensor], owners: dict[str, int] | None) -> list[str]:
+                 final: dict[str, torch.Tensor], owners: dict[str, int] | None) -> list[Problem]:
     """Check one rank's steps, each from the parameters it started from (the previous step's, once
     checked): its gradients against ``expected_gradients`` at those parameters, its parameters after
     the step against a local optimizer's step from them with those (checked) gradients; and, on a
     rank with the most batches (the model every rank ends with), its final parameters against its
     last step's.  A step whose parameters are wrong but equal what ``stale_shard_gradients`` gives
-    (with ``owners``) says ``STALE_SHARD``."""
+    (with ``owners``) says so (:attr:`~fuzzdist.problems.Symptom.STALE_SHARD`)."""
     documented = LocalStepper(case, seed, dtype)
     stale = LocalStepper(case, seed, dtype) if owners is not None else None
     start = {n: p.detach().clone() for n, p in documented.model.named_parameters()}
-    found: list[str] = []
+    found: list[Problem] = []
     for step, (grads, after) in enumerate(zip(grads_seen[:case.steps], params_seen, strict=False)):
         bounds = expected_gradients(documented.load(start), case, step, seed, dtype)
         found.extend(p for n, g in grads.items()
@@ -448,7 +426,7 @@ def _check_steps(case: JoinCase, seed: int, dtype: torch.dtype, rank: int,
         if wrong and stale is not None and owners is not None:
             alternative = stale.step(start, stale_shard_gradients(case, step, grads, owners))
             if all(param_problem("", after[n], alternative[n]) is None for n in after):
-                wrong = [f"{p} {STALE_SHARD}" for p in wrong]  # exactly what the known bug computes
+                wrong = [p.with_symptom(Symptom.STALE_SHARD) for p in wrong]  # exactly what the known bug computes
         elif stale is not None and owners is not None:
             stale.step(start, stale_shard_gradients(case, step, grads, owners))
         found.extend(wrong)
@@ -458,9 +436,7 @@ def _check_steps(case: JoinCase, seed: int, dtype: torch.dtype, rank: int,
         found.extend(p for n in final if (p := param_problem(
             f"after the join context ({len(params_seen)} steps): param {n} (not this rank's after its last step)",
             final[n], start[n])) is not None)
-    more = len(found) - _MAX_REPORTED
-    suffix = f" {STALE_SHARD}" if found and all(STALE_SHARD in p for p in found) else ""
-    return found[:_MAX_REPORTED] + ([f"... and {more} more{suffix}"] if more > 0 else [])
+    return capped(found)
 
 
 # ---------------------------------------------------------------------------
@@ -473,7 +449,7 @@ def check_results(case: JoinCase, results: Sequence[dict[str, Any]]) -> None:
     wrong = {rank: obs["problems"] for rank, obs in enumerate(results) if obs["problems"]}
     if wrong:
         raise PropertyFailure(f"uneven inputs under Join differ from the documented reference on ranks "
-                              f"{sorted(wrong)}: {wrong}", [obs["problems"] for obs in results])
+                              f"{sorted(wrong)}:{by_rank(wrong)}", [obs["problems"] for obs in results])
     for step in range(case.steps):
         digests = {r: results[r]["grad_digests"][step] for r in case.active(step)
                    if step < len(results[r]["grad_digests"])}

@@ -40,7 +40,8 @@ What is drawn, and where the docs constrain it:
   2.13 sends no gradients between the stages, and each stage but the last runs backward without
   an output gradient (an implicit gradient of ones where its output has one element, else a
   RuntimeError), the known bug ``pipelining-static-args-no-grad``; where the gradients equal what
-  that computes (:func:`implicit_ones_gradients`) a problem says ``IMPLICIT_ONES``.  Opt-in, like
+  that computes (:func:`implicit_ones_gradients`) a problem says so
+  (:attr:`~fuzzdist.problems.Symptom.IMPLICIT_ONES`).  Opt-in, like
   every property's drawing of a known bug's inputs that a user can avoid: every such example fails.
 * Not drawn: the tracer frontend ``pipeline()`` (stages here are built by hand), zero-bubble and
   DualPipeV schedules (they split backward into input and weight passes; not this property's
@@ -77,8 +78,11 @@ from torch import nn
 
 from fuzzdist.errors import InvalidArgument, InvalidStrategyArgument
 from fuzzdist.known_bugs import known_failures
+from fuzzdist.problems import Kind, Problem, Symptom, by_rank
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.strategies import seeds
+from fuzzdist.toolkit.checks import mismatch
+from fuzzdist.toolkit.reporting import capped
 
 try:
     from torch.distributed.pipelining import (
@@ -104,10 +108,6 @@ SEEDS = seeds()
 DTYPES = st.sampled_from([torch.float32, torch.float64])
 LOSSES = ("mse", "sse")
 SCHEDULES: tuple[type, ...] = (ScheduleGPipe, Schedule1F1B, ScheduleInterleaved1F1B, ScheduleLoopedBFS)
-# A stage's gradient that equals what torch computes from plain static example tensors: the known bug's
-# symptom (``pipelining-static-args-no-grad`` in fuzzdist.known_bugs matches this text).
-IMPLICIT_ONES = "[IMPLICIT_ONES: equals backward from this stage's output with a gradient of ones]"
-_MAX_REPORTED = 8
 
 
 def stages_per_rank(schedule_class: type) -> int:
@@ -291,17 +291,12 @@ def implicit_ones_gradients(config: PipeConfig, seed: int, dtype: torch.dtype,
             for name in sums}
 
 
-def _within(what: str, actual: torch.Tensor, expected: torch.Tensor, bound: torch.Tensor) -> str | None:
+def _within(what: str, actual: torch.Tensor, expected: torch.Tensor, bound: torch.Tensor) -> Problem | None:
+    """None if ``actual`` is within ``bound`` of ``expected`` element by element, else the worst difference."""
     if tuple(actual.shape) != tuple(expected.shape):
-        return f"{what}: got shape {tuple(actual.shape)}, expected {tuple(expected.shape)}"
+        return Problem(Kind.SHAPE, what, got=tuple(actual.shape), expected=tuple(expected.shape))
     error = (actual.double() - expected.double()).abs()
-    bad = ~(error <= bound)  # NaN counts as bad
-    if not bool(bad.any()):
-        return None
-    i = int(torch.where(bad.reshape(-1), error.reshape(-1).nan_to_num(nan=math.inf), -1.0).argmax())
-    return (f"{what}: {int(bad.sum())} of {actual.numel()} elements differ; worst at flat index {i}: "
-            f"got {actual.reshape(-1)[i].item():.9g}, expected {expected.reshape(-1)[i].item():.9g} "
-            f"within {bound.reshape(-1)[i].item():.3g}")
+    return mismatch(what, actual, expected, ~(error <= bound), bound, error)  # NaN counts as bad
 
 
 def _value_bound(expected: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -314,7 +309,7 @@ def _value_bound(expected: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 def pipeline_parity(ctx: RankContext, config: PipeConfig, dtype: torch.dtype, seed: int,
-                    schedule_class: type = ScheduleGPipe) -> list[str]:
+                    schedule_class: type = ScheduleGPipe) -> list[Problem]:
     """On every rank: build this rank's stages by hand, run one ``schedule_class`` step and compare with the
     local reference; return the problems (empty if none)."""
     world, rank = ctx.world_size, ctx.rank
@@ -351,17 +346,19 @@ def pipeline_parity(ctx: RankContext, config: PipeConfig, dtype: torch.dtype, se
     args = (x,) if holds_first else ()
     kwargs = {"target": y, "losses": []} if holds_last else {}
     out = schedule.step(*args, **kwargs)
-    problems: list[str] = []
+    problems: list[Problem] = []
     if holds_last:
         if not isinstance(out, torch.Tensor):
-            problems.append(f"step() on the last stage's rank returned {type(out).__name__}, expected the output")
+            problems.append(Problem(Kind.MISSING, "step() on the last stage's rank", got=type(out).__name__,
+                                    expected="the output"))
         else:
             problem = _within("output", out.detach(), expected["output"], _value_bound(expected["output"], dtype))
             if problem:
                 problems.append(problem)
         losses = kwargs["losses"]
         if len(losses) != config.n_microbatches:
-            problems.append(f"losses: got {len(losses)}, expected one per micro-batch ({config.n_microbatches})")
+            problems.append(Problem(Kind.MISSING, "losses", got=len(losses), expected=config.n_microbatches,
+                                    detail="(one per micro-batch)"))
         else:
             for i, (got, want) in enumerate(zip(losses, expected["losses"], strict=True)):
                 got_t = torch.as_tensor(got).detach()
@@ -375,16 +372,14 @@ def pipeline_parity(ctx: RankContext, config: PipeConfig, dtype: torch.dtype, se
             name = next(n for n, q in names.items() if q is p)
             want, bound = expected["grads"][name]
             if p.grad is None:
-                problems.append(f"stage {s}: grad {name} is None")
+                problems.append(Problem(Kind.MISSING, f"stage {s}: grad {name}", got=None))
                 continue
             problem = _within(f"stage {s}: grad {name}", p.grad.detach(), want, bound)
             if problem and alternative is not None and _within("", p.grad.detach(), *alternative[name]) is None:
-                problem = f"{problem} {IMPLICIT_ONES}"  # exactly what the known bug computes
+                problem = problem.with_symptom(Symptom.IMPLICIT_ONES)  # exactly what the known bug computes
             if problem:
                 problems.append(problem)
-    more = len(problems) - _MAX_REPORTED
-    suffix = f" {IMPLICIT_ONES}" if problems and all(IMPLICIT_ONES in p for p in problems) else ""
-    return problems[:_MAX_REPORTED] + ([f"... and {more} more{suffix}"] if more > 0 else [])
+    return capped(problems)
 
 
 # ---------------------------------------------------------------------------
@@ -473,5 +468,5 @@ def check(pool: Pool, config: PipeConfig, dtype: torch.dtype, seed: int, *,
         results = pool.run(pipeline_parity, config, dtype, seed, schedule_class=schedule_class)
         wrong = {rank: problems for rank, problems in enumerate(results) if problems}
         if wrong:
-            raise PropertyFailure(f"the pipeline differs from the unsplit model on ranks {sorted(wrong)}: {wrong}",
-                                  results)
+            raise PropertyFailure(f"the pipeline differs from the unsplit model on ranks {sorted(wrong)}:"
+                                  f"{by_rank(wrong)}", results)

@@ -1,0 +1,45 @@
+"""The known torch bugs the pipelining property runs into.
+
+One :func:`~fuzzdist.known_bugs.register` call per bug (``fuzzdist.known_bugs`` collects this module by
+name).  A predicate matches the fields of the failure's :class:`~fuzzdist.problems.Problem` records and the
+example's types, never a message's words; what torch itself said it reads only through
+:func:`fuzzdist.known_bugs.evidence.says`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from fuzzdist.known_bugs import evidence
+from fuzzdist.known_bugs.predicates import SEEN_ON, every_problem, example_of, shows
+from fuzzdist.known_bugs.registry import KnownBug, register
+from fuzzdist.problems import Symptom
+from fuzzdist.properties.pipelining import PipeConfig
+
+_STAGE_BACKWARD_FAILED = "Failed to run stage backward"
+
+
+def _is_pipelining_static_args_no_grad(example: Mapping[str, Any], failure: BaseException) -> bool:
+    """Static stages built from plain example tensors (``config.plain_examples``), and either every problem
+    is a stage gradient the check found equal to backward from that stage's own output with a gradient of
+    ones, or every rank that raised raised the stage backward's RuntimeError with no output gradient."""
+    config = example_of(example, "config", PipeConfig)
+    if config is None or not (config.static and config.plain_examples):
+        return False
+    errors = evidence.raised(failure)
+    if errors:
+        return all(evidence.raised_a(p, RuntimeError) and evidence.says(p, _STAGE_BACKWARD_FAILED)
+                   and evidence.says(p, "Output gradient: ('None',)") for p in errors)
+    return every_problem(failure, shows(Symptom.IMPLICIT_ONES))
+
+
+register(KnownBug(
+    id="pipelining-static-args-no-grad", kind="wrong result",
+    summary="PipelineStage with static input_args/output_args that don't require grad (plain example tensors): "
+            "no gradient passes between stages, and every stage but the last runs backward with no output "
+            "gradient: a silent gradient of ones where its output has one element, else 'Failed to run stage "
+            "backward'",
+    where=("pipelining",), recognise=_is_pipelining_static_args_no_grad, seen_on=SEEN_ON,
+    upstream="https://github.com/pytorch/pytorch/pull/172422",
+    reproducer="docs/findings/pipelining-static-args-no-grad.py"))
