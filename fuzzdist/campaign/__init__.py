@@ -20,6 +20,7 @@ process, with a plugin object from this package:
     coverage_report.py  the report's ``coverage`` section (``--cover``)
     output.py           the one writer of every output file
     progress.py         the live display (rich on a TTY, plain lines otherwise)
+    plain_text.py       strings from outside (a database, a report) printed as plain text
 
 This module is also a pytest plugin for ``-p fuzzdist.campaign``: it adds
 ``--fuzzdist-database=DIR_OR_URL``, which points the loaded Hypothesis

@@ -39,7 +39,7 @@ Modules: ``_engine.py`` (the session, the order of the checks), ``_options.py`` 
 ``_checks.py`` (the checks a run knows), ``_op_check.py`` (one operation's check), ``_composite.py``
 (``async`` and ``ddp_parity``), ``_draw.py`` (the async check's strategies), ``_fuzzing.py``
 (Hypothesis within a check's share), ``_rank.py`` (the code on the ranks), ``_report.py`` (the
-report); ``ops/``, one definition per operation.
+report), ``known_bugs.py`` (the torch bugs check-pg meets); ``ops/``, one definition per operation.
 """
 
 from fuzzdist.conformance._checks import ALL_CHECKS, ASYNC, DDP, all_checks

@@ -69,6 +69,9 @@ importable on the ranks.
 Generalises torch's DCP tests (fixed state dicts and world sizes) to drawn state dicts, dtypes,
 layouts, meshes, placements and parallelisms.  Importing this module raises ImportError where torch
 has no ``torch.distributed.checkpoint`` with ``save``/``load`` or no DTensor.
+
+Modules: ``state_dict.py`` (the state-dict round trip), ``model_state.py`` (the model-state round
+trip), ``known_bugs.py`` (the torch bugs this family meets, listed in :mod:`fuzzdist.known_bugs.entries`).
 """
 
 from __future__ import annotations

@@ -87,6 +87,11 @@ Sub-families, each with its contract and the doc lines it comes from:
 The implementation under test is a keyword of each ``check_*``: ``hook=`` (a picklable hook
 callable), ``state_factory=`` (``PowerSGDState``, ``PostLocalSGDState``), ``averager_factory=``,
 ``optimizer_factory=``, ``no_sync=``.
+
+Modules: ``compression.py`` (the compression hooks), ``powersgd.py`` (PowerSGD), ``local_sgd.py``
+(post-local SGD), ``no_sync.py`` (``no_sync`` and hooks), ``reordered.py`` (futures completed in a drawn
+order), ``common.py`` (what they share), ``known_bugs.py`` (the torch bugs this family meets, listed in
+:mod:`fuzzdist.known_bugs.entries`).
 """
 
 from __future__ import annotations

@@ -25,6 +25,8 @@ Generalises the set-up torch's sharded-tensor tests share (seed 004, ``ShardedTe
 a fixed world of 4 ranks and fixed inputs in each test) to drawn meshes, placements,
 redistributions, dtypes, shapes and source ranks.  Importing this module raises ImportError where
 torch has no DTensor API.
+
+Modules: ``known_bugs.py``, the torch bugs this family meets (listed in :mod:`fuzzdist.known_bugs.entries`).
 """
 
 from __future__ import annotations

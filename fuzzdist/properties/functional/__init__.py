@@ -34,6 +34,8 @@ complex tensors on gloo, where ``dist.all_to_all_single`` works (known bug
 ``gloo-functional-all-to-all-complex-raises``; still drawn).  The implementation is swappable:
 ``check(pool, case, functions={"broadcast": my_broadcast})`` runs the property over your own
 function in place of torch's.
+
+Modules: ``known_bugs.py``, the torch bugs this family meets (listed in :mod:`fuzzdist.known_bugs.entries`).
 """
 
 from __future__ import annotations

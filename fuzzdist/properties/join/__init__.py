@@ -69,6 +69,8 @@ loop (documented as needing ``throw_on_early_termination``).
 
 The implementations under test are keywords: ``check(pool, case, seed, ddp_class=MyDDP,
 optimizer_class=MyZeRO)``.
+
+Modules: ``known_bugs.py``, the torch bugs this family meets (listed in :mod:`fuzzdist.known_bugs.entries`).
 """
 
 from __future__ import annotations

@@ -62,6 +62,8 @@ micro-batch counts, GPU ranks) to drawn depths, widths, split points, micro-batc
 losses and shape inference on CPU.  The implementation under test is ``check(...,
 schedule_class=...)``: any schedule class taking ``(stage or stages, n_microbatches, loss_fn=...,
 scale_grads=...)``; a ``PipelineScheduleMulti`` subclass gets two stages per rank.
+
+Modules: ``known_bugs.py``, the torch bugs this family meets (listed in :mod:`fuzzdist.known_bugs.entries`).
 """
 
 from __future__ import annotations

@@ -47,6 +47,8 @@ reported instead of a pool timeout, and the pool's group stays in step for the n
 ``ShardedTensorTestBase`` tests (4 ranks, fixed tensors) to drawn tensors, dims, placement orders,
 sources and destinations.  The implementations under test are keywords: ``check(pool, case,
 shard=..., gather=...)``.
+
+Modules: ``known_bugs.py``, the torch bugs this family meets (listed in :mod:`fuzzdist.known_bugs.entries`).
 """
 
 from __future__ import annotations

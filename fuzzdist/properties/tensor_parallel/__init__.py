@@ -73,6 +73,8 @@ GPU ranks, mostly even shapes) to drawn depths, widths, layouts, local/DTensor o
 dims and source ranks on CPU.  The implementation under test is ``check(..., parallelize=...)``:
 any function with ``parallelize_module``'s signature.  Importing this module raises ImportError
 where torch has no ``torch.distributed.tensor.parallel``.
+
+Modules: ``known_bugs.py``, the torch bugs this family meets (listed in :mod:`fuzzdist.known_bugs.entries`).
 """
 
 from __future__ import annotations
