@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from fuzzdist.known_bugs import evidence
-from fuzzdist.known_bugs.predicates import DENSE_NON_CONTIGUOUS, SEEN_ON
+from fuzzdist.known_bugs.predicates import DENSE_NON_CONTIGUOUS
 from fuzzdist.known_bugs.registry import KnownBug, register
 from fuzzdist.problems import Problem, Symptom
 
@@ -77,11 +77,9 @@ def _bool_sum_any(example: Mapping[str, Any], failure: BaseException) -> bool:
 
 
 register(KnownBug(
-    id="gloo-bool-sum-stores-2", kind="wrong result",
-    summary="gloo's SUM over bool tensors adds the bytes: the result holds the byte 2 where two ranks "
-            "hold True (right by truth value, but not a valid bool)",
-    where=(*(f"check-pg:{op}" for op in (*_REDUCING, "async")), "functional"), recognise=_bool_sum_any,
-    seen_on=SEEN_ON, reproducer="docs/findings/gloo-bool-sum-stores-2.py"))
+    id="gloo-bool-sum-stores-2",
+    where=(*(f"check-pg:{op}" for op in (*_REDUCING, "async")), "functional"),
+    recognise=_bool_sum_any))
 
 
 def _second_wait_blocks(example: Mapping[str, Any], failure: BaseException) -> bool:
@@ -101,11 +99,9 @@ def _second_wait_blocks(example: Mapping[str, Any], failure: BaseException) -> b
 
 
 register(KnownBug(
-    id="gloo-p2p-second-wait-blocks", kind="hang",
-    summary="gloo: a second wait() on a send/recv Work that already completed blocks until its timeout "
-            "(and the timeout then closes the pair)",
-    where=("check-pg:async",), recognise=_second_wait_blocks, seen_on=SEEN_ON,
-    reproducer="docs/findings/gloo-p2p-second-wait-blocks.py"))
+    id="gloo-p2p-second-wait-blocks",
+    where=("check-pg:async",),
+    recognise=_second_wait_blocks))
 
 
 _STACK_CHECK = "outputShape[0] * worldSize == inputShape[0]"  # gloo's CHECK on reduce_scatter_tensor's stack form
@@ -121,12 +117,9 @@ def _reduce_scatter_stack_aborts(example: Mapping[str, Any], failure: BaseExcept
 
 
 register(KnownBug(
-    id="gloo-reduce-scatter-stack-aborts", kind="crash",
-    summary="gloo fails a fatal CHECK (outputShape[0] * worldSize == inputShape[0]) on reduce_scatter_tensor's "
-            "documented 'stack' input form",
-    # 2.6.0 aborts the rank (SIGABRT) on the CHECK; 2.13 and 2.14 raise it (docs/findings.md)
-    where=("check-pg:reduce_scatter_tensor",), recognise=_reduce_scatter_stack_aborts, seen_on=("2.6", "2.13", "2.14"),
-    reproducer="docs/findings/gloo-reduce-scatter-stack-aborts.py"))
+    id="gloo-reduce-scatter-stack-aborts",
+    where=("check-pg:reduce_scatter_tensor",),
+    recognise=_reduce_scatter_stack_aborts))
 
 
 # torch 2.6.0: gloo's _reduce_scatter_base (reduce_scatter_tensor, and the functional reduce_scatter_tensor
@@ -185,13 +178,9 @@ def _reduce_scatter_tensor_ignores_op(example: Mapping[str, Any], failure: BaseE
 
 
 register(KnownBug(
-    id="gloo-reduce-scatter-tensor-ignores-op", kind="wrong result",
-    summary="torch 2.6.0: gloo's reduce_scatter_tensor (_reduce_scatter_base, and the functional "
-            "reduce_scatter_tensor over it) reduces with SUM whatever the op: PRODUCT, MIN and MAX give the sum "
-            "(AVG, documented for NCCL only there, too)",
+    id="gloo-reduce-scatter-tensor-ignores-op",
     where=("check-pg:reduce_scatter_tensor", "check-pg:_reduce_scatter_base", "check-pg:async", "functional"),
-    recognise=_reduce_scatter_tensor_ignores_op, seen_on=("2.6",),
-    reproducer="docs/findings/gloo-reduce-scatter-tensor-ignores-op.py"))
+    recognise=_reduce_scatter_tensor_ignores_op))
 
 
 def _gather_ignores_input_strides(example: Mapping[str, Any], failure: BaseException) -> bool:
@@ -203,12 +192,9 @@ def _gather_ignores_input_strides(example: Mapping[str, Any], failure: BaseExcep
 
 
 register(KnownBug(
-    id="gloo-gather-ignores-input-strides", kind="wrong result",
-    summary="torch 2.6.0: gloo's gather sends a non-contiguous input tensor's memory as if it were row-major: "
-            "the destination gets its elements in memory order",
-    where=("check-pg:gather", "check-pg:async"), recognise=_gather_ignores_input_strides, seen_on=("2.6",),
-    upstream="https://github.com/pytorch/pytorch/issues/74809",
-    reproducer="docs/findings/gloo-gather-ignores-input-strides.py"))
+    id="gloo-gather-ignores-input-strides",
+    where=("check-pg:gather", "check-pg:async"),
+    recognise=_gather_ignores_input_strides))
 
 
 # torch 2.6.0: a step of gloo's float16 reduction that brings float16's smallest subnormal (2**-24) into a partial
@@ -264,9 +250,6 @@ def _float16_drops_one(example: Mapping[str, Any], failure: BaseException) -> bo
 
 
 register(KnownBug(
-    id="gloo-float16-reduce-drops-one", kind="wrong result",
-    summary="torch 2.6.0: gloo's float16 all_reduce and reduce (SUM, MAX) can combine 2**-24 and 1.0 into 2**-24, "
-            "as if the 1.0 were not there (2 ranks holding them: 2**-24 where 1.0 is expected)",
-    where=tuple(f"check-pg:{op}" for op in (*_F16_REDUCING, "async")), recognise=_float16_drops_one,
-    seen_on=("2.6",), upstream="https://github.com/pytorch/pytorch/issues/152300",
-    reproducer="docs/findings/gloo-float16-reduce-drops-one.py"))
+    id="gloo-float16-reduce-drops-one",
+    where=tuple(f"check-pg:{op}" for op in (*_F16_REDUCING, "async")),
+    recognise=_float16_drops_one))

@@ -68,8 +68,8 @@ def test_powersgd_property_catches_skipped_error_feedback(rank_pool):
     cases = comm_hooks.powersgd_cases(2).filter(
         lambda c: not c.batched and not c.config.find_unused_parameters and c.config.bucket_cap_mb is None)
     f = minimal_failure(check, case=cases, dtype=comm_hooks.DTYPES, seed=comm_hooks.SEEDS)
-    # Single-bucket models without find_unused_parameters only: powerSGD_hook issues collectives from
-    # future callbacks, which can race other buckets' (see docs/findings.md), and this test is about EF.
+    # Single-bucket models without find_unused_parameters only: over several buckets powerSGD_hook's
+    # compressed steps can hang (docs/findings/powersgd-multiple-buckets-hangs/), and this test is about EF.
     # Error feedback needs start_powerSGD_iter >= 2 (PowerSGDState refuses less), and the skipped
     # error only shows once one was carried: step 2 is the first PowerSGD step (it creates the
     # error: each rank's input minus the mean, non-zero as the ranks' batches differ), step 3 must

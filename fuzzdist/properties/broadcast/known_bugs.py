@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from fuzzdist.known_bugs.predicates import DENSE_NON_CONTIGUOUS, SEEN_ON, every_problem, shows
+from fuzzdist.known_bugs.predicates import DENSE_NON_CONTIGUOUS, every_problem, shows
 from fuzzdist.known_bugs.registry import KnownBug, register
 from fuzzdist.problems import Symptom
 
@@ -22,9 +22,6 @@ def _broadcast_ignores_strides(example: Mapping[str, Any], failure: BaseExceptio
 
 
 register(KnownBug(
-    id="gloo-broadcast-ignores-strides", kind="wrong result",
-    summary="gloo's broadcast sends a non-contiguous source tensor's memory as if it were row-major: "
-            "the receivers get its elements in memory order",
-    where=("broadcast",), recognise=_broadcast_ignores_strides, seen_on=SEEN_ON,
-    upstream="https://github.com/pytorch/pytorch/issues/192920",
-    reproducer="docs/findings/gloo-broadcast-ignores-strides.py"))
+    id="gloo-broadcast-ignores-strides",
+    where=("broadcast",),
+    recognise=_broadcast_ignores_strides))

@@ -76,10 +76,6 @@ def _is_double_shard_save_plan_refused(example: Mapping[str, Any], failure: Base
 
 
 register(KnownBug(
-    id="dcp-save-double-shard-empty-piece-fails", kind="crash",
-    summary="torch 2.6.0: dcp.save of a DTensor sharded twice on one dim where a rank's piece is empty (a (2,) "
-            "tensor as (Shard(0), Shard(0)) on a 2x2 mesh) raises 'Failed to validate global plan' on every rank: "
-            "DTensor puts an empty piece at the offset of another rank's piece, and DCP keeps only one of them",
-    where=("checkpoint",), recognise=_is_double_shard_save_plan_refused, seen_on=("2.6",),
-    upstream="https://github.com/pytorch/pytorch/pull/150862",
-    reproducer="docs/findings/dcp-save-double-shard-empty-piece-fails.py"))
+    id="dcp-save-double-shard-empty-piece-fails",
+    where=("checkpoint",),
+    recognise=_is_double_shard_save_plan_refused))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from fuzzdist.known_bugs.predicates import DENSE_NON_CONTIGUOUS, SEEN_ON, every_problem, shows
+from fuzzdist.known_bugs.predicates import DENSE_NON_CONTIGUOUS, every_problem, shows
 from fuzzdist.known_bugs.registry import KnownBug, register
 from fuzzdist.problems import Symptom
 
@@ -26,12 +26,9 @@ def _all_to_all_scatter_ignores_strides(example: Mapping[str, Any], failure: Bas
 
 
 register(KnownBug(
-    id="gloo-scatter-ignores-strides", kind="wrong result",
-    summary="gloo's scatter writes row-major bytes into the memory of a non-contiguous output tensor "
-            "(torch.distributed.nn.all_to_all on gloo is built from scatters)",
-    where=("collectives",), recognise=_all_to_all_scatter_ignores_strides, seen_on=SEEN_ON,
-    upstream="https://github.com/pytorch/pytorch/issues/24836",
-    reproducer="docs/findings/gloo-scatter-ignores-strides.py"))
+    id="gloo-scatter-ignores-strides",
+    where=("collectives",),
+    recognise=_all_to_all_scatter_ignores_strides))
 
 
 def _all_gather_grad_transposed(example: Mapping[str, Any], failure: BaseException) -> bool:
@@ -40,12 +37,9 @@ def _all_gather_grad_transposed(example: Mapping[str, Any], failure: BaseExcepti
 
 
 register(KnownBug(
-    id="nn-all-gather-grad-transposed", kind="wrong result",
-    summary="torch.distributed.nn.all_gather on gloo: a transposed (or channels_last) upstream gradient "
-            "gives a wrong input gradient (its backward scatters into empty_like(grad), and gloo's "
-            "scatter ignores strides)",
-    where=("collectives",), recognise=_all_gather_grad_transposed, seen_on=SEEN_ON,
-    reproducer="docs/findings/nn-all-gather-grad-transposed.py"))
+    id="nn-all-gather-grad-transposed",
+    where=("collectives",),
+    recognise=_all_gather_grad_transposed))
 
 
 def _all_reduce_backward_non_sum(example: Mapping[str, Any], failure: BaseException) -> bool:
@@ -54,11 +48,9 @@ def _all_reduce_backward_non_sum(example: Mapping[str, Any], failure: BaseExcept
 
 
 register(KnownBug(
-    id="nn-all-reduce-backward-non-sum", kind="wrong result",
-    summary="torch.distributed.nn.all_reduce's backward all-reduces the upstream gradients with the "
-            "forward's op: wrong input gradients for PRODUCT, MIN and MAX",
-    where=("collectives",), recognise=_all_reduce_backward_non_sum, seen_on=SEEN_ON,
-    reproducer="docs/findings/nn-all-reduce-backward-non-sum.py"))
+    id="nn-all-reduce-backward-non-sum",
+    where=("collectives",),
+    recognise=_all_reduce_backward_non_sum))
 
 
 def _reduce_backward_ignores_op(example: Mapping[str, Any], failure: BaseException) -> bool:
@@ -68,9 +60,6 @@ def _reduce_backward_ignores_op(example: Mapping[str, Any], failure: BaseExcepti
 
 
 register(KnownBug(
-    id="nn-reduce-backward-ignores-op", kind="wrong result",
-    summary="torch.distributed.nn.reduce's and reduce_scatter's backward ignore the forward's op (a broadcast, "
-            "an all_gather of the upstream gradients): every input gradient is SUM's, wrong for AVG, "
-            "PRODUCT, MIN and MAX",
-    where=("collectives",), recognise=_reduce_backward_ignores_op, seen_on=SEEN_ON,
-    reproducer="docs/findings/nn-reduce-backward-ignores-op.py"))
+    id="nn-reduce-backward-ignores-op",
+    where=("collectives",),
+    recognise=_reduce_backward_ignores_op))

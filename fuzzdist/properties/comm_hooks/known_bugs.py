@@ -13,7 +13,7 @@ from typing import Any
 
 from fuzzdist.errors import RankTimeout
 from fuzzdist.known_bugs import evidence
-from fuzzdist.known_bugs.predicates import SEEN_ON, example_of
+from fuzzdist.known_bugs.predicates import example_of
 from fuzzdist.known_bugs.registry import KnownBug, register
 from fuzzdist.problems import Symptom
 from fuzzdist.properties.comm_hooks import PowerSGDCase
@@ -30,12 +30,9 @@ def _is_batched_powersgd_orthogonalize_assert(example: Mapping[str, Any], failur
 
 # docs/findings/batched-powersgd-orthogonalize-asserts.py, seen by properties/test_comm_hooks.py::test_powersgd
 register(KnownBug(
-    id="batched-powersgd-orthogonalize-asserts", kind="crash",
-    summary="DDP with batched_powerSGD_hook raises a bare AssertionError at the first compressed step: it "
-            "passes a 2-D Q to _orthogonalize, which asserts a 3-D batch of matrices",
-    where=("comm_hooks",), recognise=_is_batched_powersgd_orthogonalize_assert, seen_on=SEEN_ON,
-    upstream="https://github.com/pytorch/pytorch/pull/75157",
-    reproducer="docs/findings/batched-powersgd-orthogonalize-asserts.py"))
+    id="batched-powersgd-orthogonalize-asserts",
+    where=("comm_hooks",),
+    recognise=_is_batched_powersgd_orthogonalize_assert))
 
 
 # -- DDP: static_graph with no_sync ------------------------------------------------------------------
@@ -54,13 +51,9 @@ def _is_ddp_static_graph_no_sync_assert(example: Mapping[str, Any], failure: Bas
 
 
 register(KnownBug(
-    id="ddp-static-graph-no-sync-asserts", kind="crash",
-    summary="DistributedDataParallel(static_graph=True) whose training starts with a backward under no_sync() "
-            "(gradient accumulation, as no_sync's docstring shows) raises 'expect_autograd_hooks_ INTERNAL "
-            "ASSERT FAILED' in the reducer, on every rank",
-    where=("comm_hooks",), recognise=_is_ddp_static_graph_no_sync_assert, seen_on=SEEN_ON,
-    upstream="https://github.com/pytorch/pytorch/issues/143580",
-    reproducer="docs/findings/ddp-static-graph-no-sync-asserts.py"))
+    id="ddp-static-graph-no-sync-asserts",
+    where=("comm_hooks",),
+    recognise=_is_ddp_static_graph_no_sync_assert))
 
 
 # -- DDP communication hooks: PowerSGD's collectives from future callbacks ----------------------------
@@ -100,11 +93,6 @@ def _is_powersgd_callback_collectives_hang(example: Mapping[str, Any], failure: 
 
 
 register(KnownBug(
-    id="powersgd-multiple-buckets-hangs", kind="hang",
-    summary="DDP with powerSGD_hook over more than one gradient bucket, on gloo: the hook issues (and waits on) "
-            "its P and Q all-reduces from future callbacks, whose order across the ranks then depends on thread "
-            "scheduling, so a compressed step hangs, aborts a rank (gloo's size mismatch) or gives the ranks "
-            "different gradients",
-    where=("comm_hooks",), recognise=_is_powersgd_callback_collectives_hang, seen_on=SEEN_ON,
-    upstream="https://github.com/pytorch/pytorch/pull/49709",
-    reproducer="docs/findings/powersgd-multiple-buckets-hangs.py"))
+    id="powersgd-multiple-buckets-hangs",
+    where=("comm_hooks",),
+    recognise=_is_powersgd_callback_collectives_hang))

@@ -42,10 +42,6 @@ def _is_dtensor_empty_dim_negative_padding(example: Mapping[str, Any], failure: 
 
 
 register(KnownBug(
-    id="dtensor-empty-shard-full-tensor-pads-negative", kind="crash",
-    summary="torch 2.6.0: full_tensor() of a DTensor with an empty dim sharded over more ranks than it has rows "
-            "(a (1, 0) tensor, Shard(0), 4 ranks) raises pad_tensor's 'negative padding' RuntimeError; so does "
-            "a rank whose local shard is empty in two dims (a (1, 1) tensor as (Shard(1), Shard(0)) on a 2x2 "
-            "mesh: rank 3's (0, 0))",
-    where=("dtensor",), recognise=_is_dtensor_empty_dim_negative_padding, seen_on=("2.6",),
-    reproducer="docs/findings/dtensor-empty-shard-full-tensor-pads-negative.py"))
+    id="dtensor-empty-shard-full-tensor-pads-negative",
+    where=("dtensor",),
+    recognise=_is_dtensor_empty_dim_negative_padding))

@@ -37,11 +37,6 @@ def _functional_all_to_all_complex(example: Mapping[str, Any], failure: BaseExce
 
 
 register(KnownBug(
-    id="gloo-functional-all-to-all-complex-raises", kind="missing feature",
-    summary="functional all_to_all_single raises 'Invalid scalar type' for complex tensors on gloo "
-            "(dist.all_to_all_single works: it views them as real)",
+    id="gloo-functional-all-to-all-complex-raises",
     where=("functional",),
-    recognise=_functional_all_to_all_complex,
-    seen_on=("2.13",),
-    reproducer="docs/findings/gloo-functional-all-to-all-complex-raises.py",
-))
+    recognise=_functional_all_to_all_complex))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from fuzzdist.known_bugs.predicates import SEEN_ON, every_problem, example_of, shows
+from fuzzdist.known_bugs.predicates import every_problem, example_of, shows
 from fuzzdist.known_bugs.registry import KnownBug, register
 from fuzzdist.problems import Symptom
 from fuzzdist.properties.join import JoinCase
@@ -25,10 +25,6 @@ def _is_join_zero_joined_shard_stale(example: Mapping[str, Any], failure: BaseEx
 
 
 register(KnownBug(
-    id="join-zero-joined-shard-stale", kind="wrong result",
-    summary="Join([ddp, zero_optim]), the pattern Join's docstring shows: a joined rank's ZeroRedundancyOptimizer "
-            "shard is stepped with that rank's own gradients (none after zero_grad()), not the active ranks' "
-            "all-reduced ones (DDP's join hook discards them), so those parameters go wrong on every rank",
-    where=("join",), recognise=_is_join_zero_joined_shard_stale, seen_on=SEEN_ON,
-    upstream="https://github.com/pytorch/pytorch/pull/60757",
-    reproducer="docs/findings/join-zero-joined-shard-stale.py"))
+    id="join-zero-joined-shard-stale",
+    where=("join",),
+    recognise=_is_join_zero_joined_shard_stale))

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from fuzzdist.known_bugs import evidence
-from fuzzdist.known_bugs.predicates import SEEN_ON, example_of
+from fuzzdist.known_bugs.predicates import example_of
 from fuzzdist.known_bugs.registry import KnownBug, register
 from fuzzdist.problems import Kind
 from fuzzdist.properties.object_collectives import ObjectCase
@@ -46,8 +46,6 @@ def _is_wide_unsigned_unpickle(example: Mapping[str, Any], failure: BaseExceptio
 
 # the torch bug of docs/findings/wide-unsigned-unpickle.py, seen through the object collectives
 WIDE_UNSIGNED_UNPICKLE = register(KnownBug(
-    id="wide-unsigned-unpickle-objects", kind="crash",
-    summary="object collectives can't hand over uint16/uint32/uint64/float8 tensors: torch pickles them "
-            "but can't unpickle them ('UntypedStorage' has no attribute 'dtype')",
-    where=("object_collectives",), recognise=_is_wide_unsigned_unpickle, seen_on=SEEN_ON,
-    reproducer="docs/findings/wide-unsigned-unpickle.py"))
+    id="wide-unsigned-unpickle-objects",
+    where=("object_collectives",),
+    recognise=_is_wide_unsigned_unpickle))

@@ -44,10 +44,6 @@ def _is_self_loop_unclear(example: Mapping[str, Any], failure: BaseException) ->
 
 
 GLOO_P2P_SELF_LOOP_UNCLEAR = register(KnownBug(
-    id="gloo-p2p-self-loop-unclear-error", kind="unclear error",
-    summary="isend/irecv/recv/batch_isend_irecv to or from a rank's own rank, documented as allowed for "
-            "isend/irecv ('isend allows src == dst rank, i.e. send to self'), neither deliver nor refuse "
-            "clearly on gloo: they fail with the internal enforce 'Pair is not connected' (torch 2.6.0: "
-            "'writev [none]: Bad file descriptor'), where dist.send refuses clearly with 'Invalid destination rank'",
-    where=("p2p",), recognise=_is_self_loop_unclear, seen_on=("2.6", "2.13", "2.14"),
-    reproducer="docs/findings/gloo-p2p-self-loop-unclear-error.py"))
+    id="gloo-p2p-self-loop-unclear-error",
+    where=("p2p",),
+    recognise=_is_self_loop_unclear))

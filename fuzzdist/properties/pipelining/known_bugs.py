@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from fuzzdist.known_bugs import evidence
-from fuzzdist.known_bugs.predicates import SEEN_ON, every_problem, example_of, shows
+from fuzzdist.known_bugs.predicates import every_problem, example_of, shows
 from fuzzdist.known_bugs.registry import KnownBug, register
 from fuzzdist.problems import Symptom
 from fuzzdist.properties.pipelining import PipeConfig
@@ -35,11 +35,6 @@ def _is_pipelining_static_args_no_grad(example: Mapping[str, Any], failure: Base
 
 
 register(KnownBug(
-    id="pipelining-static-args-no-grad", kind="wrong result",
-    summary="PipelineStage with static input_args/output_args that don't require grad (plain example tensors): "
-            "no gradient passes between stages, and every stage but the last runs backward with no output "
-            "gradient: a silent gradient of ones where its output has one element, else 'Failed to run stage "
-            "backward'",
-    where=("pipelining",), recognise=_is_pipelining_static_args_no_grad, seen_on=SEEN_ON,
-    upstream="https://github.com/pytorch/pytorch/pull/172422",
-    reproducer="docs/findings/pipelining-static-args-no-grad.py"))
+    id="pipelining-static-args-no-grad",
+    where=("pipelining",),
+    recognise=_is_pipelining_static_args_no_grad))

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from fuzzdist.known_bugs import evidence
-from fuzzdist.known_bugs.predicates import SEEN_ON, every_problem, example_of, shows
+from fuzzdist.known_bugs.predicates import every_problem, example_of, shows
 from fuzzdist.known_bugs.registry import KnownBug, register
 from fuzzdist.problems import Symptom
 from fuzzdist.properties.sharded_tensor import ShardCase
@@ -25,12 +25,9 @@ def _is_sharded_tensor_gather_float32(example: Mapping[str, Any], failure: BaseE
 
 
 register(KnownBug(
-    id="sharded-tensor-gather-default-dtype-float32", kind="wrong result",
-    summary="ShardedTensor.gather(dst, out) without dtype gathers through buffers of torch's default dtype "
-            "(float32), so int64/int32/float64 values arrive in out rounded to float32",
-    where=("sharded_tensor",), recognise=_is_sharded_tensor_gather_float32, seen_on=SEEN_ON,
-    upstream="https://github.com/pytorch/pytorch/pull/110561",
-    reproducer="docs/findings/sharded-tensor-gather-default-dtype-float32.py"))
+    id="sharded-tensor-gather-default-dtype-float32",
+    where=("sharded_tensor",),
+    recognise=_is_sharded_tensor_gather_float32))
 
 
 def _is_chunk_offset_past_end(example: Mapping[str, Any], failure: BaseException) -> bool:
@@ -63,22 +60,15 @@ def _is_empty_shards_overlap(example: Mapping[str, Any], failure: BaseException)
 
 
 register(KnownBug(
-    id="sharded-tensor-empty-shards-overlap", kind="crash",
-    summary="torch 2.6.0: ChunkShardingSpec.shard of a tensor whose shards are empty (a (0,) tensor over 2 ranks) "
-            "raises ValueError 'Shards ... overlap' on every rank: the metadata check takes empty shards at one "
-            "offset for overlapping ones",
-    where=("sharded_tensor",), recognise=_is_empty_shards_overlap, seen_on=("2.6",),
-    reproducer="docs/findings/sharded-tensor-empty-shards-overlap.py"))
+    id="sharded-tensor-empty-shards-overlap",
+    where=("sharded_tensor",),
+    recognise=_is_empty_shards_overlap))
 
 
 register(KnownBug(
-    id="sharded-tensor-chunk-offsets-past-end", kind="crash",
-    summary="ChunkShardingSpec.shard raises 'IndexError: start out of range' on the source rank where torch.chunk "
-            "gives fewer pieces than placements (a (1,) tensor over 3 ranks, (5,) over 4): build_metadata puts "
-            "the empty shards at offsets past the end of the dim",
-    where=("sharded_tensor",), recognise=_is_chunk_offset_past_end, seen_on=SEEN_ON,
-    upstream="https://github.com/pytorch/pytorch/pull/121002",
-    reproducer="docs/findings/sharded-tensor-chunk-offsets-past-end.py"))
+    id="sharded-tensor-chunk-offsets-past-end",
+    where=("sharded_tensor",),
+    recognise=_is_chunk_offset_past_end))
 
 
 def _is_gather_empty_shard_skip(example: Mapping[str, Any], failure: BaseException) -> bool:
@@ -94,10 +84,6 @@ def _is_gather_empty_shard_skip(example: Mapping[str, Any], failure: BaseExcepti
 
 
 register(KnownBug(
-    id="sharded-tensor-gather-empty-shard-skips-collective", kind="hang",
-    summary="torch 2.6.0: ShardedTensor.gather on a rank whose local shard is empty (a (3,) tensor over 4 ranks, "
-            "a (1,) tensor over 2) returns without joining the gather collective, so the other ranks wait in "
-            "theirs until the timeout",
-    where=("sharded_tensor",), recognise=_is_gather_empty_shard_skip, seen_on=("2.6",),
-    upstream="https://github.com/pytorch/pytorch/issues/150928",
-    reproducer="docs/findings/sharded-tensor-gather-empty-shard-skips-collective.py"))
+    id="sharded-tensor-gather-empty-shard-skips-collective",
+    where=("sharded_tensor",),
+    recognise=_is_gather_empty_shard_skip))

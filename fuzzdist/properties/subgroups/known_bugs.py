@@ -14,7 +14,7 @@ from typing import Any
 
 from fuzzdist.errors import RankTimeout
 from fuzzdist.known_bugs import evidence
-from fuzzdist.known_bugs.predicates import SEEN_ON, every_problem, example_of, shows
+from fuzzdist.known_bugs.predicates import every_problem, example_of, shows
 from fuzzdist.known_bugs.registry import KnownBug, register
 from fuzzdist.problems import Symptom
 from fuzzdist.properties.subgroups import SubgroupCase, _make_groups, _run_op
@@ -60,12 +60,9 @@ def _is_stale_rendezvous(failure: BaseException) -> bool:
 
 
 LOCAL_SYNC_RECREATE = register(KnownBug(
-    id="new-group-local-sync-recreate-fails", kind="crash",
-    summary="new_group(ranks, use_local_synchronization=True) over ranks that had such a group before, "
-            "destroyed, reuses its hashed name and store keys: building it fails ('Gloo connectFullMesh "
-            "failed'), its first collective fails ('Connection reset by peer', a recv timeout) or a rank hangs",
-    where=("subgroups",), recognise=_is_local_sync_recreate, seen_on=SEEN_ON,
-    reproducer="docs/findings/new-group-local-sync-recreate-fails.py"))
+    id="new-group-local-sync-recreate-fails",
+    where=("subgroups",),
+    recognise=_is_local_sync_recreate))
 
 
 def _is_mesh_order(example: Mapping[str, Any], failure: BaseException) -> bool:
@@ -80,14 +77,9 @@ def _is_mesh_order(example: Mapping[str, Any], failure: BaseException) -> bool:
 
 
 MESH_LOCAL_RANK = register(KnownBug(
-    id="device-mesh-local-rank-not-coordinate", kind="wrong result",
-    summary="on a DeviceMesh whose ranks are not ascending along a dimension, get_local_rank(d) and the "
-            "order of get_group(d) are the sorted ranks', not the position get_coordinate() reports; so on "
-            "mesh [1, 0], distribute_tensor(arange(4), mesh, [Replicate()]).redistribute(mesh, [Shard(0)])"
-            ".full_tensor() returns [2, 3, 0, 1] (distribute_tensor with Shard places chunks by group rank, "
-            "redistribute by coordinate)",
-    where=("subgroups",), recognise=_is_mesh_order, seen_on=SEEN_ON,
-    reproducer="docs/findings/device-mesh-local-rank-not-coordinate.py"))
+    id="device-mesh-local-rank-not-coordinate",
+    where=("subgroups",),
+    recognise=_is_mesh_order))
 
 
 # gloo's rendezvous failing because a peer closed its side: the peer destroyed the group (dropped it)
@@ -110,12 +102,9 @@ def _is_destroyed_early(example: Mapping[str, Any], failure: BaseException) -> b
 
 
 DESTROYED_EARLY = register(KnownBug(
-    id="gloo-new-group-destroyed-early-breaks-peer", kind="crash",
-    summary="gloo: a group that a member destroys (and drops) right after its new_group returned, with no "
-            "collective that moves data in between, can fail another member's new_group, still connecting: "
-            "'Gloo connectFullMesh failed ... Connection closed by peer' (on a busy machine)",
-    where=("subgroups",), recognise=_is_destroyed_early, seen_on=SEEN_ON,
-    reproducer="docs/findings/gloo-new-group-destroyed-early-breaks-peer.py"))
+    id="gloo-new-group-destroyed-early-breaks-peer",
+    where=("subgroups",),
+    recognise=_is_destroyed_early))
 
 
 # faulthandler's line (no comma before "in", unlike a traceback's) for a frame of the subgroups property's
@@ -131,10 +120,6 @@ def _is_group_drop_deadlock(example: Mapping[str, Any], failure: BaseException) 
 
 
 register(KnownBug(
-    id="gloo-process-group-drop-deadlocks", kind="hang",
-    summary="torch 2.6.0: dropping the last reference to a gloo process group right after a collective on it "
-            "can freeze the process: ~ProcessGroupGloo runs with the GIL held and joins a worker thread that "
-            "needs the GIL to free the finished Work's tensors",
-    where=("subgroups",), recognise=_is_group_drop_deadlock, seen_on=("2.6",),
-    upstream="https://github.com/pytorch/pytorch/pull/154976",
-    reproducer="docs/findings/gloo-process-group-drop-deadlocks.py"))
+    id="gloo-process-group-drop-deadlocks",
+    where=("subgroups",),
+    recognise=_is_group_drop_deadlock))

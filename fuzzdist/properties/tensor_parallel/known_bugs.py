@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from fuzzdist.known_bugs import evidence
-from fuzzdist.known_bugs.predicates import SEEN_ON, every_problem, example_of
+from fuzzdist.known_bugs.predicates import every_problem, example_of
 from fuzzdist.known_bugs.registry import KnownBug, register
 from fuzzdist.problems import Kind, Problem
 from fuzzdist.properties.tensor_parallel import SGD_STEP, TPConfig
@@ -54,12 +54,9 @@ def _is_tp_empty_shard_step(example: Mapping[str, Any], failure: BaseException) 
 
 
 register(KnownBug(
-    id="tp-colwise-empty-shard-step-fails", kind="crash",
-    summary="a Colwise/Rowwise-parallel nn.Linear whose sharded dim is smaller than the mesh (a rank's piece "
-            "empty) gets Replicate() gradients for its Shard parameters, and the optimizer's in-place step "
-            "raises 'in-place operations that require placement changes are not supported'",
-    where=("tensor_parallel",), recognise=_is_tp_empty_shard_step, seen_on=SEEN_ON,
-    reproducer="docs/findings/tp-colwise-empty-shard-step-fails.py"))
+    id="tp-colwise-empty-shard-step-fails",
+    where=("tensor_parallel",),
+    recognise=_is_tp_empty_shard_step))
 
 
 # -- tensor parallelism: shards emptier than the mesh, continued -------------------------------------
@@ -91,12 +88,9 @@ def _is_tp_rowwise_empty_shard_forward(example: Mapping[str, Any], failure: Base
 
 
 register(KnownBug(
-    id="tp-rowwise-empty-shard-forward-fails", kind="crash",
-    summary="a RowwiseParallel nn.Linear with fewer input features than the mesh has ranks (a rank's Shard(1) "
-            "piece empty) raises in its forward, 'This operation would remove or reshape sharded dimension'",
-    where=("tensor_parallel",), recognise=_is_tp_rowwise_empty_shard_forward, seen_on=SEEN_ON,
-    upstream="https://github.com/pytorch/pytorch/issues/141335",
-    reproducer="docs/findings/tp-rowwise-empty-shard-forward-fails.py"))
+    id="tp-rowwise-empty-shard-forward-fails",
+    where=("tensor_parallel",),
+    recognise=_is_tp_rowwise_empty_shard_forward))
 
 
 _TP_VIEW_INCOMPATIBLE = "view size is not compatible with input tensor's size and stride"
@@ -136,15 +130,9 @@ def _is_tp_rowwise_uneven_sequence_view(example: Mapping[str, Any], failure: Bas
 
 
 register(KnownBug(
-    id="tp-rowwise-uneven-sequence-view-fails", kind="crash",
-    summary="a RowwiseParallel nn.Linear with input_layouts=Shard(1) on a DTensor whose sequence doesn't divide "
-            "over the mesh (batch > 1) raises in its forward, and a ColwiseParallel one with output_layouts="
-            "Shard(1) in its backward, 'view size is not compatible with input tensor's size and stride': the "
-            "Shard(1) <-> Shard(-1) all-to-all leaves the sequence padding in the local tensor's strides (a rank "
-            "whose piece of the features is empty goes on and hangs)",
-    where=("tensor_parallel",), recognise=_is_tp_rowwise_uneven_sequence_view, seen_on=SEEN_ON,
-    upstream="https://github.com/pytorch/pytorch/issues/143748",
-    reproducer="docs/findings/tp-rowwise-uneven-sequence-view-fails.py"))
+    id="tp-rowwise-uneven-sequence-view-fails",
+    where=("tensor_parallel",),
+    recognise=_is_tp_rowwise_uneven_sequence_view))
 
 
 def _is_tp_sequence_parallel_short_sequence(example: Mapping[str, Any], failure: BaseException) -> bool:
@@ -185,10 +173,6 @@ def _is_tp_sequence_parallel_short_sequence(example: Mapping[str, Any], failure:
 
 
 register(KnownBug(
-    id="tp-sequence-parallel-short-sequence-replicated", kind="wrong result",
-    summary="a SequenceParallel module whose sequence is shorter than the mesh (a rank's piece empty) returns a "
-            "Replicate() output, where its docstring promises one sharded on the sequence dimension (with "
-            "use_local_output=True: every rank's local output is the whole sequence, not its piece)",
-    where=("tensor_parallel",), recognise=_is_tp_sequence_parallel_short_sequence, seen_on=SEEN_ON,
-    upstream="https://github.com/pytorch/pytorch/issues/103306",
-    reproducer="docs/findings/tp-sequence-parallel-short-sequence-replicated.py"))
+    id="tp-sequence-parallel-short-sequence-replicated",
+    where=("tensor_parallel",),
+    recognise=_is_tp_sequence_parallel_short_sequence))
