@@ -18,9 +18,10 @@ from fuzzdist.properties.compile import functional  # noqa: E402
 # Inductor compiles C++ for each new program (seconds each, warm; minutes for the first one on a cold
 # cache): a tenth of the profile's examples, at least 2, keeps CI's time bounded.
 INDUCTOR_SHARE = 10
+INDUCTOR_TIMEOUT = 300.0
 
 
-@pytest.mark.fuzzdist(world_size=[2], device=["cpu"])
+@pytest.mark.fuzzdist(world_size=[2], device=["cpu"], timeout=120.0)
 @given(data=st.data())
 def test_compiled_functional_collectives_aot_eager(rank_pool, data):
     """Drawn programs of compute ops and functional collectives, compiled with aot_eager, give the eager values."""
@@ -28,7 +29,8 @@ def test_compiled_functional_collectives_aot_eager(rank_pool, data):
     functional.check(rank_pool, case)
 
 
-@pytest.mark.fuzzdist(world_size=[2], device=["cpu"])
+# Inductor's first compile on a cold cache builds its C++ runtime: minutes, not the pool's 30 s.
+@pytest.mark.fuzzdist(world_size=[2], device=["cpu"], timeout=INDUCTOR_TIMEOUT)
 @given(data=st.data())
 def test_compiled_functional_collectives_inductor(rank_pool, data):
     """The same programs compiled with inductor (CPU code) and its communication-moving options give the eager

@@ -25,6 +25,7 @@ Modules (import the one you need; each imports only its own dependencies):
 * ``cuda_ipc``: a CUDA tensor shared with ``reduce_tensor`` sees every rank's writes.
 * ``cuda_zero_copy``: ``__cuda_array_interface__``/DLPack/cupy views of shared CUDA memory.
 * ``block_stream``: ``Work.block_current_stream()`` holds a stream until every Work resolves.
+* ``compile``: compiled distributed programs compute what they compute eagerly on the same ranks.
 """
 
 from __future__ import annotations

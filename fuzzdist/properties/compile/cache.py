@@ -51,7 +51,7 @@ _cache: dict[Hashable, Compiled] = {}
 def fresh_function(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
     """A copy of ``fn`` with a code object of its own (named ``name``): Dynamo caches per code object, so
     programs compiled from copies never share (and never exhaust) one cache."""
-    code = fn.__code__.replace(co_name=name, co_qualname=name)
+    code = fn.__code__.replace(co_name=name)
     copy = types.FunctionType(code, fn.__globals__, name, fn.__defaults__, fn.__closure__)
     copy.__kwdefaults__ = fn.__kwdefaults__
     return copy

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
-from hypothesis import event
+from hypothesis import currently_in_test_context, event
 from hypothesis import strategies as st
 
 from fuzzdist.problems import Kind, Problem, by_rank
@@ -242,7 +242,8 @@ def _bound_of_collective(step: Step, b: torch.Tensor, out: torch.Tensor, group: 
     return moved
 
 
-def run_with_bounds(steps: tuple[Step, ...], x: torch.Tensor, group: Any) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+def run_with_bounds(steps: tuple[Step, ...], x: torch.Tensor,
+                    group: Any) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """The program eagerly, and each value's error bound alongside (float64, per element): what a compiled
     run may differ by (see the module's docstring)."""
     ulp = ULPS * _eps(x.dtype)
@@ -333,7 +334,7 @@ def programs(draw: st.DrawFn, world_size: int, max_steps: int = MAX_STEPS) -> Pr
     so few compiles); shrinks to one ``neg`` of a (world, 1) float32 input."""
     dtype = draw(st.sampled_from(DTYPES))
     shape = (world_size * draw(st.integers(1, 2)), draw(st.integers(1, 3)))
-    shapes = [shape]
+    shapes: list[tuple[int, ...]] = [shape]
     pending: list[tuple[int, tuple[int, ...]]] = []  # (issue index, result shape) not yet waited
     issued = 0
     steps: list[Step] = []
@@ -389,7 +390,10 @@ def compile_cases(draw: st.DrawFn, world_size: int, backends: Sequence[Any] = BA
 
 
 def report(outcomes: Sequence[Outcome]) -> None:
-    """Hypothesis events for what compiling did: cache hits, graph breaks (not failures), graphs built."""
+    """Hypothesis events for what compiling did: cache hits, graph breaks (not failures), graphs built (outside
+    a Hypothesis test, as when ``check`` is called directly, nothing)."""
+    if not currently_in_test_context():
+        return
     first = outcomes[0]
     event("compile: cached graph" if first.cached else "compile: new graph")
     event(f"compile: {first.graphs} graph(s)" if not first.cached else "compile: graphs reused")
