@@ -2,9 +2,12 @@
 recompilation bounded.
 
 ``torch.compile`` caches its graphs on the code object it compiles and guards them on their inputs' shapes,
-dtypes and constants; once a code object holds ``torch._dynamo.config.recompile_limit`` graphs it silently
-runs the rest eagerly (torch.compiler's troubleshooting page, "recompilation": "if the recompile limit is
-hit, ... falls back to eager"), which would make compiled equal eager by construction.  So:
+dtypes and constants (torch.compile's programming model, "Dealing with Recompilations": a new shape recompiles
+unless shapes are dynamic).  A code object holds at most ``torch._dynamo.config.recompile_limit`` graphs (8
+in torch 2.13) and all together at most ``accumulated_recompile_limit`` (256); past them Dynamo stops
+compiling that code and runs it as it is unless ``fail_on_recompile_limit_hit`` is set ("raise a hard error if
+cache limit is hit", that option's comment in ``torch/_dynamo/config.py``), which here would make compiled
+equal eager by construction.  So:
 
 * each drawn program is compiled once per (program, backend, options): the key holds the program's steps and
   its input's shape and dtype, so a hit runs the graph already built and a miss compiles exactly once
@@ -13,8 +16,8 @@ hit, ... falls back to eager"), which would make compiled equal eager by constru
 * every program runs through its own code object (:func:`fresh_function`), so no code object ever holds more
   than its one graph and Dynamo's limit is never reached;
 * ``fail_on_recompile_limit_hit`` is set all the same: a silent fall back to eager raises instead;
-* past :data:`MAX_ENTRIES` keys the cache and Dynamo's caches are cleared (``torch._dynamo.reset()``), which
-  bounds the memory a long campaign's rank processes hold.
+* past :data:`MAX_ENTRIES` keys (well under the accumulated limit) the cache and Dynamo's caches are cleared
+  (``torch._dynamo.reset()``), which also bounds the memory a long campaign's rank processes hold.
 
 :func:`compiled` also counts what Dynamo did (graphs built, graph breaks with their reasons), for the
 property to report as Hypothesis events: a graph break is not a failure.

@@ -17,11 +17,11 @@ The contract, and its bound:
 * int64 programs, and any value reached by data movement alone (gathers, broadcasts, all-to-all, copies), are
   exact: compiling changes no value that no floating-point operation made.
 * a floating-point value may differ from eager by what Inductor's own kernels may round differently.  torch
-  documents that compiled and eager results are not bitwise identical: "Numerical accuracy" in torch's notes
-  (``docs/source/notes/numerical_accuracy.rst``: results of different implementations of an op, and of ops
-  fused or reordered, differ in the last bits) and torch.compiler's FAQ ("Why are my results different
-  from eager?": Inductor fuses and codegens pointwise ops).  So every pointwise op may round by up to
-  :data:`ULPS` units in the last place of its result, and an error already in an input propagates by the
+  documents that results are not bitwise identical across implementations of an op, nor when operations run
+  in another order or fused ("Numerical accuracy", torch's notes, ``docs/source/notes/numerical_accuracy.rst``);
+  Inductor generates its own C++ for pointwise ops, which the compiler may contract (a fused multiply-add
+  rounds once where eager rounds twice).  So every pointwise op may round by up to :data:`ULPS` units in the
+  last place of its result, and an error already in an input propagates by the
   op's Lipschitz bound (``sin``/``neg``/``relu``: 1; ``scale``: its factor; ``square``: ``2|x| + e``;
   ``mul``: ``|a| e_b + |b| e_a + e_a e_b``; ``add``: ``e_a + e_b``).  A collective is the same backend call
   compiled or not, and bucketing or reordering moves where it runs, not its element order: its error is the
