@@ -47,3 +47,16 @@ def _fewer(test):
 
 
 test_compiled_functional_collectives_inductor = _fewer(test_compiled_functional_collectives_inductor)
+
+
+@pytest.mark.fuzzdist(world_size=[2], device=["cpu"], timeout=INDUCTOR_TIMEOUT)
+@given(data=st.data())
+def test_compiled_ddp_trains_as_eager_ddp(rank_pool, data):
+    """torch.compile(DDP(model)) (DDPOptimizer, compiled autograd drawn) trains as eager DDP, within DDP's bound."""
+    from fuzzdist.properties.compile import ddp
+
+    case = data.draw(ddp.compiled_ddp_cases(rank_pool.world_size, backends=("aot_eager",)), label="case")
+    ddp.check(rank_pool, case)
+
+
+test_compiled_ddp_trains_as_eager_ddp = _fewer(test_compiled_ddp_trains_as_eager_ddp)

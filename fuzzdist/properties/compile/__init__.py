@@ -9,6 +9,8 @@ Modules:
 * ``functional``: drawn programs of compute ops, functional collectives (waited where drawn) and the in-place
   c10d calls Dynamo rewrites into them, compiled with ``aot_eager`` and ``inductor`` and Inductor's options
   that move communication.
+* ``ddp``: ``torch.compile(ddp_model)`` (DDPOptimizer's graph splitting, compiled autograd drawn) trains as eager
+  DDP does, for DDP configs drawn as the DDP property draws them.
 * ``cache``: one compiled program per graph structure, kept for the rank process's life: how the family keeps
   recompilation bounded, and what it counts of Dynamo's work (graphs, graph breaks) for the events.
 """
