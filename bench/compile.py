@@ -65,7 +65,8 @@ def main() -> None:
     parser.add_argument("--examples", type=int, default=30, help="programs per aot_eager run")
     parser.add_argument("--inductor-examples", type=int, default=8, help="programs per inductor variant")
     args = parser.parse_args()
-    print(f"{'variant':<17} {'examples':>8} {'compiled':>8} {'cold ex/s':>9} {'warm ex/s':>9} {'median first call s':>19}")
+    print(f"{'variant':<17} {'examples':>8} {'compiled':>8} {'cold ex/s':>9} {'warm ex/s':>9} "
+          f"{'median first call s':>19}")
     with RankPool(2, timeout=600) as pool:
         for name, (backend, options) in VARIANTS.items():
             n = args.examples if backend == "aot_eager" else args.inductor_examples
