@@ -149,7 +149,7 @@ def check(pool: Pool, case: CompiledDDPCase) -> None:
     outcomes: list[DDPOutcome] = pool.run(ddp_compiled_and_check, case)
     if currently_in_test_context():
         for reason in sorted({r for o in outcomes for r in o.breaks}):
-            event(f"compile ddp: graph break: {reason.partition(chr(10))[0][:120]}")
+            event(f"compile ddp: graph break: {reason.splitlines()[0][:120]}")
     wrong = {rank: list(o.problems) for rank, o in enumerate(outcomes) if o.problems}
     if wrong:
         raise PropertyFailure(f"compiled DDP differs from eager DDP on ranks {sorted(wrong)}:{by_rank(wrong)}",

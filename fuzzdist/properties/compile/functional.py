@@ -398,7 +398,7 @@ def report(outcomes: Sequence[Outcome]) -> None:
     event("compile: cached graph" if first.cached else "compile: new graph")
     event(f"compile: {first.graphs} graph(s)" if not first.cached else "compile: graphs reused")
     for reason in sorted({r for o in outcomes for r in o.breaks}):
-        event(f"compile: graph break: {reason.partition(chr(10))[0][:120]}")
+        event(f"compile: graph break: {reason.splitlines()[0][:120]}")
 
 
 def check(pool: Pool, case: CompileCase, *, run: Callable[..., Outcome] = compile_and_check) -> None:
