@@ -74,7 +74,7 @@ class Symptom(str, Enum):
     """Values that every rank must hold alike differ across the ranks."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Problem:
     """One thing a check found wrong.
 
@@ -121,6 +121,11 @@ class Problem:
 
     def __str__(self) -> str:
         return describe(self)
+
+    def __repr__(self) -> str:
+        # What an assertion over a rank's results shows (``assert results == [None, None]``): the words,
+        # not two dozen fields; the fields are a ``dataclasses.asdict(problem)`` away.
+        return f"Problem({describe(self)!r})"
 
     @classmethod
     def raised(cls, exc: BaseException, what: str = "", **more: Any) -> Problem:

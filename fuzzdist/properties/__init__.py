@@ -37,6 +37,7 @@ Modules (import the one you need; each imports only its own dependencies):
 * ``tensor_parallel``: ``parallelize_module`` computes what the local model computes.
 * ``pipelining``: a pipelined model gives the unsplit model's output, losses and gradients.
 * ``sharded_tensor``: ``ChunkShardingSpec`` sharding and gathering keep values.
+* ``compile``: compiled distributed programs compute what they compute eagerly on the same ranks.
 """
 
 from __future__ import annotations

@@ -1,0 +1,54 @@
+"""The compile family can fail: with a planted graph pass in a ``torch.compile`` backend (a compile-only
+deviation: eager never runs it), fuzzdist catches the bug and shrinks it to a minimal program."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import pytest
+import torch
+from helpers import planted_compile
+from helpers.minimal import minimal_failure
+
+from fuzzdist.pool.capabilities import missing_functional_collectives
+
+if missing_functional_collectives():  # an older torch; any other ImportError below fails, with its traceback
+    pytest.skip(missing_functional_collectives() or "", allow_module_level=True)
+
+from fuzzdist.problems import Kind  # noqa: E402
+from fuzzdist.properties.compile import functional  # noqa: E402
+from fuzzdist.properties.compile.functional import Step  # noqa: E402
+
+pytestmark = pytest.mark.fuzzdist(world_size=2)
+
+
+def _minimal(rank_pool, backend):
+    return minimal_failure(partial(functional.check, rank_pool),
+                           case=functional.compile_cases(rank_pool.world_size, backends=(backend,)))
+
+
+def test_catches_a_wait_moved_after_a_use(rank_pool):
+    f = _minimal(rank_pool, planted_compile.wait_after_use)
+    program = f.case.program
+    # One drawn step: the in-place c10d all_reduce.  Dynamo rewrites it into the functional all_reduce of a
+    # copy, its wait_tensor, then an aten.copy of the waited result back into the copy: a use of the result
+    # inside the graph, which the pass moves the wait after.  (The functional form alone has no use in the
+    # graph but further waits, and needs a compute step more.)  SUM (every rank's sum differs from its own
+    # input: normal inputs are never 0) of the smallest float32 input, (world, 1).
+    assert program.steps == (Step("c10d", "all_reduce", (0,)),), program
+    assert program.dtype == torch.float32 and program.shape == (2, 1), program
+    for rank, problems in enumerate(f.results):
+        # the write-back read the buffer before the all_reduce wrote it: the value is the rank's own input
+        assert [(p.kind, p.what) for p in problems] == [(Kind.MISMATCH, "value 1")], (rank, problems)
+
+
+def test_catches_an_all_reduce_output_aliasing_its_input(rank_pool):
+    f = _minimal(rank_pool, planted_compile.all_reduce_aliasing_input)
+    program = f.case.program
+    # One drawn step: a functional all_reduce of the input (its wait appended at the end).  The in-place c10d
+    # form reduces a copy, which may alias harmlessly; SUM of the smallest float32 input changes the input.
+    assert program.steps == (Step("issue", "all_reduce", (0,)), Step("wait", "wait_tensor", (0,))), program
+    assert program.dtype == torch.float32 and program.shape == (2, 1), program
+    for rank, problems in enumerate(f.results):
+        # the values are right: only the input, left unmodified eagerly, was overwritten
+        assert [(p.kind, p.what) for p in problems] == [(Kind.MISMATCH, "the input afterwards")], (rank, problems)
