@@ -24,6 +24,7 @@ from fuzzdist.conformance._report import (
     raised_message,
     rank_exceptions,
     unsupported_reason,
+    with_hint,
 )
 from fuzzdist.conformance.ops import OPS
 from fuzzdist.errors import ConformanceFailure, RankFailure
@@ -67,7 +68,8 @@ def run_async(probe: GroupProbe, fuzzer: Fuzzer, report: OpReport) -> None:
             message = raised_message(head, exc)
             if died:
                 message = f"{message}\n  the group's own processes died during the calls: {died}"
-            failing.append(Failure(ASYNC, message, example, exc))
+            hint = probe.resembles(w, ASYNC, example, exc, calls, waits)
+            failing.append(Failure(ASYNC, with_hint(message, hint), example, exc))
             raise
         by_call: dict[int, list[Problem]] = {}
         for i, call in enumerate(calls):
@@ -81,7 +83,8 @@ def run_async(probe: GroupProbe, fuzzer: Fuzzer, report: OpReport) -> None:
                     or _each_call_a_known_bug(example, head, by_call)
                     or probe.inherited(w, ASYNC, example, failure, calls, waits, observed=observed)):
                 return
-            failing.append(Failure(ASYNC, message, example, failure))
+            hint = probe.resembles(w, ASYNC, example, failure, calls, waits, observed=observed)
+            failing.append(Failure(ASYNC, with_hint(message, hint), example, failure))
             raise failure
 
     report.supported = ["every supported operation, 2 to 4 in flight"]

@@ -11,7 +11,7 @@ from fuzzdist import known_bugs
 from fuzzdist.conformance import _rank
 from fuzzdist.conformance._fuzzing import Fuzzer, finish
 from fuzzdist.conformance._probe import GroupProbe
-from fuzzdist.conformance._report import Failure, OpReport, raised_message
+from fuzzdist.conformance._report import Failure, OpReport, raised_message, with_hint
 from fuzzdist.conformance.ops import OPS, REDUCE_OPS, Capabilities, OpCall, OpInfo
 from fuzzdist.errors import ConformanceFailure, RankFailure
 
@@ -58,7 +58,8 @@ def run_op(probe: GroupProbe, fuzzer: Fuzzer, op: str, report: OpReport) -> None
             message = raised_message(head, exc)
             if died:
                 message = f"{message}\n  the group's own processes died during the call: {died}"
-            failing.append(Failure(op, message, example, exc))
+            hint = probe.resembles(w, op, example, exc, (call,))
+            failing.append(Failure(op, with_hint(message, hint), example, exc))
             raise
         problems = info.check(call, w, [obs[0] for obs in observed])
         if problems:
@@ -67,7 +68,8 @@ def run_op(probe: GroupProbe, fuzzer: Fuzzer, op: str, report: OpReport) -> None
             if (known_bugs.sighted(f"check-pg:{op}", example, failure)
                     or probe.inherited(w, op, example, failure, (call,), observed=observed)):
                 return
-            failing.append(Failure(op, message.rstrip(), example, failure))
+            hint = probe.resembles(w, op, example, failure, (call,), observed=observed)
+            failing.append(Failure(op, with_hint(message.rstrip(), hint), example, failure))
             raise failure
 
     if not info.reduces:

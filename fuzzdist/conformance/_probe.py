@@ -249,23 +249,49 @@ class GroupProbe:
         tally = known_bugs.current_tally()
         if self.wraps is None or tally is None:
             return False
-        as_wrapped = {**example, "backend": self.wraps}
-        bug = known_bugs.recognise(f"check-pg:{check}", as_wrapped, failure)
+        bug = self._backends_bug(self.wraps, w, check, example, failure, calls, wait_order, observed)
         if bug is None:
-            return False
-        reference = WRAPPED_BACKENDS[self.wraps]
-        try:
-            theirs = self.pool(w).run(_rank.run_calls, reference, calls, wait_order)
-        except RankFailure as exc:
-            self.reset(w, reference)
-            same = observed is None and known_bugs.recognise(f"check-pg:{check}", as_wrapped, exc) is bug
-        else:
-            same = observed is not None and theirs == observed
-        if not same:
             return False
         tally.add(bug, {**example, "inherited_from": self.wraps}, failure)
         self.inherited_bugs.setdefault(check, set()).add(bug.id)
         return True
+
+    def resembles(self, w: int, check: str, example: dict[str, Any], failure: BaseException,
+                  calls: tuple[OpCall, ...], wait_order: tuple[int, ...] | None = None,
+                  observed: list[Any] | None = None) -> str:
+        """Where the group is not said to wrap a backend: a line saying that ``failure`` of ``check`` is exactly
+        what a known bug of a backend fuzzdist can run (gloo) gives, checked as :meth:`inherited` checks it,
+        and to run again with ``--wraps`` if the group delegates to it; "" where none is (or where ``wraps``
+        is set: :meth:`inherited` decided there)."""
+        if self.wraps is not None:
+            return ""
+        for backend in WRAPPED_BACKENDS:
+            bug = self._backends_bug(backend, w, check, example, failure, calls, wait_order, observed)
+            if bug is not None:
+                return (f"this is exactly what {backend}'s known bug {bug.id!r} gives ({bug.summary}): if the group "
+                        f"delegates to {backend}, run again with --wraps {backend} (CheckOptions(wraps={backend!r})), "
+                        f"which reports {backend}'s own bugs as KNOWN")
+        return ""
+
+    def _backends_bug(self, backend: str, w: int, check: str, example: dict[str, Any], failure: BaseException,
+                      calls: tuple[OpCall, ...], wait_order: tuple[int, ...] | None,
+                      observed: list[Any] | None) -> known_bugs.KnownBug | None:
+        """The known bug of ``backend`` that ``failure`` is, where ``backend`` itself, run as the reference on
+        the same ranks and calls, does the same (the same observations, bit for bit, or a failure the same
+        bug explains); None otherwise."""
+        as_backend = {**example, "backend": backend}
+        bug = known_bugs.recognise(f"check-pg:{check}", as_backend, failure)
+        if bug is None:
+            return None
+        reference = WRAPPED_BACKENDS[backend]
+        try:
+            theirs = self.pool(w).run(_rank.run_calls, reference, calls, wait_order)
+        except RankFailure as exc:
+            self.reset(w, reference)
+            same = observed is None and known_bugs.recognise(f"check-pg:{check}", as_backend, exc) is bug
+        else:
+            same = observed is not None and theirs == observed
+        return bug if same else None
 
     def _refuse(self, op: str, variant: str | None, dtype: str | None, reason: str, w: int) -> None:
         key = (op, variant, dtype)

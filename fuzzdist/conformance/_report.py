@@ -233,6 +233,11 @@ def dtype_name(dtype: Any) -> str:
     return re.sub(r"^torch\.", "", str(dtype))
 
 
+def with_hint(message: str, hint: str) -> str:
+    """A failure's ``message`` with ``hint`` (what the failure resembles, and what to do) as its last line."""
+    return f"{message}\n  hint: {hint}" if hint else message
+
+
 def failure_text(exc: BaseException) -> str:
     """An exception's message for a report, cut at ``_MAX_MESSAGE`` characters."""
     text = str(exc)
