@@ -1,6 +1,6 @@
 """The standalone reproducer: what a script from ``fuzzdist replay --export-script`` runs, with torch alone.
 
-An exported script is this module's source (read with :func:`inspect.getsource` by
+An exported script is this module's source (read with the standard library's ``getsource`` by
 :mod:`fuzzdist.campaign.export_script`) followed by one stored failure as a :class:`Reproducer`.
 So this module imports nothing but the standard library and torch (numpy where it is installed):
 the script runs under any torch build without pytest, Hypothesis or fuzzdist.  The two fuzzdist

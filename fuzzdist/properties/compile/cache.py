@@ -6,7 +6,7 @@ dtypes and constants (torch.compile's programming model, "Dealing with Recompila
 unless shapes are dynamic).  A code object holds at most ``torch._dynamo.config.recompile_limit`` graphs (8
 in torch 2.13) and all together at most ``accumulated_recompile_limit`` (256); past them Dynamo stops
 compiling that code and runs it as it is unless ``fail_on_recompile_limit_hit`` is set ("raise a hard error if
-cache limit is hit", that option's comment in ``torch/_dynamo/config.py``), which here would make compiled
+cache limit is hit", that option's comment in torch's Dynamo config module), which here would make compiled
 equal eager by construction.  So:
 
 * each drawn program is compiled once per (program, backend, options): the key holds the program's steps and
