@@ -2,7 +2,7 @@
 
 Run (from the repository root):
 
-    python bench/time_to_find.py [--duration 5m] [--rounds 3] [--family F ...] [--jobs N]
+    python bench/time_to_find.py [--duration 300] [--rounds 3] [--family F ...] [--jobs N] [TARGET ...]
     python bench/time_to_find.py --quick        # 3 families, 90 s campaigns, 1 round: a few minutes
 
 For each family (``bench/_planted_campaign.py``: a stand-in from ``tests/helpers/planted_*.py`` planted in
@@ -74,10 +74,12 @@ def read_report(path: Path) -> dict | None:
         return None
 
 
-def campaign(family: str, duration_s: float, seed: int, jobs: int | None, tmp: Path) -> Found:
-    """One ``fuzzdist run`` over the suite with ``family``'s bug planted, stopped once it is shrunk."""
+def campaign(family: str, duration_s: float, seed: int, jobs: int | None, tmp: Path,
+             targets: tuple[str, ...] = ()) -> Found:
+    """One ``fuzzdist run`` over the suite (or ``targets``) with ``family``'s bug planted, stopped once it
+    is shrunk."""
     report = tmp / f"{family}-{seed}.json"
-    argv = [sys.executable, "-m", "fuzzdist", "run", "--duration", f"{duration_s:g}s", "--seed", str(seed),
+    argv = [sys.executable, "-m", "fuzzdist", "run", *targets, "--duration", f"{duration_s:g}s", "--seed", str(seed),
             "--database", str(tmp / f"db-{family}-{seed}"), "--report", str(report), "--junit", "",
             "--progress", "none"]
     if jobs is not None:
@@ -155,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true",
                         help=f"{', '.join(QUICK_FAMILIES)}; 90 s campaigns; 1 round (unless given)")
     parser.add_argument("--json", metavar="FILE", help="also write every campaign's result here")
+    parser.add_argument("targets", nargs="*", help="what fuzzdist run fuzzes (default: the property suite)")
     args = parser.parse_args(argv)
     if args.quick:
         args.family = args.family or list(QUICK_FAMILIES)
@@ -169,10 +172,11 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="fuzzdist-bench-ttf-") as tmp:
         for r in range(args.rounds):  # rounds outermost: load drifts over families alike
             for family in families:
-                found = campaign(family, args.duration, r + 1, args.jobs, Path(tmp))
+                found = campaign(family, args.duration, r + 1, args.jobs, Path(tmp), tuple(args.targets))
                 results[family].append(found)
                 print(f"round {r + 1}: {found.row()}", file=sys.stderr, flush=True)
-    print(f"fuzzdist run --duration {args.duration:g}s, {args.rounds} round(s), cores {os.cpu_count()}")
+    print(f"fuzzdist run {' '.join(args.targets) or '(the suite)'} --duration {args.duration:g}s, "
+          f"{args.rounds} round(s), cores {os.cpu_count()}")
     print("\n".join(summarise(results, args.duration)))
     if args.json:
         Path(args.json).write_text(json.dumps({f: [r.__dict__ for r in rows] for f, rows in results.items()},
