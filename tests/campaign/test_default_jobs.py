@@ -83,3 +83,16 @@ def test_fuzzdist_run_uses_the_cores_by_default(tmp_path):
     report = read_report(tmp_path / "fuzzdist-report.json")
     assert len(report["workers"]) == expected
     assert sum(p["examples"] for p in report["properties"]) >= 2 * 3
+
+
+def test_a_bad_environment_default_is_one_line_and_exit_2_before_anything_runs(tmp_path, monkeypatch, capsys):
+    from fuzzdist.cli import main
+
+    write(tmp_path, "test_two.py", TWO)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FUZZDIST_JOBS", "all")
+    code = main(["run", "test_two.py", "--duration", "5s"])
+    out, err = capsys.readouterr()
+    assert code == 2, (out, err)
+    assert "$FUZZDIST_JOBS='all' is not a number of workers" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "fuzzdist-report.json").exists()
