@@ -163,6 +163,22 @@ def test_bad_arguments():
         Scheduler(["a"], budget_s=10, floor_examples=-1)
 
 
+
+def test_the_campaign_hands_the_schedule_failures_behaviour_and_lines_apart():
+    from fuzzdist.campaign.report import PropertyState
+    from fuzzdist.campaign.runner import finds
+
+    prop = PropertyState("p")
+    prop.events["dtype: float32"] += 3
+    prop.targets["size"] = 4.0
+    before = finds(prop)
+    prop.events["dtype: float64"] += 1
+    prop.failures["origin"] = None  # only counted
+    prop.target_gains += 1
+    assert finds(prop, before) == Finds(failures=1, behaviours=2, lines=0)
+    assert before == Finds(failures=0, behaviours=2, lines=0)
+
+
 EVENTS_AND_FLAT = '''
 from hypothesis import event, given, strategies as st
 
