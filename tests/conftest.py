@@ -1,6 +1,11 @@
+import os
+
 import pytest
 
 pytest_plugins = ["pytester"]
+
+# `fuzzdist run` uses every core by default; the tests' campaigns keep one worker unless they test that.
+os.environ.setdefault("FUZZDIST_JOBS", "1")
 
 
 @pytest.fixture

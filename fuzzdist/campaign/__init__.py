@@ -13,6 +13,7 @@ process, with a plugin object from this package:
     database.py         directory / Redis example databases, fuzzdist's index
     selection.py        which collected tests a command runs
     jobs.py, merge.py   ``--jobs N``: the worker processes, and the merging of their reports
+    default_jobs.py     how many workers ``fuzzdist run`` starts without ``--jobs``
     lifeline.py         a ``--jobs`` worker lives no longer than its parent
     report.py           campaign state, the JSON report, the summary table
     series.py           the bounded time series and event pairs the HTML report plots

@@ -105,6 +105,8 @@ class FailureLog:
             notes = [str(n) for n in getattr(leaf, "__notes__", ())]
             record.example = hc.printed_example(notes) or record.example or "(no example: " + kind + ")"
             record.shrunk = kind != "error"
+            if record.shrunk and record.shrunk_after_s is None:
+                record.shrunk_after_s = round(self.state.elapsed(), 3)
             record.traceback = "".join(traceback.format_exception(leaf))
             record.reproduce_failure = hc.reproduce_failure_from_notes(notes)
             blob = hc.blob_from_decorator(record.reproduce_failure)

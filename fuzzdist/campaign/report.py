@@ -39,6 +39,7 @@ class FailureRecord:
     found_after_s: float = 0.0  # seconds into the campaign
     from_database: bool = False  # found by an earlier run: replayed from the database (not a known torch bug)
     shrunk: bool = False  # Hypothesis finished shrinking it
+    shrunk_after_s: float | None = None  # seconds into the campaign when its shrinking ended
     occurrences: int = 1  # failing examples with this origin
     hang: dict | None = None  # why the ranks hung (fuzzdist.pool.hangs.Diagnosis.to_dict()), for a hang
     replay: str = ""  # one command that replays its example with no database (fuzzdist replay --blob)

@@ -17,7 +17,8 @@ Each round calls the test once more with fresh randomness and
   :class:`~fuzzdist.campaign.failures.FailureLog` the moment it is raised,
   and raises :class:`BudgetSpent` once the time is up.
 - **Budget.** With ``--duration`` the property gets a share of the time: the
-  adaptive schedule's slice, or an even part of what is left; the clock
+  adaptive schedule's slice (its floor: a number of examples, within a time
+  cap), or an even part of what is left; the clock
   starts with the first example, and the first example's one-off work on the
   ranks is not charged.  A failure found before a share ends is shrunk to
   the end unless the whole campaign's time runs out.  ``--max-examples`` is
@@ -54,6 +55,7 @@ from fuzzdist.errors import BudgetSpent, CampaignInterrupt, PoolGone, PoolLost, 
 ROUND_EXAMPLES = 100_000
 MAX_EVENT_LABELS = 1000  # distinct event() labels kept per property; the rest are counted together
 OTHER_EVENTS = "(other event labels)"
+VISIT_EXAMPLES = "its visit's examples"  # stop reason: the visit ran the examples its grant asked for
 FAILURE_TYPES = (Exception, SystemExit, GeneratorExit, Failed)  # what Hypothesis counts as a failure
 
 
@@ -90,16 +92,20 @@ class PropertyRun:
     distinct failures, if any.
 
     ``slice_s``: the adaptive schedule's slice for this visit (None: an even share of the time left
-    with the properties still ``pending``, those in ``expected_skips`` aside).
+    with the properties still ``pending``, those in ``expected_skips`` aside); ``slice_examples``: the
+    visit also ends once it has run that many examples (the schedule's floor; None: no such limit).
     """
 
     def __init__(self, campaign: Campaign, item: pytest.Function, prop: PropertyState, *,
-                 slice_s: float | None = None, expected_skips: Collection[str] = ()) -> None:
+                 slice_s: float | None = None, slice_examples: int | None = None,
+                 expected_skips: Collection[str] = ()) -> None:
         self.campaign = campaign
         self.state = campaign.state
         self.item = item
         self.prop = prop
         self.slice_s = slice_s
+        # the example count at which this visit ends (set when it starts)
+        self.examples_end: int | None = None if slice_examples is None else prop.examples + slice_examples
         self.expected_skips = expected_skips
         self.round: Round | None = None
         self.key: bytes | None = None  # the database key of the property
@@ -168,7 +174,7 @@ class PropertyRun:
                 try:
                     fn(**testargs)
                 except BudgetSpent:
-                    prop.stop_reason = "time budget"
+                    prop.stop_reason = self._budget_stop() or "time budget"
                     break
                 except PoolLost as exc:  # not a failure of the property: Hypothesis neither saved nor shrank it
                     self._pool_gone(exc.gone)
@@ -262,6 +268,8 @@ class PropertyRun:
                 return "time budget"
         if state.max_examples is not None and prop.examples >= state.max_examples:
             return "max examples"
+        if self.examples_end is not None and prop.examples >= self.examples_end:
+            return VISIT_EXAMPLES
         return None
 
     def _pool_gone(self, exc: PoolGone) -> None:
@@ -299,6 +307,8 @@ class PropertyRun:
                 now = time.monotonic()
                 if now >= state.deadline or (not rnd.failed and now >= prop.share_end):
                     raise BudgetSpent()
+            if not rnd.failed and run.examples_end is not None and prop.examples >= run.examples_end:
+                raise BudgetSpent()  # the visit ran its examples (a failure found in it is shrunk first)
             warming_up = prop.warmup_s is None  # its first example: the ranks' lazy imports and set-up
             started = time.monotonic()
             hc.record_draws(kwargs)  # what st.data() draws, shown if the example fails and isn't shrunk

@@ -46,8 +46,8 @@ from fuzzdist.campaign.failures import FailureLog, first_line
 from fuzzdist.campaign.html_report import HtmlPage
 from fuzzdist.campaign.progress import Progress
 from fuzzdist.campaign.report import REPORT_INTERVAL_S, CampaignState, PropertyState, write_json_atomic
-from fuzzdist.campaign.rounds import ROUND_EXAMPLES, PropertyRun
-from fuzzdist.campaign.schedule import Grant, Scheduler
+from fuzzdist.campaign.rounds import ROUND_EXAMPLES, VISIT_EXAMPLES, PropertyRun
+from fuzzdist.campaign.schedule import Finds, Grant, Scheduler
 from fuzzdist.campaign.selection import SelectionPlugin, Targets
 from fuzzdist.compat import pytest_internals
 from fuzzdist.pool import line_coverage, starting
@@ -193,13 +193,15 @@ class CampaignPlugin(SelectionPlugin):
                 else:
                     scheduled.append(item.nodeid)
             if scheduled:
-                self._scheduler = scheduler = Scheduler(scheduled, state.duration_s)
+                self._scheduler = scheduler = Scheduler(scheduled, state.duration_s,
+                                                        lines_on=line_coverage.ledger() is not None)
                 while not session.shouldstop and not session.shouldfail:
                     grant = scheduler.next()
                     if grant is None or (state.deadline is not None and state.time_left() == 0):
                         break
                     prop = state.properties[grant.nodeid]
-                    before, elapsed, warmup = behaviour(prop), prop.elapsed_s, prop.warmup_s or 0.0
+                    before, elapsed, warmup = finds(prop), prop.elapsed_s, prop.warmup_s or 0.0
+                    examples = prop.examples
                     self._grant = grant
                     try:
                         visit(items[grant.nodeid])
@@ -208,17 +210,18 @@ class CampaignPlugin(SelectionPlugin):
                     done = None
                     if prop.status in ("skipped", "error", "interrupted"):
                         done = prop.status
-                    elif prop.stop_reason != "time budget":
+                    elif prop.stop_reason not in ("time budget", VISIT_EXAMPLES):
                         done = prop.stop_reason or prop.status
                     charged = prop.elapsed_s - elapsed - ((prop.warmup_s or 0.0) - warmup)
-                    scheduler.record(grant, charged, behaviour(prop) - before, done)
+                    found = finds(prop, before)
+                    scheduler.record(grant, charged, found, done, examples=prop.examples - examples)
                     prop.schedule = scheduler.share(grant.nodeid)
                     prop.visits += 1
                     if done is not None and grant.nodeid not in self._announced:  # no further visit
                         self._announced.add(grant.nodeid)
                         self.progress.property_done(state, prop)
                     elif done is None:
-                        self.progress.visit_done(state, prop, grant.kind, charged, behaviour(prop) - before)
+                        self.progress.visit_done(state, prop, grant.kind, charged, found.total)
         finally:
             for nodeid in scheduled:  # "done" once per property, after its last visit
                 prop = state.properties[nodeid]
@@ -248,7 +251,9 @@ class CampaignPlugin(SelectionPlugin):
         if prop is None:
             return None
         testargs = pytest_internals.call_arguments(pyfuncitem)
-        run = PropertyRun(self, pyfuncitem, prop, slice_s=None if self._grant is None else self._grant.seconds,
+        grant = self._grant
+        run = PropertyRun(self, pyfuncitem, prop, slice_s=None if grant is None else grant.seconds,
+                          slice_examples=None if grant is None else grant.examples,
                           expected_skips=self._expected_skips)
         line_coverage.set_scope(pyfuncitem.nodeid)  # --cover: the lines the ranks reach count for this property
         try:
@@ -299,12 +304,16 @@ class CampaignPlugin(SelectionPlugin):
             self.progress.stream.write(f"fuzzdist: warning: {text}\n")
 
 
-def behaviour(prop: PropertyState) -> int:
-    """New behaviour reached so far, counted: event() values and value pairs, target() labels and
-    improvements of their best scores, distinct failures; with ``--cover``, lines of code reached on the
-    ranks.  What the adaptive schedule rewards."""
-    return (len(prop.events) + prop.event_pairs.cells + len(prop.targets) + prop.target_gains
-            + len(prop.failures) + line_coverage.lines_reached(prop.nodeid))
+def finds(prop: PropertyState, before: Finds | None = None) -> Finds:
+    """What ``prop`` has reached so far (less ``before``, what it had reached before a visit): distinct
+    failures; event() values and value pairs, target() labels and improvements of their best scores;
+    with ``--cover``, lines of code reached on the ranks.  What the adaptive schedule rewards."""
+    now = Finds(failures=len(prop.failures),
+                behaviours=len(prop.events) + prop.event_pairs.cells + len(prop.targets) + prop.target_gains,
+                lines=line_coverage.lines_reached(prop.nodeid))
+    if before is None:
+        return now
+    return Finds(now.failures - before.failures, now.behaviours - before.behaviours, now.lines - before.lines)
 
 
 def _error_line(longrepr: str) -> str:

@@ -59,15 +59,18 @@ def add_parser(sub: Any) -> None:
                      help="reproducible generation: round r of each property draws from seed N+r-1 "
                           "(round 1 draws what pytest --hypothesis-seed=N draws); default: fresh randomness")
     run.add_argument("--schedule", choices=["adaptive", "even"], default="adaptive",
-                     help="how --duration is split: 'adaptive' (default) gives every property a floor (half the "
-                          "time, split evenly), then slices to the properties still reaching new events, "
-                          "targets or failures per second; 'even' gives each one equal share, once")
+                     help="how --duration is split: 'adaptive' (default) gives every property a floor of 20 "
+                          "examples, then slices to the properties still reaching new failures, events, "
+                          "targets (or, with --cover, lines) per second, relative to what each has reached; "
+                          "'even' gives each one equal share, once")
     add_cover_argument(run)
     add_pool_arguments(run)
-    run.add_argument("--jobs", type=parse_jobs, default=1, metavar="N",
+    run.add_argument("--jobs", type=parse_jobs, default=None, metavar="N",
                      help="campaign workers at once, each its own process with its own rank pools (with --device "
                           "cuda, its own GPUs), sharing the database and splitting the properties; one progress "
-                          "display and one merged report (default 1; at most the cores, not under torchrun)")
+                          "display and one merged report (at most the cores, not under torchrun; default: on CPU "
+                          "one per core, as many as the memory holds at 2 GiB each, or $FUZZDIST_JOBS; "
+                          "1 with --device cuda or under torchrun)")
     run.add_argument("--worker", type=parse_worker, default=None, help=argparse.SUPPRESS)  # I/N: set by --jobs
     run.add_argument("--report", default=DEFAULT_REPORT, metavar="FILE.json",
                      help=f"JSON report, rewritten atomically during the run (default {DEFAULT_REPORT}; '' for none)")
@@ -185,7 +188,7 @@ def parse_jobs(text: str) -> int:
         raise argparse.ArgumentTypeError(f"--jobs {text!r} is not a whole number: give the number of campaign "
                                          "workers, e.g. --jobs 2") from None
     if value < 1:
-        raise argparse.ArgumentTypeError(f"--jobs {text}: give at least 1 worker (--jobs 1, the default, runs the "
+        raise argparse.ArgumentTypeError(f"--jobs {text}: give at least 1 worker (--jobs 1 runs the "
                                          "campaign in this process)")
     return value
 
@@ -196,11 +199,16 @@ def parse_worker(text: str) -> tuple[int, int]:
 
 
 def _jobs_gpus(args: argparse.Namespace) -> list[str] | None:
-    """Refuse --jobs early where it can't work (see fuzzdist.campaign.jobs.check_jobs)."""
+    """Refuse --jobs early where it can't work (see fuzzdist.campaign.jobs.check_jobs); without --jobs,
+    the default (fuzzdist.campaign.default_jobs)."""
+    from fuzzdist.campaign.default_jobs import available_memory, default_jobs
     from fuzzdist.campaign.jobs import check_jobs, usable_cores
     from fuzzdist.errors import JobsError
     from fuzzdist.pool import torchrun
 
+    if args.jobs is None:  # a --jobs worker is one worker
+        args.jobs = 1 if args.worker is not None else default_jobs(args.device, torchrun.in_torchrun(),
+                                                                   usable_cores(), available_memory())
     try:
         return check_jobs(args.jobs, args.device, args.world_size, torchrun.in_torchrun(), usable_cores())
     except JobsError as exc:

@@ -5,17 +5,25 @@ from __future__ import annotations
 import pytest
 from helpers.cli_helpers import read_report, run_cli, write
 
-from fuzzdist.campaign.schedule import Scheduler
+from fuzzdist.campaign.schedule import FLOOR_EXAMPLES, SLICE_EXAMPLES, Finds, Scheduler, score
 
 
-def drive(scheduler: Scheduler, finds, done=None) -> list:
-    """Run the schedule to its end; each visit takes exactly its grant and finds ``finds(nodeid, visit)``."""
+def drive(scheduler: Scheduler, finds, done=None, cost=None) -> list:
+    """Run the schedule to its end.  A visit of ``nodeid`` costs ``cost[nodeid]`` seconds per example
+    (default 0.01); it runs its grant's examples, or as many as fit in its seconds, and finds
+    ``finds(nodeid, visit)`` (an int of new behaviours, or Finds)."""
     grants, visits = [], {}
+    cost = cost or {}
     while (grant := scheduler.next()) is not None:
         visits[grant.nodeid] = visits.get(grant.nodeid, 0) + 1
         grants.append(grant)
-        scheduler.record(grant, grant.seconds, finds(grant.nodeid, visits[grant.nodeid]),
-                         (done or {}).get((grant.nodeid, visits[grant.nodeid])))
+        each = cost.get(grant.nodeid, 0.01)
+        examples = int(grant.seconds / each + 1e-9)
+        if grant.examples is not None:
+            examples = min(examples, grant.examples)
+        seconds = grant.seconds if grant.examples is None else examples * each
+        scheduler.record(grant, seconds, finds(grant.nodeid, visits[grant.nodeid]),
+                         (done or {}).get((grant.nodeid, visits[grant.nodeid])), examples=examples)
     return grants
 
 
@@ -23,55 +31,114 @@ def time_of(grants, nodeid: str, kind: str | None = None) -> float:
     return sum(g.seconds for g in grants if g.nodeid == nodeid and (kind is None or g.kind == kind))
 
 
-def test_floors_first_in_order_then_the_property_still_finding_gets_the_slices():
+def test_floors_first_in_order_each_a_number_of_examples_then_slices_to_the_property_still_finding():
     s = Scheduler(["a", "b", "c"], budget_s=60, slice_s=5)
     grants = drive(s, lambda n, v: 10 if n == "b" else 0)
-    assert [(g.nodeid, g.kind) for g in grants[:3]] == [("a", "floor"), ("b", "floor"), ("c", "floor")]
-    assert [g.seconds for g in grants[:3]] == [10, 10, 10]  # half of 60 s, split evenly
+    assert [(g.nodeid, g.kind, g.examples) for g in grants[:3]] == [
+        ("a", "floor", FLOOR_EXAMPLES), ("b", "floor", FLOOR_EXAMPLES), ("c", "floor", FLOOR_EXAMPLES)]
     assert {g.nodeid for g in grants[3:]} == {"b"}  # only b ever finds anything
-    assert time_of(grants, "b") == pytest.approx(40)
-    assert sum(g.seconds for g in grants) == pytest.approx(60)
-    assert s.share("b")["why"] == "floor 10s + 30s for new behaviour (60 found in it)"
-    assert s.share("a")["why"] == "floor 10s"
+    assert all(g.examples is None for g in grants[3:])  # slices are time
+    assert s.share("a")["why"] == "floor 0s"  # 20 examples at 10 ms: 0.2 s
+    assert s.share("b")["why"].startswith("floor 0s + ") and "for new behaviour" in s.share("b")["why"]
 
 
-def test_floor_is_kept_even_for_a_property_that_finds_nothing():
-    grants = drive(Scheduler(["a", "b"], budget_s=100, floor_fraction=0.3, slice_s=10),
-                   lambda n, v: 50 if n == "a" else 0)
-    assert time_of(grants, "b", "floor") == pytest.approx(15)
-    assert time_of(grants, "a") == pytest.approx(85)
+def test_a_slow_property_gets_its_floor_of_examples_however_slow():
+    # slow: 3 s an example; a floor of seconds (the even split of half of 200 s, 33 s) would give it
+    # 11 examples and the fast ones 3,300 each; a floor of examples gives each its 20.
+    s = Scheduler(["fast1", "slow", "fast2"], budget_s=200, slice_s=5)
+    grants = drive(s, lambda n, v: 0, cost={"slow": 3.0})
+    floors = {g.nodeid: g for g in grants if g.kind == "floor"}
+    assert s.share("slow")["floor_s"] == pytest.approx(FLOOR_EXAMPLES * 3.0)
+    assert s.share("fast1")["floor_s"] < 1 and floors["fast2"].examples == FLOOR_EXAMPLES
+    assert s._records["slow"].examples >= FLOOR_EXAMPLES
+
+
+def test_a_floor_is_capped_at_an_even_split_of_the_time_left():
+    # 100 s an example: its floor stops at an even split of what is left, so the floors after it still run
+    s = Scheduler(["glacial", "b"], budget_s=60, slice_s=5)
+    grants = drive(s, lambda n, v: 0, cost={"glacial": 100.0})
+    assert grants[0].nodeid == "glacial" and grants[0].seconds == pytest.approx(30)
+    assert grants[1].nodeid == "b" and grants[1].kind == "floor"
+
+
+def test_a_property_that_already_ran_its_floor_examples_gets_no_second_floor():
+    s = Scheduler(["a"], budget_s=10, slice_s=5)
+    g = s.next()
+    s.record(g, 0.5, 0, examples=FLOOR_EXAMPLES)
+    assert s.next().kind == "adaptive"
+
+
+def test_new_behaviour_is_normalised_per_property_so_variety_alone_does_not_buy_time():
+    # varied: every visit reaches 10 new event values, but it knows hundreds; focused: one new value a
+    # visit, of few.  Raw counts would give varied every slice; normalised, focused wins.
+    assert score(Finds(behaviours=10), known_behaviours=500, known_lines=0, lines_on=False) < \
+        score(Finds(behaviours=1), known_behaviours=5, known_lines=0, lines_on=False)
+    grants = drive(Scheduler(["varied", "focused"], budget_s=100, slice_s=2),
+                   lambda n, v: 300 if (n == "varied" and v == 1) else 10 if n == "varied" else 1)
+    assert time_of(grants, "focused", "adaptive") > time_of(grants, "varied", "adaptive")
+
+
+def test_a_new_failure_scores_whole_whatever_the_property_knows():
+    assert score(Finds(failures=1), 10_000, 10_000, lines_on=True) == pytest.approx(1.0)
+    assert score(Finds(failures=1), 0, 0, lines_on=False) > score(Finds(behaviours=1), 0, 0, lines_on=False) / 2
+
+
+def test_lines_are_the_main_signal_where_coverage_is_on_and_ignored_where_it_is_off():
+    events, lines = Finds(behaviours=3), Finds(lines=3)
+    assert score(lines, 10, 10, lines_on=True) > score(events, 10, 10, lines_on=True)
+    assert score(lines, 10, 10, lines_on=False) == 0.0
+
+    def finds(n, v):
+        return Finds(behaviours=5) if n == "events" else Finds(lines=5)
+    on = drive(Scheduler(["events", "lines"], budget_s=60, slice_s=2, lines_on=True), finds)
+    assert time_of(on, "lines", "adaptive") > time_of(on, "events", "adaptive")
+    off = drive(Scheduler(["events", "lines"], budget_s=60, slice_s=2), finds)
+    assert time_of(off, "events", "adaptive") > time_of(off, "lines", "adaptive")
+
+
+def test_a_slice_lasts_a_few_of_the_property_s_examples_and_the_cost_is_reported():
+    s = Scheduler(["slow"], budget_s=1000, slice_s=1)
+    grants = drive(s, lambda n, v: 1, cost={"slow": 2.0})
+    adaptive = [g for g in grants if g.kind == "adaptive"]
+    assert adaptive and all(g.seconds == pytest.approx(SLICE_EXAMPLES * 2.0) for g in adaptive[:-1])
+    assert s.share("slow")["cost_per_example_s"] == pytest.approx(2.0)
+    assert Scheduler(["x"], budget_s=10).share("x")["cost_per_example_s"] is None  # no example yet
 
 
 def test_a_property_that_stops_finding_loses_its_share():
     # a finds a lot at first (a failure, then events), then nothing; b finds a little, steadily.
     grants = drive(Scheduler(["a", "b"], budget_s=200, slice_s=5),
-                   lambda n, v: (20 if v <= 2 else 0) if n == "a" else 1)
+                   lambda n, v: (Finds(failures=1, behaviours=20) if v <= 2 else 0) if n == "a" else 1)
     adaptive = "".join(g.nodeid for g in grants if g.kind == "adaptive")
-    # a's rate is the highest after the floors; once its decayed rate falls below b's, b gets every slice
-    assert adaptive == "a" * adaptive.count("a") + "b" * adaptive.count("b")
-    assert adaptive.count("a") >= 1 and adaptive.count("b") >= 5
+    # a's rate is the highest after the floors; once its decayed rate falls below b's, b gets most slices
+    # (not all: b's own normalised finds shrink as it learns more, and a's decayed rate is then a tie-breaker)
+    assert adaptive[0] == "a"
+    half = adaptive[len(adaptive) // 2:]
+    assert half.count("b") > 3 * half.count("a")
     assert time_of(grants, "b", "adaptive") > time_of(grants, "a", "adaptive")
 
 
 def test_refinding_a_known_failure_is_not_new_behaviour():
     # a's only find is its failure in the floor (1); re-finding it later counts 0; b finds 1 per visit.
-    grants = drive(Scheduler(["a", "b"], budget_s=40, slice_s=2), lambda n, v: (1 if v == 1 else 0) if n == "a" else 1)
+    grants = drive(Scheduler(["a", "b"], budget_s=40, slice_s=2),
+                   lambda n, v: (Finds(failures=1) if v == 1 else 0) if n == "a" else 1)
     assert time_of(grants, "a", "adaptive") < time_of(grants, "b", "adaptive")
 
 
 def test_ties_fall_back_to_the_least_time_then_collection_order():
     s = Scheduler(["a", "b", "c"], budget_s=30, slice_s=5)
     grants = drive(s, lambda n, v: 0)
-    assert [g.nodeid for g in grants] == ["a", "b", "c", "a", "b", "c"]
+    assert [g.nodeid for g in grants[:9]] == ["a", "b", "c", "a", "b", "c", "a", "b", "c"]
     assert all("no property is finding" in g.reason for g in grants[3:])
-    assert s.share("c")["why"].startswith("floor 5s + 5s spare")
+    assert s.share("c")["why"].startswith("floor 0s + 9s spare")  # 0.2 s floors, then 5 s slices to 29.4 s
 
 
 def test_a_property_that_can_not_use_more_time_gets_no_more_slices():
-    grants = drive(Scheduler(["a", "b"], budget_s=40, slice_s=5), lambda n, v: 100 if n == "a" else 0,
-                   done={("a", 1): "search space exhausted"})
+    s = Scheduler(["a", "b"], budget_s=40, slice_s=5)
+    grants = drive(s, lambda n, v: 100 if n == "a" else 0, done={("a", 1): "search space exhausted"})
     assert [g.nodeid for g in grants if g.nodeid == "a"] == ["a"]
-    assert time_of(grants, "b") == pytest.approx(30)
+    b = s.share("b")
+    assert b["floor_s"] + b["spare_s"] == pytest.approx(40 - s.share("a")["floor_s"])
 
 
 def test_deterministic_and_within_budget_when_visits_overrun():
@@ -80,7 +147,8 @@ def test_deterministic_and_within_budget_when_visits_overrun():
         out = []
         while (g := s.next()) is not None:
             out.append((g.nodeid, g.kind, round(g.seconds, 6)))
-            s.record(g, g.seconds * 1.5, {"a": 3, "b": 1, "c": 0}[g.nodeid])  # shrinking overran the slice
+            # shrinking overran the slice
+            s.record(g, min(g.seconds, 2.0) * 1.5, {"a": 3, "b": 1, "c": 0}[g.nodeid], examples=10)
         return out
     assert run() == run()
     assert len(run()) < 50
@@ -91,6 +159,24 @@ def test_bad_arguments():
         Scheduler([], budget_s=10)
     with pytest.raises(ValueError, match="decay"):
         Scheduler(["a"], budget_s=10, decay=1.0)
+    with pytest.raises(ValueError, match="floor_examples"):
+        Scheduler(["a"], budget_s=10, floor_examples=-1)
+
+
+
+def test_the_campaign_hands_the_schedule_failures_behaviour_and_lines_apart():
+    from fuzzdist.campaign.report import PropertyState
+    from fuzzdist.campaign.runner import finds
+
+    prop = PropertyState("p")
+    prop.events["dtype: float32"] += 3
+    prop.targets["size"] = 4.0
+    before = finds(prop)
+    prop.events["dtype: float64"] += 1
+    prop.failures["origin"] = None  # only counted
+    prop.target_gains += 1
+    assert finds(prop, before) == Finds(failures=1, behaviours=2, lines=0)
+    assert before == Finds(failures=0, behaviours=2, lines=0)
 
 
 EVENTS_AND_FLAT = '''
