@@ -1,0 +1,53 @@
+"""The known torch bugs the FSDP1 parity property runs into.
+
+One :func:`~fuzzdist.known_bugs.register` call per bug (``fuzzdist.known_bugs`` collects this module by
+name).  A predicate matches the fields of the failure's :class:`~fuzzdist.problems.Problem` records and the
+example's types, never a message's words.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from fuzzdist.known_bugs.predicates import SEEN_ON, every_problem, example_of
+from fuzzdist.known_bugs.registry import KnownBug, register
+from fuzzdist.problems import Kind
+from fuzzdist.properties.fsdp1.config import FSDP1Config
+
+
+def _is_hybrid_shard_size_one(example: Mapping[str, Any], failure: BaseException) -> bool:
+    """HYBRID_SHARD on a mesh whose shard dim has one rank, and every problem a gradient that differs from
+    the mean over the ranks (FSDP1 clamps the strategy to NO_SHARD over the one-rank shard group, so each
+    rank keeps its own gradient, divided by the world size)."""
+    config = example_of(example, "config", FSDP1Config)
+    if config is None or config.hybrid_mesh is None or config.hybrid_mesh[1] != 1:
+        return False
+    return every_problem(failure, lambda p: p.kind is Kind.MISMATCH and p.bound is not None)
+
+
+register(KnownBug(
+    id="fsdp1-hybrid-shard-size-one-skips-replicas", kind="wrong result",
+    summary="FSDP1's HYBRID_SHARD on a device mesh whose shard dim has one rank ((2, 1)) switches to NO_SHARD "
+            "over that one-rank group: gradients are never averaged across the replicas, each rank keeps its own "
+            "divided by the world size",
+    where=("fsdp1",), recognise=_is_hybrid_shard_size_one, seen_on=SEEN_ON,
+    reproducer="docs/findings/fsdp1-hybrid-shard-size-one-skips-replicas.py"))
+
+
+def _is_exp_avg_lost(example: Mapping[str, Any], failure: BaseException) -> bool:
+    """A ``use_orig_params=True`` model trained with Adam or AdamW, whose every problem is a bitwise difference
+    (only the state-dict round trip compares bitwise: the training steps compare within bounds): the fresh
+    model, loaded with a full optimizer state dict whose ``exp_avg`` holds ``exp_avg_sq``, steps elsewhere."""
+    config = example_of(example, "config", FSDP1Config)
+    if config is None or not config.use_orig_params or config.optimizer not in ("adam", "adamw"):
+        return False
+    return every_problem(failure, lambda p: p.kind is Kind.MISMATCH and p.bound is None and p.symptom is None)
+
+
+register(KnownBug(
+    id="fsdp1-optim-state-dict-exp-avg-is-exp-avg-sq", kind="wrong result",
+    summary="on CPU ranks, FSDP.optim_state_dict of a use_orig_params=True model saves Adam's exp_avg_sq as its "
+            "exp_avg too: a model loaded from it resumes with the wrong first moment",
+    where=("fsdp1",), recognise=_is_exp_avg_lost, seen_on=SEEN_ON,
+    reproducer="docs/findings/fsdp1-optim-state-dict-exp-avg-is-exp-avg-sq.py"))
