@@ -23,7 +23,7 @@ from fuzzdist.properties.fsdp1.config import FSDP1Config, fsdp1_configs  # noqa:
 def _flat_numel(widths: tuple[int, ...], world: int) -> int:
     """Elements of the root unit's flat gradient: every Linear's weight and bias, padded to a multiple of
     the world size (FSDP1 shards one flat parameter into equal pieces)."""
-    numel = sum(a * b + b for a, b in zip(widths, widths[1:]))
+    numel = sum(a * b + b for a, b in zip(widths, widths[1:], strict=False))
     return math.ceil(numel / world) * world
 
 

@@ -5,8 +5,8 @@ Modules: ``config`` (``FSDP1Config`` and the ``fsdp1_configs`` strategy), ``know
 bugs this family runs into).
 
 For any setup :func:`~fuzzdist.properties.fsdp1.config.fsdp1_configs` draws, on CPU ranks over gloo
-(torch 2.13 runs FSDP1 there: every ``ShardingStrategy``, ``HYBRID_SHARD`` given a 2-D
-``device_mesh``, mixed precision, prefetching, ``no_sync``; not ``sync_module_states`` or CPU offload,
+(torch 2.13 runs FSDP1 there: every ``ShardingStrategy``, ``HYBRID_SHARD`` given its
+(shard, replicate) process groups, mixed precision, prefetching, ``no_sync``; not ``sync_module_states`` or CPU offload,
 which it refuses on CPU: see ``fsdp1_configs``), at every one of ``config.steps`` optimizer steps:
 
 * before the step, the full parameters (``FSDP.summon_full_params``) equal the local reference's:
@@ -52,7 +52,6 @@ has no FSDP1.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -116,7 +115,10 @@ def wrap(model: nn.Module, config: FSDP1Config, ctx: RankContext) -> FSDP:
     if config.mixed_precision:
         kwargs["mixed_precision"] = MixedPrecision(param_dtype=config.param_dtype, reduce_dtype=config.reduce_dtype)
     if config.hybrid_mesh is not None:
-        kwargs["device_mesh"] = device_mesh(ctx.device.type, config.hybrid_mesh)
+        # The documented tuple (shard group, replicate group), not ``device_mesh``: FSDP1 refuses
+        # LOCAL_STATE_DICT on a device mesh ("DeviceMesh is not compatible with LOCAL_STATE_DICT").
+        mesh = device_mesh(ctx.device.type, config.hybrid_mesh)
+        kwargs["process_group"] = (mesh.get_group("shard"), mesh.get_group("replicate"))
     else:
         kwargs["process_group"] = ctx.group
     return FSDP(model, **kwargs)
@@ -253,6 +255,7 @@ def _same(got: dict[str, torch.Tensor], expected: dict[str, torch.Tensor], when:
 
 def _register(model: FSDP, comm_hook: CommHook | None) -> None:
     if comm_hook is not None:
+        assert model.process_group is not None, "an FSDP1 module always has its process group"
         state, hook = comm_hook(model.process_group)
         model.register_comm_hook(state, hook)
 

@@ -16,9 +16,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 from fuzzdist import strategies as fst
-from fuzzdist.errors import InvalidArgument
-from fuzzdist.strategies._ddp import check_model_arguments
-from fuzzdist.strategies._fsdp import mesh_shapes
+from fuzzdist.errors import InvalidArgument, InvalidStrategyArgument
 
 SHARDING_STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD")
 """``ShardingStrategy`` members drawn, in shrink order."""
@@ -145,8 +143,13 @@ def fsdp1_configs(world_size: int = 2, *, max_depth: int = 3, max_width: int = 1
     Shrinks towards one 1->1 layer, batch 1, ``FULL_SHARD`` with FSDP's defaults, one SGD step and a
     ``FULL_STATE_DICT`` round trip.
     """
-    optimizer_names = check_model_arguments(world_size, max_depth, max_width, max_batch, max_steps, None)
-    hybrid_meshes = [m for m in mesh_shapes(world_size) if len(m) == 2]
+    for name, value in (("world_size", world_size), ("max_depth", max_depth), ("max_width", max_width),
+                        ("max_batch", max_batch), ("max_steps", max_steps)):
+        if value < 1:
+            raise InvalidStrategyArgument(f"fsdp1_configs({name}={value}): it must be at least 1")
+    optimizer_names = ("sgd", "adam", "adamw")
+    # every (replicate, shard) factorisation of the world, shard groups of one rank included
+    hybrid_meshes = [(r, world_size // r) for r in range(1, world_size + 1) if world_size % r == 0]
 
     @st.composite
     def draw_config(draw: st.DrawFn) -> FSDP1Config:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from fuzzdist.known_bugs import evidence
 from fuzzdist.known_bugs.predicates import SEEN_ON, every_problem, example_of
 from fuzzdist.known_bugs.registry import KnownBug, register
 from fuzzdist.problems import Kind
@@ -51,3 +52,22 @@ register(KnownBug(
             "exp_avg too: a model loaded from it resumes with the wrong first moment",
     where=("fsdp1",), recognise=_is_exp_avg_lost, seen_on=SEEN_ON,
     reproducer="docs/findings/fsdp1-optim-state-dict-exp-avg-is-exp-avg-sq.py"))
+
+
+def _is_local_state_dict_load_refused(example: Mapping[str, Any], failure: BaseException) -> bool:
+    """A ``use_orig_params=True`` model round-tripping a LOCAL_STATE_DICT, and every rank that raised raised
+    load_state_dict's RuntimeError about the ``_flat_param`` key its own ``state_dict()`` wrote."""
+    config = example_of(example, "config", FSDP1Config)
+    errors = evidence.raised(failure)
+    if config is None or not config.use_orig_params or config.state_dict_type != "LOCAL_STATE_DICT" or not errors:
+        return False
+    return all(evidence.raised_a(p, RuntimeError) and evidence.says(p, "Unexpected key(s) in state_dict")
+               and evidence.says(p, "_flat_param") for p in errors)
+
+
+register(KnownBug(
+    id="fsdp1-local-state-dict-orig-params-load-fails", kind="crash",
+    summary="FSDP1 with use_orig_params=True can't load its own LOCAL_STATE_DICT: load_state_dict raises "
+            "'Unexpected key(s) in state_dict: \"_flat_param\"' for the dict state_dict() returned",
+    where=("fsdp1",), recognise=_is_local_state_dict_load_refused, seen_on=SEEN_ON,
+    reproducer="docs/findings/fsdp1-local-state-dict-orig-params-load-fails.py"))
