@@ -20,11 +20,12 @@ from fuzzdist.properties.fsdp1.config import FSDP1Config
 def _is_hybrid_shard_size_one(example: Mapping[str, Any], failure: BaseException) -> bool:
     """HYBRID_SHARD on a mesh whose shard dim has one rank, and every problem a gradient that differs from
     the mean over the ranks (FSDP1 clamps the strategy to NO_SHARD over the one-rank shard group, so each
-    rank keeps its own gradient, divided by the world size)."""
+    rank keeps its own gradient, divided by the world size); the count of problems a rank left out
+    (``Kind.MORE``) is one of them."""
     config = example_of(example, "config", FSDP1Config)
     if config is None or config.hybrid_mesh is None or config.hybrid_mesh[1] != 1:
         return False
-    return every_problem(failure, lambda p: p.kind is Kind.MISMATCH and p.bound is not None)
+    return every_problem(failure, lambda p: p.kind is Kind.MORE or (p.kind is Kind.MISMATCH and p.bound is not None))
 
 
 register(KnownBug(
@@ -43,7 +44,8 @@ def _is_exp_avg_lost(example: Mapping[str, Any], failure: BaseException) -> bool
     config = example_of(example, "config", FSDP1Config)
     if config is None or not config.use_orig_params or config.optimizer not in ("adam", "adamw"):
         return False
-    return every_problem(failure, lambda p: p.kind is Kind.MISMATCH and p.bound is None and p.symptom is None)
+    return every_problem(failure, lambda p: p.kind is Kind.MORE
+                         or (p.kind is Kind.MISMATCH and p.bound is None and p.symptom is None))
 
 
 register(KnownBug(
