@@ -13,19 +13,42 @@ from typing import Any
 from fuzzdist.known_bugs import evidence
 from fuzzdist.known_bugs.predicates import SEEN_ON, every_problem, example_of
 from fuzzdist.known_bugs.registry import KnownBug, register
-from fuzzdist.problems import Kind
+from fuzzdist.problems import Kind, Problem
 from fuzzdist.properties.fsdp1.config import FSDP1Config
 
 
-def _is_hybrid_shard_size_one(example: Mapping[str, Any], failure: BaseException) -> bool:
-    """HYBRID_SHARD on a mesh whose shard dim has one rank, and every problem a gradient that differs from
-    the mean over the ranks (FSDP1 clamps the strategy to NO_SHARD over the one-rank shard group, so each
-    rank keeps its own gradient, divided by the world size); the count of problems a rank left out
-    (``Kind.MORE``) is one of them."""
-    config = example_of(example, "config", FSDP1Config)
-    if config is None or config.hybrid_mesh is None or config.hybrid_mesh[1] != 1:
+def _hybrid_shard_size_one(config: FSDP1Config) -> bool:
+    """Whether ``config`` meets fsdp1-hybrid-shard-size-one-skips-replicas: HYBRID_SHARD with shard groups of
+    one rank."""
+    return config.hybrid_mesh is not None and config.hybrid_mesh[1] == 1
+
+
+def _adam_with_orig_params(config: FSDP1Config) -> bool:
+    """Whether ``config`` meets fsdp1-optim-state-dict-exp-avg-is-exp-avg-sq: Adam or AdamW state of a
+    ``use_orig_params=True`` model saved with FULL_STATE_DICT (the one type it was seen with)."""
+    return (config.use_orig_params and config.optimizer in ("adam", "adamw")
+            and config.state_dict_type == "FULL_STATE_DICT")
+
+
+def _explained(config: FSDP1Config, problem: Problem) -> bool:
+    """Whether one of the two wrong-result bugs that ``config`` meets explains ``problem``: a gradient beyond
+    its bound (the replicas never averaged), a bitwise difference after the state-dict round trip (the
+    wrong ``exp_avg``: only the round trip compares bitwise), or the count of problems a rank left out."""
+    if problem.kind is Kind.MORE:
+        return True
+    if problem.kind is not Kind.MISMATCH or problem.symptom is not None:
         return False
-    return every_problem(failure, lambda p: p.kind is Kind.MORE or (p.kind is Kind.MISMATCH and p.bound is not None))
+    return _hybrid_shard_size_one(config) if problem.bound is not None else _adam_with_orig_params(config)
+
+
+def _is_hybrid_shard_size_one(example: Mapping[str, Any], failure: BaseException) -> bool:
+    """HYBRID_SHARD on a mesh whose shard dim has one rank, and every problem explained (FSDP1 clamps the
+    strategy to NO_SHARD over the one-rank shard group, so each rank keeps its own gradient, divided by the
+    world size; where the config also meets the ``exp_avg`` bug, its round-trip differences are allowed)."""
+    config = example_of(example, "config", FSDP1Config)
+    if config is None or not _hybrid_shard_size_one(config):
+        return False
+    return every_problem(failure, lambda p: _explained(config, p))
 
 
 register(KnownBug(
@@ -38,14 +61,13 @@ register(KnownBug(
 
 
 def _is_exp_avg_lost(example: Mapping[str, Any], failure: BaseException) -> bool:
-    """A ``use_orig_params=True`` model trained with Adam or AdamW, whose every problem is a bitwise difference
-    (only the state-dict round trip compares bitwise: the training steps compare within bounds): the fresh
-    model, loaded with a full optimizer state dict whose ``exp_avg`` holds ``exp_avg_sq``, steps elsewhere."""
+    """A ``use_orig_params=True`` model trained with Adam or AdamW, and every problem explained (see
+    ``_explained``): the fresh model, loaded with a full optimizer state dict whose ``exp_avg`` holds
+    ``exp_avg_sq``, steps elsewhere."""
     config = example_of(example, "config", FSDP1Config)
-    if config is None or not config.use_orig_params or config.optimizer not in ("adam", "adamw"):
+    if config is None or not _adam_with_orig_params(config):
         return False
-    return every_problem(failure, lambda p: p.kind is Kind.MORE
-                         or (p.kind is Kind.MISMATCH and p.bound is None and p.symptom is None))
+    return every_problem(failure, lambda p: _explained(config, p))
 
 
 register(KnownBug(
