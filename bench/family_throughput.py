@@ -4,7 +4,7 @@ Run (from the repository root):
 
     python bench/family_throughput.py [--examples 100] [--rounds 3] [--family zero,join,...] [--json FILE]
 
-For each family (zero, join, comm_hooks, checkpoint, tensor_parallel, pipelining, sharded_tensor),
+For each family (zero, join, comm_hooks, checkpoint, tensor_parallel, pipelining, sharded_tensor, fsdp1, reshard),
 one child process runs ``pytest properties/test_<family>.py -k w2`` (every test of the family at
 world size 2, on CPU ranks over gloo) under the ``campaign`` profile with ``max_examples=N``, a
 fresh example database and a fixed ``--hypothesis-seed``, and reports, test by test, the examples
@@ -31,7 +31,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-FAMILIES = ("zero", "join", "comm_hooks", "checkpoint", "tensor_parallel", "pipelining", "sharded_tensor")
+FAMILIES = ("zero", "join", "comm_hooks", "checkpoint", "tensor_parallel", "pipelining", "sharded_tensor", "fsdp1",
+            "reshard")
 SEED = 20261126  # every run draws the same examples
 TARGET = 2.0  # examples per second, the floor a family is held to
 
@@ -103,7 +104,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--examples", type=int, default=100, help="max_examples per test (default 100)")
     parser.add_argument("--rounds", type=int, default=1, help="rounds; medians (default 1)")
-    parser.add_argument("--family", default=",".join(FAMILIES), help="comma-separated families (default: all 7)")
+    parser.add_argument("--family", default=",".join(FAMILIES), help="comma-separated families (default: all 9)")
     parser.add_argument("--json", metavar="FILE", help="also write the figures here")
     args = parser.parse_args()
     families = [f for f in args.family.split(",") if f]

@@ -49,6 +49,19 @@ def _functional_case() -> Any:
         order=(0, 1, 2), completions=("wait_tensor",) * 3, seed=0)
 
 
+def _fsdp1(pool: Any, config: Any, dtype: torch.dtype, seed: int, world_size: int) -> None:
+    from fuzzdist.properties import fsdp1
+
+    fsdp1.check(pool, config, dtype, seed)
+
+
+def _fsdp1_config(**fields: Any) -> Any:
+    """An FSDP1 config of one 1->1 layer on 2 ranks, batch 1, with ``fields``."""
+    from fuzzdist.properties.fsdp1.config import FSDP1Config
+
+    return FSDP1Config(widths=(1, 1), batch_sizes=(1, 1), **fields)
+
+
 def _by_case(module: str) -> Callable[..., None]:
     """The runner of a property whose check takes ``(pool, case)`` (object collectives, p2p, subgroups)."""
     def run(pool: Any, case: Any, world_size: int) -> None:
@@ -129,6 +142,7 @@ RUNNERS: dict[str, Callable[..., None]] = {
     "broadcast": _broadcast, "collectives": _collective, "functional": _functional,
     "object_collectives": _by_case("object_collectives"), "p2p": _by_case("p2p"), "subgroups": _by_case("subgroups"),
     "check-pg:allreduce": _check_pg, "check-pg:reduce_scatter_tensor": _check_pg, "check-pg:async": _check_pg_async,
+    "fsdp1": _fsdp1,
 }
 
 # bug id -> (where, the pinned minimal example's fields; world_size picks the pool; check-pg's examples name
@@ -163,6 +177,14 @@ PINNED: dict[str, tuple[str, Callable[[], dict[str, Any]]]] = {
                _call("allreduce", spec=TensorSpec((1,), torch.float32), reduce_op="SUM"),
                _call("send_recv", spec=TensorSpec((1,), torch.float32), root=0, peer=1)),
         wait_order=(0, 1, 2, 3, 3), world_size=2, backend="gloo")),
+    "fsdp1-hybrid-shard-size-one-skips-replicas": ("fsdp1", lambda: dict(
+        config=_fsdp1_config(sharding_strategy="HYBRID_SHARD", hybrid_mesh=(2, 1)), dtype=torch.float32, seed=0,
+        world_size=2)),
+    "fsdp1-optim-state-dict-exp-avg-is-exp-avg-sq": ("fsdp1", lambda: dict(
+        config=_fsdp1_config(use_orig_params=True, optimizer="adam"), dtype=torch.float32, seed=0, world_size=2)),
+    "fsdp1-local-state-dict-orig-params-load-fails": ("fsdp1", lambda: dict(
+        config=_fsdp1_config(use_orig_params=True, state_dict_type="LOCAL_STATE_DICT"), dtype=torch.float32, seed=0,
+        world_size=2)),
 }
 
 

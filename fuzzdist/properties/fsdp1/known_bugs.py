@@ -1,0 +1,97 @@
+"""The known torch bugs the FSDP1 parity property runs into.
+
+One :func:`~fuzzdist.known_bugs.register` call per bug (``fuzzdist.known_bugs`` collects this module by
+name).  A predicate matches the fields of the failure's :class:`~fuzzdist.problems.Problem` records and the
+example's types, never a message's words.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from fuzzdist.known_bugs import evidence
+from fuzzdist.known_bugs.predicates import SEEN_ON, every_problem, example_of
+from fuzzdist.known_bugs.registry import KnownBug, register
+from fuzzdist.problems import Kind, Problem
+from fuzzdist.properties.fsdp1.config import FSDP1Config
+
+
+def _hybrid_shard_size_one(config: FSDP1Config) -> bool:
+    """Whether ``config`` meets fsdp1-hybrid-shard-size-one-skips-replicas: HYBRID_SHARD with shard groups of
+    one rank."""
+    return config.hybrid_mesh is not None and config.hybrid_mesh[1] == 1
+
+
+def _adam_with_orig_params(config: FSDP1Config) -> bool:
+    """Whether ``config`` meets fsdp1-optim-state-dict-exp-avg-is-exp-avg-sq: Adam or AdamW state of a
+    ``use_orig_params=True`` model saved with FULL_STATE_DICT (the one type it was seen with)."""
+    return (config.use_orig_params and config.optimizer in ("adam", "adamw")
+            and config.state_dict_type == "FULL_STATE_DICT")
+
+
+def _explained(config: FSDP1Config, problem: Problem) -> bool:
+    """Whether one of the two wrong-result bugs that ``config`` meets explains ``problem``: a gradient beyond
+    its bound (the replicas never averaged), a bitwise difference after the state-dict round trip (the
+    wrong ``exp_avg``: only the round trip compares bitwise), or the count of problems a rank left out."""
+    if problem.kind is Kind.MORE:
+        return True
+    if problem.kind is not Kind.MISMATCH or problem.symptom is not None:
+        return False
+    return _hybrid_shard_size_one(config) if problem.bound is not None else _adam_with_orig_params(config)
+
+
+def _is_hybrid_shard_size_one(example: Mapping[str, Any], failure: BaseException) -> bool:
+    """HYBRID_SHARD on a mesh whose shard dim has one rank, and every problem explained (FSDP1 clamps the
+    strategy to NO_SHARD over the one-rank shard group, so each rank keeps its own gradient, divided by the
+    world size; where the config also meets the ``exp_avg`` bug, its round-trip differences are allowed)."""
+    config = example_of(example, "config", FSDP1Config)
+    if config is None or not _hybrid_shard_size_one(config):
+        return False
+    return every_problem(failure, lambda p: _explained(config, p))
+
+
+register(KnownBug(
+    id="fsdp1-hybrid-shard-size-one-skips-replicas", kind="wrong result",
+    summary="FSDP1's HYBRID_SHARD on a device mesh whose shard dim has one rank ((2, 1)) switches to NO_SHARD "
+            "over that one-rank group: gradients are never averaged across the replicas, each rank keeps its own "
+            "divided by the world size",
+    where=("fsdp1",), recognise=_is_hybrid_shard_size_one, seen_on=SEEN_ON,
+    reproducer="docs/findings/fsdp1-hybrid-shard-size-one-skips-replicas.py"))
+
+
+def _is_exp_avg_lost(example: Mapping[str, Any], failure: BaseException) -> bool:
+    """A ``use_orig_params=True`` model trained with Adam or AdamW, and every problem explained (see
+    ``_explained``): the fresh model, loaded with a full optimizer state dict whose ``exp_avg`` holds
+    ``exp_avg_sq``, steps elsewhere."""
+    config = example_of(example, "config", FSDP1Config)
+    if config is None or not _adam_with_orig_params(config):
+        return False
+    return every_problem(failure, lambda p: _explained(config, p))
+
+
+register(KnownBug(
+    id="fsdp1-optim-state-dict-exp-avg-is-exp-avg-sq", kind="wrong result",
+    summary="on CPU ranks, FSDP.optim_state_dict of a use_orig_params=True model saves Adam's exp_avg_sq as its "
+            "exp_avg too: a model loaded from it resumes with the wrong first moment",
+    where=("fsdp1",), recognise=_is_exp_avg_lost, seen_on=SEEN_ON,
+    reproducer="docs/findings/fsdp1-optim-state-dict-exp-avg-is-exp-avg-sq.py"))
+
+
+def _is_local_state_dict_load_refused(example: Mapping[str, Any], failure: BaseException) -> bool:
+    """A ``use_orig_params=True`` model round-tripping a LOCAL_STATE_DICT, and every rank that raised raised
+    load_state_dict's RuntimeError about the ``_flat_param`` key its own ``state_dict()`` wrote."""
+    config = example_of(example, "config", FSDP1Config)
+    errors = evidence.raised(failure)
+    if config is None or not config.use_orig_params or config.state_dict_type != "LOCAL_STATE_DICT" or not errors:
+        return False
+    return all(evidence.raised_a(p, RuntimeError) and evidence.says(p, "Unexpected key(s) in state_dict")
+               and evidence.says(p, "_flat_param") for p in errors)
+
+
+register(KnownBug(
+    id="fsdp1-local-state-dict-orig-params-load-fails", kind="crash",
+    summary="FSDP1 with use_orig_params=True can't load its own LOCAL_STATE_DICT: load_state_dict raises "
+            "'Unexpected key(s) in state_dict: \"_flat_param\"' for the dict state_dict() returned",
+    where=("fsdp1",), recognise=_is_local_state_dict_load_refused, seen_on=SEEN_ON,
+    reproducer="docs/findings/fsdp1-local-state-dict-orig-params-load-fails.py"))
