@@ -38,6 +38,8 @@ Modules (import the one you need; each imports only its own dependencies):
 * ``pipelining``: a pipelined model gives the unsplit model's output, losses and gradients.
 * ``sharded_tensor``: ``ChunkShardingSpec`` sharding and gathering keep values.
 * ``compile``: compiled distributed programs compute what they compute eagerly on the same ranks.
+* ``fsdp1``: FSDP1's gradients and parameters equal a local model's; its state dicts round-trip.
+* ``reshard``: a DCP checkpoint saved from W ranks loads into W' ranks, every value bitwise.
 """
 
 from __future__ import annotations
