@@ -18,6 +18,7 @@ ENTRY_MODULES = (
     "fuzzdist.properties.collectives.known_bugs",
     "fuzzdist.properties.comm_hooks.known_bugs",
     "fuzzdist.properties.dtensor.known_bugs",
+    "fuzzdist.properties.dtensor_ops.known_bugs",
     "fuzzdist.properties.functional.known_bugs",
     "fuzzdist.properties.join.known_bugs",
     "fuzzdist.properties.object_collectives.known_bugs",

@@ -1,0 +1,85 @@
+"""The known torch bugs the DTensor-operator property runs into.
+
+One :func:`~fuzzdist.known_bugs.register` call per bug (``fuzzdist.known_bugs`` collects this module by name).
+A predicate matches the fields of the failure's :class:`~fuzzdist.problems.Problem` records and the case's
+operands, never a message's words.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from fuzzdist.known_bugs import evidence
+from fuzzdist.known_bugs.registry import KnownBug, register
+from fuzzdist.problems import Kind
+from fuzzdist.properties.dtensor_ops.cases import OpCase
+from fuzzdist.properties.dtensor_ops.operands import Operand
+
+
+def _operands(case: Any) -> list[Operand]:
+    return [o for o in case.operands if isinstance(o, Operand)] if isinstance(case, OpCase) else []
+
+
+def _is_integer_partial_sum_made_float(example: Mapping[str, Any], failure: BaseException) -> bool:
+    """An integer operand is Partial(sum) and another is not, and every problem is an output whose dtype
+    is float32 where the local result's is an integer dtype (values aside)."""
+    operands = _operands(example.get("case"))
+    partial_int = any("P+" in o.placements and not o.spec.dtype.is_floating_point for o in operands)
+    problems = [p for ranks in (evidence.reported_by_rank(failure) or []) for p in ranks]
+    if not partial_int or not problems:
+        return False
+    return all(p.kind is Kind.SHAPE and p.what.startswith("output") and isinstance(p.got, tuple)
+               and p.got[1] == torch.float32 and isinstance(p.expected, tuple)
+               and not p.expected[1].is_floating_point for p in problems)
+
+
+register(KnownBug(
+    id="dtensor-partial-sum-int-becomes-float", kind="wrong result",
+    summary="torch 2.13: a pointwise operator over an integer Partial(sum) DTensor and a Replicate one (int64 "
+            "R + int64 P(sum)) returns a float32 Partial(sum) DTensor where the local operator returns int64: "
+            "the Replicate operand is divided by the mesh size to make it Partial, a true division",
+    where=("dtensor_ops",), recognise=_is_integer_partial_sum_made_float, seen_on=("2.13",),
+    reproducer="docs/findings/dtensor-partial-sum-int-becomes-float.py"))
+
+
+def _is_partial_type_change_assert(example: Mapping[str, Any], failure: BaseException) -> bool:
+    """Operands of one case are Partial with different reduce ops, and every problem is the DTensor
+    operator raising AssertionError."""
+    operands = _operands(example.get("case"))
+    kinds = {name for o in operands for name in o.placements if name.startswith("P")}
+    problems = [p for ranks in (evidence.reported_by_rank(failure) or []) for p in ranks]
+    if len(kinds) < 2 or not problems:
+        return False
+    return all(p.kind is Kind.RAISED and p.error == "AssertionError" and p.what == "the DTensor operator"
+               for p in problems)
+
+
+register(KnownBug(
+    id="dtensor-partial-reduce-op-change-asserts", kind="crash",
+    summary="torch 2.13: an in-place operator whose self is Partial(sum) and whose other operand is "
+            "Partial(max) (or min) raises a bare AssertionError ('Redistribution from one partial type ... "
+            "is unsupported') instead of reducing the other operand first, as the out-of-place operator does",
+    where=("dtensor_ops",), recognise=_is_partial_type_change_assert, seen_on=("2.13",),
+    reproducer="docs/findings/dtensor-partial-reduce-op-change-asserts.py"))
+
+
+def _is_integer_partial_minmax_wrapped(example: Mapping[str, Any], failure: BaseException) -> bool:
+    """An integer operand is Partial(max) or Partial(min), and every problem is a wrong output value."""
+    operands = _operands(example.get("case"))
+    minmax_int = any(("P>" in o.placements or "P<" in o.placements) and not o.spec.dtype.is_floating_point
+                     for o in operands)
+    problems = [p for ranks in (evidence.reported_by_rank(failure) or []) for p in ranks]
+    return minmax_int and bool(problems) and all(
+        p.kind is Kind.MISMATCH and p.what.startswith("output") for p in problems)
+
+
+register(KnownBug(
+    id="dtensor-partial-minmax-plus-replicate-wraps", kind="wrong result",
+    summary="torch 2.13: an integer Partial(min) (or max) DTensor plus a Replicate one stays Partial(min): "
+            "min(a_i + r) is not min(a_i) + r once an a_i + r wraps around (int64 near its extremes), so the "
+            "result differs from the local operator's",
+    where=("dtensor_ops",), recognise=_is_integer_partial_minmax_wrapped, seen_on=("2.13",),
+    reproducer="docs/findings/dtensor-partial-minmax-plus-replicate-wraps.py"))
