@@ -31,7 +31,7 @@ class OpDef:
     (:mod:`~fuzzdist.properties.dtensor_ops.accuracy`) of ``terms(args, kwargs)`` terms per element of
     ``magnitude`` (default: the operator over the float64 absolute values of its arguments).  ``grad``:
     its backward is checked.  ``mutates``: the flat index of the operand an in-place operator changes.
-    ``outputs``: which outputs are compared (None: all).  ``partial``: Partial placements drawn."""
+    ``outputs``: which outputs are compared (None: all).  ``partial``: Partial placements drawn.  ``root``: see the field."""
 
     name: str
     group: str
@@ -44,6 +44,11 @@ class OpDef:
     mutates: int | None = None
     outputs: tuple[int, ...] | None = None
     partial: bool = True
+    local_domain: bool = False
+    """Where the local operator raises, the drawn arguments are outside its domain (unknown to the
+    generator): the example tests nothing, and passes."""
+    root: bool = False
+    """The result is the square root of a reordered sum: its bound is the square root of the sum's."""
 
 
 OPS: dict[str, OpDef] = {}

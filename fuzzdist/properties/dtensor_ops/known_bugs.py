@@ -83,3 +83,23 @@ register(KnownBug(
             "result differs from the local operator's",
     where=("dtensor_ops",), recognise=_is_integer_partial_minmax_wrapped, seen_on=("2.13",),
     reproducer="docs/findings/dtensor-partial-minmax-plus-replicate-wraps.py"))
+
+
+def _is_out_placement_empty_min(example: Mapping[str, Any], failure: BaseException) -> bool:
+    """An ``out=`` operator (its name says so), and every problem is the DTensor operator raising the
+    RuntimeError of ``min()`` over no strategies."""
+    case = example.get("case")
+    problems = [p for ranks in (evidence.reported_by_rank(failure) or []) for p in ranks]
+    if not isinstance(case, OpCase) or not case.op.endswith("out") or not problems:
+        return False
+    return all(p.kind is Kind.RAISED and p.what == "the DTensor operator" and p.error == "RuntimeError"
+               and evidence.says(p, "min() arg is an empty sequence") for p in problems)
+
+
+register(KnownBug(
+    id="dtensor-out-placement-mismatch-empty-min", kind="crash",
+    summary="torch 2.13: a pointwise out= overload whose out DTensor is placed unlike the result DTensor "
+            "would be (inputs Replicate, out Shard(0)) raises RuntimeError 'min() arg is an empty sequence' from "
+            "the sharding propagator instead of saying that out's placement can't be kept",
+    where=("dtensor_ops",), recognise=_is_out_placement_empty_min, seen_on=("2.13",),
+    reproducer="docs/findings/dtensor-out-placement-mismatch-empty-min.py"))
