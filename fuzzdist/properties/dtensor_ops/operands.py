@@ -131,18 +131,16 @@ def _bit_chunks(x: torch.Tensor, n: int) -> list[torch.Tensor]:
 def partial_pieces(full: torch.Tensor, reduce_op: str, n: int, owner: int, seed: int) -> list[torch.Tensor]:
     """``n`` pieces of ``full`` whose ``reduce_op`` reduction, in any order, is exactly ``full``: the
     rank ``owner`` places first.  Sums of floats split the significand (:func:`_bit_chunks`), of integers
-    wrap (random pieces, the owner's the difference); max and min give the owner ``full`` and the others
+    are split into shares of one sign; max and min give the owner ``full`` and the others
     random values no larger (no smaller)."""
     if reduce_op == "sum":
         if full.dtype.is_floating_point:
             chunks = _bit_chunks(full, n)
         else:
-            gen = torch.Generator().manual_seed(seed % 2**63)
-            others = [torch.randint(-100, 100, full.shape, generator=gen).to(full.dtype) for _ in range(n - 1)]
-            rest = full.clone()
-            for o in others:
-                rest = rest - o
-            chunks = [rest, *others]
+            # n - 1 pieces of full / n (truncated), the owner's the rest: every piece has full's sign and
+            # their absolute values add up to |full|, so sum |piece * y| is |full * y| (accuracy's magnitude)
+            share = torch.div(full, n, rounding_mode="trunc")
+            chunks = [full - share * (n - 1), *[share.clone() for _ in range(n - 1)]]
     else:
         gen = torch.Generator().manual_seed(seed % 2**63)
         others = []
