@@ -66,38 +66,20 @@ register(KnownBug(
     reproducer="docs/findings/dtensor-partial-reduce-op-change-asserts.py"))
 
 
-def _is_integer_partial_minmax_wrapped(example: Mapping[str, Any], failure: BaseException) -> bool:
-    """An integer operand is Partial(max) or Partial(min), and every problem is a wrong output value."""
-    operands = _operands(example.get("case"))
-    minmax_int = any(("P>" in o.placements or "P<" in o.placements) and not o.spec.dtype.is_floating_point
-                     for o in operands)
-    problems = [p for ranks in (evidence.reported_by_rank(failure) or []) for p in ranks]
-    return minmax_int and bool(problems) and all(
-        p.kind is Kind.MISMATCH and p.what.startswith("output") for p in problems)
-
-
-register(KnownBug(
-    id="dtensor-partial-minmax-plus-replicate-wraps", kind="wrong result",
-    summary="torch 2.13: an integer Partial(min) (or max) DTensor plus a Replicate one stays Partial(min): "
-            "min(a_i + r) is not min(a_i) + r once an a_i + r wraps around (int64 near its extremes), so the "
-            "result differs from the local operator's",
-    where=("dtensor_ops",), recognise=_is_integer_partial_minmax_wrapped, seen_on=("2.13",),
-    reproducer="docs/findings/dtensor-partial-minmax-plus-replicate-wraps.py"))
-
 
 def _is_out_placement_empty_min(example: Mapping[str, Any], failure: BaseException) -> bool:
-    """An ``out=`` operator (its name says so), and every problem is the DTensor operator raising the
+    """An ``out=`` overload (its overload name says so: ``out``, ``Scalar_out``, ``OutScalar_Other``), and every problem is the DTensor operator raising the
     RuntimeError of ``min()`` over no strategies."""
     case = example.get("case")
     problems = [p for ranks in (evidence.reported_by_rank(failure) or []) for p in ranks]
-    if not isinstance(case, OpCase) or not case.op.endswith("out") or not problems:
+    if not isinstance(case, OpCase) or "out" not in case.op.rsplit(".", 1)[-1].lower() or not problems:
         return False
     return all(p.kind is Kind.RAISED and p.what == "the DTensor operator" and p.error == "RuntimeError"
                and evidence.says(p, "min() arg is an empty sequence") for p in problems)
 
 
 register(KnownBug(
-    id="dtensor-out-placement-mismatch-empty-min", kind="crash",
+    id="dtensor-out-placement-mismatch-empty-min", kind="unclear error",
     summary="torch 2.13: a pointwise out= overload whose out DTensor is placed unlike the result DTensor "
             "would be (inputs Replicate, out Shard(0)) raises RuntimeError 'min() arg is an empty sequence' from "
             "the sharding propagator instead of saying that out's placement can't be kept",
