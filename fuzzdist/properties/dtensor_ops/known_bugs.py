@@ -85,3 +85,31 @@ register(KnownBug(
             "the sharding propagator instead of saying that out's placement can't be kept",
     where=("dtensor_ops",), recognise=_is_out_placement_empty_min, seen_on=("2.13",),
     reproducer="docs/findings/dtensor-out-placement-mismatch-empty-min.py"))
+
+
+def _has_empty_shard(case: OpCase) -> bool:
+    """Some operand is sharded on a dim with fewer elements than its mesh dim has ranks."""
+    return any(name.startswith("S") and o.spec.shape[int(name[1:])] < case.mesh_shape[m]
+               for o in _operands(case) for m, name in enumerate(o.placements))
+
+
+def _is_argminmax_empty_shard_hang(example: Mapping[str, Any], failure: BaseException) -> bool:
+    """argmax/argmin of an operand whose local shard is empty on some rank, and the ranks were left waiting
+    in a collective (or the empty rank raised IndexError on its piece)."""
+    case = example.get("case")
+    if not isinstance(case, OpCase) or case.op not in ("reductions.argmax", "reductions.argmin"):
+        return False
+    if not _has_empty_shard(case):
+        return False
+    return bool(evidence.waiting(failure)) or any(
+        p.kind is Kind.RAISED and p.error == "IndexError"
+        for ranks in (evidence.reported_by_rank(failure) or []) for p in ranks)
+
+
+register(KnownBug(
+    id="dtensor-argmax-empty-shard-hangs", kind="hang",
+    summary="torch 2.13: argmax (argmin) over a sharded dim where some rank's shard is empty ((1,) as Shard(0) "
+            "on 2 ranks): that rank raises IndexError on its empty piece before the all-gather DTensor's "
+            "argmax handler issues, and the other ranks wait in it forever",
+    where=("dtensor_ops",), recognise=_is_argminmax_empty_shard_hang, seen_on=("2.13",),
+    reproducer="docs/findings/dtensor-argmax-empty-shard-hangs.py"))
