@@ -31,7 +31,8 @@ class OpDef:
     (:mod:`~fuzzdist.properties.dtensor_ops.accuracy`) of ``terms(args, kwargs)`` terms per element of
     ``magnitude`` (default: the operator over the float64 absolute values of its arguments).  ``grad``:
     its backward is checked.  ``mutates``: the flat index of the operand an in-place operator changes.
-    ``outputs``: which outputs are compared (None: all).  ``partial``: Partial placements drawn.  ``root``: see the field."""
+    ``outputs``: which outputs are compared (None: all).  ``partial``: Partial placements
+    drawn.  ``root``: see the field."""
 
     name: str
     group: str

@@ -68,7 +68,8 @@ register(KnownBug(
 
 
 def _is_out_placement_empty_min(example: Mapping[str, Any], failure: BaseException) -> bool:
-    """An ``out=`` overload (its overload name says so: ``out``, ``Scalar_out``, ``OutScalar_Other``), and every problem is the DTensor operator raising the
+    """An ``out=`` overload (its overload name says so: ``out``, ``Scalar_out``,
+    ``OutScalar_Other``), and every problem is the DTensor operator raising the
     RuntimeError of ``min()`` over no strategies."""
     case = example.get("case")
     problems = [p for ranks in (evidence.reported_by_rank(failure) or []) for p in ranks]

@@ -21,8 +21,7 @@ from typing import Any
 
 import torch
 
-from fuzzdist.strategies import TensorSpec
-from fuzzdist.strategies import mix_seed
+from fuzzdist.strategies import TensorSpec, mix_seed
 
 PARTIAL_OPS = {"P+": "sum", "P>": "max", "P<": "min"}
 """Partial placement names and the reduce op each stands for.  ``avg`` is not drawn: no split of a float

@@ -5,7 +5,8 @@ Sums, means, products, norms and variances are ``reordered``: DTensor reduces ea
 the partial results.  Their ``terms`` are the reduced elements per output element; ``magnitude`` is the
 sum of the absolute terms (for a product, the absolute product: each of its roundings is relative; for a
 variance, the sum of squares it subtracts from, and a standard deviation within the square root of
-its variance's bound, since ``|sqrt(a) - sqrt(b)| <= sqrt(|a - b|)``; for logsumexp the log of the sum of exponentials plus
+its variance's bound, since ``|sqrt(a) - sqrt(b)| <= sqrt(|a - b|)``;
+for logsumexp the log of the sum of exponentials plus
 the largest absolute value it shifts by).  Extrema, arg-extrema and all/any are exact.
 """
 

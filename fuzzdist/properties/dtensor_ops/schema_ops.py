@@ -79,7 +79,8 @@ def _kinds(op: torch._ops.OpOverload) -> tuple[tuple[str, ...], bool, int | None
     return tuple(kinds), out, mutates
 
 
-def _probe(op: torch._ops.OpOverload, kinds: tuple[str, ...], out: bool) -> tuple[torch.dtype, torch.dtype | None] | None:
+def _probe(op: torch._ops.OpOverload, kinds: tuple[str, ...],
+           out: bool) -> tuple[torch.dtype, torch.dtype | None] | None:
     for dtype in _PROBE_DTYPES:
         args = [torch.ones(2, dtype=dtype) if k == "T" else _SCALARS[dtype][0] for k in kinds]
         for out_dtype in ((dtype, torch.bool, torch.float32) if out else (None,)):

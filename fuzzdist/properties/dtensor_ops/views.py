@@ -47,7 +47,8 @@ def _reshaped(d: st.DrawFn) -> Arguments:
     return (x, tuple(new)), {}
 
 
-def _with_dim(dtypes: tuple[torch.dtype, ...] = _DTYPES, min_dims: int = 1) -> Callable[[], st.SearchStrategy[Arguments]]:
+def _with_dim(dtypes: tuple[torch.dtype, ...] = _DTYPES,
+              min_dims: int = 1) -> Callable[[], st.SearchStrategy[Arguments]]:
     @st.composite
     def draw(d: st.DrawFn) -> Arguments:
         shape = d(shapes(min_dims=min_dims), label="shape")
