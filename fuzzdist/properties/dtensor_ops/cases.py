@@ -105,7 +105,7 @@ def op_cases(draw: st.DrawFn, world_size: int, ops: tuple[str, ...] | None = Non
     for i, operand in enumerate(flat):
         assert isinstance(operand, Operand)
         same = [j for j in range(i) if isinstance(flat[j], Operand) and _aliasable(flat[j], operand)]  # type: ignore[arg-type]
-        if same and draw(st.booleans(), label="alias"):
+        if draw(st.booleans(), label="alias") and same:
             placed.append(Alias(same[0]))
             continue
         wants_grad = grad and operand.spec.dtype.is_floating_point and operand.index_high is None

@@ -21,6 +21,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from fuzzdist.properties.dtensor_ops.cases import flat_operands, substitute
 from fuzzdist.properties.dtensor_ops.catalogue import OpDef, all_ops
+from fuzzdist.properties.dtensor_ops.operands import Operand
 from fuzzdist.properties.dtensor_ops.schema_ops import Plan, plans
 
 _REASONS = (
@@ -82,6 +83,7 @@ def reached(op_def: OpDef, examples: int = 5) -> set[str]:
             args, kwargs = op_def.arguments().example()
         fulls = []
         for operand in flat_operands(args):
+            assert isinstance(operand, Operand), "a drawn operator's arguments hold no aliases"
             full = operand.full()
             fulls.append(full.requires_grad_(op_def.grad and full.dtype.is_floating_point))
         call_args, _ = substitute(args, fulls)

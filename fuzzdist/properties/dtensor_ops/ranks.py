@@ -69,7 +69,7 @@ class _Built:
         for item in case.operands:
             if isinstance(item, Alias):
                 for seq in (self.fulls, self.refs, self.dts, self.pieces, self.operands):
-                    seq.append(seq[item.index])  # type: ignore[attr-defined]
+                    seq.append(seq[item.index])  # type: ignore[arg-type]
                 continue
             full = item.full()
             piece = local_piece(item, full, case.mesh_shape, coord).clone()
@@ -155,7 +155,8 @@ def _grad_allowed(op_def: OpDef, built: _Built, args: tuple[Any, ...], kwargs: d
         abs_outs = tensors_of((op_def.magnitude or op_def.call)(*abs_args, **kwargs))
         pairs = [(abs_outs[c], g.detach().double().abs()) for c, g in zip(chosen, grads, strict=True)]
         pairs = [(a, g) for a, g in pairs if a is not None and a.requires_grad]
-        mags = torch.autograd.grad([a for a, _ in pairs], targets, [g for _, g in pairs], allow_unused=True)
+        mags = torch.autograd.grad([a for a, _ in pairs if a is not None], targets,
+                                   [g for _, g in pairs], allow_unused=True)
     except (RuntimeError, TypeError, ValueError, IndexError):
         return [None] * len(unique)
     terms = sum(o.numel() for o in outs) + max((f.numel() for f in built.fulls), default=1)
@@ -203,7 +204,7 @@ def _check_backward(op_def: OpDef, case: OpCase, built: _Built, args: tuple[Any,
     problems = []
     for i, e, g, limit in zip(unique, expected, got, allowed, strict=True):
         e_full = torch.zeros_like(built.refs[i]) if e is None else e.detach()
-        g_full = torch.zeros_like(built.refs[i]) if g is None else g.full_tensor()
+        g_full = torch.zeros_like(built.refs[i]) if g is None else g.full_tensor()  # type: ignore[attr-defined]
         diff = compare(f"grad of input {i}", g_full, e_full, limit)
         if diff is not None:
             problems.append(diff)

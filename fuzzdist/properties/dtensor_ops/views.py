@@ -36,7 +36,7 @@ def _reshaped(d: st.DrawFn) -> Arguments:
         run = d(st.integers(1, len(shape) - i), label="merged dims")
         size = math.prod(shape[i:i + run])
         factors = [f for f in range(2, size) if size % f == 0]
-        if factors and d(st.booleans(), label="split"):
+        if d(st.booleans(), label="split") and factors:
             f = d(st.sampled_from(factors), label="factor")
             new += [f, size // f]
         else:
