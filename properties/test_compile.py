@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fuzzdist.pool.capabilities import missing_functional_collectives
+from fuzzdist.pool.capabilities.torch_features import missing_functional_collectives
 
 if missing_functional_collectives():  # an older torch; any other ImportError below fails, with its traceback
     pytest.skip(missing_functional_collectives() or "", allow_module_level=True)

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fuzzdist.pool.capabilities import missing_fully_shard
+from fuzzdist.pool.capabilities.torch_features import missing_fully_shard
 
 if missing_fully_shard():  # an older torch; any other ImportError below fails, with its traceback
     pytest.skip(missing_fully_shard() or "", allow_module_level=True)

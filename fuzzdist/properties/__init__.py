@@ -22,6 +22,7 @@ Modules (import the one you need; each imports only its own dependencies):
 * ``zero_copy``: tensors taken over memory through numpy/DLPack interfaces stay zero-copy.
 * ``collectives``: ``torch.distributed.nn`` autograd collectives' values and gradients.
 * ``dtensor``: DTensor distribute/redistribute round trips keep values.
+* ``dtensor_ops``: operators on DTensors compute what the local operators compute.
 * ``cuda_ipc``: a CUDA tensor shared with ``reduce_tensor`` sees every rank's writes.
 * ``cuda_zero_copy``: ``__cuda_array_interface__``/DLPack/cupy views of shared CUDA memory.
 * ``block_stream``: ``Work.block_current_stream()`` holds a stream until every Work resolves.

@@ -10,7 +10,7 @@ import torch
 from helpers import planted_compile
 from helpers.minimal import minimal_failure
 
-from fuzzdist.pool.capabilities import missing_functional_collectives
+from fuzzdist.pool.capabilities.torch_features import missing_functional_collectives
 
 if missing_functional_collectives():  # an older torch; any other ImportError below fails, with its traceback
     pytest.skip(missing_functional_collectives() or "", allow_module_level=True)

@@ -11,7 +11,7 @@ import torch
 from helpers import planted_fsdp1
 from helpers.minimal import minimal_failure
 
-from fuzzdist.pool.capabilities import missing_fully_shard
+from fuzzdist.pool.capabilities.torch_features import missing_fully_shard
 
 if missing_fully_shard():  # an older torch; any other ImportError below fails, with its traceback
     pytest.skip(missing_fully_shard() or "", allow_module_level=True)

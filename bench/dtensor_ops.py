@@ -1,0 +1,58 @@
+"""Examples per second of the DTensor-operator property at 2 ranks: drawn cases run through ``check`` on
+one pool for a fixed time (after a warm-up that starts the pool and builds the meshes).
+
+    .venv/bin/python bench/dtensor_ops.py --seconds 60
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fuzzdist import RankPool, known_bugs
+from fuzzdist.properties import dtensor_ops
+
+
+def main() -> None:
+    """Run the property for ``--seconds`` and print examples/s."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--world-size", type=int, default=2)
+    options = parser.parse_args()
+    pool = RankPool(options.world_size, timeout=30).start()
+    done = {"n": 0, "failed": 0}
+    deadline = [0.0]
+
+    @settings(max_examples=10**6, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(data=st.data())
+    def run(data: st.DataObject) -> None:
+        if time.monotonic() > deadline[0]:
+            return
+        case = data.draw(dtensor_ops.op_cases(options.world_size))
+        try:
+            dtensor_ops.check(pool, case)
+        except AssertionError:
+            done["failed"] += 1
+        done["n"] += 1
+        if time.monotonic() > deadline[0]:
+            raise KeyboardInterrupt
+
+    try:
+        deadline[0] = time.monotonic() + options.seconds
+        start = time.monotonic()
+        with known_bugs.collecting():
+            run()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        elapsed = time.monotonic() - start
+        pool.close()
+    print(f"{done['n']} examples in {elapsed:.1f} s at {options.world_size} ranks: {done['n'] / elapsed:.1f} "
+          f"examples/s ({done['failed']} failed)")
+
+
+if __name__ == "__main__":
+    main()

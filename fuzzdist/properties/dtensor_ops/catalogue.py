@@ -1,0 +1,77 @@
+"""The operators the family draws: one :class:`OpDef` per operator (or per way of calling it), registered
+by the group modules (:data:`GROUPS`) into :data:`OPS`, by name.
+
+A case names its operator, so it travels as a string; every rank looks it up here.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from hypothesis import strategies as st
+
+GROUPS = ("pointwise", "reductions", "views", "matrix", "indexing", "nn", "joins", "schema_ops")
+"""The group modules of :mod:`fuzzdist.properties.dtensor_ops`, each registering its operators."""
+
+Arguments = tuple[tuple[Any, ...], dict[str, Any]]
+"""An operator's drawn arguments: positional (``Operand``s, lists of them, plain values) and keyword."""
+
+
+@dataclass(frozen=True)
+class OpDef:
+    """One operator as the family calls it.
+
+    ``call(*args, **kwargs)`` runs it on local tensors or on DTensors alike (a ``torch`` function, a
+    ``Tensor`` method or an aten overload); ``arguments()`` draws its arguments with unplaced
+    :class:`~fuzzdist.properties.dtensor_ops.operands.Operand`s.  ``reordered``: DTensor may accumulate in
+    another order than the local operator (sums, matmuls), so floats compare within a bound
+    (:mod:`~fuzzdist.properties.dtensor_ops.accuracy`) of ``terms(args, kwargs)`` terms per element of
+    ``magnitude`` (default: the operator over the float64 absolute values of its arguments).  ``grad``:
+    its backward is checked.  ``mutates``: the flat index of the operand an in-place operator changes.
+    ``outputs``: which outputs are compared (None: all).  ``partial``: Partial placements
+    drawn.  ``root``: see the field."""
+
+    name: str
+    group: str
+    call: Callable[..., Any]
+    arguments: Callable[[], st.SearchStrategy[Arguments]]
+    reordered: bool = False
+    terms: Callable[[tuple[Any, ...], dict[str, Any]], int] | None = None
+    magnitude: Callable[..., Any] | None = None
+    grad: bool = False
+    mutates: int | None = None
+    outputs: tuple[int, ...] | None = None
+    partial: bool = True
+    local_domain: bool = False
+    """Where the local operator raises, the drawn arguments are outside its domain (unknown to the
+    generator): the example tests nothing, and passes."""
+    root: bool = False
+    """The result is the square root of a reordered sum: its bound is the square root of the sum's."""
+
+
+OPS: dict[str, OpDef] = {}
+"""Every registered operator, by name (``group.name``)."""
+
+
+def register(*ops: OpDef) -> None:
+    """Add ``ops`` to :data:`OPS`."""
+    for op in ops:
+        if op.name in OPS:
+            raise ValueError(f"operator {op.name!r} registered twice")
+        OPS[op.name] = op
+
+
+_loaded = False
+
+
+def all_ops() -> dict[str, OpDef]:
+    """:data:`OPS`, once every group module has registered its operators."""
+    global _loaded
+    if not _loaded:
+        _loaded = True
+        for group in GROUPS:
+            importlib.import_module(f"fuzzdist.properties.dtensor_ops.{group}")
+    return OPS

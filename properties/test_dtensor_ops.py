@@ -1,0 +1,31 @@
+"""DTensor operators: for a drawn operator, inputs, mesh and placements (Shard, Replicate, Partial), the
+DTensor result, its placements, its inputs afterwards and its gradients equal the local operator's on the
+full tensors (``fuzzdist.properties.dtensor_ops``)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+try:
+    from fuzzdist.properties import dtensor_ops
+except ImportError as exc:  # torch without the DTensor API
+    pytest.skip(str(exc), allow_module_level=True)
+
+
+@pytest.mark.fuzzdist(world_size=[2, 3, 4])
+@given(data=st.data())
+def test_dtensor_operator_matches_local(rank_pool, data):
+    """A drawn operator on DTensors with drawn placements on a 1-D or 2-D mesh: outputs, placements,
+    inputs afterwards and gradients are the local operator's on the full tensors."""
+    case = data.draw(dtensor_ops.op_cases(rank_pool.world_size), label="case")
+    dtensor_ops.check(rank_pool, case)
+
+
+# An example costs seconds (each rank builds the operator catalogue once, and every output and gradient is
+# gathered with full_tensor()): a tenth of the profile's examples, at least 2, keeps CI's time bounded;
+# campaigns (`fuzzdist run`) give the family as many as the schedule does.
+_SHARE = 10
+test_dtensor_operator_matches_local = settings(max_examples=max(2, settings().max_examples // _SHARE))(
+    test_dtensor_operator_matches_local)

@@ -1,0 +1,106 @@
+"""Planted DTensor sharding rules: each wraps the sharding propagator's answer for one aten overload and
+makes it wrong the way a real rule can be wrong, for as long as the context manager is entered on a rank.
+
+The propagator caches its answers (in Python and in C++), so both caches are cleared on entry and exit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch.distributed.tensor import DTensor, Replicate
+from torch.distributed.tensor._dtensor_spec import DTensorSpec
+from torch.distributed.tensor._op_schema import OpSchema, OutputSharding
+from torch.distributed.tensor._sharding_prop import LocalLRUCache
+
+aten = torch.ops.aten
+
+
+def _clear(prop: Any) -> None:
+    prop.propagate_op_sharding.cache_clear()
+    torch._C._clear_DTensor_sharding_propagator_cache()
+
+
+@contextlib.contextmanager
+def planted(op: Any, rewrite: Callable[[OpSchema, OutputSharding], OutputSharding]) -> Iterator[None]:
+    """While entered, the propagator's answer for ``op`` is ``rewrite(schema, answer)``."""
+    prop = DTensor._op_dispatcher.sharding_propagator
+    original, cached = prop.propagate_op_sharding_non_cached, prop.propagate_op_sharding
+
+    def wrong(schema: OpSchema) -> OutputSharding:
+        answer = original(schema)
+        return rewrite(schema, answer) if schema.op is op else answer
+
+    prop.propagate_op_sharding_non_cached = wrong
+    prop.propagate_op_sharding = LocalLRUCache(wrong)
+    _clear(prop)
+    try:
+        yield
+    finally:
+        prop.propagate_op_sharding_non_cached, prop.propagate_op_sharding = original, cached
+        _clear(prop)
+
+
+def _spec(like: DTensorSpec, placements: tuple[Any, ...]) -> DTensorSpec:
+    return DTensorSpec(like.mesh, placements, tensor_meta=like.tensor_meta)
+
+
+def _partial_made_replicate(schema: OpSchema, answer: OutputSharding) -> OutputSharding:
+    """The output's Partial placements reported as Replicate: each rank keeps its own partial result."""
+    out = answer.output_spec
+    if not isinstance(out, DTensorSpec) or not any(p.is_partial() for p in out.placements):
+        return answer
+    placements = tuple(Replicate() if p.is_partial() else p for p in out.placements)
+    return OutputSharding(_spec(out, placements), answer.redistribute_schema, answer.needs_redistribute,
+                          answer.use_val_from_redistribute_schema)
+
+
+def _product_of_partials_kept_partial(schema: OpSchema, answer: OutputSharding) -> OutputSharding:
+    """mul of two Partial(sum) inputs run on the pieces as they are, the output Partial(sum): the sum of the
+    products of the pieces, not the product of the sums."""
+    a, b = schema.args_schema[0], schema.args_schema[1]
+    if not (isinstance(a, DTensorSpec) and isinstance(b, DTensorSpec)) or a.placements != b.placements:
+        return answer
+    if not all(p.is_partial() for p in a.placements) or not isinstance(answer.output_spec, DTensorSpec):
+        return answer
+    return OutputSharding(_spec(answer.output_spec, a.placements))
+
+
+def _transpose_keeping_shard_dim(schema: OpSchema, answer: OutputSharding) -> OutputSharding:
+    """transpose's output placements are its input's: a shard of a swapped dim names the wrong dim."""
+    a = schema.args_schema[0]
+    out = answer.output_spec
+    if answer.redistribute_schema is not None or not isinstance(out, DTensorSpec) or not isinstance(a, DTensorSpec):
+        return answer
+    return OutputSharding(_spec(out, a.placements))
+
+
+@contextlib.contextmanager
+def mul_keeps_partial_product() -> Iterator[None]:
+    """pointwise: ``aten.mul.Tensor`` of two Partial(sum) inputs stays Partial(sum) without reducing them."""
+    with planted(aten.mul.Tensor, _product_of_partials_kept_partial):
+        yield
+
+
+@contextlib.contextmanager
+def sum_partial_as_replicate() -> Iterator[None]:
+    """reductions: ``aten.sum.dim_IntList`` over a sharded dim says Replicate where its result is Partial."""
+    with planted(aten.sum.dim_IntList, _partial_made_replicate):
+        yield
+
+
+@contextlib.contextmanager
+def mm_partial_as_replicate() -> Iterator[None]:
+    """matrix: ``aten.mm`` contracting a sharded dim says Replicate where its result is Partial."""
+    with planted(aten.mm.default, _partial_made_replicate):
+        yield
+
+
+@contextlib.contextmanager
+def transpose_keeps_shard_dim() -> Iterator[None]:
+    """views: ``aten.transpose.int`` keeps its input's placements, so Shard(0) stays Shard(0)."""
+    with planted(aten.transpose.int, _transpose_keeping_shard_dim):
+        yield
