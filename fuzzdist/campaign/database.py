@@ -126,7 +126,7 @@ class CheckedSaves(ExampleDatabase):
     def _write(self, action: Callable[..., None], *args: bytes) -> None:
         try:
             action(*args)
-        except Exception as exc:  # Redis down, out of memory, ...: said when the failure is read back
+        except Exception as exc:  # noqa: BLE001 - Redis down, out of memory, ...: said when the failure is read back
             self.last_error = _one_line(exc)
 
     def __repr__(self) -> str:
@@ -153,7 +153,7 @@ class Database:
             for where in (key, secondary_key(key)):
                 if any(entry in entries for entry in self.db.fetch(where)):
                     return None
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure to read back is reported, not raised
             return f"it can't be read back: {_one_line(exc)}"
         db = self.db.db if isinstance(self.db, BoundedDatabase) else self.db
         error = db.last_error if isinstance(db, CheckedSaves) else None
