@@ -59,7 +59,7 @@ from fuzzdist.pool.rank.isolation import keep_process_groups
 from fuzzdist.problems import Kind, Problem, by_rank
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.strategies import seeds
-from fuzzdist.toolkit.checks import Digest, digest, mismatch
+from fuzzdist.toolkit.checks import Digest, digest, gradient_problem, mismatch
 from fuzzdist.toolkit.reporting import capped
 
 try:
@@ -163,21 +163,6 @@ def expected_gradient(local: list[torch.Tensor | None], world: int,
     info = torch.finfo(reduce_in)
     roundings = world + 3
     return mean, roundings * info.eps * magnitude + roundings * info.smallest_normal * info.eps
-
-
-def _gradient_problem(what: str, actual: torch.Tensor | None,
-                      expected: tuple[torch.Tensor, torch.Tensor] | None) -> Problem | None:
-    if expected is None:
-        if actual is None or not bool(actual.any()):
-            return None  # no rank used the parameter: None and zeros alike
-        return Problem(Kind.MISMATCH, what, detail="got a non-zero gradient where no rank has one")
-    mean, bound = expected
-    if actual is None:
-        actual = torch.zeros_like(mean)
-    if tuple(actual.shape) != tuple(mean.shape):
-        return Problem(Kind.SHAPE, what, got=tuple(actual.shape), expected=tuple(mean.shape))
-    error = (actual.double() - mean).abs()
-    return mismatch(what, actual, mean, ~(error <= bound), bound, error)  # NaN counts as bad
 
 
 def _param_problem(what: str, actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) -> Problem | None:
@@ -301,7 +286,7 @@ def fsdp_parity(ctx: RankContext, config: fst.FSDPConfig, dtype: torch.dtype, se
         digests.append(digest(grads))
         for name, grad in grads.items():
             expected = expected_gradient([g[name] for g in local], config.world_size, reduce_in)
-            problem = _gradient_problem(f"step {step}: grad {name}", grad, expected)
+            problem = gradient_problem(f"step {step}: grad {name}", grad, expected)
             if problem is not None:
                 problems.append(problem)
         for name, p in reference.named_parameters():

@@ -123,3 +123,21 @@ def mismatch(what: str, actual: torch.Tensor, expected: torch.Tensor, bad: torch
     return Problem(Kind.MISMATCH, what, index=i, got=actual.reshape(-1)[i].item(),
                    expected=expected.reshape(-1)[i].item(), bound=at, count=int(flat_bad.sum()),
                    size=actual.numel(), worst=error is not None)
+
+
+def gradient_problem(what: str, actual: torch.Tensor | None,
+                     expected: tuple[torch.Tensor, torch.Tensor] | None) -> Problem | None:
+    """The :class:`~fuzzdist.problems.Problem` of a gradient against the ranks' mean: ``expected`` is
+    (mean, bound) in float64, or None where no rank has a gradient.  ``actual`` None counts as zeros;
+    None when it is within the bound (NaN never is), else the worst element."""
+    if expected is None:
+        if actual is None or not bool(actual.any()):
+            return None  # no rank used the parameter: None and zeros alike
+        return Problem(Kind.MISMATCH, what, detail="got a non-zero gradient where no rank has one")
+    mean, bound = expected
+    if actual is None:
+        actual = torch.zeros_like(mean)
+    if tuple(actual.shape) != tuple(mean.shape):
+        return Problem(Kind.SHAPE, what, got=tuple(actual.shape), expected=tuple(mean.shape))
+    error = (actual.double() - mean).abs()
+    return mismatch(what, actual, mean, ~(error <= bound), bound, error)

@@ -75,7 +75,6 @@ Modules: ``known_bugs.py``, the torch bugs this family meets (listed in :mod:`fu
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -93,6 +92,7 @@ from fuzzdist.problems import Kind, Problem, Symptom, by_rank
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.strategies import mix_seed_fnv, seeds
 from fuzzdist.toolkit.checks import digest, mismatch
+from fuzzdist.toolkit.models import init_uniform_
 from fuzzdist.toolkit.reporting import capped
 
 if TYPE_CHECKING:
@@ -173,12 +173,7 @@ class JoinCase:
             if k:
                 modules.append(nn.ReLU())
             modules.append(nn.Linear(a, b, dtype=dtype))
-        model = nn.Sequential(*modules)
-        with torch.no_grad():
-            for p in model.parameters():
-                bound = 1.0 / math.sqrt(p.shape[-1] if p.dim() > 1 else p.numel())
-                p.copy_((torch.rand(p.shape, generator=gen, dtype=torch.float64) * 2 - 1) * bound)
-        return model
+        return init_uniform_(nn.Sequential(*modules), gen)
 
     def make_batch(self, rank: int, step: int, seed: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """Rank ``rank``'s (inputs, targets) at ``step``, deterministic in (seed, rank, step)."""

@@ -233,6 +233,29 @@ def _sse(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 # the reference
 
 
+class _GradientSums:
+    """Each parameter's gradient summed over micro-batches in float64, with the sum of its magnitudes
+    (what the rounding bound grows with)."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, torch.Tensor] = {}
+        self.magnitudes: dict[str, torch.Tensor] = {}
+
+    def add(self, model: nn.Module) -> None:
+        """Add the gradients ``model``'s parameters hold now (None counts as zeros)."""
+        for name, p in model.named_parameters():
+            g = torch.zeros_like(p, dtype=torch.float64) if p.grad is None else p.grad.double()
+            self.sums[name] = self.sums[name] + g if name in self.sums else g
+            self.magnitudes[name] = self.magnitudes[name] + g.abs() if name in self.magnitudes else g.abs()
+
+    def bounded(self, dtype: torch.dtype, n: int, scale: float) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        """Per parameter, ``scale * sum`` and its rounding bound for ``n`` micro-batches in ``dtype``."""
+        info = torch.finfo(dtype)
+        roundings = n + 3
+        return {name: (total * scale, roundings * info.eps * self.magnitudes[name] * scale + roundings * info.tiny)
+                for name, total in self.sums.items()}
+
+
 def reference(config: PipeConfig, seed: int, dtype: torch.dtype) -> dict[str, Any]:
     """Run the unsplit model on each micro-batch, locally: the output, each micro-batch's loss, and each
     parameter's expected gradient with its rounding bound (see the module docstring)."""
@@ -242,8 +265,7 @@ def reference(config: PipeConfig, seed: int, dtype: torch.dtype) -> dict[str, An
     n = config.n_microbatches
     scale = 1.0 / n if config.scale_grads else 1.0
     outputs, losses = [], []
-    sums: dict[str, torch.Tensor] = {}
-    magnitudes: dict[str, torch.Tensor] = {}
+    sums = _GradientSums()
     for xb, yb in zip(torch.tensor_split(x, n), torch.tensor_split(y, n), strict=True):
         model.zero_grad(set_to_none=True)
         out = model(xb)
@@ -251,15 +273,8 @@ def reference(config: PipeConfig, seed: int, dtype: torch.dtype) -> dict[str, An
         loss.backward()
         outputs.append(out.detach())
         losses.append(loss.detach())
-        for name, p in model.named_parameters():
-            g = torch.zeros_like(p, dtype=torch.float64) if p.grad is None else p.grad.double()
-            sums[name] = sums[name] + g if name in sums else g
-            magnitudes[name] = magnitudes[name] + g.abs() if name in magnitudes else g.abs()
-    info = torch.finfo(dtype)
-    roundings = n + 3
-    grads = {name: (sums[name] * scale, roundings * info.eps * magnitudes[name] * scale + roundings * info.tiny)
-             for name in sums}
-    return {"output": torch.cat(outputs), "losses": losses, "grads": grads}
+        sums.add(model)
+    return {"output": torch.cat(outputs), "losses": losses, "grads": sums.bounded(dtype, n, scale)}
 
 
 def implicit_ones_gradients(config: PipeConfig, seed: int, dtype: torch.dtype,
@@ -273,8 +288,7 @@ def implicit_ones_gradients(config: PipeConfig, seed: int, dtype: torch.dtype,
     loss_fn = loss_function(config.loss)
     n = config.n_microbatches
     scale = 1.0 / n if config.scale_grads else 1.0
-    sums: dict[str, torch.Tensor] = {}
-    magnitudes: dict[str, torch.Tensor] = {}
+    sums = _GradientSums()
     stages = [config.stage_module(model, s) for s in range(config.num_stages)]
     for xb, yb in zip(torch.tensor_split(x, n), torch.tensor_split(y, n), strict=True):
         model.zero_grad(set_to_none=True)
@@ -283,14 +297,8 @@ def implicit_ones_gradients(config: PipeConfig, seed: int, dtype: torch.dtype,
             out = stage(h.detach())
             (loss_fn(out, yb) if s == config.num_stages - 1 else out.sum()).backward()
             h = out
-        for name, p in model.named_parameters():
-            g = torch.zeros_like(p, dtype=torch.float64) if p.grad is None else p.grad.double()
-            sums[name] = sums[name] + g if name in sums else g
-            magnitudes[name] = magnitudes[name] + g.abs() if name in magnitudes else g.abs()
-    info = torch.finfo(dtype)
-    roundings = n + 3
-    return {name: (sums[name] * scale, roundings * info.eps * magnitudes[name] * scale + roundings * info.tiny)
-            for name in sums}
+        sums.add(model)
+    return sums.bounded(dtype, n, scale)
 
 
 def _within(what: str, actual: torch.Tensor, expected: torch.Tensor, bound: torch.Tensor) -> Problem | None:
