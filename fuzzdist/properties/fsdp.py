@@ -59,7 +59,7 @@ from fuzzdist.pool.rank.isolation import keep_process_groups
 from fuzzdist.problems import Kind, Problem, by_rank
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.strategies import seeds
-from fuzzdist.toolkit.checks import Digest, digest, gradient_problem, mismatch
+from fuzzdist.toolkit.checks import Digest, digest, first_disagreement, gradient_problem, mismatch
 from fuzzdist.toolkit.reporting import capped
 
 try:
@@ -311,12 +311,11 @@ def check_parity(results: list[dict[str, Any]]) -> None:
     if wrong:
         raise PropertyFailure(f"FSDP differs from the local reference on ranks {sorted(wrong)}:{by_rank(wrong)}",
                               results)
-    first = results[0]["digests"]
-    for rank, obs in enumerate(results):
-        if obs["digests"] != first:
-            at = next(i for i, (a, b) in enumerate(zip(obs["digests"], first, strict=False)) if a != b)
-            raise PropertyFailure(f"rank {rank} gathered different values from rank 0 (check #{at}: parameters "
-                                  "and gradients alternate)", results)
+    disagreement = first_disagreement(results)
+    if disagreement is not None:
+        rank, at = disagreement
+        raise PropertyFailure(f"rank {rank} gathered different values from rank 0 (check #{at}: parameters "
+                              "and gradients alternate)", results)
 
 
 def check(pool: Pool, config: fst.FSDPConfig, dtype: torch.dtype, seed: int, *,

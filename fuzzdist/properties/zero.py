@@ -92,7 +92,7 @@ from fuzzdist.errors import InvalidArgument, InvalidStrategyArgument
 from fuzzdist.problems import Kind, Problem, by_rank
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.strategies import mix_seed_fnv, seeds
-from fuzzdist.toolkit.checks import Digest, digest, gradient_problem, mismatch
+from fuzzdist.toolkit.checks import Digest, digest, first_disagreement, gradient_problem, mismatch
 from fuzzdist.toolkit.models import init_uniform_
 from fuzzdist.toolkit.reporting import capped
 
@@ -601,13 +601,11 @@ def check_results(results: list[dict[str, Any]]) -> None:
     if wrong:
         raise PropertyFailure(f"ZeRO differs from the local optimizer on ranks {sorted(wrong)}:{by_rank(wrong)}",
                               results)
-    first = results[0]["digests"]
-    for rank, obs in enumerate(results):
-        if obs["digests"] != first:
-            at = next((i for i, (a, b) in enumerate(zip(obs["digests"], first, strict=False)) if a != b),
-                      min(len(first), len(obs["digests"])))
-            raise PropertyFailure(f"rank {rank} differs from rank 0, bitwise, at step {at // 2}'s "
-                                  f"{'gradients' if at % 2 == 0 else 'parameters'}", results)
+    disagreement = first_disagreement(results)
+    if disagreement is not None:
+        rank, at = disagreement
+        raise PropertyFailure(f"rank {rank} differs from rank 0, bitwise, at step {at // 2}'s "
+                              f"{'gradients' if at % 2 == 0 else 'parameters'}", results)
 
 
 def check(pool: Pool, case: ZeroCase, seed: int, dtype: torch.dtype = torch.float32, *,

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 
@@ -141,3 +142,16 @@ def gradient_problem(what: str, actual: torch.Tensor | None,
         return Problem(Kind.SHAPE, what, got=tuple(actual.shape), expected=tuple(mean.shape))
     error = (actual.double() - mean).abs()
     return mismatch(what, actual, mean, ~(error <= bound), bound, error)
+
+
+def first_disagreement(results: Sequence[Mapping[str, Any]]) -> tuple[int, int] | None:
+    """Where the ranks' ``"digests"`` lists (one per rank, in ``results``) first part from rank 0's: the
+    rank, and the index of its first digest that differs (where one list merely stops early, the shorter
+    length); None where every rank's equals rank 0's."""
+    first = results[0]["digests"]
+    for rank, obs in enumerate(results):
+        mine = obs["digests"]
+        if mine != first:
+            return rank, next((i for i, (a, b) in enumerate(zip(mine, first, strict=False)) if a != b),
+                              min(len(first), len(mine)))
+    return None

@@ -90,6 +90,7 @@ from fuzzdist.errors import InvalidArgument, InvalidStrategyArgument
 from fuzzdist.known_bugs import known_failures
 from fuzzdist.problems import Kind, Problem, Symptom, by_rank
 from fuzzdist.properties import PropertyFailure
+from fuzzdist.properties._arguments import check_model_dtype_and_seed
 from fuzzdist.strategies import mix_seed_fnv, seeds
 from fuzzdist.toolkit.checks import digest, mismatch
 from fuzzdist.toolkit.models import init_uniform_
@@ -469,10 +470,7 @@ def check(pool: Pool, case: JoinCase, seed: int, dtype: torch.dtype = torch.floa
     if case.world_size != pool.world_size:
         raise InvalidArgument(f"the case is for {case.world_size} ranks; this pool has {pool.world_size}: "
                               f"draw it with join_cases({pool.world_size})")
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise InvalidArgument(f"dtype must be a floating-point torch.dtype (the model's), got {dtype!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise InvalidArgument(f"seed must be an int, got {seed!r}")
+    check_model_dtype_and_seed(dtype, seed)
     if not isinstance(ddp_class, type) or not issubclass(ddp_class, DistributedDataParallel):
         raise InvalidArgument(f"ddp_class must be DistributedDataParallel or a subclass of it (Join needs its join "
                               f"hook), got {ddp_class!r}")

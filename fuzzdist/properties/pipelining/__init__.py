@@ -82,6 +82,7 @@ from fuzzdist.errors import InvalidArgument, InvalidStrategyArgument
 from fuzzdist.known_bugs import known_failures
 from fuzzdist.problems import Kind, Problem, Symptom, by_rank
 from fuzzdist.properties import PropertyFailure
+from fuzzdist.properties._arguments import check_model_dtype_and_seed
 from fuzzdist.strategies import seeds
 from fuzzdist.toolkit.checks import mismatch
 from fuzzdist.toolkit.reporting import capped
@@ -457,10 +458,7 @@ def check(pool: Pool, config: PipeConfig, dtype: torch.dtype, seed: int, *,
     if not isinstance(config, PipeConfig):
         raise InvalidArgument(f"config must be a PipeConfig (draw one with pipeline_configs), "
                               f"got {type(config).__name__}")
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise InvalidArgument(f"dtype must be a floating-point torch.dtype (the model's), got {dtype!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise InvalidArgument(f"seed must be an int, got {seed!r}")
+    check_model_dtype_and_seed(dtype, seed)
     _check_schedule_class(schedule_class, InvalidArgument)
     if config.world_size != pool.world_size:
         raise InvalidArgument(f"the config is for {config.world_size} ranks; this pool has {pool.world_size}: "
