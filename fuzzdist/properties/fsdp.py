@@ -56,8 +56,9 @@ from fuzzdist import strategies as fst
 from fuzzdist.errors import InvalidArgument
 from fuzzdist.known_bugs import known_failures
 from fuzzdist.pool.rank.isolation import keep_process_groups
-from fuzzdist.problems import Kind, Problem, by_rank
+from fuzzdist.problems import Kind, Problem
 from fuzzdist.properties import PropertyFailure
+from fuzzdist.properties._results import fail_on_reported_problems
 from fuzzdist.strategies import seeds
 from fuzzdist.toolkit.checks import Digest, digest, first_disagreement, gradient_problem, mismatch
 from fuzzdist.toolkit.reporting import capped
@@ -307,10 +308,7 @@ def check_parity(results: list[dict[str, Any]]) -> None:
     """Check in the driver what the ranks' ``fsdp_parity`` returned: raise
     :class:`PropertyFailure` if any rank differs from the reference, or the ranks' gathered
     gradients or parameters are not bitwise equal."""
-    wrong = {rank: obs["problems"] for rank, obs in enumerate(results) if obs["problems"]}
-    if wrong:
-        raise PropertyFailure(f"FSDP differs from the local reference on ranks {sorted(wrong)}:{by_rank(wrong)}",
-                              results)
+    fail_on_reported_problems(results, "FSDP differs from the local reference")
     disagreement = first_disagreement(results)
     if disagreement is not None:
         rank, at = disagreement

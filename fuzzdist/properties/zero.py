@@ -89,8 +89,9 @@ from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from fuzzdist.errors import InvalidArgument, InvalidStrategyArgument
-from fuzzdist.problems import Kind, Problem, by_rank
+from fuzzdist.problems import Kind, Problem
 from fuzzdist.properties import PropertyFailure
+from fuzzdist.properties._results import fail_on_reported_problems
 from fuzzdist.strategies import mix_seed_fnv, seeds
 from fuzzdist.toolkit.checks import Digest, digest, first_disagreement, gradient_problem, mismatch
 from fuzzdist.toolkit.models import init_uniform_
@@ -597,10 +598,7 @@ def _reload(ctx: RankContext, case: ZeroCase, zero: Any, ref_opt: torch.optim.Op
 def check_results(results: list[dict[str, Any]]) -> None:
     """Raise :class:`PropertyFailure` if any rank reported a problem, or the ranks' gradients or
     parameters are not bitwise equal."""
-    wrong = {rank: obs["problems"] for rank, obs in enumerate(results) if obs["problems"]}
-    if wrong:
-        raise PropertyFailure(f"ZeRO differs from the local optimizer on ranks {sorted(wrong)}:{by_rank(wrong)}",
-                              results)
+    fail_on_reported_problems(results, "ZeRO differs from the local optimizer")
     disagreement = first_disagreement(results)
     if disagreement is not None:
         rank, at = disagreement

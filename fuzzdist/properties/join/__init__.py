@@ -88,9 +88,10 @@ from torch.nn.parallel import DistributedDataParallel
 
 from fuzzdist.errors import InvalidArgument, InvalidStrategyArgument
 from fuzzdist.known_bugs import known_failures
-from fuzzdist.problems import Kind, Problem, Symptom, by_rank
+from fuzzdist.problems import Kind, Problem, Symptom
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.properties._arguments import check_model_dtype_and_seed
+from fuzzdist.properties._results import fail_on_reported_problems
 from fuzzdist.strategies import mix_seed_fnv, seeds
 from fuzzdist.toolkit.checks import digest, mismatch
 from fuzzdist.toolkit.models import init_uniform_
@@ -444,10 +445,8 @@ def _check_steps(case: JoinCase, seed: int, dtype: torch.dtype, rank: int,
 def check_results(case: JoinCase, results: Sequence[dict[str, Any]]) -> None:
     """Raise :class:`PropertyFailure` if any rank reported a problem, or the ranks active at a step
     disagree bitwise on its gradients, or the ranks' final parameters are not bitwise equal."""
-    wrong = {rank: obs["problems"] for rank, obs in enumerate(results) if obs["problems"]}
-    if wrong:
-        raise PropertyFailure(f"uneven inputs under Join differ from the documented reference on ranks "
-                              f"{sorted(wrong)}:{by_rank(wrong)}", [obs["problems"] for obs in results])
+    fail_on_reported_problems(results, "uneven inputs under Join differ from the documented reference",
+                              [obs["problems"] for obs in results])
     for step in range(case.steps):
         digests = {r: results[r]["grad_digests"][step] for r in case.active(step)
                    if step < len(results[r]["grad_digests"])}
