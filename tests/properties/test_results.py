@@ -18,4 +18,4 @@ def test_the_ranks_with_problems_are_named_after_the_claim():
     results = [{"problems": []}, {"problems": [problem]}]
     with pytest.raises(PropertyFailure, match=r"^X differs on ranks \[1\]:") as raised:
         fail_on_reported_problems(results, "X differs")
-    assert raised.value.results == results and raised.value.problems == [problem]
+    assert raised.value.results == results
