@@ -38,6 +38,9 @@ Modules (import the one you need; each imports only its own dependencies):
 * ``pipelining``: a pipelined model gives the unsplit model's output, losses and gradients.
 * ``sharded_tensor``: ``ChunkShardingSpec`` sharding and gathering keep values.
 * ``compile``: compiled distributed programs compute what they compute eagerly on the same ranks.
+
+Shared by the training families: ``_arguments.py`` (their argument checks) and ``_results.py`` (the driver's
+check that no rank reported a problem).
 """
 
 from __future__ import annotations
