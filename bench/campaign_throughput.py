@@ -128,7 +128,7 @@ def wrapper_overhead_us(calls: int = 100_000, repeats: int = 7) -> float:
     state = CampaignState(command=[], device="cpu", database="-", duration_s=3600.0, max_examples=None,
                           world_size=2)
     plugin = CampaignPlugin(Targets(), state=state, database=Database(None, "-", True),
-                            progress=Progress(open(os.devnull, "w")))
+                            progress=Progress(open(os.devnull, "w")))  # noqa: SIM115 - the bench's stream lives as long as the process
     prop = PropertyState("noop", status="running", started_at=time.monotonic(),
                          share_end=time.monotonic() + 3600)
     state.deadline = prop.share_end

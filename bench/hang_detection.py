@@ -198,7 +198,7 @@ def shrink(timeout: float) -> None:
     start = time.perf_counter()
     try:
         prop()
-    except Exception:  # the planted hang, shrunk
+    except Exception:  # noqa: BLE001 - the planted hang, shrunk
         pass
     else:
         sys.exit("the planted hang was not found")

@@ -25,10 +25,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import pool_overhead as po  # noqa: E402
+import pool_overhead as po
 
-from fuzzdist import RankPool  # noqa: E402
-from fuzzdist.properties import broadcast as prop  # noqa: E402
+from fuzzdist import RankPool
+from fuzzdist.properties import broadcast as prop
 
 
 def _profile(pool: RankPool, examples: list, inside: bool) -> pstats.Stats:

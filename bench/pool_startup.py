@@ -23,9 +23,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import _torch_harness  # noqa: E402
+import _torch_harness
 
-from fuzzdist import RankPool  # noqa: E402
+from fuzzdist import RankPool
 
 
 def pool_startup(world_size: int) -> tuple[float, float]:

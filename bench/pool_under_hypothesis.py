@@ -27,10 +27,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import pool_overhead as po  # noqa: E402
+import pool_overhead as po
 
 from fuzzdist import RankPool
-from fuzzdist.pool import input_coverage as _coverage  # noqa: E402
+from fuzzdist.pool import input_coverage as _coverage
 
 
 def _rank_cpu_s(pids: list[int]) -> float:

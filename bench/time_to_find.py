@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _planted_campaign import ENV, PLANTS  # noqa: E402
+from _planted_campaign import ENV, PLANTS
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICK_FAMILIES = ("broadcast", "ddp", "dtensor")
@@ -90,7 +90,7 @@ def campaign(family: str, duration_s: float, seed: int, jobs: int | None, tmp: P
                                          env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     load = os.getloadavg()[0]
     started = time.monotonic()
-    log = open(tmp / f"{family}-{seed}.log", "w")
+    log = open(tmp / f"{family}-{seed}.log", "w")  # noqa: SIM115  (closed once the campaign it logs has ended)
     proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     files = PLANTS[family].files
     figures: tuple[float | None, float | None, int] = (None, None, 0)

@@ -19,6 +19,11 @@ Outside the family, by design:
   Hypothesis ends the campaign without saving the example in flight.
 * ``fuzzdist.pool.remote.RemoteException`` stands in for an exception the code
   under test raised on a rank: it is the user's error, not fuzzdist's.
+* ``fuzzdist.known_bugs.catalogue.CatalogueError`` and
+  ``fuzzdist.known_bugs.catalogue_pages.PageError`` (a malformed findings
+  catalogue, a findings page without its markers) are ``ValueError`` s of
+  their own: the catalogue module imports the standard library only, so that
+  the scripts in ``docs/findings/`` load it by path without torch or fuzzdist.
 * Bugs in fuzzdist itself ("fuzzdist bug: ...") stay ``RuntimeError``.
 
 Hypothesis tells bugs apart by exception type and raising location (and the
@@ -188,12 +193,7 @@ class RankError(RankFailure):
             why = (f": {diagnosis.summary}" if diagnosis is not None
                    else " (probably waiting in a collective the failed rank never joined)")
             parts.append(f"\n{_plural(self.stragglers)} still running after the failure{why}; {aftermath}.")
-            for r in self.stragglers:
-                where = diagnosis.ranks.get(r, "") if diagnosis is not None else ""
-                parts.append(f"\n--- rank {r}{': ' + where if where else ''} ---")
-                if diagnosis is not None and diagnosis.details.get(r):
-                    parts.append(diagnosis.details[r])
-                parts.append(self.straggler_stacks.get(r, "(no stack captured)").rstrip())
+            parts.extend(_rank_sections(self.stragglers, diagnosis, self.straggler_stacks))
         super().__init__("\n".join(parts), ranks)
 
 
@@ -229,13 +229,7 @@ class RankTimeout(RankFailure):
                     + (f" Why: {diagnosis.summary}." if diagnosis is not None else "")
                     + (" Raise the timeout (RankPool(timeout=...) or --fuzzdist-timeout) if the example is "
                        "just slow." if diagnosis is None or diagnosis.may_be_slow else ""))
-        parts = [head]
-        for r in sorted(ranks):
-            where = diagnosis.ranks.get(r, "") if diagnosis is not None else ""
-            parts.append(f"\n--- rank {r}{': ' + where if where else ''} ---")
-            if diagnosis is not None and diagnosis.details.get(r):
-                parts.append(diagnosis.details[r])
-            parts.append(self.stacks.get(r, "(no stack captured)").rstrip())
+        parts = [head, *_rank_sections(sorted(ranks), diagnosis, self.stacks)]
         super().__init__("\n".join(parts), ranks)
 
 
@@ -430,6 +424,19 @@ def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     name = getattr(exc, "remote_type", None) or type(exc).__name__
     return f"{name}: {text[0]}" if text else name
+
+
+def _rank_sections(ranks: Sequence[int], diagnosis: Any, stacks: Mapping[int, str]) -> list[str]:
+    """Each rank's part of a hang report, in the order given: a header with where the diagnosis
+    places the rank, the diagnosis's details for it, then its stack."""
+    parts: list[str] = []
+    for r in ranks:
+        where = diagnosis.ranks.get(r, "") if diagnosis is not None else ""
+        parts.append(f"\n--- rank {r}{': ' + where if where else ''} ---")
+        if diagnosis is not None and diagnosis.details.get(r):
+            parts.append(diagnosis.details[r])
+        parts.append(stacks.get(r, "(no stack captured)").rstrip())
+    return parts
 
 
 def _plural(ranks: Sequence[int]) -> str:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 pytest.importorskip("torch.distributed.nn.functional",
                     reason="torch.distributed.nn is not available in this torch build")
 
-from fuzzdist.properties import collectives  # noqa: E402 - after the skip: it imports torch.distributed.nn
+from fuzzdist.properties import collectives
 
 
 @pytest.mark.fuzzdist(world_size=[2, 3])

@@ -13,7 +13,7 @@ from fuzzdist.pool.capabilities.torch_features import missing_functional_collect
 if missing_functional_collectives():  # an older torch; any other ImportError below fails, with its traceback
     pytest.skip(missing_functional_collectives() or "", allow_module_level=True)
 
-from fuzzdist.properties.compile import functional  # noqa: E402
+from fuzzdist.properties.compile import functional
 
 # Inductor compiles C++ for each new program (seconds each, warm; minutes for the first one on a cold
 # cache): a tenth of the profile's examples, at least 2, keeps CI's time bounded.

@@ -13,7 +13,7 @@ from fuzzdist.pool.capabilities.torch_features import missing_fully_shard
 if missing_fully_shard():  # an older torch; any other ImportError below fails, with its traceback
     pytest.skip(missing_fully_shard() or "", allow_module_level=True)
 
-from fuzzdist.properties import fsdp  # noqa: E402
+from fuzzdist.properties import fsdp
 
 
 @pytest.mark.fuzzdist(world_size=[2, 4], device=["cpu"])

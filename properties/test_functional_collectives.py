@@ -12,7 +12,7 @@ from fuzzdist.pool.capabilities.torch_features import missing_functional_collect
 if missing_functional_collectives():  # an older torch; any other ImportError below fails, with its traceback
     pytest.skip(missing_functional_collectives() or "", allow_module_level=True)
 
-from fuzzdist.properties import functional  # noqa: E402
+from fuzzdist.properties import functional
 
 
 @pytest.mark.fuzzdist(world_size=[2, 3], device=["cpu"])

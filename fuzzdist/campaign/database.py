@@ -39,7 +39,6 @@ import json
 import os
 import re
 import shlex
-import stat
 import tempfile
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
@@ -49,6 +48,7 @@ from pathlib import Path
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 
 from fuzzdist.errors import DatabaseError
+from fuzzdist.pool.private_file import read_private_file
 
 INDEX_KEY = b"fuzzdist.index.v1"
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
@@ -126,7 +126,7 @@ class CheckedSaves(ExampleDatabase):
     def _write(self, action: Callable[..., None], *args: bytes) -> None:
         try:
             action(*args)
-        except Exception as exc:  # Redis down, out of memory, ...: said when the failure is read back
+        except Exception as exc:  # noqa: BLE001 - Redis down, out of memory, ...: said when the failure is read back
             self.last_error = _one_line(exc)
 
     def __repr__(self) -> str:
@@ -153,7 +153,7 @@ class Database:
             for where in (key, secondary_key(key)):
                 if any(entry in entries for entry in self.db.fetch(where)):
                     return None
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure to read back is reported, not raised
             return f"it can't be read back: {_one_line(exc)}"
         db = self.db.db if isinstance(self.db, BoundedDatabase) else self.db
         error = db.last_error if isinstance(db, CheckedSaves) else None
@@ -187,17 +187,8 @@ def redact(text: str) -> str:
 def read_password_file(path: str) -> str:
     """The Redis password in ``path`` (its first line); DatabaseError if the file can't be read or others
     can read it (a password file must be private: ``chmod 600``)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    except OSError as exc:
-        raise DatabaseError(f"can't read the database password file {path} ({exc.strerror or exc}): pass "
-                            "--database-password-file with a regular file (not a link) only you can read") from None
-    with os.fdopen(fd, "rb") as f:
-        info = os.fstat(f.fileno())
-        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
-            raise DatabaseError(f"the database password file {path} must be a regular file you own that nobody "
-                                f"else can read or write (chmod 600 {path})")
-        data = f.read(4096)
+    data = read_private_file(path, f"the database password file {path}", "pass --database-password-file with",
+                             DatabaseError)
     lines = data.decode("utf-8", "surrogateescape").splitlines()
     if not lines or not lines[0].strip():
         raise DatabaseError(f"the database password file {path} is empty: put the Redis password on its "

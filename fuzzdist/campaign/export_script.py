@@ -152,7 +152,7 @@ def _modules_named(recording: Recording) -> list[str]:
     for call in recording.calls:
         try:
             Names(io.BytesIO(call.payload)).load()
-        except Exception:  # noqa: BLE001, S110 - the note is a courtesy; the script doesn't need it
+        except Exception:  # noqa: BLE001 - the note is a courtesy; the script doesn't need it
             pass
     return sorted(names)
 

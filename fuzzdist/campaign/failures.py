@@ -158,7 +158,7 @@ class FailureLog:
         self._indexed.add(nodeid)
         try:
             record_in_index(self.database.db, key, nodeid)
-        except Exception as exc:  # the failure itself is saved; only the index entry is missing
+        except Exception as exc:  # noqa: BLE001 - the failure itself is saved; only the index entry is missing
             self.progress.stream.write(f"fuzzdist: warning: can't update the database index: {exc}\n")
 
 

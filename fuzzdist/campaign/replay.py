@@ -264,7 +264,7 @@ class ReplayPlugin(SelectionPlugin):
                 if not isinstance(exc, Failed):
                     raise
                 return _Outcome("fails", lines=lines, exc=exc, decorator=decorator, recording=recording)
-            except BaseException as exc:
+            except BaseException as exc:  # noqa: BLE001 - a replay reports whatever the example raised
                 return _Outcome("fails", lines=lines, exc=exc, decorator=decorator, recording=recording)
         if tally:
             return _Outcome("known", lines=lines, decorator=decorator, reason="\n".join(tally.lines()))

@@ -197,7 +197,7 @@ class PropertyRun:
                         raise  # pytest.xfail() inside the property
                     if campaign.failures.round_raised(item, prop, exc):
                         break
-                except BaseException as exc:
+                except BaseException as exc:  # noqa: BLE001 - whatever a round raises is the round's outcome
                     if campaign.failures.round_raised(item, prop, exc):
                         break
                 else:

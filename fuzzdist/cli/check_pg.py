@@ -159,7 +159,7 @@ def _interrupts() -> Iterator[None]:
     """The first SIGINT or SIGTERM raises Terminated (a KeyboardInterrupt) where the check stands, so
     the report so far is printed and written; later ones wait for that (closing the pools is bounded)."""
     from fuzzdist.errors import Terminated
-    from fuzzdist.pool.signals import ChainedHandler
+    from fuzzdist.pool.signals import interrupting
 
     got: list[str] = []
 
@@ -169,14 +169,5 @@ def _interrupts() -> Iterator[None]:
         if len(got) == 1:
             raise Terminated(name)
 
-    installed: list[ChainedHandler] = []
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            installed.append(ChainedHandler(sig, handler, ends_process=True))
-        except ValueError:  # not the main thread
-            pass
-    try:
+    with interrupting(handler):
         yield
-    finally:
-        for chained in reversed(installed):
-            chained.remove()

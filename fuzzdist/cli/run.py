@@ -150,14 +150,13 @@ def _interrupts(on_signal: Callable[[str], None]) -> Iterator[None]:
     The handlers chain to those they replace (under torchrun, the TorchrunPool's), in either order.
     """
     from fuzzdist.errors import Terminated
-    from fuzzdist.pool.signals import ChainedHandler
+    from fuzzdist.pool.signals import interrupting
 
     def handler(signum: int, frame: Any) -> None:
         name = signal.Signals(signum).name
         on_signal(name)
         raise Terminated(name)
 
-    installed: list[ChainedHandler] = []
     if hasattr(signal, "SIGUSR1"):  # kill -USR1 PID: every thread's stack, for a campaign that seems stuck
         import faulthandler
 
@@ -167,17 +166,8 @@ def _interrupts(on_signal: Callable[[str], None]) -> Iterator[None]:
             faulthandler.register(signal.SIGUSR1, file=_STACK_DUMPS, all_threads=True, chain=False)
         except (AttributeError, RuntimeError, ValueError, OSError):
             pass
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            # It raises, so the campaign ends the process itself: no SIG_DFL default action after it.
-            installed.append(ChainedHandler(sig, handler, ends_process=True))
-        except ValueError:  # not the main thread
-            pass
-    try:
+    with interrupting(handler):
         yield
-    finally:
-        for chained in reversed(installed):
-            chained.remove()
 
 
 def parse_jobs(text: str) -> int:

@@ -183,7 +183,7 @@ def _current_data() -> Any:
         from hypothesis.control import current_build_context
 
         return current_build_context().data
-    except Exception:  # outside a Hypothesis example, or a Hypothesis without build contexts
+    except Exception:  # noqa: BLE001 - outside a Hypothesis example, or a Hypothesis without build contexts
         return None
 
 
@@ -202,7 +202,7 @@ def current_example_bytes() -> bytes | None:
         from hypothesis.database import choices_to_bytes
 
         return choices_to_bytes(_current_data().choices)
-    except Exception:
+    except Exception:  # noqa: BLE001 - a Hypothesis without these internals: no key
         return None
 
 

@@ -208,5 +208,5 @@ def _event(text: str) -> None:
         from hypothesis import event
 
         event(text)
-    except Exception:  # hypothesis.errors.InvalidArgument outside a test: nothing to record into
+    except Exception:  # noqa: BLE001 - hypothesis.errors.InvalidArgument outside a test: nothing to record into
         pass

@@ -13,6 +13,7 @@ One protocol, two transports; the driver side here, the rank side in ``rank/``::
     signals.py, remote.py, capabilities/, observability.py, input_coverage.py: what the driver needs
                     around an example (chained signal handlers, remote exceptions, what the machine and
                     the ranks support, Hypothesis observations and events)
+    private_file.py a secret read from a file only its owner can read (passwords, torchrun's key)
     leftovers.py    what a pool's processes leave in the temporary folder, and how it goes away
     line_coverage.py  ``--cover``: which packages to measure, and the lines the ranks reached, merged
     rank/           inside a rank: worker.py answers the messages and runs each call isolated

@@ -399,7 +399,7 @@ def decode_reply(data: bytes, rank: int, seq: int) -> messages.Message:
     """
     try:
         return messages.load(data)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - anything unpickling raises becomes the rank's CallError
         error = CallError(f"rank {rank}'s reply can't be unpickled in the driver ({type(exc).__name__}: "
                           f"{exc}). Return plain values; send tensors of unusual dtypes as bytes or "
                           "a supported dtype.")

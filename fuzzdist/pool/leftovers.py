@@ -78,7 +78,7 @@ class Owned:
         self.release()
 
 
-def make_owned_dir(prefix: str, dir: str | os.PathLike[str] | None = None) -> Owned:
+def make_owned_dir(prefix: str, dir: str | os.PathLike[str] | None = None) -> Owned:  # noqa: A002 - the same name as tempfile.mkdtemp's argument
     """A new folder, as ``tempfile.mkdtemp(prefix=prefix, dir=dir)`` makes it (only this user can open it),
     owned by this process until :meth:`Owned.release`.  OSError if the folder can't be made; InvalidState if
     each new one is removed before its lock is held."""

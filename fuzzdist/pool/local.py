@@ -369,7 +369,7 @@ class RankPool(Controller):
             self._replace_ranks()
         except PoolStartupError as exc:
             self._spend(exc)
-        except Exception as exc:  # OSError, most often: a full disk, too many processes or open files
+        except Exception as exc:  # noqa: BLE001 - OSError, most often: a full disk, too many processes or open files
             self._spend(PoolStartupError(f"could not start rank processes: {type(exc).__name__}: {exc}"))
 
     def _replace_ranks(self) -> None:
@@ -387,7 +387,7 @@ class RankPool(Controller):
         if self.spares != "never":
             try:
                 self._start_spare()
-            except Exception:  # the ranks in place can go on; the next restart starts a set itself
+            except Exception:  # noqa: BLE001 - the ranks in place can go on; the next restart starts a set itself
                 self._spare = None
 
     def _spend(self, cause: PoolStartupError) -> None:

@@ -41,7 +41,7 @@ def capture(exc: BaseException) -> RemoteRecord:
     last = frames[-1] if frames else None
     try:
         pickled = pickle.dumps(exc)
-    except Exception:  # unpicklable payloads (locks, tensors on a dead device...)
+    except Exception:  # noqa: BLE001 - unpicklable payloads (locks, tensors on a dead device...)
         pickled = None
     cls = type(exc)
     return RemoteRecord(
@@ -61,7 +61,7 @@ def rebuild(record: RemoteRecord) -> BaseException:
     if record.pickled is not None:
         try:
             exc = pickle.loads(record.pickled)
-        except Exception:
+        except Exception:  # noqa: BLE001 - any payload that can't be rebuilt is shown as text
             exc = None
     if not isinstance(exc, BaseException):
         exc = RemoteException(record.type_name, record.message)
@@ -69,7 +69,7 @@ def rebuild(record: RemoteRecord) -> BaseException:
     if record.filename and record.lineno:
         try:
             _raiser(record.filename, record.lineno, record.funcname or "<remote>")(exc)
-        except BaseException as raised:  # noqa: B036 - we re-raise exactly what we passed in
+        except BaseException as raised:  # noqa: BLE001 - we re-raise exactly what we passed in
             exc = raised
     # The remote exception's own chain did not travel; don't let the driver's invent one.
     exc.__context__ = None
@@ -102,5 +102,5 @@ def _raiser(filename: str, lineno: int, funcname: str) -> Callable[[BaseExceptio
 def _safe_str(exc: BaseException) -> str:
     try:
         return str(exc)
-    except Exception:
+    except Exception:  # noqa: BLE001 - an exception whose str() raises
         return f"<unprintable {type(exc).__name__}>"

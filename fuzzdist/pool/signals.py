@@ -32,11 +32,12 @@ while it waits for the ranks).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
 
@@ -252,3 +253,21 @@ def _restorable(handler: Any) -> Any:
     while isinstance(handler, ChainedHandler) and handler._removed:
         handler = handler.previous
     return signal.SIG_DFL if handler is None else handler
+
+
+@contextlib.contextmanager
+def interrupting(handler: Handler) -> Iterator[None]:
+    """``handler`` chained over SIGINT and SIGTERM while the block runs, as a handler that sees to the
+    end of the process itself (it raises), so no SIG_DFL default action follows it.  Outside the main
+    thread, where no handler can be installed, the block runs without them."""
+    installed: list[ChainedHandler] = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            installed.append(ChainedHandler(sig, handler, ends_process=True))
+        except ValueError:  # not the main thread
+            pass
+    try:
+        yield
+    finally:
+        for chained in reversed(installed):
+            chained.remove()

@@ -32,6 +32,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import sys
+from collections.abc import Collection
 from typing import Any
 
 from fuzzdist.errors import InvalidArgument
@@ -50,9 +51,7 @@ def resolve_start_method(requested: str, device: str) -> str:
     if requested not in START_METHODS:
         raise InvalidArgument(f"start_method={requested!r}: expected one of {', '.join(START_METHODS)}")
     if requested == "auto":
-        chosen = os.environ.get(ENV_VAR, "").strip() or "auto"
-        if chosen not in START_METHODS:
-            raise InvalidArgument(f"{ENV_VAR}={chosen!r}: expected spawn or forkserver (or unset it)")
+        chosen = _from_environment(ENV_VAR, START_METHODS, "spawn or forkserver")
         # The variable says what a pool forks where forking is safe; it never forks a CUDA pool.
         safe = chosen != "spawn" and fork_server_is_safe(device) and fork_server_fits() is None
         return "forkserver" if safe else "spawn"
@@ -79,9 +78,7 @@ def validate_spares(spares: str) -> str:
     if spares not in SPARE_MODES:
         raise InvalidArgument(f"spares={spares!r}: expected one of {', '.join(SPARE_MODES)}")
     if spares == "auto":
-        spares = os.environ.get(SPARES_VAR, "").strip() or "auto"
-        if spares not in SPARE_MODES:
-            raise InvalidArgument(f"{SPARES_VAR}={spares!r}: expected never, always or auto (or unset it)")
+        spares = _from_environment(SPARES_VAR, SPARE_MODES, "never, always or auto")
     return spares
 
 
@@ -198,3 +195,12 @@ def tree_memory(pid: int) -> int | None:
         except (OSError, ValueError):
             continue  # ended meanwhile, or not ours to read
     return total if found else None
+
+
+def _from_environment(var: str, choices: Collection[str], expected: str) -> str:
+    """``var``'s value, ``auto`` where it is unset or blank; InvalidArgument, saying ``expected``, where it
+    is none of ``choices``."""
+    value = os.environ.get(var, "").strip() or "auto"
+    if value not in choices:
+        raise InvalidArgument(f"{var}={value!r}: expected {expected} (or unset it)")
+    return value

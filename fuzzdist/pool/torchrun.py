@@ -240,7 +240,7 @@ class TorchrunPool(Controller):
         """Tell the other ranks to stop; they leave the group and exit 0."""
         try:
             self._store.set(_STOP_KEY, _seal(_STOP_KEY, messages.stop()))
-        except Exception:
+        except Exception:  # noqa: BLE001 - the store may be gone already: stopping is best effort
             pass
         self._heart.stop()
         self._sigterm.remove()
@@ -408,7 +408,7 @@ class _Heartbeat:
                     if request != self._answered:
                         self._answered = request
                         self._answer(request)
-            except Exception:  # the store went away: the job is ending
+            except Exception:  # noqa: BLE001 - the store went away: the job is ending
                 return
 
     def _answer(self, request: bytes) -> None:
@@ -469,7 +469,7 @@ def _wait(store: Any, keys: str | list[str], seconds: float) -> bool:
         try:
             if store.check(keys):
                 return True
-        except Exception:  # the store went away: the job is ending
+        except Exception:  # noqa: BLE001 - the store went away: the job is ending
             return False
         remaining = deadline - time.monotonic()
         if remaining <= 0:

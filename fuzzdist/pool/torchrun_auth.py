@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from fuzzdist.errors import ForgedMessage, InvalidState
+from fuzzdist.pool.private_file import read_private_file
 
 SECRET_ENV = "FUZZDIST_TORCHRUN_SECRET"
 SECRET_FILE_ENV = "FUZZDIST_TORCHRUN_SECRET_FILE"
@@ -111,17 +112,7 @@ def load_secret() -> bytes:
 
 
 def _read_secret_file(path: str) -> bytes:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError as exc:
-        raise InvalidState(f"can't read {SECRET_FILE_ENV}={path} ({exc.strerror or exc}): point it at a "
-                           "regular file (not a link) only you can read") from None
-    with os.fdopen(fd, "rb") as f:
-        info = os.fstat(f.fileno())
-        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
-            raise InvalidState(f"{SECRET_FILE_ENV}={path} must be a regular file you own that nobody else can "
-                               f"read or write (chmod 600 {path})")
-        data = f.read(4096).strip()
+    data = read_private_file(path, f"{SECRET_FILE_ENV}={path}", "point it at", InvalidState).strip()
     if len(data) < MIN_SECRET:
         raise InvalidState(f"{SECRET_FILE_ENV}={path} holds {len(data)} bytes: put at least {MIN_SECRET} "
                            "random bytes in it")

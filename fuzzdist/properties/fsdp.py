@@ -56,10 +56,11 @@ from fuzzdist import strategies as fst
 from fuzzdist.errors import InvalidArgument
 from fuzzdist.known_bugs import known_failures
 from fuzzdist.pool.rank.isolation import keep_process_groups
-from fuzzdist.problems import Kind, Problem, by_rank
+from fuzzdist.problems import Kind, Problem
 from fuzzdist.properties import PropertyFailure
+from fuzzdist.properties._results import fail_on_reported_problems
 from fuzzdist.strategies import seeds
-from fuzzdist.toolkit.checks import Digest, digest, mismatch
+from fuzzdist.toolkit.checks import Digest, digest, first_disagreement, gradient_problem, mismatch
 from fuzzdist.toolkit.reporting import capped
 
 try:
@@ -163,21 +164,6 @@ def expected_gradient(local: list[torch.Tensor | None], world: int,
     info = torch.finfo(reduce_in)
     roundings = world + 3
     return mean, roundings * info.eps * magnitude + roundings * info.smallest_normal * info.eps
-
-
-def _gradient_problem(what: str, actual: torch.Tensor | None,
-                      expected: tuple[torch.Tensor, torch.Tensor] | None) -> Problem | None:
-    if expected is None:
-        if actual is None or not bool(actual.any()):
-            return None  # no rank used the parameter: None and zeros alike
-        return Problem(Kind.MISMATCH, what, detail="got a non-zero gradient where no rank has one")
-    mean, bound = expected
-    if actual is None:
-        actual = torch.zeros_like(mean)
-    if tuple(actual.shape) != tuple(mean.shape):
-        return Problem(Kind.SHAPE, what, got=tuple(actual.shape), expected=tuple(mean.shape))
-    error = (actual.double() - mean).abs()
-    return mismatch(what, actual, mean, ~(error <= bound), bound, error)  # NaN counts as bad
 
 
 def _param_problem(what: str, actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) -> Problem | None:
@@ -301,7 +287,7 @@ def fsdp_parity(ctx: RankContext, config: fst.FSDPConfig, dtype: torch.dtype, se
         digests.append(digest(grads))
         for name, grad in grads.items():
             expected = expected_gradient([g[name] for g in local], config.world_size, reduce_in)
-            problem = _gradient_problem(f"step {step}: grad {name}", grad, expected)
+            problem = gradient_problem(f"step {step}: grad {name}", grad, expected)
             if problem is not None:
                 problems.append(problem)
         for name, p in reference.named_parameters():
@@ -322,16 +308,12 @@ def check_parity(results: list[dict[str, Any]]) -> None:
     """Check in the driver what the ranks' ``fsdp_parity`` returned: raise
     :class:`PropertyFailure` if any rank differs from the reference, or the ranks' gathered
     gradients or parameters are not bitwise equal."""
-    wrong = {rank: obs["problems"] for rank, obs in enumerate(results) if obs["problems"]}
-    if wrong:
-        raise PropertyFailure(f"FSDP differs from the local reference on ranks {sorted(wrong)}:{by_rank(wrong)}",
-                              results)
-    first = results[0]["digests"]
-    for rank, obs in enumerate(results):
-        if obs["digests"] != first:
-            at = next(i for i, (a, b) in enumerate(zip(obs["digests"], first, strict=False)) if a != b)
-            raise PropertyFailure(f"rank {rank} gathered different values from rank 0 (check #{at}: parameters "
-                                  "and gradients alternate)", results)
+    fail_on_reported_problems(results, "FSDP differs from the local reference")
+    disagreement = first_disagreement(results)
+    if disagreement is not None:
+        rank, at = disagreement
+        raise PropertyFailure(f"rank {rank} gathered different values from rank 0 (check #{at}: parameters "
+                              "and gradients alternate)", results)
 
 
 def check(pool: Pool, config: fst.FSDPConfig, dtype: torch.dtype, seed: int, *,

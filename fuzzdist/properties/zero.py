@@ -76,7 +76,6 @@ keyword: ``check(pool, case, seed, optimizer_class=MyZeRO)`` runs the property o
 from __future__ import annotations
 
 import copy
-import math
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -90,10 +89,12 @@ from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from fuzzdist.errors import InvalidArgument, InvalidStrategyArgument
-from fuzzdist.problems import Kind, Problem, by_rank
+from fuzzdist.problems import Kind, Problem
 from fuzzdist.properties import PropertyFailure
+from fuzzdist.properties._results import fail_on_reported_problems
 from fuzzdist.strategies import mix_seed_fnv, seeds
-from fuzzdist.toolkit.checks import Digest, digest, mismatch
+from fuzzdist.toolkit.checks import Digest, digest, first_disagreement, gradient_problem, mismatch
+from fuzzdist.toolkit.models import init_uniform_
 from fuzzdist.toolkit.reporting import capped
 
 if TYPE_CHECKING:
@@ -247,12 +248,7 @@ class ZeroCase:
             if k:
                 modules.append(nn.ReLU())
             modules.append(nn.Linear(i, o, bias=bias, dtype=dtype))
-        model = nn.Sequential(*modules)
-        with torch.no_grad():
-            for p in model.parameters():
-                bound = 1.0 / math.sqrt(p.shape[-1] if p.dim() > 1 else p.numel())
-                p.copy_((torch.rand(p.shape, generator=gen, dtype=torch.float64) * 2 - 1) * bound)
-        return model
+        return init_uniform_(nn.Sequential(*modules), gen)
 
     def make_batch(self, rank: int, step: int, seed: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """Rank ``rank``'s (inputs, targets) at ``step``, deterministic in (seed, rank, step)."""
@@ -410,23 +406,6 @@ def expected_gradient(local: Sequence[torch.Tensor | None], dtype: torch.dtype,
     magnitude = torch.stack([g.abs() for g in present]).sum(0) / world
     info = torch.finfo(dtype)
     return mean, (world + 1) * info.eps * magnitude + info.eps * info.smallest_normal
-
-
-def gradient_problem(what: str, actual: torch.Tensor | None,
-                     expected: tuple[torch.Tensor, torch.Tensor] | None) -> Problem | None:
-    """None if ``actual`` is within the bound of the expected mean (None counts as zeros), else
-    the worst element."""
-    if expected is None:
-        if actual is None or not bool(actual.any()):
-            return None
-        return Problem(Kind.MISMATCH, what, detail="non-zero where no rank has one")
-    mean, bound = expected
-    if actual is None:
-        actual = torch.zeros_like(mean)
-    if tuple(actual.shape) != tuple(mean.shape):
-        return Problem(Kind.SHAPE, what, got=tuple(actual.shape), expected=tuple(mean.shape))
-    error = (actual.double() - mean).abs()
-    return mismatch(what, actual, mean, ~(error <= bound), bound, error)
 
 
 def close_problem(what: str, actual: torch.Tensor, expected: torch.Tensor) -> Problem | None:
@@ -619,17 +598,12 @@ def _reload(ctx: RankContext, case: ZeroCase, zero: Any, ref_opt: torch.optim.Op
 def check_results(results: list[dict[str, Any]]) -> None:
     """Raise :class:`PropertyFailure` if any rank reported a problem, or the ranks' gradients or
     parameters are not bitwise equal."""
-    wrong = {rank: obs["problems"] for rank, obs in enumerate(results) if obs["problems"]}
-    if wrong:
-        raise PropertyFailure(f"ZeRO differs from the local optimizer on ranks {sorted(wrong)}:{by_rank(wrong)}",
-                              results)
-    first = results[0]["digests"]
-    for rank, obs in enumerate(results):
-        if obs["digests"] != first:
-            at = next((i for i, (a, b) in enumerate(zip(obs["digests"], first, strict=False)) if a != b),
-                      min(len(first), len(obs["digests"])))
-            raise PropertyFailure(f"rank {rank} differs from rank 0, bitwise, at step {at // 2}'s "
-                                  f"{'gradients' if at % 2 == 0 else 'parameters'}", results)
+    fail_on_reported_problems(results, "ZeRO differs from the local optimizer")
+    disagreement = first_disagreement(results)
+    if disagreement is not None:
+        rank, at = disagreement
+        raise PropertyFailure(f"rank {rank} differs from rank 0, bitwise, at step {at // 2}'s "
+                              f"{'gradients' if at % 2 == 0 else 'parameters'}", results)
 
 
 def check(pool: Pool, case: ZeroCase, seed: int, dtype: torch.dtype = torch.float32, *,

@@ -5,14 +5,7 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from fuzzdist.errors import InvalidStrategyArgument
-
-
-def _check_int(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidStrategyArgument(f"{name} must be an int, got {value!r}")
-    if value < minimum:
-        raise InvalidStrategyArgument(f"{name} must be >= {minimum}, got {value!r}")
-    return value
+from fuzzdist.strategies._arguments import check_int
 
 
 def world_sizes(max_size: int = 4, min_size: int = 1) -> st.SearchStrategy[int]:
@@ -24,15 +17,15 @@ def world_sizes(max_size: int = 4, min_size: int = 1) -> st.SearchStrategy[int]:
     communication is needed to reproduce it. Pass ``min_size=2`` for tests
     that need a peer.
     """
-    _check_int("min_size", min_size, 1)
-    _check_int("max_size", max_size, min_size)
+    check_int("min_size", min_size, 1)
+    check_int("max_size", max_size, min_size)
     return st.integers(min_size, max_size)
 
 
 def source_ranks(world_size: int) -> st.SearchStrategy[int]:
     """A rank in ``range(world_size)``, e.g. the source of a broadcast or the
     destination of a reduce. Shrinks to 0."""
-    _check_int("world_size", world_size, 1)
+    check_int("world_size", world_size, 1)
     return st.integers(0, world_size - 1)
 
 
@@ -45,11 +38,11 @@ def rank_subsets(
 
     Shrinks to ``(0,)`` (``tuple(range(min_size))`` in general).
     """
-    _check_int("world_size", world_size, 1)
-    _check_int("min_size", min_size, 0)
+    check_int("world_size", world_size, 1)
+    check_int("min_size", min_size, 0)
     if max_size is None:
         max_size = world_size
-    _check_int("max_size", max_size, min_size)
+    check_int("max_size", max_size, min_size)
     if min_size > world_size:
         raise InvalidStrategyArgument(f"min_size={min_size} exceeds world_size={world_size}")
     max_size = min(max_size, world_size)

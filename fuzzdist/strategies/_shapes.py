@@ -6,7 +6,7 @@ from functools import lru_cache
 
 from hypothesis import strategies as st
 
-from fuzzdist.errors import InvalidStrategyArgument
+from fuzzdist.strategies._arguments import check_int
 
 DEFAULT_MAX_BYTES = 1 << 20
 DEFAULT_MAX_DIMS = 4
@@ -29,14 +29,6 @@ def _dim_sizes(cap: int) -> st.SearchStrategy[int]:
     )
 
 
-def _check_int(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidStrategyArgument(f"{name} must be an int, got {value!r}")
-    if value < minimum:
-        raise InvalidStrategyArgument(f"{name} must be >= {minimum}, got {value!r}")
-    return value
-
-
 def shapes(
     max_bytes: int = DEFAULT_MAX_BYTES,
     itemsize: int = 1,
@@ -56,10 +48,10 @@ def shapes(
     ``min_dims > 1``): the number of dimensions shrinks to 1, then 0, then
     upwards, and every dimension shrinks to 1.
     """
-    _check_int("itemsize", itemsize, 1)
-    _check_int("max_bytes", max_bytes, itemsize)
-    _check_int("min_dims", min_dims, 0)
-    _check_int("max_dims", max_dims, min_dims)
+    check_int("itemsize", itemsize, 1)
+    check_int("max_bytes", max_bytes, itemsize)
+    check_int("min_dims", min_dims, 0)
+    check_int("max_dims", max_dims, min_dims)
     return _cached_shapes(max_bytes // itemsize, max_dims, min_dims)
 
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 
@@ -123,3 +124,34 @@ def mismatch(what: str, actual: torch.Tensor, expected: torch.Tensor, bad: torch
     return Problem(Kind.MISMATCH, what, index=i, got=actual.reshape(-1)[i].item(),
                    expected=expected.reshape(-1)[i].item(), bound=at, count=int(flat_bad.sum()),
                    size=actual.numel(), worst=error is not None)
+
+
+def gradient_problem(what: str, actual: torch.Tensor | None,
+                     expected: tuple[torch.Tensor, torch.Tensor] | None) -> Problem | None:
+    """The :class:`~fuzzdist.problems.Problem` of a gradient against the ranks' mean: ``expected`` is
+    (mean, bound) in float64, or None where no rank has a gradient.  ``actual`` None counts as zeros;
+    None when it is within the bound (NaN never is), else the worst element."""
+    if expected is None:
+        if actual is None or not bool(actual.any()):
+            return None  # no rank used the parameter: None and zeros alike
+        return Problem(Kind.MISMATCH, what, detail="got a non-zero gradient where no rank has one")
+    mean, bound = expected
+    if actual is None:
+        actual = torch.zeros_like(mean)
+    if tuple(actual.shape) != tuple(mean.shape):
+        return Problem(Kind.SHAPE, what, got=tuple(actual.shape), expected=tuple(mean.shape))
+    error = (actual.double() - mean).abs()
+    return mismatch(what, actual, mean, ~(error <= bound), bound, error)
+
+
+def first_disagreement(results: Sequence[Mapping[str, Any]]) -> tuple[int, int] | None:
+    """Where the ranks' ``"digests"`` lists (one per rank, in ``results``) first part from rank 0's: the
+    rank, and the index of its first digest that differs (where one list merely stops early, the shorter
+    length); None where every rank's equals rank 0's."""
+    first = results[0]["digests"]
+    for rank, obs in enumerate(results):
+        mine = obs["digests"]
+        if mine != first:
+            return rank, next((i for i, (a, b) in enumerate(zip(mine, first, strict=False)) if a != b),
+                              min(len(first), len(mine)))
+    return None

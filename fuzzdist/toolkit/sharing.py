@@ -46,7 +46,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import torch
-import torch.multiprocessing  # noqa: F401 - registers torch's ForkingPickler reductions
+import torch.multiprocessing
 
 from fuzzdist.errors import InvalidArgument, InvalidType, SharingError
 

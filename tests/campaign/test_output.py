@@ -65,7 +65,7 @@ def test_a_fifo_is_written_to_and_one_nobody_reads_is_an_error_not_a_wait(tmp_pa
     with pytest.raises(OSError):
         write_output(fifo, "x")
     got = []
-    reader = threading.Thread(target=lambda: got.append(open(fifo).read()))
+    reader = threading.Thread(target=lambda: got.append(fifo.read_text()))
     reader.start()
     for _ in range(200):  # the reader's open must come first
         try:

@@ -145,7 +145,7 @@ def load(url: str, chromium: str, width: int = 1280, settle_s: float = 0.5) -> P
     args = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
             "--remote-debugging-pipe", "--no-first-run", "--no-default-browser-check", "--hide-scrollbars",
             f"--user-data-dir={profile}", "about:blank"]
-    log = tempfile.TemporaryFile()  # chromium's stderr, for the message when it fails
+    log = tempfile.TemporaryFile()  # noqa: SIM115 - closed with the browser; chromium's stderr, for the message when it fails
     # The browser reads commands on fd 3 and writes to fd 4 (bash: dash takes no fd number above 9).
     proc = subprocess.Popen(["bash", "-c", f'exec "$@" 3<&{to_browser_r} 4>&{from_browser_w}', "bash", *args],
                             pass_fds=(to_browser_r, from_browser_w), stdin=subprocess.DEVNULL,

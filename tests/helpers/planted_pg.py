@@ -114,7 +114,7 @@ class EarlyCompletingPG(_PassThroughPG):
         self._settle()
         return super().broadcast(tensors, opts)
 
-    def allgather(self, output_tensors, input_tensors, opts):  # noqa: ANN001, ANN201
+    def allgather(self, output_tensors, input_tensors, opts):
         self._settle()
         return super().allgather(output_tensors, input_tensors, opts)
 

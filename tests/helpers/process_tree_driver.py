@@ -21,8 +21,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/, for helpers.*
 
-from fuzzdist import RankPool  # noqa: E402
-from helpers import descendants  # noqa: E402
+from fuzzdist import RankPool
+from helpers import descendants
 
 if __name__ == "__main__":
     made: list[RankPool] = []

@@ -14,7 +14,7 @@ from fuzzdist.problems import Kind, Problem
 if missing_fully_shard():  # an older torch; any other ImportError below fails, with its traceback
     pytest.skip(missing_fully_shard() or "", allow_module_level=True)
 
-from fuzzdist.properties.fsdp1.config import FSDP1Config  # noqa: E402
+from fuzzdist.properties.fsdp1.config import FSDP1Config
 
 GRADIENT = Problem(Kind.MISMATCH, "step 0: grad layers.0.weight", index=0, got=0.0, expected=1.0, bound=1e-7,
                    count=1, size=1)

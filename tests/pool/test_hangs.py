@@ -6,6 +6,7 @@ a deadlock the tests expect to be declared early must be, or the test fails on i
 
 from __future__ import annotations
 
+import linecache
 import sys
 import time
 
@@ -70,7 +71,7 @@ def test_different_collectives_at_one_step_are_a_deadlock_declared_at_once(pool)
     assert str(err).startswith("deadlock: " + summary)
     # The identity is the stuck rank's own line: rank 0's second all_reduce.
     filename, lineno = _cause_line(err)
-    assert filename == planted_hangs.__file__ and "dist.all_reduce(t)" in open(filename).readlines()[lineno - 1]
+    assert filename == planted_hangs.__file__ and "dist.all_reduce(t)" in linecache.getline(filename, lineno)
     assert pool.run(planted_hangs.different_collectives, 5) == [5, 5]  # the pool recovered
 
 

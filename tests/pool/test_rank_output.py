@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import rank_fns  # noqa: F401 - puts tests/ on the ranks' path like the other pool tests
+from helpers import rank_fns
 from helpers.cli_helpers import cli_env, read_report, run_cli, write
 
 from fuzzdist import RankCrash, RankError, RankPool

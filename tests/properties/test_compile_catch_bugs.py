@@ -15,9 +15,9 @@ from fuzzdist.pool.capabilities.torch_features import missing_functional_collect
 if missing_functional_collectives():  # an older torch; any other ImportError below fails, with its traceback
     pytest.skip(missing_functional_collectives() or "", allow_module_level=True)
 
-from fuzzdist.problems import Kind  # noqa: E402
-from fuzzdist.properties.compile import functional  # noqa: E402
-from fuzzdist.properties.compile.functional import Step  # noqa: E402
+from fuzzdist.problems import Kind
+from fuzzdist.properties.compile import functional
+from fuzzdist.properties.compile.functional import Step
 
 pytestmark = pytest.mark.fuzzdist(world_size=2)
 

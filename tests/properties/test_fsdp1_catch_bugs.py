@@ -16,8 +16,8 @@ from fuzzdist.pool.capabilities.torch_features import missing_fully_shard
 if missing_fully_shard():  # an older torch; any other ImportError below fails, with its traceback
     pytest.skip(missing_fully_shard() or "", allow_module_level=True)
 
-from fuzzdist.properties import fsdp1  # noqa: E402
-from fuzzdist.properties.fsdp1.config import FSDP1Config, fsdp1_configs  # noqa: E402
+from fuzzdist.properties import fsdp1
+from fuzzdist.properties.fsdp1.config import FSDP1Config, fsdp1_configs
 
 
 def _flat_numel(widths: tuple[int, ...], world: int) -> int:

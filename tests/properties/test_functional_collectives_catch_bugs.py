@@ -15,7 +15,7 @@ from fuzzdist.pool.capabilities.torch_features import missing_functional_collect
 if missing_functional_collectives():  # an older torch; any other ImportError below fails, with its traceback
     pytest.skip(missing_functional_collectives() or "", allow_module_level=True)
 
-from fuzzdist.properties import functional  # noqa: E402
+from fuzzdist.properties import functional
 
 pytestmark = pytest.mark.fuzzdist(world_size=2)
 

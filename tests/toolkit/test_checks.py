@@ -6,7 +6,15 @@ import pytest
 import torch
 
 from fuzzdist.problems import Kind, Problem
-from fuzzdist.toolkit.checks import bitwise_equal, digest, first_difference, mismatch, raw_bytes
+from fuzzdist.toolkit.checks import (
+    bitwise_equal,
+    digest,
+    first_difference,
+    first_disagreement,
+    gradient_problem,
+    mismatch,
+    raw_bytes,
+)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.uint16, torch.complex64, torch.bool])
@@ -60,3 +68,31 @@ def test_digest_is_equal_only_for_bitwise_equal_tensors():
 def test_signed_zeros_and_nan_payloads_are_told_apart():
     assert not bitwise_equal(torch.tensor([0.0]), torch.tensor([-0.0]))
     assert bitwise_equal(torch.tensor([float("nan")]), torch.tensor([float("nan")]))
+
+
+def test_the_first_rank_whose_digests_part_from_rank_0s_is_named_with_where():
+    assert first_disagreement([{"digests": ["a", "b"]}, {"digests": ["a", "b"]}]) is None
+    assert first_disagreement([{"digests": ["a", "b"]}, {"digests": ["a", "b"]}, {"digests": ["a", "c"]}]) == (2, 1)
+
+
+def test_a_rank_whose_digests_stop_early_disagrees_where_they_stop():
+    """A list that is a prefix of rank 0's has no differing pair: the answer is where it stops, not an
+    error from an exhausted search."""
+    assert first_disagreement([{"digests": ["a", "b", "c"]}, {"digests": ["a"]}]) == (1, 1)
+
+
+def test_a_gradient_is_checked_against_the_ranks_mean_within_its_bound():
+    mean, bound = torch.tensor([1.0, 2.0], dtype=torch.float64), torch.tensor([0.1, 0.1], dtype=torch.float64)
+    assert gradient_problem("g", torch.tensor([1.05, 2.0]), (mean, bound)) is None
+    found = gradient_problem("g", torch.tensor([1.0, float("nan")]), (mean, bound))
+    assert found is not None and found.kind is Kind.MISMATCH and found.index == 1
+    assert gradient_problem("g", None, (mean, bound)) is not None  # None counts as zeros
+    shape = gradient_problem("g", torch.zeros(3), (mean, bound))
+    assert shape is not None and shape.kind is Kind.SHAPE
+
+
+def test_no_rank_having_a_gradient_allows_none_or_zeros_only():
+    assert gradient_problem("g", None, None) is None
+    assert gradient_problem("g", torch.zeros(2), None) is None
+    found = gradient_problem("g", torch.tensor([0.0, 1.0]), None)
+    assert found is not None and found.kind is Kind.MISMATCH

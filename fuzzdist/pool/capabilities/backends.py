@@ -43,6 +43,6 @@ def _backend_available(dist: Any, name: str) -> bool:
     if probe is not None:
         try:
             return bool(probe(name))
-        except Exception:
+        except Exception:  # noqa: BLE001 - a probe that fails means the backend isn't there
             return False
     return bool(getattr(dist, f"is_{name}_available", lambda: False)())

@@ -82,7 +82,7 @@ def rank_main(spec: RankSpec, inbox: Any, outbox: Any, watch: Any, stdio: tuple[
     channel = _PipeChannel(inbox, outbox)
     try:
         ctx = _join_group(spec)
-    except BaseException:
+    except BaseException:  # noqa: BLE001 - every start-up failure goes back to the driver
         channel.send(messages.init_error(traceback.format_exc()))
         return
     channel.send(messages.ready(os.getpid()))
@@ -219,7 +219,7 @@ def _leave_group() -> None:
 
         if dist.is_initialized():
             dist.destroy_process_group()
-    except Exception:
+    except Exception:  # noqa: BLE001 - leaving the group is best effort: the process is ending
         pass
 
 

@@ -157,14 +157,14 @@ def rank_main(repro: Reproducer, rank: int, port: int, tmpdir: str, replies: Any
             fn, args, kwargs = pickle.loads(base64.b64decode("".join(payload)))
             seed_everything(seed, device.type == "cuda")
             result = fn(ctx, *args, **kwargs)
-        except BaseException as exc:  # every failure goes back to the parent
+        except BaseException as exc:  # noqa: BLE001 - every failure goes back to the parent
             kind = type(exc)
             replies.put((rank, i, "raised", (f"{kind.__module__}.{kind.__qualname__}", str(exc).strip()[:300],
                                             traceback.format_exc())))
             return
         try:
             data = pickle.dumps(result)
-        except Exception as exc:  # the parent shows what it can
+        except Exception as exc:  # noqa: BLE001 - the parent shows what it can
             data = pickle.dumps(f"unpicklable result: {exc}")
         replies.put((rank, i, "ok", data))
     dist.destroy_process_group()
@@ -187,7 +187,7 @@ def same(a: Any, b: Any) -> bool:
         return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
     try:
         return bool(a == b) or (a != a and b != b)  # NaN equals NaN here
-    except Exception:  # an == that raises: compare what they print
+    except Exception:  # noqa: BLE001 - an == that raises: compare what they print
         return repr(a) == repr(b)
 
 
@@ -312,7 +312,7 @@ def main(repro: Reproducer) -> int:
     """The script's entry point: print the verdict's one line; its exit code."""
     try:
         code, line = reproduce(repro)
-    except Exception:  # the script itself failed: neither verdict
+    except Exception:  # noqa: BLE001 - the script itself failed: neither verdict
         traceback.print_exc()
         code, line = EXIT_NO_VERDICT, "NO VERDICT: the script itself failed (traceback above)"
     print(f"{line}  [{repro.nodeid}]")

@@ -111,7 +111,7 @@ def execute(ctx: Any, seq: int, seed: int, payload: bytes, guard: Any = None) ->
         return messages.err(seq, error, recycle, written.output, elapsed, cover=lines)
     try:
         return messages.ok(seq, result, recycle, written.output, elapsed, cover=lines)
-    except Exception as exc:  # an unpicklable return value
+    except Exception as exc:  # noqa: BLE001 - an unpicklable return value
         unsendable = CallError(f"fn returned a value that can't be sent back to the driver: {exc}. "
                                "Return plain values (numbers, lists, CPU tensors), not handles.")
         return messages.err(seq, _remote.capture(unsendable), recycle, written.output, elapsed, cover=lines)

@@ -16,11 +16,12 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from fuzzdist import strategies as fst
 from fuzzdist.errors import InvalidArgument
-from fuzzdist.problems import Kind, Problem, by_rank
+from fuzzdist.problems import Kind, Problem
 from fuzzdist.properties import PropertyFailure
+from fuzzdist.properties._results import fail_on_reported_problems
 from fuzzdist.properties.ddp import TOLERANCES, ddp_device_kwargs
 from fuzzdist.strategies import seeds
-from fuzzdist.toolkit.checks import fingerprint, mismatch
+from fuzzdist.toolkit.checks import fingerprint, first_disagreement, mismatch
 
 if TYPE_CHECKING:
     from fuzzdist.pool.rank.context import RankContext
@@ -126,15 +127,12 @@ def _check_world(config: fst.DDPConfig, ctx: RankContext) -> None:
 
 
 def _check_agreement(results: list[dict[str, Any]], what: str) -> None:
-    wrong = {rank: obs["problems"] for rank, obs in enumerate(results) if obs["problems"]}
-    if wrong:
-        raise PropertyFailure(f"{what} breaks its contract on ranks {sorted(wrong)}:{by_rank(wrong)}", results)
-    first = results[0]["digests"]
-    for rank, obs in enumerate(results):
-        if obs["digests"] != first:
-            at = next(i for i, (a, b) in enumerate(zip(obs["digests"], first, strict=False)) if a != b)
-            raise PropertyFailure(f"{what}: rank {rank} differs from rank 0 bitwise at check #{at} "
-                                  "(each step's gradients, then the final parameters)", results)
+    fail_on_reported_problems(results, f"{what} breaks its contract")
+    disagreement = first_disagreement(results)
+    if disagreement is not None:
+        rank, at = disagreement
+        raise PropertyFailure(f"{what}: rank {rank} differs from rank 0 bitwise at check #{at} "
+                              "(each step's gradients, then the final parameters)", results)
 
 
 def _same(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:

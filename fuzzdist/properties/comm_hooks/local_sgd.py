@@ -18,8 +18,9 @@ from torch.distributed.optim import PostLocalSGDOptimizer
 
 from fuzzdist import strategies as fst
 from fuzzdist.known_bugs import known_failures
-from fuzzdist.problems import Problem, by_rank
+from fuzzdist.problems import Problem
 from fuzzdist.properties import PropertyFailure
+from fuzzdist.properties._results import fail_on_reported_problems
 from fuzzdist.properties.ddp import TOLERANCES
 from fuzzdist.toolkit.checks import Digest, digest
 from fuzzdist.toolkit.reporting import capped
@@ -149,10 +150,7 @@ def check_local_sgd(pool: Pool, case: LocalSGDCase, dtype: torch.dtype, seed: in
     with known_failures("comm_hooks", case=case, dtype=dtype, seed=seed):
         results = pool.run(local_sgd_training, case, dtype, seed, hook=hook, state_factory=state_factory,
                            averager_factory=averager_factory, optimizer_factory=optimizer_factory)
-        wrong = {rank: obs["problems"] for rank, obs in enumerate(results) if obs["problems"]}
-        if wrong:
-            raise PropertyFailure(f"post-local SGD differs from the local simulation on ranks {sorted(wrong)}:"
-                                  f"{by_rank(wrong)}", results)
+        fail_on_reported_problems(results, "post-local SGD differs from the local simulation")
         for step in range(case.config.steps):
             if synced_after(case, step) and any(r["digests"][step] != results[0]["digests"][step] for r in results):
                 raise PropertyFailure(f"after step {step} the parameters should be equal on every rank "

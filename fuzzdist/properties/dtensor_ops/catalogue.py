@@ -13,6 +13,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from fuzzdist.errors import InvalidArgument
+
 GROUPS = ("pointwise", "reductions", "views", "matrix", "indexing", "nn", "joins", "schema_ops")
 """The group modules of :mod:`fuzzdist.properties.dtensor_ops`, each registering its operators."""
 
@@ -60,7 +62,7 @@ def register(*ops: OpDef) -> None:
     """Add ``ops`` to :data:`OPS`."""
     for op in ops:
         if op.name in OPS:
-            raise ValueError(f"operator {op.name!r} registered twice")
+            raise InvalidArgument(f"operator {op.name!r} registered twice: give the second one another name")
         OPS[op.name] = op
 
 

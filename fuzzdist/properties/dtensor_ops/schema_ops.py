@@ -87,7 +87,7 @@ def _probe(op: torch._ops.OpOverload, kinds: tuple[str, ...],
             try:
                 kwargs = {"out": torch.empty(2, dtype=out_dtype)} if out else {}
                 result = op(*[a.clone() if isinstance(a, torch.Tensor) else a for a in args], **kwargs)
-            except Exception:  # noqa: BLE001,S112 - the overload refuses this dtype: try the next
+            except Exception:  # noqa: BLE001 - the overload refuses this dtype: try the next
                 continue
             if isinstance(result, torch.Tensor):
                 return dtype, out_dtype

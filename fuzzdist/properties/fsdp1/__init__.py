@@ -60,6 +60,7 @@ import torch.distributed as dist
 from hypothesis import strategies as st
 from torch import nn
 
+from fuzzdist.errors import InvalidArgument
 from fuzzdist.known_bugs import known_failures
 from fuzzdist.problems import Kind, Problem, Symptom, by_rank
 from fuzzdist.properties import PropertyFailure
@@ -266,7 +267,7 @@ def fsdp1_parity(ctx: RankContext, config: FSDP1Config, dtype: torch.dtype, seed
     then round-trip its state dict (see the module docstring); return the problems and the digests of
     what was gathered."""
     if config.world_size != ctx.world_size:
-        raise ValueError(f"the config is for {config.world_size} ranks; this pool has {ctx.world_size}: "
+        raise InvalidArgument(f"the config is for {config.world_size} ranks; this pool has {ctx.world_size}: "
                          f"draw it with fsdp1_configs({ctx.world_size})")
     reference = config.build_model(seed).to(dtype)
     model = wrap(config.build_model(seed).to(dtype), config, ctx)

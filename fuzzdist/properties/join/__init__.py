@@ -75,7 +75,6 @@ Modules: ``known_bugs.py``, the torch bugs this family meets (listed in :mod:`fu
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -89,10 +88,13 @@ from torch.nn.parallel import DistributedDataParallel
 
 from fuzzdist.errors import InvalidArgument, InvalidStrategyArgument
 from fuzzdist.known_bugs import known_failures
-from fuzzdist.problems import Kind, Problem, Symptom, by_rank
+from fuzzdist.problems import Kind, Problem, Symptom
 from fuzzdist.properties import PropertyFailure
+from fuzzdist.properties._arguments import check_model_dtype_and_seed
+from fuzzdist.properties._results import fail_on_reported_problems
 from fuzzdist.strategies import mix_seed_fnv, seeds
 from fuzzdist.toolkit.checks import digest, mismatch
+from fuzzdist.toolkit.models import init_uniform_
 from fuzzdist.toolkit.reporting import capped
 
 if TYPE_CHECKING:
@@ -173,12 +175,7 @@ class JoinCase:
             if k:
                 modules.append(nn.ReLU())
             modules.append(nn.Linear(a, b, dtype=dtype))
-        model = nn.Sequential(*modules)
-        with torch.no_grad():
-            for p in model.parameters():
-                bound = 1.0 / math.sqrt(p.shape[-1] if p.dim() > 1 else p.numel())
-                p.copy_((torch.rand(p.shape, generator=gen, dtype=torch.float64) * 2 - 1) * bound)
-        return model
+        return init_uniform_(nn.Sequential(*modules), gen)
 
     def make_batch(self, rank: int, step: int, seed: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """Rank ``rank``'s (inputs, targets) at ``step``, deterministic in (seed, rank, step)."""
@@ -448,10 +445,8 @@ def _check_steps(case: JoinCase, seed: int, dtype: torch.dtype, rank: int,
 def check_results(case: JoinCase, results: Sequence[dict[str, Any]]) -> None:
     """Raise :class:`PropertyFailure` if any rank reported a problem, or the ranks active at a step
     disagree bitwise on its gradients, or the ranks' final parameters are not bitwise equal."""
-    wrong = {rank: obs["problems"] for rank, obs in enumerate(results) if obs["problems"]}
-    if wrong:
-        raise PropertyFailure(f"uneven inputs under Join differ from the documented reference on ranks "
-                              f"{sorted(wrong)}:{by_rank(wrong)}", [obs["problems"] for obs in results])
+    fail_on_reported_problems(results, "uneven inputs under Join differ from the documented reference",
+                              [obs["problems"] for obs in results])
     for step in range(case.steps):
         digests = {r: results[r]["grad_digests"][step] for r in case.active(step)
                    if step < len(results[r]["grad_digests"])}
@@ -474,10 +469,7 @@ def check(pool: Pool, case: JoinCase, seed: int, dtype: torch.dtype = torch.floa
     if case.world_size != pool.world_size:
         raise InvalidArgument(f"the case is for {case.world_size} ranks; this pool has {pool.world_size}: "
                               f"draw it with join_cases({pool.world_size})")
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise InvalidArgument(f"dtype must be a floating-point torch.dtype (the model's), got {dtype!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise InvalidArgument(f"seed must be an int, got {seed!r}")
+    check_model_dtype_and_seed(dtype, seed)
     if not isinstance(ddp_class, type) or not issubclass(ddp_class, DistributedDataParallel):
         raise InvalidArgument(f"ddp_class must be DistributedDataParallel or a subclass of it (Join needs its join "
                               f"hook), got {ddp_class!r}")

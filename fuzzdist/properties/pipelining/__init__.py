@@ -82,6 +82,7 @@ from fuzzdist.errors import InvalidArgument, InvalidStrategyArgument
 from fuzzdist.known_bugs import known_failures
 from fuzzdist.problems import Kind, Problem, Symptom, by_rank
 from fuzzdist.properties import PropertyFailure
+from fuzzdist.properties._arguments import check_model_dtype_and_seed
 from fuzzdist.strategies import seeds
 from fuzzdist.toolkit.checks import mismatch
 from fuzzdist.toolkit.reporting import capped
@@ -233,6 +234,29 @@ def _sse(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 # the reference
 
 
+class _GradientSums:
+    """Each parameter's gradient summed over micro-batches in float64, with the sum of its magnitudes
+    (what the rounding bound grows with)."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, torch.Tensor] = {}
+        self.magnitudes: dict[str, torch.Tensor] = {}
+
+    def add(self, model: nn.Module) -> None:
+        """Add the gradients ``model``'s parameters hold now (None counts as zeros)."""
+        for name, p in model.named_parameters():
+            g = torch.zeros_like(p, dtype=torch.float64) if p.grad is None else p.grad.double()
+            self.sums[name] = self.sums[name] + g if name in self.sums else g
+            self.magnitudes[name] = self.magnitudes[name] + g.abs() if name in self.magnitudes else g.abs()
+
+    def bounded(self, dtype: torch.dtype, n: int, scale: float) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        """Per parameter, ``scale * sum`` and its rounding bound for ``n`` micro-batches in ``dtype``."""
+        info = torch.finfo(dtype)
+        roundings = n + 3
+        return {name: (total * scale, roundings * info.eps * self.magnitudes[name] * scale + roundings * info.tiny)
+                for name, total in self.sums.items()}
+
+
 def reference(config: PipeConfig, seed: int, dtype: torch.dtype) -> dict[str, Any]:
     """Run the unsplit model on each micro-batch, locally: the output, each micro-batch's loss, and each
     parameter's expected gradient with its rounding bound (see the module docstring)."""
@@ -242,8 +266,7 @@ def reference(config: PipeConfig, seed: int, dtype: torch.dtype) -> dict[str, An
     n = config.n_microbatches
     scale = 1.0 / n if config.scale_grads else 1.0
     outputs, losses = [], []
-    sums: dict[str, torch.Tensor] = {}
-    magnitudes: dict[str, torch.Tensor] = {}
+    sums = _GradientSums()
     for xb, yb in zip(torch.tensor_split(x, n), torch.tensor_split(y, n), strict=True):
         model.zero_grad(set_to_none=True)
         out = model(xb)
@@ -251,15 +274,8 @@ def reference(config: PipeConfig, seed: int, dtype: torch.dtype) -> dict[str, An
         loss.backward()
         outputs.append(out.detach())
         losses.append(loss.detach())
-        for name, p in model.named_parameters():
-            g = torch.zeros_like(p, dtype=torch.float64) if p.grad is None else p.grad.double()
-            sums[name] = sums[name] + g if name in sums else g
-            magnitudes[name] = magnitudes[name] + g.abs() if name in magnitudes else g.abs()
-    info = torch.finfo(dtype)
-    roundings = n + 3
-    grads = {name: (sums[name] * scale, roundings * info.eps * magnitudes[name] * scale + roundings * info.tiny)
-             for name in sums}
-    return {"output": torch.cat(outputs), "losses": losses, "grads": grads}
+        sums.add(model)
+    return {"output": torch.cat(outputs), "losses": losses, "grads": sums.bounded(dtype, n, scale)}
 
 
 def implicit_ones_gradients(config: PipeConfig, seed: int, dtype: torch.dtype,
@@ -273,8 +289,7 @@ def implicit_ones_gradients(config: PipeConfig, seed: int, dtype: torch.dtype,
     loss_fn = loss_function(config.loss)
     n = config.n_microbatches
     scale = 1.0 / n if config.scale_grads else 1.0
-    sums: dict[str, torch.Tensor] = {}
-    magnitudes: dict[str, torch.Tensor] = {}
+    sums = _GradientSums()
     stages = [config.stage_module(model, s) for s in range(config.num_stages)]
     for xb, yb in zip(torch.tensor_split(x, n), torch.tensor_split(y, n), strict=True):
         model.zero_grad(set_to_none=True)
@@ -283,14 +298,8 @@ def implicit_ones_gradients(config: PipeConfig, seed: int, dtype: torch.dtype,
             out = stage(h.detach())
             (loss_fn(out, yb) if s == config.num_stages - 1 else out.sum()).backward()
             h = out
-        for name, p in model.named_parameters():
-            g = torch.zeros_like(p, dtype=torch.float64) if p.grad is None else p.grad.double()
-            sums[name] = sums[name] + g if name in sums else g
-            magnitudes[name] = magnitudes[name] + g.abs() if name in magnitudes else g.abs()
-    info = torch.finfo(dtype)
-    roundings = n + 3
-    return {name: (sums[name] * scale, roundings * info.eps * magnitudes[name] * scale + roundings * info.tiny)
-            for name in sums}
+        sums.add(model)
+    return sums.bounded(dtype, n, scale)
 
 
 def _within(what: str, actual: torch.Tensor, expected: torch.Tensor, bound: torch.Tensor) -> Problem | None:
@@ -449,10 +458,7 @@ def check(pool: Pool, config: PipeConfig, dtype: torch.dtype, seed: int, *,
     if not isinstance(config, PipeConfig):
         raise InvalidArgument(f"config must be a PipeConfig (draw one with pipeline_configs), "
                               f"got {type(config).__name__}")
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise InvalidArgument(f"dtype must be a floating-point torch.dtype (the model's), got {dtype!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise InvalidArgument(f"seed must be an int, got {seed!r}")
+    check_model_dtype_and_seed(dtype, seed)
     _check_schedule_class(schedule_class, InvalidArgument)
     if config.world_size != pool.world_size:
         raise InvalidArgument(f"the config is for {config.world_size} ranks; this pool has {pool.world_size}: "

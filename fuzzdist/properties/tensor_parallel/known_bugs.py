@@ -8,32 +8,33 @@ example's types, never a message's words; what torch itself said it reads only t
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from fuzzdist.known_bugs import evidence
 from fuzzdist.known_bugs.predicates import every_problem, example_of
 from fuzzdist.known_bugs.registry import KnownBug, register
 from fuzzdist.problems import Kind, Problem
-from fuzzdist.properties.tensor_parallel import SGD_STEP, TPConfig
+from fuzzdist.properties.tensor_parallel import SGD_STEP, TPConfig, TPLayer
 
 _TP_INPLACE = "in-place operations that require placement changes are not supported"
+
+
+def _with_inputs(config: TPConfig) -> Iterator[tuple[TPLayer, int]]:
+    """Each layer of a tensor_parallel config with its input width (a SequenceParallel layer keeps it)."""
+    width = config.in_features
+    for layer in config.layers:
+        yield layer, width
+        if layer.kind != "sequence":
+            width = layer.out_features
 
 
 def _tp_has_empty_shard(config: TPConfig | None) -> bool:
     """Whether some Colwise/Rowwise Linear of a tensor_parallel config has a sharded parameter dim smaller
     than the world size (some rank's piece empty): Colwise shards out_features, Rowwise in_features."""
-    if config is None:
-        return False
-    world, width = config.world_size, config.in_features
-    for layer in config.layers:
-        if layer.kind == "colwise" and layer.out_features < world:
-            return True
-        if layer.kind == "rowwise" and width < world:
-            return True
-        if layer.kind != "sequence":
-            width = layer.out_features
-    return False
+    return config is not None and any(
+        (layer.kind == "colwise" and layer.out_features < config.world_size)
+        or (layer.kind == "rowwise" and width < config.world_size) for layer, width in _with_inputs(config))
 
 
 def _is_tp_empty_shard_step(example: Mapping[str, Any], failure: BaseException) -> bool:
@@ -66,15 +67,8 @@ _TP_RESHAPE_SHARDED = "would remove or reshape sharded dimension"
 
 def _tp_rowwise_narrower_than_mesh(config: TPConfig | None) -> bool:
     """Whether some RowwiseParallel Linear of a tensor_parallel config has fewer input features than ranks."""
-    if config is None:
-        return False
-    world, width = config.world_size, config.in_features
-    for layer in config.layers:
-        if layer.kind == "rowwise" and width < world:
-            return True
-        if layer.kind != "sequence":
-            width = layer.out_features
-    return False
+    return config is not None and any(layer.kind == "rowwise" and width < config.world_size
+                                      for layer, width in _with_inputs(config))
 
 
 def _is_tp_rowwise_empty_shard_forward(example: Mapping[str, Any], failure: BaseException) -> bool:

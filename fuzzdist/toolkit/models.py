@@ -1,0 +1,19 @@
+"""The reference models training properties build: filled from a generator of their own, so every rank
+builds the same model for the same seed and the global RNG is left alone."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+
+def init_uniform_(model: nn.Module, gen: torch.Generator) -> nn.Module:
+    """Fill ``model``'s parameters in place, in their order, uniformly in ``±1/sqrt(fan_in)`` (a bias: its
+    length), drawn in float64 from ``gen`` (so the values don't depend on the model's dtype); ``model``."""
+    with torch.no_grad():
+        for p in model.parameters():
+            bound = 1.0 / math.sqrt(p.shape[-1] if p.dim() > 1 else p.numel())
+            p.copy_((torch.rand(p.shape, generator=gen, dtype=torch.float64) * 2 - 1) * bound)
+    return model

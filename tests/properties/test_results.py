@@ -1,0 +1,21 @@
+"""The driver's first check of the ranks' results: a rank that reported a problem fails the property."""
+
+from __future__ import annotations
+
+import pytest
+
+from fuzzdist.errors import PropertyFailure
+from fuzzdist.problems import Kind, Problem
+from fuzzdist.properties._results import fail_on_reported_problems
+
+
+def test_no_problem_on_any_rank_passes():
+    fail_on_reported_problems([{"problems": []}, {"problems": []}], "X differs")
+
+
+def test_the_ranks_with_problems_are_named_after_the_claim():
+    problem = Problem(Kind.MISMATCH, "grad w", index=0, got=1.0, expected=2.0)
+    results = [{"problems": []}, {"problems": [problem]}]
+    with pytest.raises(PropertyFailure, match=r"^X differs on ranks \[1\]:") as raised:
+        fail_on_reported_problems(results, "X differs")
+    assert raised.value.results == results
