@@ -8,7 +8,7 @@ import torch
 
 from fuzzdist import known_bugs
 from fuzzdist.errors import PropertyFailure
-from fuzzdist.pool.capabilities import missing_fully_shard
+from fuzzdist.pool.capabilities.torch_features import missing_fully_shard
 from fuzzdist.problems import Kind, Problem
 
 if missing_fully_shard():  # an older torch; any other ImportError below fails, with its traceback
