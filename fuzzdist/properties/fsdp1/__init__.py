@@ -41,7 +41,7 @@ How gradients are read.  With ``use_orig_params=True``, ``summon_full_params(wit
 ("If True, gradients are also unsharded with the parameters. Currently, this is only supported when
 passing use_orig_params=True"); without, each FSDP unit's ``FlatParameter`` gradient shard is
 all-gathered over the unit's process group and split along its documented ``_fqns``/``_numels``
-(``torch/distributed/fsdp/_flat_param.py``: "the flat parameter's ... original parameters'
+(torch's torch/distributed/fsdp/_flat_param.py: "the flat parameter's ... original parameters'
 fully-qualified names, shapes and numels").
 
 The reduction is swappable: ``check(..., comm_hook=factory)`` registers ``factory(process_group)``'s

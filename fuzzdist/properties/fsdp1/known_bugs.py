@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from fuzzdist.known_bugs import evidence
-from fuzzdist.known_bugs.predicates import SEEN_ON, every_problem, example_of
+from fuzzdist.known_bugs.predicates import every_problem, example_of
 from fuzzdist.known_bugs.registry import KnownBug, register
 from fuzzdist.problems import Kind, Problem
 from fuzzdist.properties.fsdp1.config import FSDP1Config
@@ -52,12 +52,9 @@ def _is_hybrid_shard_size_one(example: Mapping[str, Any], failure: BaseException
 
 
 register(KnownBug(
-    id="fsdp1-hybrid-shard-size-one-skips-replicas", kind="wrong result",
-    summary="FSDP1's HYBRID_SHARD on a device mesh whose shard dim has one rank ((2, 1)) switches to NO_SHARD "
-            "over that one-rank group: gradients are never averaged across the replicas, each rank keeps its own "
-            "divided by the world size",
-    where=("fsdp1",), recognise=_is_hybrid_shard_size_one, seen_on=SEEN_ON,
-    reproducer="docs/findings/fsdp1-hybrid-shard-size-one-skips-replicas.py"))
+    id="fsdp1-hybrid-shard-size-one-skips-replicas",
+    where=("fsdp1",),
+    recognise=_is_hybrid_shard_size_one))
 
 
 def _is_exp_avg_lost(example: Mapping[str, Any], failure: BaseException) -> bool:
@@ -71,11 +68,9 @@ def _is_exp_avg_lost(example: Mapping[str, Any], failure: BaseException) -> bool
 
 
 register(KnownBug(
-    id="fsdp1-optim-state-dict-exp-avg-is-exp-avg-sq", kind="wrong result",
-    summary="on CPU ranks, FSDP.optim_state_dict of a use_orig_params=True model saves Adam's exp_avg_sq as its "
-            "exp_avg too: a model loaded from it resumes with the wrong first moment",
-    where=("fsdp1",), recognise=_is_exp_avg_lost, seen_on=SEEN_ON,
-    reproducer="docs/findings/fsdp1-optim-state-dict-exp-avg-is-exp-avg-sq.py"))
+    id="fsdp1-optim-state-dict-exp-avg-is-exp-avg-sq",
+    where=("fsdp1",),
+    recognise=_is_exp_avg_lost))
 
 
 def _is_local_state_dict_load_refused(example: Mapping[str, Any], failure: BaseException) -> bool:
@@ -90,8 +85,6 @@ def _is_local_state_dict_load_refused(example: Mapping[str, Any], failure: BaseE
 
 
 register(KnownBug(
-    id="fsdp1-local-state-dict-orig-params-load-fails", kind="crash",
-    summary="FSDP1 with use_orig_params=True can't load its own LOCAL_STATE_DICT: load_state_dict raises "
-            "'Unexpected key(s) in state_dict: \"_flat_param\"' for the dict state_dict() returned",
-    where=("fsdp1",), recognise=_is_local_state_dict_load_refused, seen_on=SEEN_ON,
-    reproducer="docs/findings/fsdp1-local-state-dict-orig-params-load-fails.py"))
+    id="fsdp1-local-state-dict-orig-params-load-fails",
+    where=("fsdp1",),
+    recognise=_is_local_state_dict_load_refused))

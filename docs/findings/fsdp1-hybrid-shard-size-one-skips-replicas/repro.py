@@ -9,7 +9,7 @@ parameters drift apart.  HYBRID_SHARD's documentation: "Apply FULL_SHARD within 
 parameters across nodes"; replication means the gradients are averaged across nodes, as on every other mesh.
 Two ranks each run one nn.Linear(1, 1) on the input [[rank + 1]].
 
-    python docs/findings/fsdp1-hybrid-shard-size-one-skips-replicas.py
+    python docs/findings/fsdp1-hybrid-shard-size-one-skips-replicas/repro.py
 
 Prints one line; exits 1 while the bug reproduces ("BUG: ..."), 0 once torch gets it right ("FIXED: ..."),
 3 when its ranks did not start in time ("NO VERDICT: ...", a busy machine).

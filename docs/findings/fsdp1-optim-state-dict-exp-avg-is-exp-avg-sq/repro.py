@@ -9,7 +9,7 @@ exactly that; the state dict says exp_avg = 0.001.  Loading it (``optim_state_di
 model's optimizer resumes training with the wrong first moment.  ``optim_state_dict``'s documentation:
 "Transform the state-dict of an optimizer corresponding to a sharded model ... into the full state dict".
 
-    python docs/findings/fsdp1-optim-state-dict-exp-avg-is-exp-avg-sq.py
+    python docs/findings/fsdp1-optim-state-dict-exp-avg-is-exp-avg-sq/repro.py
 
 Prints one line; exits 1 while the bug reproduces ("BUG: ..."), 0 once torch gets it right ("FIXED: ..."),
 3 when its ranks did not start in time ("NO VERDICT: ...", a busy machine).

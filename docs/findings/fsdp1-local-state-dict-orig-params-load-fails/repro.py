@@ -8,7 +8,7 @@ and then ``load_state_dict()`` with that same dict: the load raises "Unexpected 
 ``_local_state_dict/_load_local_state_dict`` as a pair: "this pair of APIs return and load local sharded,
 flattened parameters"; ``use_orig_params``' documentation names no state-dict type it excludes.
 
-    python docs/findings/fsdp1-local-state-dict-orig-params-load-fails.py
+    python docs/findings/fsdp1-local-state-dict-orig-params-load-fails/repro.py
 
 Prints one line; exits 1 while the bug reproduces ("BUG: ..."), 0 once torch gets it right ("FIXED: ..."),
 3 when its ranks did not start in time ("NO VERDICT: ...", a busy machine).
