@@ -37,33 +37,79 @@ class Plant:
     as_mapping: str | None = None  # pass {as_mapping: stand-in} (functional.check's ``functions``)
 
 
-PLANTS: dict[str, Plant] = {p.family: p for p in (
-    Plant("broadcast", "broadcast", "broadcast", "planted:broadcast_corrupting_large", ("test_broadcast.py",)),
-    Plant("autograd-collectives", "collectives", "all_reduce", "planted_collectives:all_reduce_dropping_last_rank",
-          ("test_autograd_collectives.py",), only_name="all_reduce"),
-    Plant("functional-collectives", "functional", "functions",
-          "planted_functional:all_gather_single_ignoring_gather_dim", ("test_functional_collectives.py",),
-          as_mapping="ALL_GATHER_OP"),
-    Plant("dtensor", "dtensor", "full_tensor", "planted_collectives:full_tensor_dropping_last_uneven_shard",
-          ("test_dtensor_roundtrip.py",)),
-    Plant("ddp", "ddp", "wrap", "planted_pg:CorruptingLargeAllreducePG", ("test_ddp_parity.py",),
-          extra=(("wrap_args", (8,)),)),
-    Plant("fsdp", "fsdp", "reduce_scatter", "planted_fsdp:CorruptingLargeReduceScatter", ("test_fsdp_parity.py",)),
-    Plant("zero", "zero", "optimizer_class", "planted_zero:LosesStateOnLoad", ("test_zero.py",)),
-    Plant("join", "join", "ddp_class", "planted_join:SkipsFinalSync", ("test_join.py",)),
-    Plant("pipelining", "pipelining", "schedule_class", "planted_pipelining:MisalignsTargets",
-          ("test_pipelining.py",)),
-    Plant("tensor-parallel", "tensor_parallel", "parallelize", "planted_tensor_parallel:ignoring_src_data_rank",
-          ("test_tensor_parallel.py",)),
-    Plant("sharded-tensor", "sharded_tensor", "gather", "planted_sharded_tensor:gather_in_rank_order",
-          ("test_sharded_tensor.py",)),
-    Plant("checkpoint", "checkpoint", "load", "planted_checkpoint:load_reading_only_the_first_chunk",
-          ("test_checkpoint.py",)),
-    Plant("shared-tensors", "shared_tensors", "share", "planted_sharing:share_pickling_large",
-          ("test_shared_tensors.py",)),
-    Plant("zero-copy", "zero_copy", "convert", "planted_sharing:as_tensor_copying_float64", ("test_zero_copy.py",)),
-    Plant("subgroups", "subgroups", "new_group", "planted_p2p:new_group_always_sorted", ("test_subgroups.py",)),
-)}
+PLANTS: dict[str, Plant] = {
+    p.family: p
+    for p in (
+        Plant("broadcast", "broadcast", "broadcast", "planted:broadcast_corrupting_large", ("test_broadcast.py",)),
+        Plant(
+            "autograd-collectives",
+            "collectives",
+            "all_reduce",
+            "planted_collectives:all_reduce_dropping_last_rank",
+            ("test_autograd_collectives.py",),
+            only_name="all_reduce",
+        ),
+        Plant(
+            "functional-collectives",
+            "functional",
+            "functions",
+            "planted_functional:all_gather_single_ignoring_gather_dim",
+            ("test_functional_collectives.py",),
+            as_mapping="ALL_GATHER_OP",
+        ),
+        Plant(
+            "dtensor",
+            "dtensor",
+            "full_tensor",
+            "planted_collectives:full_tensor_dropping_last_uneven_shard",
+            ("test_dtensor_roundtrip.py",),
+        ),
+        Plant(
+            "ddp",
+            "ddp",
+            "wrap",
+            "planted_pg:CorruptingLargeAllreducePG",
+            ("test_ddp_parity.py",),
+            extra=(("wrap_args", (8,)),),
+        ),
+        Plant("fsdp", "fsdp", "reduce_scatter", "planted_fsdp:CorruptingLargeReduceScatter", ("test_fsdp_parity.py",)),
+        Plant("zero", "zero", "optimizer_class", "planted_zero:LosesStateOnLoad", ("test_zero.py",)),
+        Plant("join", "join", "ddp_class", "planted_join:SkipsFinalSync", ("test_join.py",)),
+        Plant(
+            "pipelining", "pipelining", "schedule_class", "planted_pipelining:MisalignsTargets", ("test_pipelining.py",)
+        ),
+        Plant(
+            "tensor-parallel",
+            "tensor_parallel",
+            "parallelize",
+            "planted_tensor_parallel:ignoring_src_data_rank",
+            ("test_tensor_parallel.py",),
+        ),
+        Plant(
+            "sharded-tensor",
+            "sharded_tensor",
+            "gather",
+            "planted_sharded_tensor:gather_in_rank_order",
+            ("test_sharded_tensor.py",),
+        ),
+        Plant(
+            "checkpoint",
+            "checkpoint",
+            "load",
+            "planted_checkpoint:load_reading_only_the_first_chunk",
+            ("test_checkpoint.py",),
+        ),
+        Plant(
+            "shared-tensors",
+            "shared_tensors",
+            "share",
+            "planted_sharing:share_pickling_large",
+            ("test_shared_tensors.py",),
+        ),
+        Plant("zero-copy", "zero_copy", "convert", "planted_sharing:as_tensor_copying_float64", ("test_zero_copy.py",)),
+        Plant("subgroups", "subgroups", "new_group", "planted_p2p:new_group_always_sorted", ("test_subgroups.py",)),
+    )
+}
 
 
 def stand_in(plant: Plant) -> Any:

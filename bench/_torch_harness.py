@@ -251,8 +251,13 @@ def _measure_inprocess(small: int, large: int) -> dict:
 # ---------------------------------------------------------------------------
 
 
-def measure(small: int = 10, large: int = 1000, timeout: float = _DEFAULT_TIMEOUT_S, world_size: int = 2,
-            env: dict | None = None) -> dict:
+def measure(
+    small: int = 10,
+    large: int = 1000,
+    timeout: float = _DEFAULT_TIMEOUT_S,
+    world_size: int = 2,
+    env: dict | None = None,
+) -> dict:
     """Run the measurement in a child interpreter (bounded by ``timeout``) and
     return the figures as a dict.  Raises RuntimeError on failure/timeout."""
     if not (0 < small < large):
@@ -286,9 +291,7 @@ def measure(small: int = 10, large: int = 1000, timeout: float = _DEFAULT_TIMEOU
             pass
     lines = [ln for ln in out.splitlines() if ln.strip()]
     if proc.returncode != 0 or not lines:
-        raise RuntimeError(
-            f"torch harness failed (rc={proc.returncode})\n--- stderr tail ---\n{err[-4000:]}"
-        )
+        raise RuntimeError(f"torch harness failed (rc={proc.returncode})\n--- stderr tail ---\n{err[-4000:]}")
     return json.loads(lines[-1])
 
 
@@ -312,8 +315,10 @@ def main(argv=None) -> int:
     else:
         print(f"torch {res['torch']} MultiProcContinuousTest, world_size={res['world_size']}, gloo/CPU")
         print(f"T({res['small']}) = {res['t_small_s']:.3f} s, T({res['large']}) = {res['t_large_s']:.3f} s")
-        print(f"per test         : {res['per_test_us']:.1f} us "
-              f"(steady state in large class: {res['per_test_steady_us']:.1f} us)")
+        print(
+            f"per test         : {res['per_test_us']:.1f} us "
+            f"(steady state in large class: {res['per_test_steady_us']:.1f} us)"
+        )
         print(f"start-up (+join) : {res['startup_s']:.3f} s")
         print(f"first test       : {res['first_test_s']:.3f} s (spawn+init ~ {res['startup_first_s']:.3f} s)")
         print(f"tear-down (join) : {res['teardown_s']:.3f} s")

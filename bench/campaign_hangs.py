@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-PROPERTY = '''
+PROPERTY = """
 import sys
 sys.path.insert(0, {bench!r})
 import pytest
@@ -48,7 +48,7 @@ import _rank_fns
 @given(a=st.integers(0, 50), b=st.integers(0, 50))
 def test_two_hangs(rank_pool, a, b):
     rank_pool.run(_rank_fns.two_hangs, a, b)
-'''
+"""
 CONFIGS = ("spawn", "default")
 
 
@@ -67,14 +67,30 @@ def campaign(config: str, duration: str) -> dict:
         prop = Path(tmp) / "test_two_hangs.py"
         prop.write_text(PROPERTY.format(bench=str(HERE)))
         report = Path(tmp) / "report.json"
-        cmd = [sys.executable, "-m", "fuzzdist", "run", str(prop), "--duration", duration, "--report", str(report),
-               "--database", str(Path(tmp) / "db"), "--progress", "none"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "fuzzdist",
+            "run",
+            str(prop),
+            "--duration",
+            duration,
+            "--report",
+            str(report),
+            "--database",
+            str(Path(tmp) / "db"),
+            "--progress",
+            "none",
+        ]
         subprocess.run(cmd, env=_env(config), cwd=tmp, capture_output=True, text=True, timeout=3600)
         data = json.loads(report.read_text())
     prop_report = data["properties"][0]
-    return {"examples": prop_report["examples"], "elapsed_s": prop_report["elapsed_s"],
-            "examples_per_s": prop_report["examples"] / max(prop_report["elapsed_s"], 1e-9),
-            "failures": prop_report["distinct_failures"]}
+    return {
+        "examples": prop_report["examples"],
+        "elapsed_s": prop_report["elapsed_s"],
+        "examples_per_s": prop_report["examples"] / max(prop_report["elapsed_s"], 1e-9),
+        "failures": prop_report["distinct_failures"],
+    }
 
 
 def shrink_once() -> dict:
@@ -89,8 +105,14 @@ def shrink_once() -> dict:
     pool = RankPool(3, timeout=20).start()  # FUZZDIST_START_METHOD and FUZZDIST_SPARES from _env
     count = [0]
 
-    @settings(max_examples=300, database=None, deadline=None, report_multiple_bugs=True,
-              phases=[Phase.generate, Phase.shrink], suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=300,
+        database=None,
+        deadline=None,
+        report_multiple_bugs=True,
+        phases=[Phase.generate, Phase.shrink],
+        suppress_health_check=list(HealthCheck),
+    )
     @given(a=st.integers(0, 50), b=st.integers(0, 50))
     def prop(a, b):
         count[0] += 1
@@ -123,30 +145,42 @@ def main() -> None:
     configs = tuple(c for c in CONFIGS if c in args.configs.split(","))
     results: dict = {c: {"campaign": [], "shrink": []} for c in CONFIGS}
     for r in range(args.rounds):
-        for config in (configs if r % 2 == 0 else configs[::-1]):
+        for config in configs if r % 2 == 0 else configs[::-1]:
             if args.only in (None, "shrink"):
-                out = subprocess.run([sys.executable, __file__, "--shrink-once"], env=_env(config), check=True,
-                                     capture_output=True, text=True, timeout=3600)
+                out = subprocess.run(
+                    [sys.executable, __file__, "--shrink-once"],
+                    env=_env(config),
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                    timeout=3600,
+                )
                 results[config]["shrink"].append(json.loads(out.stdout.strip().splitlines()[-1]))
                 print(f"round {r + 1} {config} shrink: {results[config]['shrink'][-1]}", file=sys.stderr, flush=True)
             if args.only in (None, "campaign"):
                 results[config]["campaign"].append(campaign(config, args.duration))
-                print(f"round {r + 1} {config} campaign: {results[config]['campaign'][-1]}", file=sys.stderr,
-                      flush=True)
+                print(
+                    f"round {r + 1} {config} campaign: {results[config]['campaign'][-1]}", file=sys.stderr, flush=True
+                )
     for config in CONFIGS:
         c, s = results[config]["campaign"], results[config]["shrink"]
         line = f"{config:<8}"
         if c:
-            line += (f"  campaign {statistics.median(x['examples_per_s'] for x in c):7.2f} examples/s "
-                     f"(failures {[x['failures'] for x in c]})")
+            line += (
+                f"  campaign {statistics.median(x['examples_per_s'] for x in c):7.2f} examples/s "
+                f"(failures {[x['failures'] for x in c]})"
+            )
         if s:
-            line += (f"  find+shrink both hangs {statistics.median(x['seconds'] for x in s):6.1f} s "
-                     f"({statistics.median(x['examples'] for x in s):.0f} examples, "
-                     f"failures {[x['failures'] for x in s]})")
+            line += (
+                f"  find+shrink both hangs {statistics.median(x['seconds'] for x in s):6.1f} s "
+                f"({statistics.median(x['examples'] for x in s):.0f} examples, "
+                f"failures {[x['failures'] for x in s]})"
+            )
         print(line)
     if results["spawn"]["campaign"] and results["default"]["campaign"]:
-        ratio = (statistics.median(x["examples_per_s"] for x in results["default"]["campaign"])
-                 / statistics.median(x["examples_per_s"] for x in results["spawn"]["campaign"]))
+        ratio = statistics.median(x["examples_per_s"] for x in results["default"]["campaign"]) / statistics.median(
+            x["examples_per_s"] for x in results["spawn"]["campaign"]
+        )
         print(f"default/spawn campaign throughput: {ratio:.1f}x")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))

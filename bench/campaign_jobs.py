@@ -29,28 +29,56 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-PROPERTY = '''
+PROPERTY = """
 @given(k=st.integers(0, 10**9), s=st.text(alphabet="abcd", max_size=3))
 def test_echo_{i}(rank_pool, k, s):
     event(f"s={{s}}")
     assert rank_pool.run(echo, k) == [k] * rank_pool.world_size
-'''
+"""
 
 
 def write_properties(path: Path, count: int) -> None:
-    path.write_text("from hypothesis import event, given, strategies as st\n\n"
-                    "def echo(ctx, k):\n    return k\n"
-                    + "".join(PROPERTY.format(i=i) for i in range(count)), encoding="utf-8")
+    path.write_text(
+        "from hypothesis import event, given, strategies as st\n\n"
+        "def echo(ctx, k):\n    return k\n" + "".join(PROPERTY.format(i=i) for i in range(count)),
+        encoding="utf-8",
+    )
 
 
 def campaign(jobs: int, duration: float, world_size: int, tmp: Path, seed: int) -> dict:
     report = tmp / f"jobs{jobs}.json"
     start = time.monotonic()
-    result = subprocess.run([sys.executable, "-m", "fuzzdist", "run", "test_bench_jobs.py", "--jobs", str(jobs),
-                             "--duration", f"{duration:g}s", "--schedule", "even", "--world-size", str(world_size),
-                             "--database", str(tmp / f"db-{jobs}-{seed}"), "--report", str(report), "--junit", "",
-                             "--progress", "none", "--seed", str(seed)],
-                            cwd=tmp, text=True, capture_output=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fuzzdist",
+            "run",
+            "test_bench_jobs.py",
+            "--jobs",
+            str(jobs),
+            "--duration",
+            f"{duration:g}s",
+            "--schedule",
+            "even",
+            "--world-size",
+            str(world_size),
+            "--database",
+            str(tmp / f"db-{jobs}-{seed}"),
+            "--report",
+            str(report),
+            "--junit",
+            "",
+            "--progress",
+            "none",
+            "--seed",
+            str(seed),
+        ],
+        cwd=tmp,
+        text=True,
+        capture_output=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     wall = time.monotonic() - start
     if result.returncode != 0:
         raise SystemExit(f"--jobs {jobs} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
@@ -74,17 +102,24 @@ def main() -> int:
         for r in range(args.rounds):
             for n in jobs:
                 rows[n].append(campaign(n, args.duration, args.world_size, Path(tmp), seed=r))
-                print(f"round {r + 1} --jobs {n}: {rows[n][-1]['examples']:,} examples, "
-                      f"{rows[n][-1]['per_s']:.1f}/s, wall {rows[n][-1]['wall_s']:.1f}s", file=sys.stderr)
+                print(
+                    f"round {r + 1} --jobs {n}: {rows[n][-1]['examples']:,} examples, "
+                    f"{rows[n][-1]['per_s']:.1f}/s, wall {rows[n][-1]['wall_s']:.1f}s",
+                    file=sys.stderr,
+                )
     base = jobs[0]
-    print(f"fuzzdist run --jobs N --duration {args.duration:g}s --schedule even, {args.properties} properties, "
-          f"world size {args.world_size}, {os.cpu_count()} cores, median of {args.rounds} interleaved rounds")
+    print(
+        f"fuzzdist run --jobs N --duration {args.duration:g}s --schedule even, {args.properties} properties, "
+        f"world size {args.world_size}, {os.cpu_count()} cores, median of {args.rounds} interleaved rounds"
+    )
     print(f"{'N':>3}  {'examples/s':>10}  {'spread':>17}  {'vs N=' + str(base) + ' (median of rounds)':>26}")
     for n in jobs:
         per_s = [row["per_s"] for row in rows[n]]
         ratios = [row["per_s"] / b["per_s"] for row, b in zip(rows[n], rows[base], strict=True)]
-        print(f"{n:>3}  {statistics.median(per_s):>10.1f}  {min(per_s):>7.1f} - {max(per_s):>7.1f}  "
-              f"{statistics.median(ratios):>26.2f}")
+        print(
+            f"{n:>3}  {statistics.median(per_s):>10.1f}  {min(per_s):>7.1f} - {max(per_s):>7.1f}  "
+            f"{statistics.median(ratios):>26.2f}"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
     return 0

@@ -43,10 +43,32 @@ def figures(report: dict) -> dict:
 
 def run(schedule: str, duration: str, seed: int, targets: list[str], tmp: Path) -> dict:
     report = tmp / f"{schedule}-{seed}.json"
-    result = subprocess.run([sys.executable, "-m", "fuzzdist", "run", *targets, "--duration", duration,
-                             "--schedule", schedule, "--seed", str(seed), "--database", str(tmp / f"db-{schedule}"),
-                             "--report", str(report), "--junit", "", "--progress", "none"],
-                            cwd=ROOT, text=True, capture_output=True)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fuzzdist",
+            "run",
+            *targets,
+            "--duration",
+            duration,
+            "--schedule",
+            schedule,
+            "--seed",
+            str(seed),
+            "--database",
+            str(tmp / f"db-{schedule}"),
+            "--report",
+            str(report),
+            "--junit",
+            "",
+            "--progress",
+            "none",
+        ],
+        cwd=ROOT,
+        text=True,
+        capture_output=True,
+    )
     if result.returncode not in (0, 1):
         raise SystemExit(f"--schedule {schedule} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
     return json.loads(report.read_text())
@@ -58,8 +80,12 @@ def main() -> int:
     parser.add_argument("--duration", default="5m")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--reports", nargs=2, metavar=("EVEN.json", "ADAPTIVE.json"),
-                        help="compare these two reports instead of running campaigns")
+    parser.add_argument(
+        "--reports",
+        nargs=2,
+        metavar=("EVEN.json", "ADAPTIVE.json"),
+        help="compare these two reports instead of running campaigns",
+    )
     args = parser.parse_args()
     rows: dict[str, list[dict]] = {s: [] for s in SCHEDULES}
     if args.reports:
@@ -69,8 +95,7 @@ def main() -> int:
         with tempfile.TemporaryDirectory(prefix="fuzzdist-bench-schedule-") as tmp:
             for r in range(args.rounds):
                 for schedule in SCHEDULES:
-                    rows[schedule].append(figures(run(schedule, args.duration, args.seed + r, args.targets,
-                                                      Path(tmp))))
+                    rows[schedule].append(figures(run(schedule, args.duration, args.seed + r, args.targets, Path(tmp))))
                     print(f"round {r + 1} {schedule}: {rows[schedule][-1]}", file=sys.stderr)
     keys = list(rows["even"][0])
     print(f"{'':<20}" + "".join(f"{s:>12}" for s in SCHEDULES) + f"{'adaptive/even':>15}")

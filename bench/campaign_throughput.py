@@ -49,9 +49,30 @@ SEED = 20261122  # both runs draw the same examples: fuzzdist run --seed S / pyt
 def campaign_round(nodeid: str, n: int, tmp: Path) -> dict:
     report = tmp / "campaign.json"
     start = time.monotonic()
-    result = subprocess.run([sys.executable, "-m", "fuzzdist", "run", nodeid, "--max-examples", str(n),
-                             "--database", str(tmp / "campaign-db"), "--report", str(report), "--junit", "",
-                             "--progress", "none", "--seed", str(SEED)], cwd=ROOT, text=True, capture_output=True)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fuzzdist",
+            "run",
+            nodeid,
+            "--max-examples",
+            str(n),
+            "--database",
+            str(tmp / "campaign-db"),
+            "--report",
+            str(report),
+            "--junit",
+            "",
+            "--progress",
+            "none",
+            "--seed",
+            str(SEED),
+        ],
+        cwd=ROOT,
+        text=True,
+        capture_output=True,
+    )
     wall = time.monotonic() - start
     if result.returncode != 0:
         raise SystemExit(f"the campaign failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
@@ -62,8 +83,9 @@ def campaign_round(nodeid: str, n: int, tmp: Path) -> dict:
 def pytest_round(nodeid: str, n: int, tmp: Path) -> dict:
     out = tmp / "pytest.json"
     start = time.monotonic()
-    result = subprocess.run([sys.executable, __file__, "--_pytest", nodeid, str(n), str(tmp)], cwd=ROOT,
-                            text=True, capture_output=True)
+    result = subprocess.run(
+        [sys.executable, __file__, "--_pytest", nodeid, str(n), str(tmp)], cwd=ROOT, text=True, capture_output=True
+    )
     wall = time.monotonic() - start
     if result.returncode != 0 or not out.exists():
         raise SystemExit(f"the pytest run failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
@@ -80,9 +102,14 @@ def _pytest_child(nodeid: str, n: int, tmp: Path) -> int:
     from fuzzdist.driver import profiles
 
     profiles.register()
-    settings.register_profile("campaign-bench", settings(
-        parent=settings.get_profile("campaign"), max_examples=n,
-        database=DirectoryBasedExampleDatabase(str(tmp / "pytest-db"))))
+    settings.register_profile(
+        "campaign-bench",
+        settings(
+            parent=settings.get_profile("campaign"),
+            max_examples=n,
+            database=DirectoryBasedExampleDatabase(str(tmp / "pytest-db")),
+        ),
+    )
 
     class Measure:
         seconds = None
@@ -99,8 +126,19 @@ def _pytest_child(nodeid: str, n: int, tmp: Path) -> int:
             self.examples = sum(int(p) + int(f) for p, f in counts)
 
     measure = Measure()
-    code = pytest.main([nodeid, "-q", "-p", "no:cacheprovider", "--hypothesis-profile=campaign-bench",
-                        "-o", "timeout=0", f"--hypothesis-seed={SEED}"], plugins=[measure])
+    code = pytest.main(
+        [
+            nodeid,
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--hypothesis-profile=campaign-bench",
+            "-o",
+            "timeout=0",
+            f"--hypothesis-seed={SEED}",
+        ],
+        plugins=[measure],
+    )
     if code != 0:
         return int(code)
     (tmp / "pytest.json").write_text(json.dumps({"examples": measure.examples, "seconds": measure.seconds}))
@@ -125,12 +163,10 @@ def wrapper_overhead_us(calls: int = 100_000, repeats: int = 7) -> float:
     def noop(**kwargs):
         return None
 
-    state = CampaignState(command=[], device="cpu", database="-", duration_s=3600.0, max_examples=None,
-                          world_size=2)
-    plugin = CampaignPlugin(Targets(), state=state, database=Database(None, "-", True),
-                            progress=Progress(open(os.devnull, "w")))  # noqa: SIM115 - the bench's stream lives as long as the process
-    prop = PropertyState("noop", status="running", started_at=time.monotonic(),
-                         share_end=time.monotonic() + 3600)
+    state = CampaignState(command=[], device="cpu", database="-", duration_s=3600.0, max_examples=None, world_size=2)
+    devnull = open(os.devnull, "w")  # noqa: SIM115 - the bench's stream lives as long as the process
+    plugin = CampaignPlugin(Targets(), state=state, database=Database(None, "-", True), progress=Progress(devnull))
+    prop = PropertyState("noop", status="running", started_at=time.monotonic(), share_end=time.monotonic() + 3600)
     state.deadline = prop.share_end
     run = PropertyRun(plugin, Item(), prop)
     run.round, run.given = Round(1, frozenset(), frozenset()), {"x"}
@@ -157,14 +193,20 @@ def main() -> int:
     args = parser.parse_args()
     rows = {"campaign": [], "pytest": []}
     for i in range(args.rounds):
-        for name, run in (("campaign", campaign_round), ("pytest", pytest_round)) if i % 2 == 0 else \
-                (("pytest", pytest_round), ("campaign", campaign_round)):
+        for name, run in (
+            (("campaign", campaign_round), ("pytest", pytest_round))
+            if i % 2 == 0
+            else (("pytest", pytest_round), ("campaign", campaign_round))
+        ):
             with tempfile.TemporaryDirectory(prefix="fuzzdist-bench-") as tmp:
                 row = run(args.property, args.examples, Path(tmp))
             row["per_s"] = row["examples"] / row["seconds"]
             rows[name].append(row)
-            print(f"round {i + 1} {name:>8}: {row['examples']:,} examples in {row['seconds']:.2f}s = "
-                  f"{row['per_s']:.1f}/s (process wall {row['wall_s']:.1f}s)", flush=True)
+            print(
+                f"round {i + 1} {name:>8}: {row['examples']:,} examples in {row['seconds']:.2f}s = "
+                f"{row['per_s']:.1f}/s (process wall {row['wall_s']:.1f}s)",
+                flush=True,
+            )
     overhead = wrapper_overhead_us()
     campaign = statistics.median(r["per_s"] for r in rows["campaign"])
     plain = statistics.median(r["per_s"] for r in rows["pytest"])
@@ -176,15 +218,30 @@ def main() -> int:
     print(f"  campaign (fuzzdist run):            {campaign:8.1f} examples/s")
     print(f"  pytest, campaign profile:           {plain:8.1f} examples/s")
     print(f"  campaign / pytest (of the medians): {ratio:8.3f}")
-    print(f"  campaign / pytest (median of the rounds' ratios): {paired:.3f}   (target >= 0.9: "
-          f"{'met' if paired >= 0.9 else 'missed'})")
-    print(f"  the campaign's wrapper, per example: {overhead:8.1f} us CPU (in-process, no pool; "
-          f"{overhead / (1e6 / plain) * 100:.2f}% of a pytest example)")
+    print(
+        f"  campaign / pytest (median of the rounds' ratios): {paired:.3f}   (target >= 0.9: "
+        f"{'met' if paired >= 0.9 else 'missed'})"
+    )
+    print(
+        f"  the campaign's wrapper, per example: {overhead:8.1f} us CPU (in-process, no pool; "
+        f"{overhead / (1e6 / plain) * 100:.2f}% of a pytest example)"
+    )
     if args.json:
-        Path(args.json).write_text(json.dumps({"property": args.property, "examples": args.examples,
-                                               "rounds": rows, "campaign_per_s": campaign,
-                                               "pytest_per_s": plain, "ratio": ratio, "paired_ratio": paired,
-                                               "wrapper_overhead_us": overhead}, indent=2))
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "property": args.property,
+                    "examples": args.examples,
+                    "rounds": rows,
+                    "campaign_per_s": campaign,
+                    "pytest_per_s": plain,
+                    "ratio": ratio,
+                    "paired_ratio": paired,
+                    "wrapper_overhead_us": overhead,
+                },
+                indent=2,
+            )
+        )
     return 0
 
 

@@ -37,8 +37,14 @@ def _cases(n: int) -> list[functional.CompileCase]:
     """``n`` drawn cases, the same on every run (derandomized)."""
     cases: list[functional.CompileCase] = []
 
-    @settings(max_examples=n, database=None, derandomize=True, phases=[Phase.generate], deadline=None,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=n,
+        database=None,
+        derandomize=True,
+        phases=[Phase.generate],
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+    )
     @given(case=functional.compile_cases(2, backends=("aot_eager",)))
     def collect(case: functional.CompileCase) -> None:
         cases.append(case)
@@ -65,8 +71,9 @@ def main() -> None:
     parser.add_argument("--examples", type=int, default=30, help="programs per aot_eager run")
     parser.add_argument("--inductor-examples", type=int, default=8, help="programs per inductor variant")
     args = parser.parse_args()
-    print(f"{'variant':<17} {'examples':>8} {'compiled':>8} {'cold ex/s':>9} {'warm ex/s':>9} "
-          f"{'median first call s':>19}")
+    print(
+        f"{'variant':<17} {'examples':>8} {'compiled':>8} {'cold ex/s':>9} {'warm ex/s':>9} {'median first call s':>19}"
+    )
     with RankPool(2, timeout=600) as pool:
         for name, (backend, options) in VARIANTS.items():
             n = args.examples if backend == "aot_eager" else args.inductor_examples

@@ -51,9 +51,14 @@ def _rank_child(mode: str, n: int, tmp: Path) -> int:
     from fuzzdist.pool import line_coverage
 
     profiles.register()
-    settings.register_profile("cover-bench", settings(
-        parent=settings.get_profile("campaign"), max_examples=n,
-        database=DirectoryBasedExampleDatabase(str(tmp / "db"))))
+    settings.register_profile(
+        "cover-bench",
+        settings(
+            parent=settings.get_profile("campaign"),
+            max_examples=n,
+            database=DirectoryBasedExampleDatabase(str(tmp / "db")),
+        ),
+    )
     if mode != "off":
         line_coverage.enable(["torch.distributed"], mechanism=mode)
     row: dict = {}
@@ -68,8 +73,19 @@ def _rank_child(mode: str, n: int, tmp: Path) -> int:
             counts = re.findall(r"(\d+) passing, (\d+) failing", getattr(item, "hypothesis_statistics", ""))
             row["examples"] = sum(int(p) + int(f) for p, f in counts)
 
-    code = pytest.main([NODE, "-q", "-p", "no:cacheprovider", "--hypothesis-profile=cover-bench", "-o", "timeout=0",
-                        f"--hypothesis-seed={SEED}"], plugins=[Measure()])
+    code = pytest.main(
+        [
+            NODE,
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--hypothesis-profile=cover-bench",
+            "-o",
+            "timeout=0",
+            f"--hypothesis-seed={SEED}",
+        ],
+        plugins=[Measure()],
+    )
     row["code"] = int(code)
     row["lines"] = line_coverage.lines_reached()
     (tmp / "result.json").write_text(json.dumps(row))
@@ -78,8 +94,9 @@ def _rank_child(mode: str, n: int, tmp: Path) -> int:
 
 def run_ranks(mode: str, n: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="fuzzdist-cover-bench-") as tmp:
-        result = subprocess.run([sys.executable, __file__, "--_rank_child", mode, str(n), tmp], cwd=ROOT, text=True,
-                                capture_output=True)
+        result = subprocess.run(
+            [sys.executable, __file__, "--_rank_child", mode, str(n), tmp], cwd=ROOT, text=True, capture_output=True
+        )
         out = Path(tmp) / "result.json"
         if result.returncode != 0 or not out.exists():
             raise SystemExit(f"{mode}: the run failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
@@ -95,11 +112,16 @@ def ranks(args: argparse.Namespace) -> dict:
         for mode in modes if r % 2 == 0 else list(reversed(modes)):
             row = run_ranks(mode, args.examples)
             rows[mode].append(row)
-            print(f"round {r + 1} {mode:>10}: {row.get('examples')} examples in {row.get('seconds', 0):.2f}s "
-                  f"({row.get('outcome')}), {row['lines']} lines of torch.distributed reached "
-                  f"(load {os.getloadavg()[0]:.1f})", flush=True)
-    print(f"\nDDP parity at 2 ranks, Python {sys.version.split()[0]}, {args.examples} examples, "
-          f"{args.rounds} interleaved rounds: per-example time on / off (median of the rounds' ratios)")
+            print(
+                f"round {r + 1} {mode:>10}: {row.get('examples')} examples in {row.get('seconds', 0):.2f}s "
+                f"({row.get('outcome')}), {row['lines']} lines of torch.distributed reached "
+                f"(load {os.getloadavg()[0]:.1f})",
+                flush=True,
+            )
+    print(
+        f"\nDDP parity at 2 ranks, Python {sys.version.split()[0]}, {args.examples} examples, "
+        f"{args.rounds} interleaved rounds: per-example time on / off (median of the rounds' ratios)"
+    )
     ratios = {}
     for mode in modes[1:]:
         per_round = [on["seconds"] / off["seconds"] for on, off in zip(rows[mode], rows["off"], strict=True)]
@@ -110,7 +132,7 @@ def ranks(args: argparse.Namespace) -> dict:
 
 # -- mechanisms: the collector alone, on each Python --------------------------------------------------
 
-MECHANISM_CHILD = r'''
+MECHANISM_CHILD = r"""
 import email, email.parser, email.policy, importlib.util, json, os, sys, time
 from fractions import Fraction
 spec = importlib.util.spec_from_file_location("line_cover", sys.argv[1])
@@ -142,7 +164,7 @@ for r in range(rounds):
             out[workload][mode].append((time.perf_counter() - start) / n)
 lc.request(None)
 print(json.dumps({"python": sys.version.split()[0], "times": out}))
-'''
+"""
 
 
 def mechanisms(args: argparse.Namespace) -> dict:
@@ -153,8 +175,19 @@ def mechanisms(args: argparse.Namespace) -> dict:
         if not found:
             print(f"Python {version}: not installed under {root}, skipped")
             continue
-        result = subprocess.run([str(found[0]), "-c", MECHANISM_CHILD, str(ROOT / "fuzzdist/pool/rank/line_cover.py"),
-                                 str(args.examples), str(args.rounds)], capture_output=True, text=True, timeout=1800)
+        result = subprocess.run(
+            [
+                str(found[0]),
+                "-c",
+                MECHANISM_CHILD,
+                str(ROOT / "fuzzdist/pool/rank/line_cover.py"),
+                str(args.examples),
+                str(args.rounds),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
         if result.returncode != 0:
             raise SystemExit(f"Python {version}: {result.stderr}")
         data = json.loads(result.stdout)
@@ -167,8 +200,12 @@ def mechanisms(args: argparse.Namespace) -> dict:
                     continue
                 ratio = statistics.median(v / o for v, o in zip(values, off, strict=True))
                 cells.append(f"{mode} {ratio:.2f}x")
-            print(f"Python {data['python']:<8} {workload:<6} off {statistics.median(off) * 1e6:8.1f} us/example; "
-                  + ", ".join(cells) + f"   (load {os.getloadavg()[0]:.1f})", flush=True)
+            print(
+                f"Python {data['python']:<8} {workload:<6} off {statistics.median(off) * 1e6:8.1f} us/example; "
+                + ", ".join(cells)
+                + f"   (load {os.getloadavg()[0]:.1f})",
+                flush=True,
+            )
     return {"results": results}
 
 
@@ -177,8 +214,9 @@ def main() -> int:
         return _rank_child(sys.argv[2], int(sys.argv[3]), Path(sys.argv[4]))
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("part", choices=["ranks", "mechanisms"])
-    parser.add_argument("--examples", type=int, default=None,
-                        help="examples per run (default: 60 for ranks, 300 for mechanisms)")
+    parser.add_argument(
+        "--examples", type=int, default=None, help="examples per run (default: 60 for ranks, 300 for mechanisms)"
+    )
     parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default: 3, 5)")
     parser.add_argument("--pythons", default="3.10,3.11,3.12,3.13", help="pyenv versions for mechanisms")
     parser.add_argument("--json", metavar="FILE", help="also write the figures here")

@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SEED = 20261126
 
-CHILD = r'''
+CHILD = r"""
 import sys
 import fuzzdist.campaign.runner as runner
 from fuzzdist.pool import line_coverage
@@ -38,13 +38,28 @@ if sys.argv[1] == "without":
     runner.behaviour = lambda prop: shipped(prop) - line_coverage.lines_reached(prop.nodeid)
 from fuzzdist.cli import main
 sys.exit(main(sys.argv[2:]))
-'''
+"""
 
 
 def run_one(mode: str, duration: str, seed: int, tmp: Path) -> dict:
     report = tmp / f"{mode}.json"
-    argv = ["run", "--duration", duration, "--cover", "torch.distributed", "--seed", str(seed),
-            "--database", str(tmp / f"db-{mode}"), "--report", str(report), "--junit", "", "--progress", "none"]
+    argv = [
+        "run",
+        "--duration",
+        duration,
+        "--cover",
+        "torch.distributed",
+        "--seed",
+        str(seed),
+        "--database",
+        str(tmp / f"db-{mode}"),
+        "--report",
+        str(report),
+        "--junit",
+        "",
+        "--progress",
+        "none",
+    ]
     start = time.monotonic()
     result = subprocess.run([sys.executable, "-c", CHILD, mode, *argv], cwd=ROOT, text=True, capture_output=True)
     wall = time.monotonic() - start
@@ -52,13 +67,19 @@ def run_one(mode: str, duration: str, seed: int, tmp: Path) -> dict:
         raise SystemExit(f"{mode}: no report ({result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
     data = json.loads(report.read_text())
     section = data.get("coverage") or {}
-    return {"mode": mode, "code": result.returncode, "wall_s": round(wall, 1),
-            "lines": section.get("lines_reached"), "executable": section.get("executable_lines"),
-            "percent": section.get("percent"), "files_reached": sum(1 for f in section.get("files", {}).values()
-                                                                     if f.get("lines")),
-            "files": len(section.get("files", {})), "examples": data.get("totals", {}).get("examples"),
-            "properties": data.get("totals", {}).get("properties"),
-            "summary": next((line for line in result.stdout.splitlines() if line.startswith("code reached")), "")}
+    return {
+        "mode": mode,
+        "code": result.returncode,
+        "wall_s": round(wall, 1),
+        "lines": section.get("lines_reached"),
+        "executable": section.get("executable_lines"),
+        "percent": section.get("percent"),
+        "files_reached": sum(1 for f in section.get("files", {}).values() if f.get("lines")),
+        "files": len(section.get("files", {})),
+        "examples": data.get("totals", {}).get("examples"),
+        "properties": data.get("totals", {}).get("properties"),
+        "summary": next((line for line in result.stdout.splitlines() if line.startswith("code reached")), ""),
+    }
 
 
 def main() -> int:
@@ -74,17 +95,30 @@ def main() -> int:
             with tempfile.TemporaryDirectory(prefix="fuzzdist-cover-schedule-") as tmp:
                 row = run_one(mode, args.duration, SEED + r, Path(tmp))
             rows[mode].append(row)
-            print(f"round {r + 1} {mode:>7}: {row['lines']} of {row['executable']} lines ({row['percent']}%), "
-                  f"{row['files_reached']} of {row['files']} files, {row['examples']} examples in "
-                  f"{row['properties']} properties, exit {row['code']}, {row['wall_s']}s wall "
-                  f"(load {os.getloadavg()[0]:.1f})", flush=True)
+            print(
+                f"round {r + 1} {mode:>7}: {row['lines']} of {row['executable']} lines ({row['percent']}%), "
+                f"{row['files_reached']} of {row['files']} files, {row['examples']} examples in "
+                f"{row['properties']} properties, exit {row['code']}, {row['wall_s']}s wall "
+                f"(load {os.getloadavg()[0]:.1f})",
+                flush=True,
+            )
     med = {mode: statistics.median(r["lines"] for r in rs) for mode, rs in rows.items()}
-    print(f"\nmedian lines of torch.distributed reached in {args.duration}: with {med['with']:.0f}, "
-          f"without {med['without']:.0f} ({med['with'] - med['without']:+.0f})")
+    print(
+        f"\nmedian lines of torch.distributed reached in {args.duration}: with {med['with']:.0f}, "
+        f"without {med['without']:.0f} ({med['with'] - med['without']:+.0f})"
+    )
     if args.json:
-        Path(args.json).write_text(json.dumps({"rows": rows, "medians": med, "duration": args.duration,
-                                               "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())},
-                                              indent=2))
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "rows": rows,
+                    "medians": med,
+                    "duration": args.duration,
+                    "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                },
+                indent=2,
+            )
+        )
     return 0
 
 

@@ -50,8 +50,10 @@ def main() -> None:
     finally:
         elapsed = time.monotonic() - start
         pool.close()
-    print(f"{done['n']} examples in {elapsed:.1f} s at {options.world_size} ranks: {done['n'] / elapsed:.1f} "
-          f"examples/s ({done['failed']} failed)")
+    print(
+        f"{done['n']} examples in {elapsed:.1f} s at {options.world_size} ranks: {done['n'] / elapsed:.1f} "
+        f"examples/s ({done['failed']} failed)"
+    )
 
 
 if __name__ == "__main__":

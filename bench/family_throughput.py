@@ -31,8 +31,17 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-FAMILIES = ("zero", "join", "comm_hooks", "checkpoint", "tensor_parallel", "pipelining", "sharded_tensor", "fsdp1",
-            "reshard")
+FAMILIES = (
+    "zero",
+    "join",
+    "comm_hooks",
+    "checkpoint",
+    "tensor_parallel",
+    "pipelining",
+    "sharded_tensor",
+    "fsdp1",
+    "reshard",
+)
 SEED = 20261126  # every run draws the same examples
 TARGET = 2.0  # examples per second, the floor a family is held to
 
@@ -47,9 +56,14 @@ def _child(family: str, n: int, tmp: Path) -> int:
     from fuzzdist.driver import profiles
 
     profiles.register()
-    settings.register_profile("family-bench", settings(
-        parent=settings.get_profile("campaign"), max_examples=n,
-        database=DirectoryBasedExampleDatabase(str(tmp / "db"))))
+    settings.register_profile(
+        "family-bench",
+        settings(
+            parent=settings.get_profile("campaign"),
+            max_examples=n,
+            database=DirectoryBasedExampleDatabase(str(tmp / "db")),
+        ),
+    )
 
     class Measure:
         def __init__(self) -> None:
@@ -68,9 +82,21 @@ def _child(family: str, n: int, tmp: Path) -> int:
             self.rows.setdefault(item.nodeid, {})["examples"] = sum(int(p) + int(f) for p, f in counts)
 
     measure = Measure()
-    code = pytest.main([f"properties/test_{family}.py", "-k", "w2", "-q", "-p", "no:cacheprovider",
-                        "--hypothesis-profile=family-bench", "-o", "timeout=0", f"--hypothesis-seed={SEED}"],
-                       plugins=[measure])
+    code = pytest.main(
+        [
+            f"properties/test_{family}.py",
+            "-k",
+            "w2",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--hypothesis-profile=family-bench",
+            "-o",
+            "timeout=0",
+            f"--hypothesis-seed={SEED}",
+        ],
+        plugins=[measure],
+    )
     (tmp / "result.json").write_text(json.dumps({"code": int(code), "tests": measure.rows}))
     return 0
 
@@ -78,13 +104,15 @@ def _child(family: str, n: int, tmp: Path) -> int:
 def run_family(family: str, n: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="fuzzdist-bench-") as tmp:
         start = time.monotonic()
-        result = subprocess.run([sys.executable, __file__, "--_child", family, str(n), tmp], cwd=ROOT, text=True,
-                                capture_output=True)
+        result = subprocess.run(
+            [sys.executable, __file__, "--_child", family, str(n), tmp], cwd=ROOT, text=True, capture_output=True
+        )
         wall = time.monotonic() - start
         out = Path(tmp) / "result.json"
         if result.returncode != 0 or not out.exists():
-            raise SystemExit(f"{family}: the pytest run failed ({result.returncode}):\n{result.stdout}\n"
-                             f"{result.stderr}")
+            raise SystemExit(
+                f"{family}: the pytest run failed ({result.returncode}):\n{result.stdout}\n{result.stderr}"
+            )
         measured = json.loads(out.read_text())
     if measured["code"] not in (0,) and not measured["tests"]:
         raise SystemExit(f"{family}: pytest exited {measured['code']} with no test measured:\n{result.stdout}")
@@ -92,10 +120,17 @@ def run_family(family: str, n: int) -> dict:
     unmeasured = sorted(nodeid for nodeid, row in measured["tests"].items() if nodeid not in tests)
     examples = sum(row["examples"] for row in tests.values())
     seconds = sum(row["seconds"] for row in tests.values())
-    return {"family": family, "code": measured["code"], "wall_s": wall, "tests": tests, "unmeasured": unmeasured,
-            "examples": examples,
-            "seconds": seconds, "per_s": examples / seconds if seconds else 0.0,
-            "summary": result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""}
+    return {
+        "family": family,
+        "code": measured["code"],
+        "wall_s": wall,
+        "tests": tests,
+        "unmeasured": unmeasured,
+        "examples": examples,
+        "seconds": seconds,
+        "per_s": examples / seconds if seconds else 0.0,
+        "summary": result.stdout.strip().splitlines()[-1] if result.stdout.strip() else "",
+    }
 
 
 def main() -> int:
@@ -116,26 +151,36 @@ def main() -> int:
         for family in families:
             row = run_family(family, args.examples)
             rounds[family].append(row)
-            print(f"round {i + 1} {family:>16}: {row['examples']:5d} examples in {row['seconds']:7.2f}s = "
-                  f"{row['per_s']:6.1f}/s  (load {os.getloadavg()[0]:.1f}; pytest: {row['summary']})", flush=True)
+            print(
+                f"round {i + 1} {family:>16}: {row['examples']:5d} examples in {row['seconds']:7.2f}s = "
+                f"{row['per_s']:6.1f}/s  (load {os.getloadavg()[0]:.1f}; pytest: {row['summary']})",
+                flush=True,
+            )
             for nodeid, test in sorted(row["tests"].items()):
                 failed = "  (failed)" if test.get("outcome") == "failed" else ""
-                print(f"      {nodeid.split('::', 1)[1]:<60} {test['examples']:5d} in {test['seconds']:7.2f}s = "
-                      f"{test['examples'] / test['seconds']:6.1f}/s{failed}", flush=True)
+                print(
+                    f"      {nodeid.split('::', 1)[1]:<60} {test['examples']:5d} in {test['seconds']:7.2f}s = "
+                    f"{test['examples'] / test['seconds']:6.1f}/s{failed}",
+                    flush=True,
+                )
             for nodeid in row["unmeasured"]:
                 print(f"      {nodeid.split('::', 1)[1]:<60} failed, no statistics recorded", flush=True)
-    print(f"\nexamples per second at 2 ranks, max_examples={args.examples} per test, median of {args.rounds} "
-          f"round(s):")
+    print(f"\nexamples per second at 2 ranks, max_examples={args.examples} per test, median of {args.rounds} round(s):")
     medians = {}
     for family in families:
         medians[family] = statistics.median(r["per_s"] for r in rounds[family])
-        slowest = min(statistics.median(r["tests"][t]["examples"] / r["tests"][t]["seconds"] for r in rounds[family]
-                                        if t in r["tests"]) for t in rounds[family][0]["tests"])
+        slowest = min(
+            statistics.median(
+                r["tests"][t]["examples"] / r["tests"][t]["seconds"] for r in rounds[family] if t in r["tests"]
+            )
+            for t in rounds[family][0]["tests"]
+        )
         flag = "" if medians[family] >= TARGET and slowest >= TARGET else f"   BELOW {TARGET:g}/s"
         print(f"  {family:<16} {medians[family]:7.1f}/s   (slowest test {slowest:.1f}/s){flag}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"examples": args.examples, "rounds": rounds, "medians": medians},
-                                              indent=2))
+        Path(args.json).write_text(
+            json.dumps({"examples": args.examples, "rounds": rounds, "medians": medians}, indent=2)
+        )
     return 0
 
 

@@ -49,40 +49,63 @@ def _benches(device: str = "cuda") -> list[Bench]:
 
     def ipc(world: int) -> dict[str, st.SearchStrategy[Any]]:
         ranks = fst.source_ranks(world)
-        return {"nbytes": cuda_ipc.NBYTES, "dtype": cuda_ipc.DTYPES, "offset": cuda_ipc.OFFSETS,
-                "count": cuda_ipc.COUNTS, "src": ranks, "writer": ranks, "seed": cuda_ipc.SEEDS,
-                "mode": cuda_ipc.MODES}
+        return {
+            "nbytes": cuda_ipc.NBYTES,
+            "dtype": cuda_ipc.DTYPES,
+            "offset": cuda_ipc.OFFSETS,
+            "count": cuda_ipc.COUNTS,
+            "src": ranks,
+            "writer": ranks,
+            "seed": cuda_ipc.SEEDS,
+            "mode": cuda_ipc.MODES,
+        }
 
     def zero_copy(world: int) -> dict[str, st.SearchStrategy[Any]]:
-        return {"units": cuda_zero_copy.UNITS, "view_dtype": st.sampled_from(cuda_zero_copy.VIEW_DTYPES),
-                "src": fst.source_ranks(world), "seed": cuda_zero_copy.SEEDS, "mode": cuda_zero_copy.MODES}
+        return {
+            "units": cuda_zero_copy.UNITS,
+            "view_dtype": st.sampled_from(cuda_zero_copy.VIEW_DTYPES),
+            "src": fst.source_ranks(world),
+            "seed": cuda_zero_copy.SEEDS,
+            "mode": cuda_zero_copy.MODES,
+        }
 
     def zero_copy_run(interfaces: str) -> Callable[..., None]:
         def run(pool: Any, units: int, view_dtype: Any, src: int, seed: int, mode: Any) -> None:
             cuda_zero_copy.check(pool, units * 8, view_dtype, src, seed, mode, interfaces=interfaces)
+
         return run
 
     def ddp_strategies(kind: str) -> Callable[[int], dict[str, st.SearchStrategy[Any]]]:
         def strategies(world: int) -> dict[str, st.SearchStrategy[Any]]:
             schedule = st.none() if kind in ("gloo", "nccl") else ddp.completion_schedules()
             return {"config": fst.ddp_configs(world), "dtype": ddp.DTYPES, "seed": ddp.SEEDS, "schedule": schedule}
+
         return strategies
 
     def ddp_run(kind: str) -> Callable[..., None]:
         def run(pool: Any, config: Any, dtype: Any, seed: int, schedule: Any) -> None:
             ddp.check(pool, config, dtype, seed, **ddp.pg_wrapper(kind, schedule))
+
         return run
 
     if device == "cpu":  # the harness itself, checked without a GPU: the DDP property's CPU variants
-        return [Bench(f"ddp-{kind}-w2-cpu", 2, "gloo", (), ddp_strategies(kind), ddp_run(kind), "cpu")
-                for kind in ddp.PG_KINDS]
+        return [
+            Bench(f"ddp-{kind}-w2-cpu", 2, "gloo", (), ddp_strategies(kind), ddp_run(kind), "cpu")
+            for kind in ddp.PG_KINDS
+        ]
     benches = [
         Bench("cuda_ipc-w2", 2, "gloo", ("cuda",), ipc, cuda_ipc.check),
         Bench("cuda_ipc-w4", 4, "gloo", ("cuda",), ipc, cuda_ipc.check),
         Bench("cuda_zero_copy-w2", 2, "gloo", ("cuda",), zero_copy, zero_copy_run("torch")),
         Bench("cuda_zero_copy_cupy-w2", 2, "gloo", ("cuda", "cupy"), zero_copy, zero_copy_run("cupy")),
-        Bench("block_stream-w2", 2, "gloo", ("cuda", "block_current_stream"),
-              lambda world: {"order": block_stream.ORDERS}, block_stream.check),
+        Bench(
+            "block_stream-w2",
+            2,
+            "gloo",
+            ("cuda", "block_current_stream"),
+            lambda world: {"order": block_stream.ORDERS},
+            block_stream.check,
+        ),
     ]
     for kind in ddp.PG_KINDS:
         benches.append(Bench(f"ddp-{kind}-w2", 2, "gloo", ("cuda",), ddp_strategies(kind), ddp_run(kind)))
@@ -106,8 +129,13 @@ def _one_round(bench: Bench, pool: Any, examples: int) -> tuple[float, float, in
     in_check = [0.0]
     count = [0]
 
-    @settings(max_examples=examples, database=None, deadline=None, phases=[Phase.generate],
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=examples,
+        database=None,
+        deadline=None,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
     @given(**bench.strategies(bench.world_size))
     def loop(**example: Any) -> None:
         start = time.perf_counter()
@@ -131,8 +159,12 @@ def main() -> int:
     parser.add_argument("--examples", type=int, default=100, help="Hypothesis examples per property per round")
     parser.add_argument("--only", default="", help="comma-separated property names (default: all)")
     parser.add_argument("--timeout", type=float, default=60.0, help="the pools' per-example timeout, seconds")
-    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
-                        help="cpu: run the DDP property's CPU variants instead, to check this script without a GPU")
+    parser.add_argument(
+        "--device",
+        choices=("cuda", "cpu"),
+        default="cuda",
+        help="cpu: run the DDP property's CPU variants instead, to check this script without a GPU",
+    )
     args = parser.parse_args()
 
     import torch
@@ -142,11 +174,15 @@ def main() -> int:
     only = {n for n in args.only.split(",") if n}
     benches = [b for b in _benches(args.device) if not only or b.name in only]
     if only - {b.name for b in benches}:
-        parser.error(f"unknown properties {sorted(only - {b.name for b in benches})}; "
-                     f"known: {', '.join(b.name for b in _benches(args.device))}")
-    print(f"torch {torch.__version__} (CUDA {torch.version.cuda}), "
-          f"{torch.cuda.device_count() if torch.cuda.is_available() else 0} GPU(s)"
-          + (f": {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ""))
+        parser.error(
+            f"unknown properties {sorted(only - {b.name for b in benches})}; "
+            f"known: {', '.join(b.name for b in _benches(args.device))}"
+        )
+    print(
+        f"torch {torch.__version__} (CUDA {torch.version.cuda}), "
+        f"{torch.cuda.device_count() if torch.cuda.is_available() else 0} GPU(s)"
+        + (f": {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else "")
+    )
     print(f"command: {' '.join([sys.executable, *sys.argv])}")
 
     skipped: dict[str, str] = {}

@@ -46,8 +46,9 @@ import fuzzdist
 from fuzzdist import RankPool
 
 WORLD_SIZE = 2
-SMALL = st.tuples(st.lists(st.floats(width=32, allow_nan=False), min_size=1, max_size=16),
-                  st.integers(0, WORLD_SIZE - 1))
+SMALL = st.tuples(
+    st.lists(st.floats(width=32, allow_nan=False), min_size=1, max_size=16), st.integers(0, WORLD_SIZE - 1)
+)
 
 
 # -- rank functions (top-level: the spawned ranks re-import this module to find them) --------------
@@ -100,8 +101,14 @@ def per_example_us(pool: RankPool, n: int) -> tuple[float, list]:
     """Microseconds per example of the broadcast property through ``pool`` under Hypothesis; and the examples."""
     seen: list = []
 
-    @settings(max_examples=n, database=None, derandomize=True, deadline=None, phases=[Phase.generate],
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=n,
+        database=None,
+        derandomize=True,
+        deadline=None,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
     @given(example=SMALL)
     def prop(example):
         seen.append(example)
@@ -148,22 +155,26 @@ def overhead(examples: int, rounds: int) -> None:
             runs["run_" + name].append(statistics.mean(us))
         differences[order[0]].extend(a - b for a, b in zip(paired["on"], paired["off"], strict=True))
         singles.extend(paired["off"])
-        print(f"round {r + 1} ({order[0]} created first): " + ", ".join(f"{k} {v[-1]:.0f} us" for k, v in runs.items()),
-              file=sys.stderr)
+        print(
+            f"round {r + 1} ({order[0]} created first): " + ", ".join(f"{k} {v[-1]:.0f} us" for k, v in runs.items()),
+            file=sys.stderr,
+        )
     med = {k: statistics.median(v) for k, v in runs.items()}
     rows: dict = {}
     for label, on, off in (("hypothesis", "on", "off"), ("pool.run", "run_on", "run_off")):
         ratios = [a / b for a, b in zip(runs[on], runs[off], strict=True)]
         rows[f"{label}: us/example on, off"] = f"{med[on]:.0f}, {med[off]:.0f} (on-off {med[on] - med[off]:+.0f})"
         rows[f"{label}: on/off of the medians"] = f"{med[on] / med[off]:.3f}"
-        rows[f"{label}: on/off per round"] = f"median {statistics.median(ratios):.3f}, " \
-            f"range {min(ratios):.3f}-{max(ratios):.3f}"
+        rows[f"{label}: on/off per round"] = (
+            f"median {statistics.median(ratios):.3f}, range {min(ratios):.3f}-{max(ratios):.3f}"
+        )
     single = statistics.median(singles)
     for first, diffs in differences.items():
         if diffs:
             diff = statistics.median(diffs)
-            rows[f"pool.run: on-off, median of pairs, {first} created first"] = \
+            rows[f"pool.run: on-off, median of pairs, {first} created first"] = (
                 f"{diff:+.1f} us ({diff / single:+.2%} of a median run)"
+            )
     if all(differences.values()):
         both = statistics.mean(statistics.median(d) for d in differences.values())
         rows["pool.run: on-off, creation order cancelled"] = f"{both:+.1f} us ({both / single:+.2%})"
@@ -208,14 +219,20 @@ def shrink(timeout: float) -> None:
     hung = [run for _, _, run, error in calls if error]
     restarts = [wait for _, wait, _, _ in calls if wait > 0.5]
     first = next(i for i, call in enumerate(calls) if call[3])
-    _table({"to_shrunk_failure_s": f"{elapsed:.1f}",
-            "to_first_failure_s": f"{sum(c[1] + c[2] for c in calls[:first + 1]):.1f}",
+    _table(
+        {
+            "to_shrunk_failure_s": f"{elapsed:.1f}",
+            "to_first_failure_s": f"{sum(c[1] + c[2] for c in calls[: first + 1]):.1f}",
             "shrunk_example": f"n={calls[-1][0]}" + ("" if calls[-1][0] == 6 else "  (NOT n=6)"),
             "examples_run / hung": f"{len(calls)} / {len(hung)}",
             "s_to_tell_a_hang (median)": f"{statistics.median(hung):.2f}",
             "s_per_pool_restart (median)": f"{statistics.median(restarts):.2f} ({len(restarts)} waited for)"
-            if restarts else "-",
-            "pool_timeout_s": timeout, "pool_startup_s (not counted)": f"{startup:.1f}"})
+            if restarts
+            else "-",
+            "pool_timeout_s": timeout,
+            "pool_startup_s (not counted)": f"{startup:.1f}",
+        }
+    )
 
 
 def _table(figures: dict) -> None:

@@ -65,8 +65,9 @@ def measure(pool, controller, config: tuple[float, float], examples: int) -> dic
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--configs", default="0.2/0.1,0.1/0.05,0.05/0.05",
-                        help="FIRST/CONFIRM seconds, comma-separated")
+    parser.add_argument(
+        "--configs", default="0.2/0.1,0.1/0.05,0.05/0.05", help="FIRST/CONFIRM seconds, comma-separated"
+    )
     parser.add_argument("--examples", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json")
@@ -80,27 +81,33 @@ def main() -> None:
 
     configs = _configs(args.configs)
     print(f"fuzzdist from {Path(fuzzdist.__file__).parent}; load average {os.getloadavg()[0]:.1f}", flush=True)
-    results: dict[tuple[float, float], dict[str, list[float]]] = {c: {"mismatch": [], "missed": [], "slow": []}
-                                                                  for c in configs}
+    results: dict[tuple[float, float], dict[str, list[float]]] = {
+        c: {"mismatch": [], "missed": [], "slow": []} for c in configs
+    }
     with RankPool(3, timeout=20) as pool:
         pool.run(__import__("_rank_fns").noop)
         for r in range(args.rounds):
-            order = configs[r % len(configs):] + configs[:r % len(configs)]
+            order = configs[r % len(configs) :] + configs[: r % len(configs)]
             for config in order:
                 for name, values in measure(pool, controller, config, args.examples).items():
                     results[config][name] += values
             print(f"round {r + 1} done (load average {os.getloadavg()[0]:.1f})", flush=True)
     base = configs[0]
     summary = {}
-    print(f"\n{'FIRST/CONFIRM':>14} {'mismatch s':>11} {'missed s':>9} {'slow extra ms':>14}"
-          f"   vs {base[0]:g}/{base[1]:g}")
+    print(
+        f"\n{'FIRST/CONFIRM':>14} {'mismatch s':>11} {'missed s':>9} {'slow extra ms':>14}   vs {base[0]:g}/{base[1]:g}"
+    )
     for config in configs:
         med = {k: statistics.median(v) for k, v in results[config].items()}
         ratio = {k: med[k] / statistics.median(results[base][k]) for k in ("mismatch", "missed")}
-        summary[f"{config[0]:g}/{config[1]:g}"] = {**{k: round(v, 4) for k, v in med.items()},
-                                                  **{f"{k}_ratio": round(v, 3) for k, v in ratio.items()}}
-        print(f"{config[0]:>8g}/{config[1]:<5g} {med['mismatch']:>11.3f} {med['missed']:>9.3f} "
-              f"{1000 * med['slow']:>14.1f}   mismatch {ratio['mismatch']:.2f}x, missed {ratio['missed']:.2f}x")
+        summary[f"{config[0]:g}/{config[1]:g}"] = {
+            **{k: round(v, 4) for k, v in med.items()},
+            **{f"{k}_ratio": round(v, 3) for k, v in ratio.items()},
+        }
+        print(
+            f"{config[0]:>8g}/{config[1]:<5g} {med['mismatch']:>11.3f} {med['missed']:>9.3f} "
+            f"{1000 * med['slow']:>14.1f}   mismatch {ratio['mismatch']:.2f}x, missed {ratio['missed']:.2f}x"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(summary, indent=2) + "\n")
 

@@ -48,8 +48,11 @@ def main() -> None:
 
     from fuzzdist import RankPool
 
-    kinds = {"one raises": (_rank_fns.raise_on, (1,)), "all raise": (_rank_fns.raise_on_all, ()),
-             "all pass": (_rank_fns.raise_on, (10**6,))}
+    kinds = {
+        "one raises": (_rank_fns.raise_on, (1,)),
+        "all raise": (_rank_fns.raise_on_all, ()),
+        "all pass": (_rank_fns.raise_on, (10**6,)),
+    }
     print(f"{'ranks':>5} {'kind':<11} {'ms/example':>10} {'x all raise':>11} {'restarts':>8}")
     for world_size in (int(w) for w in args.world_sizes.split(",")):
         times: dict[str, list[float]] = {k: [] for k in kinds}

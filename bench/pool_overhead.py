@@ -54,6 +54,7 @@ from fuzzdist.properties import broadcast as prop  # the property under measurem
 
 HERE = Path(__file__).resolve().parent
 
+
 def _example(world_size: int) -> st.SearchStrategy:
     return st.tuples(prop.SPECS, st.integers(0, world_size - 1), prop.SEEDS)
 
@@ -62,8 +63,14 @@ def _hypothesis_run(n: int, body, world_size: int) -> tuple[float, list]:
     """Run ``body`` under Hypothesis for n generated examples; (seconds, the examples)."""
     seen: list = []
 
-    @settings(max_examples=n, database=None, derandomize=True, deadline=None,
-              phases=[Phase.generate], suppress_health_check=list(__import__("hypothesis").HealthCheck))
+    @settings(
+        max_examples=n,
+        database=None,
+        derandomize=True,
+        deadline=None,
+        phases=[Phase.generate],
+        suppress_health_check=list(__import__("hypothesis").HealthCheck),
+    )
     @given(example=_example(world_size))
     def run(example):
         seen.append(example)
@@ -108,8 +115,7 @@ def _raw_rank(rank: int, world_size: int, store_path: str, examples: list, queue
 
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))  # as the pool sets its ranks
-    dist.init_process_group("gloo", store=dist.FileStore(store_path, world_size), rank=rank,
-                            world_size=world_size)
+    dist.init_process_group("gloo", store=dist.FileStore(store_path, world_size), rank=rank, world_size=world_size)
     ctx = _RawContext(rank, world_size)
     prop.broadcast_and_check(ctx, *examples[0])  # warm-up
     dist.barrier()
@@ -137,8 +143,10 @@ def measure_b(examples: list, tmpdir: str, world_size: int, pause_us: float = 0.
     context = mp.get_context("spawn")
     queue = context.Queue()
     store = os.path.join(tmpdir, f"raw-store-{time.monotonic_ns()}")
-    procs = [context.Process(target=_raw_rank, args=(r, world_size, store, examples, queue, pause_us))
-             for r in range(world_size)]
+    procs = [
+        context.Process(target=_raw_rank, args=(r, world_size, store, examples, queue, pause_us))
+        for r in range(world_size)
+    ]
     for p in procs:
         p.start()
     seconds = max(queue.get(timeout=600) for _ in procs)
@@ -155,9 +163,22 @@ def measure_d(examples: list, tmpdir: str, world_size: int, large: int) -> dict:
     with open(path, "wb") as f:
         pickle.dump(examples, f)
     env = dict(os.environ, FUZZDIST_TORCH_HARNESS_EXAMPLES=path)
-    out = subprocess.run([sys.executable, str(HERE / "_torch_harness.py"), "--json", "--world-size",
-                          str(world_size), "--large", str(large)],
-                         capture_output=True, text=True, timeout=900, check=True, env=env)
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(HERE / "_torch_harness.py"),
+            "--json",
+            "--world-size",
+            str(world_size),
+            "--large",
+            str(large),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=True,
+        env=env,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -166,8 +187,12 @@ def main() -> None:
     parser.add_argument("--examples", type=int, default=1500, help="examples per measurement")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; medians are reported")
     parser.add_argument("--world-size", type=int, default=2, help="ranks of the pool, the raw loop and torch's harness")
-    parser.add_argument("--harness-tests", type=int, default=1000,
-                        help="tests of torch's large harness class (d = (T(large) - T(10)) / (large - 10))")
+    parser.add_argument(
+        "--harness-tests",
+        type=int,
+        default=1000,
+        help="tests of torch's large harness class (d = (T(large) - T(10)) / (large - 10))",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
 
@@ -190,8 +215,11 @@ def main() -> None:
             aw = measure_a_waiting(args.examples, ws, pause_us=b)
             bw = measure_b(examples, tmpdir, ws, pause_us=a)
             a_runs.append(a), b_runs.append(b), c_runs.append(c), aw_runs.append(aw), bw_runs.append(bw)
-            print(f"round {round_ + 1}: a={a:.0f}us b={b:.0f}us c={c:.0f}us a'={aw:.0f}us b'={bw:.0f}us "
-                  f"({len(examples)} examples)", file=sys.stderr)
+            print(
+                f"round {round_ + 1}: a={a:.0f}us b={b:.0f}us c={c:.0f}us a'={aw:.0f}us b'={bw:.0f}us "
+                f"({len(examples)} examples)",
+                file=sys.stderr,
+            )
     finally:
         pool.close()
     d = measure_d(examples, tmpdir, ws, args.harness_tests)
@@ -207,11 +235,13 @@ def main() -> None:
         "torch_harness_startup_s": round(d["startup_s"], 2),
         "c_over_a_plus_b": round(c / (a + b), 3),
         "c_over_d": round(c / d["per_test_us"], 3),
-        "c_over_a_plus_b_per_round": [round(c_ / (a_ + b_), 3)
-                                      for a_, b_, c_ in zip(a_runs, b_runs, c_runs, strict=True)],
+        "c_over_a_plus_b_per_round": [
+            round(c_ / (a_ + b_), 3) for a_, b_, c_ in zip(a_runs, b_runs, c_runs, strict=True)
+        ],
         "c_over_waiting_a_plus_b": round(c / (aw + bw), 3),
-        "c_over_waiting_a_plus_b_per_round": [round(c_ / (a_ + b_), 3)
-                                              for a_, b_, c_ in zip(aw_runs, bw_runs, c_runs, strict=True)],
+        "c_over_waiting_a_plus_b_per_round": [
+            round(c_ / (a_ + b_), 3) for a_, b_, c_ in zip(aw_runs, bw_runs, c_runs, strict=True)
+        ],
         "world_size": ws,
         "examples_per_round": args.examples,
         "rounds": args.rounds,

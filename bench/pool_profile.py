@@ -34,6 +34,7 @@ from fuzzdist.properties import broadcast as prop
 def _profile(pool: RankPool, examples: list, inside: bool) -> pstats.Stats:
     prof = cProfile.Profile(timer=time.process_time)
     if inside:
+
         def body(example):
             prof.enable()
             pool.run(prop.broadcast_and_check, *example)
@@ -65,22 +66,24 @@ def main() -> None:
             pool.run(prop.broadcast_and_check, *example)
         totals: dict[bool, dict[str, tuple[int, float]]] = {False: {}, True: {}}
         for r in range(args.rounds):
-            for inside in ((False, True) if r % 2 == 0 else (True, False)):
+            for inside in (False, True) if r % 2 == 0 else (True, False):
                 for name, (calls, own) in _own_times(_profile(pool, examples, inside)).items():
                     c, t = totals[inside].get(name, (0, 0.0))
                     totals[inside][name] = (c + calls, t + own)
     n = args.examples * args.rounds
     for inside in (False, True):
         total = sum(t for _, t in totals[inside].values())
-        print(f"{'inside' if inside else 'outside'} Hypothesis: {total / n * 1e6:.0f} µs of driver CPU per pool.run "
-              "(profiled)")
+        print(
+            f"{'inside' if inside else 'outside'} Hypothesis: {total / n * 1e6:.0f} µs of driver CPU per pool.run "
+            "(profiled)"
+        )
     grew = []
     for name in totals[False].keys() | totals[True].keys():
         c_out, t_out = totals[False].get(name, (0, 0.0))
         c_in, t_in = totals[True].get(name, (0, 0.0))
         grew.append(((t_in - t_out) / n * 1e6, name, c_out / n, c_in / n))
     print(f"{'µs/example more inside':>22}  {'calls/example out':>17}  {'in':>6}  function")
-    for delta, name, c_out, c_in in sorted(grew, reverse=True)[:args.top]:
+    for delta, name, c_out, c_in in sorted(grew, reverse=True)[: args.top]:
         print(f"{delta:>22.1f}  {c_out:>17.1f}  {c_in:>6.1f}  {name}")
 
 

@@ -33,8 +33,11 @@ import sys
 import time
 from pathlib import Path
 
-CONFIGS = {"spawn": ("spawn", "never"), "forkserver": ("forkserver", "never"),
-           "forkserver+spares": ("forkserver", "auto")}
+CONFIGS = {
+    "spawn": ("spawn", "never"),
+    "forkserver": ("forkserver", "never"),
+    "forkserver+spares": ("forkserver", "auto"),
+}
 
 
 def one(world_size: int, config: str, hangs: int) -> dict:
@@ -84,8 +87,14 @@ def one(world_size: int, config: str, hangs: int) -> dict:
     memory = pool.memory()
     pool.close()
     mib = [round(m / 2**20, 1) if m else None for m in memory["ranks"] + memory["spares"]]
-    return {"start": start, "start2": start2, "restart": statistics.median(restarts),
-            "restart_max": max(restarts), "rank_mib": mib[:world_size], "spare_mib": mib[world_size:]}
+    return {
+        "start": start,
+        "start2": start2,
+        "restart": statistics.median(restarts),
+        "restart_max": max(restarts),
+        "rank_mib": mib[:world_size],
+        "spare_mib": mib[world_size:],
+    }
 
 
 def bare_import() -> float:
@@ -111,22 +120,32 @@ def main() -> None:
     results: dict = {n: {c: [] for c in names} | {"import": []} for n in sizes}
     for r in range(args.rounds):
         for n in sizes:
-            order = names[r % len(names):] + names[:r % len(names)]
+            order = names[r % len(names) :] + names[: r % len(names)]
             results[n]["import"].append(bare_import())
             for config in order:
-                out = subprocess.run([sys.executable, __file__, "--one", str(n), config, str(args.hangs)],
-                                     check=True, capture_output=True, text=True)
+                out = subprocess.run(
+                    [sys.executable, __file__, "--one", str(n), config, str(args.hangs)],
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                )
                 results[n][config].append(json.loads(out.stdout.strip().splitlines()[-1]))
                 got = results[n][config][-1]
-                print(f"round {r + 1} n={n} {config}: start {got['start']:.2f}s, start2 {got['start2']:.2f}s, "
-                      f"restart {got['restart']:.3f}s (max {got['restart_max']:.3f}), "
-                      f"rank MiB {got['rank_mib']}, spare MiB {got['spare_mib']}", file=sys.stderr, flush=True)
+                print(
+                    f"round {r + 1} n={n} {config}: start {got['start']:.2f}s, start2 {got['start2']:.2f}s, "
+                    f"restart {got['restart']:.3f}s (max {got['restart_max']:.3f}), "
+                    f"rank MiB {got['rank_mib']}, spare MiB {got['spare_mib']}",
+                    file=sys.stderr,
+                    flush=True,
+                )
 
     def med(values: list[float]) -> float:
         return statistics.median(values)
 
-    print(f"{'ranks':>5}  {'config':<18} {'start s':>8} {'start2 s':>9} {'restart s':>10} {'start/import':>12} "
-          f"{'rank MiB':>9} {'spare MiB':>10}")
+    print(
+        f"{'ranks':>5}  {'config':<18} {'start s':>8} {'start2 s':>9} {'restart s':>10} {'start/import':>12} "
+        f"{'rank MiB':>9} {'spare MiB':>10}"
+    )
     for n in sizes:
         imp = med(results[n]["import"])
         print(f"{n:>5}  {'import torch':<18} {imp:>8.2f}")
@@ -134,10 +153,12 @@ def main() -> None:
             rows = results[n][config]
             rank = [m for row in rows for m in row["rank_mib"] if m is not None]
             spare = [m for row in rows for m in row["spare_mib"] if m is not None]
-            print(f"{n:>5}  {config:<18} {med([x['start'] for x in rows]):>8.2f} "
-                  f"{med([x['start2'] for x in rows]):>9.2f} {med([x['restart'] for x in rows]):>10.3f} "
-                  f"{med([x['start'] for x in rows]) / imp:>12.2f} "
-                  f"{(med(rank) if rank else float('nan')):>9.1f} {(med(spare) if spare else float('nan')):>10.1f}")
+            print(
+                f"{n:>5}  {config:<18} {med([x['start'] for x in rows]):>8.2f} "
+                f"{med([x['start2'] for x in rows]):>9.2f} {med([x['restart'] for x in rows]):>10.3f} "
+                f"{med([x['start'] for x in rows]) / imp:>12.2f} "
+                f"{(med(rank) if rank else float('nan')):>9.1f} {(med(spare) if spare else float('nan')):>10.1f}"
+            )
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
 

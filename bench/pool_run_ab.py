@@ -61,8 +61,15 @@ if __name__ == "__main__":
 
 def _one(checkout: str, examples: int) -> tuple[float, float]:
     env = dict(os.environ, PYTHONPATH=os.path.abspath(checkout))
-    out = subprocess.run([sys.executable, "-c", _CHILD, str(examples)], cwd=checkout, env=env,
-                         capture_output=True, text=True, timeout=600, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(examples)],
+        cwd=checkout,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
     wall, cpu = out.stdout.strip().splitlines()[-1].split()
     return float(wall), float(cpu)
 

@@ -44,8 +44,16 @@ from collections.abc import Callable
 from typing import Any
 
 STAGES_DRIVER = ("pickle the call", "seed", "coverage events", "run message", "driver CPU per pool.run")
-STAGES_RANK = ("unpickle", "isolation snapshot", "isolation restore", "seeding", "rank output capture",
-               "flight-recorder book", "reply", "execute (all)")
+STAGES_RANK = (
+    "unpickle",
+    "isolation snapshot",
+    "isolation restore",
+    "seeding",
+    "rank output capture",
+    "flight-recorder book",
+    "reply",
+    "execute (all)",
+)
 STAGES_TRIP = ("socketpair ping-pong", "pipe ping-pong", "pool.run no-op", "pool.run broadcast")
 
 
@@ -221,8 +229,10 @@ def measure_trips(n: int, world_size: int = 2) -> dict[str, float]:
     from fuzzdist import RankPool
 
     fn, args, _ = _call()
-    out = {"socketpair ping-pong": _ping_pong_us(n, world_size, True),
-           "pipe ping-pong": _ping_pong_us(n, world_size, False)}
+    out = {
+        "socketpair ping-pong": _ping_pong_us(n, world_size, True),
+        "pipe ping-pong": _ping_pong_us(n, world_size, False),
+    }
     with RankPool(world_size, timeout=60) as pool:
         for _ in range(200):
             pool.run(noop)
@@ -241,8 +251,15 @@ def _child(checkout: str, n: int) -> dict[str, float]:
     import json
 
     env = dict(os.environ, PYTHONPATH=os.path.abspath(checkout))
-    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--inner", "--examples", str(n)],
-                         cwd=checkout, env=env, capture_output=True, text=True, timeout=900, check=True)
+    out = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), "--inner", "--examples", str(n)],
+        cwd=checkout,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=True,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

@@ -44,12 +44,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     sizes = [int(x) for x in args.world_sizes.split(",")]
-    figures: dict[int, dict[str, list[float]]] = {n: {"pool": [], "close": [], "torch_first": [], "torch": []}
-                                                  for n in sizes}
+    figures: dict[int, dict[str, list[float]]] = {
+        n: {"pool": [], "close": [], "torch_first": [], "torch": []} for n in sizes
+    }
     for r in range(args.rounds):
         for n in sizes:
             first = r % 2 == 0  # alternate which goes first
-            for which in (("pool", "torch") if first else ("torch", "pool")):
+            for which in ("pool", "torch") if first else ("torch", "pool"):
                 if which == "pool":
                     started, closed = pool_startup(n)
                     figures[n]["pool"].append(started)
@@ -59,20 +60,27 @@ def main() -> None:
                     figures[n]["torch_first"].append(res["startup_first_s"])
                     figures[n]["torch"].append(res["startup_s"])
             f = figures[n]
-            print(f"round {r + 1} n={n}: pool {f['pool'][-1]:.2f}s (close {f['close'][-1]:.2f}s), torch spawn+init "
-                  f"{f['torch_first'][-1]:.2f}s, torch start-up+tear-down {f['torch'][-1]:.2f}s",
-                  file=sys.stderr, flush=True)
+            print(
+                f"round {r + 1} n={n}: pool {f['pool'][-1]:.2f}s (close {f['close'][-1]:.2f}s), torch spawn+init "
+                f"{f['torch_first'][-1]:.2f}s, torch start-up+tear-down {f['torch'][-1]:.2f}s",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def cell(values: list[float]) -> str:
         return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
 
-    print(f"{'ranks':>5}  {'pool start, s':>20}  {'pool close, s':>20}  {'torch spawn+init, s':>20}  "
-          f"{'torch start+teardown, s':>24}  {'pool/torch':>10}")
+    print(
+        f"{'ranks':>5}  {'pool start, s':>20}  {'pool close, s':>20}  {'torch spawn+init, s':>20}  "
+        f"{'torch start+teardown, s':>24}  {'pool/torch':>10}"
+    )
     for n in sizes:
         f = figures[n]
         ratio = statistics.median(f["pool"]) / statistics.median(f["torch_first"])
-        print(f"{n:>5}  {cell(f['pool']):>20}  {cell(f['close']):>20}  {cell(f['torch_first']):>20}  "
-              f"{cell(f['torch']):>24}  {ratio:>10.2f}")
+        print(
+            f"{n:>5}  {cell(f['pool']):>20}  {cell(f['close']):>20}  {cell(f['torch_first']):>20}  "
+            f"{cell(f['torch']):>24}  {ratio:>10.2f}"
+        )
 
 
 if __name__ == "__main__":

@@ -83,11 +83,14 @@ def main() -> int:
             p_cpu = (time.process_time(), _rank_cpu_s(pool.pids), sum(map(_switches, pool.pids)))
             excess.append(c - a - p)
             per = 1e6 / args.examples
-            print(f"round {r + 1}: a={a:.0f}us c={c:.0f}us p={p:.0f}us c-a-p={c - a - p:.0f}us | CPU per example: "
-                  f"c driver {(c_cpu[0] - cpu[0]) * per:.0f}us ranks {(c_cpu[1] - cpu[1]) * per:.0f}us "
-                  f"(rank sleeps {(c_cpu[2] - cpu[2]) / args.examples:.1f}); "
-                  f"p driver {(p_cpu[0] - c_cpu[0]) * per:.0f}us ranks {(p_cpu[1] - c_cpu[1]) * per:.0f}us "
-                  f"(rank sleeps {(p_cpu[2] - c_cpu[2]) / args.examples:.1f})", flush=True)
+            print(
+                f"round {r + 1}: a={a:.0f}us c={c:.0f}us p={p:.0f}us c-a-p={c - a - p:.0f}us | CPU per example: "
+                f"c driver {(c_cpu[0] - cpu[0]) * per:.0f}us ranks {(c_cpu[1] - cpu[1]) * per:.0f}us "
+                f"(rank sleeps {(c_cpu[2] - cpu[2]) / args.examples:.1f}); "
+                f"p driver {(p_cpu[0] - c_cpu[0]) * per:.0f}us ranks {(p_cpu[1] - c_cpu[1]) * per:.0f}us "
+                f"(rank sleeps {(p_cpu[2] - c_cpu[2]) / args.examples:.1f})",
+                flush=True,
+            )
     print(f"median c-a-p: {statistics.median(excess):.0f}us")
     return 0
 

@@ -51,8 +51,10 @@ class Found:
     examples: int  # the family's examples when it stopped
 
     def row(self) -> str:
-        return (f"{self.family:<24}{fmt(self.first_s):>10}{fmt(self.shrunk_s):>10}"
-                f"{self.examples:>10}{self.load:>8.1f}{self.wall_s:>8.0f}")
+        return (
+            f"{self.family:<24}{fmt(self.first_s):>10}{fmt(self.shrunk_s):>10}"
+            f"{self.examples:>10}{self.load:>8.1f}{self.wall_s:>8.0f}"
+        )
 
 
 def fmt(seconds: float | None) -> str:
@@ -75,19 +77,37 @@ def read_report(path: Path) -> dict | None:
         return None
 
 
-def campaign(family: str, duration_s: float, seed: int, jobs: int | None, tmp: Path,
-             targets: tuple[str, ...] = ()) -> Found:
+def campaign(
+    family: str, duration_s: float, seed: int, jobs: int | None, tmp: Path, targets: tuple[str, ...] = ()
+) -> Found:
     """One ``fuzzdist run`` over the suite (or ``targets``) with ``family``'s bug planted, stopped once it
     is shrunk."""
     report = tmp / f"{family}-{seed}.json"
-    argv = [sys.executable, "-m", "fuzzdist", "run", *targets, "--duration", f"{duration_s:g}s", "--seed", str(seed),
-            "--database", str(tmp / f"db-{family}-{seed}"), "--report", str(report), "--junit", "",
-            "--progress", "none"]
+    argv = [
+        sys.executable,
+        "-m",
+        "fuzzdist",
+        "run",
+        *targets,
+        "--duration",
+        f"{duration_s:g}s",
+        "--seed",
+        str(seed),
+        "--database",
+        str(tmp / f"db-{family}-{seed}"),
+        "--report",
+        str(report),
+        "--junit",
+        "",
+        "--progress",
+        "none",
+    ]
     if jobs is not None:
         argv += ["--jobs", str(jobs)]
     env = dict(os.environ, **{ENV: family})
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "bench" / "_plant_site"), str(ROOT / "tests"),
-                                         env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(ROOT / "bench" / "_plant_site"), str(ROOT / "tests"), env.get("PYTHONPATH", "")]
+    ).rstrip(os.pathsep)
     load = os.getloadavg()[0]
     started = time.monotonic()
     log = open(tmp / f"{family}-{seed}.log", "w")  # noqa: SIM115  (closed once the campaign it logs has ended)
@@ -130,6 +150,7 @@ def summarise(results: dict[str, list[Found]]) -> list[str]:
     """Per family the median over rounds, then the median and worst family.  A campaign that did not find
     (or shrink) the bug counts as the whole campaign's wall time, a lower bound: its median is marked ``>``
     when it is one of those."""
+
     def median(values: list[tuple[float | None, float]]) -> tuple[float, str]:
         counted = sorted((wall if v is None else v, v is None) for v, wall in values)
         middle = statistics.median(c for c, _ in counted)
@@ -141,26 +162,40 @@ def summarise(results: dict[str, list[Found]]) -> list[str]:
         firsts[family], first_mark = median([(r.first_s, r.wall_s) for r in rows])
         shrunks[family], shrunk_mark = median([(r.shrunk_s, r.wall_s) for r in rows])
         found = sum(r.first_s is not None for r in rows)
-        lines.append(f"{family:<24}{first_mark + f'{firsts[family]:.1f}':>10}"
-                     f"{shrunk_mark + f'{shrunks[family]:.1f}':>10}"
-                     f"{f'{found}/{len(rows)}':>7}{statistics.median(r.load for r in rows):>8.1f}")
+        lines.append(
+            f"{family:<24}{first_mark + f'{firsts[family]:.1f}':>10}"
+            f"{shrunk_mark + f'{shrunks[family]:.1f}':>10}"
+            f"{f'{found}/{len(rows)}':>7}{statistics.median(r.load for r in rows):>8.1f}"
+        )
     worst = max(firsts, key=lambda f: firsts[f])
-    lines.append(f"median over families: first {statistics.median(firsts.values()):.1f} s, "
-                 f"shrunk {statistics.median(shrunks.values()):.1f} s; worst family {worst}: "
-                 f"first {firsts[worst]:.1f} s, shrunk {shrunks[worst]:.1f} s")
+    lines.append(
+        f"median over families: first {statistics.median(firsts.values()):.1f} s, "
+        f"shrunk {statistics.median(shrunks.values()):.1f} s; worst family {worst}: "
+        f"first {firsts[worst]:.1f} s, shrunk {shrunks[worst]:.1f} s"
+    )
     return lines
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--family", action="append", choices=sorted(PLANTS),
-                        help="a family to plant (repeatable; default: every family)")
-    parser.add_argument("--duration", type=float, default=300.0, metavar="SECONDS",
-                        help="each campaign's --duration (default 300: README's 5 minutes)")
+    parser.add_argument(
+        "--family",
+        action="append",
+        choices=sorted(PLANTS),
+        help="a family to plant (repeatable; default: every family)",
+    )
+    parser.add_argument(
+        "--duration",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="each campaign's --duration (default 300: README's 5 minutes)",
+    )
     parser.add_argument("--rounds", type=int, default=3, help="campaigns per family (default 3; seeds 1..N)")
     parser.add_argument("--jobs", type=int, default=None, help="pass --jobs N (default: fuzzdist run's default)")
-    parser.add_argument("--quick", action="store_true",
-                        help=f"{', '.join(QUICK_FAMILIES)}; 90 s campaigns; 1 round (unless given)")
+    parser.add_argument(
+        "--quick", action="store_true", help=f"{', '.join(QUICK_FAMILIES)}; 90 s campaigns; 1 round (unless given)"
+    )
     parser.add_argument("--json", metavar="FILE", help="also write every campaign's result here")
     parser.add_argument("targets", nargs="*", help="what fuzzdist run fuzzes (default: the property suite)")
     args = parser.parse_args(argv)
@@ -180,12 +215,13 @@ def main(argv: list[str] | None = None) -> int:
                 found = campaign(family, args.duration, r + 1, args.jobs, Path(tmp), tuple(args.targets))
                 results[family].append(found)
                 print(f"round {r + 1}: {found.row()}", file=sys.stderr, flush=True)
-    print(f"fuzzdist run {' '.join(args.targets) or '(the suite)'} --duration {args.duration:g}s, "
-          f"{args.rounds} round(s), cores {os.cpu_count()}")
+    print(
+        f"fuzzdist run {' '.join(args.targets) or '(the suite)'} --duration {args.duration:g}s, "
+        f"{args.rounds} round(s), cores {os.cpu_count()}"
+    )
     print("\n".join(summarise(results)))
     if args.json:
-        Path(args.json).write_text(json.dumps({f: [r.__dict__ for r in rows] for f, rows in results.items()},
-                                              indent=1))
+        Path(args.json).write_text(json.dumps({f: [r.__dict__ for r in rows] for f, rows in results.items()}, indent=1))
     return 0
 
 

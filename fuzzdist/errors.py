@@ -190,8 +190,11 @@ class RankError(RankFailure):
         for r in sorted(self.outputs):  # warnings and output the ranks wrote: they may be the clue
             parts.append(f"\n--- rank {r} wrote during the example ---\n{self.outputs[r].format()}")
         if self.stragglers:
-            why = (f": {diagnosis.summary}" if diagnosis is not None
-                   else " (probably waiting in a collective the failed rank never joined)")
+            why = (
+                f": {diagnosis.summary}"
+                if diagnosis is not None
+                else " (probably waiting in a collective the failed rank never joined)"
+            )
             parts.append(f"\n{_plural(self.stragglers)} still running after the failure{why}; {aftermath}.")
             parts.extend(_rank_sections(self.stragglers, diagnosis, self.straggler_stacks))
         super().__init__("\n".join(parts), ranks)
@@ -213,22 +216,36 @@ class RankTimeout(RankFailure):
     rank's own line, so Hypothesis keeps two different hangs apart.
     """
 
-    def __init__(self, ranks: Sequence[int], timeout: float, stacks: Mapping[int, str],
-                 aftermath: str = RESTARTED, diagnosis: Any = None, deadlock: bool = False,
-                 waited: float | None = None) -> None:
+    def __init__(
+        self,
+        ranks: Sequence[int],
+        timeout: float,
+        stacks: Mapping[int, str],
+        aftermath: str = RESTARTED,
+        diagnosis: Any = None,
+        deadlock: bool = False,
+        waited: float | None = None,
+    ) -> None:
         self.timeout = timeout
         self.stacks = dict(stacks)
         self.diagnosis = diagnosis
         self.deadlock = deadlock
         if deadlock:
-            head = (f"deadlock: {diagnosis.summary}. Declared after {waited or 0:.1f}s, without waiting for the "
-                    f"{timeout:g}s timeout: every stuck rank waits for a collective that can never complete; "
-                    f"{aftermath}.")
+            head = (
+                f"deadlock: {diagnosis.summary}. Declared after {waited or 0:.1f}s, without waiting for the "
+                f"{timeout:g}s timeout: every stuck rank waits for a collective that can never complete; "
+                f"{aftermath}."
+            )
         else:
-            head = (f"{_plural(ranks)} still running after the {timeout:g}s timeout; {aftermath}."
-                    + (f" Why: {diagnosis.summary}." if diagnosis is not None else "")
-                    + (" Raise the timeout (RankPool(timeout=...) or --fuzzdist-timeout) if the example is "
-                       "just slow." if diagnosis is None or diagnosis.may_be_slow else ""))
+            head = (
+                f"{_plural(ranks)} still running after the {timeout:g}s timeout; {aftermath}."
+                + (f" Why: {diagnosis.summary}." if diagnosis is not None else "")
+                + (
+                    " Raise the timeout (RankPool(timeout=...) or --fuzzdist-timeout) if the example is just slow."
+                    if diagnosis is None or diagnosis.may_be_slow
+                    else ""
+                )
+            )
         parts = [head, *_rank_sections(sorted(ranks), diagnosis, self.stacks)]
         super().__init__("\n".join(parts), ranks)
 
@@ -277,8 +294,14 @@ class RankCrash(RankFailure):
     the ranks that outlived the crash were waiting.
     """
 
-    def __init__(self, ranks: Sequence[int], exit_codes: Mapping[int, int], stacks: Mapping[int, str],
-                 aftermath: str = RESTARTED, last_output: Mapping[int, str] | None = None) -> None:
+    def __init__(
+        self,
+        ranks: Sequence[int],
+        exit_codes: Mapping[int, int],
+        stacks: Mapping[int, str],
+        aftermath: str = RESTARTED,
+        last_output: Mapping[int, str] | None = None,
+    ) -> None:
         self.last_output = {r: text for r, text in (last_output or {}).items() if text}
         self.exit_codes = dict(exit_codes)
         self.causes = {r: describe_exit(code) for r, code in self.exit_codes.items()}
@@ -292,7 +315,6 @@ class RankCrash(RankFailure):
             if self.stacks.get(r):
                 parts.append(f"\n--- rank {r} stack at the fatal signal ---\n{self.stacks[r].rstrip()}")
         super().__init__("\n".join(parts), ranks)
-
 
     def ranks_set(self) -> set[int]:
         return set(self.ranks)

@@ -52,8 +52,15 @@ def ask(module: str, *args: str, timeout: float) -> Answer:
     ``why`` says so, with the end of its stderr.  Its stdin is empty: a probe never waits for input.
     """
     try:
-        done = subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True,
-                              stdin=subprocess.DEVNULL, cwd=_PACKAGE_PARENT, timeout=timeout, check=False)
+        done = subprocess.run(
+            [sys.executable, "-m", module, *args],
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            cwd=_PACKAGE_PARENT,
+            timeout=timeout,
+            check=False,
+        )
     except subprocess.TimeoutExpired:
         return Answer(why=f"python -m {module} gave no answer within {timeout:g} s")
     except OSError as exc:
@@ -64,6 +71,6 @@ def ask(module: str, *args: str, timeout: float) -> Answer:
         said = f"; {stderr}" if stderr else ""
         return Answer(why=f"python -m {module} printed no answer (exit status {done.returncode}){said}")
     try:
-        return Answer(value=json.loads(lines[-1][len(ANSWER_PREFIX):]))
+        return Answer(value=json.loads(lines[-1][len(ANSWER_PREFIX) :]))
     except ValueError as exc:
         return Answer(why=f"python -m {module} printed an answer that is not JSON ({exc})")

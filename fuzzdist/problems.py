@@ -132,9 +132,14 @@ class Problem:
         """The record of ``exc``, raised by what ``what`` names: its type (and its classes' qualified names)
         and its message's first line."""
         kind = type(exc)
-        return cls(Kind.RAISED, what, error=kind.__name__,
-                   error_types=tuple(f"{c.__module__}.{c.__qualname__}" for c in kind.__mro__),
-                   error_text=(str(exc).splitlines() or [""])[0][:300], **more)
+        return cls(
+            Kind.RAISED,
+            what,
+            error=kind.__name__,
+            error_types=tuple(f"{c.__module__}.{c.__qualname__}" for c in kind.__mro__),
+            error_text=(str(exc).splitlines() or [""])[0][:300],
+            **more,
+        )
 
     def with_symptom(self, symptom: Symptom) -> Problem:
         """This problem, found to be exactly ``symptom``'s wrong computation."""
@@ -212,7 +217,8 @@ def describe(problem: Problem) -> str:
     text = f"{what}: {body}" if what and body else what or body
     if problem.inputs:
         text += f"\n      inputs at index {problem.inputs_at}: " + ", ".join(
-            f"rank {r}: {_value(v)}" for r, v in enumerate(problem.inputs))
+            f"rank {r}: {_value(v)}" for r, v in enumerate(problem.inputs)
+        )
     if "\n" in problem.detail:
         text += "\n" + problem.detail.partition("\n")[2]
     return text

@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-pytest.importorskip("torch.distributed.nn.functional",
-                    reason="torch.distributed.nn is not available in this torch build")
+pytest.importorskip(
+    "torch.distributed.nn.functional", reason="torch.distributed.nn is not available in this torch build"
+)
 
 from fuzzdist.properties import collectives
 
@@ -24,4 +25,3 @@ def test_autograd_collective_matches_reference(rank_pool, name, data):
     allowed = collectives.supported(rank_pool, name)
     case = data.draw(collectives.cases(name, rank_pool.world_size, allowed), label="case")
     collectives.check(rank_pool, name, case)
-

@@ -14,8 +14,15 @@ from fuzzdist.properties import cuda_ipc
 
 @pytest.mark.fuzzdist(device="cuda", world_size=[2, 4])
 @pytest.mark.needs("cuda")
-@given(data=st.data(), nbytes=cuda_ipc.NBYTES, dtype=cuda_ipc.DTYPES, offset=cuda_ipc.OFFSETS, count=cuda_ipc.COUNTS,
-       seed=cuda_ipc.SEEDS, mode=cuda_ipc.MODES)
+@given(
+    data=st.data(),
+    nbytes=cuda_ipc.NBYTES,
+    dtype=cuda_ipc.DTYPES,
+    offset=cuda_ipc.OFFSETS,
+    count=cuda_ipc.COUNTS,
+    seed=cuda_ipc.SEEDS,
+    mode=cuda_ipc.MODES,
+)
 def test_cuda_ipc_sees_writes(rank_pool, data, nbytes, dtype, offset, count, seed, mode):
     """Every rank sees the writer's values exactly, for any size, offset and allocator mode."""
     ranks = fst.source_ranks(rank_pool.world_size)

@@ -14,8 +14,13 @@ from fuzzdist.properties import cuda_zero_copy
 
 @pytest.mark.fuzzdist(device="cuda")
 @pytest.mark.needs("cuda")
-@given(data=st.data(), view_dtype=st.sampled_from(cuda_zero_copy.VIEW_DTYPES), units=cuda_zero_copy.UNITS,
-       seed=cuda_zero_copy.SEEDS, mode=cuda_zero_copy.MODES)
+@given(
+    data=st.data(),
+    view_dtype=st.sampled_from(cuda_zero_copy.VIEW_DTYPES),
+    units=cuda_zero_copy.UNITS,
+    seed=cuda_zero_copy.SEEDS,
+    mode=cuda_zero_copy.MODES,
+)
 def test_cuda_zero_copy(rank_pool, data, view_dtype, units, seed, mode):
     """The seed's ``__cuda_array_interface__`` wrapper (both device spellings) and DLPack view the
     shared memory itself (same data_ptr) with the same values.  The cupy cases are
@@ -27,8 +32,13 @@ def test_cuda_zero_copy(rank_pool, data, view_dtype, units, seed, mode):
 
 @pytest.mark.fuzzdist(device="cuda")
 @pytest.mark.needs("cuda", "cupy")
-@given(data=st.data(), view_dtype=st.sampled_from(cuda_zero_copy.VIEW_DTYPES), units=cuda_zero_copy.UNITS,
-       seed=cuda_zero_copy.SEEDS, mode=cuda_zero_copy.MODES)
+@given(
+    data=st.data(),
+    view_dtype=st.sampled_from(cuda_zero_copy.VIEW_DTYPES),
+    units=cuda_zero_copy.UNITS,
+    seed=cuda_zero_copy.SEEDS,
+    mode=cuda_zero_copy.MODES,
+)
 def test_cuda_zero_copy_cupy(rank_pool, data, view_dtype, units, seed, mode):
     """Real cupy arrays over the shared memory, through ``__cuda_array_interface__`` and DLPack, are
     that memory (same data_ptr) with the same values.  Skips, saying why, where cupy is missing,

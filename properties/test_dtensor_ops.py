@@ -28,4 +28,5 @@ def test_dtensor_operator_matches_local(rank_pool, data):
 # campaigns (`fuzzdist run`) give the family as many as the schedule does.
 _SHARE = 10
 test_dtensor_operator_matches_local = settings(max_examples=max(2, settings().max_examples // _SHARE))(
-    test_dtensor_operator_matches_local)
+    test_dtensor_operator_matches_local
+)

@@ -46,7 +46,10 @@ def _functional_case() -> Any:
     reduce = functional.Call("all_reduce", TensorSpec((1,), torch.float32))
     return functional.FunctionalCase(
         calls=(reduce, reduce, functional.Call("all_to_all_single", TensorSpec((2,), torch.complex64))),
-        order=(0, 1, 2), completions=("wait_tensor",) * 3, seed=0)
+        order=(0, 1, 2),
+        completions=("wait_tensor",) * 3,
+        seed=0,
+    )
 
 
 def _fsdp1(pool: Any, config: Any, dtype: torch.dtype, seed: int, world_size: int) -> None:
@@ -64,8 +67,10 @@ def _fsdp1_config(**fields: Any) -> Any:
 
 def _by_case(module: str) -> Callable[..., None]:
     """The runner of a property whose check takes ``(pool, case)`` (object collectives, p2p, subgroups)."""
+
     def run(pool: Any, case: Any, world_size: int) -> None:
         importlib.import_module(f"fuzzdist.properties.{module}").check(pool, case)
+
     return run
 
 
@@ -99,8 +104,9 @@ def _p2p_case() -> Any:
 
 def _mesh_case() -> Any:
     m = _property("subgroups")
-    return m.SubgroupCase((m.Group("mesh", (1, 0), (2,), True, False),), (("all_reduce", "SUM"),),
-                          TensorSpec((1,), torch.float32), 0)
+    return m.SubgroupCase(
+        (m.Group("mesh", (1, 0), (2,), True, False),), (("all_reduce", "SUM"),), TensorSpec((1,), torch.float32), 0
+    )
 
 
 def _case(**fields: Any) -> Any:
@@ -119,15 +125,19 @@ def _check_pg(pool: Any, call: Any, world_size: int, backend: str) -> None:
         raise ConformanceFailure(f"{call.describe()}:\n" + "\n".join(f"  {p}" for p in problems), problems)
 
 
-def _check_pg_async(pool: Any, calls: tuple[Any, ...], wait_order: tuple[int, ...], world_size: int,
-                    backend: str) -> None:
+def _check_pg_async(
+    pool: Any, calls: tuple[Any, ...], wait_order: tuple[int, ...], world_size: int, backend: str
+) -> None:
     """check-pg's async check of ``calls`` on gloo, waited in ``wait_order`` (repeats bounded)."""
     from fuzzdist.conformance import _rank
     from fuzzdist.errors import ConformanceFailure
 
     observed = pool.run(_rank.run_calls, "fuzzdist.conformance:gloo", calls, wait_order)
-    problems = [replace(p, call=i, op=call.op) for i, call in enumerate(calls)
-                for p in call.info.check(call, world_size, [o[i] for o in observed])]
+    problems = [
+        replace(p, call=i, op=call.op)
+        for i, call in enumerate(calls)
+        for p in call.info.check(call, world_size, [o[i] for o in observed])
+    ]
     if problems:
         raise ConformanceFailure("async:\n" + "\n".join(f"  {p}" for p in problems), problems)
 
@@ -139,52 +149,109 @@ def _call(op: str, **fields: Any) -> Any:
 
 
 RUNNERS: dict[str, Callable[..., None]] = {
-    "broadcast": _broadcast, "collectives": _collective, "functional": _functional,
-    "object_collectives": _by_case("object_collectives"), "p2p": _by_case("p2p"), "subgroups": _by_case("subgroups"),
-    "check-pg:allreduce": _check_pg, "check-pg:reduce_scatter_tensor": _check_pg, "check-pg:async": _check_pg_async,
+    "broadcast": _broadcast,
+    "collectives": _collective,
+    "functional": _functional,
+    "object_collectives": _by_case("object_collectives"),
+    "p2p": _by_case("p2p"),
+    "subgroups": _by_case("subgroups"),
+    "check-pg:allreduce": _check_pg,
+    "check-pg:reduce_scatter_tensor": _check_pg,
+    "check-pg:async": _check_pg_async,
     "fsdp1": _fsdp1,
 }
 
 # bug id -> (where, the pinned minimal example's fields; world_size picks the pool; check-pg's examples name
 # the backend, as check-pg's own do: its predicates recognise gloo's bugs on gloo only)
 PINNED: dict[str, tuple[str, Callable[[], dict[str, Any]]]] = {
-    "gloo-broadcast-ignores-strides": ("broadcast", lambda: dict(
-        spec=TensorSpec((2, 2), torch.float32, "transposed"), src=0, seed=0, world_size=2)),
-    "nn-all-reduce-backward-non-sum": ("collectives", lambda: dict(
-        name="all_reduce", case=_case(spec=TensorSpec((1,), torch.float32), seed=0, op="PRODUCT"), world_size=2)),
-    "nn-reduce-backward-ignores-op": ("collectives", lambda: dict(
-        name="reduce", case=_case(spec=TensorSpec((1,), torch.float32), seed=0, op="MAX"), world_size=2)),
-    "nn-all-gather-grad-transposed": ("collectives", lambda: dict(
-        name="all_gather", case=_case(spec=TensorSpec((2, 2), torch.float32), seed=0, grad_layout="transposed"),
-        world_size=2)),
-    "gloo-scatter-ignores-strides": ("collectives", lambda: dict(
-        name="all_to_all", case=_case(spec=TensorSpec((2, 2), torch.float32), seed=0, out_layout="transposed"),
-        world_size=2)),
-    "gloo-functional-all-to-all-complex-raises": ("functional", lambda: dict(
-        case=_functional_case(), world_size=2)),
+    "gloo-broadcast-ignores-strides": (
+        "broadcast",
+        lambda: dict(spec=TensorSpec((2, 2), torch.float32, "transposed"), src=0, seed=0, world_size=2),
+    ),
+    "nn-all-reduce-backward-non-sum": (
+        "collectives",
+        lambda: dict(
+            name="all_reduce", case=_case(spec=TensorSpec((1,), torch.float32), seed=0, op="PRODUCT"), world_size=2
+        ),
+    ),
+    "nn-reduce-backward-ignores-op": (
+        "collectives",
+        lambda: dict(name="reduce", case=_case(spec=TensorSpec((1,), torch.float32), seed=0, op="MAX"), world_size=2),
+    ),
+    "nn-all-gather-grad-transposed": (
+        "collectives",
+        lambda: dict(
+            name="all_gather",
+            case=_case(spec=TensorSpec((2, 2), torch.float32), seed=0, grad_layout="transposed"),
+            world_size=2,
+        ),
+    ),
+    "gloo-scatter-ignores-strides": (
+        "collectives",
+        lambda: dict(
+            name="all_to_all",
+            case=_case(spec=TensorSpec((2, 2), torch.float32), seed=0, out_layout="transposed"),
+            world_size=2,
+        ),
+    ),
+    "gloo-functional-all-to-all-complex-raises": ("functional", lambda: dict(case=_functional_case(), world_size=2)),
     "wide-unsigned-unpickle-objects": ("object_collectives", lambda: dict(case=_object_case(), world_size=2)),
     "gloo-p2p-self-loop-unclear-error": ("p2p", lambda: dict(case=_p2p_case(), world_size=3)),
     "device-mesh-local-rank-not-coordinate": ("subgroups", lambda: dict(case=_mesh_case(), world_size=3)),
-    "gloo-bool-sum-stores-2": ("check-pg:allreduce", lambda: dict(
-        call=_call("allreduce", spec=TensorSpec((1,), torch.bool), seed=3, reduce_op="SUM"),
-        world_size=2, backend="gloo")),
-    "gloo-reduce-scatter-stack-aborts": ("check-pg:reduce_scatter_tensor", lambda: dict(
-        call=_call("reduce_scatter_tensor", spec=TensorSpec((2,), torch.float32), reduce_op="SUM", form="stack"),
-        world_size=2, backend="gloo")),
-    "gloo-p2p-second-wait-blocks": ("check-pg:async", lambda: dict(
-        calls=(_call("allreduce", spec=TensorSpec((1,), torch.float32), reduce_op="SUM"),
-               _call("barrier", late_rank=0),
-               _call("allreduce", spec=TensorSpec((1,), torch.float32), reduce_op="SUM"),
-               _call("send_recv", spec=TensorSpec((1,), torch.float32), root=0, peer=1)),
-        wait_order=(0, 1, 2, 3, 3), world_size=2, backend="gloo")),
-    "fsdp1-hybrid-shard-size-one-skips-replicas": ("fsdp1", lambda: dict(
-        config=_fsdp1_config(sharding_strategy="HYBRID_SHARD", hybrid_mesh=(2, 1)), dtype=torch.float32, seed=0,
-        world_size=2)),
-    "fsdp1-optim-state-dict-exp-avg-is-exp-avg-sq": ("fsdp1", lambda: dict(
-        config=_fsdp1_config(use_orig_params=True, optimizer="adam"), dtype=torch.float32, seed=0, world_size=2)),
-    "fsdp1-local-state-dict-orig-params-load-fails": ("fsdp1", lambda: dict(
-        config=_fsdp1_config(use_orig_params=True, state_dict_type="LOCAL_STATE_DICT"), dtype=torch.float32, seed=0,
-        world_size=2)),
+    "gloo-bool-sum-stores-2": (
+        "check-pg:allreduce",
+        lambda: dict(
+            call=_call("allreduce", spec=TensorSpec((1,), torch.bool), seed=3, reduce_op="SUM"),
+            world_size=2,
+            backend="gloo",
+        ),
+    ),
+    "gloo-reduce-scatter-stack-aborts": (
+        "check-pg:reduce_scatter_tensor",
+        lambda: dict(
+            call=_call("reduce_scatter_tensor", spec=TensorSpec((2,), torch.float32), reduce_op="SUM", form="stack"),
+            world_size=2,
+            backend="gloo",
+        ),
+    ),
+    "gloo-p2p-second-wait-blocks": (
+        "check-pg:async",
+        lambda: dict(
+            calls=(
+                _call("allreduce", spec=TensorSpec((1,), torch.float32), reduce_op="SUM"),
+                _call("barrier", late_rank=0),
+                _call("allreduce", spec=TensorSpec((1,), torch.float32), reduce_op="SUM"),
+                _call("send_recv", spec=TensorSpec((1,), torch.float32), root=0, peer=1),
+            ),
+            wait_order=(0, 1, 2, 3, 3),
+            world_size=2,
+            backend="gloo",
+        ),
+    ),
+    "fsdp1-hybrid-shard-size-one-skips-replicas": (
+        "fsdp1",
+        lambda: dict(
+            config=_fsdp1_config(sharding_strategy="HYBRID_SHARD", hybrid_mesh=(2, 1)),
+            dtype=torch.float32,
+            seed=0,
+            world_size=2,
+        ),
+    ),
+    "fsdp1-optim-state-dict-exp-avg-is-exp-avg-sq": (
+        "fsdp1",
+        lambda: dict(
+            config=_fsdp1_config(use_orig_params=True, optimizer="adam"), dtype=torch.float32, seed=0, world_size=2
+        ),
+    ),
+    "fsdp1-local-state-dict-orig-params-load-fails": (
+        "fsdp1",
+        lambda: dict(
+            config=_fsdp1_config(use_orig_params=True, state_dict_type="LOCAL_STATE_DICT"),
+            dtype=torch.float32,
+            seed=0,
+            world_size=2,
+        ),
+    ),
 }
 
 
@@ -197,13 +264,27 @@ def _params() -> list[Any]:
     for name in _REGISTERING:
         reason = _missing(name)
         if reason:  # a torch without what the property needs: its bugs can't run here, and say so
-            out.append(pytest.param(f"{name}-entries", id=f"{name}-entries", marks=pytest.mark.skip(
-                reason=f"the {name} property's known bugs: this torch can't run it: {reason}")))
+            out.append(
+                pytest.param(
+                    f"{name}-entries",
+                    id=f"{name}-entries",
+                    marks=pytest.mark.skip(
+                        reason=f"the {name} property's known bugs: this torch can't run it: {reason}"
+                    ),
+                )
+            )
         else:
             importlib.import_module(f"fuzzdist.properties.{name}")
     for bug_id in sorted(known_bugs.registry()):
-        marks = [] if bug_id in PINNED else [pytest.mark.skip(
-            reason=f"no pinned example of {bug_id} runs from pytest here (see its reproducer script)")]
+        marks = (
+            []
+            if bug_id in PINNED
+            else [
+                pytest.mark.skip(
+                    reason=f"no pinned example of {bug_id} runs from pytest here (see its reproducer script)"
+                )
+            ]
+        )
         out.append(pytest.param(bug_id, id=bug_id, marks=marks))
     return out
 

@@ -38,8 +38,9 @@ def test_pg_conforms(pg_conformance, check):  # noqa: F811 - the imported fixtur
         pytest.fail(report.failure.message, pytrace=False)
     factory_errors = pg_conformance.report.factory_errors
     if factory_errors:
-        pytest.fail("the factory failed: " + "; ".join(f"world size {w}: {m}" for w, m in factory_errors.items()),
-                    pytrace=False)
+        pytest.fail(
+            "the factory failed: " + "; ".join(f"world size {w}: {m}" for w, m in factory_errors.items()), pytrace=False
+        )
     assert report.status in ("conforms", "known"), f"{check}: {report.status} ({report.note})"
     _tally_known(report.known)
 

@@ -13,8 +13,14 @@ from fuzzdist.properties import shared_tensors as shared
 
 
 @pytest.mark.fuzzdist(world_size=[2, 3])  # 3 ranks: two receivers, each needing its own handle
-@given(data=st.data(), spec=shared.SPECS, seed=shared.SEEDS, mode=shared.MODES, write_pattern=shared.WRITE_PATTERNS,
-       write_seed=shared.SEEDS)
+@given(
+    data=st.data(),
+    spec=shared.SPECS,
+    seed=shared.SEEDS,
+    mode=shared.MODES,
+    write_pattern=shared.WRITE_PATTERNS,
+    write_seed=shared.SEEDS,
+)
 def test_shared_tensors_see_writes(rank_pool, data, spec, seed, mode, write_pattern, write_seed):
     """Each rank sees the shared tensor's layout and values, then every rank's write, whatever
     the dtype, layout, storage offset, source, writers and sharing strategy. No rank still holds

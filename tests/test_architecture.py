@@ -84,7 +84,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
                 stack.pop()
                 continue
             if state.get(child) == 1:
-                return path[path.index(child):] + [child]
+                return path[path.index(child) :] + [child]
             if not state.get(child):
                 state[child] = 1
                 path.append(child)
@@ -120,7 +120,8 @@ def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
             continue
         source = _package(module)
         packages.setdefault(source, set()).update(
-            _package(target) for target in imported if target != "fuzzdist" and _package(target) != source)
+            _package(target) for target in imported if target != "fuzzdist" and _package(target) != source
+        )
     return packages
 
 
@@ -150,16 +151,16 @@ def layer_violations(graph: dict[str, set[str]], layers: list[set[str]] = LAYERS
             continue
         source = _package(module)
         if source not in level:
-            found.add(f"{source} is in no layer: place it in LAYERS (tests/test_architecture.py) and in "
-                      "docs/architecture.md")
+            found.add(
+                f"{source} is in no layer: place it in LAYERS (tests/test_architecture.py) and in docs/architecture.md"
+            )
             continue
         for target in imported:
             upper = _package(target)
             if target == "fuzzdist" or upper == source or upper not in level:
                 continue  # the facade; its own package; a package in no layer is reported as a source
             if level[upper] > level[source]:
-                found.add(f"{module} (layer {level[source]}) imports {target} from a layer above it "
-                          f"({level[upper]})")
+                found.add(f"{module} (layer {level[source]}) imports {target} from a layer above it ({level[upper]})")
             elif level[upper] == level[source]:
                 found.add(f"{module} imports {target} from beside it (both in layer {level[source]})")
     return sorted(found)
@@ -175,15 +176,25 @@ def test_known_bugs_reach_the_families_only_through_the_one_list():
     in_tree = sorted(name for name in modules if name.endswith(".known_bugs") and name != "fuzzdist.known_bugs")
     assert sorted(ENTRY_MODULES) == in_tree
     # each serves its own family's check (check-pg's: check-pg's, and the functional property's gloo kernels)
-    assert all(name.split(".")[-2] in serves or name.startswith("fuzzdist.conformance.")
-               for name, serves in ENTRY_MODULES.items())
+    assert all(
+        name.split(".")[-2] in serves or name.startswith("fuzzdist.conformance.")
+        for name, serves in ENTRY_MODULES.items()
+    )
     assert all(name.startswith(("fuzzdist.properties.", "fuzzdist.conformance.")) for name in ENTRY_MODULES)
     graph = import_graph()
-    above = [f"{m} imports {t}" for m in graph if _package(m) == "fuzzdist.known_bugs"
-             for t in graph[m] if _package(t) in ("fuzzdist.properties", "fuzzdist.conformance")]
+    above = [
+        f"{m} imports {t}"
+        for m in graph
+        if _package(m) == "fuzzdist.known_bugs"
+        for t in graph[m]
+        if _package(t) in ("fuzzdist.properties", "fuzzdist.conformance")
+    ]
     assert not above, "\n".join(above)
-    loaders = [m for m, path in modules.items() if _package(m) == "fuzzdist.known_bugs"
-               and "importlib" in path.read_text(encoding="utf-8")]
+    loaders = [
+        m
+        for m, path in modules.items()
+        if _package(m) == "fuzzdist.known_bugs" and "importlib" in path.read_text(encoding="utf-8")
+    ]
     assert loaders == ["fuzzdist.known_bugs.entries"]
 
 
@@ -224,23 +235,29 @@ def test_a_planted_upward_import_is_caught_where_no_cycle_is(tmp_path):
     """An upward import with no way back makes no cycle: only the order catches it.  So does an import
     between two packages of one layer, and a subpackage nobody placed."""
     package = tmp_path / "fuzzdist"
-    _plant(package, {
-        "__init__.py": "", "errors.py": "",
-        "pool/__init__.py": "from fuzzdist import errors\n",
-        "pool/local.py": "def start():\n    from fuzzdist.cli import run  # planted: pool reaching up to cli\n",
-        "cli/__init__.py": "", "cli/run.py": "from fuzzdist.pool import local\n",
-        "toolkit/__init__.py": "", "toolkit/reorder.py": "import fuzzdist.driver.plugin  # planted: sideways\n",
-        "driver/__init__.py": "", "driver/plugin.py": "",
-        "gadgets/__init__.py": "from fuzzdist.errors import *\n",
-    })
+    _plant(
+        package,
+        {
+            "__init__.py": "",
+            "errors.py": "",
+            "pool/__init__.py": "from fuzzdist import errors\n",
+            "pool/local.py": "def start():\n    from fuzzdist.cli import run  # planted: pool reaching up to cli\n",
+            "cli/__init__.py": "",
+            "cli/run.py": "from fuzzdist.pool import local\n",
+            "toolkit/__init__.py": "",
+            "toolkit/reorder.py": "import fuzzdist.driver.plugin  # planted: sideways\n",
+            "driver/__init__.py": "",
+            "driver/plugin.py": "",
+            "gadgets/__init__.py": "from fuzzdist.errors import *\n",
+        },
+    )
     graph = import_graph(package)
     assert find_cycle(package_graph(graph)) is not None  # pool <-> cli: the cycle test sees this one ...
     (package / "cli" / "run.py").write_text("", encoding="utf-8")
     graph = import_graph(package)
     assert find_cycle(package_graph(graph)) is None  # ... but not this one
     assert layer_violations(graph) == [
-        "fuzzdist.gadgets is in no layer: place it in LAYERS (tests/test_architecture.py) and in "
-        "docs/architecture.md",
+        "fuzzdist.gadgets is in no layer: place it in LAYERS (tests/test_architecture.py) and in docs/architecture.md",
         "fuzzdist.pool.local (layer 3) imports fuzzdist.cli.run from a layer above it (7)",
         "fuzzdist.toolkit.reorder imports fuzzdist.driver.plugin from beside it (both in layer 4)",
     ]
@@ -255,8 +272,9 @@ def _private_imports_across_packages() -> list[str]:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
             if isinstance(node, ast.ImportFrom):
                 base = _resolve(module, is_package, node.level, node.module)
-                targets = [(f"{base}.{a.name}", None) if f"{base}.{a.name}" in modules else (base, a.name)
-                           for a in node.names]
+                targets = [
+                    (f"{base}.{a.name}", None) if f"{base}.{a.name}" in modules else (base, a.name) for a in node.names
+                ]
             elif isinstance(node, ast.Import):
                 targets = [(alias.name, None) for alias in node.names]
             else:
@@ -292,7 +310,8 @@ def test_nothing_reaches_properties_by_path_or_test_module_name():
                 continue
             text = path.read_text(encoding="utf-8")
             if _SYS_PATH_WITH_PROPERTIES.search(text) or (
-                    _SYS_PATH_CHANGE.search(text) and _PROPERTIES_LITERAL.search(text)):
+                _SYS_PATH_CHANGE.search(text) and _PROPERTIES_LITERAL.search(text)
+            ):
                 offenders.append(f"{path.relative_to(REPO)}: puts properties/ on sys.path")
             for match in _PROPERTY_TEST_IMPORT.finditer(text):
                 name = match.group(0).split()[-1].removeprefix("properties.")
@@ -306,12 +325,28 @@ def test_nothing_reaches_properties_by_path_or_test_module_name():
 
 # The public API (README's "API" table): every name these modules export has a docstring.
 PUBLIC_MODULES = [
-    "fuzzdist", "fuzzdist.pool", "fuzzdist.pool.torchrun", "fuzzdist.strategies", "fuzzdist.conformance",
-    "fuzzdist.conformance.ops", "fuzzdist.properties", "fuzzdist.toolkit.checks", "fuzzdist.toolkit.sharing",
-    "fuzzdist.toolkit.cuda_ipc", "fuzzdist.pool.capabilities", "fuzzdist.driver.newhooks", "fuzzdist.errors",
-    "fuzzdist.pool.capabilities.gloo", "fuzzdist.pool.capabilities.gpu", "fuzzdist.pool.capabilities.torch_features",
-    "fuzzdist.pool.capabilities.pool_args", "fuzzdist.pool.capabilities.backends",
-    "fuzzdist.toolkit.reorder", "fuzzdist.pool.rank.context", "fuzzdist.driver.profiles", "fuzzdist.known_bugs",
+    "fuzzdist",
+    "fuzzdist.pool",
+    "fuzzdist.pool.torchrun",
+    "fuzzdist.strategies",
+    "fuzzdist.conformance",
+    "fuzzdist.conformance.ops",
+    "fuzzdist.properties",
+    "fuzzdist.toolkit.checks",
+    "fuzzdist.toolkit.sharing",
+    "fuzzdist.toolkit.cuda_ipc",
+    "fuzzdist.pool.capabilities",
+    "fuzzdist.driver.newhooks",
+    "fuzzdist.errors",
+    "fuzzdist.pool.capabilities.gloo",
+    "fuzzdist.pool.capabilities.gpu",
+    "fuzzdist.pool.capabilities.torch_features",
+    "fuzzdist.pool.capabilities.pool_args",
+    "fuzzdist.pool.capabilities.backends",
+    "fuzzdist.toolkit.reorder",
+    "fuzzdist.pool.rank.context",
+    "fuzzdist.driver.profiles",
+    "fuzzdist.known_bugs",
 ]
 
 
@@ -319,8 +354,11 @@ def _public_names(module):
     names = getattr(module, "__all__", None)
     if names is not None:
         return list(names)
-    return [n for n in vars(module) if not n.startswith("_")
-            and getattr(getattr(module, n), "__module__", None) == module.__name__]
+    return [
+        n
+        for n in vars(module)
+        if not n.startswith("_") and getattr(getattr(module, n), "__module__", None) == module.__name__
+    ]
 
 
 def test_every_public_name_has_a_docstring():
@@ -330,8 +368,9 @@ def test_every_public_name_has_a_docstring():
 
     import fuzzdist.properties
 
-    modules = PUBLIC_MODULES + [f"fuzzdist.properties.{info.name}"
-                                for info in pkgutil.iter_modules(fuzzdist.properties.__path__)]
+    modules = PUBLIC_MODULES + [
+        f"fuzzdist.properties.{info.name}" for info in pkgutil.iter_modules(fuzzdist.properties.__path__)
+    ]
     missing = []
     for name in modules:
         try:

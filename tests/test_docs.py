@@ -123,8 +123,14 @@ def test_api_reference_renders_every_public_name():
         if f"fuzzdist.{name}" not in rendered and getattr(getattr(fuzzdist, name), "__module__", None) not in rendered
     ]
     assert not missing, f"docs/reference/ renders neither `::: fuzzdist.NAME` nor its module for {missing}"
-    for module in ("fuzzdist.errors", "fuzzdist.strategies", "fuzzdist.known_bugs", "fuzzdist.conformance",
-                   "fuzzdist.toolkit.checks", "fuzzdist.toolkit.oracle"):
+    for module in (
+        "fuzzdist.errors",
+        "fuzzdist.strategies",
+        "fuzzdist.known_bugs",
+        "fuzzdist.conformance",
+        "fuzzdist.toolkit.checks",
+        "fuzzdist.toolkit.oracle",
+    ):
         assert module in rendered, f"docs/reference/ does not render {module}"
 
 
@@ -215,7 +221,10 @@ def test_site_warnings_fail_the_ci_build():
     pytest.importorskip("griffe", reason="the docs extra: pip install -e '.[docs]'")
     for name in ("outside_pages", "docstring_references"):
         assert _load(name).log.name.startswith("mkdocs."), f"docs/_site/{name}.py must log under mkdocs"
-    build = [line for line in (REPO / ".ci" / "run").read_text(encoding="utf-8").splitlines()
-             if "mkdocs build" in line and not line.lstrip().startswith("#")]
+    build = [
+        line
+        for line in (REPO / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+        if "mkdocs build" in line and not line.lstrip().startswith("#")
+    ]
     assert len(build) == 1 and "--strict" in build[0], ".ci/run should build the docs with --strict"
     assert not re.search(r"\s(--quiet|-q)\b", build[0]), ".ci/run's docs build must not be --quiet"

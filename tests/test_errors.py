@@ -39,16 +39,18 @@ OUTSIDE_THE_FAMILY = {
 }
 
 
-
-
 def _designed_refusal(name: str, exc: ImportError) -> bool:
     """Is ``exc`` ``name``'s own refusal of the installed torch (not a broken import inside it)?"""
     tb = exc.__traceback__
     while tb is not None and tb.tb_next is not None:
         tb = tb.tb_next
     raised_by_module = tb is not None and tb.tb_frame.f_globals.get("__name__") == name
-    return (name in REFUSE_ON_OLDER_TORCH and raised_by_module and type(exc) is ImportError
-            and str(exc).startswith(f"torch {torch.__version__}"))
+    return (
+        name in REFUSE_ON_OLDER_TORCH
+        and raised_by_module
+        and type(exc) is ImportError
+        and str(exc).startswith(f"torch {torch.__version__}")
+    )
 
 
 def _exception_classes() -> dict[str, type[BaseException]]:
@@ -72,12 +74,16 @@ def test_every_fuzzdist_exception_is_a_fuzzdist_error():
     classes = _exception_classes()
     assert "fuzzdist.errors.RankError" in classes and "fuzzdist.errors.ReorderTimeout" in classes
     allowed = tuple(classes[name] for name in OUTSIDE_THE_FAMILY)
-    outside = sorted(name for name, cls in classes.items()
-                     if not issubclass(cls, (FuzzdistError, *allowed)) and not cls.__name__.startswith("_"))
+    outside = sorted(
+        name
+        for name, cls in classes.items()
+        if not issubclass(cls, (FuzzdistError, *allowed)) and not cls.__name__.startswith("_")
+    )
     assert outside == [], (
         f"{outside} don't derive from fuzzdist.errors.FuzzdistError: derive them from it (with the builtin "
         "they must stay, e.g. (FuzzdistError, ValueError)), or document in fuzzdist/errors.py why not "
-        "and add them here")
+        "and add them here"
+    )
     assert not any(issubclass(cls, FuzzdistError) for cls in allowed)
 
 
@@ -89,12 +95,16 @@ def test_rank_failures_are_assertion_errors(cls):
 def test_every_public_exception_class_is_in_errors_py():
     """One place to read every error fuzzdist raises: classes private to a module ("_" names) are
     control flow that never reaches a user; RemoteException is the user's own error, rebuilt."""
-    elsewhere = sorted(name for name, cls in _exception_classes().items()
-                       if not name.startswith("fuzzdist.errors.") and not cls.__name__.startswith("_"))
-    assert elsewhere == ["fuzzdist.known_bugs.catalogue.CatalogueError",
-                         "fuzzdist.known_bugs.catalogue_pages.PageError",
-                         "fuzzdist.pool.remote.RemoteException"], (
-        f"{elsewhere}: define public exception classes in fuzzdist/errors.py and import them where raised")
+    elsewhere = sorted(
+        name
+        for name, cls in _exception_classes().items()
+        if not name.startswith("fuzzdist.errors.") and not cls.__name__.startswith("_")
+    )
+    assert elsewhere == [
+        "fuzzdist.known_bugs.catalogue.CatalogueError",
+        "fuzzdist.known_bugs.catalogue_pages.PageError",
+        "fuzzdist.pool.remote.RemoteException",
+    ], f"{elsewhere}: define public exception classes in fuzzdist/errors.py and import them where raised"
 
 
 def test_failures_found_in_examples_are_assertion_errors():
@@ -103,10 +113,16 @@ def test_failures_found_in_examples_are_assertion_errors():
             assert issubclass(cls, AssertionError), name
 
 
-@pytest.mark.parametrize(("cls", "builtin"), [
-    (InvalidArgument, ValueError), (CallError, TypeError), (InvalidState, RuntimeError), (InvalidType, TypeError),
-    (InvalidStrategyArgument, hypothesis.errors.InvalidArgument),  # what every Hypothesis strategy raises
-])
+@pytest.mark.parametrize(
+    ("cls", "builtin"),
+    [
+        (InvalidArgument, ValueError),
+        (CallError, TypeError),
+        (InvalidState, RuntimeError),
+        (InvalidType, TypeError),
+        (InvalidStrategyArgument, hypothesis.errors.InvalidArgument),  # what every Hypothesis strategy raises
+    ],
+)
 def test_validation_errors_keep_their_builtin(cls, builtin):
     """``except ValueError`` around RankPool(...) still catches a bad argument, as before the family."""
     assert issubclass(cls, FuzzdistError) and issubclass(cls, builtin)
@@ -127,13 +143,17 @@ _BUILTINS_ALLOWED = {
 }
 # The pool's pipe transport keeps multiprocessing.Connection's contract (EOFError: the other end closed;
 # OSError: our end is closed): the pool catches both as a lost rank, and they never reach a user.
-_TRANSPORT_BUILTINS_ALLOWED = {("pool/framing.py", "EOFError"), ("pool/local.py", "OSError"),
-                               # the output writer keeps os's contract: an OSError with its errno, which
-                               # every caller reports as one "can't write PATH (why)" line
-                               ("campaign/output.py", "OSError"), ("campaign/output.py", "FileExistsError"),
-                               ("campaign/output.py", "IsADirectoryError"),
-                               # replay --export-script's writer too: replay reports it as "not exported: why"
-                               ("campaign/export_script.py", "OSError")}
+_TRANSPORT_BUILTINS_ALLOWED = {
+    ("pool/framing.py", "EOFError"),
+    ("pool/local.py", "OSError"),
+    # the output writer keeps os's contract: an OSError with its errno, which
+    # every caller reports as one "can't write PATH (why)" line
+    ("campaign/output.py", "OSError"),
+    ("campaign/output.py", "FileExistsError"),
+    ("campaign/output.py", "IsADirectoryError"),
+    # replay --export-script's writer too: replay reports it as "not exported: why"
+    ("campaign/export_script.py", "OSError"),
+}
 
 
 def test_fuzzdist_raises_only_its_own_errors():
@@ -146,8 +166,9 @@ def test_fuzzdist_raises_only_its_own_errors():
     offenders = []
     for path in sorted(Path(fuzzdist.__file__).parent.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if not (isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call)
-                    and isinstance(node.exc.func, ast.Name)):
+            if not (
+                isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) and isinstance(node.exc.func, ast.Name)
+            ):
                 continue
             name = node.exc.func.id
             builtin = getattr(builtins, name, None)

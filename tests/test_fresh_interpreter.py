@@ -25,32 +25,41 @@ def planted(tmp_path, monkeypatch):
 
 
 def test_the_answer_is_read_among_other_output(planted):
-    module = planted("planted_chatty_probe", f"""
+    module = planted(
+        "planted_chatty_probe",
+        f"""
         import sys
         print("a warning torch printed")
         print({ANSWER_PREFIX!r} + '{{"took": [1, 2]}}')
         print("more output after the answer")
         print("and on stderr", file=sys.stderr)
-    """)
+    """,
+    )
     answer = fresh_interpreter.ask(module, timeout=60)
     assert answer.given and answer.value == {"took": [1, 2]}
 
 
 def test_the_arguments_reach_the_probe(planted):
-    module = planted("planted_echo_probe", """
+    module = planted(
+        "planted_echo_probe",
+        """
         import sys
         from fuzzdist.fresh_interpreter import print_answer
         print_answer(sys.argv[1:])
-    """)
+    """,
+    )
     assert fresh_interpreter.ask(module, "cpu", "a,b", timeout=60).value == ["cpu", "a,b"]
 
 
 def test_a_probe_that_prints_no_answer_says_why(planted):
-    module = planted("planted_dying_probe", """
+    module = planted(
+        "planted_dying_probe",
+        """
         import sys
         print("not an answer")
         sys.exit("planted: the probe died")
-    """)
+    """,
+    )
     answer = fresh_interpreter.ask(module, timeout=60)
     assert not answer.given and answer.value is None
     assert answer.why == "python -m planted_dying_probe printed no answer (exit status 1); planted: the probe died"
@@ -59,8 +68,9 @@ def test_a_probe_that_prints_no_answer_says_why(planted):
 def test_an_answer_that_is_not_json_says_why(planted):
     module = planted("planted_garbled_probe", f"print({ANSWER_PREFIX!r} + '{{not json')")
     answer = fresh_interpreter.ask(module, timeout=60)
-    assert not answer.given and answer.why.startswith("python -m planted_garbled_probe printed an answer that "
-                                                      "is not JSON")
+    assert not answer.given and answer.why.startswith(
+        "python -m planted_garbled_probe printed an answer that is not JSON"
+    )
 
 
 def test_a_probe_past_its_timeout_is_stopped(planted):
@@ -71,11 +81,14 @@ def test_a_probe_past_its_timeout_is_stopped(planted):
 
 def test_a_probe_reading_stdin_reads_nothing(planted):
     """A probe never waits for input: its stdin is empty, not the caller's."""
-    module = planted("planted_reading_probe", """
+    module = planted(
+        "planted_reading_probe",
+        """
         import sys
         from fuzzdist.fresh_interpreter import print_answer
         print_answer(sys.stdin.read())
-    """)
+    """,
+    )
     assert fresh_interpreter.ask(module, timeout=60).value == ""
 
 
@@ -85,9 +98,12 @@ def test_the_child_runs_this_fuzzdist_whatever_the_working_directory(planted, tm
     other.mkdir(parents=True)
     (other / "__init__.py").write_text("raise ImportError('planted: the wrong fuzzdist')\n", encoding="utf-8")
     monkeypatch.chdir(other.parent)
-    module = planted("planted_where_probe", """
+    module = planted(
+        "planted_where_probe",
+        """
         import fuzzdist
         from fuzzdist.fresh_interpreter import print_answer
         print_answer(fuzzdist.__file__)
-    """)
+    """,
+    )
     assert Path(fresh_interpreter.ask(module, timeout=120).value) == Path(fuzzdist.__file__)

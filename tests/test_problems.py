@@ -10,31 +10,50 @@ from fuzzdist.toolkit.reporting import MAX_REPORTED, capped
 
 
 def test_a_problem_pickles_and_compares_by_value():
-    problem = Problem(Kind.MISMATCH, "output", index=3, got=1.0, expected=2.0, count=1, size=4,
-                      symptom=Symptom.STRIDES_IGNORED)
+    problem = Problem(
+        Kind.MISMATCH, "output", index=3, got=1.0, expected=2.0, count=1, size=4, symptom=Symptom.STRIDES_IGNORED
+    )
     assert pickle.loads(pickle.dumps(problem)) == problem
     assert problem != problem.with_symptom(Symptom.MEMORY_ORDER)
 
 
 def test_describe_words_each_kind():
     assert describe(Problem(Kind.MISMATCH, "output", index=0, got=1, expected=2, count=1, size=1)) == (
-        "output: 1 of 1 elements differ; first at flat index 0: got 1, expected 2")
+        "output: 1 of 1 elements differ; first at flat index 0: got 1, expected 2"
+    )
     assert describe(Problem(Kind.SHAPE, "x", got=((2,), "torch.int8"), expected=((3,), "torch.int8"))) == (
-        "x: got shape (2,) torch.int8, expected (3,) torch.int8")
+        "x: got shape (2,) torch.int8, expected (3,) torch.int8"
+    )
     assert describe(Problem.raised(ValueError("bad\nmore"), op="all_gather_object")) == (
-        "all_gather_object: raised ValueError: bad")
+        "all_gather_object: raised ValueError: bad"
+    )
     assert describe(Problem(Kind.MORE, count=3)) == "... and 3 more"
     assert describe(Problem(Kind.NOTE, rank=1, detail="left early")) == "rank 1: left early"
     assert describe(Problem(Kind.MISMATCH, "grad w", detail="not equal to DDP without a hook")) == (
-        "grad w: not equal to DDP without a hook")
+        "grad w: not equal to DDP without a hook"
+    )
 
 
 def test_describe_names_the_call_and_rank_and_adds_the_symptom_and_inputs():
-    problem = Problem(Kind.MISMATCH, "the reduced tensor", rank=0, call=2, op="allreduce", index=1, got=2.0,
-                      expected=1.0, count=1, size=2, inputs=(1.0, 0.0), inputs_at=1, symptom=Symptom.MEMORY_ORDER)
+    problem = Problem(
+        Kind.MISMATCH,
+        "the reduced tensor",
+        rank=0,
+        call=2,
+        op="allreduce",
+        index=1,
+        got=2.0,
+        expected=1.0,
+        count=1,
+        size=2,
+        inputs=(1.0, 0.0),
+        inputs_at=1,
+        symptom=Symptom.MEMORY_ORDER,
+    )
     assert describe(problem) == (
         "call 2 allreduce, rank 0, the reduced tensor: 1 of 2 elements differ; first at flat index 1: got 2.0, "
-        f"expected 1.0 ({Symptom.MEMORY_ORDER.value})\n      inputs at index 1: rank 0: 1.0, rank 1: 0.0")
+        f"expected 1.0 ({Symptom.MEMORY_ORDER.value})\n      inputs at index 1: rank 0: 1.0, rank 1: 0.0"
+    )
 
 
 def test_bools_that_hold_other_bytes_say_which():

@@ -29,14 +29,38 @@ ROLE = re.compile(r":(?:class|mod|func|attr|meth|data|exc|obj):`(~?)([^`<>]+)`")
 # A file path in code: ``name.py`` or ``dir/name.py`` (also .md, .toml, .ini, .json, .yml).
 FILE = re.compile(r"``([\w./-]+\.(?:py|md|toml|ini|json|yml))``")
 # Roots of names that are not fuzzdist's: they are checked by their own projects.
-FOREIGN = ("torch", "hypothesis", "pytest", "numpy", "cupy", "typing", "collections", "multiprocessing", "signal",
-           "os", "sys", "logging", "threading", "pickle", "concurrent", "dataclasses", "enum", "subprocess")
+FOREIGN = (
+    "torch",
+    "hypothesis",
+    "pytest",
+    "numpy",
+    "cupy",
+    "typing",
+    "collections",
+    "multiprocessing",
+    "signal",
+    "os",
+    "sys",
+    "logging",
+    "threading",
+    "pickle",
+    "concurrent",
+    "dataclasses",
+    "enum",
+    "subprocess",
+)
 
 # torch's own tests, which the property modules cite by name as what they generalise: not in this repository.
 TORCH_TESTS = {
-    "test_c10d_pypg.py", "test_c10d_spawn_gloo.py", "test_p2p_ipc.py", "test_cupy_as_tensor.py",
-    "test_zero_redundancy_optimizer.py", "test_fully_shard_training.py", "test_parallelize_api.py",
-    "test_tp_style.py", "test_schedule_multiproc.py",
+    "test_c10d_pypg.py",
+    "test_c10d_spawn_gloo.py",
+    "test_p2p_ipc.py",
+    "test_cupy_as_tensor.py",
+    "test_zero_redundancy_optimizer.py",
+    "test_fully_shard_training.py",
+    "test_parallelize_api.py",
+    "test_tp_style.py",
+    "test_schedule_multiproc.py",
 }
 # Where a path named in a docstring may be, besides the repository root and the module's own folder.
 SEARCHED = ("fuzzdist", "tests", "properties", "bench", "docs")

@@ -40,8 +40,12 @@ import pytest
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("fuzzdist", "fuzzdist: property testing of torch.distributed")
-    group.addoption("--fuzzdist-database", metavar="DIR_OR_URL", default=None,
-                    help="Hypothesis example database for every test: a directory or a redis:// URL")
+    group.addoption(
+        "--fuzzdist-database",
+        metavar="DIR_OR_URL",
+        default=None,
+        help="Hypothesis example database for every test: a directory or a redis:// URL",
+    )
 
 
 @pytest.hookimpl(trylast=True)

@@ -148,13 +148,24 @@ def build_section(ledger: Any, campaign_started: float) -> dict:
                 "files": {f: ranges(lines) for f, lines in sorted(shown.items())},
                 "timeline": _shift(ledger.scope_timelines.get(scope, []), shift),
             }
-    return _assemble([t.name for t in ledger.targets], ledger.mechanism, counted(ledger.total),
-                     {name: len(lines) for name, lines in exec_lines.items()}, properties,
-                     _shift(ledger.timeline, shift))
+    return _assemble(
+        [t.name for t in ledger.targets],
+        ledger.mechanism,
+        counted(ledger.total),
+        {name: len(lines) for name, lines in exec_lines.items()},
+        properties,
+        _shift(ledger.timeline, shift),
+    )
 
 
-def _assemble(packages: list[str], mechanism: str, reached: dict[str, set[int]], executable: dict[str, int],
-              properties: dict, timeline: list) -> dict:
+def _assemble(
+    packages: list[str],
+    mechanism: str,
+    reached: dict[str, set[int]],
+    executable: dict[str, int],
+    properties: dict,
+    timeline: list,
+) -> dict:
     files: dict[str, dict[str, Any]] = {}
     for name in sorted(set(executable) | set(reached)):
         lines = reached.get(name, set())
@@ -200,22 +211,36 @@ def merge_sections(sections: Sequence[dict | None]) -> dict | None:
                 for name, text in (entry.get("files") or {}).items():
                     files.setdefault(str(name), set()).update(parse_ranges(text))
                 timelines.append(entry.get("timeline") or [])
-    properties = {nodeid: {"lines_reached": sum(len(v) for v in files.values()),
-                           "files": {k: ranges(v) for k, v in sorted(files.items())},
-                           "timeline": _max_timeline(timelines)}
-                  for nodeid, (files, timelines) in found.items()}
+    properties = {
+        nodeid: {
+            "lines_reached": sum(len(v) for v in files.values()),
+            "files": {k: ranges(v) for k, v in sorted(files.items())},
+            "timeline": _max_timeline(timelines),
+        }
+        for nodeid, (files, timelines) in found.items()
+    }
     packages = list(dict.fromkeys(str(p) for part in parts for p in part.get("packages") or []))
     mechanism = "/".join(sorted({str(part.get("mechanism")) for part in parts}))
-    merged = _assemble(packages, mechanism, reached, executable, properties,
-                       _max_timeline([part.get("timeline") or [] for part in parts]))
+    merged = _assemble(
+        packages,
+        mechanism,
+        reached,
+        executable,
+        properties,
+        _max_timeline([part.get("timeline") or [] for part in parts]),
+    )
     merged["merged_from"] = len(parts)
     return merged
 
 
 def _max_timeline(timelines: Sequence[Any]) -> list[list[float]]:
-    points = sorted((float(p[0]), i, int(p[1])) for i, tl in enumerate(timelines) if isinstance(tl, list)
-                    for p in tl if isinstance(p, list | tuple) and len(p) == 2
-                    and all(isinstance(v, int | float) for v in p))
+    points = sorted(
+        (float(p[0]), i, int(p[1]))
+        for i, tl in enumerate(timelines)
+        if isinstance(tl, list)
+        for p in tl
+        if isinstance(p, list | tuple) and len(p) == 2 and all(isinstance(v, int | float) for v in p)
+    )
     best: dict[int, int] = {}
     out: list[list[float]] = []
     for t, i, n in points:
@@ -240,10 +265,12 @@ def summary_line(section: dict | None) -> str | None:
     files = [f for f in (section.get("files") or {}).values() if isinstance(f, dict) and f.get("executable")]
     touched = sum(1 for f in files if f.get("lines"))
     packages = ", ".join(str(p) for p in section.get("packages", []))
-    return (f"code reached on the ranks ({packages}): {_int(section.get('lines_reached')):,} of "
-            f"{_int(section.get('executable_lines')):,} executable lines ({section.get('percent', 0)}%), "
-            f"in {touched} of {len(files)} files; {len(section.get('never_reached') or [])} files never reached "
-            f"(measured with {section.get('mechanism')})")
+    return (
+        f"code reached on the ranks ({packages}): {_int(section.get('lines_reached')):,} of "
+        f"{_int(section.get('executable_lines')):,} executable lines ({section.get('percent', 0)}%), "
+        f"in {touched} of {len(files)} files; {len(section.get('never_reached') or [])} files never reached "
+        f"(measured with {section.get('mechanism')})"
+    )
 
 
 def html_section(section: dict | None) -> str:
@@ -253,44 +280,56 @@ def html_section(section: dict | None) -> str:
     from fuzzdist.campaign.charts import xy_chart
 
     e = _escape
-    parts = ['<section id="code-coverage"><h2>Code reached on the ranks</h2>',
-             f'<p>{e(summary_line(section))}. Executable lines are those inside functions: module and class '
-             'top-level lines run at import, before any example, and are not counted.</p>']
+    parts = [
+        '<section id="code-coverage"><h2>Code reached on the ranks</h2>',
+        f"<p>{e(summary_line(section))}. Executable lines are those inside functions: module and class "
+        "top-level lines run at import, before any example, and are not counted.</p>",
+    ]
     series = [("all properties", section.get("timeline") or [])]
     entries = [(str(n), e) for n, e in (section.get("properties") or {}).items() if isinstance(e, dict)]
     top = sorted(entries, key=lambda ne: -_int(ne[1].get("lines_reached")))[:CHART_PROPERTIES]
     series += [(nodeid, entry.get("timeline") or []) for nodeid, entry in top]
-    points = [(name, [(p[0], p[1]) for p in pts if isinstance(p, list | tuple) and len(p) == 2])
-              for name, pts in series]
-    title = "Lines reached over time" + (f" (the {len(top)} properties that reached most)"
-                                         if len(entries) > len(top) else "")
-    svg = xy_chart(title, points, x_title="seconds into the campaign",
-                   y_title="lines reached", height=320, counts=True)
+    points = [
+        (name, [(p[0], p[1]) for p in pts if isinstance(p, list | tuple) and len(p) == 2]) for name, pts in series
+    ]
+    title = "Lines reached over time" + (
+        f" (the {len(top)} properties that reached most)" if len(entries) > len(top) else ""
+    )
+    svg = xy_chart(title, points, x_title="seconds into the campaign", y_title="lines reached", height=320, counts=True)
     parts.append(f'<div class="chart">{svg}</div>')
     total = _int(section.get("executable_lines")) or 1
-    parts.append("<h3>Per property</h3><table><tr><th>property</th><th>lines reached</th><th>% of executable</th>"
-                 "<th>files</th></tr>")
-    for nodeid, entry in sorted((section.get("properties") or {}).items(),
-                                key=lambda kv: -_int((kv[1] or {}).get("lines_reached"))):
+    parts.append(
+        "<h3>Per property</h3><table><tr><th>property</th><th>lines reached</th><th>% of executable</th>"
+        "<th>files</th></tr>"
+    )
+    for nodeid, entry in sorted(
+        (section.get("properties") or {}).items(), key=lambda kv: -_int((kv[1] or {}).get("lines_reached"))
+    ):
         if not isinstance(entry, dict):
             continue
         n = _int(entry.get("lines_reached"))
-        parts.append(f"<tr><td>{e(nodeid)}</td><td>{n:,}</td><td>{100.0 * n / total:.1f}</td>"
-                     f"<td>{len(entry.get('files') or {})}</td></tr>")
-    parts.append("</table><h3>Per file</h3><table><tr><th>file</th><th>lines reached</th><th>executable</th>"
-                 "<th>%</th></tr>")
+        parts.append(
+            f"<tr><td>{e(nodeid)}</td><td>{n:,}</td><td>{100.0 * n / total:.1f}</td>"
+            f"<td>{len(entry.get('files') or {})}</td></tr>"
+        )
+    parts.append(
+        "</table><h3>Per file</h3><table><tr><th>file</th><th>lines reached</th><th>executable</th><th>%</th></tr>"
+    )
     files = section.get("files") or {}
     for name, entry in sorted(files.items(), key=lambda kv: (-_int((kv[1] or {}).get("lines")), kv[0])):
         if not isinstance(entry, dict) or not entry.get("lines"):
             continue
         n, m = _int(entry.get("lines")), _int(entry.get("executable"))
-        parts.append(f'<tr><td title="{e(entry.get("reached"))}">{e(name)}</td><td>{n:,}</td><td>{m:,}</td>'
-                     f"<td>{100.0 * n / m if m else 0:.1f}</td></tr>")
+        parts.append(
+            f'<tr><td title="{e(entry.get("reached"))}">{e(name)}</td><td>{n:,}</td><td>{m:,}</td>'
+            f"<td>{100.0 * n / m if m else 0:.1f}</td></tr>"
+        )
     never = section.get("never_reached") or []
     parts.append(f"</table><h3>Files never reached ({len(never)})</h3>")
     if never:
-        parts.append("<details><summary>show them</summary><ul>"
-                     + "".join(f"<li>{e(n)}</li>" for n in never) + "</ul></details>")
+        parts.append(
+            "<details><summary>show them</summary><ul>" + "".join(f"<li>{e(n)}</li>" for n in never) + "</ul></details>"
+        )
     parts.append("</section>")
     return "".join(parts)
 

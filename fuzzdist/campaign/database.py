@@ -165,6 +165,7 @@ class Database:
                 problem = _write_problem(Path(tmp))
                 error = f"the temporary folder {tmp}: {problem}" if problem else None
         return error or "what was read back is not what was saved"
+
     def too_large(self, key: bytes) -> int:
         """Entries of ``key`` left out because of their size (:class:`BoundedDatabase`)."""
         return self.db.too_large(key) if isinstance(self.db, BoundedDatabase) else 0
@@ -172,8 +173,10 @@ class Database:
 
 def too_large_note(what: str, n: int) -> str:
     """What a user is told of ``n`` entries of ``what`` left out because of their size."""
-    return (f"{what}: {n} stored entr{'y' if n == 1 else 'ies'} larger than {MAX_ENTRY_BYTES:,} bytes skipped "
-            "unread (no campaign writes one: someone else wrote it to the database)")
+    return (
+        f"{what}: {n} stored entr{'y' if n == 1 else 'ies'} larger than {MAX_ENTRY_BYTES:,} bytes skipped "
+        "unread (no campaign writes one: someone else wrote it to the database)"
+    )
 
 
 def redact(text: str) -> str:
@@ -187,12 +190,12 @@ def redact(text: str) -> str:
 def read_password_file(path: str) -> str:
     """The Redis password in ``path`` (its first line); DatabaseError if the file can't be read or others
     can read it (a password file must be private: ``chmod 600``)."""
-    data = read_private_file(path, f"the database password file {path}", "pass --database-password-file with",
-                             DatabaseError)
+    data = read_private_file(
+        path, f"the database password file {path}", "pass --database-password-file with", DatabaseError
+    )
     lines = data.decode("utf-8", "surrogateescape").splitlines()
     if not lines or not lines[0].strip():
-        raise DatabaseError(f"the database password file {path} is empty: put the Redis password on its "
-                            "first line")
+        raise DatabaseError(f"the database password file {path} is empty: put the Redis password on its first line")
     return lines[0].strip()
 
 
@@ -212,8 +215,9 @@ def is_redis(spec: str) -> bool:
     return spec.startswith(REDIS_SCHEMES)
 
 
-def open_database(spec: str | None, *, write: bool = True, must_exist: bool = False,
-                  password: str | None = None) -> Database:
+def open_database(
+    spec: str | None, *, write: bool = True, must_exist: bool = False, password: str | None = None
+) -> Database:
     """Open ``spec`` (a directory, or a ``redis://`` URL); raise DatabaseError if it can't be used.
 
     ``write``: check that a directory can be created and written.  ``must_exist``: a
@@ -229,18 +233,24 @@ def open_database(spec: str | None, *, write: bool = True, must_exist: bool = Fa
     if is_redis(spec):
         return Database(BoundedDatabase(_open_redis(spec, password)), redact(spec), False)
     if "://" in spec:
-        raise DatabaseError(f"--database {redact(spec)}: unknown URL scheme; pass a directory, "
-                            "or a redis://HOST:PORT/DB (rediss://, unix://) URL")
+        raise DatabaseError(
+            f"--database {redact(spec)}: unknown URL scheme; pass a directory, "
+            "or a redis://HOST:PORT/DB (rediss://, unix://) URL"
+        )
     path = Path(spec).expanduser()
     is_default = is_default or path.resolve() == Path(default_spec()).resolve()
     if must_exist and not path.is_dir():
-        raise DatabaseError(f"no example database at {spec} (no such directory): run `fuzzdist run` "
-                            "first, or pass --database with the directory or Redis URL a campaign used")
+        raise DatabaseError(
+            f"no example database at {spec} (no such directory): run `fuzzdist run` "
+            "first, or pass --database with the directory or Redis URL a campaign used"
+        )
     if write:
         reason = _write_problem(path, create=True)
         if reason is not None:
-            raise DatabaseError(f"can't write the example database directory {spec} ({reason}): pass "
-                                "--database with a writable directory, or a redis://HOST:PORT URL")
+            raise DatabaseError(
+                f"can't write the example database directory {spec} ({reason}): pass "
+                "--database with a writable directory, or a redis://HOST:PORT URL"
+            )
     return Database(BoundedDatabase(CheckedSaves(DirectoryBasedExampleDatabase(str(path)))), spec, is_default)
 
 
@@ -280,8 +290,10 @@ def redis_password(url: str, given: str | None = None) -> str | None:
     if env:
         return env
     if own == REDACTED:
-        raise DatabaseError(f"--database {redact(url)}: its password is hidden (***): set {PASSWORD_ENV} or pass "
-                            "--database-password-file with a file that holds it")
+        raise DatabaseError(
+            f"--database {redact(url)}: its password is hidden (***): set {PASSWORD_ENV} or pass "
+            "--database-password-file with a file that holds it"
+        )
     return None
 
 
@@ -297,8 +309,10 @@ def _open_redis(url: str, password: str | None = None) -> ExampleDatabase:
     try:
         import redis
     except ImportError:
-        raise DatabaseError(f"--database {shown} needs the redis Python package: "
-                            "pip install redis (or pip install 'fuzzdist[campaign]')") from None
+        raise DatabaseError(
+            f"--database {shown} needs the redis Python package: "
+            "pip install redis (or pip install 'fuzzdist[campaign]')"
+        ) from None
     from hypothesis.extra.redis import RedisExampleDatabase
 
     password = redis_password(url, password)
@@ -310,13 +324,16 @@ def _open_redis(url: str, password: str | None = None) -> ExampleDatabase:
         detail = redact(str(exc).strip().splitlines()[0]) if str(exc).strip() else type(exc).__name__
         if password:
             detail = detail.replace(password, REDACTED)
-        raise DatabaseError(f"can't reach the Redis example database at {shown} ({detail}): start "
-                            "redis-server there, or pass another --database (a directory or redis:// URL)") from None
+        raise DatabaseError(
+            f"can't reach the Redis example database at {shown} ({detail}): start "
+            "redis-server there, or pass another --database (a directory or redis:// URL)"
+        ) from None
     return CheckedSaves(RedisExampleDatabase(client, expire_after=REDIS_EXPIRE_AFTER))
 
 
 # ---------------------------------------------------------------------------------------
 # The index: which pytest node a Hypothesis database key belongs to.
+
 
 def record_in_index(db: ExampleDatabase, key: bytes, nodeid: str) -> None:
     """Note that ``key`` holds examples of ``nodeid`` (idempotent: the database stores sets)."""

@@ -43,8 +43,13 @@ def jobs_rule(cores: int, memory: int | None) -> int:
     return max(1, min(cores, fits))
 
 
-def default_jobs(device: str | None, in_torchrun: bool, cores: int, memory: int | None,
-                 env: dict[str, str] | os._Environ[str] = os.environ) -> int:
+def default_jobs(
+    device: str | None,
+    in_torchrun: bool,
+    cores: int,
+    memory: int | None,
+    env: dict[str, str] | os._Environ[str] = os.environ,
+) -> int:
     """``--jobs`` when it is not given (see the module's docstring)."""
     fixed = env.get(JOBS_ENV, "").strip()
     if fixed:
@@ -53,8 +58,10 @@ def default_jobs(device: str | None, in_torchrun: bool, cores: int, memory: int 
         except ValueError:
             value = 0
         if value < 1:
-            raise UsageError(f"${JOBS_ENV}={fixed!r} is not a number of workers: set it to a whole number, "
-                             f"at least 1, or unset it to use the cores")
+            raise UsageError(
+                f"${JOBS_ENV}={fixed!r} is not a number of workers: set it to a whole number, "
+                f"at least 1, or unset it to use the cores"
+            )
         return value
     if in_torchrun or device == "cuda":
         return 1

@@ -45,6 +45,7 @@ from fuzzdist.pool.rank.standalone import LOOPBACK
 
 # -- recording the calls ---------------------------------------------------------------------
 
+
 @dataclass
 class Call:
     """One ``pool.run`` call: what was sent and what came back."""
@@ -105,11 +106,13 @@ def wrap_pools(testargs: dict[str, Any], recording: Recording) -> dict[str, Any]
     """``testargs`` with every rank pool among them replaced by a :class:`RecordingPool`."""
     from fuzzdist.pool import Pool
 
-    return {name: RecordingPool(value, recording) if isinstance(value, Pool) else value
-            for name, value in testargs.items()}
+    return {
+        name: RecordingPool(value, recording) if isinstance(value, Pool) else value for name, value in testargs.items()
+    }
 
 
 # -- what the script checks -------------------------------------------------------------------
+
 
 def failure_of(recording: Recording, exc: BaseException) -> tuple[dict[str, Any] | None, str]:
     """(the script's FAILED record, "") for the failing example, or (None, why it can't be exported)."""
@@ -124,11 +127,17 @@ def failure_of(recording: Recording, exc: BaseException) -> tuple[dict[str, Any]
             results = pickle.dumps(last.results, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as error:  # noqa: BLE001 - anything the results' pickling raises
             return None, f"the results the property rejected can't be pickled ({error})"
-        return {"kind": "results", "results": base64.b64encode(results).decode(),
-                "summary": _first_line(str(exc)) or type(exc).__name__}, ""
+        return {
+            "kind": "results",
+            "results": base64.b64encode(results).decode(),
+            "summary": _first_line(str(exc)) or type(exc).__name__,
+        }, ""
     if isinstance(failure, RankError):
-        return {"kind": "raised", "types": {int(r): t for r, t in failure.exc_types.items()},
-                "summary": _first_line(str(failure))}, ""
+        return {
+            "kind": "raised",
+            "types": {int(r): t for r, t in failure.exc_types.items()},
+            "summary": _first_line(str(failure)),
+        }, ""
     if isinstance(failure, RankTimeout):
         return {"kind": "hang", "ranks": list(failure.ranks), "summary": _first_line(str(failure))}, ""
     if isinstance(failure, RankCrash):
@@ -169,8 +178,10 @@ def _imports_note(recording: Recording) -> str:
     else:
         note = "The pickled calls name no fuzzdist module."
     if others:
-        note += (f" It imports {', '.join(others)} from PATHS below (the test's own modules), and with them "
-                 "whatever they import (a test file: pytest and hypothesis, though neither runs).")
+        note += (
+            f" It imports {', '.join(others)} from PATHS below (the test's own modules), and with them "
+            "whatever they import (a test file: pytest and hypothesis, though neither runs)."
+        )
     return note
 
 
@@ -179,8 +190,16 @@ _STANDARD = {"builtins", "torch", "numpy", "collections", "copyreg", "_codecs", 
 
 def _project_paths() -> list[str]:
     """sys.path entries outside the Python installation: where the test files were imported from."""
-    installed = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix,
-                                                sysconfig.get_paths()["purelib"], sysconfig.get_paths()["stdlib"])}
+    installed = {
+        os.path.realpath(p)
+        for p in (
+            sys.prefix,
+            sys.base_prefix,
+            sys.exec_prefix,
+            sysconfig.get_paths()["purelib"],
+            sysconfig.get_paths()["stdlib"],
+        )
+    }
     paths = []
     for entry in sys.path:
         if not entry or not os.path.isabs(entry) or not os.path.isdir(entry):
@@ -200,20 +219,35 @@ def _safe(text: str) -> str:
 
 
 def _comment(text: str, indent: str = "#     ") -> str:
-    return "\n".join(indent + "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii")
-                                      for ch in line) for line in text.splitlines()) or indent + "(none)"
+    return (
+        "\n".join(
+            indent + "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in line)
+            for line in text.splitlines()
+        )
+        or indent + "(none)"
+    )
 
 
-def render(nodeid: str, what: str, example: str, recording: Recording, failed: dict[str, Any],
-           *, torch_version: str, script_name: str) -> str:
+def render(
+    nodeid: str,
+    what: str,
+    example: str,
+    recording: Recording,
+    failed: dict[str, Any],
+    *,
+    torch_version: str,
+    script_name: str,
+) -> str:
     """The text of the standalone script for one stored failure: a header, the standalone module's source
     (:func:`standalone_source`), and the failure as a :class:`~fuzzdist.pool.rank.standalone.Reproducer`."""
     note = f"The rank function is {recording.calls[-1].name}. {_imports_note(recording)}"
     imports = "\n".join(_safe(line) for line in textwrap.wrap(note, 100))
-    expected = {"raised": "a rank raises the exception type it raised then",
-                "hang": "the ranks hang",
-                "crash": "a rank process dies",
-                "results": "the ranks return the results the property rejected"}[failed["kind"]]
+    expected = {
+        "raised": "a rank raises the exception type it raised then",
+        "hang": "the ranks hang",
+        "crash": "a rank process dies",
+        "results": "the ranks return the results the property rejected",
+    }[failed["kind"]]
     header = f'''"""{_safe(nodeid)}: {_safe(what)}, exported by `fuzzdist replay --export-script`.
 
 Re-runs the shrunk example's {len(recording.calls)} rank call(s) (pool.run) on {recording.world_size} freshly spawned
@@ -233,23 +267,25 @@ different error came up; git bisect run skips such a build).  A results failure 
 the results the property rejected: FIXED there means the call no longer returns them (the
 property's own check is not in this script: `fuzzdist replay` runs it).
 """'''
-    return "\n".join([
-        header,
-        "# Minimal example, as Hypothesis printed it:",
-        _comment(example or "(Hypothesis printed no example)"),
-        "# What failed:",
-        _comment(failed["summary"]),
-        "# The code below is fuzzdist's own (fuzzdist/pool/rank/standalone.py); the stored failure follows it.",
-        standalone_source(),
-        "",
-        "# -- the stored failure " + "-" * 72,
-        "",
-        _reproducer(nodeid, recording, failed),
-        "",
-        'if __name__ == "__main__":',
-        "    sys.exit(main(REPRODUCER))",
-        "",
-    ])
+    return "\n".join(
+        [
+            header,
+            "# Minimal example, as Hypothesis printed it:",
+            _comment(example or "(Hypothesis printed no example)"),
+            "# What failed:",
+            _comment(failed["summary"]),
+            "# The code below is fuzzdist's own (fuzzdist/pool/rank/standalone.py); the stored failure follows it.",
+            standalone_source(),
+            "",
+            "# -- the stored failure " + "-" * 72,
+            "",
+            _reproducer(nodeid, recording, failed),
+            "",
+            'if __name__ == "__main__":',
+            "    sys.exit(main(REPRODUCER))",
+            "",
+        ]
+    )
 
 
 def _chunks(data: str, indent: str) -> str:
@@ -262,27 +298,31 @@ def _reproducer(nodeid: str, recording: Recording, failed: dict[str, Any]) -> st
     """``REPRODUCER = Reproducer(...)``: the stored failure as Python source, its base64 strings wrapped."""
     indent = " " * 8
     calls = [f"{indent}({_chunks(base64.b64encode(c.payload).decode(), indent)}, {c.seed})," for c in recording.calls]
-    failed_items = [f"{indent}{key!r}: {_chunks(value, indent) if key == 'results' else repr(value)},"
-                    for key, value in failed.items()]
+    failed_items = [
+        f"{indent}{key!r}: {_chunks(value, indent) if key == 'results' else repr(value)},"
+        for key, value in failed.items()
+    ]
     device = "cuda" if str(recording.device).startswith("cuda") else "cpu"
-    return "\n".join([
-        "REPRODUCER = Reproducer(",
-        f"    nodeid={nodeid!r},",
-        f"    world_size={recording.world_size!r},",
-        f"    backend={recording.backend!r},",
-        f"    device={device!r},",
-        f"    timeout_s={float(recording.timeout)!r},  # the pool's per-example timeout when the property failed",
-        f"    paths={_project_paths()!r},  # where the test's modules were imported from",
-        "    # The example's rank calls, in order: the pickled (fn, args, kwargs) and the seed the pool derived",
-        "    # from it.",
-        "    calls=[",
-        *calls,
-        "    ],",
-        "    failed={",
-        *failed_items,
-        "    },",
-        ")",
-    ])
+    return "\n".join(
+        [
+            "REPRODUCER = Reproducer(",
+            f"    nodeid={nodeid!r},",
+            f"    world_size={recording.world_size!r},",
+            f"    backend={recording.backend!r},",
+            f"    device={device!r},",
+            f"    timeout_s={float(recording.timeout)!r},  # the pool's per-example timeout when the property failed",
+            f"    paths={_project_paths()!r},  # where the test's modules were imported from",
+            "    # The example's rank calls, in order: the pickled (fn, args, kwargs) and the seed the pool derived",
+            "    # from it.",
+            "    calls=[",
+            *calls,
+            "    ],",
+            "    failed={",
+            *failed_items,
+            "    },",
+            ")",
+        ]
+    )
 
 
 @functools.cache
@@ -296,8 +336,12 @@ def standalone_source() -> str:
     body = ast.parse(source).body
     for node in body:
         end = node.end_lineno or node.lineno
-        if (node is body[0] and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
-                and isinstance(node.value.value, str)):
+        if (
+            node is body[0]
+            and isinstance(node, ast.Expr)
+            and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str)
+        ):
             replaced[node.lineno - 1] = (end, [])
         elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "fuzzdist":
             replaced[node.lineno - 1] = (end, _embedded(node))
@@ -319,8 +363,10 @@ def _embedded(node: ast.ImportFrom) -> list[str]:
     lines: list[str] = []
     for alias in node.names:
         if alias.asname is not None:
-            raise RuntimeError(f"fuzzdist bug: standalone.py imports {alias.name} as {alias.asname}, "
-                               "which an exported script can't hold")
+            raise RuntimeError(
+                f"fuzzdist bug: standalone.py imports {alias.name} as {alias.asname}, "
+                "which an exported script can't hold"
+            )
         lines.append(f"# {node.module}.{alias.name}, as fuzzdist defines it:")
         lines.extend(textwrap.dedent(inspect.getsource(getattr(module, alias.name))).rstrip().splitlines())
         lines.extend(["", ""])
@@ -328,6 +374,7 @@ def _embedded(node: ast.ImportFrom) -> list[str]:
 
 
 # -- the output directory ---------------------------------------------------------------------
+
 
 class ExportDir:
     """The ``--export-script`` directory: checked up front; each script a new file, written by
@@ -339,15 +386,18 @@ class ExportDir:
         path = Path(spec).expanduser()
         self.spec = spec
         if path.is_symlink():
-            raise UsageError(f"--export-script {spec} is a symbolic link: pass a real directory "
-                             "(the scripts are never written through a link)")
+            raise UsageError(
+                f"--export-script {spec} is a symbolic link: pass a real directory "
+                "(the scripts are never written through a link)"
+            )
         if path.exists() and not path.is_dir():
             raise UsageError(f"--export-script {spec} is not a directory: pass a directory to write the scripts to")
         try:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise UsageError(f"can't use --export-script {spec} ({exc.strerror or exc}): "
-                             "pass a directory you can write") from None
+            raise UsageError(
+                f"can't use --export-script {spec} ({exc.strerror or exc}): pass a directory you can write"
+            ) from None
         if check_output(path / "script.py") is not None:
             raise UsageError(f"can't write to --export-script {spec}: pass a directory you can write")
         self.path = path

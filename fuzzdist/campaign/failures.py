@@ -35,8 +35,14 @@ class FailureLog:
     ones on ``progress``, notes in the database index which test a key belongs to, and calls
     ``write_report`` whenever the records change."""
 
-    def __init__(self, state: CampaignState, database: Database, progress: Progress,
-                 pytest_options: Sequence[str], write_report: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        state: CampaignState,
+        database: Database,
+        progress: Progress,
+        pytest_options: Sequence[str],
+        write_report: Callable[[], None],
+    ) -> None:
         self.state = state
         self.database = database
         self.progress = progress
@@ -44,9 +50,18 @@ class FailureLog:
         self._write_report = write_report
         self._indexed: set[str] = set()
 
-    def example_failed(self, item: Any, prop: PropertyState, exc: BaseException, kwargs: dict[str, Any],
-                       given: Collection[str], *, mask: frozenset[str], known_entries: frozenset[bytes],
-                       key: bytes | None) -> bool:
+    def example_failed(
+        self,
+        item: Any,
+        prop: PropertyState,
+        exc: BaseException,
+        kwargs: dict[str, Any],
+        given: Collection[str],
+        *,
+        mask: frozenset[str],
+        known_entries: frozenset[bytes],
+        key: bytes | None,
+    ) -> bool:
         """Record a failing example as it happens; True if its origin is in ``mask`` (the origins found
         in earlier rounds: it counts as a pass).  ``known_entries``: the failing examples stored before
         the round (bytes), to tell a replay from a new find; ``key``: the property's database key."""
@@ -66,11 +81,17 @@ class FailureLog:
         if known_entries:
             from_database = hc.current_example_bytes() in known_entries
         record = FailureRecord(
-            origin=origin, kind="failure", summary=summary(exc), example=example,
+            origin=origin,
+            kind="failure",
+            summary=summary(exc),
+            example=example,
             traceback="".join(traceback.format_exception(exc)),
             reproduce=reproduce_command(item.nodeid, self.database, self.pytest_options),
-            found_after_examples=prop.examples, found_after_s=round(self.state.elapsed(), 3),
-            from_database=from_database, hang=hang(exc))
+            found_after_examples=prop.examples,
+            found_after_s=round(self.state.elapsed(), 3),
+            from_database=from_database,
+            hang=hang(exc),
+        )
         prop.failures[origin] = record
         self._seen_with(item, record, hc.current_example_bytes())
         self.index(item.nodeid, key)
@@ -93,10 +114,15 @@ class FailureLog:
                 kind = "failure"
             record = prop.failures.get(origin)
             if record is None:
-                record = FailureRecord(origin=origin, kind=kind, summary=summary(leaf), example="",
-                                       reproduce=reproduce_command(item.nodeid, self.database, self.pytest_options),
-                                       found_after_examples=prop.examples,
-                                       found_after_s=round(self.state.elapsed(), 3))
+                record = FailureRecord(
+                    origin=origin,
+                    kind=kind,
+                    summary=summary(leaf),
+                    example="",
+                    reproduce=reproduce_command(item.nodeid, self.database, self.pytest_options),
+                    found_after_examples=prop.examples,
+                    found_after_s=round(self.state.elapsed(), 3),
+                )
                 prop.failures[origin] = record
                 self.progress.new_failure(self.state, prop, record.summary, False)
             record.kind = kind
@@ -145,9 +171,11 @@ class FailureLog:
                 record.reproduce = record.replay
             if why is not None and was is not False:
                 changed = True
-                self.progress.stream.write(f"fuzzdist: warning: the example database {self.database.spec} did not "
-                                           f"keep a failure of {prop.nodeid} ({why}); the report keeps it: "
-                                           f"{record.replay}\n")
+                self.progress.stream.write(
+                    f"fuzzdist: warning: the example database {self.database.spec} did not "
+                    f"keep a failure of {prop.nodeid} ({why}); the report keeps it: "
+                    f"{record.replay}\n"
+                )
         if changed:
             self._write_report()
 
@@ -206,11 +234,14 @@ def first_line(text: str) -> str:
 def failures_text(prop: PropertyState) -> str:
     """What a property's test fails with at the end of its campaign: each distinct failure, its
     minimal example, how to reproduce it, and its traceback."""
-    parts = [f"fuzzdist campaign found {len(prop.failures)} distinct failure(s) in {prop.nodeid} "
-             f"after {prop.examples:,} examples"]
+    parts = [
+        f"fuzzdist campaign found {len(prop.failures)} distinct failure(s) in {prop.nodeid} "
+        f"after {prop.examples:,} examples"
+    ]
     for i, failure in enumerate(prop.failures.values(), 1):
-        parts.append(f"\n[{i}] {failure.summary}\n    where: {failure.origin}\n    minimal example:\n"
-                     + "\n".join("        " + line for line in failure.example.splitlines())
-                     + f"\n    reproduce: {failure.reproduce}\n\n{failure.traceback}")
+        parts.append(
+            f"\n[{i}] {failure.summary}\n    where: {failure.origin}\n    minimal example:\n"
+            + "\n".join("        " + line for line in failure.example.splitlines())
+            + f"\n    reproduce: {failure.reproduce}\n\n{failure.traceback}"
+        )
     return "\n".join(parts)
-

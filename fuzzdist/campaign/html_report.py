@@ -40,12 +40,16 @@ MAX_GRID_CELLS = 10_000  # per property
 MAX_PAGE_GRID_CELLS = 50_000  # on the whole page
 MAX_VALUE_CHARS = 80  # an event value longer than this is cut in a grid's headers
 # Pairs a reader looks for first, when the property reached them (the others follow, folded).
-PAIR_ORDER = (("dtype", "layout"), ("dtype", "pattern"), ("layout", "ndim"), ("sharing", "dtype"),
-              ("sharing", "layout"), ("allocator", "dtype"), ("completion", "completion-has"),
-              ("ddp-depth", "ddp-batches"))
-
-
-
+PAIR_ORDER = (
+    ("dtype", "layout"),
+    ("dtype", "pattern"),
+    ("layout", "ndim"),
+    ("sharing", "dtype"),
+    ("sharing", "layout"),
+    ("allocator", "dtype"),
+    ("completion", "completion-has"),
+    ("ddp-depth", "ddp-batches"),
+)
 
 
 def check_report(report: object) -> dict:
@@ -56,11 +60,14 @@ def check_report(report: object) -> dict:
     traceback; what the page prints of it is escaped either way.
     """
     if not isinstance(report, dict) or not isinstance(report.get("properties"), list) or "format" not in report:
-        raise BadReport("it is not a fuzzdist campaign report (no 'format' and 'properties'): pass the file "
-                        "fuzzdist run wrote with --report")
+        raise BadReport(
+            "it is not a fuzzdist campaign report (no 'format' and 'properties'): pass the file "
+            "fuzzdist run wrote with --report"
+        )
     if not _is_int(report["format"]) or report["format"] > REPORT_FORMAT:
-        raise BadReport(f"its format {report['format']!r} is newer than this fuzzdist reads ({REPORT_FORMAT}): "
-                        "upgrade fuzzdist")
+        raise BadReport(
+            f"its format {report['format']!r} is newer than this fuzzdist reads ({REPORT_FORMAT}): upgrade fuzzdist"
+        )
     _fields(report, "", _REPORT_FIELDS)
     for name, sub in (("totals", _TOTALS_FIELDS), ("budget", _BUDGET_FIELDS)):
         if report.get(name) is not None:
@@ -78,8 +85,13 @@ def check_report(report: object) -> dict:
         for j, pair in enumerate(prop.get("event_pairs") or []):
             _fields(pair, f"{where}event_pairs[{j}].", {"x": str, "y": str, "cells": list})
             for k, cell in enumerate(pair.get("cells") or []):
-                if not (isinstance(cell, list) and len(cell) == 3 and isinstance(cell[0], str)
-                        and isinstance(cell[1], str) and _is_int(cell[2])):
+                if not (
+                    isinstance(cell, list)
+                    and len(cell) == 3
+                    and isinstance(cell[0], str)
+                    and isinstance(cell[1], str)
+                    and _is_int(cell[2])
+                ):
                     raise _bad(f"{where}event_pairs[{j}].cells[{k}]", "a [value, value, count] triple", cell)
         for j, bug in enumerate(prop.get("known_bugs") or []):
             _fields(bug, f"{where}known_bugs[{j}].", {"count": int})
@@ -109,18 +121,45 @@ def _all_finite(report: dict) -> None:
 _NUMBER = "number"  # an int or a float, not a bool
 # field -> its type; each may also be missing or null
 _REPORT_FIELDS: dict[str, object] = {
-    "status": str, "totals": dict, "budget": dict, "command": list, "elapsed_s": _NUMBER, "interrupted_by": str}
+    "status": str,
+    "totals": dict,
+    "budget": dict,
+    "command": list,
+    "elapsed_s": _NUMBER,
+    "interrupted_by": str,
+}
 _TOTALS_FIELDS: dict[str, object] = {
-    "examples": int, "distinct_failures": int, "failing_properties": int, "properties": int}
+    "examples": int,
+    "distinct_failures": int,
+    "failing_properties": int,
+    "properties": int,
+}
 _BUDGET_FIELDS: dict[str, object] = {"duration_s": _NUMBER, "max_examples_per_property": int}
 _PROPERTY_FIELDS: dict[str, object] = {
-    "nodeid": str, "status": str, "examples": int, "invalid_examples": int, "examples_per_s": _NUMBER,
-    "elapsed_s": _NUMBER, "rounds": int, "distinct_failures": int, "known_sightings": int, "failures": list,
-    "events": dict, "event_pairs": list, "event_pairs_dropped": int, "known_bugs": list}
+    "nodeid": str,
+    "status": str,
+    "examples": int,
+    "invalid_examples": int,
+    "examples_per_s": _NUMBER,
+    "elapsed_s": _NUMBER,
+    "rounds": int,
+    "distinct_failures": int,
+    "known_sightings": int,
+    "failures": list,
+    "events": dict,
+    "event_pairs": list,
+    "event_pairs_dropped": int,
+    "known_bugs": list,
+}
 # numbers the page formats as such: present, they can't be null
 _NOT_NULL = {"examples", "examples_per_s", "invalid_examples", "found_after_examples", "occurrences"}
 _FAILURE_FIELDS: dict[str, object] = {
-    "found_after_s": _NUMBER, "found_after_examples": int, "occurrences": int, "hang": dict, "kind": str}
+    "found_after_s": _NUMBER,
+    "found_after_examples": int,
+    "occurrences": int,
+    "hang": dict,
+    "kind": str,
+}
 
 
 def _fields(obj: object, where: str, fields: dict[str, object]) -> None:
@@ -132,11 +171,11 @@ def _fields(obj: object, where: str, fields: dict[str, object]) -> None:
             raise _bad(where + name, "a number", value)
         if value is None:
             continue
-        ok = (_is_number(value) if kind == _NUMBER else _is_int(value) if kind is int
-              else isinstance(value, kind))  # type: ignore[arg-type]
+        ok = _is_number(value) if kind == _NUMBER else _is_int(value) if kind is int else isinstance(value, kind)  # type: ignore[arg-type]
         if not ok:
-            what = {_NUMBER: "a number", int: "a whole number", str: "a string", list: "a list",
-                    dict: "an object"}[kind]
+            what = {_NUMBER: "a number", int: "a whole number", str: "a string", list: "a list", dict: "an object"}[
+                kind
+            ]
             raise _bad(where + name, what, value)
 
 
@@ -150,8 +189,10 @@ def _is_number(value: object) -> bool:
 
 def _bad(field: str, what: str, value: object) -> BadReport:
     shown = repr(value)
-    return BadReport(f"its field {field} should be {what}, not {shown[:60] + '...' if len(shown) > 60 else shown}: "
-                     "the report is damaged or was edited; pass the file fuzzdist run wrote with --report")
+    return BadReport(
+        f"its field {field} should be {what}, not {shown[:60] + '...' if len(shown) > 60 else shown}: "
+        "the report is damaged or was edited; pass the file fuzzdist run wrote with --report"
+    )
 
 
 def render_page(report: dict) -> str:
@@ -165,45 +206,70 @@ def render_page(report: dict) -> str:
     budget = [MAX_PAGE_GRID_CELLS]  # grid cells the page may still draw
     body += [_property(i, prop, budget) for i, prop in enumerate(props)]
     # A lone surrogate (a non-UTF-8 byte in a path or an argument) can't be written as UTF-8: shown escaped.
-    return encodable(f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">{refresh}'
-            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<title>{_e(title)}</title><style>{CSS}</style></head>\n<body>\n" + "\n".join(body)
-            + '\n<footer>Written by fuzzdist from the campaign\'s JSON report: '
-            + _e(f"fuzzdist {report.get('fuzzdist_version', '?')}, hypothesis {report.get('hypothesis_version', '?')}"
-                 f", torch {report.get('torch_version', '?')}") + "</footer>\n</body></html>\n")
-
+    return encodable(
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">{refresh}'
+        f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{_e(title)}</title><style>{CSS}</style></head>\n<body>\n"
+        + "\n".join(body)
+        + "\n<footer>Written by fuzzdist from the campaign's JSON report: "
+        + _e(
+            f"fuzzdist {report.get('fuzzdist_version', '?')}, hypothesis {report.get('hypothesis_version', '?')}"
+            f", torch {report.get('torch_version', '?')}"
+        )
+        + "</footer>\n</body></html>\n"
+    )
 
 
 # -- the campaign as a whole ------------------------------------------------------------------
+
 
 def _header(report: dict, props: list[dict]) -> str:
     totals = report.get("totals") or {}
     status = str(report.get("status", "?"))
     by = report.get("interrupted_by")
     budget = report.get("budget") or {}
-    budget_text = " or ".join(
-        ([fmt_seconds(budget["duration_s"])] if budget.get("duration_s") else [])
-        + ([f"{budget['max_examples_per_property']:,} examples per property"]
-           if budget.get("max_examples_per_property") else [])) or "-"
-    facts = [("status", status + (f" (by {by})" if by else "")),
-             ("command", " ".join(str(a) for a in report.get("command", []))),
-             ("started", report.get("started")), ("updated", report.get("updated")),
-             ("finished", report.get("finished") or "-"), ("elapsed", fmt_seconds(report.get("elapsed_s"))),
-             ("budget", budget_text), ("device", report.get("device") or "-"),
-             ("world size", report.get("world_size") or "the markers'"), ("database", report.get("database"))]
+    budget_text = (
+        " or ".join(
+            ([fmt_seconds(budget["duration_s"])] if budget.get("duration_s") else [])
+            + (
+                [f"{budget['max_examples_per_property']:,} examples per property"]
+                if budget.get("max_examples_per_property")
+                else []
+            )
+        )
+        or "-"
+    )
+    facts = [
+        ("status", status + (f" (by {by})" if by else "")),
+        ("command", " ".join(str(a) for a in report.get("command", []))),
+        ("started", report.get("started")),
+        ("updated", report.get("updated")),
+        ("finished", report.get("finished") or "-"),
+        ("elapsed", fmt_seconds(report.get("elapsed_s"))),
+        ("budget", budget_text),
+        ("device", report.get("device") or "-"),
+        ("world size", report.get("world_size") or "the markers'"),
+        ("database", report.get("database")),
+    ]
     rows = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in facts)
     error = f'<p class="error">error: {_e(report["error"])}</p>' if report.get("error") else ""
     failing = totals.get("distinct_failures", 0)
     sightings = sum(_known_count(p) for p in props)
-    headline = (f"{totals.get('examples', 0):,} examples, {failing} distinct failure(s) in "
-                f"{totals.get('failing_properties', 0)} of {totals.get('properties', len(props))} properties")
+    headline = (
+        f"{totals.get('examples', 0):,} examples, {failing} distinct failure(s) in "
+        f"{totals.get('failing_properties', 0)} of {totals.get('properties', len(props))} properties"
+    )
     if sightings:
         bugs = {b["id"] for p in props for b in _known_bugs(p)}
-        headline += (f"; {sightings:,} sighting(s) of {len(bugs)} known torch bug(s) in "
-                     f"{sum(1 for p in props if _known_count(p))} properties (counted, not failures)")
-    table = ['<table class="props"><thead><tr><th>property</th><th>status</th><th>examples</th><th>ex/s</th>'
-             "<th>failures</th><th>known</th><th>never-reached pairs</th><th>stopped because</th></tr></thead>"
-             "<tbody>"]
+        headline += (
+            f"; {sightings:,} sighting(s) of {len(bugs)} known torch bug(s) in "
+            f"{sum(1 for p in props if _known_count(p))} properties (counted, not failures)"
+        )
+    table = [
+        '<table class="props"><thead><tr><th>property</th><th>status</th><th>examples</th><th>ex/s</th>'
+        "<th>failures</th><th>known</th><th>never-reached pairs</th><th>stopped because</th></tr></thead>"
+        "<tbody>"
+    ]
     for i, prop in enumerate(props):
         grids = _grids(prop)
         never = sum(g.never for g in grids)
@@ -213,15 +279,19 @@ def _header(report: dict, props: list[dict]) -> str:
             f'</td><td>{_e(prop.get("status"))}</td><td class="n">{prop.get("examples", 0):,}</td>'
             f'<td class="n">{prop.get("examples_per_s", 0):.1f}</td>'
             f'<td class="n{" bad" if prop.get("distinct_failures") else ""}">'
-            f'{_e(prop.get("distinct_failures", 0))}</td>'
+            f"{_e(prop.get('distinct_failures', 0))}</td>"
             f'<td class="n{" known" if _known_count(prop) else ""}">{_known_count(prop):,}</td>'
             f'<td class="n">{f"{never} of {cells}" if cells else "-"}</td>'
-            f'<td>{_e(prop.get("stop_reason") or prop.get("reason") or "")}</td></tr>')
+            f"<td>{_e(prop.get('stop_reason') or prop.get('reason') or '')}</td></tr>"
+        )
     table.append("</tbody></table>")
     cls = "bad" if failing else "known" if sightings else "good"
-    return (f'<header id="summary"><h1>fuzzdist campaign <span class="{cls}">{_e(status)}</span></h1>'
-            f'<p class="headline {cls}">{_e(headline)}</p>{error}<table class="facts">{rows}</table>'
-            + "".join(table) + "</header>")
+    return (
+        f'<header id="summary"><h1>fuzzdist campaign <span class="{cls}">{_e(status)}</span></h1>'
+        f'<p class="headline {cls}">{_e(headline)}</p>{error}<table class="facts">{rows}</table>'
+        + "".join(table)
+        + "</header>"
+    )
 
 
 def _known_section(props: list[dict]) -> str:
@@ -234,15 +304,19 @@ def _known_section(props: list[dict]) -> str:
             entry["properties"].append(str(prop.get("nodeid")))
     if not seen:
         return ""
-    parts = ['<section id="known"><h2>Known torch bugs seen</h2><p class="note">Failures of torch\'s own that '
-             "fuzzdist recognises (<code>fuzzdist.known_bugs</code>): counted, not failures, so the search went "
-             "on past them. Each has a standalone reproducer.</p>"]
+    parts = [
+        '<section id="known"><h2>Known torch bugs seen</h2><p class="note">Failures of torch\'s own that '
+        "fuzzdist recognises (<code>fuzzdist.known_bugs</code>): counted, not failures, so the search went "
+        "on past them. Each has a standalone reproducer.</p>"
+    ]
     for bug_id, entry in seen.items():
-        parts.append(f'<div class="known-bug" id="known-{_e(bug_id)}">'
-                     + _known_bug_html(entry["bug"], entry["count"], entry["properties"])
-                     + f'<p>first seen in <code>{_e(entry["first"].get("nodeid"))}</code> on:</p>'
-                     f'<pre class="example">{_e(entry["bug"].get("example"))}</pre>'
-                     f'<p>failure:</p><pre>{_e(entry["bug"].get("failure"))}</pre></div>')
+        parts.append(
+            f'<div class="known-bug" id="known-{_e(bug_id)}">'
+            + _known_bug_html(entry["bug"], entry["count"], entry["properties"])
+            + f"<p>first seen in <code>{_e(entry['first'].get('nodeid'))}</code> on:</p>"
+            f'<pre class="example">{_e(entry["bug"].get("example"))}</pre>'
+            f"<p>failure:</p><pre>{_e(entry['bug'].get('failure'))}</pre></div>"
+        )
     parts.append("</section>")
     return "".join(parts)
 
@@ -250,16 +324,25 @@ def _known_section(props: list[dict]) -> str:
 def _known_bug_html(bug: dict, count: int, properties: list[str] | None = None) -> str:
     """A known bug's heading and facts: id, sightings, summary, upstream link, reproducer (and properties)."""
     upstream = str(bug.get("upstream") or "")
-    link = (f'<a href="{_e(upstream)}" rel="noreferrer">{_e(upstream)}</a>' if re.match(r"https?://", upstream)
-            else _e(upstream or "-"))  # only web links become links (the JSON could carry javascript:)
+    link = (
+        f'<a href="{_e(upstream)}" rel="noreferrer">{_e(upstream)}</a>'
+        if re.match(r"https?://", upstream)
+        else _e(upstream or "-")
+    )  # only web links become links (the JSON could carry javascript:)
     reproducer = bug.get("reproducer")
-    where = (f"<li>properties: {', '.join(f'<code>{_e(p)}</code>' for p in properties)}</li>"
-             if properties is not None else "")
-    return (f'<h4><span class="status status-known">KNOWN</span> <code>{_e(bug.get("id"))}</code> '
-            f'&times;{count:,}</h4><p>{_e(bug.get("summary"))}</p><ul class="known-facts">'
-            f"<li>upstream: {link}</li>"
-            + (f"<li>reproduce with torch alone: <code>python {_e(reproducer)}</code></li>" if reproducer else "")
-            + where + "</ul>")
+    where = (
+        f"<li>properties: {', '.join(f'<code>{_e(p)}</code>' for p in properties)}</li>"
+        if properties is not None
+        else ""
+    )
+    return (
+        f'<h4><span class="status status-known">KNOWN</span> <code>{_e(bug.get("id"))}</code> '
+        f'&times;{count:,}</h4><p>{_e(bug.get("summary"))}</p><ul class="known-facts">'
+        f"<li>upstream: {link}</li>"
+        + (f"<li>reproduce with torch alone: <code>python {_e(reproducer)}</code></li>" if reproducer else "")
+        + where
+        + "</ul>"
+    )
 
 
 def _timeline(report: dict, props: list[dict]) -> str:
@@ -268,33 +351,48 @@ def _timeline(report: dict, props: list[dict]) -> str:
     started = [p for p in props if p.get("status") not in ("pending", "skipped", "not run")]
     # Only the properties that failed get a line: thirty flat lines at 0 would bury them (and the legend).
     failing = [p for p in started if p.get("failures")]
-    series = [(str(p.get("nodeid")), failure_steps(p.get("failures") or [], _start(p), _end(p, end)))
-              for p in failing]
+    series = [(str(p.get("nodeid")), failure_steps(p.get("failures") or [], _start(p), _end(p, end))) for p in failing]
     empty = "no failure found yet" if started else "no property has run yet"
-    svg = xy_chart("Distinct failures over time", series, x_title="seconds into the campaign",
-                   y_title="distinct failures", height=300, counts=True, empty=empty)
+    svg = xy_chart(
+        "Distinct failures over time",
+        series,
+        x_title="seconds into the campaign",
+        y_title="distinct failures",
+        height=300,
+        counts=True,
+        empty=empty,
+    )
     quiet = len(started) - len(failing)
-    note = (f'<p class="note">{quiet} other propert{"y" if quiet == 1 else "ies"} that ran found no failure.</p>'
-            if quiet and failing else "")
-    return (f'<section id="timeline"><h2>Failures over time</h2><div class="chart">{svg}</div>{note}'
-            "</section>")
+    note = (
+        f'<p class="note">{quiet} other propert{"y" if quiet == 1 else "ies"} that ran found no failure.</p>'
+        if quiet and failing
+        else ""
+    )
+    return f'<section id="timeline"><h2>Failures over time</h2><div class="chart">{svg}</div>{note}</section>'
 
 
 # -- one property -----------------------------------------------------------------------------
 
+
 def _property(index: int, prop: dict, budget: list[int]) -> str:
     failures = prop.get("failures") or []
-    head = (f'<h2>{_e(prop.get("nodeid"))} <span class="status status-{_e(prop.get("status"))}">'
-            f'{_e(prop.get("status"))}</span></h2>')
+    head = (
+        f'<h2>{_e(prop.get("nodeid"))} <span class="status status-{_e(prop.get("status"))}">'
+        f"{_e(prop.get('status'))}</span></h2>"
+    )
     known = _known_count(prop)
-    numbers = (f'<p class="numbers">{prop.get("examples", 0):,} examples '
-               f'({prop.get("invalid_examples", 0):,} invalid) in {fmt_seconds(prop.get("elapsed_s"))}, '
-               f'{prop.get("examples_per_s", 0):.1f}/s, {_e(prop.get("rounds", 0))} round(s), '
-               f'{len(failures)} distinct failure(s)'
-               + (f", {known:,} sighting(s) of known torch bugs" if known else "")
-               + f'; stopped because: {_e(prop.get("stop_reason") or prop.get("reason") or "-")}</p>')
-    return (f'<section class="property" id="prop-{index}">{head}{numbers}{_throughput(prop)}'
-            f'{_failures(failures, known)}{_known_in(prop)}{_coverage(prop, budget)}</section>')
+    numbers = (
+        f'<p class="numbers">{prop.get("examples", 0):,} examples '
+        f"({prop.get('invalid_examples', 0):,} invalid) in {fmt_seconds(prop.get('elapsed_s'))}, "
+        f"{prop.get('examples_per_s', 0):.1f}/s, {_e(prop.get('rounds', 0))} round(s), "
+        f"{len(failures)} distinct failure(s)"
+        + (f", {known:,} sighting(s) of known torch bugs" if known else "")
+        + f"; stopped because: {_e(prop.get('stop_reason') or prop.get('reason') or '-')}</p>"
+    )
+    return (
+        f'<section class="property" id="prop-{index}">{head}{numbers}{_throughput(prop)}'
+        f"{_failures(failures, known)}{_known_in(prop)}{_coverage(prop, budget)}</section>"
+    )
 
 
 def _known_in(prop: dict) -> str:
@@ -304,9 +402,11 @@ def _known_in(prop: dict) -> str:
         return ""
     parts = ['<div class="known-bugs"><h3>Known torch bugs (counted, not failures)</h3>']
     for bug in bugs:
-        parts.append(f'<div class="known-bug">{_known_bug_html(bug, int(bug.get("count") or 0))}'
-                     f'<p>first seen on:</p><pre class="example">{_e(bug.get("example"))}</pre>'
-                     f'<p>failure:</p><pre>{_e(bug.get("failure"))}</pre></div>')
+        parts.append(
+            f'<div class="known-bug">{_known_bug_html(bug, int(bug.get("count") or 0))}'
+            f'<p>first seen on:</p><pre class="example">{_e(bug.get("example"))}</pre>'
+            f"<p>failure:</p><pre>{_e(bug.get('failure'))}</pre></div>"
+        )
     parts.append("</div>")
     return "".join(parts)
 
@@ -316,24 +416,33 @@ def _throughput(prop: dict) -> str:
     if columns is None:
         return '<p class="note">No time series in this report (it was written by an older fuzzdist).</p>'
     t, examples = columns["t_s"], columns["examples"]
-    svg = xy_chart("Examples and examples per second", [("examples per second", rates(t, examples))],
-                   x_title="seconds into the campaign", y_title="examples per second",
-                   secondary=[("examples", list(zip(t, examples, strict=True)))], secondary_title="right axis")
+    svg = xy_chart(
+        "Examples and examples per second",
+        [("examples per second", rates(t, examples))],
+        x_title="seconds into the campaign",
+        y_title="examples per second",
+        secondary=[("examples", list(zip(t, examples, strict=True)))],
+        secondary_title="right axis",
+    )
     return f'<div class="chart throughput">{svg}</div>'
 
 
 def _failures(failures: list[dict], known: int = 0) -> str:
     if not failures:
         if known:
-            return ('<div class="failures"><h3>Failures</h3><p class="known">None found apart from the known torch '
-                    "bugs below.</p></div>")
+            return (
+                '<div class="failures"><h3>Failures</h3><p class="known">None found apart from the known torch '
+                "bugs below.</p></div>"
+            )
         return '<div class="failures"><h3>Failures</h3><p class="good">None found.</p></div>'
     parts = ['<div class="failures"><h3>Failures</h3>']
     for n, failure in enumerate(failures, 1):
         replayed = " (replayed from the database: found by an earlier run)" if failure.get("from_database") else ""
-        when = (f"found after {fmt_seconds(failure.get('found_after_s'))} and "
-                f"{failure.get('found_after_examples', 0):,} examples; {failure.get('occurrences', 1):,} "
-                f"failing example(s)")
+        when = (
+            f"found after {fmt_seconds(failure.get('found_after_s'))} and "
+            f"{failure.get('found_after_examples', 0):,} examples; {failure.get('occurrences', 1):,} "
+            f"failing example(s)"
+        )
         if failure.get("kind") == "error":
             label = "the property itself is broken (Hypothesis could not run it)"
         elif failure.get("shrunk"):
@@ -344,19 +453,22 @@ def _failures(failures: list[dict], known: int = 0) -> str:
         hang_html = ""
         if isinstance(hang, dict):
             ranks = "".join(f"<li>rank {_e(r)}: {_e(w)}</li>" for r, w in (hang.get("ranks") or {}).items())
-            hang_html = (f'<p>why it hung ({_e(hang.get("kind"))}): {_e(hang.get("summary"))}</p>'
-                         f"<ul>{ranks}</ul>")
+            hang_html = f"<p>why it hung ({_e(hang.get('kind'))}): {_e(hang.get('summary'))}</p><ul>{ranks}</ul>"
         blob = failure.get("reproduce_failure")
         parts.append(
             f'<div class="failure kind-{_e(failure.get("kind"))}">'
-            f'<h4>[{n}] {_e(failure.get("summary"))}{_e(replayed)}</h4>'
+            f"<h4>[{n}] {_e(failure.get('summary'))}{_e(replayed)}</h4>"
             f'<p class="when">{_e(when)}; where: <code>{_e(failure.get("origin"))}</code></p>{hang_html}'
             f'<p>{_e(label)}:</p><pre class="example">{_e(failure.get("example"))}</pre>'
             f'<p>reproduce:</p><pre class="reproduce">{_e(failure.get("reproduce"))}</pre>'
             + (f'<p>or pin it with:</p><pre class="reproduce">{_e(blob)}</pre>' if blob else "")
-            + (f'<details><summary>traceback</summary><pre>{_e(failure.get("traceback"))}</pre></details>'
-               if failure.get("traceback") else "")
-            + "</div>")
+            + (
+                f"<details><summary>traceback</summary><pre>{_e(failure.get('traceback'))}</pre></details>"
+                if failure.get("traceback")
+                else ""
+            )
+            + "</div>"
+        )
     parts.append("</div>")
     return "".join(parts)
 
@@ -364,25 +476,33 @@ def _failures(failures: list[dict], known: int = 0) -> str:
 def _coverage(prop: dict, budget: list[int]) -> str:
     events = prop.get("events") or {}
     if not events:
-        return ('<div class="coverage"><h3>Coverage</h3><p class="note">No <code>event()</code> was recorded: '
-                "the property passed no fuzzdist spec to <code>pool.run</code> and called no "
-                "<code>event()</code> itself.</p></div>")
+        return (
+            '<div class="coverage"><h3>Coverage</h3><p class="note">No <code>event()</code> was recorded: '
+            "the property passed no fuzzdist spec to <code>pool.run</code> and called no "
+            "<code>event()</code> itself.</p></div>"
+        )
     values, loose = event_values(events)
-    parts = ['<div class="coverage"><h3>Coverage: the <code>event()</code> values reached</h3>'
-             '<table class="events"><thead><tr><th>event</th><th>values reached (examples)</th></tr></thead><tbody>']
+    parts = [
+        '<div class="coverage"><h3>Coverage: the <code>event()</code> values reached</h3>'
+        '<table class="events"><thead><tr><th>event</th><th>values reached (examples)</th></tr></thead><tbody>'
+    ]
     for key in sorted(values):
-        chips = " ".join(f'<span class="chip">{_e(v)} <b>{n:,}</b></span>'
-                         for v, n in sorted(values[key].items(), key=lambda vn: _natural(vn[0])))
+        chips = " ".join(
+            f'<span class="chip">{_e(v)} <b>{n:,}</b></span>'
+            for v, n in sorted(values[key].items(), key=lambda vn: _natural(vn[0]))
+        )
         parts.append(f"<tr><th>{_e(key)}</th><td>{chips}</td></tr>")
     for label, n in loose:
         parts.append(f'<tr><th>{_e(label)}</th><td><span class="chip"><b>{n:,}</b></span></td></tr>')
     parts.append("</tbody></table>")
     grids = _grids(prop)
     if grids:
-        parts.append("<h3>Pairs reached together</h3><p class=\"note\">Examples that reached both values; "
-                     "<span class=\"never legend\">never</span> marks a pair of values, each reached by "
-                     "some example, that no example reached together (some pairs can't occur by "
-                     "construction).</p>")
+        parts.append(
+            '<h3>Pairs reached together</h3><p class="note">Examples that reached both values; '
+            '<span class="never legend">never</span> marks a pair of values, each reached by '
+            "some example, that no example reached together (some pairs can't occur by "
+            "construction).</p>"
+        )
         drawn, left_out = _within(grids, budget)
         for i, grid in enumerate(drawn):
             if i == OPEN_GRIDS:
@@ -392,12 +512,16 @@ def _coverage(prop: dict, budget: list[int]) -> str:
             parts.append("</details>")
         if left_out:
             names = ", ".join(f"{_short(g.x)} &times; {_short(g.y)}" for g in left_out[:20])
-            parts.append(f'<p class="note">{len(left_out):,} more pair(s) of events not drawn (a page draws at most '
-                         f"{MAX_GRID_CELLS:,} grid cells per property and {MAX_PAGE_GRID_CELLS:,} in all): {names}"
-                         f"{', ...' if len(left_out) > 20 else ''}.</p>")
+            parts.append(
+                f'<p class="note">{len(left_out):,} more pair(s) of events not drawn (a page draws at most '
+                f"{MAX_GRID_CELLS:,} grid cells per property and {MAX_PAGE_GRID_CELLS:,} in all): {names}"
+                f"{', ...' if len(left_out) > 20 else ''}.</p>"
+            )
     if prop.get("event_pairs_dropped"):
-        parts.append(f'<p class="note">{prop["event_pairs_dropped"]:,} pair counts were not kept: the report '
-                     "keeps a bounded number of pairs per property.</p>")
+        parts.append(
+            f'<p class="note">{prop["event_pairs_dropped"]:,} pair counts were not kept: the report '
+            "keeps a bounded number of pairs per property.</p>"
+        )
     parts.append("</div>")
     return "".join(parts)
 
@@ -420,7 +544,7 @@ def _within(grids: list[_Grid], budget: list[int]) -> tuple[list[_Grid], list[_G
 def _short(value: object) -> str:
     """An event key or value for a grid, escaped, cut to MAX_VALUE_CHARS characters."""
     text = "" if value is None else str(value)
-    return _e(text if len(text) <= MAX_VALUE_CHARS else text[:MAX_VALUE_CHARS - 3] + "...")
+    return _e(text if len(text) <= MAX_VALUE_CHARS else text[: MAX_VALUE_CHARS - 3] + "...")
 
 
 class _Grid:
@@ -446,18 +570,25 @@ class _Grid:
                 if n:
                     level = math.log1p(n) / math.log1p(top)
                     ink = "#fff" if level > 0.6 else "#111"
-                    cells.append(f'<td class="n" style="background:rgba(31,119,180,{0.1 + 0.8 * level:.2f});'
-                                 f'color:{ink}">{n:,}</td>')
+                    cells.append(
+                        f'<td class="n" style="background:rgba(31,119,180,{0.1 + 0.8 * level:.2f});'
+                        f'color:{ink}">{n:,}</td>'
+                    )
                 else:
-                    cells.append(f'<td class="never" title="{_short(self.x)}={_short(r)} with '
-                                 f'{_short(self.y)}={_short(c)}: never reached">never</td>')
+                    cells.append(
+                        f'<td class="never" title="{_short(self.x)}={_short(r)} with '
+                        f'{_short(self.y)}={_short(c)}: never reached">never</td>'
+                    )
             rows.append(f"<tr><th>{_short(r)}</th>{''.join(cells)}</tr>")
-        hidden = (f'<p class="note">{self.hidden} less reached value(s) left out of this grid.</p>'
-                  if self.hidden else "")
-        return (f'<div class="pair-grid"><h4>{_short(self.x)} &times; {_short(self.y)} '
-                f'<small>({self.never} of {self.cells} pairs never reached)</small></h4>'
-                f'<table class="grid"><thead><tr><th class="corner">{_short(self.x)} \\ {_short(self.y)}</th>{head}'
-                f'</tr></thead><tbody>{"".join(rows)}</tbody></table>{hidden}</div>')
+        hidden = (
+            f'<p class="note">{self.hidden} less reached value(s) left out of this grid.</p>' if self.hidden else ""
+        )
+        return (
+            f'<div class="pair-grid"><h4>{_short(self.x)} &times; {_short(self.y)} '
+            f"<small>({self.never} of {self.cells} pairs never reached)</small></h4>"
+            f'<table class="grid"><thead><tr><th class="corner">{_short(self.x)} \\ {_short(self.y)}</th>{head}'
+            f"</tr></thead><tbody>{''.join(rows)}</tbody></table>{hidden}</div>"
+        )
 
 
 def _grids(prop: dict) -> list[_Grid]:
@@ -495,6 +626,7 @@ def _axis(counts: dict[str, int]) -> tuple[list[str], int]:
 
 
 # -- what the page computes from the JSON (tested on their own) -------------------------------
+
 
 def series_columns(series: object) -> dict[str, list[float]] | None:
     """The series' columns (``t_s``, ``examples``, ...) if the report has a usable one; None otherwise."""

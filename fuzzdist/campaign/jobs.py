@@ -74,41 +74,68 @@ def gpu_slices(visible: list[str], jobs: int, per_worker: int) -> list[str]:
     if len(visible) < need:
         fits = len(visible) // per_worker
         what = f"use --jobs {fits} or fewer" if fits >= 1 else "run on a node with more GPUs"
-        raise JobsError(f"--jobs {jobs} with --device cuda needs {need} GPUs ({jobs} workers x {per_worker} ranks "
-                        f"each), but {len(visible)} are visible: {what}, or a smaller --world-size")
+        raise JobsError(
+            f"--jobs {jobs} with --device cuda needs {need} GPUs ({jobs} workers x {per_worker} ranks "
+            f"each), but {len(visible)} are visible: {what}, or a smaller --world-size"
+        )
     share = len(visible) // jobs
-    return [",".join(visible[i * share:(i + 1) * share]) for i in range(jobs)]
+    return [",".join(visible[i * share : (i + 1) * share]) for i in range(jobs)]
 
 
-def check_jobs(jobs: int, device: str | None, world_size: int | None, in_torchrun: bool,
-               cores: int, gpus: list[str] | None = None) -> list[str] | None:
+def check_jobs(
+    jobs: int, device: str | None, world_size: int | None, in_torchrun: bool, cores: int, gpus: list[str] | None = None
+) -> list[str] | None:
     """Refuse ``--jobs`` early where it can't help; the GPUs of each worker (None on CPU)."""
     if jobs == 1:
         return None
     if in_torchrun:
-        raise JobsError("--jobs is not supported under torchrun: torchrun forms one pool across its processes; "
-                        "run `fuzzdist run --jobs N` without torchrun (each worker spawns its own pool), "
-                        "or drop --jobs")
+        raise JobsError(
+            "--jobs is not supported under torchrun: torchrun forms one pool across its processes; "
+            "run `fuzzdist run --jobs N` without torchrun (each worker spawns its own pool), "
+            "or drop --jobs"
+        )
     if device == "cuda":
         from fuzzdist.driver.plugin import DEFAULT_WORLD_SIZE
 
         return gpu_slices(gpus if gpus is not None else visible_gpus(), jobs, world_size or DEFAULT_WORLD_SIZE)
     if jobs > cores:
-        raise JobsError(f"--jobs {jobs} is more than the {cores} cores this process may use: each worker needs a "
-                        f"core for its driver and more for its ranks, so more workers only slow each other down; "
-                        f"use --jobs {cores} or fewer")
+        raise JobsError(
+            f"--jobs {jobs} is more than the {cores} cores this process may use: each worker needs a "
+            f"core for its driver and more for its ranks, so more workers only slow each other down; "
+            f"use --jobs {cores} or fewer"
+        )
     return None
 
 
 def worker_argv(args: argparse.Namespace, index: int, jobs: int, report: str, junit: str) -> list[str]:
     """The ``fuzzdist run`` command line of worker ``index``: the parent's budget, targets and pool
     options, its own report files, no display."""
-    argv = ["run", *args.targets, "--worker", f"{index}/{jobs}", "--report", report, "--junit", junit,
-            "--html", "", "--progress", "none", "--schedule", args.schedule]
-    for flag, value in (("--duration", args.duration), ("--max-examples", args.max_examples),
-                        ("--seed", args.seed), ("--device", args.device), ("--database", args.database),
-                        ("--database-password-file", getattr(args, "database_password_file", None)),
-                        ("--world-size", args.world_size), ("--timeout", args.timeout)):
+    argv = [
+        "run",
+        *args.targets,
+        "--worker",
+        f"{index}/{jobs}",
+        "--report",
+        report,
+        "--junit",
+        junit,
+        "--html",
+        "",
+        "--progress",
+        "none",
+        "--schedule",
+        args.schedule,
+    ]
+    for flag, value in (
+        ("--duration", args.duration),
+        ("--max-examples", args.max_examples),
+        ("--seed", args.seed),
+        ("--device", args.device),
+        ("--database", args.database),
+        ("--database-password-file", getattr(args, "database_password_file", None)),
+        ("--world-size", args.world_size),
+        ("--timeout", args.timeout),
+    ):
         if value is not None:
             argv += [flag, repr(value) if isinstance(value, float) else str(value)]
     if getattr(args, "cover", None):  # each worker measures; the parent merges their reports' sections
@@ -146,13 +173,20 @@ class Worker:
     def info(self, report: dict | None) -> dict:
         own = (report or {}).get("worker") or {}
         code = self.proc.returncode
-        status = ("running" if code is None else "died" if self.died else
-                  (report or {}).get("status", "finished"))
-        return {"index": self.index, "pid": self.proc.pid, "status": status, "exit_code": code,
-                "died": self.died, "seed": own.get("seed"), "properties": own.get("properties"),
-                "gpus": self.gpus, "examples": sum(p.get("examples", 0) for p in (report or {}).get("properties", [])),
-                "elapsed_s": round((self.ended or time.monotonic()) - self.started, 3),
-                "log": self.log_path if self.died or code is None else None}
+        status = "running" if code is None else "died" if self.died else (report or {}).get("status", "finished")
+        return {
+            "index": self.index,
+            "pid": self.proc.pid,
+            "status": status,
+            "exit_code": code,
+            "died": self.died,
+            "seed": own.get("seed"),
+            "properties": own.get("properties"),
+            "gpus": self.gpus,
+            "examples": sum(p.get("examples", 0) for p in (report or {}).get("properties", [])),
+            "elapsed_s": round((self.ended or time.monotonic()) - self.started, 3),
+            "log": self.log_path if self.died or code is None else None,
+        }
 
 
 def _read(path: str) -> dict | None:
@@ -210,11 +244,15 @@ def merge_junit(paths: list[str], out: str) -> None:
             key = (case.get("classname", ""), case.get("name", ""))
             if key not in cases or (len(case) and not len(cases[key])):
                 cases[key] = case
-    suite = ET.Element("testsuite", name="fuzzdist", tests=str(len(cases)),
-                       failures=str(sum(1 for c in cases.values() if c.find("failure") is not None)),
-                       errors=str(sum(1 for c in cases.values() if c.find("error") is not None)),
-                       skipped=str(sum(1 for c in cases.values() if c.find("skipped") is not None)),
-                       time=f"{sum(float(c.get('time', 0) or 0) for c in cases.values()):.3f}")
+    suite = ET.Element(
+        "testsuite",
+        name="fuzzdist",
+        tests=str(len(cases)),
+        failures=str(sum(1 for c in cases.values() if c.find("failure") is not None)),
+        errors=str(sum(1 for c in cases.values() if c.find("error") is not None)),
+        skipped=str(sum(1 for c in cases.values() if c.find("skipped") is not None)),
+        time=f"{sum(float(c.get('time', 0) or 0) for c in cases.values()):.3f}",
+    )
     suite.extend(cases.values())
     root = ET.Element("testsuites")
     root.append(suite)
@@ -224,9 +262,17 @@ def merge_junit(paths: list[str], out: str) -> None:
 class JobsCampaign:
     """The parent of ``fuzzdist run --jobs N``: starts the workers, watches them, merges what they report."""
 
-    def __init__(self, args: argparse.Namespace, state: CampaignState, progress: Any, stream: TextIO,
-                 report_path: str | None, junit_path: str | None, html_path: str | None,
-                 gpus: list[str] | None) -> None:
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        state: CampaignState,
+        progress: Any,
+        stream: TextIO,
+        report_path: str | None,
+        junit_path: str | None,
+        html_path: str | None,
+        gpus: list[str] | None,
+    ) -> None:
         self.args, self.state, self.progress, self.stream = args, state, progress, stream
         self.report_path, self.junit_path, self.html_path = report_path, junit_path, html_path
         self.gpus = gpus
@@ -253,14 +299,18 @@ class JobsCampaign:
             if gpus is not None:
                 env["CUDA_VISIBLE_DEVICES"] = gpus
             log = open(log_path, "wb")  # noqa: SIM115 - closed when the worker ends
-            proc = subprocess.Popen([sys.executable, "-m", "fuzzdist",
-                                     *worker_argv(self.args, index, jobs, report, junit)],
-                                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                    # the folder stays owned while a worker writes its last report in it
-                                    pass_fds=(self._workdir.fileno(),),
-                                    # its own session: a Ctrl-C reaches the parent only, which passes on
-                                    # one SIGTERM (two signals could cut a worker's last report short)
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "fuzzdist", *worker_argv(self.args, index, jobs, report, junit)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                # the folder stays owned while a worker writes its last report in it
+                pass_fds=(self._workdir.fileno(),),
+                # its own session: a Ctrl-C reaches the parent only, which passes on
+                # one SIGTERM (two signals could cut a worker's last report short)
+                start_new_session=True,
+            )
             self.workers.append(Worker(index, proc, report, junit, log_path, log, gpus, time.monotonic()))
 
     def stop(self, signal_name: str) -> None:
@@ -287,12 +337,15 @@ class JobsCampaign:
                     if worker.proc.poll() is not None:
                         self._ended(worker)
                 changed = self._merge()
-                if not started and all(r is not None or w.ended is not None
-                                       for w, r in zip(self.workers, self._reports, strict=True)):
+                if not started and all(
+                    r is not None or w.ended is not None for w, r in zip(self.workers, self._reports, strict=True)
+                ):
                     started = True
                     self.progress.start(self.state)
-                    self.progress.note(self.state, f"{len(self.workers)} workers (pids "
-                                       + ", ".join(str(w.proc.pid) for w in self.workers) + ")")
+                    self.progress.note(
+                        self.state,
+                        f"{len(self.workers)} workers (pids " + ", ".join(str(w.proc.pid) for w in self.workers) + ")",
+                    )
                 if started:
                     self._announce()
                 now = time.monotonic()
@@ -318,10 +371,13 @@ class JobsCampaign:
         if worker.died:
             report = _read(worker.report_path)
             found = sum(len(p.get("failures", [])) for p in (report or {}).get("properties", []))
-            self.progress.note(self.state, f"worker {worker.index} (pid {worker.proc.pid}) died: {worker.died}; "
-                                           f"the {found} distinct failure(s) it had found are kept (in the "
-                                           f"database and the report); the other workers go on; "
-                                           f"its log: {worker.log_path}")
+            self.progress.note(
+                self.state,
+                f"worker {worker.index} (pid {worker.proc.pid}) died: {worker.died}; "
+                f"the {found} distinct failure(s) it had found are kept (in the "
+                f"database and the report); the other workers go on; "
+                f"its log: {worker.log_path}",
+            )
 
     def _merge(self) -> bool:
         """Merge the workers' latest reports; True if a new failure turned up."""
@@ -337,8 +393,11 @@ class JobsCampaign:
         base["jobs"] = len(self.workers)
         self.merged = merge_reports(base, reports, [w.info(r) for w, r in zip(self.workers, reports, strict=True)])
         state_from_report(self.merged, self.state)
-        return any((prop.nodeid, origin) not in self._seen_failures
-                   for prop in self.state.properties.values() for origin in prop.failures)
+        return any(
+            (prop.nodeid, origin) not in self._seen_failures
+            for prop in self.state.properties.values()
+            for origin in prop.failures
+        )
 
     def _announce(self) -> None:
         """Show each failure once, as it turns up in a worker's report."""
@@ -349,8 +408,10 @@ class JobsCampaign:
                     self.progress.new_failure(self.state, prop, failure.summary, failure.from_database)
                 if failure.saved is False and (prop.nodeid, origin) not in self._unsaved_seen:
                     self._unsaved_seen.add((prop.nodeid, origin))
-                    self.stream.write(f"fuzzdist: warning: the example database did not keep a failure of "
-                                      f"{prop.nodeid} ({failure.not_saved}); the report keeps it: {failure.replay}\n")
+                    self.stream.write(
+                        f"fuzzdist: warning: the example database did not keep a failure of "
+                        f"{prop.nodeid} ({failure.not_saved}); the report keeps it: {failure.replay}\n"
+                    )
 
     def write_report(self, html_now: bool = False) -> None:
         self.merged["status"] = self.state.status
@@ -413,6 +474,8 @@ class JobsCampaign:
             what = f"died: {worker.died} (log: {worker.log_path})" if worker.died else info["status"]
             props = ", ".join(info["properties"] or []) or "-"
             seed = "random" if info["seed"] is None else info["seed"]  # no --seed: Hypothesis draws its own
-            lines.append(f"  worker {worker.index} (pid {info['pid']}, seed {seed}): {what}; "
-                         f"{info['examples']:,} examples; {props}")
+            lines.append(
+                f"  worker {worker.index} (pid {info['pid']}, seed {seed}): {what}; "
+                f"{info['examples']:,} examples; {props}"
+            )
         return lines

@@ -69,15 +69,20 @@ def merge_properties(entries: Sequence[dict]) -> dict:
     merged["events"] = dict(events.most_common())
     merged["targets"] = targets
     merged["known_bugs"] = list(known.values())
-    merged["event_pairs"] = [{"x": a, "y": b, "cells": [[va, vb, n] for (va, vb), n in sorted(grid.items())]}
-                             for (a, b), grid in sorted(pairs.items())]
+    merged["event_pairs"] = [
+        {"x": a, "y": b, "cells": [[va, vb, n] for (va, vb), n in sorted(grid.items())]}
+        for (a, b), grid in sorted(pairs.items())
+    ]
     merged["event_pairs_dropped"] = sum(int(e.get("event_pairs_dropped") or 0) for e in entries)
     merged["rank_output"] = [item for e in entries for item in e.get("rank_output", [])]
     # the series of the worker that ran most examples (series of workers' own clocks don't add up)
     merged["series"] = max(entries, key=lambda e: e.get("examples", 0)).get("series", first.get("series"))
-    merged["schedule"] = {"per_worker": [e.get("schedule", {}) for e in entries],
-                          "why": "; ".join(dict.fromkeys(str(e.get("schedule", {}).get("why"))
-                                                         for e in entries if e.get("schedule", {}).get("why")))}
+    merged["schedule"] = {
+        "per_worker": [e.get("schedule", {}) for e in entries],
+        "why": "; ".join(
+            dict.fromkeys(str(e.get("schedule", {}).get("why")) for e in entries if e.get("schedule", {}).get("why"))
+        ),
+    }
     return merged
 
 
@@ -164,17 +169,28 @@ def state_from_report(data: dict, state: CampaignState) -> CampaignState:
     fields = set(FailureRecord.__dataclass_fields__)
     properties = {}
     for p in data.get("properties", []):
-        prop = PropertyState(p["nodeid"], status=p.get("status", "pending"), examples=p.get("examples", 0),
-                             invalid=p.get("invalid_examples", 0), rounds=p.get("rounds", 0),
-                             elapsed_s=p.get("elapsed_s", 0.0), stop_reason=p.get("stop_reason") or None,
-                             reason=p.get("reason"), database_key=p.get("database_key"),
-                             stored_before=p.get("stored_failures_at_start", 0), events=Counter(p.get("events", {})),
-                             targets=dict(p.get("targets", {})), startup_s=p.get("startup_s", 0.0),
-                             visits=p.get("visits", 0), schedule=p.get("schedule", {}),
-                             rank_output=p.get("rank_output", []),
-                             known=KnownFromReport(p.get("known_bugs", [])))
-        prop.failures = {f["origin"]: FailureRecord(**{k: v for k, v in f.items() if k in fields})
-                         for f in p.get("failures", [])}
+        prop = PropertyState(
+            p["nodeid"],
+            status=p.get("status", "pending"),
+            examples=p.get("examples", 0),
+            invalid=p.get("invalid_examples", 0),
+            rounds=p.get("rounds", 0),
+            elapsed_s=p.get("elapsed_s", 0.0),
+            stop_reason=p.get("stop_reason") or None,
+            reason=p.get("reason"),
+            database_key=p.get("database_key"),
+            stored_before=p.get("stored_failures_at_start", 0),
+            events=Counter(p.get("events", {})),
+            targets=dict(p.get("targets", {})),
+            startup_s=p.get("startup_s", 0.0),
+            visits=p.get("visits", 0),
+            schedule=p.get("schedule", {}),
+            rank_output=p.get("rank_output", []),
+            known=KnownFromReport(p.get("known_bugs", [])),
+        )
+        prop.failures = {
+            f["origin"]: FailureRecord(**{k: v for k, v in f.items() if k in fields}) for f in p.get("failures", [])
+        }
         properties[prop.nodeid] = prop
     state.properties = properties
     return state

@@ -130,7 +130,7 @@ def _write_special(path: Path, info: os.stat_result, data: bytes) -> None:
         os.set_blocking(fd, True)
         view = memoryview(data)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
     finally:
         os.close(fd)
 

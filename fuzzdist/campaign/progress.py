@@ -44,8 +44,7 @@ class Progress:
     def property_done(self, state: CampaignState, prop: PropertyState) -> None:
         pass
 
-    def visit_done(self, state: CampaignState, prop: PropertyState, kind: str, seconds: float,
-                   found: int) -> None:
+    def visit_done(self, state: CampaignState, prop: PropertyState, kind: str, seconds: float, found: int) -> None:
         """One visit of the adaptive schedule ended and the property may get more (``kind``: "floor"
         or "adaptive"; ``seconds`` charged to it; ``found``: new behaviours reached in it)."""
 
@@ -75,8 +74,11 @@ class PlainProgress(Progress):
             budget.append(f"{fmt_seconds(state.duration_s)}")
         if state.max_examples is not None:
             budget.append(f"{state.max_examples:,} examples per property")
-        self._line(state, f"fuzzdist campaign: {len(state.properties)} properties, budget "
-                          f"{' or '.join(budget) or 'the campaign profile'}, database {state.database}")
+        self._line(
+            state,
+            f"fuzzdist campaign: {len(state.properties)} properties, budget "
+            f"{' or '.join(budget) or 'the campaign profile'}, database {state.database}",
+        )
 
     def render(self, state: CampaignState) -> None:
         for prop in state.properties.values():
@@ -88,22 +90,26 @@ class PlainProgress(Progress):
         self._line(state, f"{what} in {prop.nodeid}: {summary}")
 
     def property_done(self, state, prop):
-        self._line(state, f"done {_status_line(prop)} [{prop.status}"
-                          + (f": {prop.stop_reason or prop.reason}]" if (prop.stop_reason or prop.reason) else "]"))
+        self._line(
+            state,
+            f"done {_status_line(prop)} [{prop.status}"
+            + (f": {prop.stop_reason or prop.reason}]" if (prop.stop_reason or prop.reason) else "]"),
+        )
 
     def visit_done(self, state, prop, kind, seconds, found):
         # What a visit achieved: a line at its start would say "0 examples" under the adaptive schedule
         # (most visits are shorter than the interval), so the plain log speaks at its end.
-        self._line(state, f"{_counts(prop)}; {kind} visit of {fmt_seconds(seconds)}, "
-                          f"{found} new behaviour(s)")
+        self._line(state, f"{_counts(prop)}; {kind} visit of {fmt_seconds(seconds)}, {found} new behaviour(s)")
 
     def note(self, state, text):
         self._line(state, text)
 
 
 def _counts(prop: PropertyState) -> str:
-    return (f"{prop.nodeid}: {prop.examples:,} examples, {prop.examples_per_s:.1f}/s, "
-            f"{len(prop.failures)} failure(s), {prop.known_count} known")
+    return (
+        f"{prop.nodeid}: {prop.examples:,} examples, {prop.examples_per_s:.1f}/s, "
+        f"{len(prop.failures)} failure(s), {prop.known_count} known"
+    )
 
 
 def _status_line(prop: PropertyState) -> str:
@@ -126,8 +132,14 @@ class RichProgress(Progress):
     def start(self, state: CampaignState) -> None:
         from rich.live import Live
 
-        live = Live(self._table(state), console=self.console, auto_refresh=False,
-                    transient=False, redirect_stdout=False, redirect_stderr=False)
+        live = Live(
+            self._table(state),
+            console=self.console,
+            auto_refresh=False,
+            transient=False,
+            redirect_stdout=False,
+            redirect_stderr=False,
+        )
         live.start()
         self.live = live
 
@@ -158,9 +170,11 @@ class RichProgress(Progress):
         from rich.text import Text
 
         left = state.time_left()
-        title = (f"fuzzdist campaign - {fmt_seconds(state.elapsed())} elapsed"
-                 + (f", {fmt_seconds(left)} left" if left is not None else "")
-                 + f" - database {state.database}")
+        title = (
+            f"fuzzdist campaign - {fmt_seconds(state.elapsed())} elapsed"
+            + (f", {fmt_seconds(left)} left" if left is not None else "")
+            + f" - database {state.database}"
+        )
         table = Table(title=title, title_justify="left", expand=False)
         table.add_column("property", overflow="fold")
         table.add_column("status")
@@ -170,15 +184,29 @@ class RichProgress(Progress):
         table.add_column("known", justify="right")
         table.add_column("left", justify="right")
         table.add_column("events", overflow="fold", max_width=60)
-        styles = {"running": "bold cyan", "failed": "bold red", "passed": "green", "known": "yellow", "error": "red",
-                  "interrupted": "yellow", "skipped": "dim", "pending": "dim", "not run": "dim"}
+        styles = {
+            "running": "bold cyan",
+            "failed": "bold red",
+            "passed": "green",
+            "known": "yellow",
+            "error": "red",
+            "interrupted": "yellow",
+            "skipped": "dim",
+            "pending": "dim",
+            "not run": "dim",
+        }
         for prop in state.properties.values():
             failures = Text(str(len(prop.failures)), style="bold red" if prop.failures else "")
-            table.add_row(prop.nodeid, Text(prop.status, style=styles.get(prop.status, "")),
-                          f"{prop.examples:,}", f"{prop.examples_per_s:.1f}", failures,
-                          Text(str(prop.known_count), style="yellow" if prop.known_count else ""),
-                          fmt_left(prop) if prop.status == "running" else "",
-                          fmt_events(prop.events))
+            table.add_row(
+                prop.nodeid,
+                Text(prop.status, style=styles.get(prop.status, "")),
+                f"{prop.examples:,}",
+                f"{prop.examples_per_s:.1f}",
+                failures,
+                Text(str(prop.known_count), style="yellow" if prop.known_count else ""),
+                fmt_left(prop) if prop.status == "running" else "",
+                fmt_events(prop.events),
+            )
         if not self._log:
             return table
         return Group(table, *(Text(line, style="red") for line in self._log[-8:]))

@@ -64,9 +64,18 @@ def _sorted_entries(entries) -> list[bytes]:
 
 
 class ReplayPlugin(SelectionPlugin):
-    def __init__(self, targets: Targets, *, database: Database, stream: TextIO, export: bool = False,
-                 device: str | None = None, pytest_options: Sequence[str] = (),
-                 export_dir: ExportDir | None = None, blob: str | None = None) -> None:
+    def __init__(
+        self,
+        targets: Targets,
+        *,
+        database: Database,
+        stream: TextIO,
+        export: bool = False,
+        device: str | None = None,
+        pytest_options: Sequence[str] = (),
+        export_dir: ExportDir | None = None,
+        blob: str | None = None,
+    ) -> None:
         super().__init__(targets, device)
         self.blob = blob  # --blob: replay this one example (a @reproduce_failure blob), not the database's
         self.export_dir = export_dir  # --export-script: where each failing example's script goes
@@ -114,17 +123,21 @@ class ReplayPlugin(SelectionPlugin):
                 if entries:
                     older[old_key] = entries
         # The entries the database left out for their size (MAX_ENTRY_BYTES), under every key read.
-        self._too_large[item.nodeid] = sum(self.database.too_large(k)
-                                           for k in {key, shared, *self.index.get(item.nodeid, ())} if k)
+        self._too_large[item.nodeid] = sum(
+            self.database.too_large(k) for k in {key, shared, *self.index.get(item.nodeid, ())} if k
+        )
         return current, older
 
     @pytest.hookimpl(trylast=True)
-    def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config,
-                                      items: list[pytest.Item]) -> None:
+    def pytest_collection_modifyitems(
+        self, session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+    ) -> None:
         super().pytest_collection_modifyitems(session, config, items)
         if self.blob is not None and self.error is None and len(items) > 1:  # a blob is one example of one test
-            self.error = (f"--blob replays one example of one property, but {len(items)} are selected: "
-                          "name the one its report names (PATH::TEST[ID])")
+            self.error = (
+                f"--blob replays one example of one property, but {len(items)} are selected: "
+                "name the one its report names (PATH::TEST[ID])"
+            )
             config.hook.pytest_deselected(items=list(items))
             items[:] = []
             self.selected = []
@@ -175,8 +188,10 @@ class ReplayPlugin(SelectionPlugin):
             else:
                 why = _first_line("\n".join(str(report.longreprtext).strip().splitlines()[-1:]))
             self.counts["not replayed"] += 1
-            self._out(f"NOT REPLAYED    {report.nodeid}: {n} stored failure(s), but the test "
-                      f"{'was skipped' if report.skipped else 'could not be set up'}: {why}")
+            self._out(
+                f"NOT REPLAYED    {report.nodeid}: {n} stored failure(s), but the test "
+                f"{'was skipped' if report.skipped else 'could not be set up'}: {why}"
+            )
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         if self.error is not None or self.collect_errors:
@@ -192,8 +207,10 @@ class ReplayPlugin(SelectionPlugin):
             n = sum(len(list(self.database.db.fetch(k))) for k in keys)
             if n:
                 self.counts["orphaned"] += 1
-                self._out(f"GONE            {one_line(nodeid)}: {n} stored failure(s) of a test that no longer exists "
-                          "(renamed or removed); nothing to replay them against")
+                self._out(
+                    f"GONE            {one_line(nodeid)}: {n} stored failure(s) of a test that no longer exists "
+                    "(renamed or removed); nothing to replay them against"
+                )
 
     # -- the replay of one property -------------------------------------------------------------
 
@@ -212,9 +229,11 @@ class ReplayPlugin(SelectionPlugin):
         failing = []
         if item.nodeid in self._shared:
             self.counts["shared key"] += 1
-            self._out(f"SHARED KEY      {item.nodeid}: its own database key holds nothing; replaying the "
-                      f"{len(current)} failure(s) stored under the key its pool variants shared before each "
-                      f"had its own ({self._shared[item.nodeid].hex()})")
+            self._out(
+                f"SHARED KEY      {item.nodeid}: its own database key holds nothing; replaying the "
+                f"{len(current)} failure(s) stored under the key its pool variants shared before each "
+                f"had its own ({self._shared[item.nodeid].hex()})"
+            )
         for i, entry in enumerate(current, 1):
             outcome = self._replay_one(item, testargs, entry)
             what = "the example given with --blob" if self.blob is not None else f"stored failure {i} of {len(current)}"
@@ -224,8 +243,10 @@ class ReplayPlugin(SelectionPlugin):
         if older:
             n = sum(len(v) for v in older.values())
             self.counts["older version"] += 1
-            self._out(f"OLDER VERSION   {item.nodeid}: {n} stored failure(s) under an older version of the "
-                      "test (its source changed since); replayed against the current version:")
+            self._out(
+                f"OLDER VERSION   {item.nodeid}: {n} stored failure(s) under an older version of the "
+                "test (its source changed since); replayed against the current version:"
+            )
             for entries in older.values():
                 for entry in entries:
                     outcome = self._replay_one(item, testargs, entry)
@@ -242,8 +263,10 @@ class ReplayPlugin(SelectionPlugin):
 
         blob = hc.reproduce_failure_blob(entry)
         if blob is None:
-            return _Outcome("unreadable", reason="the stored bytes are not a Hypothesis choice sequence "
-                                                 "(written by another Hypothesis version?)")
+            return _Outcome(
+                "unreadable",
+                reason="the stored bytes are not a Hypothesis choice sequence (written by another Hypothesis version?)",
+            )
         lines: list[str] = []
         recording = Recording()
         if self.export_dir is not None:  # note each pool.run, for the script
@@ -295,9 +318,11 @@ class ReplayPlugin(SelectionPlugin):
         self._out(f"  error: {type(exc).__name__}")
         self._out(_indent(_describe_error(exc), 6))
         if older:
-            self._out(f"  reproduce: it is stored under the older test's database key, which pytest no longer "
-                      f"reads: add {outcome.decorator} to the test and run pytest "
-                      f"{shlex.quote(item.nodeid)}, or `fuzzdist run` it to store it under the current key")
+            self._out(
+                f"  reproduce: it is stored under the older test's database key, which pytest no longer "
+                f"reads: add {outcome.decorator} to the test and run pytest "
+                f"{shlex.quote(item.nodeid)}, or `fuzzdist run` it to store it under the current key"
+            )
         elif self.blob is not None:
             self._out(f"  reproduce: {replay_command(item.nodeid, self.blob, self.pytest_options)}")
         else:
@@ -320,8 +345,15 @@ class ReplayPlugin(SelectionPlugin):
             return f"not exported: {why}"
         self._exported[item.nodeid] += 1
         stem = script_stem(item.nodeid, self._exported[item.nodeid])
-        text = render(item.nodeid, what, outcome.example(), outcome.recording, failed,
-                      torch_version=torch.__version__, script_name=f"{stem}.py")
+        text = render(
+            item.nodeid,
+            what,
+            outcome.example(),
+            outcome.recording,
+            failed,
+            torch_version=torch.__version__,
+            script_name=f"{stem}.py",
+        )
         try:
             path = self.export_dir.write(stem, text)
         except OSError as exc:
@@ -331,25 +363,51 @@ class ReplayPlugin(SelectionPlugin):
         return f"{path} (exits 1 while it fails, 0 once fixed)"
 
     def print_summary(self) -> None:
-        order = ["fails", "exported", "not exported", "known", "passes", "doesn't fit", "unreadable", "too large",
-                 "shared key", "older version", "orphaned", "not replayed", "nothing stored"]
-        words = {"fails": "still fail", "exported": "exported as scripts",
-                 "not exported": "not exported (see each)", "known": "fail only with known torch bugs",
-                 "passes": "no longer fail",
-                 "doesn't fit": "no longer fit the test",
-                 "unreadable": "unreadable", "too large": "too large to read (skipped)",
-                 "shared key": "properties replayed from the key their pool "
-                 "variants shared", "older version": "properties with failures stored under an "
-                 "older version of the test", "orphaned": "stored for tests that no longer exist",
-                 "not replayed": "properties not replayed (skipped)", "nothing stored": "properties with "
-                 "nothing stored"}
+        order = [
+            "fails",
+            "exported",
+            "not exported",
+            "known",
+            "passes",
+            "doesn't fit",
+            "unreadable",
+            "too large",
+            "shared key",
+            "older version",
+            "orphaned",
+            "not replayed",
+            "nothing stored",
+        ]
+        words = {
+            "fails": "still fail",
+            "exported": "exported as scripts",
+            "not exported": "not exported (see each)",
+            "known": "fail only with known torch bugs",
+            "passes": "no longer fail",
+            "doesn't fit": "no longer fit the test",
+            "unreadable": "unreadable",
+            "too large": "too large to read (skipped)",
+            "shared key": "properties replayed from the key their pool variants shared",
+            "older version": "properties with failures stored under an older version of the test",
+            "orphaned": "stored for tests that no longer exist",
+            "not replayed": "properties not replayed (skipped)",
+            "nothing stored": "properties with nothing stored",
+        }
         parts = [f"{self.counts[k]} {words[k]}" for k in order if self.counts[k]]
         self._out("replay: " + (", ".join(parts) if parts else "nothing to replay"))
 
 
 class _Outcome:
-    def __init__(self, status: str, *, lines=(), exc: BaseException | None = None, decorator: str = "",
-                 reason: str = "", recording: Recording | None = None) -> None:
+    def __init__(
+        self,
+        status: str,
+        *,
+        lines=(),
+        exc: BaseException | None = None,
+        decorator: str = "",
+        reason: str = "",
+        recording: Recording | None = None,
+    ) -> None:
         self.status, self.lines, self.exc, self.decorator, self.reason = status, list(lines), exc, decorator, reason
         self.recording = recording or Recording()  # the example's pool.run calls (--export-script)
 
@@ -369,8 +427,9 @@ def _describe_error(exc: BaseException) -> str:
     if isinstance(exc, RankFailure):
         return str(exc).rstrip()
     chunks = traceback.format_exception(exc)
-    kept = [c for c in chunks
-            if not (c.startswith('  File "') and any(h in c.split("\n", 1)[0] for h in _HIDDEN_FRAMES))]
+    kept = [
+        c for c in chunks if not (c.startswith('  File "') and any(h in c.split("\n", 1)[0] for h in _HIDDEN_FRAMES))
+    ]
     return "".join(kept).rstrip()
 
 
@@ -381,20 +440,26 @@ def export_lines(item: pytest.Function, outcome: _Outcome) -> str:
     values = split_call(call_text) or {}
     data_args = [name for name in given if values.get(name) == "data(...)"]
     missing = [name for name in given if name not in values]
-    not_source = [name for name in given if name in values and name not in data_args
-                  and not _is_python(values[name])]
+    not_source = [name for name in given if name in values and name not in data_args and not _is_python(values[name])]
     line = "@example(" + ", ".join(f"{name}={values[name]}" for name in given if name in values) + ")"
     if not values or not_source:
         what = f"the repr of {', '.join(not_source)} is" if not_source else "Hypothesis's repr of the example is"
-        return (f"# can't be pinned with @example: {what} not Python source.\n"
-                f"# pin the exact example with {outcome.decorator} instead (tied to this Hypothesis version)")
+        return (
+            f"# can't be pinned with @example: {what} not Python source.\n"
+            f"# pin the exact example with {outcome.decorator} instead (tied to this Hypothesis version)"
+        )
     if data_args or missing:
         draws = [ln for ln in outcome.example().splitlines() if ln.startswith("Draw ")]
-        why = (f"`{', '.join(data_args)}` is drawn with st.data() ({'; '.join(draws) or 'no draws shown'}), "
-               if data_args else f"no value is shown for {', '.join(missing)}, ")
-        return (f"# {line}\n# can't be pinned with @example: {why}and @example needs a value for every "
-                f"argument of @given. Pin it with\n{outcome.decorator}\n# (tied to this Hypothesis version), "
-                "or draw those values in @given instead of with st.data().")
+        why = (
+            f"`{', '.join(data_args)}` is drawn with st.data() ({'; '.join(draws) or 'no draws shown'}), "
+            if data_args
+            else f"no value is shown for {', '.join(missing)}, "
+        )
+        return (
+            f"# {line}\n# can't be pinned with @example: {why}and @example needs a value for every "
+            f"argument of @given. Pin it with\n{outcome.decorator}\n# (tied to this Hypothesis version), "
+            "or draw those values in @given instead of with st.data()."
+        )
     return line
 
 
@@ -405,7 +470,7 @@ def split_call(text: str) -> dict[str, str] | None:
     start = text.find("(")
     if start < 0 or not text.endswith(")"):
         return None
-    body = text[start + 1:-1]
+    body = text[start + 1 : -1]
     parts, current, depth, quote, i = [], [], 0, None, 0
     while i < len(body):
         ch = body[i]

@@ -204,8 +204,7 @@ class CampaignState:
                 "failures_not_saved": self.not_kept(),
                 "failing_properties": sum(1 for p in self.properties.values() if p.failures),
                 "known_sightings": sum(p.known_count for p in self.properties.values()),
-                "known_bugs": sorted({b["id"] for p in self.properties.values() if p.known
-                                      for b in p.known.as_json()}),
+                "known_bugs": sorted({b["id"] for p in self.properties.values() if p.known for b in p.known.as_json()}),
                 "properties_with_known_bugs": sum(1 for p in self.properties.values() if p.known_count),
             },
             "properties": [p.to_dict() for p in self.properties.values()],
@@ -226,6 +225,7 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
 
 # ---------------------------------------------------------------------------------------
 # Text formatting shared by the progress display and the summary.
+
 
 def fmt_seconds(seconds: float | None) -> str:
     if seconds is None:
@@ -257,34 +257,55 @@ def fmt_events(events: Counter, limit: int = 3) -> str:
     return top + (f" (+{more} more)" if more > 0 else "")
 
 
-def summary_text(state: CampaignState, report_path: str | None, junit_path: str | None,
-                 html_path: str | None = None, write_errors: Mapping[str, str] | None = None) -> str:
+def summary_text(
+    state: CampaignState,
+    report_path: str | None,
+    junit_path: str | None,
+    html_path: str | None = None,
+    write_errors: Mapping[str, str] | None = None,
+) -> str:
     """The end-of-campaign summary: a table, then each failure with its minimal example, then the reports
     written; one whose latest write failed (``write_errors``: "json"/"html"/"junit" -> why) is marked so."""
     rows = [("property", "status", "examples", "ex/s", "failures", "known", "stopped because")]
     for prop in state.properties.values():
         why = prop.stop_reason or prop.reason or ""
-        rows.append((prop.nodeid, prop.status, f"{prop.examples:,}", f"{prop.examples_per_s:.1f}",
-                     str(len(prop.failures)), str(prop.known_count), why if len(why) <= 60 else why[:57] + "..."))
+        rows.append(
+            (
+                prop.nodeid,
+                prop.status,
+                f"{prop.examples:,}",
+                f"{prop.examples_per_s:.1f}",
+                str(len(prop.failures)),
+                str(prop.known_count),
+                why if len(why) <= 60 else why[:57] + "...",
+            )
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = [f"fuzzdist campaign {state.status}"
-             + (f" by {state.interrupted_by}" if state.interrupted_by else "")
-             + f" after {fmt_seconds(state.elapsed())}: "
-             + f"{sum(p.examples for p in state.properties.values()):,} examples, "
-             + f"{state.failure_count()} distinct failure(s) in {len(state.properties)} properties"
-             + (f", {lost} NOT SAVED in the example database" if (lost := state.not_kept()) else "")
-             + (f", {sightings} sighting(s) of known torch bugs" if (sightings := sum(
-                 p.known_count for p in state.properties.values())) else "")]
+    lines = [
+        f"fuzzdist campaign {state.status}"
+        + (f" by {state.interrupted_by}" if state.interrupted_by else "")
+        + f" after {fmt_seconds(state.elapsed())}: "
+        + f"{sum(p.examples for p in state.properties.values()):,} examples, "
+        + f"{state.failure_count()} distinct failure(s) in {len(state.properties)} properties"
+        + (f", {lost} NOT SAVED in the example database" if (lost := state.not_kept()) else "")
+        + (
+            f", {sightings} sighting(s) of known torch bugs"
+            if (sightings := sum(p.known_count for p in state.properties.values()))
+            else ""
+        )
+    ]
     for i, row in enumerate(rows):
-        lines.append("  ".join(cell.ljust(widths[j]) if j in (0, 1, 6) else cell.rjust(widths[j])
-                               for j, cell in enumerate(row)).rstrip())
+        lines.append(
+            "  ".join(
+                cell.ljust(widths[j]) if j in (0, 1, 6) else cell.rjust(widths[j]) for j, cell in enumerate(row)
+            ).rstrip()
+        )
         if i == 0:
             lines.append("  ".join("-" * w for w in widths))
     for prop in state.properties.values():
         if prop.events:
             lines.append(f"events in {prop.nodeid}: {fmt_events(prop.events, limit=8)}")
-    shares = [(prop.nodeid, prop.schedule["why"]) for prop in state.properties.values()
-              if prop.schedule.get("why")]
+    shares = [(prop.nodeid, prop.schedule["why"]) for prop in state.properties.values() if prop.schedule.get("why")]
     if shares:
         lines.append("")
         lines.append("time per property (pool start-up and first example not counted):")
@@ -308,11 +329,15 @@ def summary_text(state: CampaignState, report_path: str | None, junit_path: str 
             if failure.kind == "error":
                 lines.append("    the property itself is broken (Hypothesis could not run it); fix it and run again")
             else:
-                lines.append("    minimal example:" if failure.shrunk else
-                             "    smallest example so far (its rank pool could not go on shrinking it; the database "
-                             "keeps it, and the next run goes on shrinking):" if prop.pool_gone else
-                             "    smallest example so far (the time ran out while shrinking; the database keeps "
-                             "it, and the next run goes on shrinking):")
+                lines.append(
+                    "    minimal example:"
+                    if failure.shrunk
+                    else "    smallest example so far (its rank pool could not go on shrinking it; the database "
+                    "keeps it, and the next run goes on shrinking):"
+                    if prop.pool_gone
+                    else "    smallest example so far (the time ran out while shrinking; the database keeps "
+                    "it, and the next run goes on shrinking):"
+                )
                 lines.extend("        " + line for line in failure.example.splitlines())
             if failure.saved is False:
                 lines.append(f"    NOT SAVED in the example database ({failure.not_saved}); replay it from here:")

@@ -96,9 +96,16 @@ class PropertyRun:
     visit also ends once it has run that many examples (the schedule's floor; None: no such limit).
     """
 
-    def __init__(self, campaign: Campaign, item: pytest.Function, prop: PropertyState, *,
-                 slice_s: float | None = None, slice_examples: int | None = None,
-                 expected_skips: Collection[str] = ()) -> None:
+    def __init__(
+        self,
+        campaign: Campaign,
+        item: pytest.Function,
+        prop: PropertyState,
+        *,
+        slice_s: float | None = None,
+        slice_examples: int | None = None,
+        expected_skips: Collection[str] = (),
+    ) -> None:
         self.campaign = campaign
         self.state = campaign.state
         self.item = item
@@ -163,10 +170,17 @@ class PropertyRun:
                 if state.max_examples is not None:
                     max_examples = min(max_examples, state.max_examples - prop.examples)
                 self.round = Round(number, frozenset(prop.failures), known if number == 1 else frozenset())
-                overrides.set_settings(Settings(
-                    parent=original_settings, max_examples=max_examples, database=db,
-                    report_multiple_bugs=True, derandomize=False, print_blob=True,
-                    phases=base_phases if number == 1 else later_phases))
+                overrides.set_settings(
+                    Settings(
+                        parent=original_settings,
+                        max_examples=max_examples,
+                        database=db,
+                        report_multiple_bugs=True,
+                        derandomize=False,
+                        print_blob=True,
+                        phases=base_phases if number == 1 else later_phases,
+                    )
+                )
                 if campaign.seed is not None:
                     overrides.set_seed(campaign.seed + number - 1)
                 prop.rounds = number
@@ -201,10 +215,12 @@ class PropertyRun:
                     if campaign.failures.round_raised(item, prop, exc):
                         break
                 else:
-                    if self.round.valid < max_examples and (state.max_examples is None
-                                                            or prop.examples < state.max_examples):
-                        prop.stop_reason = ("too many invalid examples" if prop.invalid > prop.examples
-                                            else "search space exhausted")
+                    if self.round.valid < max_examples and (
+                        state.max_examples is None or prop.examples < state.max_examples
+                    ):
+                        prop.stop_reason = (
+                            "too many invalid examples" if prop.invalid > prop.examples else "search space exhausted"
+                        )
                         break
                 if state.interrupted_by is not None:  # its exception was caught on the way up
                     self._interrupted(state.interrupted_by)
@@ -253,11 +269,14 @@ class PropertyRun:
         if self.slice_s is not None:  # the adaptive schedule's slice
             prop.share_end = min(state.deadline, now + self.slice_s)
         else:
-            waiting = [p for p in state.properties.values()
-                       if p.status == "pending" and p.nodeid not in self.expected_skips]
+            waiting = [
+                p for p in state.properties.values() if p.status == "pending" and p.nodeid not in self.expected_skips
+            ]
             prop.share_end = now + (state.deadline - now) / max(1, len(waiting))
-            prop.schedule = {"even_share_s": round(prop.share_end - now, 3),
-                             "why": f"even split: {len(waiting)} properties shared the time left"}
+            prop.schedule = {
+                "even_share_s": round(prop.share_end - now, 3),
+                "why": f"even split: {len(waiting)} properties shared the time left",
+            }
 
     def _budget_stop(self) -> str | None:
         now = time.monotonic()
@@ -338,8 +357,9 @@ class PropertyRun:
 
     def _failed(self, rnd: Round, exc: BaseException, kwargs: dict[str, Any]) -> bool:
         """Hand a failing example to the failure log; True if its origin is masked (counts as a pass)."""
-        masked = self.campaign.failures.example_failed(self.item, self.prop, exc, kwargs, self.given,
-                                                       mask=rnd.mask, known_entries=rnd.known_entries, key=self.key)
+        masked = self.campaign.failures.example_failed(
+            self.item, self.prop, exc, kwargs, self.given, mask=rnd.mask, known_entries=rnd.known_entries, key=self.key
+        )
         if not masked:
             rnd.failed = True
         return masked

@@ -57,11 +57,22 @@ class CampaignPlugin(SelectionPlugin):
     """The ``fuzzdist run`` plugin: runs each selected property as rounds within its share of the budget
     (a :class:`~fuzzdist.campaign.rounds.PropertyRun` per visit), keeps ``state`` and writes the reports."""
 
-    def __init__(self, targets: Targets, *, state: CampaignState, database: Database, progress: Progress,
-                 report_path: str | None = None, device: str | None = None,
-                 round_examples: int = ROUND_EXAMPLES, pytest_options: Sequence[str] = (),
-                 seed: int | None = None, html_path: str | None = None, schedule: str = "adaptive",
-                 worker: tuple[int, int] | None = None) -> None:
+    def __init__(
+        self,
+        targets: Targets,
+        *,
+        state: CampaignState,
+        database: Database,
+        progress: Progress,
+        report_path: str | None = None,
+        device: str | None = None,
+        round_examples: int = ROUND_EXAMPLES,
+        pytest_options: Sequence[str] = (),
+        seed: int | None = None,
+        html_path: str | None = None,
+        schedule: str = "adaptive",
+        worker: tuple[int, int] | None = None,
+    ) -> None:
         super().__init__(targets, device)
         # Every campaign starts pools: the fork server imports torch while the properties are collected.
         starting.start_fork_server_early(device or "cpu")
@@ -117,8 +128,13 @@ class CampaignPlugin(SelectionPlugin):
         if removed:
             config.hook.pytest_deselected(items=removed)
         items[:] = mine
-        self.state.worker = {"index": index, "count": count, "seed": self.seed,
-                             "properties": [item.nodeid for item in mine], "pid": os.getpid()}
+        self.state.worker = {
+            "index": index,
+            "count": count,
+            "seed": self.seed,
+            "properties": [item.nodeid for item in mine],
+            "pid": os.getpid(),
+        }
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         from fuzzdist.driver.plugin import rank_output_key
@@ -156,8 +172,11 @@ class CampaignPlugin(SelectionPlugin):
             prop.reason = _skip_reason(report)
             self._announced.add(prop.nodeid)
             self.progress.property_done(self.state, prop)
-        elif (report.failed and report.when in ("setup", "teardown")
-              and prop.status in ("pending", "running", "passed", "known")):
+        elif (
+            report.failed
+            and report.when in ("setup", "teardown")
+            and prop.status in ("pending", "running", "passed", "known")
+        ):
             prop.status = "error"
             prop.reason = f"{report.when} failed: " + _error_line(str(report.longreprtext))
             self._announced.add(prop.nodeid)
@@ -170,8 +189,15 @@ class CampaignPlugin(SelectionPlugin):
         """With ``--duration`` and the adaptive schedule, visit the properties in slices (see
         fuzzdist.campaign.schedule); otherwise pytest's own loop (one visit each, in order)."""
         state = self.state
-        if (self.schedule != "adaptive" or state.duration_s is None or self.error or self.collect_errors
-                or session.testsfailed or session.config.option.collectonly or not session.items):
+        if (
+            self.schedule != "adaptive"
+            or state.duration_s is None
+            or self.error
+            or self.collect_errors
+            or session.testsfailed
+            or session.config.option.collectonly
+            or not session.items
+        ):
             return None
         items = {item.nodeid: item for item in session.items}
         last: dict[str, list] = {}  # nodeid -> the reports of its latest visit, handed to pytest at the end
@@ -193,8 +219,9 @@ class CampaignPlugin(SelectionPlugin):
                 else:
                     scheduled.append(item.nodeid)
             if scheduled:
-                self._scheduler = scheduler = Scheduler(scheduled, state.duration_s,
-                                                        lines_on=line_coverage.ledger() is not None)
+                self._scheduler = scheduler = Scheduler(
+                    scheduled, state.duration_s, lines_on=line_coverage.ledger() is not None
+                )
                 while not session.shouldstop and not session.shouldfail:
                     grant = scheduler.next()
                     if grant is None or (state.deadline is not None and state.time_left() == 0):
@@ -252,9 +279,14 @@ class CampaignPlugin(SelectionPlugin):
             return None
         testargs = pytest_internals.call_arguments(pyfuncitem)
         grant = self._grant
-        run = PropertyRun(self, pyfuncitem, prop, slice_s=None if grant is None else grant.seconds,
-                          slice_examples=None if grant is None else grant.examples,
-                          expected_skips=self._expected_skips)
+        run = PropertyRun(
+            self,
+            pyfuncitem,
+            prop,
+            slice_s=None if grant is None else grant.seconds,
+            slice_examples=None if grant is None else grant.examples,
+            expected_skips=self._expected_skips,
+        )
         line_coverage.set_scope(pyfuncitem.nodeid)  # --cover: the lines the ranks reach count for this property
         try:
             run.run(testargs)
@@ -308,9 +340,11 @@ def finds(prop: PropertyState, before: Finds | None = None) -> Finds:
     """What ``prop`` has reached so far (less ``before``, what it had reached before a visit): distinct
     failures; event() values and value pairs, target() labels and improvements of their best scores;
     with ``--cover``, lines of code reached on the ranks.  What the adaptive schedule rewards."""
-    now = Finds(failures=len(prop.failures),
-                behaviours=len(prop.events) + prop.event_pairs.cells + len(prop.targets) + prop.target_gains,
-                lines=line_coverage.lines_reached(prop.nodeid))
+    now = Finds(
+        failures=len(prop.failures),
+        behaviours=len(prop.events) + prop.event_pairs.cells + len(prop.targets) + prop.target_gains,
+        lines=line_coverage.lines_reached(prop.nodeid),
+    )
     if before is None:
         return now
     return Finds(now.failures - before.failures, now.behaviours - before.behaviours, now.lines - before.lines)

@@ -161,8 +161,13 @@ class Scheduler:
             if rec.done is None and rec.examples < self.floor_examples:
                 floors_left = 1 + sum(1 for n in self._floors if self._records[n].done is None)
                 # a floor never takes more than an even split of what is left
-                return Grant(nodeid, left / floors_left, "floor", f"floor: {self.floor_examples} examples",
-                             examples=self.floor_examples - rec.examples)
+                return Grant(
+                    nodeid,
+                    left / floors_left,
+                    "floor",
+                    f"floor: {self.floor_examples} examples",
+                    examples=self.floor_examples - rec.examples,
+                )
         open_ = [n for n in self.nodeids if self._records[n].done is None]
         if not open_:
             return None
@@ -179,8 +184,9 @@ class Scheduler:
             reason = "no property is finding new behaviour: the least time so far"
         return Grant(best, seconds, "adaptive", reason)
 
-    def record(self, grant: Grant, seconds: float, finds: Finds | int, done: str | None = None,
-               examples: int = 0) -> None:
+    def record(
+        self, grant: Grant, seconds: float, finds: Finds | int, done: str | None = None, examples: int = 0
+    ) -> None:
         """What ``grant``'s visit took (seconds, not counting pool start-up), ran (``examples``) and
         found (a bare int: that many new behaviours); ``done``: why the property can't use more time
         (None: it stopped because its visit was over)."""
@@ -216,15 +222,21 @@ class Scheduler:
         """The time ``nodeid`` got and why, for the report."""
         rec = self._records[nodeid]
         cost = rec.cost_s
-        return {"floor_s": round(rec.floor_s, 3), "adaptive_s": round(rec.adaptive_s, 3),
-                "spare_s": round(rec.spare_s, 3), "slices": rec.slices, "new_behaviours": rec.total_finds,
-                "recent_rate_per_s": round(rec.rate, 4), "done": rec.done,
-                "cost_per_example_s": None if cost is None else round(cost, 4),
-                "why": explain(rec.floor_s, rec.adaptive_s, rec.adaptive_finds, rec.spare_s)}
+        return {
+            "floor_s": round(rec.floor_s, 3),
+            "adaptive_s": round(rec.adaptive_s, 3),
+            "spare_s": round(rec.spare_s, 3),
+            "slices": rec.slices,
+            "new_behaviours": rec.total_finds,
+            "recent_rate_per_s": round(rec.rate, 4),
+            "done": rec.done,
+            "cost_per_example_s": None if cost is None else round(cost, 4),
+            "why": explain(rec.floor_s, rec.adaptive_s, rec.adaptive_finds, rec.spare_s),
+        }
 
 
 def explain(floor_s: float, adaptive_s: float, adaptive_finds: int, spare_s: float = 0.0) -> str:
-    """"floor 10s + 42s for new behaviour (17 found in it)", in words."""
+    """ "floor 10s + 42s for new behaviour (17 found in it)", in words."""
     text = f"floor {floor_s:.0f}s"
     if adaptive_s > 0:
         text += f" + {adaptive_s:.0f}s for new behaviour ({adaptive_finds} found in it)"

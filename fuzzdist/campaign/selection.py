@@ -44,8 +44,10 @@ def resolve_targets(args: list[str], suite: str = DEFAULT_SUITE) -> Targets:
     targets = Targets()
     if not args:
         if not Path(suite).is_dir():
-            raise TargetError(f"no {suite}/ directory here: run fuzzdist from the project root, "
-                              "or name property files or directories to run")
+            raise TargetError(
+                f"no {suite}/ directory here: run fuzzdist from the project root, "
+                "or name property files or directories to run"
+            )
         targets.paths.append(Path(suite))
         return targets
     for arg in args:
@@ -62,8 +64,10 @@ def resolve_targets(args: list[str], suite: str = DEFAULT_SUITE) -> Targets:
             targets.names.append(arg)
     if targets.names:
         if not Path(suite).is_dir():
-            raise TargetError(f"can't look up property {targets.names[0]!r}: no {suite}/ directory here; "
-                              "run from the project root or give its file::test id")
+            raise TargetError(
+                f"can't look up property {targets.names[0]!r}: no {suite}/ directory here; "
+                "run from the project root or give its file::test id"
+            )
         targets.suite = Path(suite)
     return targets
 
@@ -94,8 +98,9 @@ class SelectionPlugin:
             self.collect_errors.append((report.nodeid or "collection", str(report.longreprtext)))
 
     @pytest.hookimpl(trylast=True)
-    def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config,
-                                      items: list[pytest.Item]) -> None:
+    def pytest_collection_modifyitems(
+        self, session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+    ) -> None:
         matched_ids: set[str] = set()
         matched_names: set[str] = set()
         kept, dropped = [], []
@@ -108,14 +113,17 @@ class SelectionPlugin:
         if self.error is None:
             properties = [item for item in kept if is_hypothesis_test(item)]
             if not properties:
-                self.error = (f"nothing to run: {self._describe()} holds no Hypothesis property "
-                              "(a test decorated with @given)")
+                self.error = (
+                    f"nothing to run: {self._describe()} holds no Hypothesis property (a test decorated with @given)"
+                )
             elif self.device is not None:
                 on_device = [i for i in properties if pool_device(i) in (None, self.device)]
                 if not on_device:
                     devices = sorted({d for d in map(pool_device, properties) if d is not None})
-                    self.error = (f"nothing to run on --device {self.device}: the selected properties run "
-                                  f"on {', '.join(devices)}; pass --device {devices[0]}")
+                    self.error = (
+                        f"nothing to run on --device {self.device}: the selected properties run "
+                        f"on {', '.join(devices)}; pass --device {devices[0]}"
+                    )
                 properties = on_device
             kept = properties if self.error is None else []
         kept_ids = {id(item) for item in kept}
@@ -133,8 +141,9 @@ class SelectionPlugin:
                 return True
         rest = item.nodeid.split("::", 1)[1] if "::" in item.nodeid else item.name
         for given, file, wanted in self.targets.ids:
-            if path == file.resolve() and (rest == wanted or rest.startswith(wanted + "[")
-                                           or rest.startswith(wanted + "::")):
+            if path == file.resolve() and (
+                rest == wanted or rest.startswith(wanted + "[") or rest.startswith(wanted + "::")
+            ):
                 matched_ids.add(given)
                 return True
         original = getattr(item, "originalname", item.name)
@@ -149,19 +158,28 @@ class SelectionPlugin:
             return None  # the CLI reports the import error itself
         for given, file, wanted in self.targets.ids:
             if given not in matched_ids:
-                here = sorted({getattr(i, "originalname", i.name) for i in items
-                               if Path(i.path).resolve() == file.resolve()})
+                here = sorted(
+                    {getattr(i, "originalname", i.name) for i in items if Path(i.path).resolve() == file.resolve()}
+                )
                 known = f"; properties there: {', '.join(here)}" if here else f"; {file} defines no test"
                 return f"no property {wanted!r} in {file}{known}"
         for name in self.targets.names:
             if name not in matched_names:
                 suite = self.targets.suite
-                here = sorted({getattr(i, "originalname", i.name) for i in items
-                               if suite is not None and suite.resolve() in Path(i.path).resolve().parents
-                               and is_hypothesis_test(i)})
+                here = sorted(
+                    {
+                        getattr(i, "originalname", i.name)
+                        for i in items
+                        if suite is not None
+                        and suite.resolve() in Path(i.path).resolve().parents
+                        and is_hypothesis_test(i)
+                    }
+                )
                 hint = ", ".join(here[:12]) + (", ..." if len(here) > 12 else "")
-                return (f"unknown property {name!r}: no test of that name in {suite}/; "
-                        f"give a file, a file::test id, or one of: {hint or '(none found)'}")
+                return (
+                    f"unknown property {name!r}: no test of that name in {suite}/; "
+                    f"give a file, a file::test id, or one of: {hint or '(none found)'}"
+                )
         return None
 
     def _describe(self) -> str:

@@ -57,9 +57,13 @@ class TimeSeries:
     def to_dict(self, columns: tuple[str, ...] = SERIES_COLUMNS) -> dict:
         """Columns of equal length (one list per column) and the interval now in force."""
         samples = self.samples()
-        return {"interval_s": self.interval,
-                **{name: [round(s[i], 3) if isinstance(s[i], float) else s[i] for s in samples]
-                   for i, name in enumerate(columns)}}
+        return {
+            "interval_s": self.interval,
+            **{
+                name: [round(s[i], 3) if isinstance(s[i], float) else s[i] for s in samples]
+                for i, name in enumerate(columns)
+            },
+        }
 
 
 def split_event(label: str, value: object = "") -> tuple[str, str] | None:
@@ -99,5 +103,7 @@ class EventPairs:
 
     def to_list(self) -> list[dict]:
         """``[{"x": "dtype", "y": "layout", "cells": [["float32", "transposed", 12], ...]}, ...]``."""
-        return [{"x": a, "y": b, "cells": [[va, vb, n] for (va, vb), n in sorted(grid.items())]}
-                for (a, b), grid in sorted(self.counts.items())]
+        return [
+            {"x": a, "y": b, "cells": [[va, vb, n] for (va, vb), n in sorted(grid.items())]}
+            for (a, b), grid in sorted(self.counts.items())
+        ]

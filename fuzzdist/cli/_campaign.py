@@ -13,26 +13,49 @@ from fuzzdist.errors import UsageError
 
 
 def add_target_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("targets", nargs="*", metavar="PATH_OR_PROPERTY",
-                        help="files, directories, file::test ids or bare property names (default: properties/)")
+    parser.add_argument(
+        "targets",
+        nargs="*",
+        metavar="PATH_OR_PROPERTY",
+        help="files, directories, file::test ids or bare property names (default: properties/)",
+    )
 
 
 def add_pool_arguments(parser: argparse.ArgumentParser, device_default: str | None = "cpu") -> None:
     """``--device``, ``--database``, ``--world-size`` and ``--timeout``."""
     what = "(default cpu)" if device_default else "(default: every device the properties run on)"
-    parser.add_argument("--device", choices=["cpu", "cuda"], default=device_default,
-                        help=f"run the properties' CPU-rank or GPU-rank variants {what}")
-    parser.add_argument("--database", metavar="DIR_OR_URL", default=None,
-                        help="example database: a directory or a redis://HOST:PORT/DB URL "
-                             "(default: Hypothesis's .hypothesis/examples, which plain pytest uses)")
-    parser.add_argument("--database-password-file", metavar="FILE", default=None,
-                        help="the Redis database's password, on the first line of a file only you can read "
-                             "(chmod 600), so that it is not on the command line (or set FUZZDIST_REDIS_PASSWORD)")
-    parser.add_argument("--world-size", type=world_size, metavar="N",
-                        help="ranks for every property, in place of the world sizes its marker pins "
-                             "(default: the marker's, else 2)")
-    parser.add_argument("--timeout", type=timeout_seconds, metavar="SECONDS",
-                        help="per-example timeout on the ranks, 1 second to a week (default 30)")
+    parser.add_argument(
+        "--device",
+        choices=["cpu", "cuda"],
+        default=device_default,
+        help=f"run the properties' CPU-rank or GPU-rank variants {what}",
+    )
+    parser.add_argument(
+        "--database",
+        metavar="DIR_OR_URL",
+        default=None,
+        help="example database: a directory or a redis://HOST:PORT/DB URL "
+        "(default: Hypothesis's .hypothesis/examples, which plain pytest uses)",
+    )
+    parser.add_argument(
+        "--database-password-file",
+        metavar="FILE",
+        default=None,
+        help="the Redis database's password, on the first line of a file only you can read "
+        "(chmod 600), so that it is not on the command line (or set FUZZDIST_REDIS_PASSWORD)",
+    )
+    parser.add_argument(
+        "--world-size",
+        type=world_size,
+        metavar="N",
+        help="ranks for every property, in place of the world sizes its marker pins (default: the marker's, else 2)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=timeout_seconds,
+        metavar="SECONDS",
+        help="per-example timeout on the ranks, 1 second to a week (default 30)",
+    )
 
 
 def check_device(device: str | None) -> None:
@@ -85,8 +108,15 @@ def pool_options(args: argparse.Namespace) -> list[str]:
 def pytest_args(args: argparse.Namespace, targets: Any, profile: str) -> list[str]:
     import importlib.util
 
-    argv = [*targets.collect_args(), "-p", "no:terminal", "-p", "no:cacheprovider",
-            f"--hypothesis-profile={profile}", *pool_options(args)]
+    argv = [
+        *targets.collect_args(),
+        "-p",
+        "no:terminal",
+        "-p",
+        "no:cacheprovider",
+        f"--hypothesis-profile={profile}",
+        *pool_options(args),
+    ]
     if importlib.util.find_spec("pytest_timeout") is not None:
         argv += ["-o", "timeout=0"]  # a campaign runs far longer than any per-test timeout
     return argv
@@ -108,6 +138,8 @@ def collect_error(plugin: Any) -> str | None:
         where, text = plugin.collect_errors[0]
         lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
         last = next((line for line in reversed(lines) if line.startswith("E ")), lines[-1] if lines else "")
-        return (f"can't collect {where}: {last.removeprefix('E').strip()}; "
-                f"run `pytest --collect-only {where}` to see the whole error")
+        return (
+            f"can't collect {where}: {last.removeprefix('E').strip()}; "
+            f"run `pytest --collect-only {where}` to see the whole error"
+        )
     return None

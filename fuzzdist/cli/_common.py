@@ -52,7 +52,8 @@ def parse_duration(text: str) -> float:
         parts = re.findall(r"(\d+(?:\.\d+)?)([smhd])", spec)
         if not parts or "".join(n + u for n, u in parts) != spec:
             raise argparse.ArgumentTypeError(
-                f"bad --duration {text!r}: use a number and a unit, e.g. 30s, 10m, 2h or 1h30m")
+                f"bad --duration {text!r}: use a number and a unit, e.g. 30s, 10m, 2h or 1h30m"
+            )
         seconds = sum(float(n) * _UNITS[u] for n, u in parts)
     if not seconds > 0:
         raise argparse.ArgumentTypeError(f"bad --duration {text!r}: it must be longer than 0s")
@@ -123,10 +124,12 @@ def check_outputs(*outputs: tuple[str, str | None]) -> None:
         if reason is not None:
             raise UsageError(f"can't write {path} ({reason}): pass {flag} with a path in a writable directory")
     for i, (flag, path) in enumerate(given):
-        for other_flag, other in given[i + 1:]:
+        for other_flag, other in given[i + 1 :]:
             if same_output(path, other) and not _special(path):  # two outputs to /dev/null are fine
-                raise UsageError(f"{flag} and {other_flag} both name {path}: each would overwrite the other; "
-                                 "give them different files")
+                raise UsageError(
+                    f"{flag} and {other_flag} both name {path}: each would overwrite the other; "
+                    "give them different files"
+                )
 
 
 def _special(path: str) -> bool:

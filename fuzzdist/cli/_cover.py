@@ -10,11 +10,17 @@ from fuzzdist.errors import InvalidArgument, UsageError
 
 def add_cover_argument(parser: argparse.ArgumentParser) -> None:
     """``--cover [PKG[,PKG...]]`` (bare: torch.distributed)."""
-    parser.add_argument("--cover", nargs="?", const="torch.distributed", default=None, metavar="PKG[,PKG...]",
-                        help="record which lines of these packages' Python source the ranks run (bare: "
-                             "torch.distributed; your own packages too), merged over ranks and examples, in "
-                             "the reports and the adaptive schedule (new lines count as new behaviour); "
-                             "costs time per example: see the docs")
+    parser.add_argument(
+        "--cover",
+        nargs="?",
+        const="torch.distributed",
+        default=None,
+        metavar="PKG[,PKG...]",
+        help="record which lines of these packages' Python source the ranks run (bare: "
+        "torch.distributed; your own packages too), merged over ranks and examples, in "
+        "the reports and the adaptive schedule (new lines count as new behaviour); "
+        "costs time per example: see the docs",
+    )
 
 
 def enable_cover(args: argparse.Namespace) -> None:
@@ -24,8 +30,10 @@ def enable_cover(args: argparse.Namespace) -> None:
     from fuzzdist.pool import line_coverage
 
     if any(mark in args.cover for mark in ("/", ".py", "::")):  # `--cover PATH`: the bare flag took a target
-        raise UsageError(f"--cover {args.cover}: that is a target, not a package; name the packages "
-                         f"(--cover torch.distributed {args.cover}) or put the targets before a bare --cover")
+        raise UsageError(
+            f"--cover {args.cover}: that is a target, not a package; name the packages "
+            f"(--cover torch.distributed {args.cover}) or put the targets before a bare --cover"
+        )
     try:
         line_coverage.enable(args.cover.split(","))
     except InvalidArgument as exc:

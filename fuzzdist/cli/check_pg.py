@@ -29,41 +29,80 @@ def add_parser(sub: Any) -> None:
     from fuzzdist.pool import DEFAULT_TIMEOUT
 
     parser = sub.add_parser(
-        "check-pg", help="fuzz a ProcessGroup against the c10d contract (docs/backend-authors.md)",
+        "check-pg",
+        help="fuzz a ProcessGroup against the c10d contract (docs/backend-authors.md)",
         description="Fuzz a torch.distributed ProcessGroup against the c10d contract. FACTORY is "
-                    "'module:callable', called on every rank as factory(rank, world_size, store, device) "
-                    "and returning the ProcessGroup (or Backend) to check.",
+        "'module:callable', called on every rank as factory(rank, world_size, store, device) "
+        "and returning the ProcessGroup (or Backend) to check.",
         epilog="exit status: 0 the group conforms (unsupported operations are reported, not failures); "
-               "1 a failure was found (shrunk, printed); 2 bad input, one line on stderr (the factory can't "
-               "be imported, bad arguments, or the machine can't run the pools); 128+N interrupted by signal N "
-               "(SIGINT, SIGTERM) with nothing found: the partial report is printed, and written with --json.")
+        "1 a failure was found (shrunk, printed); 2 bad input, one line on stderr (the factory can't "
+        "be imported, bad arguments, or the machine can't run the pools); 128+N interrupted by signal N "
+        "(SIGINT, SIGTERM) with nothing found: the partial report is printed, and written with --json.",
+    )
     parser.add_argument("factory", metavar="FACTORY", help="module:callable building the ProcessGroup")
-    parser.add_argument("--world-size", "-w", dest="world_sizes", type=world_size, action="append", metavar="N",
-                        help=f"a world size to check; repeat for several "
-                             f"(default {' '.join(map(str, DEFAULT_WORLD_SIZES))})")
-    parser.add_argument("--duration", type=parse_duration, metavar="TIME",
-                        help="time budget for the whole check, shared by the operations: 90, 30s, 10m, 1h30m")
-    parser.add_argument("--max-examples", type=positive_int, metavar="N",
-                        help="examples per operation (default: 100, or unlimited with --duration)")
-    parser.add_argument("--ops", type=_ops, metavar="OP[,OP...]",
-                        help=f"checks to run (default all): {', '.join(all_checks())}")
+    parser.add_argument(
+        "--world-size",
+        "-w",
+        dest="world_sizes",
+        type=world_size,
+        action="append",
+        metavar="N",
+        help=f"a world size to check; repeat for several (default {' '.join(map(str, DEFAULT_WORLD_SIZES))})",
+    )
+    parser.add_argument(
+        "--duration",
+        type=parse_duration,
+        metavar="TIME",
+        help="time budget for the whole check, shared by the operations: 90, 30s, 10m, 1h30m",
+    )
+    parser.add_argument(
+        "--max-examples",
+        type=positive_int,
+        metavar="N",
+        help="examples per operation (default: 100, or unlimited with --duration)",
+    )
+    parser.add_argument(
+        "--ops", type=_ops, metavar="OP[,OP...]", help=f"checks to run (default all): {', '.join(all_checks())}"
+    )
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="the ranks' device (default cpu)")
-    parser.add_argument("--timeout", type=timeout_seconds, default=DEFAULT_TIMEOUT, metavar="SECONDS",
-                        help=f"per-example timeout; past it an example is a hang (default {DEFAULT_TIMEOUT:g})")
-    parser.add_argument("--max-bytes", type=positive_int, default=DEFAULT_MAX_BYTES, metavar="N",
-                        help=f"largest tensor in an example (default {DEFAULT_MAX_BYTES})")
+    parser.add_argument(
+        "--timeout",
+        type=timeout_seconds,
+        default=DEFAULT_TIMEOUT,
+        metavar="SECONDS",
+        help=f"per-example timeout; past it an example is a hang (default {DEFAULT_TIMEOUT:g})",
+    )
+    parser.add_argument(
+        "--max-bytes",
+        type=positive_int,
+        default=DEFAULT_MAX_BYTES,
+        metavar="N",
+        help=f"largest tensor in an example (default {DEFAULT_MAX_BYTES})",
+    )
     parser.add_argument("--seed", type=int, metavar="N", help="Hypothesis seed, for a repeatable run")
-    parser.add_argument("--no-database", action="store_true",
-                        help="don't read or save examples in Hypothesis's database (.hypothesis/)")
-    parser.add_argument("--repeat-waits", action=argparse.BooleanOptionalAction, default=True,
-                        help="async check: also wait() again on works already waited on, bounded at "
-                             "2 s (default on; gloo's send/recv Work blocks on that: a known torch bug)")
-    parser.add_argument("--ddp-reorder", action="store_true",
-                        help="DDP check: also run DDP through a ReorderingProcessGroup over the group")
-    parser.add_argument("--wraps", choices=("gloo",), metavar="BACKEND",
-                        help="the group delegates to this backend (gloo): a failure that one of gloo's known "
-                             "bugs explains is run again on gloo itself, on the same ranks, and where gloo gives "
-                             "the same result it is reported KNOWN (inherited from gloo), not as a failure")
+    parser.add_argument(
+        "--no-database", action="store_true", help="don't read or save examples in Hypothesis's database (.hypothesis/)"
+    )
+    parser.add_argument(
+        "--repeat-waits",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="async check: also wait() again on works already waited on, bounded at "
+        "2 s (default on; gloo's send/recv Work blocks on that: a known torch bug)",
+    )
+    parser.add_argument(
+        "--ddp-reorder",
+        action="store_true",
+        help="DDP check: also run DDP through a ReorderingProcessGroup over the group",
+    )
+    parser.add_argument(
+        "--wraps",
+        choices=("gloo",),
+        metavar="BACKEND",
+        help="the group delegates to this backend (gloo): a failure that one of gloo's known "
+        "bugs explains is run again on gloo itself, on the same ranks, and where gloo gives "
+        "the same result it is reported KNOWN (inherited from gloo), not as a failure",
+    )
     parser.add_argument("--json", metavar="PATH", help="also write the report as JSON to PATH")
     parser.add_argument("--verbose", "-v", action="store_true", help="let Hypothesis report its progress")
     parser.set_defaults(func=cmd_check_pg)
@@ -97,9 +136,20 @@ def cmd_check_pg(args: argparse.Namespace) -> int:
     if args.no_database:
         overrides["database"] = None
     settings = Settings(Settings(), **overrides)
-    kwargs = dict(max_examples=args.max_examples, duration=args.duration, ops=args.ops, device=args.device,
-                  timeout=args.timeout, max_bytes=args.max_bytes, settings=settings, verbose=args.verbose,
-                  seed=args.seed, repeat_waits=args.repeat_waits, ddp_reorder=args.ddp_reorder, wraps=args.wraps)
+    kwargs = dict(
+        max_examples=args.max_examples,
+        duration=args.duration,
+        ops=args.ops,
+        device=args.device,
+        timeout=args.timeout,
+        max_bytes=args.max_bytes,
+        settings=settings,
+        verbose=args.verbose,
+        seed=args.seed,
+        repeat_waits=args.repeat_waits,
+        ddp_reorder=args.ddp_reorder,
+        wraps=args.wraps,
+    )
     if args.world_sizes:
         kwargs["world_sizes"] = tuple(args.world_sizes)
     _check_max_bytes(args.max_bytes, max(kwargs.get("world_sizes", DEFAULT_WORLD_SIZES)))
@@ -132,8 +182,11 @@ def cmd_check_pg(args: argparse.Namespace) -> int:
         try:
             write_output(args.json, json.dumps(report.to_json(), indent=2) + "\n")
         except OSError as exc:  # the check's verdict stands: the exit code says it, the summary above shows it
-            print(f"fuzzdist check-pg: can't write --json {args.json} ({exc.strerror or exc}); the summary "
-                  "above is the whole report", file=sys.stderr)
+            print(
+                f"fuzzdist check-pg: can't write --json {args.json} ({exc.strerror or exc}); the summary "
+                "above is the whole report",
+                file=sys.stderr,
+            )
     if not report.conforms:
         return EXIT_FOUND
     return 128 + signal.Signals[interrupted].value if interrupted else EXIT_OK
@@ -149,9 +202,11 @@ def _check_max_bytes(max_bytes: int, world_size: int) -> None:
         return  # unknown: nothing to bound by
     most = memory // (2 * world_size * world_size)
     if max_bytes > most:
-        raise UsageError(f"--max-bytes {max_bytes}: at world size {world_size} the ranks would hold about "
-                         f"{2 * world_size * world_size} tensors of that size at once, more than this machine's "
-                         f"{memory / 2**30:.1f} GiB of memory; pass at most {most}")
+        raise UsageError(
+            f"--max-bytes {max_bytes}: at world size {world_size} the ranks would hold about "
+            f"{2 * world_size * world_size} tensors of that size at once, more than this machine's "
+            f"{memory / 2**30:.1f} GiB of memory; pass at most {most}"
+        )
 
 
 @contextlib.contextmanager

@@ -14,13 +14,20 @@ from fuzzdist.errors import UsageError
 
 def add_parser(sub: Any) -> None:
     """Register ``report`` on the top parser's subcommands."""
-    report = sub.add_parser("report", help="write the HTML page of a campaign's JSON report",
-                            description="Write one self-contained HTML page (throughput, failures with their "
-                                        "minimal examples and reproducing commands, coverage of the drawn inputs) "
-                                        "from the JSON report of `fuzzdist run`, finished or still running.")
-    report.add_argument("report", metavar="REPORT.json", nargs="+",
-                        help="the JSON report fuzzdist run wrote (--report); several (a fleet's machines sharing "
-                             "a database) are merged into one: properties, failures and code coverage")
+    report = sub.add_parser(
+        "report",
+        help="write the HTML page of a campaign's JSON report",
+        description="Write one self-contained HTML page (throughput, failures with their "
+        "minimal examples and reproducing commands, coverage of the drawn inputs) "
+        "from the JSON report of `fuzzdist run`, finished or still running.",
+    )
+    report.add_argument(
+        "report",
+        metavar="REPORT.json",
+        nargs="+",
+        help="the JSON report fuzzdist run wrote (--report); several (a fleet's machines sharing "
+        "a database) are merged into one: properties, failures and code coverage",
+    )
     report.add_argument("--html", metavar="OUT.html", help="the page to write")
     report.add_argument("--json", metavar="OUT.json", help="also write the merged JSON report (several reports)")
     report.set_defaults(func=cmd_report)
@@ -34,8 +41,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     from fuzzdist.errors import BadReport
 
     if not args.html and not args.json:
-        raise UsageError("the following arguments are required: --html (with several reports, --json OUT.json "
-                         "will do instead)")
+        raise UsageError(
+            "the following arguments are required: --html (with several reports, --json OUT.json will do instead)"
+        )
     if args.json and len(args.report) < 2:
         raise UsageError("--json writes the merge of several reports: pass two or more REPORT.json")
     reason = missing_plotting() if args.html else None
@@ -54,21 +62,25 @@ def cmd_report(args: argparse.Namespace) -> int:
         try:
             write_text_atomic(args.json, json.dumps(data, indent=2, default=str) + "\n")
         except OSError as exc:
-            raise UsageError(f"can't write {args.json} ({exc.strerror or exc}): pass --json with a path in a "
-                             "writable directory") from None
+            raise UsageError(
+                f"can't write {args.json} ({exc.strerror or exc}): pass --json with a path in a writable directory"
+            ) from None
         print(f"JSON report: {plain(os.path.abspath(args.json))}")
     if not args.html:
         return EXIT_OK
     try:
         page = render_page(data)
     except (TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:  # what check_report missed
-        raise UsageError(f"can't make a page of {', '.join(args.report)} ({type(exc).__name__}: {exc}): the report "
-                         "is damaged or was edited; pass the file fuzzdist run wrote with --report") from None
+        raise UsageError(
+            f"can't make a page of {', '.join(args.report)} ({type(exc).__name__}: {exc}): the report "
+            "is damaged or was edited; pass the file fuzzdist run wrote with --report"
+        ) from None
     try:
         write_text_atomic(args.html, page)
     except OSError as exc:
-        raise UsageError(f"can't write {args.html} ({exc.strerror or exc}): pass --html with a path in a "
-                         "writable directory") from None
+        raise UsageError(
+            f"can't write {args.html} ({exc.strerror or exc}): pass --html with a path in a writable directory"
+        ) from None
     print(f"HTML report: {plain(os.path.abspath(args.html))}")
     return EXIT_OK
 
@@ -78,8 +90,10 @@ def _read(path: str, check_report: Any, bad_report: type[Exception]) -> dict:
         with open(path, encoding="utf-8") as f:
             return check_report(json.load(f))
     except OSError as exc:
-        raise UsageError(f"can't read {path} ({exc.strerror or exc}): pass the JSON report "
-                         "fuzzdist run wrote (its --report, default fuzzdist-report.json)") from None
+        raise UsageError(
+            f"can't read {path} ({exc.strerror or exc}): pass the JSON report "
+            "fuzzdist run wrote (its --report, default fuzzdist-report.json)"
+        ) from None
     except bad_report as exc:
         raise UsageError(f"{path}: {exc}") from None
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError, a 5000-digit number
@@ -95,5 +109,6 @@ def _check_outputs(args: argparse.Namespace) -> None:
     for flag, out in (("--html", args.html), ("--json", args.json)):
         for path in args.report if out else ():
             if same_output(path, out):
-                raise UsageError(f"{flag} {out} is the report read: writing it would overwrite the report; "
-                                 "name another file")
+                raise UsageError(
+                    f"{flag} {out} is the report read: writing it would overwrite the report; name another file"
+                )

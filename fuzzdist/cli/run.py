@@ -44,45 +44,89 @@ _STACK_DUMPS = None  # the file SIGUSR1 stack dumps go to (kept open for faultha
 
 def add_parser(sub: Any) -> None:
     """Register ``run`` on the top parser's subcommands."""
-    run = sub.add_parser("run", help="fuzz the property suite for a time or example budget",
-                         description="Fuzz properties (default: the properties/ suite) for a time or example "
-                                     "budget, keep looking after failures, save every failure to the example "
-                                     "database, and report.")
+    run = sub.add_parser(
+        "run",
+        help="fuzz the property suite for a time or example budget",
+        description="Fuzz properties (default: the properties/ suite) for a time or example "
+        "budget, keep looking after failures, save every failure to the example "
+        "database, and report.",
+    )
     add_target_argument(run)
-    run.add_argument("--duration", type=parse_duration, metavar="TIME",
-                     help="time budget, shared by the properties: 30s, 10m, 2h (counted from the first "
-                          "example; with --max-examples, whichever runs out first)")
-    run.add_argument("--max-examples", type=positive_int, metavar="N",
-                     help="examples per property (shrinking included); default without --duration: "
-                          "the campaign profile's 100,000")
-    run.add_argument("--seed", type=int, metavar="N",
-                     help="reproducible generation: round r of each property draws from seed N+r-1 "
-                          "(round 1 draws what pytest --hypothesis-seed=N draws); default: fresh randomness")
-    run.add_argument("--schedule", choices=["adaptive", "even"], default="adaptive",
-                     help="how --duration is split: 'adaptive' (default) gives every property a floor of 20 "
-                          "examples, then slices to the properties still reaching new failures, events, "
-                          "targets (or, with --cover, lines) per second, relative to what each has reached; "
-                          "'even' gives each one equal share, once")
+    run.add_argument(
+        "--duration",
+        type=parse_duration,
+        metavar="TIME",
+        help="time budget, shared by the properties: 30s, 10m, 2h (counted from the first "
+        "example; with --max-examples, whichever runs out first)",
+    )
+    run.add_argument(
+        "--max-examples",
+        type=positive_int,
+        metavar="N",
+        help="examples per property (shrinking included); default without --duration: the campaign profile's 100,000",
+    )
+    run.add_argument(
+        "--seed",
+        type=int,
+        metavar="N",
+        help="reproducible generation: round r of each property draws from seed N+r-1 "
+        "(round 1 draws what pytest --hypothesis-seed=N draws); default: fresh randomness",
+    )
+    run.add_argument(
+        "--schedule",
+        choices=["adaptive", "even"],
+        default="adaptive",
+        help="how --duration is split: 'adaptive' (default) gives every property a floor of 20 "
+        "examples, then slices to the properties still reaching new failures, events, "
+        "targets (or, with --cover, lines) per second, relative to what each has reached; "
+        "'even' gives each one equal share, once",
+    )
     add_cover_argument(run)
     add_pool_arguments(run)
-    run.add_argument("--jobs", type=parse_jobs, default=None, metavar="N",
-                     help="campaign workers at once, each its own process with its own rank pools (with --device "
-                          "cuda, its own GPUs), sharing the database and splitting the properties; one progress "
-                          "display and one merged report (at most the cores, not under torchrun; default: on CPU "
-                          "one per core, as many as the memory holds at 2 GiB each, or $FUZZDIST_JOBS; "
-                          "1 with --device cuda or under torchrun)")
+    run.add_argument(
+        "--jobs",
+        type=parse_jobs,
+        default=None,
+        metavar="N",
+        help="campaign workers at once, each its own process with its own rank pools (with --device "
+        "cuda, its own GPUs), sharing the database and splitting the properties; one progress "
+        "display and one merged report (at most the cores, not under torchrun; default: on CPU "
+        "one per core, as many as the memory holds at 2 GiB each, or $FUZZDIST_JOBS; "
+        "1 with --device cuda or under torchrun)",
+    )
     run.add_argument("--worker", type=parse_worker, default=None, help=argparse.SUPPRESS)  # I/N: set by --jobs
-    run.add_argument("--report", default=DEFAULT_REPORT, metavar="FILE.json",
-                     help=f"JSON report, rewritten atomically during the run (default {DEFAULT_REPORT}; '' for none)")
-    run.add_argument("--html", default=None, metavar="FILE.html",
-                     help="also write a self-contained HTML report (throughput, failures, coverage), rewritten "
-                          "with the JSON one during the run (default: none; `fuzzdist report` makes one later)")
-    run.add_argument("--junit", default=DEFAULT_JUNIT, metavar="FILE.xml",
-                     help=f"JUnit XML written at the end (default {DEFAULT_JUNIT}; '' for none)")
-    run.add_argument("--progress", choices=["auto", "rich", "plain", "none"], default="auto",
-                     help="live display: a rich table on a terminal, plain lines otherwise (default auto)")
-    run.add_argument("--progress-interval", type=positive_float, default=10.0, metavar="SECONDS",
-                     help="seconds between plain progress lines (default 10)")
+    run.add_argument(
+        "--report",
+        default=DEFAULT_REPORT,
+        metavar="FILE.json",
+        help=f"JSON report, rewritten atomically during the run (default {DEFAULT_REPORT}; '' for none)",
+    )
+    run.add_argument(
+        "--html",
+        default=None,
+        metavar="FILE.html",
+        help="also write a self-contained HTML report (throughput, failures, coverage), rewritten "
+        "with the JSON one during the run (default: none; `fuzzdist report` makes one later)",
+    )
+    run.add_argument(
+        "--junit",
+        default=DEFAULT_JUNIT,
+        metavar="FILE.xml",
+        help=f"JUnit XML written at the end (default {DEFAULT_JUNIT}; '' for none)",
+    )
+    run.add_argument(
+        "--progress",
+        choices=["auto", "rich", "plain", "none"],
+        default="auto",
+        help="live display: a rich table on a terminal, plain lines otherwise (default auto)",
+    )
+    run.add_argument(
+        "--progress-interval",
+        type=positive_float,
+        default=10.0,
+        metavar="SECONDS",
+        help="seconds between plain progress lines (default 10)",
+    )
     run.set_defaults(func=cmd_run)
 
 
@@ -112,8 +156,7 @@ def _pool_cache_for_launch(args: argparse.Namespace) -> Any:
     from fuzzdist.errors import InvalidState
 
     try:
-        ctx, store = torchrun.join(backend="gloo", device=args.device or "cpu",
-                                   timeout=args.timeout or DEFAULT_TIMEOUT)
+        ctx, store = torchrun.join(backend="gloo", device=args.device or "cpu", timeout=args.timeout or DEFAULT_TIMEOUT)
     except InvalidState as exc:  # e.g. several nodes and no secret to sign the store's messages with
         raise UsageError(str(exc)) from None
     if ctx.rank != 0:
@@ -175,11 +218,13 @@ def parse_jobs(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--jobs {text!r} is not a whole number: give the number of campaign "
-                                         "workers, e.g. --jobs 2") from None
+        raise argparse.ArgumentTypeError(
+            f"--jobs {text!r} is not a whole number: give the number of campaign workers, e.g. --jobs 2"
+        ) from None
     if value < 1:
-        raise argparse.ArgumentTypeError(f"--jobs {text}: give at least 1 worker (--jobs 1 runs the "
-                                         "campaign in this process)")
+        raise argparse.ArgumentTypeError(
+            f"--jobs {text}: give at least 1 worker (--jobs 1 runs the campaign in this process)"
+        )
     return value
 
 
@@ -197,8 +242,11 @@ def _jobs_gpus(args: argparse.Namespace) -> list[str] | None:
     from fuzzdist.pool import torchrun
 
     if args.jobs is None:  # a --jobs worker is one worker
-        args.jobs = 1 if args.worker is not None else default_jobs(args.device, torchrun.in_torchrun(),
-                                                                   usable_cores(), available_memory())
+        args.jobs = (
+            1
+            if args.worker is not None
+            else default_jobs(args.device, torchrun.in_torchrun(), usable_cores(), available_memory())
+        )
     try:
         return check_jobs(args.jobs, args.device, args.world_size, torchrun.in_torchrun(), usable_cores())
     except JobsError as exc:
@@ -225,9 +273,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     junit_path = args.junit or None
     from fuzzdist.campaign.database import redact
 
-    state = CampaignState(command=["fuzzdist", *(redact(word) for word in args.argv)],
-                          device=args.device, database=database.describe(), duration_s=args.duration,
-                          max_examples=args.max_examples, world_size=args.world_size)
+    state = CampaignState(
+        command=["fuzzdist", *(redact(word) for word in args.argv)],
+        device=args.device,
+        database=database.describe(),
+        duration_s=args.duration,
+        max_examples=args.max_examples,
+        world_size=args.world_size,
+    )
     if state.duration_s is None and state.max_examples is None:
         from hypothesis import settings
 
@@ -244,9 +297,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     progress = make_progress(stream, args.progress, interval=args.progress_interval)
     if args.jobs > 1:
         return _run_jobs(args, state, progress, stream, report_path, junit_path, html_path, gpus)
-    plugin = CampaignPlugin(targets, state=state, database=database, progress=progress,
-                            report_path=report_path, device=args.device, pytest_options=pool_options(args),
-                            seed=args.seed, html_path=html_path, schedule=args.schedule, worker=args.worker)
+    plugin = CampaignPlugin(
+        targets,
+        state=state,
+        database=database,
+        progress=progress,
+        report_path=report_path,
+        device=args.device,
+        pytest_options=pool_options(args),
+        seed=args.seed,
+        html_path=html_path,
+        schedule=args.schedule,
+        worker=args.worker,
+    )
     plugins: list[object] = [plugin]
     launched = _pool_cache_for_launch(args)
     if launched is not None:
@@ -302,8 +365,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     return _exit_code(state)
 
 
-def _run_jobs(args: argparse.Namespace, state: Any, progress: Any, stream: Any, report_path: str | None,
-              junit_path: str | None, html_path: str | None, gpus: list[str] | None) -> int:
+def _run_jobs(
+    args: argparse.Namespace,
+    state: Any,
+    progress: Any,
+    stream: Any,
+    report_path: str | None,
+    junit_path: str | None,
+    html_path: str | None,
+    gpus: list[str] | None,
+) -> int:
     """``--jobs N``: N worker processes, watched and merged here (fuzzdist.campaign.jobs)."""
     from fuzzdist.campaign.jobs import JobsCampaign
     from fuzzdist.campaign.report import summary_text
@@ -323,8 +394,13 @@ def _run_jobs(args: argparse.Namespace, state: Any, progress: Any, stream: Any, 
         else:
             state.status = "finished"
         campaign.finish()
-    stream.write("\n" + summary_text(state, report_path, junit_path, html_path, campaign.write_errors) + "\n"
-                 + "\n".join(campaign.summary_lines()) + "\n")
+    stream.write(
+        "\n"
+        + summary_text(state, report_path, junit_path, html_path, campaign.write_errors)
+        + "\n"
+        + "\n".join(campaign.summary_lines())
+        + "\n"
+    )
     stream.write(cover_summary(state.started, campaign.merged or {}))
     stream.flush()
     return _exit_code(state)
@@ -340,5 +416,3 @@ def _exit_code(state: Any) -> int:
     if state.interrupted_by:
         return 128 + signal.Signals[state.interrupted_by].value
     return EXIT_OK
-
-

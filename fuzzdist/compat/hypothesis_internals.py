@@ -237,14 +237,22 @@ def example_context(test: Callable[..., Any], events: dict[str, str]) -> Iterato
 _EXAMPLE_PREFIXES = ("Failing test case: ", "Falsifying example: ", "Falsifying explicit example: ")
 _ATTEMPT_PREFIX = "Trying example: "  # an example reported as it runs (verbose, or a replayed one)
 # Where what the example reported ends: what Hypothesis adds after it.
-_AFTER_EXAMPLE = ("\nYou can reproduce", "You can reproduce", "Explanation:", "Highest target score",
-                  "(note: ", "Failed to reproduce exception", "Unreliable ", "Trying example: ")
+_AFTER_EXAMPLE = (
+    "\nYou can reproduce",
+    "You can reproduce",
+    "Explanation:",
+    "Highest target score",
+    "(note: ",
+    "Failed to reproduce exception",
+    "Unreliable ",
+    "Trying example: ",
+)
 
 
 def printed_call(lines: Iterable[str], *, attempts: bool = False) -> str:
     """The call alone of :func:`printed_example` (``f(a=1, data=data(...))``; "" if none)."""
     prefixes = _EXAMPLE_PREFIXES + ((_ATTEMPT_PREFIX,) if attempts else ())
-    return next((line[len(p):] for line in lines for p in prefixes if line.startswith(p)), "")
+    return next((line[len(p) :] for line in lines for p in prefixes if line.startswith(p)), "")
 
 
 def printed_example(lines: Iterable[str], *, attempts: bool = False) -> str:
@@ -258,7 +266,7 @@ def printed_example(lines: Iterable[str], *, attempts: bool = False) -> str:
     for line in lines:
         for prefix in prefixes:
             if line.startswith(prefix):
-                out.append(line[len(prefix):])
+                out.append(line[len(prefix) :])
                 reporting = True
                 break
         else:
@@ -344,8 +352,10 @@ def reproduce_failure_from_notes(notes: Iterable[str]) -> str | None:
 try:
     from hypothesis.internal.observability import observability_enabled as _observability_enabled
 except ImportError:  # a Hypothesis without observability callbacks
+
     def _observability_enabled() -> bool:
         return False
+
 
 _WRAPPED = "_fuzzdist_adds_timing"
 _example_timing: weakref.WeakKeyDictionary[Any, dict[str, float]] = weakref.WeakKeyDictionary()

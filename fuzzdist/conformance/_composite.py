@@ -47,23 +47,30 @@ def run_async(probe: GroupProbe, fuzzer: Fuzzer, report: OpReport) -> None:
 
     def draw(w: int) -> st.SearchStrategy:
         caps = probe.caps[w]
-        return programs(caps, tuple(op for op in OPS if caps.available(op)), max(64, options.max_bytes // 4),
-                        repeat_waits=options.repeat_waits)
+        return programs(
+            caps,
+            tuple(op for op in OPS if caps.available(op)),
+            max(64, options.max_bytes // 4),
+            repeat_waits=options.repeat_waits,
+        )
 
     def execute(w: int, program: Any, failing: list[Failure]) -> None:
         calls, order = program
         waits = wait_sequence(order)
-        head = (f"async: {len(calls)} calls issued with async_op=True before any wait, then waited in the "
-                f"order {list(waits)} ({order!r}), with world_size={w}:\n"
-                + "\n".join(f"  call {i}: {c.describe()}" for i, c in enumerate(calls)))
+        head = (
+            f"async: {len(calls)} calls issued with async_op=True before any wait, then waited in the "
+            f"order {list(waits)} ({order!r}), with world_size={w}:\n"
+            + "\n".join(f"  call {i}: {c.describe()}" for i, c in enumerate(calls))
+        )
         example = probe.example(w, calls=calls, wait_order=waits, order=order)
         try:
             observed = probe.pool(w).run(_rank.run_calls, probe.ref, calls, waits)
         except RankFailure as exc:
             died = probe.deaths(w)
             probe.reset(w)
-            if (known_bugs.sighted(f"check-pg:{ASYNC}", example, exc)
-                    or probe.inherited(w, ASYNC, example, exc, calls, waits)):
+            if known_bugs.sighted(f"check-pg:{ASYNC}", example, exc) or probe.inherited(
+                w, ASYNC, example, exc, calls, waits
+            ):
                 return
             message = raised_message(head, exc)
             if died:
@@ -79,9 +86,11 @@ def run_async(probe: GroupProbe, fuzzer: Fuzzer, report: OpReport) -> None:
         if problems:
             message = head + "\n" + "\n".join(f"  {p}" for p in problems)
             failure = ConformanceFailure(message, problems)
-            if (known_bugs.sighted(f"check-pg:{ASYNC}", example, failure)
-                    or _each_call_a_known_bug(example, head, by_call)
-                    or probe.inherited(w, ASYNC, example, failure, calls, waits, observed=observed)):
+            if (
+                known_bugs.sighted(f"check-pg:{ASYNC}", example, failure)
+                or _each_call_a_known_bug(example, head, by_call)
+                or probe.inherited(w, ASYNC, example, failure, calls, waits, observed=observed)
+            ):
                 return
             hint = probe.resembles(w, ASYNC, example, failure, calls, waits, observed=observed)
             failing.append(Failure(ASYNC, with_hint(message, hint), example, failure))
@@ -100,8 +109,10 @@ def _each_call_a_known_bug(example: dict[str, Any], head: str, by_call: dict[int
     if len(by_call) < 2:
         return False
     where = f"check-pg:{ASYNC}"
-    failures = [ConformanceFailure(head + "\n" + "\n".join(f"  {p}" for p in problems), problems)
-                for problems in by_call.values()]
+    failures = [
+        ConformanceFailure(head + "\n" + "\n".join(f"  {p}" for p in problems), problems)
+        for problems in by_call.values()
+    ]
     if any(known_bugs.recognise(where, example, f) is None for f in failures):
         return False
     return all([known_bugs.sighted(where, example, f) for f in failures])
@@ -126,14 +137,21 @@ def run_ddp(probe: GroupProbe, fuzzer: Fuzzer, report: OpReport) -> None:
             kind = d(st.sampled_from(kinds))
             schedule = d(ddp_property.completion_schedules()) if kind != "direct" else None
             return config, dtype, seed, kind, schedule
+
         return example()
 
     def execute(w: int, example: tuple, failing: list[Failure]) -> None:
         config, dtype, seed, kind, schedule = example
         through = "the group" if kind == "direct" else f"a ReorderingProcessGroup ({kind}, {schedule!r}) over it"
         head = f"DDP parity through {through}, world_size={w}, {dtype}, seed={seed}, {config!r}"
-        fields = {"world_size": w, "config": config, "dtype": dtype, "seed": seed, "pg_kind": kind,
-                  "schedule": schedule}
+        fields = {
+            "world_size": w,
+            "config": config,
+            "dtype": dtype,
+            "seed": seed,
+            "pg_kind": kind,
+            "schedule": schedule,
+        }
         try:
             results = probe.pool(w).run(_rank.ddp_parity, probe.ref, config, dtype, seed, kind, schedule)
         except RankFailure as exc:

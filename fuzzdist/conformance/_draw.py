@@ -11,8 +11,9 @@ from fuzzdist import strategies as fst
 from fuzzdist.conformance.ops import OPS, Capabilities, OpCall
 
 
-def programs(caps: Capabilities, ops: tuple[str, ...], max_bytes: int, max_calls: int = 4,
-             repeat_waits: bool = False) -> st.SearchStrategy[tuple[tuple[OpCall, ...], fst.CompletionOrder]]:
+def programs(
+    caps: Capabilities, ops: tuple[str, ...], max_bytes: int, max_calls: int = 4, repeat_waits: bool = False
+) -> st.SearchStrategy[tuple[tuple[OpCall, ...], fst.CompletionOrder]]:
     """2 to ``max_calls`` calls of ``ops`` issued asynchronously, and the order their works are waited in
     (a ``CompletionOrder``: each work waited on once, in its resolution order; with
     ``repeat_waits``, extra waits on works already waited on).

@@ -40,8 +40,14 @@ class ConformanceSession:
     replace the options' own); ``checks`` is another name for ``ops``.
     """
 
-    def __init__(self, factory: str | Callable[..., Any], options: CheckOptions | None = None, *,
-                 checks: Iterable[str] | None = None, **fields: Any) -> None:
+    def __init__(
+        self,
+        factory: str | Callable[..., Any],
+        options: CheckOptions | None = None,
+        *,
+        checks: Iterable[str] | None = None,
+        **fields: Any,
+    ) -> None:
         if checks is not None:
             fields["ops"] = checks
         options = CheckOptions.of(options, fields)
@@ -54,8 +60,15 @@ class ConformanceSession:
         self.report = ConformanceReport(self.ref, self.world_sizes)
         # the operations to probe: the ones checked (the async check draws from all of them)
         probe_ops = set(OPS) if ASYNC in self.checks else {c for c in self.checks if c in OPS}
-        self._probe = GroupProbe(self.ref, self.pool, self.report, tuple(options.dtypes or ()),
-                                 dtype_kinds(options.device), probe_ops, wraps=options.wraps)
+        self._probe = GroupProbe(
+            self.ref,
+            self.pool,
+            self.report,
+            tuple(options.dtypes or ()),
+            dtype_kinds(options.device),
+            probe_ops,
+            wraps=options.wraps,
+        )
         self._fuzzer = Fuzzer(self.ref, options, self._started)
         self._to_fuzz = set(self.checks)  # the checks still to run that have something to fuzz
         self._prepared = False
@@ -68,8 +81,9 @@ class ConformanceSession:
         if arg is None:
             pool = self._own_pools.get(world_size)
             if pool is None:
-                pool = self._own_pools[world_size] = RankPool(world_size, "gloo", self.options.device,
-                                                              self.options.timeout)
+                pool = self._own_pools[world_size] = RankPool(
+                    world_size, "gloo", self.options.device, self.options.timeout
+                )
             return pool
         if isinstance(arg, Mapping):
             return arg[world_size]
@@ -103,8 +117,9 @@ class ConformanceSession:
         self._prepared = True
         self._fuzzer.probed()
         # An operation the group implements at no world size takes no time: the others share it.
-        self._to_fuzz = {c for c in self._to_fuzz
-                         if c not in OPS or any(caps.available(c) for caps in self._probe.caps.values())}
+        self._to_fuzz = {
+            c for c in self._to_fuzz if c not in OPS or any(caps.available(c) for caps in self._probe.caps.values())
+        }
 
     def run(self, name: str) -> OpReport:
         """Fuzz one check (an op of ``OPS``, ``"async"`` or ``"ddp_parity"``); its report."""
@@ -140,8 +155,9 @@ class ConformanceSession:
         return report
 
 
-def check_process_group(factory: str | Callable[..., Any], options: CheckOptions | None = None,
-                        **fields: Any) -> ConformanceReport:
+def check_process_group(
+    factory: str | Callable[..., Any], options: CheckOptions | None = None, **fields: Any
+) -> ConformanceReport:
     """Fuzz the ProcessGroup that ``factory`` builds against the c10d contract.
 
     Args:

@@ -80,14 +80,32 @@ class Fuzzer:
         if max_examples is None:
             max_examples = _UNLIMITED_EXAMPLES if self.deadline is not None else parent.max_examples
         suppressed = set(parent.suppress_health_check) | {
-            HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large}
-        return Settings(parent, max_examples=max_examples, deadline=None, report_multiple_bugs=False,
-                        suppress_health_check=list(suppressed), print_blob=False,
-                        verbosity=parent.verbosity if self.options.verbose else Verbosity.quiet)
+            HealthCheck.too_slow,
+            HealthCheck.filter_too_much,
+            HealthCheck.data_too_large,
+        }
+        return Settings(
+            parent,
+            max_examples=max_examples,
+            deadline=None,
+            report_multiple_bugs=False,
+            suppress_health_check=list(suppressed),
+            print_blob=False,
+            verbosity=parent.verbosity if self.options.verbose else Verbosity.quiet,
+        )
 
-    def fuzz(self, name: str, sizes: list[int], draw_example: Callable[[int], st.SearchStrategy],
-             execute: Callable[[int, Any, list[Failure]], None], report: OpReport, *, share: int = 1,
-             variant: str = "", parts_left: int = 1) -> None:
+    def fuzz(
+        self,
+        name: str,
+        sizes: list[int],
+        draw_example: Callable[[int], st.SearchStrategy],
+        execute: Callable[[int, Any, list[Failure]], None],
+        report: OpReport,
+        *,
+        share: int = 1,
+        variant: str = "",
+        parts_left: int = 1,
+    ) -> None:
         """Run Hypothesis over ``sizes`` x ``draw_example(w)``; ``execute`` appends a Failure and raises.
 
         ``share``: run 1/share of the examples (for checks whose examples are
@@ -122,8 +140,9 @@ class Fuzzer:
         set_extra_digest(body, f"fuzzdist.conformance|{self.ref}|{name}|{variant}|{sizes}".encode())
         hypothesis_settings = self.hypothesis_settings()
         if share > 1 and self.options.max_examples is None and self.deadline is None:
-            hypothesis_settings = Settings(hypothesis_settings,
-                                           max_examples=max(1, hypothesis_settings.max_examples // share))
+            hypothesis_settings = Settings(
+                hypothesis_settings, max_examples=max(1, hypothesis_settings.max_examples // share)
+            )
         test = hypothesis_settings(given(data=st.data())(body))
         if self.options.seed is not None:
             test = hypothesis_seed(self.options.seed)(test)
@@ -153,16 +172,18 @@ class Fuzzer:
                 failure = failing[-1]
                 failure.flaky = flaky
             else:
-                failure = Failure(name, f"{name}: {type(exc).__name__}: {failure_text(exc)}", exception=exc,
-                                  flaky=flaky)
+                failure = Failure(
+                    name, f"{name}: {type(exc).__name__}: {failure_text(exc)}", exception=exc, flaky=flaky
+                )
             report.failure = failure
             report.status = "failed"
         report.examples += count[0]
         report.world_sizes = sorted(ran_at.union(report.world_sizes))
 
 
-def _shrinking_bounded(execute: Callable[[int, Any, list[Failure]], None],
-                       seconds: float) -> Callable[[int, Any, list[Failure]], None]:
+def _shrinking_bounded(
+    execute: Callable[[int, Any, list[Failure]], None], seconds: float
+) -> Callable[[int, Any, list[Failure]], None]:
     """``execute``, ending the check (``_OutOfTime``) ``seconds`` after its first failure."""
     first: list[float] = []
 
@@ -173,6 +194,7 @@ def _shrinking_bounded(execute: Callable[[int, Any, list[Failure]], None],
             elif time.monotonic() - first[0] > seconds:
                 raise _OutOfTime()
         execute(w, example, failing)
+
     return bounded
 
 

@@ -25,9 +25,12 @@ def run_op(probe: GroupProbe, fuzzer: Fuzzer, op: str, report: OpReport) -> None
     hung = [f"world size {w}: {caps.hung[op]}" for w, caps in caps_by_size.items() if op in caps.hung]
     if hung:
         report.status = "failed"
-        report.failure = Failure(op, f"{op} ({info.method}) failed when probed with a 2-element tensor (it hung, "
-                                     "or crashed the ranks or the group's own processes):\n" + "\n".join(hung),
-                                 {"probe": True})
+        report.failure = Failure(
+            op,
+            f"{op} ({info.method}) failed when probed with a 2-element tensor (it hung, "
+            "or crashed the ranks or the group's own processes):\n" + "\n".join(hung),
+            {"probe": True},
+        )
         _report_form_failures(probe, op, report)
         return
     sizes = [w for w, caps in sorted(caps_by_size.items()) if caps.available(op)]
@@ -45,8 +48,10 @@ def run_op(probe: GroupProbe, fuzzer: Fuzzer, op: str, report: OpReport) -> None
     report.supported = probe.supported_for(op, sizes)
 
     def execute(w: int, call: OpCall, failing: list[Failure]) -> None:
-        head = (f"{op} does not conform: {call.describe()} with world_size={w} "
-                f"(ProcessGroup.{info.method}, called as torch.distributed.{info.mirrors} calls it)")
+        head = (
+            f"{op} does not conform: {call.describe()} with world_size={w} "
+            f"(ProcessGroup.{info.method}, called as torch.distributed.{info.mirrors} calls it)"
+        )
         example = probe.example(w, call=call)
         try:
             observed = probe.pool(w).run(_rank.run_calls, probe.ref, (call,))
@@ -65,8 +70,9 @@ def run_op(probe: GroupProbe, fuzzer: Fuzzer, op: str, report: OpReport) -> None
         if problems:
             message = head + "\n" + "\n".join(f"  {p}" for p in problems) + "\n" + info.inputs_summary(call, w)
             failure = ConformanceFailure(message, problems)
-            if (known_bugs.sighted(f"check-pg:{op}", example, failure)
-                    or probe.inherited(w, op, example, failure, (call,), observed=observed)):
+            if known_bugs.sighted(f"check-pg:{op}", example, failure) or probe.inherited(
+                w, op, example, failure, (call,), observed=observed
+            ):
                 return
             hint = probe.resembles(w, op, example, failure, (call,), observed=observed)
             failing.append(Failure(op, with_hint(message.rstrip(), hint), example, failure))
@@ -82,14 +88,22 @@ def run_op(probe: GroupProbe, fuzzer: Fuzzer, op: str, report: OpReport) -> None
             if report.failure is not None:
                 break
             op_sizes = [w for w in sizes if reduce_op in caps_by_size[w].reduce_ops(op)]
-            fuzzer.fuzz(op, op_sizes, functools.partial(_op_calls, caps_by_size, max_bytes, info, reduce_op=reduce_op),
-                        execute, report, variant=reduce_op, parts_left=len(reduce_ops) - i)
+            fuzzer.fuzz(
+                op,
+                op_sizes,
+                functools.partial(_op_calls, caps_by_size, max_bytes, info, reduce_op=reduce_op),
+                execute,
+                report,
+                variant=reduce_op,
+                parts_left=len(reduce_ops) - i,
+            )
     _report_form_failures(probe, op, report)
     finish(report)
 
 
-def _op_calls(caps: dict[int, Capabilities], max_bytes: int, info: OpInfo, w: int, *,
-              reduce_op: str | None = None) -> st.SearchStrategy:
+def _op_calls(
+    caps: dict[int, Capabilities], max_bytes: int, info: OpInfo, w: int, *, reduce_op: str | None = None
+) -> st.SearchStrategy:
     """The calls of ``info`` drawn at world size ``w`` (``reduce_op`` fixed, if given)."""
     return info.calls(caps[w], max_bytes, reduce_op=reduce_op)
 
@@ -101,9 +115,11 @@ def _report_form_failures(probe: GroupProbe, op: str, report: OpReport) -> None:
     failed = probe.form_failures.get(op)
     if not failed:
         return
-    message = (f"{op} ({OPS[op].method}) hung, crashed the ranks or crashed the group's own processes when "
-               "probed in another dtype or argument form (the plain form was fuzzed all the same, in what it "
-               "accepted):\n" + "\n".join(failed))
+    message = (
+        f"{op} ({OPS[op].method}) hung, crashed the ranks or crashed the group's own processes when "
+        "probed in another dtype or argument form (the plain form was fuzzed all the same, in what it "
+        "accepted):\n" + "\n".join(failed)
+    )
     if report.failure is None:
         report.status = "failed"
         report.failure = Failure(op, message, {"probe": True})

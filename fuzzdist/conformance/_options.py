@@ -103,15 +103,23 @@ class CheckOptions:
         if unknown:
             raise InvalidArgument(f"dtypes {unknown} can't be built on {self.device!r}; choose from {tuple(kinds)}")
         if self.wraps is not None and self.wraps not in WRAPPED_BACKENDS:
-            raise InvalidArgument(f"wraps={self.wraps!r}: fuzzdist can run as a reference only "
-                                  f"{', '.join(WRAPPED_BACKENDS)}; leave it out for another backend")
+            raise InvalidArgument(
+                f"wraps={self.wraps!r}: fuzzdist can run as a reference only "
+                f"{', '.join(WRAPPED_BACKENDS)}; leave it out for another backend"
+            )
         known = all_checks()
         checks = tuple(known if self.ops is None else self.ops)
         unknown_checks = [c for c in checks if c not in known]
         if unknown_checks:
             raise InvalidArgument(f"unknown checks {unknown_checks}; choose from {', '.join(known)}")
-        return dataclasses.replace(self, world_sizes=sizes, ops=checks, dtypes=dtypes, timeout=float(self.timeout),
-                                   max_bytes=int(self.max_bytes))
+        return dataclasses.replace(
+            self,
+            world_sizes=sizes,
+            ops=checks,
+            dtypes=dtypes,
+            timeout=float(self.timeout),
+            max_bytes=int(self.max_bytes),
+        )
 
 
 def dtype_kinds(device: str) -> dict[torch.dtype, str]:

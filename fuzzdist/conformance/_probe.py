@@ -44,9 +44,16 @@ class GroupProbe:
     the backend's name.  ``unsupported_for`` and ``supported_for`` summarise the probes for an op's report.
     """
 
-    def __init__(self, ref: str, pool: Callable[[int], RankPool], report: ConformanceReport,
-                 dtypes: tuple[torch.dtype, ...], kinds: dict[torch.dtype, str], probe_ops: set[str],
-                 wraps: str | None = None) -> None:
+    def __init__(
+        self,
+        ref: str,
+        pool: Callable[[int], RankPool],
+        report: ConformanceReport,
+        dtypes: tuple[torch.dtype, ...],
+        kinds: dict[torch.dtype, str],
+        probe_ops: set[str],
+        wraps: str | None = None,
+    ) -> None:
         self.ref = ref
         self.wraps = wraps  # the backend the group delegates to, run as the reference (CheckOptions.wraps)
         self.inherited_bugs: dict[str, set[str]] = {}  # check -> ids of known bugs inherited from ``wraps``
@@ -83,13 +90,18 @@ class GroupProbe:
             except RankFailure:
                 pass
             return
-        wrong = [f"rank {r}'s group says rank {i['rank']} of {i['size']}" for r, i in enumerate(infos)
-                 if (i["rank"], i["size"]) != (r, w)]
+        wrong = [
+            f"rank {r}'s group says rank {i['rank']} of {i['size']}"
+            for r, i in enumerate(infos)
+            if (i["rank"], i["size"]) != (r, w)
+        ]
         if wrong:  # a failure, and no reason to leave the collectives unchecked: they run on the pool's ranks
             self.report.factory_errors[w] = (
                 f"the group's rank()/size() disagree with the ranks it was built on (world size {w}): "
-                + "; ".join(wrong) + ". Its operations were checked all the same, each rank as the rank "
-                "the factory was called with.")
+                + "; ".join(wrong)
+                + ". Its operations were checked all the same, each rank as the rank "
+                "the factory was called with."
+            )
         self._backends[w] = infos[0]["name"] or infos[0]["type"]
         if not self.report.backend:
             self.report.backend = self._backends[w]
@@ -158,10 +170,11 @@ class GroupProbe:
                 continue
             if result is None:
                 if variant.startswith(LAYOUT_VARIANT):
-                    caps.layouts[op] = caps.layouts[op] + (variant[len(LAYOUT_VARIANT):],)
+                    caps.layouts[op] = caps.layouts[op] + (variant[len(LAYOUT_VARIANT) :],)
                 continue
             reason = unsupported_reason(result[0], result[1], OPS[op].method) or (
-                f"{result[0].rsplit('.', 1)[-1]}: {(result[1].strip().splitlines() or [''])[0]}")
+                f"{result[0].rsplit('.', 1)[-1]}: {(result[1].strip().splitlines() or [''])[0]}"
+            )
             self._refuse(op, variant, None, reason, w)
             if variant == UNEVEN_VARIANT:
                 caps.uneven[op] = False
@@ -189,8 +202,8 @@ class GroupProbe:
             self.reset(w)
             if died:
                 self.form_failures.setdefault(op, []).append(
-                    f"world size {w}, {call.describe()}: {CRASHED} ({died}):\n"
-                    f"{failure_text(exc)}")
+                    f"world size {w}, {call.describe()}: {CRASHED} ({died}):\n{failure_text(exc)}"
+                )
                 return False
             bug = known_bugs.recognise(f"check-pg:{op}", example, exc)
             if bug is not None:
@@ -200,27 +213,44 @@ class GroupProbe:
             if isinstance(result, str):  # a failure of this form only: the plain form is still fuzzed
                 self.form_failures.setdefault(op, []).append(f"world size {w}, {call.describe()}: {result}")
             else:
-                self._refuse(op, variant, None, unsupported_reason(result[0], result[1], OPS[op].method)
-                             or f"{result[0].rsplit('.', 1)[-1]}: {(result[1].strip().splitlines() or [''])[0]}", w)
+                self._refuse(
+                    op,
+                    variant,
+                    None,
+                    unsupported_reason(result[0], result[1], OPS[op].method)
+                    or f"{result[0].rsplit('.', 1)[-1]}: {(result[1].strip().splitlines() or [''])[0]}",
+                    w,
+                )
             return False
-        crashed = [f"rank {r}: {res[0][1]}" for r, res in enumerate(per_rank)
-                   if res[0] is not None and res[0][0] == _rank.SUBJECT_DIED]
+        crashed = [
+            f"rank {r}: {res[0][1]}"
+            for r, res in enumerate(per_rank)
+            if res[0] is not None and res[0][0] == _rank.SUBJECT_DIED
+        ]
         if crashed:
             self.form_failures.setdefault(op, []).append(
-                f"world size {w}, {call.describe()}: {CRASHED}:\n"
-                + "\n".join(crashed))
+                f"world size {w}, {call.describe()}: {CRASHED}:\n" + "\n".join(crashed)
+            )
             return False
         raised = [r[0] for r in per_rank if r[0] is not None]
         if raised:
             type_name, message = raised[0]
-            error = ConformanceFailure(f"{call.describe()} raised on the ranks: {type_name}: {message}",
-                                       [Problem(Kind.RAISED, error=type_name, error_text=message)])
+            error = ConformanceFailure(
+                f"{call.describe()} raised on the ranks: {type_name}: {message}",
+                [Problem(Kind.RAISED, error=type_name, error_text=message)],
+            )
             bug = known_bugs.recognise(f"check-pg:{op}", example, error)
             if bug is not None:
                 self.sightings.setdefault(op, []).append((bug, example, error))
                 return False
-            self._refuse(op, variant, None, unsupported_reason(type_name, message, OPS[op].method)
-                         or f"{type_name.rsplit('.', 1)[-1]}: {(message.strip().splitlines() or [''])[0]}", w)
+            self._refuse(
+                op,
+                variant,
+                None,
+                unsupported_reason(type_name, message, OPS[op].method)
+                or f"{type_name.rsplit('.', 1)[-1]}: {(message.strip().splitlines() or [''])[0]}",
+                w,
+            )
             return False
         return True
 
@@ -236,9 +266,16 @@ class GroupProbe:
         except RankFailure:
             pass
 
-    def inherited(self, w: int, check: str, example: dict[str, Any], failure: BaseException,
-                  calls: tuple[OpCall, ...], wait_order: tuple[int, ...] | None = None,
-                  observed: list[Any] | None = None) -> bool:
+    def inherited(
+        self,
+        w: int,
+        check: str,
+        example: dict[str, Any],
+        failure: BaseException,
+        calls: tuple[OpCall, ...],
+        wait_order: tuple[int, ...] | None = None,
+        observed: list[Any] | None = None,
+    ) -> bool:
         """Whether ``failure`` of ``check`` is a known bug of the backend the group wraps, inherited:
         tallied as a sighting (True), or not (False: the caller reports the failure).
 
@@ -256,9 +293,16 @@ class GroupProbe:
         self.inherited_bugs.setdefault(check, set()).add(bug.id)
         return True
 
-    def resembles(self, w: int, check: str, example: dict[str, Any], failure: BaseException,
-                  calls: tuple[OpCall, ...], wait_order: tuple[int, ...] | None = None,
-                  observed: list[Any] | None = None) -> str:
+    def resembles(
+        self,
+        w: int,
+        check: str,
+        example: dict[str, Any],
+        failure: BaseException,
+        calls: tuple[OpCall, ...],
+        wait_order: tuple[int, ...] | None = None,
+        observed: list[Any] | None = None,
+    ) -> str:
         """Where the group is not said to wrap a backend: a line saying that ``failure`` of ``check`` is exactly
         what a known bug of a backend fuzzdist can run (gloo) gives, checked as :meth:`inherited` checks it,
         and to run again with ``--wraps`` if the group delegates to it; "" where none is (or where ``wraps``
@@ -268,14 +312,24 @@ class GroupProbe:
         for backend in WRAPPED_BACKENDS:
             bug = self._backends_bug(backend, w, check, example, failure, calls, wait_order, observed)
             if bug is not None:
-                return (f"this is exactly what {backend}'s known bug {bug.id!r} gives ({bug.summary}): if the group "
-                        f"delegates to {backend}, run again with --wraps {backend} (CheckOptions(wraps={backend!r})), "
-                        f"which reports {backend}'s own bugs as KNOWN")
+                return (
+                    f"this is exactly what {backend}'s known bug {bug.id!r} gives ({bug.summary}): if the group "
+                    f"delegates to {backend}, run again with --wraps {backend} (CheckOptions(wraps={backend!r})), "
+                    f"which reports {backend}'s own bugs as KNOWN"
+                )
         return ""
 
-    def _backends_bug(self, backend: str, w: int, check: str, example: dict[str, Any], failure: BaseException,
-                      calls: tuple[OpCall, ...], wait_order: tuple[int, ...] | None,
-                      observed: list[Any] | None) -> known_bugs.KnownBug | None:
+    def _backends_bug(
+        self,
+        backend: str,
+        w: int,
+        check: str,
+        example: dict[str, Any],
+        failure: BaseException,
+        calls: tuple[OpCall, ...],
+        wait_order: tuple[int, ...] | None,
+        observed: list[Any] | None,
+    ) -> known_bugs.KnownBug | None:
         """The known bug of ``backend`` that ``failure`` is, where ``backend`` itself, run as the reference on
         the same ranks and calls, does the same (the same observations, bit for bit, or a failure the same
         bug explains); None otherwise."""
@@ -311,8 +365,9 @@ class GroupProbe:
             return []
         pool = self.pool(w)
         try:
-            per_rank = pool.run(_rank.probe, self.ref, tuple(calls), by_dtype,
-                                tuple(sorted(self.killer_dtypes)) if by_dtype else ())
+            per_rank = pool.run(
+                _rank.probe, self.ref, tuple(calls), by_dtype, tuple(sorted(self.killer_dtypes)) if by_dtype else ()
+            )
         except RankFailure as exc:
             died = self.deaths(w)
             if died:  # the group's own processes died: a fresh group for the probes still to run
@@ -328,17 +383,22 @@ class GroupProbe:
                 by_op = {i: [i] for i in range(len(calls))}
             results: list[Any] = [None] * len(calls)
             for indices in by_op.values():
-                for i, result in zip(indices, self._run_probes(w, [calls[i] for i in indices], by_dtype),
-                                     strict=False):
+                for i, result in zip(indices, self._run_probes(w, [calls[i] for i in indices], by_dtype), strict=False):
                     results[i] = result
             return results
         merged: list[Any] = []
         for i, call in enumerate(calls):
-            if by_dtype and call.info.needs_dtypes and any(
-                    per_rank[r][i] is not None and per_rank[r][i][0] == _rank.SUBJECT_DIED for r in range(w)):
+            if (
+                by_dtype
+                and call.info.needs_dtypes
+                and any(per_rank[r][i] is not None and per_rank[r][i][0] == _rank.SUBJECT_DIED for r in range(w))
+            ):
                 self.killer_dtypes.add(str(call.spec.dtype))  # not probed again at the other world sizes
-            crashed = [f"rank {r}: {per_rank[r][i][1]}" for r in range(w)
-                       if per_rank[r][i] is not None and per_rank[r][i][0] == _rank.SUBJECT_DIED]
+            crashed = [
+                f"rank {r}: {per_rank[r][i][1]}"
+                for r in range(w)
+                if per_rank[r][i] is not None and per_rank[r][i][0] == _rank.SUBJECT_DIED
+            ]
             if crashed:  # a crash of the group under test, with its evidence: not a refusal
                 merged.append(f"{CRASHED}:\n" + "\n".join(crashed))
                 continue
@@ -366,16 +426,20 @@ class GroupProbe:
                 return (type_name, message)
         if found:
             return (found[0][1], found[0][2])
-        kind = ("hung" if isinstance(exc, RankTimeout)
-                else "crashed the ranks" if isinstance(exc, RankCrash) else "failed")
+        kind = (
+            "hung" if isinstance(exc, RankTimeout) else "crashed the ranks" if isinstance(exc, RankCrash) else "failed"
+        )
         return f"its probe {kind}:\n{failure_text(exc)}"
 
     # -- what the probes found, for an op's report ------------------------------------------
 
     def unsupported_for(self, op: str) -> list[Unsupported]:
         """What ``op`` refused, one entry per (reason, world sizes, dtypes), ReduceOps merged."""
-        entries = [(variant, dtype, reason, tuple(sorted(ws)))
-                   for (o, variant, dtype), (reason, ws) in self._refused.items() if o == op]
+        entries = [
+            (variant, dtype, reason, tuple(sorted(ws)))
+            for (o, variant, dtype), (reason, ws) in self._refused.items()
+            if o == op
+        ]
         if not entries:
             return []
         # One line for the whole op when every probe of it was refused for the same reason.
@@ -416,8 +480,10 @@ class GroupProbe:
                 seen = variants.setdefault(reduce_op, [])
                 seen.extend(dtype_name(d) for d in dtypes if dtype_name(d) not in seen)
         lines = [(f"ReduceOp.{r}: " if r else "") + ", ".join(d) for r, d in variants.items() if OPS[op].needs_dtypes]
-        layouts = sorted({lay for w in sizes for lay in self.caps[w].layouts.get(op, ())},
-                         key=("contiguous", "sliced", "transposed", "channels_last").index)
+        layouts = sorted(
+            {lay for w in sizes for lay in self.caps[w].layouts.get(op, ())},
+            key=("contiguous", "sliced", "transposed", "channels_last").index,
+        )
         if OPS[op].layouts:
             lines.append("layouts: " + ", ".join(layouts))
         return lines

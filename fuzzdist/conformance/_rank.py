@@ -63,14 +63,20 @@ def resolve_factory(ref: str) -> Callable[..., Any]:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise FactoryError(f"can't import module {module_name!r} of factory {ref!r}: {exc}. "
-                           "Is it on sys.path (run from its directory, or set PYTHONPATH)?") from exc
+        raise FactoryError(
+            f"can't import module {module_name!r} of factory {ref!r}: {exc}. "
+            "Is it on sys.path (run from its directory, or set PYTHONPATH)?"
+        ) from exc
     except SyntaxError as exc:
-        raise FactoryError(f"module {module_name!r} of factory {ref!r} does not compile: {exc.msg} "
-                           f"({exc.filename}, line {exc.lineno}); fix it and run again") from exc
+        raise FactoryError(
+            f"module {module_name!r} of factory {ref!r} does not compile: {exc.msg} "
+            f"({exc.filename}, line {exc.lineno}); fix it and run again"
+        ) from exc
     except Exception as exc:  # whatever its top level raised: the user's module, not fuzzdist, is broken
-        raise FactoryError(f"module {module_name!r} of factory {ref!r} raised on import: "
-                           f"{type(exc).__name__}: {exc}; run `python -c 'import {module_name}'` to see where") from exc
+        raise FactoryError(
+            f"module {module_name!r} of factory {ref!r} raised on import: "
+            f"{type(exc).__name__}: {exc}; run `python -c 'import {module_name}'` to see where"
+        ) from exc
     obj: Any = module
     for part in attr.split("."):
         try:
@@ -78,8 +84,10 @@ def resolve_factory(ref: str) -> Callable[..., Any]:
         except AttributeError as exc:
             raise FactoryError(f"module {module_name!r} has no attribute {attr!r} (factory {ref!r})") from exc
     if not callable(obj):
-        raise FactoryError(f"factory {ref!r} is a {type(obj).__name__}, not a callable "
-                           "(rank, world_size, store, device) -> ProcessGroup")
+        raise FactoryError(
+            f"factory {ref!r} is a {type(obj).__name__}, not a callable "
+            "(rank, world_size, store, device) -> ProcessGroup"
+        )
     _FACTORIES[ref] = obj
     return obj
 
@@ -97,7 +105,8 @@ def factory_ref(factory: str | Callable[..., Any]) -> str:
         raise FactoryError(
             f"factory {factory!r} can't be imported by the rank processes: pass a top-level function "
             "of an importable module (not a lambda, a nested function or one defined in __main__), "
-            "or its 'module:callable' name")
+            "or its 'module:callable' name"
+        )
     ref = f"{module}:{qualname}"
     if resolve_factory(ref) is not factory:
         raise FactoryError(f"factory {factory!r} does not resolve back from {ref!r}")
@@ -126,8 +135,9 @@ def as_process_group(obj: Any, store: Any, rank: int, world_size: int, device: t
         pg._set_default_backend(backend_type)
         pg._register_backend(torch.device(device.type), backend_type, obj)
         return pg
-    raise InvalidType(f"the factory returned {type(obj).__qualname__}, not a torch.distributed ProcessGroup "
-                    "(or Backend)")
+    raise InvalidType(
+        f"the factory returned {type(obj).__qualname__}, not a torch.distributed ProcessGroup (or Backend)"
+    )
 
 
 def group_for(ctx: Any, ref: str) -> Any:
@@ -201,8 +211,16 @@ def dead_children(ctx: Any, ref: str, wait: float = 0.0) -> list[str]:
 
 
 # What a rank raises when the other end of a pipe or socket to the group's own process is gone.
-_DISCONNECTS = {f"builtins.{name}" for name in ("BrokenPipeError", "EOFError", "ConnectionResetError",
-                                                "ConnectionAbortedError", "ConnectionRefusedError")}
+_DISCONNECTS = {
+    f"builtins.{name}"
+    for name in (
+        "BrokenPipeError",
+        "EOFError",
+        "ConnectionResetError",
+        "ConnectionAbortedError",
+        "ConnectionRefusedError",
+    )
+}
 DISCONNECT_WAIT_S = 5.0  # how long a process whose pipe closed is given to finish exiting
 
 
@@ -221,8 +239,12 @@ def build(ctx: Any, ref: str) -> dict[str, Any]:
             break
         except Exception:  # noqa: BLE001 - a Python group may not implement it
             continue
-    return {"rank": int(pg.rank()), "size": int(pg.size()), "name": name,
-            "type": f"{type(pg).__module__}.{type(pg).__qualname__}"}
+    return {
+        "rank": int(pg.rank()),
+        "size": int(pg.size()),
+        "name": name,
+        "type": f"{type(pg).__module__}.{type(pg).__qualname__}",
+    }
 
 
 def forget(ctx: Any, ref: str) -> None:
@@ -284,9 +306,17 @@ def _wait_again(work: Any, index: int, call: OpCall) -> None:
     """Wait on ``work`` again, bounded by REPEAT_WAIT_S (Works whose wait() takes no timeout: bounded by
     the example's timeout).  Only a timeout or a False return is "blocked"; any other exception is the
     rank's error, as it is from a first wait()."""
+
     def blocked(what: str) -> _RepeatedWaitBlocked:
-        return _RepeatedWaitBlocked(Problem(Kind.HANG, call=index, op=call.op, symptom=Symptom.REPEAT_WAIT_BLOCKED,
-                                            detail=f"within {REPEAT_WAIT_S:g} s: {what}"))
+        return _RepeatedWaitBlocked(
+            Problem(
+                Kind.HANG,
+                call=index,
+                op=call.op,
+                symptom=Symptom.REPEAT_WAIT_BLOCKED,
+                detail=f"within {REPEAT_WAIT_S:g} s: {what}",
+            )
+        )
 
     try:
         done = work.wait(timedelta(seconds=REPEAT_WAIT_S))
@@ -341,8 +371,12 @@ def _issue(ctx: Any, ref: str, prepared: list[Prepared], async_op: bool) -> list
     return works
 
 
-def run_calls(ctx: Any, ref: str, calls: tuple[OpCall, ...], wait_order: tuple[int, ...] | None = None,
-              ) -> list[dict[str, Any]] | None:
+def run_calls(
+    ctx: Any,
+    ref: str,
+    calls: tuple[OpCall, ...],
+    wait_order: tuple[int, ...] | None = None,
+) -> list[dict[str, Any]] | None:
     """Run ``calls`` on the factory's group; what each produced on this rank.
 
     ``wait_order=None``: each call is issued and waited on before the next
@@ -359,8 +393,9 @@ def run_calls(ctx: Any, ref: str, calls: tuple[OpCall, ...], wait_order: tuple[i
         return None
 
 
-def _run_calls(ctx: Any, ref: str, calls: tuple[OpCall, ...], wait_order: tuple[int, ...] | None,
-               forget_on_error: bool = True) -> list[dict[str, Any]]:
+def _run_calls(
+    ctx: Any, ref: str, calls: tuple[OpCall, ...], wait_order: tuple[int, ...] | None, forget_on_error: bool = True
+) -> list[dict[str, Any]]:
     pg = group_for(ctx, ref)
     prepared = [call.info.prepare(ctx, pg, call, i) for i, call in enumerate(calls)]
     try:
@@ -391,8 +426,9 @@ def _run_calls(ctx: Any, ref: str, calls: tuple[OpCall, ...], wait_order: tuple[
     return [p.observe() for p in prepared]
 
 
-def probe(ctx: Any, ref: str, calls: tuple[OpCall, ...], by_dtype: bool = False,
-          killed_by: tuple[str, ...] = ()) -> list[tuple[str, str] | None]:
+def probe(
+    ctx: Any, ref: str, calls: tuple[OpCall, ...], by_dtype: bool = False, killed_by: tuple[str, ...] = ()
+) -> list[tuple[str, str] | None]:
     """Run each call once; per call None (it ran here) or (exception type, message).
 
     A call during which the group's own processes died is ``(SUBJECT_DIED, what the rank raised and
@@ -437,8 +473,12 @@ def probe(ctx: Any, ref: str, calls: tuple[OpCall, ...], by_dtype: bool = False,
         elif died:
             previous = results[last_ran] if last_ran is not None else None
             if previous is not None and previous[0] not in (SUBJECT_DIED, PROBE_SKIPPED):
-                suspect = (SUBJECT_DIED, f"{previous[0]}: {previous[1]}; then " + "; ".join(died)
-                           + f" (the next call got {result[0] if result is not None else ''})")
+                suspect = (
+                    SUBJECT_DIED,
+                    f"{previous[0]}: {previous[1]}; then "
+                    + "; ".join(died)
+                    + f" (the next call got {result[0] if result is not None else ''})",
+                )
         if not retried and _agree(ctx, suspect is not None):
             # the previous call raised and this one found the group dead: run this one again to tell
             forget(ctx, ref)
@@ -483,8 +523,7 @@ class _GroupContext:
         return self._ctx.store
 
 
-def ddp_parity(ctx: Any, ref: str, config: Any, dtype: torch.dtype, seed: int, pg_kind: str,
-               schedule: Any) -> Any:
+def ddp_parity(ctx: Any, ref: str, config: Any, dtype: torch.dtype, seed: int, pg_kind: str, schedule: Any) -> Any:
     """The DDP parity property's rank function, with the factory's group as the process group."""
     from fuzzdist.properties import ddp
 
@@ -494,5 +533,16 @@ def ddp_parity(ctx: Any, ref: str, config: Any, dtype: torch.dtype, seed: int, p
     return ddp.ddp_parity(group_ctx, config, dtype, seed, **kwargs)
 
 
-__all__ = ["FactoryError", "as_process_group", "build", "cached_group", "ddp_parity", "factory_ref",
-           "forget", "group_for", "probe", "resolve_factory", "run_calls"]
+__all__ = [
+    "FactoryError",
+    "as_process_group",
+    "build",
+    "cached_group",
+    "ddp_parity",
+    "factory_ref",
+    "forget",
+    "group_for",
+    "probe",
+    "resolve_factory",
+    "run_calls",
+]

@@ -22,8 +22,13 @@ UNSUPPORTED_PATTERNS: tuple[str, ...] = (
     "invalid scalar type",  # gloo's dtype dispatch
     "cannot use reduceop",  # gloo: a bitwise ReduceOp on floats, ...
 )
-_UNSUPPORTED_TYPES = ("builtins.RuntimeError", "builtins.ValueError", "builtins.TypeError",
-                      "torch.distributed.DistBackendError", "torch.distributed.DistError")
+_UNSUPPORTED_TYPES = (
+    "builtins.RuntimeError",
+    "builtins.ValueError",
+    "builtins.TypeError",
+    "torch.distributed.DistBackendError",
+    "torch.distributed.DistError",
+)
 
 
 def unsupported_reason(type_name: str, message: str, method: str | None = None) -> str | None:
@@ -33,11 +38,12 @@ def unsupported_reason(type_name: str, message: str, method: str | None = None) 
     if type_name in ("builtins.NotImplementedError",) or short == "NotImplementedError":
         return f"NotImplementedError: {first}" if first else "NotImplementedError"
     lowered = message.lower()
-    if (type_name in _UNSUPPORTED_TYPES or short.endswith("Error")) and any(
-            p in lowered for p in UNSUPPORTED_PATTERNS):
+    if (type_name in _UNSUPPORTED_TYPES or short.endswith("Error")) and any(p in lowered for p in UNSUPPORTED_PATTERNS):
         if "no backend type associated" in lowered and method:
-            return (f"the group does not implement {method}() (ProcessGroup's own {method} found no "
-                    f"backend for the device: {first})")
+            return (
+                f"the group does not implement {method}() (ProcessGroup's own {method} found no "
+                f"backend for the device: {first})"
+            )
         return f"{short}: {first}"
     return None
 
@@ -130,8 +136,10 @@ class ConformanceReport:
 
     @property
     def failures(self) -> list[Failure]:
-        found = [Failure("factory", f"world size {w}: {msg}", {"world_size": w})
-                 for w, msg in sorted(self.factory_errors.items())]
+        found = [
+            Failure("factory", f"world size {w}: {msg}", {"world_size": w})
+            for w, msg in sorted(self.factory_errors.items())
+        ]
         return found + [r.failure for r in self.ops.values() if r.failure is not None]
 
     @property
@@ -154,13 +162,20 @@ class ConformanceReport:
         return sum(k["count"] for r in self.ops.values() for k in r.known)
 
     def summary(self, *, details: bool = True) -> str:
-        lines = [f"fuzzdist check-pg {self.factory} ({self.backend or 'unknown backend'}), world sizes "
-                 f"{', '.join(map(str, self.world_sizes))}: "
-                 + (f"{len(self.failures)} FAILURE(S)" if not self.conforms
-                    else "NO FAILURE SO FAR" if self.interrupted else "CONFORMS")
-                 + (f", {self.known_sightings} sighting(s) of known torch bugs" if self.known_sightings else "")
-                 + f" in {self.duration_s:.1f} s"
-                 + (f" (building and probing the group: {self.probe_s:.1f} s)" if self.probe_s else "")]
+        lines = [
+            f"fuzzdist check-pg {self.factory} ({self.backend or 'unknown backend'}), world sizes "
+            f"{', '.join(map(str, self.world_sizes))}: "
+            + (
+                f"{len(self.failures)} FAILURE(S)"
+                if not self.conforms
+                else "NO FAILURE SO FAR"
+                if self.interrupted
+                else "CONFORMS"
+            )
+            + (f", {self.known_sightings} sighting(s) of known torch bugs" if self.known_sightings else "")
+            + f" in {self.duration_s:.1f} s"
+            + (f" (building and probing the group: {self.probe_s:.1f} s)" if self.probe_s else "")
+        ]
         if self.interrupted:
             lines.append(f"  INTERRUPTED by {self.interrupted}: a partial report; the checks not run say so")
         for w, msg in sorted(self.factory_errors.items()):
@@ -177,8 +192,11 @@ class ConformanceReport:
             lines.append(f"  {name:<{width}}  {r.status:<14} {extra}".rstrip())
             for k in r.known:
                 upstream = f" ({k['upstream']})" if k["upstream"] else ""
-                inherited = (f" (inherited from {k['inherited_from']}: {k['inherited_from']} itself gives the same "
-                             "result)" if k.get("inherited_from") else "")
+                inherited = (
+                    f" (inherited from {k['inherited_from']}: {k['inherited_from']} itself gives the same result)"
+                    if k.get("inherited_from")
+                    else ""
+                )
                 kind = f" [{k['kind']}]" if k.get("kind") else ""  # the entry's kind, as every KNOWN line shows it
                 lines.append(f"    KNOWN {k['id']} x{k['count']}{inherited}{kind}: {k['summary']}{upstream}")
                 if details:
@@ -256,7 +274,9 @@ def raised_message(head: str, exc: RankFailure) -> str:
     lines = [head.replace(" does not conform:", " raised:", 1)]
     refusals = [(r, unsupported_reason(t, m)) for r, t, m in rank_exceptions(exc)]
     if any(reason for _, reason in refusals):
-        lines.append("  (it refused these arguments as unsupported, but the probe found the operation "
-                     "and dtype supported: a backend must accept every shape, layout and root)")
+        lines.append(
+            "  (it refused these arguments as unsupported, but the probe found the operation "
+            "and dtype supported: a backend must accept every shape, layout and root)"
+        )
     lines.append(failure_text(exc))
     return "\n".join(lines)

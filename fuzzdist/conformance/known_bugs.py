@@ -48,8 +48,9 @@ def _call_of(example: Mapping[str, Any], problem: Problem) -> Any:
     return call if problem.op in (None, call.op) else None
 
 
-def _every_call_problem(example: Mapping[str, Any], failure: BaseException,
-                        shows_it: Callable[[Any, Problem], bool]) -> bool:
+def _every_call_problem(
+    example: Mapping[str, Any], failure: BaseException, shows_it: Callable[[Any, Problem], bool]
+) -> bool:
     """On gloo, every problem a check-pg check or the functional property reported shows the bug:
     ``shows_it(call, problem)`` for the call the problem is about."""
     problems = evidence.reported(failure)
@@ -72,14 +73,18 @@ def _is_bool_sum(call: Any) -> bool:
 def _bool_sum_any(example: Mapping[str, Any], failure: BaseException) -> bool:
     """check-pg or the functional property on gloo: every problem is a bool byte other than 0/1, in a bool
     SUM call (the same gloo kernel as c10d's; the functional property met it in ``fuzzdist run``)."""
-    return _every_call_problem(example, failure, lambda call, problem: (
-        problem.symptom is Symptom.BOOL_BYTES_NOT_0_OR_1 and _is_bool_sum(call)))
+    return _every_call_problem(
+        example, failure, lambda call, problem: problem.symptom is Symptom.BOOL_BYTES_NOT_0_OR_1 and _is_bool_sum(call)
+    )
 
 
-register(KnownBug(
-    id="gloo-bool-sum-stores-2",
-    where=(*(f"check-pg:{op}" for op in (*_REDUCING, "async")), "functional"),
-    recognise=_bool_sum_any))
+register(
+    KnownBug(
+        id="gloo-bool-sum-stores-2",
+        where=(*(f"check-pg:{op}" for op in (*_REDUCING, "async")), "functional"),
+        recognise=_bool_sum_any,
+    )
+)
 
 
 def _second_wait_blocks(example: Mapping[str, Any], failure: BaseException) -> bool:
@@ -98,10 +103,7 @@ def _second_wait_blocks(example: Mapping[str, Any], failure: BaseException) -> b
     return True
 
 
-register(KnownBug(
-    id="gloo-p2p-second-wait-blocks",
-    where=("check-pg:async",),
-    recognise=_second_wait_blocks))
+register(KnownBug(id="gloo-p2p-second-wait-blocks", where=("check-pg:async",), recognise=_second_wait_blocks))
 
 
 _STACK_CHECK = "outputShape[0] * worldSize == inputShape[0]"  # gloo's CHECK on reduce_scatter_tensor's stack form
@@ -112,14 +114,20 @@ def _reduce_scatter_stack_aborts(example: Mapping[str, Any], failure: BaseExcept
     # C++ lets it (check-pg's probe sees that); where it aborts the process instead (torch 2.6.0: SIGABRT),
     # a RankCrash carries the same message in the rank's last output.
     said = (evidence.reported(failure) or []) + evidence.raised(failure) + evidence.died(failure)
-    return (getattr(example.get("call"), "form", None) == "stack" and _on_gloo(example)
-            and any(evidence.says(problem, _STACK_CHECK) for problem in said))
+    return (
+        getattr(example.get("call"), "form", None) == "stack"
+        and _on_gloo(example)
+        and any(evidence.says(problem, _STACK_CHECK) for problem in said)
+    )
 
 
-register(KnownBug(
-    id="gloo-reduce-scatter-stack-aborts",
-    where=("check-pg:reduce_scatter_tensor",),
-    recognise=_reduce_scatter_stack_aborts))
+register(
+    KnownBug(
+        id="gloo-reduce-scatter-stack-aborts",
+        where=("check-pg:reduce_scatter_tensor",),
+        recognise=_reduce_scatter_stack_aborts,
+    )
+)
 
 
 # torch 2.6.0: gloo's _reduce_scatter_base (reduce_scatter_tensor, and the functional reduce_scatter_tensor
@@ -177,30 +185,41 @@ def _reduce_scatter_tensor_ignores_op(example: Mapping[str, Any], failure: BaseE
     return _every_call_problem(example, failure, _scatter_call_got_the_sum)
 
 
-register(KnownBug(
-    id="gloo-reduce-scatter-tensor-ignores-op",
-    where=("check-pg:reduce_scatter_tensor", "check-pg:_reduce_scatter_base", "check-pg:async", "functional"),
-    recognise=_reduce_scatter_tensor_ignores_op))
+register(
+    KnownBug(
+        id="gloo-reduce-scatter-tensor-ignores-op",
+        where=("check-pg:reduce_scatter_tensor", "check-pg:_reduce_scatter_base", "check-pg:async", "functional"),
+        recognise=_reduce_scatter_tensor_ignores_op,
+    )
+)
 
 
 def _gather_ignores_input_strides(example: Mapping[str, Any], failure: BaseException) -> bool:
     """check-pg's gather (or its async check's gather calls) on gloo, a non-contiguous input: every
     problem is a gathered slot that holds its source's elements in the order of the source's memory
     (:attr:`Symptom.MEMORY_ORDER`, which the op's check sets only on a gathered slot)."""
-    return _every_call_problem(example, failure, lambda call, problem: (
-        call.op == "gather" and call.spec.layout in DENSE_NON_CONTIGUOUS and problem.symptom is Symptom.MEMORY_ORDER))
+    return _every_call_problem(
+        example,
+        failure,
+        lambda call, problem: (
+            call.op == "gather" and call.spec.layout in DENSE_NON_CONTIGUOUS and problem.symptom is Symptom.MEMORY_ORDER
+        ),
+    )
 
 
-register(KnownBug(
-    id="gloo-gather-ignores-input-strides",
-    where=("check-pg:gather", "check-pg:async"),
-    recognise=_gather_ignores_input_strides))
+register(
+    KnownBug(
+        id="gloo-gather-ignores-input-strides",
+        where=("check-pg:gather", "check-pg:async"),
+        recognise=_gather_ignores_input_strides,
+    )
+)
 
 
 # torch 2.6.0: a step of gloo's float16 reduction that brings float16's smallest subnormal (2**-24) into a partial
 # result of 1.0 (an input, or a partial sum) gives 2**-24, as if the 1.0 were not there (1.0 brought into 2**-24
 # is right); which elements it meets depends on where they sit in the tensor, which rank reduces which part
-_F16_TINY = 2.0 ** -24
+_F16_TINY = 2.0**-24
 _F16_REDUCING = ("allreduce", "reduce", "reduce_scatter_tensor", "_reduce_scatter_base")
 
 
@@ -237,8 +256,14 @@ def _float16_drops_one(example: Mapping[str, Any], failure: BaseException) -> bo
     import torch
 
     def shows_it(call: Any, problem: Problem) -> bool:
-        if (call.op not in _F16_REDUCING or call.reduce_op not in ("SUM", "MAX") or call.spec.dtype != torch.float16
-                or not problem.inputs or problem.index is None or problem.index != problem.inputs_at):
+        if (
+            call.op not in _F16_REDUCING
+            or call.reduce_op not in ("SUM", "MAX")
+            or call.spec.dtype != torch.float16
+            or not problem.inputs
+            or problem.index is None
+            or problem.index != problem.inputs_at
+        ):
             return False
         try:
             got, xs = float(problem.got), [float(v) for v in problem.inputs]
@@ -249,7 +274,10 @@ def _float16_drops_one(example: Mapping[str, Any], failure: BaseException) -> bo
     return _every_call_problem(example, failure, shows_it)
 
 
-register(KnownBug(
-    id="gloo-float16-reduce-drops-one",
-    where=tuple(f"check-pg:{op}" for op in (*_F16_REDUCING, "async")),
-    recognise=_float16_drops_one))
+register(
+    KnownBug(
+        id="gloo-float16-reduce-drops-one",
+        where=tuple(f"check-pg:{op}" for op in (*_F16_REDUCING, "async")),
+        recognise=_float16_drops_one,
+    )
+)

@@ -32,13 +32,20 @@ _SESSIONS = pytest.StashKey[list[ConformanceSession]]()  # config.stash: the ses
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("fuzzdist", "fuzzdist: property testing of torch.distributed")
-    group.addoption("--fuzzdist-pg", default=None, metavar="MODULE:CALLABLE",
-                    help="ProcessGroup factory for the conformance properties, called on every rank as "
-                         "factory(rank, world_size, store, device) (default: $FUZZDIST_PG, else "
-                         f"{DEFAULT_FACTORY})")
-    group.addoption("--fuzzdist-pg-world-sizes", default=None, metavar="N[,N...]",
-                    help="world sizes the conformance properties check "
-                         f"(default {','.join(map(str, DEFAULT_WORLD_SIZES))})")
+    group.addoption(
+        "--fuzzdist-pg",
+        default=None,
+        metavar="MODULE:CALLABLE",
+        help="ProcessGroup factory for the conformance properties, called on every rank as "
+        "factory(rank, world_size, store, device) (default: $FUZZDIST_PG, else "
+        f"{DEFAULT_FACTORY})",
+    )
+    group.addoption(
+        "--fuzzdist-pg-world-sizes",
+        default=None,
+        metavar="N[,N...]",
+        help=f"world sizes the conformance properties check (default {','.join(map(str, DEFAULT_WORLD_SIZES))})",
+    )
 
 
 def _world_sizes(config: pytest.Config) -> tuple[int, ...]:
@@ -57,8 +64,7 @@ def _world_sizes(config: pytest.Config) -> tuple[int, ...]:
 @pytest.fixture(scope="session")
 def pg_factory(request: pytest.FixtureRequest) -> str:
     """The ProcessGroup factory under test, as 'module:callable'."""
-    return (request.config.getoption("fuzzdist_pg", default=None) or os.environ.get("FUZZDIST_PG")
-            or DEFAULT_FACTORY)
+    return request.config.getoption("fuzzdist_pg", default=None) or os.environ.get("FUZZDIST_PG") or DEFAULT_FACTORY
 
 
 @pytest.fixture(scope="session")

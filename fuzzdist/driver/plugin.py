@@ -87,7 +87,8 @@ def parse_world_sizes(text: str) -> WorldSizes:
     if not re.fullmatch(r"\+?\d+(,\d+)*", text):
         raise argparse.ArgumentTypeError(
             f"{text!r} is not N[,N...] or +N[,N...]: give whole numbers of ranks, e.g. 4 (every property at "
-            "4 ranks) or +4,8 (each property's own world sizes, and 4 and 8)")
+            "4 ranks) or +4,8 (each property's own world sizes, and 4 and 8)"
+        )
     sizes = tuple(int(part) for part in text.removeprefix("+").split(","))
     if min(sizes) < 1:
         raise argparse.ArgumentTypeError(f"{text!r}: a world size must be at least 1")
@@ -150,17 +151,30 @@ def parse_timeout(text: str) -> float:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("fuzzdist", "fuzzdist: property testing of torch.distributed")
-    group.addoption("--fuzzdist-world-size", type=parse_world_sizes, default=None, metavar="[+]N[,N...]",
-                    help=f"world sizes: N[,N...] runs every property at these sizes, in place of its marker's; "
-                         f"+N[,N...] adds them to each property's own (default: the marker's, else "
-                         f"{DEFAULT_WORLD_SIZE})")
-    group.addoption("--fuzzdist-timeout", type=parse_timeout, default=DEFAULT_TIMEOUT, metavar="SECONDS",
-                    help=f"per-example timeout on the ranks; a hang past it is a RankTimeout "
-                         f"(default {DEFAULT_TIMEOUT:g})")
-    group.addoption("--fuzzdist-rank-output", choices=rank_output.OUTPUT_MODES, default="capture",
-                    help="what the ranks write (warnings, stderr, prints): 'capture' (default) keeps it per "
-                         "example, shows it with failures and summarises the rest at the end; 'live' lets "
-                         "the ranks print as they go")
+    group.addoption(
+        "--fuzzdist-world-size",
+        type=parse_world_sizes,
+        default=None,
+        metavar="[+]N[,N...]",
+        help=f"world sizes: N[,N...] runs every property at these sizes, in place of its marker's; "
+        f"+N[,N...] adds them to each property's own (default: the marker's, else "
+        f"{DEFAULT_WORLD_SIZE})",
+    )
+    group.addoption(
+        "--fuzzdist-timeout",
+        type=parse_timeout,
+        default=DEFAULT_TIMEOUT,
+        metavar="SECONDS",
+        help=f"per-example timeout on the ranks; a hang past it is a RankTimeout (default {DEFAULT_TIMEOUT:g})",
+    )
+    group.addoption(
+        "--fuzzdist-rank-output",
+        choices=rank_output.OUTPUT_MODES,
+        default="capture",
+        help="what the ranks write (warnings, stderr, prints): 'capture' (default) keeps it per "
+        "example, shows it with failures and summarises the rest at the end; 'live' lets "
+        "the ranks print as they go",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -200,10 +214,12 @@ def pytest_report_header(config: pytest.Config) -> str:
     requested = config.getoption("fuzzdist_world_size")
     own = f"per marker (else {DEFAULT_WORLD_SIZE})"
     world_sizes = own if requested is None else f"{own} {requested}" if requested.add else str(requested)
-    return (f"fuzzdist: torch {torch.__version__}, {cuda} CUDA device(s), "
-            f"hypothesis profile {_hypothesis_compat.current_profile_name()!r}, "
-            f"world size {world_sizes}, "
-            f"timeout {config.getoption('fuzzdist_timeout'):g}s")
+    return (
+        f"fuzzdist: torch {torch.__version__}, {cuda} CUDA device(s), "
+        f"hypothesis profile {_hypothesis_compat.current_profile_name()!r}, "
+        f"world size {world_sizes}, "
+        f"timeout {config.getoption('fuzzdist_timeout'):g}s"
+    )
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -214,8 +230,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     config = metafunc.config
     unknown = set(options) - {"world_size", "backend", "device", "timeout"}
     if unknown:
-        raise pytest.UsageError(f"{metafunc.definition.nodeid}: unknown fuzzdist marker arguments "
-                                f"{sorted(unknown)}; use world_size, backend, device, timeout")
+        raise pytest.UsageError(
+            f"{metafunc.definition.nodeid}: unknown fuzzdist marker arguments "
+            f"{sorted(unknown)}; use world_size, backend, device, timeout"
+        )
     world_sizes = _marker_world_sizes(metafunc.definition.nodeid, options.get("world_size"))
     requested: WorldSizes | None = config.getoption("fuzzdist_world_size")
     if requested is not None:
@@ -324,8 +342,6 @@ def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -
     return None
 
 
-
-
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> None:
     """Before plain pytest runs a pool variant whose own key holds nothing, adopt the examples stored
     under the key its variants shared (:mod:`fuzzdist.driver.variant_keys`); ``fuzzdist run`` and ``fuzzdist
@@ -362,8 +378,9 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_sep("=", "fuzzdist: what the ranks wrote in passing examples")
         for line in log.summary():
             terminalreporter.write_line(line)
-        terminalreporter.write_line("(a failure shows its ranks' output in full; --fuzzdist-rank-output=live "
-                                    "prints it as it comes)")
+        terminalreporter.write_line(
+            "(a failure shows its ranks' output in full; --fuzzdist-rank-output=live prints it as it comes)"
+        )
 
 
 _backstop_scaled = pytest.StashKey[bool]()  # item.stash: pytest-timeout's settings already scaled
@@ -375,8 +392,12 @@ def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> bool | None:
     (:func:`fuzzdist.driver.profiles.timeout_backstop`): the ``campaign`` profile is not cut off after the
     configured timeout.  A ``timeout`` marker on the test is its own choice and is kept as it is."""
     test = getattr(item, "obj", None)
-    if (test is None or getattr(test, "hypothesis", None) is None or item.stash.get(_backstop_scaled, False)
-            or item.get_closest_marker("timeout") is not None):
+    if (
+        test is None
+        or getattr(test, "hypothesis", None) is None
+        or item.stash.get(_backstop_scaled, False)
+        or item.get_closest_marker("timeout") is not None
+    ):
         return None  # pytest-timeout (or another implementation) sets the timer as configured
     timeout = profiles.timeout_backstop(settings.timeout, _hypothesis_compat.given_settings(test).max_examples)
     if timeout == settings.timeout:
@@ -419,8 +440,7 @@ def rank_pool(request: pytest.FixtureRequest, rank_pools: RankPools) -> RankPool
     if key is None:  # used outside pytest_generate_tests' parametrization (e.g. by another fixture)
         requested = request.config.getoption("fuzzdist_world_size")
         world_size = requested.apply([DEFAULT_WORLD_SIZE])[0] if requested else DEFAULT_WORLD_SIZE
-        key = PoolKey(world_size, "gloo", "cpu",
-                      request.config.getoption("fuzzdist_timeout"))
+        key = PoolKey(world_size, "gloo", "cpu", request.config.getoption("fuzzdist_timeout"))
     try:
         return rank_pools.get(key)
     except CapabilityError as exc:
@@ -433,8 +453,10 @@ def _marker_world_sizes(nodeid: str, value: object) -> list[int]:
         return [DEFAULT_WORLD_SIZE]
     sizes = _as_list(value)
     if not sizes or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in sizes):
-        raise pytest.UsageError(f"{nodeid}: the fuzzdist marker's world_size must be a whole number of ranks "
-                                f"(at least 1) or a list of them, got {value!r}")
+        raise pytest.UsageError(
+            f"{nodeid}: the fuzzdist marker's world_size must be a whole number of ranks "
+            f"(at least 1) or a list of them, got {value!r}"
+        )
     return sizes
 
 

@@ -78,6 +78,8 @@ def adopt(item: pytest.Function, db: ExampleDatabase | None, key: bytes) -> str 
             db.save(key + corpus, entry)
             copied += 1
     db.save(key + ADOPTED, shared)
-    return (f"{item.nodeid}: its own database key held nothing; replaying the {copied} example(s) stored "
-            f"under the key its pool variants shared before each had its own ({shared.hex()}), copied to "
-            "its own key (the shared key keeps them for the other variants)")
+    return (
+        f"{item.nodeid}: its own database key held nothing; replaying the {copied} example(s) stored "
+        f"under the key its pool variants shared before each had its own ({shared.hex()}), copied to "
+        "its own key (the shared key keeps them for the other variants)"
+    )

@@ -37,9 +37,22 @@ from fuzzdist.known_bugs import entries
 from fuzzdist.known_bugs.registry import _REGISTRY, KINDS, Example, KnownBug, register
 
 __all__ = [
-    "KINDS", "KnownBug", "Sighting", "Tally", "collecting", "current_tally", "fixed_message", "known_failures",
-    "not_collecting", "recognise", "register", "registry", "reproduces", "sighted",
+    "KINDS",
+    "KnownBug",
+    "Sighting",
+    "Tally",
+    "collecting",
+    "current_tally",
+    "fixed_message",
+    "known_failures",
+    "not_collecting",
+    "recognise",
+    "register",
+    "registry",
+    "reproduces",
+    "sighted",
 ]
+
 
 def registry() -> Mapping[str, KnownBug]:
     """Every registered known bug by id (the built-in ones: every family's, collected on first use)."""
@@ -56,9 +69,10 @@ def recognise(where: str, example: Example, failure: BaseException) -> KnownBug 
                 if bug.recognise(example, failure):
                     return bug
             except Exception as exc:  # a broken predicate must not turn a failure into a pass
-                raise InvalidState(f"the predicate of known bug {bug.id!r} raised {exc!r} on "
-                                   f"{type(failure).__name__}; fix it in {getattr(bug.recognise, '__module__', '')}"
-                                   ) from exc
+                raise InvalidState(
+                    f"the predicate of known bug {bug.id!r} raised {exc!r} on "
+                    f"{type(failure).__name__}; fix it in {getattr(bug.recognise, '__module__', '')}"
+                ) from exc
     return None
 
 
@@ -106,9 +120,19 @@ class Tally:
         return out
 
     def as_json(self) -> list[dict[str, Any]]:
-        return [{"id": s.bug.id, "count": s.count, "kind": s.bug.kind, "summary": s.bug.summary,
-                 "upstream": s.bug.upstream, "reproducer": s.bug.reproducer, "example": s.example, "failure": s.failure}
-                for s in self.sightings.values()]
+        return [
+            {
+                "id": s.bug.id,
+                "count": s.count,
+                "kind": s.bug.kind,
+                "summary": s.bug.summary,
+                "upstream": s.bug.upstream,
+                "reproducer": s.bug.reproducer,
+                "example": s.example,
+                "failure": s.failure,
+            }
+            for s in self.sightings.values()
+        ]
 
 
 _collecting: list[Tally] = []
@@ -199,8 +223,9 @@ def fixed_message(bug_id: str) -> str:
     import torch
 
     version = torch.__version__.split("+")[0]
-    return (f"known bug {bug_id} no longer reproduces on torch {version}: torch fixed it; "
-            "narrow seen_on / drop the entry")
+    return (
+        f"known bug {bug_id} no longer reproduces on torch {version}: torch fixed it; narrow seen_on / drop the entry"
+    )
 
 
 def _event(text: str) -> None:

@@ -41,8 +41,7 @@ MISUSE = "missing validation"
 VERDICTS = ("BUG", "FIXED")
 """The matrix cells that are verdicts; any other cell ("no verdict", "error (...)") says the run told nothing."""
 
-_FIELDS = ("kind", "title", "summary", "documentation", "upstream", "relation", "known_bug", "unregistered",
-           "matrix")
+_FIELDS = ("kind", "title", "summary", "documentation", "upstream", "relation", "known_bug", "unregistered", "matrix")
 _REQUIRED = ("kind", "title", "documentation", "relation", "matrix")
 
 
@@ -84,8 +83,9 @@ class Finding:
     @property
     def seen_on(self) -> tuple[str, ...]:
         """The torch releases (``"2.13"``) whose matrix cell is BUG, in the matrix's order."""
-        return tuple(".".join(version.split("+")[0].split(".")[:2]) for version, cell in self.matrix.items()
-                     if cell == "BUG")
+        return tuple(
+            ".".join(version.split("+")[0].split(".")[:2]) for version, cell in self.matrix.items() if cell == "BUG"
+        )
 
     @property
     def is_misuse(self) -> bool:
@@ -116,7 +116,7 @@ def parse(text: str) -> Catalogue:
         raise CatalogueError(f"the catalogue is not valid TOML: {exc}") from exc
     versions = data.get("versions")
     if not isinstance(versions, list) or not all(isinstance(v, str) for v in versions):
-        raise CatalogueError("the catalogue needs versions = [\"<torch version>\", ...], the matrix's columns")
+        raise CatalogueError('the catalogue needs versions = ["<torch version>", ...], the matrix\'s columns')
     findings = {}
     for finding_id, entry in data.get("findings", {}).items():
         findings[finding_id] = _finding(finding_id, entry, tuple(versions))
@@ -138,12 +138,22 @@ def _finding(finding_id: str, entry: dict[str, Any], versions: tuple[str, ...]) 
         raise CatalogueError(f"finding {finding_id!r} has kind {entry['kind']!r}; give one of {KINDS}")
     matrix = entry["matrix"]
     if list(matrix) != list(versions):
-        raise CatalogueError(f"finding {finding_id!r}'s matrix names {list(matrix)}; it needs one cell for each of "
-                             f"versions = {list(versions)}, in that order")
-    return Finding(id=finding_id, kind=entry["kind"], title=entry["title"], summary=entry.get("summary", ""),
-                   documentation=entry["documentation"], upstream=entry.get("upstream"), relation=entry["relation"],
-                   known_bug=entry.get("known_bug", finding_id), unregistered=entry.get("unregistered", ""),
-                   matrix=dict(matrix))
+        raise CatalogueError(
+            f"finding {finding_id!r}'s matrix names {list(matrix)}; it needs one cell for each of "
+            f"versions = {list(versions)}, in that order"
+        )
+    return Finding(
+        id=finding_id,
+        kind=entry["kind"],
+        title=entry["title"],
+        summary=entry.get("summary", ""),
+        documentation=entry["documentation"],
+        upstream=entry.get("upstream"),
+        relation=entry["relation"],
+        known_bug=entry.get("known_bug", finding_id),
+        unregistered=entry.get("unregistered", ""),
+        matrix=dict(matrix),
+    )
 
 
 _loaded: Catalogue | None = None
@@ -182,10 +192,15 @@ def dump(catalogue: Catalogue) -> str:
     for finding in catalogue.findings.values():
         out.append(f"\n[findings.{finding.id}]\n")
         values: dict[str, str | None] = {
-            "kind": finding.kind, "title": finding.title, "summary": finding.summary,
-            "documentation": finding.documentation, "upstream": finding.upstream, "relation": finding.relation,
+            "kind": finding.kind,
+            "title": finding.title,
+            "summary": finding.summary,
+            "documentation": finding.documentation,
+            "upstream": finding.upstream,
+            "relation": finding.relation,
             "known_bug": finding.known_bug if finding.known_bug != finding.id else None,
-            "unregistered": finding.unregistered}
+            "unregistered": finding.unregistered,
+        }
         out.extend(f"{name} = {_string(value)}\n" for name, value in values.items() if value)
         cells = ", ".join(f"{_string(version)} = {_string(cell)}" for version, cell in finding.matrix.items())
         out.append(f"matrix = {{ {cells} }}\n")

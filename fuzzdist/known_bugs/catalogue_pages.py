@@ -22,8 +22,10 @@ from pathlib import Path
 
 from fuzzdist.known_bugs.catalogue import Catalogue, Finding, load
 
-BEGIN = ("<!-- Generated from fuzzdist/known_bugs/catalogue.toml by "
-         "`python -m fuzzdist.known_bugs.catalogue_pages --write`: edit the catalogue, not this part. -->")
+BEGIN = (
+    "<!-- Generated from fuzzdist/known_bugs/catalogue.toml by "
+    "`python -m fuzzdist.known_bugs.catalogue_pages --write`: edit the catalogue, not this part. -->"
+)
 END = "<!-- End of the generated part. -->"
 
 INDEX = "findings.md"
@@ -34,25 +36,45 @@ def findings_table(catalogue: Catalogue) -> str:
     """The table of findings for ``docs/findings.md``: the bugs, then the misuse apart."""
     bugs = [f for f in catalogue.findings.values() if not f.is_misuse]
     misuse = [f for f in catalogue.findings.values() if f.is_misuse]
-    head = ("| id | class | what is wrong | documentation (line in the installed torch) | closest upstream: relation | "
-            + " | ".join(f"torch {v}" for v in catalogue.versions) + " |")
+    head = (
+        "| id | class | what is wrong | documentation (line in the installed torch) | closest upstream: relation | "
+        + " | ".join(f"torch {v}" for v in catalogue.versions)
+        + " |"
+    )
     rule = "|" + "---|" * (5 + len(catalogue.versions))
 
     def rows(findings: list[Finding]) -> list[str]:
-        return [f"| [`{f.id}`](findings/{f.id}/README.md) | {f.kind} | {f.title} | {f.documentation} | "
-                f"{f.relation} | " + " | ".join(f.matrix.values()) + " |" for f in findings]
+        return [
+            f"| [`{f.id}`](findings/{f.id}/README.md) | {f.kind} | {f.title} | {f.documentation} | "
+            f"{f.relation} | " + " | ".join(f.matrix.values()) + " |"
+            for f in findings
+        ]
 
     registered = sum(1 for f in bugs if not f.unregistered)
-    return "\n".join([
-        f"### Bugs ({len(bugs)}, {registered} with a known-bug entry)", "", head, rule, *rows(bugs), "",
-        f"### Missing validation ({len(misuse)}, not counted as bugs)", "", head, rule, *rows(misuse)])
+    return "\n".join(
+        [
+            f"### Bugs ({len(bugs)}, {registered} with a known-bug entry)",
+            "",
+            head,
+            rule,
+            *rows(bugs),
+            "",
+            f"### Missing validation ({len(misuse)}, not counted as bugs)",
+            "",
+            head,
+            rule,
+            *rows(misuse),
+        ]
+    )
 
 
 def version_matrix(catalogue: Catalogue) -> str:
     """The finding x torch-version matrix for ``docs/findings/versions.md``, as ``run_matrix.py`` prints it
     (findings sorted by id), each id linked to its write-up."""
-    lines = ["| finding | " + " | ".join(f"torch {v}" for v in catalogue.versions) + " |",
-             "|---|" + "---|" * len(catalogue.versions)]
+    lines = [
+        "| finding | " + " | ".join(f"torch {v}" for v in catalogue.versions) + " |",
+        "|---|" + "---|" * len(catalogue.versions),
+    ]
     for finding_id in sorted(catalogue.findings):
         cells = catalogue.findings[finding_id].matrix.values()
         lines.append(f"| [`{finding_id}`]({finding_id}/README.md) | " + " | ".join(cells) + " |")
@@ -62,18 +84,26 @@ def version_matrix(catalogue: Catalogue) -> str:
 def finding_header(catalogue: Catalogue, finding: Finding) -> str:
     """The heading and metadata of ``finding``'s ``README.md``."""
     runs = "; ".join(f"torch {v}: {cell}" for v, cell in finding.matrix.items())
-    entry = (f"none: {finding.unregistered}" if finding.unregistered
-             else f"`{finding.known_bug}` (`fuzzdist.known_bugs.registry()`)")
-    return "\n".join([
-        f"# {finding.id}", "",
-        f"{finding.title[:1].upper()}{finding.title[1:]}.", "",
-        f"- **Class:** {finding.kind}" + (" (a misuse torch accepts; not counted as a bug)" if finding.is_misuse
-                                          else ""),
-        f"- **Documentation it contradicts:** {finding.documentation}",
-        f"- **Closest upstream, and the relation:** {finding.relation}",
-        f"- **Reproduces on:** {runs} ([the version matrix](../versions.md))",
-        f"- **Reproducer:** [`repro.py`](repro.py), `python {finding.reproducer}`",
-        f"- **Known-bug entry:** {entry}"])
+    entry = (
+        f"none: {finding.unregistered}"
+        if finding.unregistered
+        else f"`{finding.known_bug}` (`fuzzdist.known_bugs.registry()`)"
+    )
+    return "\n".join(
+        [
+            f"# {finding.id}",
+            "",
+            f"{finding.title[:1].upper()}{finding.title[1:]}.",
+            "",
+            f"- **Class:** {finding.kind}"
+            + (" (a misuse torch accepts; not counted as a bug)" if finding.is_misuse else ""),
+            f"- **Documentation it contradicts:** {finding.documentation}",
+            f"- **Closest upstream, and the relation:** {finding.relation}",
+            f"- **Reproduces on:** {runs} ([the version matrix](../versions.md))",
+            f"- **Reproducer:** [`repro.py`](repro.py), `python {finding.reproducer}`",
+            f"- **Known-bug entry:** {entry}",
+        ]
+    )
 
 
 def generated_parts(catalogue: Catalogue) -> Iterator[tuple[str, Callable[[], str]]]:
@@ -103,8 +133,10 @@ def stale_pages(docs: Path, catalogue: Catalogue, write: bool = False) -> list[s
     for page, part in generated_parts(catalogue):
         path = docs / page
         if not path.is_file():
-            raise PageError(f"{path} doesn't exist: every finding in the catalogue needs docs/findings/<id>/README.md "
-                            f"with a generated part ({BEGIN} ... {END}) above its write-up")
+            raise PageError(
+                f"{path} doesn't exist: every finding in the catalogue needs docs/findings/<id>/README.md "
+                f"with a generated part ({BEGIN} ... {END}) above its write-up"
+            )
         text = path.read_text(encoding="utf-8")
         new = replaced(text, part(), str(path))
         if new != text:
@@ -116,13 +148,20 @@ def stale_pages(docs: Path, catalogue: Catalogue, write: bool = False) -> list[s
 
 def main(argv: list[str] | None = None) -> int:
     """``--write``: rewrite the generated parts; ``--check``: exit 1 naming each stale page."""
-    parser = argparse.ArgumentParser(prog="python -m fuzzdist.known_bugs.catalogue_pages", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m fuzzdist.known_bugs.catalogue_pages",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     action = parser.add_mutually_exclusive_group(required=True)
     action.add_argument("--write", action="store_true", help="rewrite the generated parts from the catalogue")
     action.add_argument("--check", action="store_true", help="exit 1 if a generated part differs from the catalogue")
-    parser.add_argument("--docs", type=Path, default=Path("docs"),
-                        help="the documentation folder (default: docs, from the repository root)")
+    parser.add_argument(
+        "--docs",
+        type=Path,
+        default=Path("docs"),
+        help="the documentation folder (default: docs, from the repository root)",
+    )
     args = parser.parse_args(argv)
     if not (args.docs / INDEX).is_file():
         parser.error(f"{args.docs / INDEX} doesn't exist: run this from the repository root, or give --docs")
@@ -135,8 +174,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rewrote {len(stale)} page(s)" + "".join(f"\n  {page}" for page in stale))
         return 0
     if stale:
-        print("stale generated part in:" + "".join(f"\n  {page}" for page in stale)
-              + "\nrun `python -m fuzzdist.known_bugs.catalogue_pages --write`", file=sys.stderr)
+        print(
+            "stale generated part in:"
+            + "".join(f"\n  {page}" for page in stale)
+            + "\nrun `python -m fuzzdist.known_bugs.catalogue_pages --write`",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

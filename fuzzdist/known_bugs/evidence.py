@@ -19,8 +19,17 @@ from typing import Any
 from fuzzdist.errors import ConformanceFailure, PropertyFailure, RankCrash, RankError, RankTimeout
 from fuzzdist.problems import Kind, Problem, flatten
 
-__all__ = ["died", "ran_on_gloo", "raised", "raised_a", "reported", "reported_by_rank", "says", "says_pattern",
-           "waiting"]
+__all__ = [
+    "died",
+    "ran_on_gloo",
+    "raised",
+    "raised_a",
+    "reported",
+    "reported_by_rank",
+    "says",
+    "says_pattern",
+    "waiting",
+]
 
 
 def reported(failure: BaseException) -> list[Problem] | None:
@@ -54,9 +63,16 @@ def raised(failure: BaseException) -> list[Problem]:
             out.append(own)
             continue
         remote = failure.exc_types.get(rank)  # the type raised on the rank, where it could not be rebuilt
-        out.append(Problem(Kind.RAISED, rank=rank, error=remote or type(exc).__qualname__,
-                           error_types=(*([remote] if remote else []), *_type_names(type(exc))),
-                           error_text=str(exc), trace=failure.tracebacks.get(rank, "")))
+        out.append(
+            Problem(
+                Kind.RAISED,
+                rank=rank,
+                error=remote or type(exc).__qualname__,
+                error_types=(*([remote] if remote else []), *_type_names(type(exc))),
+                error_text=str(exc),
+                trace=failure.tracebacks.get(rank, ""),
+            )
+        )
     return out
 
 
@@ -70,9 +86,18 @@ def waiting(failure: BaseException) -> list[Problem]:
     else:
         return []
     diagnosis = failure.diagnosis
-    return [Problem(Kind.HANG, rank=r, trace=stacks.get(r, "") if diagnosis is None else "\n".join(
-        (diagnosis.summary, diagnosis.ranks.get(r, ""), diagnosis.details.get(r, ""), stacks.get(r, ""))))
-        for r in ranks]
+    return [
+        Problem(
+            Kind.HANG,
+            rank=r,
+            trace=stacks.get(r, "")
+            if diagnosis is None
+            else "\n".join(
+                (diagnosis.summary, diagnosis.ranks.get(r, ""), diagnosis.details.get(r, ""), stacks.get(r, ""))
+            ),
+        )
+        for r in ranks
+    ]
 
 
 def died(failure: BaseException) -> list[Problem]:
@@ -81,9 +106,15 @@ def died(failure: BaseException) -> list[Problem]:
     ``trace``.  Empty for any other failure."""
     if not isinstance(failure, RankCrash):
         return []
-    return [Problem(Kind.RAISED, rank=r, error=failure.causes.get(r),
-                    trace=failure.last_output.get(r, "") + "\n" + failure.stacks.get(r, ""))
-            for r in failure.ranks]
+    return [
+        Problem(
+            Kind.RAISED,
+            rank=r,
+            error=failure.causes.get(r),
+            trace=failure.last_output.get(r, "") + "\n" + failure.stacks.get(r, ""),
+        )
+        for r in failure.ranks
+    ]
 
 
 def ran_on_gloo(example: Mapping[str, Any]) -> bool:

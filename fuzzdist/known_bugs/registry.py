@@ -67,11 +67,14 @@ def register(bug: KnownBug) -> KnownBug:
     """Add ``bug`` to the registry (once per id), with its metadata filled from the catalogue, and return
     the entry as registered."""
     if not _ID.fullmatch(bug.id):
-        raise InvalidArgument(f"known bug {bug.id!r} must be lower-case words joined by '-', "
-                              "such as 'gloo-broadcast-ignores-strides'")
+        raise InvalidArgument(
+            f"known bug {bug.id!r} must be lower-case words joined by '-', such as 'gloo-broadcast-ignores-strides'"
+        )
     if not bug.where:
-        raise InvalidArgument(f"known bug {bug.id!r} names no check in where=; name the property module "
-                              "(e.g. 'broadcast') or 'check-pg:<collective>' whose failures it explains")
+        raise InvalidArgument(
+            f"known bug {bug.id!r} names no check in where=; name the property module "
+            "(e.g. 'broadcast') or 'check-pg:<collective>' whose failures it explains"
+        )
     if bug.kind and bug.kind not in KINDS:
         raise InvalidArgument(f"known bug {bug.id!r} has kind={bug.kind!r}; give one of {', '.join(map(repr, KINDS))}")
     bug = _filled(bug)
@@ -88,12 +91,16 @@ def _filled(bug: KnownBug) -> KnownBug:
         if not bug.summary or not bug.seen_on:
             raise InvalidArgument(
                 f"known bug {bug.id!r} has no entry in fuzzdist's catalogue ({catalogue.PATH.name}): give its "
-                "summary= and seen_on= (the torch versions it reproduced on, such as ('2.13',))")
+                "summary= and seen_on= (the torch versions it reproduced on, such as ('2.13',))"
+            )
         return bug if bug.kind else dataclasses.replace(bug, kind=DEFAULT_KIND)
     where = f"fuzzdist/known_bugs/{catalogue.PATH.name}'s [findings.{finding.id}]"
     clashes = []
-    for name, given, written in (("summary", bug.summary, finding.summary), ("kind", bug.kind, finding.kind),
-                                 ("upstream", bug.upstream, finding.upstream)):
+    for name, given, written in (
+        ("summary", bug.summary, finding.summary),
+        ("kind", bug.kind, finding.kind),
+        ("upstream", bug.upstream, finding.upstream),
+    ):
         if given and given != written:
             clashes.append(f"{name}={given!r} where the catalogue says {written!r}")
     if bug.seen_on and not set(bug.seen_on) <= set(finding.seen_on):
@@ -101,10 +108,18 @@ def _filled(bug: KnownBug) -> KnownBug:
     if bug.reproducer and _finding_of(bug.reproducer) != finding.id:
         clashes.append(f"reproducer={bug.reproducer!r} where the catalogue's is {finding.reproducer!r}")
     if clashes:
-        raise InvalidArgument(f"known bug {bug.id!r} contradicts {where}: {'; '.join(clashes)}. Leave those "
-                              "arguments out (the catalogue fills them), or correct the catalogue")
-    return dataclasses.replace(bug, summary=finding.summary, kind=finding.kind, upstream=finding.upstream,
-                               seen_on=finding.seen_on, reproducer=finding.reproducer)
+        raise InvalidArgument(
+            f"known bug {bug.id!r} contradicts {where}: {'; '.join(clashes)}. Leave those "
+            "arguments out (the catalogue fills them), or correct the catalogue"
+        )
+    return dataclasses.replace(
+        bug,
+        summary=finding.summary,
+        kind=finding.kind,
+        upstream=finding.upstream,
+        seen_on=finding.seen_on,
+        reproducer=finding.reproducer,
+    )
 
 
 def _finding_of(reproducer: str) -> str:
@@ -118,5 +133,10 @@ def _identity(bug: KnownBug) -> tuple[Any, ...]:
     """What makes two registrations the same entry: a module imported twice (pytest.main run twice in one
     process, a reload) registers new function objects, so the predicate counts by its module and name."""
     recognise = bug.recognise
-    return (bug.id, bug.where, bug.summary, getattr(recognise, "__module__", None),
-            getattr(recognise, "__qualname__", repr(recognise)))
+    return (
+        bug.id,
+        bug.where,
+        bug.summary,
+        getattr(recognise, "__module__", None),
+        getattr(recognise, "__qualname__", repr(recognise)),
+    )

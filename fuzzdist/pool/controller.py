@@ -54,12 +54,16 @@ def timeout_problem(text: str) -> tuple[float, str | None]:
     if value == float("inf"):
         return value, f"{text!r} is not a finite number of seconds: give one, e.g. 30"
     if value < MIN_TIMEOUT_S:
-        return value, (f"{text!r} is below {MIN_TIMEOUT_S:g} second: no pool answers an example that fast (the "
-                       "ranks' round trip and the example's set-up take that), so every example would be a false "
-                       "hang; pass 1 or more")
+        return value, (
+            f"{text!r} is below {MIN_TIMEOUT_S:g} second: no pool answers an example that fast (the "
+            "ranks' round trip and the example's set-up take that), so every example would be a false "
+            "hang; pass 1 or more"
+        )
     if value > MAX_TIMEOUT_S:
         return value, f"{text!r} is more than a week: pass at most {MAX_TIMEOUT_S:g} seconds"
     return value, None
+
+
 # While an example runs past FIRST_PROBE_S the pool reads the ranks' state (rank_state.py) to see
 # whether they deadlocked, then again at doubling intervals up to MAX_PROBE_INTERVAL_S: an example
 # that finishes sooner costs nothing.  A certain deadlock is declared once two readings
@@ -107,8 +111,9 @@ class Controller(ABC):
 
     aftermath = RESTARTED  # what a failure's message says became of the pool
 
-    def __init__(self, world_size: int, backend: str, device: str, timeout: float,
-                 straggler_grace: float | None) -> None:
+    def __init__(
+        self, world_size: int, backend: str, device: str, timeout: float, straggler_grace: float | None
+    ) -> None:
         self.world_size = world_size
         self.backend = backend
         self.device = device
@@ -201,12 +206,25 @@ class Controller(ABC):
             raise crash
         if out.pending:
             diagnosis, stacks = self._explain(out)
-            timeout = RankTimeout(sorted(out.pending), self.timeout, stacks, self.aftermath, diagnosis,
-                                  deadlock=out.deadlock, waited=time.monotonic() - out.started)
+            timeout = RankTimeout(
+                sorted(out.pending),
+                self.timeout,
+                stacks,
+                self.aftermath,
+                diagnosis,
+                deadlock=out.deadlock,
+                waited=time.monotonic() - out.started,
+            )
             try:
                 if out.errors:
-                    _raise_rank_error(out.errors, stragglers=out.pending, straggler_stacks=stacks,
-                                      aftermath=self.aftermath, diagnosis=diagnosis, outputs=out.outputs)
+                    _raise_rank_error(
+                        out.errors,
+                        stragglers=out.pending,
+                        straggler_stacks=stacks,
+                        aftermath=self.aftermath,
+                        diagnosis=diagnosis,
+                        outputs=out.outputs,
+                    )
                 if not out.load_errors:
                     origin = diagnosis.origin()
                     timeout.__context__ = origin  # Hypothesis reads __context__ (see errors.py)
@@ -221,8 +239,10 @@ class Controller(ABC):
                 # completed without it (a torch bug can make a rank finish one alone: torch 2.6.0's
                 # zero-byte all-gather in DTensor's full_tensor), and gloo pairs collectives by their count
                 # on the group, so every later example on the default group would hang.  Fresh ranks can't.
-                out.recycle.append(f"ranks {sorted(out.errors)} raised while the others returned: their "
-                                   "collectives on the default group may be out of step")
+                out.recycle.append(
+                    f"ranks {sorted(out.errors)} raised while the others returned: their "
+                    "collectives on the default group may be out of step"
+                )
             if out.recycle:
                 self._recycle(out.recycle)
         if out.load_errors:
@@ -237,8 +257,11 @@ class Controller(ABC):
         # The finished ranks too: what they did in the example tells what the others wait for.
         states = self._snapshots(out.seq, set(range(self.world_size)), with_stack=True)
         diagnosis = hangs.diagnose(states, out.finished(), self.world_size)
-        stacks = {r: "\n".join(filter(None, (s.stack, s.threads))) for r, s in states.items()
-                  if s is not None and s.stack and r in out.pending}
+        stacks = {
+            r: "\n".join(filter(None, (s.stack, s.threads)))
+            for r, s in states.items()
+            if s is not None and s.stack and r in out.pending
+        }
         silent = set(out.pending) - set(stacks)
         if silent:  # the rank's watch thread did not answer (the GIL is held?): ask faulthandler
             stacks.update(self._stacks(out.seq, silent))
@@ -316,14 +339,22 @@ class Outcome:
     def died(self, rank: int) -> None:
         self.dead.add(rank)
 
-    def on_ok(self, rank: int, seq: int, result: Any, recycle: list[str], output: Any = None,
-              elapsed: float | None = None) -> None:
+    def on_ok(
+        self, rank: int, seq: int, result: Any, recycle: list[str], output: Any = None, elapsed: float | None = None
+    ) -> None:
         self._answered(rank, seq, recycle, output, elapsed)
         self.results[rank] = result
         self._outcomes[rank] = "returned"
 
-    def on_err(self, rank: int, seq: int, error: _remote.RemoteRecord, recycle: list[str],
-               output: Any = None, elapsed: float | None = None) -> None:
+    def on_err(
+        self,
+        rank: int,
+        seq: int,
+        error: _remote.RemoteRecord,
+        recycle: list[str],
+        output: Any = None,
+        elapsed: float | None = None,
+    ) -> None:
         self._answered(rank, seq, recycle, output, elapsed)
         self.errors[rank] = error
         self._outcomes[rank] = f"raised {str(getattr(error, 'type_name', '?')).rsplit('.', 1)[-1]}"
@@ -335,8 +366,9 @@ class Outcome:
         self._outcomes[rank] = "could not load the call"
         self._failed()
 
-    def _answered(self, rank: int, seq: int, recycle: list[str], output: Any = None,
-                  elapsed: float | None = None) -> None:
+    def _answered(
+        self, rank: int, seq: int, recycle: list[str], output: Any = None, elapsed: float | None = None
+    ) -> None:
         if seq != self.seq:
             raise RuntimeError(f"fuzzdist bug: rank {rank} answered example {seq}, expected {self.seq}")
         self.pending.discard(rank)
@@ -349,7 +381,6 @@ class Outcome:
     def _failed(self) -> None:
         # The others may be stuck in a collective the failed rank never joined.
         self.grace_deadline = min(self.grace_deadline, time.monotonic() + self._straggler_grace)
-
 
 
 class _Probes:
@@ -378,8 +409,10 @@ class _Probes:
         now = time.monotonic()
         reading = {r: None if s is None else s.progress() for r, s in states.items()}
         # A pending rank that says it finished has answered meanwhile: read again later.
-        certain = (all((s := states.get(r)) is not None and not s.finished for r in out.pending)
-                   and hangs.diagnose(states, out.finished(), controller.world_size).deadlock)
+        certain = (
+            all((s := states.get(r)) is not None and not s.finished for r in out.pending)
+            and hangs.diagnose(states, out.finished(), controller.world_size).deadlock
+        )
         if certain and reading == self._suspect:
             out.deadlock = True
             return True
@@ -400,9 +433,11 @@ def decode_reply(data: bytes, rank: int, seq: int) -> messages.Message:
     try:
         return messages.load(data)
     except Exception as exc:  # noqa: BLE001 - anything unpickling raises becomes the rank's CallError
-        error = CallError(f"rank {rank}'s reply can't be unpickled in the driver ({type(exc).__name__}: "
-                          f"{exc}). Return plain values; send tensors of unusual dtypes as bytes or "
-                          "a supported dtype.")
+        error = CallError(
+            f"rank {rank}'s reply can't be unpickled in the driver ({type(exc).__name__}: "
+            f"{exc}). Return plain values; send tensors of unusual dtypes as bytes or "
+            "a supported dtype."
+        )
         return messages.load(messages.err(seq, _remote.capture(error), []))
 
 
@@ -414,14 +449,16 @@ def pickle_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str,
     if "<lambda>" in qualname or "<locals>" in qualname:
         raise CallError(
             f"{qualname} can't be sent to the rank processes: lambdas and nested functions can't be "
-            "imported there. Define fn at the top level of a module (e.g. your test file).")
+            "imported there. Define fn at the top level of a module (e.g. your test file)."
+        )
     try:
         return pickle.dumps((fn, args, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as exc:
         raise CallError(
             f"the call to {qualname or fn!r} can't be pickled for the rank processes ({exc}). "
             "fn must be a top-level function and its arguments plain picklable values: "
-            "send drawn specs and seeds, and build large tensors on the ranks.") from exc
+            "send drawn specs and seeds, and build large tensors on the ranks."
+        ) from exc
 
 
 def derive_seed(payload: bytes) -> int:
@@ -432,10 +469,14 @@ def derive_seed(payload: bytes) -> int:
     return int.from_bytes(hashlib.blake2b(payload, digest_size=8).digest(), "little") >> 1
 
 
-def _raise_rank_error(records: Mapping[int, _remote.RemoteRecord], stragglers: Set[int] = frozenset(),
-                      straggler_stacks: Mapping[int, str] | None = None, aftermath: str = RESTARTED,
-                      diagnosis: hangs.Diagnosis | None = None,
-                      outputs: Mapping[int, RankOutput] | None = None) -> None:
+def _raise_rank_error(
+    records: Mapping[int, _remote.RemoteRecord],
+    stragglers: Set[int] = frozenset(),
+    straggler_stacks: Mapping[int, str] | None = None,
+    aftermath: str = RESTARTED,
+    diagnosis: hangs.Diagnosis | None = None,
+    outputs: Mapping[int, RankOutput] | None = None,
+) -> None:
     exceptions = {r: _remote.rebuild(rec) for r, rec in records.items()}
     if all(rec.type_name == "hypothesis.errors.UnsatisfiedAssumption" for rec in records.values()):
         raise exceptions[min(exceptions)]  # assume()/reject() on the ranks: an invalid example
@@ -465,4 +506,5 @@ def _raise_load_error(records: Mapping[int, _remote.RemoteRecord]) -> None:
         f"rank {rank} could not load the function or its arguments "
         f"({record.type_name.rsplit('.', 1)[-1]}: {record.message}). fn must be a top-level "
         "function of a module the rank processes can import (not one defined in an "
-        "interactive session or a module that exists only in the driver).")
+        "interactive session or a module that exists only in the driver)."
+    )

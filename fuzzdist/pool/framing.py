@@ -31,7 +31,7 @@ def send(fd: int, data: bytes) -> None:
 
 def _write_all(fd: int, view: memoryview) -> None:
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 class Reader:
@@ -57,8 +57,8 @@ class Reader:
             (n,) = _LONG.unpack_from(buf, start)
             start += _LONG.size
         buf = self._fill(buf, start + n)
-        self._buf = buf[start + n:]
-        return buf[start:start + n]
+        self._buf = buf[start + n :]
+        return buf[start : start + n]
 
     def _fill(self, buf: bytes, size: int) -> bytes:
         if len(buf) >= size:

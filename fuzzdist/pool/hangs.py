@@ -101,8 +101,12 @@ class Diagnosis:
         }
 
 
-def diagnose(states: Mapping[int, RankState | None], finished: Mapping[int, str], world_size: int,
-             dead: Mapping[int, str] | None = None) -> Diagnosis:
+def diagnose(
+    states: Mapping[int, RankState | None],
+    finished: Mapping[int, str],
+    world_size: int,
+    dead: Mapping[int, str] | None = None,
+) -> Diagnosis:
     """Explain why the ranks still running example ``seq`` hang.
 
     ``states[r]`` is rank r's snapshot (running or finished; None where it
@@ -115,8 +119,13 @@ def diagnose(states: Mapping[int, RankState | None], finished: Mapping[int, str]
     running = {r: s for r, s in known.items() if r not in finished and not s.finished}
     heads = {r: s.in_flight()[0] for r, s in running.items() if s.in_flight()}
     where = {r: _where(s) for r, s in running.items()}
-    where.update({r: "did not answer (no snapshot)" for r, s in states.items()
-                  if s is None and r not in finished and r not in dead})
+    where.update(
+        {
+            r: "did not answer (no snapshot)"
+            for r, s in states.items()
+            if s is None and r not in finished and r not in dead
+        }
+    )
     details = {r: _details(s) for r, s in running.items()}
 
     def verdict(kind: type[Hang], deadlock: bool, summary: str, rank: int | None) -> Diagnosis:
@@ -137,9 +146,12 @@ def diagnose(states: Mapping[int, RankState | None], finished: Mapping[int, str]
             if b.signature() != a.signature() or (both_in_call and _roots(running[r]) != _roots(running[q])):
                 doing = f"waits in {_call(b, peer)}" if not b.done else f"completed {b.describe()}"
                 never = f" which rank {q} never entered" if a.op != b.op else ""
-                return verdict(CollectiveMismatch, True,
-                               f"rank {r} waits in {_call(a, running[r])}{never}; "
-                               f"rank {q} {doing} ({_disagreement(a, b)})", r)
+                return verdict(
+                    CollectiveMismatch,
+                    True,
+                    f"rank {r} waits in {_call(a, running[r])}{never}; rank {q} {doing} ({_disagreement(a, b)})",
+                    r,
+                )
 
     # 2. A waiting rank's peer never reached that step.
     for r, a in waiting:
@@ -147,34 +159,52 @@ def diagnose(states: Mapping[int, RankState | None], finished: Mapping[int, str]
             if q == r:
                 continue
             if q in dead:
-                return verdict(MissedCollective, True,
-                               f"rank {r} waits in {_call(a, running[r])}, which rank {q} can never join: it died "
-                               f"({dead[q]})", r)
+                return verdict(
+                    MissedCollective,
+                    True,
+                    f"rank {r} waits in {_call(a, running[r])}, which rank {q} can never join: it died ({dead[q]})",
+                    r,
+                )
             other = known.get(q)
             entered = None if other is None else len(_steps(other, a.group, a.p2p))
             if q in finished or (other is not None and other.finished):
                 how = finished.get(q, "finished the example")
                 after = "" if entered is None else f" after {entered} collective{'s' * (entered != 1)} on that group"
-                return verdict(MissedCollective, True,
-                               f"rank {r} waits in {_call(a, running[r])} which rank {q} never entered: "
-                               f"rank {q} {how}{after} and left the example", r)
+                return verdict(
+                    MissedCollective,
+                    True,
+                    f"rank {r} waits in {_call(a, running[r])} which rank {q} never entered: "
+                    f"rank {q} {how}{after} and left the example",
+                    r,
+                )
             if other is not None and q not in heads and not a.p2p and entered is not None and entered < a.step:
-                return verdict(MissedCollective, False,
-                               f"rank {r} waits in {_call(a, running[r])}; rank {q} never reached "
-                               f"collective #{a.step}: it is in its own code, {_site(other)}", r)
+                return verdict(
+                    MissedCollective,
+                    False,
+                    f"rank {r} waits in {_call(a, running[r])}; rank {q} never reached "
+                    f"collective #{a.step}: it is in its own code, {_site(other)}",
+                    r,
+                )
 
     # 3. Everyone entered the same collective, which does not complete.
     if waiting and len(waiting) == len(running):
         r, a = waiting[0]
-        return verdict(StuckCollective, False,
-                       f"every rank still running waits in {_call(a, running[r])}, which every rank "
-                       "entered: the collective itself does not complete", r)
+        return verdict(
+            StuckCollective,
+            False,
+            f"every rank still running waits in {_call(a, running[r])}, which every rank "
+            "entered: the collective itself does not complete",
+            r,
+        )
 
     # 3a. Inside torch.distributed calls where the flight recorder can't say what this rank issued (off,
     # or it records no collective of this backend): the stacks alone tell what each rank is in, not at
     # which step, so nothing proves a deadlock.
-    inside = {r: s for r, s in running.items()
-              if r not in heads and s.call and not s.call.endswith(".wait") and not s.pending_works}
+    inside = {
+        r: s
+        for r, s in running.items()
+        if r not in heads and s.call and not s.call.endswith(".wait") and not s.pending_works
+    }
     if any(s.collectives is None for s in inside.values()):
         return _from_stacks(inside, running, finished, dead, verdict)
 
@@ -185,35 +215,58 @@ def diagnose(states: Mapping[int, RankState | None], finished: Mapping[int, str]
         if r not in heads and s.call and not s.call.endswith(".wait") and not s.pending_works:
             left = [q for q in finished if q != r]
             peers = f"; rank {left[0]} {finished[left[0]]} and left the example" if left else ""
-            return verdict(MissedCollective if left else StuckCollective, False,
-                           f"rank {r} is inside {s.call} {_site(s)}, with no record of it in flight (the "
-                           f"backend records none, or the call blocked before issuing it){peers}", r)
+            return verdict(
+                MissedCollective if left else StuckCollective,
+                False,
+                f"rank {r} is inside {s.call} {_site(s)}, with no record of it in flight (the "
+                f"backend records none, or the call blocked before issuing it){peers}",
+                r,
+            )
 
     # 4. A rank waits on a Work that no collective in flight will complete.
     for r, s in running.items():
         if r not in heads and (s.pending_works or (s.call or "").endswith(".wait")):
             pending = "; ".join(s.pending_works) or "its holder describes no pending Work"
-            return verdict(PendingWork, False,
-                           f"rank {r} waits on a Work with no collective in flight, {_site(s)} "
-                           f"(pending: {pending})", r)
+            return verdict(
+                PendingWork,
+                False,
+                f"rank {r} waits on a Work with no collective in flight, {_site(s)} (pending: {pending})",
+                r,
+            )
 
     # 5. Nobody waits on anybody.
     if running and not waiting:
         r, s = next(iter(running.items()))
         unknown = s.unrecorded or "no flight recorder"
         recorder = "" if s.collectives is not None else f" (collectives unknown: {unknown})"
-        return verdict(SlowExample, False, f"slow, not stuck: rank {r} is running its own code, {_site(s)}"
-                       f"{recorder}", r)
+        return verdict(
+            SlowExample, False, f"slow, not stuck: rank {r} is running its own code, {_site(s)}{recorder}", r
+        )
     if running:
         r = waiting[0][0]
-        return verdict(StuckCollective, False,
-                       f"rank {r} waits in {_call(waiting[0][1], running[r])}; the others run their own code", r)
-    return Diagnosis(UnexplainedHang, False, "no rank still running answered a snapshot: only their stacks "
-                     "are known", where, details, None)
+        return verdict(
+            StuckCollective,
+            False,
+            f"rank {r} waits in {_call(waiting[0][1], running[r])}; the others run their own code",
+            r,
+        )
+    return Diagnosis(
+        UnexplainedHang,
+        False,
+        "no rank still running answered a snapshot: only their stacks are known",
+        where,
+        details,
+        None,
+    )
 
 
-def _from_stacks(inside: Mapping[int, RankState], running: Mapping[int, RankState], finished: Mapping[int, str],
-                 dead: Mapping[int, str], verdict: Any) -> Diagnosis:
+def _from_stacks(
+    inside: Mapping[int, RankState],
+    running: Mapping[int, RankState],
+    finished: Mapping[int, str],
+    dead: Mapping[int, str],
+    verdict: Any,
+) -> Diagnosis:
     """What the stacks alone say when the flight recorder can't: the call each rank is inside, which ranks
     left, and why no step is known.  Never a certain deadlock: without the records, a rank inside
     all_reduce may be at another step than a peer inside broadcast, and a call a peer left may complete."""
@@ -230,10 +283,16 @@ def _from_stacks(inside: Mapping[int, RankState], running: Mapping[int, RankStat
         kind, clue = CollectiveMismatch, " (different calls: probably a mismatch)"
     else:
         kind, clue = StuckCollective, ""
-    reasons = sorted({s.unrecorded or "the flight recorder could not be read" for s in inside.values()
-                      if s.collectives is None})
-    return verdict(kind, False, "; ".join(parts) + clue + f"; {'; '.join(reasons)}, so the step each rank is at is "
-                   "unknown and nothing proves a deadlock: declared at the timeout", r)
+    reasons = sorted(
+        {s.unrecorded or "the flight recorder could not be read" for s in inside.values() if s.collectives is None}
+    )
+    return verdict(
+        kind,
+        False,
+        "; ".join(parts) + clue + f"; {'; '.join(reasons)}, so the step each rank is at is "
+        "unknown and nothing proves a deadlock: declared at the timeout",
+        r,
+    )
 
 
 def _stack_call(state: RankState) -> str:
@@ -263,8 +322,10 @@ def _first_disagreement(known: Mapping[int, RankState], summary: str) -> str:
                 if b is not None and b.signature() != c.signature():
                     if f"#{c.step}" in summary:
                         return ""
-                    return (f"; they first disagreed at step {c.step}: rank {r} {c.describe()}, "
-                            f"rank {q} {b.describe()} ({_disagreement(c, b)}), which completed anyway")
+                    return (
+                        f"; they first disagreed at step {c.step}: rank {r} {c.describe()}, "
+                        f"rank {q} {b.describe()} ({_disagreement(c, b)}), which completed anyway"
+                    )
     return ""
 
 
@@ -322,8 +383,7 @@ def _details(state: RankState) -> str:
     elif state.collectives:
         shown = state.collectives[-_HISTORY:]
         earlier = len(state.collectives) - len(shown)
-        items = [f"{_call(c, state) if not c.done else c.describe()} {'done' if c.done else 'WAITING'}"
-                 for c in shown]
+        items = [f"{_call(c, state) if not c.done else c.describe()} {'done' if c.done else 'WAITING'}" for c in shown]
         lines.append("collectives this example: " + (f"({earlier} earlier) " if earlier else "") + "; ".join(items))
     else:
         lines.append("collectives this example: none")

@@ -28,8 +28,12 @@ def _describe(value: Any) -> list[str]:
     from fuzzdist import strategies as fst
 
     if isinstance(value, fst.TensorSpec):
-        return [f"dtype={str(value.dtype).removeprefix('torch.')}", f"layout={value.layout}",
-                f"pattern={value.pattern}", f"ndim={len(value.shape)}"]
+        return [
+            f"dtype={str(value.dtype).removeprefix('torch.')}",
+            f"layout={value.layout}",
+            f"pattern={value.pattern}",
+            f"ndim={len(value.shape)}",
+        ]
     if isinstance(value, fst.SharingStrategyMode):
         return [f"sharing={value.strategy}"]
     if isinstance(value, fst.CudaAllocatorMode):

@@ -88,8 +88,10 @@ def make_owned_dir(prefix: str, dir: str | os.PathLike[str] | None = None) -> Ow
         if owned is not None:
             return owned
         shutil.rmtree(path, ignore_errors=True)  # another run's cleaner took it: it may still be removing it
-    raise InvalidState(f"could not make a folder of my own in {dir or tempfile.gettempdir()}: another process "
-                       f"removed each of {_TRIES} new ones at once; look for what cleans that folder")
+    raise InvalidState(
+        f"could not make a folder of my own in {dir or tempfile.gettempdir()}: another process "
+        f"removed each of {_TRIES} new ones at once; look for what cleans that folder"
+    )
 
 
 def own_multiprocessing_temp_dir() -> str:

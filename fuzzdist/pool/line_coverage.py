@@ -50,9 +50,11 @@ def resolve(names: Iterable[str]) -> list[Target]:
         try:
             module = importlib.import_module(name)
         except Exception as exc:  # noqa: BLE001 - any import failure is the user's to fix
-            raise InvalidArgument(f"--cover {name}: it doesn't import here ({type(exc).__name__}: "
-                                f"{str(exc).splitlines()[0] if str(exc) else ''}); name an importable package "
-                                "or module, e.g. --cover torch.distributed") from None
+            raise InvalidArgument(
+                f"--cover {name}: it doesn't import here ({type(exc).__name__}: "
+                f"{str(exc).splitlines()[0] if str(exc) else ''}); name an importable package "
+                "or module, e.g. --cover torch.distributed"
+            ) from None
         paths = list(getattr(module, "__path__", None) or [])
         origin = getattr(module, "__file__", None)
         if paths:
@@ -65,12 +67,15 @@ def resolve(names: Iterable[str]) -> list[Target]:
             root, has_source = "", False
         if not has_source:
             where = f" ({origin})" if origin else ""
-            raise InvalidArgument(f"--cover {name}: it has no Python source to measure{where}: a C extension "
-                                "(or a built-in module) runs no Python lines; name a package with .py files")
+            raise InvalidArgument(
+                f"--cover {name}: it has no Python source to measure{where}: a C extension "
+                "(or a built-in module) runs no Python lines; name a package with .py files"
+            )
         targets.append(Target(name, root, os.path.dirname(root)))
     if not targets:
-        raise InvalidArgument("--cover names no package; give one or more, comma-separated: "
-                            "--cover torch.distributed,mypkg")
+        raise InvalidArgument(
+            "--cover names no package; give one or more, comma-separated: --cover torch.distributed,mypkg"
+        )
     return targets
 
 

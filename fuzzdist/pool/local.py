@@ -159,8 +159,10 @@ class RankPool(Controller):
         torch's pages with it, so theirs is what each rank and spare adds.
         """
         spares = self._spare.ranks if self._spare is not None else []
-        return {"ranks": [starting.tree_memory(r.process.pid) for r in self._ranks],
-                "spares": [starting.tree_memory(r.process.pid) for r in spares]}
+        return {
+            "ranks": [starting.tree_memory(r.process.pid) for r in self._ranks],
+            "spares": [starting.tree_memory(r.process.pid) for r in spares],
+        }
 
     @property
     def spent(self) -> bool:
@@ -199,8 +201,10 @@ class RankPool(Controller):
     def __repr__(self) -> str:
         state = "closed" if self._closed else ("ready" if self._ready else "starting")
         output = "" if self.rank_output == "capture" else f", rank_output={self.rank_output!r}"
-        return (f"RankPool(world_size={self.world_size}, backend={self.backend!r}, "
-                f"device={self.device!r}, timeout={self.timeout:g}{output}, {state})")
+        return (
+            f"RankPool(world_size={self.world_size}, backend={self.backend!r}, "
+            f"device={self.device!r}, timeout={self.timeout:g}{output}, {state})"
+        )
 
     # -- starting and stopping ranks ----------------------------------------------
 
@@ -214,8 +218,11 @@ class RankPool(Controller):
             # The fork server could not be started or reached (a TMPDIR too long for its socket, ...):
             # this pool and every later one in this process spawn, as on a platform without one.
             starting.mark_unusable(f"the fork server could not be used here ({exc})")
-            warnings.warn(f"fuzzdist: {starting.fork_server_fits()}; starting rank processes with spawn",
-                          RuntimeWarning, stacklevel=3)
+            warnings.warn(
+                f"fuzzdist: {starting.fork_server_fits()}; starting rank processes with spawn",
+                RuntimeWarning,
+                stacklevel=3,
+            )
             self.start_method = "spawn"
             return self._start_set_with("spawn")
 
@@ -250,8 +257,9 @@ class RankPool(Controller):
             tmpdir=self._tmpdir,
             stack_path=os.path.join(self._tmpdir, f"rank{rank}.set{n}.stack"),
             crash_path=os.path.join(self._tmpdir, f"rank{rank}.set{n}.crash"),
-            output_path=(os.path.join(self._tmpdir, f"rank{rank}.set{n}.out")
-                         if self.rank_output == "capture" else None),
+            output_path=(
+                os.path.join(self._tmpdir, f"rank{rank}.set{n}.out") if self.rank_output == "capture" else None
+            ),
             driver_pid=os.getpid(),
             from_main_thread=threading.current_thread() is threading.main_thread(),
             forked=self.start_method == "forkserver",
@@ -260,8 +268,9 @@ class RankPool(Controller):
         # them.  Each rank clears the flag on its own side, so that it may start processes (rank_main).
         # A forked rank gets the driver's stdout and stderr as they are now, as a spawned one does.
         stdio = (InheritedFd(1), InheritedFd(2)) if spec.forked else None
-        process = context.Process(target=rank_main, args=(spec, inbox, outbox, watch_child, stdio),
-                                  name=f"fuzzdist-rank{rank}", daemon=True)
+        process = context.Process(
+            target=rank_main, args=(spec, inbox, outbox, watch_child, stdio), name=f"fuzzdist-rank{rank}", daemon=True
+        )
         try:
             process.start()
         finally:
@@ -269,8 +278,16 @@ class RankPool(Controller):
             outbox.close()
             watch_child.close()
         started = process_tree.start_time(process.pid) if spec.forked else None
-        return _Rank(rank, process, _Link(to_rank, from_rank), watch_parent, spec.stack_path,
-                     spec.crash_path, spec.output_path, started=started)
+        return _Rank(
+            rank,
+            process,
+            _Link(to_rank, from_rank),
+            watch_parent,
+            spec.stack_path,
+            spec.crash_path,
+            spec.output_path,
+            started=started,
+        )
 
     def _take(self, rank_set: _RankSet) -> None:
         """Make ``rank_set`` the pool's ranks; the next example waits for them to be ready."""
@@ -312,8 +329,11 @@ class RankPool(Controller):
                 if self._spare is not None:
                     self._check_spare()
                 return
-            warnings.warn(f"fuzzdist: rank processes {dead} died between examples; restarting the pool",
-                          RuntimeWarning, stacklevel=3)
+            warnings.warn(
+                f"fuzzdist: rank processes {dead} died between examples; restarting the pool",
+                RuntimeWarning,
+                stacklevel=3,
+            )
             self._restart()
             self._check_usable()
         try:
@@ -334,7 +354,8 @@ class RankPool(Controller):
                 self._kill()
                 raise PoolStartupError(
                     f"ranks {sorted(pending)} did not join the {self.backend} process group within "
-                    f"{self.startup_timeout:g}s; raise startup_timeout on a slow machine")
+                    f"{self.startup_timeout:g}s; raise startup_timeout on a slow machine"
+                )
             for rank, is_sentinel in self._poller.wait(remaining):
                 if rank not in pending:
                     continue
@@ -345,13 +366,15 @@ class RankPool(Controller):
                     raise PoolStartupError(
                         f"rank {rank} died while starting ({_describe(code)}) before it joined the process "
                         "group. If you start a RankPool from a script, guard it with "
-                        "`if __name__ == \"__main__\":` (the spawn start method re-imports the main module "
-                        "in every rank); its error, if any, is on stderr above.")
+                        '`if __name__ == "__main__":` (the spawn start method re-imports the main module '
+                        "in every rank); its error, if any, is on stderr above."
+                    )
                 name, fields = message
                 if name == "init_error":
                     self._kill()
-                    raise PoolStartupError(f"rank {rank} could not join the {self.backend} process group:\n"
-                                           f"{fields['traceback']}")
+                    raise PoolStartupError(
+                        f"rank {rank} could not join the {self.backend} process group:\n{fields['traceback']}"
+                    )
                 pending.discard(rank)  # "ready"
         self._ready = True
 
@@ -401,8 +424,9 @@ class RankPool(Controller):
         assert self._spent is not None  # only a spent pool is gone
         first = (str(self._spent).strip().splitlines() or ["(no message)"])[0]
         again = "restarted" if self._ready_once else "started"
-        return PoolGone(self._spent, f"the rank pool can't run examples: its ranks could not be {again} "
-                                     f"(PoolStartupError: {first})")
+        return PoolGone(
+            self._spent, f"the rank pool can't run examples: its ranks could not be {again} (PoolStartupError: {first})"
+        )
 
     def _kill(self) -> None:
         _kill_ranks(self._ranks)

@@ -63,8 +63,9 @@ def init_error(traceback: str) -> bytes:
     return _dump(("init_error", {"traceback": traceback}))
 
 
-def ok(seq: int, result: Any, recycle: list[str], output: Any = None, elapsed: float | None = None,
-       cover: Any = None) -> bytes:
+def ok(
+    seq: int, result: Any, recycle: list[str], output: Any = None, elapsed: float | None = None, cover: Any = None
+) -> bytes:
     """Example ``seq`` returned ``result``.
 
     ``recycle``: reasons this rank's process must be replaced before the
@@ -75,15 +76,26 @@ def ok(seq: int, result: Any, recycle: list[str], output: Any = None, elapsed: f
     ``cover``: with ``--cover``, the lines the rank reached first in the example
     (``{filename: [line, ...]}``, :mod:`fuzzdist.pool.rank.line_cover`); no field when None.
     """
-    return _dump(("ok", _with_cover({"seq": seq, "result": result, "recycle": recycle, "output": output,
-                                     "elapsed": elapsed}, cover)))
+    return _dump(
+        (
+            "ok",
+            _with_cover(
+                {"seq": seq, "result": result, "recycle": recycle, "output": output, "elapsed": elapsed}, cover
+            ),
+        )
+    )
 
 
-def err(seq: int, error: Any, recycle: list[str], output: Any = None, elapsed: float | None = None,
-        cover: Any = None) -> bytes:
+def err(
+    seq: int, error: Any, recycle: list[str], output: Any = None, elapsed: float | None = None, cover: Any = None
+) -> bytes:
     """Example ``seq`` raised: ``error`` is the exception as a :class:`~fuzzdist.pool.remote.RemoteRecord`."""
-    return _dump(("err", _with_cover({"seq": seq, "error": error, "recycle": recycle, "output": output,
-                                      "elapsed": elapsed}, cover)))
+    return _dump(
+        (
+            "err",
+            _with_cover({"seq": seq, "error": error, "recycle": recycle, "output": output, "elapsed": elapsed}, cover),
+        )
+    )
 
 
 def load_error(seq: int, error: Any) -> bytes:

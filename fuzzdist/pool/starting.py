@@ -47,7 +47,7 @@ PRELOAD = ["fuzzdist.pool.rank.spawned", "torch", "torch.distributed"]
 
 
 def resolve_start_method(requested: str, device: str) -> str:
-    """"spawn" or "forkserver" for a pool on ``device``, from ``requested`` (one of START_METHODS)."""
+    """ "spawn" or "forkserver" for a pool on ``device``, from ``requested`` (one of START_METHODS)."""
     if requested not in START_METHODS:
         raise InvalidArgument(f"start_method={requested!r}: expected one of {', '.join(START_METHODS)}")
     if requested == "auto":
@@ -56,20 +56,23 @@ def resolve_start_method(requested: str, device: str) -> str:
         safe = chosen != "spawn" and fork_server_is_safe(device) and fork_server_fits() is None
         return "forkserver" if safe else "spawn"
     if requested == "forkserver" and device == "cuda":
-        raise InvalidArgument("start_method='forkserver' with device='cuda': CUDA pools start their ranks "
-                              "with spawn (a CUDA context does not survive a fork); use 'spawn' or 'auto'")
+        raise InvalidArgument(
+            "start_method='forkserver' with device='cuda': CUDA pools start their ranks "
+            "with spawn (a CUDA context does not survive a fork); use 'spawn' or 'auto'"
+        )
     if requested == "forkserver" and "forkserver" not in mp.get_all_start_methods():
         raise InvalidArgument("start_method='forkserver': this platform has no fork server; use 'spawn' or 'auto'")
     if requested == "forkserver" and (why := fork_server_fits()) is not None:
-        raise InvalidArgument(f"start_method='forkserver': {why}, and forked ranks would not see it; "
-                              "use 'spawn' or 'auto' (which spawns then)")
+        raise InvalidArgument(
+            f"start_method='forkserver': {why}, and forked ranks would not see it; "
+            "use 'spawn' or 'auto' (which spawns then)"
+        )
     return requested
 
 
 def fork_server_is_safe(device: str) -> bool:
     """Whether ``auto`` forks ranks from a server: CPU pools on Linux, where multiprocessing has one."""
-    return (device == "cpu" and sys.platform.startswith("linux")
-            and "forkserver" in mp.get_all_start_methods())
+    return device == "cpu" and sys.platform.startswith("linux") and "forkserver" in mp.get_all_start_methods()
 
 
 def validate_spares(spares: str) -> str:

@@ -64,7 +64,8 @@ _WAIT_SLICE_S = 0.25  # store waits are cut in slices to look at heartbeats and 
 def in_torchrun() -> bool:
     """Is this process one of torchrun's workers?"""
     return "TORCHELASTIC_RUN_ID" in os.environ or all(
-        k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK"))
+        k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK")
+    )
 
 
 def join(backend: str = "gloo", device: str = "cpu", timeout: float = DEFAULT_TIMEOUT) -> tuple[Any, Any]:
@@ -76,8 +77,10 @@ def join(backend: str = "gloo", device: str = "cpu", timeout: float = DEFAULT_TI
     from fuzzdist.pool.rank.context import RankContext
 
     if not in_torchrun():
-        raise InvalidState("not started by torchrun: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT and "
-                           "LOCAL_RANK are not all set. Run `torchrun ... -m fuzzdist run`.")
+        raise InvalidState(
+            "not started by torchrun: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT and "
+            "LOCAL_RANK are not all set. Run `torchrun ... -m fuzzdist run`."
+        )
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     validate_pool_args(world_size, backend, device, timeout, local=False)  # torchrun's ranks exist already
     if device == "cuda":
@@ -88,8 +91,7 @@ def join(backend: str = "gloo", device: str = "cpu", timeout: float = DEFAULT_TI
     secret = torchrun_auth.load_secret()
     use_signer(torchrun_auth.Signer(secret, torchrun_auth.scope()))
     rank_state.enable_flight_recorder(backend)
-    dist.init_process_group(backend, rank=rank, world_size=world_size,
-                            timeout=timedelta(seconds=timeout + 30.0))
+    dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout + 30.0))
     torchrun_auth.forget_node_secret()  # every rank read it before the group could form
     store = _store_client(timeout)
     # One secret on every rank, checked before anything runs: a rank with another one could not read
@@ -187,11 +189,14 @@ class TorchrunPool(Controller):
     spent, and its next ``run`` raises :class:`~fuzzdist.errors.PoolGone`.
     """
 
-    aftermath = ("the torchrun group is spent: the next run raises PoolGone; start torchrun with "
-                 "--max-restarts to get a fresh group, which replays this failure first")
+    aftermath = (
+        "the torchrun group is spent: the next run raises PoolGone; start torchrun with "
+        "--max-restarts to get a fresh group, which replays this failure first"
+    )
 
-    def __init__(self, ctx: Any, store: Any, timeout: float = DEFAULT_TIMEOUT,
-                 straggler_grace: float | None = None) -> None:
+    def __init__(
+        self, ctx: Any, store: Any, timeout: float = DEFAULT_TIMEOUT, straggler_grace: float | None = None
+    ) -> None:
         if ctx.rank != 0:
             raise InvalidState("TorchrunPool drives from rank 0; other ranks call fuzzdist.pool.torchrun.serve()")
         super().__init__(ctx.world_size, ctx.backend, ctx.device.type, timeout, straggler_grace)
@@ -207,8 +212,9 @@ class TorchrunPool(Controller):
         self._in_flight = False  # inside run()
         # In the main thread run() holds SIGTERM's effects (a Hold) until the example is classified.  Elsewhere
         # the pool ends the work itself (a RankCrash or PoolGone) instead of SIG_DFL ending it mid-example.
-        self._sigterm = ChainedHandler(signal.SIGTERM, self._on_sigterm,
-                                       ends_process=lambda: self._in_flight and not held(signal.SIGTERM))
+        self._sigterm = ChainedHandler(
+            signal.SIGTERM, self._on_sigterm, ends_process=lambda: self._in_flight and not held(signal.SIGTERM)
+        )
 
     @property
     def stopping(self) -> bool:
@@ -271,8 +277,7 @@ class TorchrunPool(Controller):
     def _judge(self, out: Outcome) -> bool:
         """After a SIGTERM: the ranks that died (no SIGTERM mark, no heartbeat) within VERDICT_S are the
         example's crash; if none died and some never answered, the group is being stopped."""
-        verdict = Verdict(self._store, _PREFIX, out.pending - {0},
-                          lambda r: self._store.add(_alive_key(r), 0))
+        verdict = Verdict(self._store, _PREFIX, out.pending - {0}, lambda r: self._store.add(_alive_key(r), 0))
         dead = verdict.wait(lambda: out.pending - {0}, lambda seconds: self._take(out, seconds))
         for r in dead:
             out.died(r)
@@ -300,10 +305,16 @@ class TorchrunPool(Controller):
                     self._store.delete_key(key)
 
     def _crash(self, dead: Set[int]) -> RankCrash:
-        return RankCrash(sorted(dead), {r: -signal.SIGKILL for r in dead},
-                         {r: "(rank lost under torchrun: its heartbeat stopped, or it had died when "
-                             "torchrun's agent stopped the group; its exit code is in torchrun's log)"
-                          for r in dead}, self.aftermath)
+        return RankCrash(
+            sorted(dead),
+            {r: -signal.SIGKILL for r in dead},
+            {
+                r: "(rank lost under torchrun: its heartbeat stopped, or it had died when "
+                "torchrun's agent stopped the group; its exit code is in torchrun's log)"
+                for r in dead
+            },
+            self.aftermath,
+        )
 
     def _recover(self, failure: BaseException) -> None:
         self._gone = failure  # torchrun's processes can't be replaced from here: the pool is spent
@@ -332,8 +343,9 @@ class TorchrunPool(Controller):
 
     def _stacks(self, seq: int, ranks: Set[int]) -> dict[int, str]:
         # Only rank 0's own stack can be read without its heartbeat thread, which did not answer.
-        return {r: _own_stack() if r == 0 else "(the rank did not answer: its heartbeat thread is stuck too)"
-                for r in ranks}
+        return {
+            r: _own_stack() if r == 0 else "(the rank did not answer: its heartbeat thread is stuck too)" for r in ranks
+        }
 
     def _on_sigterm(self, signum: int, frame: Any) -> None:
         # The example in flight is classified by _judge (torchrun's agent stops every worker when one dies).
@@ -344,8 +356,10 @@ class _GroupStopped(BaseException):
     """SIGTERM during an example and no rank died: the job is being stopped (not a failure to save)."""
 
     def __init__(self) -> None:
-        super().__init__("SIGTERM: the torchrun group is being stopped (every rank that did not answer "
-                         "received the SIGTERM too or is alive; none died)")
+        super().__init__(
+            "SIGTERM: the torchrun group is being stopped (every rank that did not answer "
+            "received the SIGTERM too or is alive; none died)"
+        )
 
 
 class TorchrunPoolCache:
@@ -359,7 +373,8 @@ class TorchrunPoolCache:
             raise CapabilityError(
                 f"under torchrun the pool is torchrun's {self.pool.world_size} {self.pool.device} processes "
                 f"over {self.pool.backend}; this property asks for {key}. Pass --world-size "
-                f"{self.pool.world_size} or start torchrun with --nproc-per-node {key.world_size}.")
+                f"{self.pool.world_size} or start torchrun with --nproc-per-node {key.world_size}."
+            )
         return self.pool
 
     def close(self) -> None:
@@ -452,8 +467,13 @@ def _alive_key(rank: int) -> str:
 def _store_client(timeout: float) -> Any:
     import torch.distributed as dist
 
-    return dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
-                         timeout=timedelta(seconds=timeout), wait_for_workers=False)
+    return dist.TCPStore(
+        os.environ["MASTER_ADDR"],
+        int(os.environ["MASTER_PORT"]),
+        is_master=False,
+        timeout=timedelta(seconds=timeout),
+        wait_for_workers=False,
+    )
 
 
 def _wait(store: Any, keys: str | list[str], seconds: float) -> bool:

@@ -50,9 +50,11 @@ SECRET_FILE_ENV = "FUZZDIST_TORCHRUN_SECRET_FILE"
 MIN_SECRET = 16  # bytes (characters) a given secret must have at least
 _TAG = hashlib.sha256().digest_size
 
-_HOW = (f"set {SECRET_ENV} to the same random string (16 characters or more) on every node, e.g. "
-        f"export {SECRET_ENV}=$(python -c 'import secrets; print(secrets.token_hex(32))'), or "
-        f"{SECRET_FILE_ENV} to a file only you can read that every node has")
+_HOW = (
+    f"set {SECRET_ENV} to the same random string (16 characters or more) on every node, e.g. "
+    f"export {SECRET_ENV}=$(python -c 'import secrets; print(secrets.token_hex(32))'), or "
+    f"{SECRET_FILE_ENV} to a file only you can read that every node has"
+)
 
 
 class Signer:
@@ -83,7 +85,8 @@ class Signer:
                 "secret, so it was not written by one of this run's ranks and was not unpickled. Someone "
                 "else can write to the store (it listens on every interface at MASTER_ADDR:MASTER_PORT): "
                 "block that port from other hosts (docs/security.md), or check that every rank has the "
-                f"same {SECRET_ENV}.")
+                f"same {SECRET_ENV}."
+            )
         return data
 
 
@@ -106,16 +109,19 @@ def load_secret() -> bytes:
     world, local = os.environ.get("WORLD_SIZE"), os.environ.get("LOCAL_WORLD_SIZE")
     if world is not None and world == local:
         return _node_secret()
-    raise InvalidState(f"this torchrun job spans several nodes and fuzzdist has no secret to sign its messages "
-                       f"in torchrun's store with (anyone who can reach the store could otherwise make the "
-                       f"ranks run code): {_HOW}")
+    raise InvalidState(
+        f"this torchrun job spans several nodes and fuzzdist has no secret to sign its messages "
+        f"in torchrun's store with (anyone who can reach the store could otherwise make the "
+        f"ranks run code): {_HOW}"
+    )
 
 
 def _read_secret_file(path: str) -> bytes:
     data = read_private_file(path, f"{SECRET_FILE_ENV}={path}", "point it at", InvalidState).strip()
     if len(data) < MIN_SECRET:
-        raise InvalidState(f"{SECRET_FILE_ENV}={path} holds {len(data)} bytes: put at least {MIN_SECRET} "
-                           "random bytes in it")
+        raise InvalidState(
+            f"{SECRET_FILE_ENV}={path} holds {len(data)} bytes: put at least {MIN_SECRET} random bytes in it"
+        )
     return data
 
 
@@ -128,8 +134,10 @@ def private_dir() -> Path:
         pass
     info = os.lstat(path)
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
-        raise InvalidState(f"{path} is not a folder only you can open (a link, another user's, or open to "
-                           f"others): remove it, or {_HOW}")
+        raise InvalidState(
+            f"{path} is not a folder only you can open (a link, another user's, or open to "
+            f"others): remove it, or {_HOW}"
+        )
     return path
 
 
@@ -165,8 +173,7 @@ def _node_secret() -> bytes:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError as exc:
-        raise InvalidState(f"can't read the ranks' shared secret file {path} ({exc.strerror or exc}): "
-                           f"{_HOW}") from None
+        raise InvalidState(f"can't read the ranks' shared secret file {path} ({exc.strerror or exc}): {_HOW}") from None
     with os.fdopen(fd, "rb") as f:
         info = os.fstat(f.fileno())
         data = f.read()
@@ -208,15 +215,22 @@ def check_same_secret(store: Any, rank: int, world_size: int, secret: bytes, tim
         store.wait(keys, timedelta(seconds=timeout))
     except Exception:  # noqa: BLE001 - torch's store error (a timeout) or the store went away
         missing = [r for r, key in zip(others, keys, strict=True) if not _has(store, key)]
-        raise InvalidState(f"rank(s) {', '.join(map(str, missing))} did not show which secret they sign torchrun's "
-                           f"store messages with within {timeout:g}s: see their output for why") from None
+        raise InvalidState(
+            f"rank(s) {', '.join(map(str, missing))} did not show which secret they sign torchrun's "
+            f"store messages with within {timeout:g}s: see their output for why"
+        ) from None
     differ = [r for r, key in zip(others, keys, strict=True) if not hmac.compare_digest(store.get(key), mine)]
     if not differ:
         return
-    whose = (f"rank(s) {', '.join(map(str, differ))} have another secret than rank 0's" if rank == 0
-             else f"rank {rank}'s secret is not rank 0's")
-    raise InvalidState(f"{whose} ({secret_source()}): the ranks could not read each other's messages, so "
-                       f"nothing was run. Give every rank the same secret: {_HOW}")
+    whose = (
+        f"rank(s) {', '.join(map(str, differ))} have another secret than rank 0's"
+        if rank == 0
+        else f"rank {rank}'s secret is not rank 0's"
+    )
+    raise InvalidState(
+        f"{whose} ({secret_source()}): the ranks could not read each other's messages, so "
+        f"nothing was run. Give every rank the same secret: {_HOW}"
+    )
 
 
 def _has(store: Any, key: str) -> bool:

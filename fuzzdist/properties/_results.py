@@ -14,5 +14,4 @@ def fail_on_reported_problems(results: Sequence[Mapping[str, Any]], claim: str, 
     any rank reported one; ``shown`` (default: ``results``) is what the failure carries."""
     wrong = {rank: obs["problems"] for rank, obs in enumerate(results) if obs["problems"]}
     if wrong:
-        raise PropertyFailure(f"{claim} on ranks {sorted(wrong)}:{by_rank(wrong)}",
-                              results if shown is None else shown)
+        raise PropertyFailure(f"{claim} on ranks {sorted(wrong)}:{by_rank(wrong)}", results if shown is None else shown)

@@ -52,8 +52,11 @@ class BlockedStream:
 
     def fuzzdist_pending_works(self) -> list[str]:
         """One line per Work whose future is still unresolved, with the drawn steps."""
-        return [f"Work {i} blocks {self.stream}: its future is unresolved (the drawn steps: {self.order.steps})"
-                for i, future in enumerate(self.futures) if not future.done()]
+        return [
+            f"Work {i} blocks {self.stream}: its future is unresolved (the drawn steps: {self.order.steps})"
+            for i, future in enumerate(self.futures)
+            if not future.done()
+        ]
 
 
 def make_block_work(index: int) -> BlockWork:
@@ -61,8 +64,9 @@ def make_block_work(index: int) -> BlockWork:
     return BlockWork()
 
 
-def check_blocked_stream(ctx: RankContext, order: fst.CompletionOrder,
-                         make_work: Callable[[int], Any] = make_block_work) -> list[Problem]:
+def check_blocked_stream(
+    ctx: RankContext, order: fst.CompletionOrder, make_work: Callable[[int], Any] = make_block_work
+) -> list[Problem]:
     """Block one stream with ``order.n`` Works, resolve them as ``order`` says; report violations.
 
     Dropped Works lose their last Python reference while unresolved: the
@@ -89,8 +93,13 @@ def check_blocked_stream(ctx: RankContext, order: fst.CompletionOrder,
         for action, i in order.steps:
             time.sleep(POLL_S)
             if unresolved and after.query():
-                problems.append(Problem(Kind.HANG, "stream", detail=f"ran on before step {action} {i} with Works "
-                                                                    f"{sorted(unresolved)} unresolved"))
+                problems.append(
+                    Problem(
+                        Kind.HANG,
+                        "stream",
+                        detail=f"ran on before step {action} {i} with Works {sorted(unresolved)} unresolved",
+                    )
+                )
                 break
             if action == "complete":
                 futures[i].set_result(None)
@@ -107,8 +116,9 @@ def check_blocked_stream(ctx: RankContext, order: fst.CompletionOrder,
                     pass  # a failed Work's wait raises: expected
         time.sleep(POLL_S)
         if unresolved and after.query() and not problems:
-            problems.append(Problem(Kind.HANG, "stream", detail=f"ran on with dropped Works {sorted(unresolved)} "
-                                                                "never resolved"))
+            problems.append(
+                Problem(Kind.HANG, "stream", detail=f"ran on with dropped Works {sorted(unresolved)} never resolved")
+            )
     finally:
         for future in futures:  # the guard: never leave the GPU stream blocked
             if not future.done():
@@ -117,8 +127,9 @@ def check_blocked_stream(ctx: RankContext, order: fst.CompletionOrder,
         while after is not None and not after.query() and time.monotonic() < deadline:
             time.sleep(0.005)
         if after is not None and not after.query():
-            problems.append(Problem(Kind.HANG, "stream", detail=f"still blocked {RELEASE_S:g}s after every Work "
-                                                                "resolved"))
+            problems.append(
+                Problem(Kind.HANG, "stream", detail=f"still blocked {RELEASE_S:g}s after every Work resolved")
+            )
             ctx.request_recycle("a GPU stream stayed blocked")
     return problems
 

@@ -88,10 +88,19 @@ def _values(numel: int, dtype: torch.dtype, seed: int, device: str | torch.devic
     return fst.TensorSpec((numel,), dtype).materialize(device, seed)
 
 
-def ipc_write_and_see(ctx: RankContext, nbytes: int, dtype: torch.dtype, offset: int, count: int, src: int,
-                      writer: int, seed: int, mode: fst.CudaAllocatorMode,
-                      share: Callable[..., Any] = reduce_cuda_handles,
-                      receive: Callable[..., Any] = open_cuda_handle) -> list[Problem]:
+def ipc_write_and_see(
+    ctx: RankContext,
+    nbytes: int,
+    dtype: torch.dtype,
+    offset: int,
+    count: int,
+    src: int,
+    writer: int,
+    seed: int,
+    mode: fst.CudaAllocatorMode,
+    share: Callable[..., Any] = reduce_cuda_handles,
+    receive: Callable[..., Any] = open_cuda_handle,
+) -> list[Problem]:
     """On every rank: share views of one allocation of exactly ``nbytes`` from ``src`` (see
     :func:`layout`); ``writer`` writes; report what each rank sees against independently built values."""
     problems: list[Problem] = []
@@ -101,8 +110,10 @@ def ipc_write_and_see(ctx: RankContext, nbytes: int, dtype: torch.dtype, offset:
         pieces: list[torch.Tensor | None] = [None] * where.views
         if ctx.rank == src:
             parent = torch.zeros(where.numel_total, dtype=dtype, device=ctx.device)
-            pieces = [parent[where.offset + i * where.numel: where.offset + (i + 1) * where.numel]
-                      for i in range(where.views)]
+            pieces = [
+                parent[where.offset + i * where.numel : where.offset + (i + 1) * where.numel]
+                for i in range(where.views)
+            ]
             # the segment that holds this tensor must be what the mode asked for, not merely some segment
             mismatch = check_expandable_segment(parent, mode.effective_expandable_segments())
             if mismatch:
@@ -127,15 +138,28 @@ def ipc_write_and_see(ctx: RankContext, nbytes: int, dtype: torch.dtype, offset:
     return problems
 
 
-def check(pool: Pool, nbytes: int, dtype: torch.dtype, offset: int, count: int, src: int, writer: int, seed: int,
-          mode: fst.CudaAllocatorMode, *, share: Callable[..., Any] = reduce_cuda_handles,
-          receive: Callable[..., Any] = open_cuda_handle) -> None:
+def check(
+    pool: Pool,
+    nbytes: int,
+    dtype: torch.dtype,
+    offset: int,
+    count: int,
+    src: int,
+    writer: int,
+    seed: int,
+    mode: fst.CudaAllocatorMode,
+    *,
+    share: Callable[..., Any] = reduce_cuda_handles,
+    receive: Callable[..., Any] = open_cuda_handle,
+) -> None:
     """Share ``count`` views carved after ``offset`` elements from one allocation of exactly ``nbytes``
     on rank ``src`` (under allocator ``mode``, checked on the tensor's own segment), let ``writer``
     write them; raise :class:`PropertyFailure` with every rank's problems unless every rank sees
     exactly the written values."""
-    problems = pool.run(ipc_write_and_see, nbytes, dtype, offset, count, src, writer, seed, mode,
-                        share=share, receive=receive)
+    problems = pool.run(
+        ipc_write_and_see, nbytes, dtype, offset, count, src, writer, seed, mode, share=share, receive=receive
+    )
     if problems != [[]] * pool.world_size:
-        raise PropertyFailure(f"ranks saw other values than rank {writer} wrote:"
-                              f"{by_rank(dict(enumerate(problems)))}", problems)
+        raise PropertyFailure(
+            f"ranks saw other values than rank {writer} wrote:{by_rank(dict(enumerate(problems)))}", problems
+        )

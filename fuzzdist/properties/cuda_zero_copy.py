@@ -41,8 +41,9 @@ def _as_tensor(obj: Any, device: str | torch.device) -> torch.Tensor:
 INTERFACE_SETS = ("torch", "cupy")  # each its own test: a missing cupy is a visible skip, never a silent drop
 
 
-def _torch_views(shared: torch.Tensor, ptr: int, nbytes: int, view_dtype: torch.dtype, index: int,
-                 as_tensor: Callable[..., Any]) -> dict[str, torch.Tensor]:
+def _torch_views(
+    shared: torch.Tensor, ptr: int, nbytes: int, view_dtype: torch.dtype, index: int, as_tensor: Callable[..., Any]
+) -> dict[str, torch.Tensor]:
     views = {}
     wrapper = CudaArrayInterface(ptr, (nbytes,))
     for device in ("cuda", f"cuda:{index}"):
@@ -51,19 +52,29 @@ def _torch_views(shared: torch.Tensor, ptr: int, nbytes: int, view_dtype: torch.
     return views
 
 
-def _cupy_views(shared: torch.Tensor, ptr: int, nbytes: int, view_dtype: torch.dtype, index: int,
-                as_tensor: Callable[..., Any]) -> dict[str, torch.Tensor]:
+def _cupy_views(
+    shared: torch.Tensor, ptr: int, nbytes: int, view_dtype: torch.dtype, index: int, as_tensor: Callable[..., Any]
+) -> dict[str, torch.Tensor]:
     import cupy  # the test asked for cupy (needs("cupy")): a cupy that fails here fails the example
 
     memory = cupy.cuda.UnownedMemory(ptr, nbytes, shared, index)
     array = cupy.ndarray((nbytes,), cupy.uint8, cupy.cuda.MemoryPointer(memory, 0))
-    return {"cupy __cuda_array_interface__": as_tensor(array, f"cuda:{index}").view(view_dtype),
-            "cupy dlpack": torch.from_dlpack(array).view(view_dtype)}
+    return {
+        "cupy __cuda_array_interface__": as_tensor(array, f"cuda:{index}").view(view_dtype),
+        "cupy dlpack": torch.from_dlpack(array).view(view_dtype),
+    }
 
 
-def zero_copy_views(ctx: RankContext, nbytes: int, view_dtype: torch.dtype, src: int, seed: int,
-                    mode: fst.CudaAllocatorMode, as_tensor: Callable[..., Any] = _as_tensor,
-                    interfaces: str = "torch") -> list[Problem]:
+def zero_copy_views(
+    ctx: RankContext,
+    nbytes: int,
+    view_dtype: torch.dtype,
+    src: int,
+    seed: int,
+    mode: fst.CudaAllocatorMode,
+    as_tensor: Callable[..., Any] = _as_tensor,
+    interfaces: str = "torch",
+) -> list[Problem]:
     """On every rank: view memory shared from ``src`` through each interface of the set ``interfaces``
     (``"torch"``: the seed's wrapper and DLPack; ``"cupy"``: real cupy arrays); report every copy."""
     if interfaces not in INTERFACE_SETS:
@@ -74,8 +85,11 @@ def zero_copy_views(ctx: RankContext, nbytes: int, view_dtype: torch.dtype, src:
         if ctx.rank == src:
             base = fst.TensorSpec((nbytes,), torch.uint8).materialize(ctx.device, seed)
         receive = functools.partial(open_cuda_handle, device_index=ctx.device.index)
-        shared = share_tensor(base, src, ctx.group, share=reduce_cuda_handles, receive=receive) \
-            if ctx.world_size > 1 else base
+        shared = (
+            share_tensor(base, src, ctx.group, share=reduce_cuda_handles, receive=receive)
+            if ctx.world_size > 1
+            else base
+        )
         assert shared is not None  # one rank: it is the source
         expected = fst.TensorSpec((nbytes,), torch.uint8).materialize("cpu", seed).view(view_dtype)
         ptr = shared.data_ptr()
@@ -83,8 +97,11 @@ def zero_copy_views(ctx: RankContext, nbytes: int, view_dtype: torch.dtype, src:
         views = make(shared, ptr, nbytes, view_dtype, ctx.device.index, as_tensor)
         for name, view in views.items():
             if nbytes and view.data_ptr() != ptr:
-                problems.append(Problem(Kind.NOTE, name, detail=f"copied (data_ptr {view.data_ptr():#x}, shared "
-                                                                f"memory at {ptr:#x})"))
+                problems.append(
+                    Problem(
+                        Kind.NOTE, name, detail=f"copied (data_ptr {view.data_ptr():#x}, shared memory at {ptr:#x})"
+                    )
+                )
             diff = first_difference(view, expected, name)
             if diff:
                 problems.append(diff)
@@ -94,13 +111,23 @@ def zero_copy_views(ctx: RankContext, nbytes: int, view_dtype: torch.dtype, src:
     return problems
 
 
-def check(pool: Pool, nbytes: int, view_dtype: torch.dtype, src: int, seed: int, mode: fst.CudaAllocatorMode, *,
-          as_tensor: Callable[..., Any] = _as_tensor, interfaces: str = "torch") -> None:
+def check(
+    pool: Pool,
+    nbytes: int,
+    view_dtype: torch.dtype,
+    src: int,
+    seed: int,
+    mode: fst.CudaAllocatorMode,
+    *,
+    as_tensor: Callable[..., Any] = _as_tensor,
+    interfaces: str = "torch",
+) -> None:
     """View ``nbytes`` of CUDA memory shared from rank ``src`` (under allocator ``mode``) as
     ``view_dtype`` through every interface of ``interfaces`` (``"torch"`` or ``"cupy"``), with
     ``as_tensor`` for the ``__cuda_array_interface__`` ones; raise :class:`PropertyFailure` with every
     rank's problems if any view copies or differs."""
-    problems = pool.run(zero_copy_views, nbytes, view_dtype, src, seed, mode, as_tensor=as_tensor,
-                        interfaces=interfaces)
+    problems = pool.run(
+        zero_copy_views, nbytes, view_dtype, src, seed, mode, as_tensor=as_tensor, interfaces=interfaces
+    )
     if problems != [[]] * pool.world_size:
         raise PropertyFailure(f"views copied or differ:{by_rank(dict(enumerate(problems)))}", problems)

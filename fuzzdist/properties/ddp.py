@@ -64,8 +64,10 @@ NCCL_PG_KINDS = ("nccl", "reorder-subclass", "reorder-future")  # one GPU per ra
 def completion_schedules(max_window: int = MAX_WINDOW) -> st.SearchStrategy[fst.CompletionOrder]:
     """Orders for DDP's allreduces: every work completes (no errors, drops or waits:
     DDP is not expected to survive a failed allreduce).  Shrinks to one work, in order."""
-    by_n = {n: fst.completion_orders(n, allow_errors=False, allow_drops=False, allow_waits=False)
-            for n in range(1, max_window + 1)}
+    by_n = {
+        n: fst.completion_orders(n, allow_errors=False, allow_drops=False, allow_waits=False)
+        for n in range(1, max_window + 1)
+    }
     return st.integers(1, max_window).flatmap(by_n.__getitem__)
 
 
@@ -94,9 +96,14 @@ def ddp_device_kwargs(device: torch.device) -> dict[str, Any]:
     return {"device_ids": [device.index]}
 
 
-def reference_gradients(reference: nn.Module, config: fst.DDPConfig, step: int, seed: int,
-                        dtype: torch.dtype, rank_buffers: list[dict[str, torch.Tensor]],
-                        ) -> tuple[dict[str, torch.Tensor | None], list[dict[str, torch.Tensor]]]:
+def reference_gradients(
+    reference: nn.Module,
+    config: fst.DDPConfig,
+    step: int,
+    seed: int,
+    dtype: torch.dtype,
+    rank_buffers: list[dict[str, torch.Tensor]],
+) -> tuple[dict[str, torch.Tensor | None], list[dict[str, torch.Tensor]]]:
     """The gradients DDP promises, computed on one local model with no communication.
 
     DDP's contract: rank r's loss is the mean over its own ``b_r`` samples;
@@ -147,8 +154,9 @@ def reference_gradients(reference: nn.Module, config: fst.DDPConfig, step: int, 
     return total, updated
 
 
-def whole_batch_gradients(reference: nn.Module, config: fst.DDPConfig, step: int, seed: int,
-                          dtype: torch.dtype) -> dict[str, torch.Tensor | None]:
+def whole_batch_gradients(
+    reference: nn.Module, config: fst.DDPConfig, step: int, seed: int, dtype: torch.dtype
+) -> dict[str, torch.Tensor | None]:
     """DDP's contract on the whole batch, literally: every rank's inputs concatenated, one
     forward and backward of sum_i w_i * (squared error of element i), where an element of
     rank r's batch weighs w_i = 1 / (W * b_r * out_features): rank r's mean loss, divided
@@ -159,18 +167,19 @@ def whole_batch_gradients(reference: nn.Module, config: fst.DDPConfig, step: int
     batches = [config.make_batch(r, step, seed) for r in range(world)]
     inputs = torch.cat([x for x, _ in batches]).to(device, dtype)
     targets = torch.cat([y for _, y in batches]).to(device, dtype)
-    weights = torch.cat([torch.full((b, 1), 1.0 / (world * b * out_features), dtype=dtype, device=device)
-                         for b in config.batch_sizes])
+    weights = torch.cat(
+        [torch.full((b, 1), 1.0 / (world * b * out_features), dtype=dtype, device=device) for b in config.batch_sizes]
+    )
     reference.zero_grad(set_to_none=True)
     (((reference(inputs) - targets) ** 2) * weights).sum().backward()
-    grads = {name: None if p.grad is None else p.grad.detach().clone()
-             for name, p in reference.named_parameters()}
+    grads = {name: None if p.grad is None else p.grad.detach().clone() for name, p in reference.named_parameters()}
     reference.zero_grad(set_to_none=True)
     return grads
 
 
-def _mismatch(what: str, actual: torch.Tensor | None, expected: torch.Tensor | None,
-              rtol: float, atol: float) -> Problem | None:
+def _mismatch(
+    what: str, actual: torch.Tensor | None, expected: torch.Tensor | None, rtol: float, atol: float
+) -> Problem | None:
     """None if close (None counts as zeros), else the worst difference."""
     if actual is None and expected is None:
         return None
@@ -181,21 +190,39 @@ def _mismatch(what: str, actual: torch.Tensor | None, expected: torch.Tensor | N
         expected = torch.zeros_like(actual)
     actual, expected = actual.detach(), expected.detach()
     if actual.shape != expected.shape or actual.dtype != expected.dtype:
-        return Problem(Kind.SHAPE, what, got=(tuple(actual.shape), str(actual.dtype)),
-                       expected=(tuple(expected.shape), str(expected.dtype)))
+        return Problem(
+            Kind.SHAPE,
+            what,
+            got=(tuple(actual.shape), str(actual.dtype)),
+            expected=(tuple(expected.shape), str(expected.dtype)),
+        )
     if torch.allclose(actual, expected, rtol=rtol, atol=atol, equal_nan=True):
         return None
     diff = (actual - expected).abs().reshape(-1)
     i = int(torch.nan_to_num(diff, nan=float("inf")).argmax())
     bad = int((~torch.isclose(actual, expected, rtol=rtol, atol=atol, equal_nan=True)).sum())
-    return Problem(Kind.MISMATCH, what, index=i, got=actual.reshape(-1)[i].item(),
-                   expected=expected.reshape(-1)[i].item(), bound=atol + rtol * abs(expected.reshape(-1)[i].item()),
-                   count=bad, size=actual.numel(), worst=True)
+    return Problem(
+        Kind.MISMATCH,
+        what,
+        index=i,
+        got=actual.reshape(-1)[i].item(),
+        expected=expected.reshape(-1)[i].item(),
+        bound=atol + rtol * abs(expected.reshape(-1)[i].item()),
+        count=bad,
+        size=actual.numel(),
+        worst=True,
+    )
 
 
-def ddp_parity(ctx: RankContext, config: fst.DDPConfig, dtype: torch.dtype, seed: int,
-               wrap: Callable[..., dist.ProcessGroup] | None = None, wrap_args: tuple[Any, ...] = (),
-               wrap_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
+def ddp_parity(
+    ctx: RankContext,
+    config: fst.DDPConfig,
+    dtype: torch.dtype,
+    seed: int,
+    wrap: Callable[..., dist.ProcessGroup] | None = None,
+    wrap_args: tuple[Any, ...] = (),
+    wrap_kwargs: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """On every rank: train DDP over ``wrap(ctx.group, *wrap_args, **wrap_kwargs)`` (or
     ctx.group itself) next to a local reference model, both on ``ctx.device`` (a CUDA rank's
     model is on its own GPU and DDP gets ``device_ids``); return the mismatches and digests.
@@ -223,8 +250,7 @@ def ddp_parity(ctx: RankContext, config: fst.DDPConfig, dtype: torch.dtype, seed
             inputs, targets = config.make_batch(ctx.rank, step, seed)
             loss = nn.functional.mse_loss(ddp(inputs.to(ctx.device, dtype)), targets.to(ctx.device, dtype))
             loss.backward()
-            grads = {name: None if p.grad is None else p.grad.detach().clone()
-                     for name, p in model.named_parameters()}
+            grads = {name: None if p.grad is None else p.grad.detach().clone() for name, p in model.named_parameters()}
             grad_digests.append(digest(grads))
             for name, grad in grads.items():
                 diff = _mismatch(f"step {step} grad {name}", grad, expected[name], rtol, atol)
@@ -261,8 +287,9 @@ def check_parity(results: list[dict[str, Any]]) -> None:
     parameters are not bitwise equal."""
     wrong = {rank: obs["mismatches"] for rank, obs in enumerate(results) if obs["mismatches"]}
     if wrong:
-        raise PropertyFailure(f"DDP differs from the local reference on ranks {sorted(wrong)}:{by_rank(wrong)}",
-                              results)
+        raise PropertyFailure(
+            f"DDP differs from the local reference on ranks {sorted(wrong)}:{by_rank(wrong)}", results
+        )
     for step in range(len(results[0]["grad_digests"])):
         digests = [obs["grad_digests"][step] for obs in results]
         if not all(d == digests[0] for d in digests):
@@ -272,9 +299,16 @@ def check_parity(results: list[dict[str, Any]]) -> None:
         raise PropertyFailure("parameters are not bitwise equal on every rank", results)
 
 
-def check(pool: Pool, config: fst.DDPConfig, dtype: torch.dtype, seed: int, *,
-          wrap: Callable[..., dist.ProcessGroup] | None = None, wrap_args: tuple[Any, ...] = (),
-          wrap_kwargs: dict[str, Any] | None = None) -> None:
+def check(
+    pool: Pool,
+    config: fst.DDPConfig,
+    dtype: torch.dtype,
+    seed: int,
+    *,
+    wrap: Callable[..., dist.ProcessGroup] | None = None,
+    wrap_args: tuple[Any, ...] = (),
+    wrap_kwargs: dict[str, Any] | None = None,
+) -> None:
     """Train DDP on every rank of ``pool`` as ``config`` says, over the pool's group or over
     ``wrap(group, *wrap_args, **wrap_kwargs)``, next to a local reference model; raise
     :class:`PropertyFailure` if the gradients or parameters differ from the reference's or across
@@ -292,5 +326,8 @@ def pg_wrapper(pg_kind: str, schedule: fst.CompletionOrder | None) -> dict[str, 
     form = pg_kind.split("-", 1)[1]
     # Only allreduces go through the schedule: DDP has several in flight (its buckets,
     # and the unused-parameter map); its broadcasts and allgathers are waited on at once.
-    return {"wrap": ReorderingProcessGroup, "wrap_args": (schedule,),
-            "wrap_kwargs": {"work_form": form, "ops": ("allreduce",)}}
+    return {
+        "wrap": ReorderingProcessGroup,
+        "wrap_args": (schedule,),
+        "wrap_kwargs": {"work_form": form, "ops": ("allreduce",)},
+    }

@@ -92,12 +92,14 @@ _ALL_GATHER = getattr(torch.distributed, "all_gather_single", None) or torch.dis
 def _cast_inputs(dtype: torch.dtype) -> Callable[..., Any]:
     def hook(module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
         return tuple(a.to(dtype) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args)
+
     return hook
 
 
 def _cast_output(dtype: torch.dtype) -> Callable[..., Any]:
     def hook(module: nn.Module, args: tuple[Any, ...], output: torch.Tensor) -> torch.Tensor:
         return output.to(dtype) if output.is_floating_point() else output
+
     return hook
 
 
@@ -125,15 +127,17 @@ def compute_model(reference: nn.Module, config: fst.FSDPConfig) -> nn.Module:
     return model
 
 
-def loss_of(model: nn.Module, config: fst.FSDPConfig, rank: int, step: int, seed: int,
-            dtype: torch.dtype) -> torch.Tensor:
+def loss_of(
+    model: nn.Module, config: fst.FSDPConfig, rank: int, step: int, seed: int, dtype: torch.dtype
+) -> torch.Tensor:
     """Rank ``rank``'s loss at ``step``: the mean squared error over its own batch."""
     inputs, targets = config.make_batch(rank, step, seed)
     return nn.functional.mse_loss(model(inputs.to(dtype)), targets.to(dtype))
 
 
-def rank_gradients(reference: nn.Module, config: fst.FSDPConfig, step: int, seed: int,
-                   dtype: torch.dtype) -> list[dict[str, torch.Tensor | None]]:
+def rank_gradients(
+    reference: nn.Module, config: fst.FSDPConfig, step: int, seed: int, dtype: torch.dtype
+) -> list[dict[str, torch.Tensor | None]]:
     """Each rank's local gradient at ``step`` (the gradient of its mean loss, in the compute dtype),
     from one local model with no communication.  FSDP2's contract: every rank ends with the mean
     of these over the W ranks of the mesh (replicas included), sharded."""
@@ -142,8 +146,9 @@ def rank_gradients(reference: nn.Module, config: fst.FSDPConfig, step: int, seed
     for r in range(config.world_size):
         model.zero_grad(set_to_none=True)
         loss_of(model, config, r, step, seed, dtype).backward()
-        grads.append({name: None if p.grad is None else p.grad.detach().clone()
-                      for name, p in model.named_parameters()})
+        grads.append(
+            {name: None if p.grad is None else p.grad.detach().clone() for name, p in model.named_parameters()}
+        )
     return grads
 
 
@@ -152,8 +157,9 @@ def reduce_dtype(config: fst.FSDPConfig, dtype: torch.dtype) -> torch.dtype:
     return config.reduce_dtype or config.param_dtype or dtype
 
 
-def expected_gradient(local: list[torch.Tensor | None], world: int,
-                      reduce_in: torch.dtype) -> tuple[torch.Tensor, torch.Tensor] | None:
+def expected_gradient(
+    local: list[torch.Tensor | None], world: int, reduce_in: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor] | None:
     """(the exact float64 mean of the ranks' gradients, the per-element rounding bound of reducing
     them in ``reduce_in``: see the module docstring); None if no rank has a gradient."""
     present = [g.double() for g in local if g is not None]
@@ -169,8 +175,12 @@ def expected_gradient(local: list[torch.Tensor | None], world: int,
 def _param_problem(what: str, actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) -> Problem | None:
     rtol, atol = TOLERANCES[dtype]
     if tuple(actual.shape) != tuple(expected.shape) or actual.dtype != expected.dtype:
-        return Problem(Kind.SHAPE, what, got=(tuple(actual.shape), str(actual.dtype)),
-                       expected=(tuple(expected.shape), str(expected.dtype)))
+        return Problem(
+            Kind.SHAPE,
+            what,
+            got=(tuple(actual.shape), str(actual.dtype)),
+            expected=(tuple(expected.shape), str(expected.dtype)),
+        )
     close = torch.isclose(actual, expected, rtol=rtol, atol=atol, equal_nan=True)
     return mismatch(what, actual, expected, ~close, atol + rtol * expected.abs())
 
@@ -194,8 +204,9 @@ def device_mesh(device_type: str, shape: tuple[int, ...]) -> DeviceMesh:
     return _MESHES[key]
 
 
-def gather(tensors: dict[str, torch.Tensor | None], shapes: dict[str, torch.Size], mesh: DeviceMesh,
-           dtype: torch.dtype) -> dict[str, torch.Tensor | None]:
+def gather(
+    tensors: dict[str, torch.Tensor | None], shapes: dict[str, torch.Size], mesh: DeviceMesh, dtype: torch.dtype
+) -> dict[str, torch.Tensor | None]:
     """The whole tensors of FSDP's sharded ones (DTensors sharded on dim 0 over the mesh's shard dim
     with ``torch.chunk`` pieces, replicated over its replicate dim), in one all-gather over the shard
     ranks: each rank's pieces, zero-padded to the chunk size, in one buffer.  (``full_tensor()``
@@ -212,7 +223,7 @@ def gather(tensors: dict[str, torch.Tensor | None], shapes: dict[str, torch.Size
         local = local.to_local() if isinstance(local, DTensor) else local
         assert local is not None
         padded = torch.zeros((chunks[name] * rows[name],), dtype=dtype)
-        padded[:local.numel()] = local.detach().reshape(-1)
+        padded[: local.numel()] = local.detach().reshape(-1)
         pieces.append(padded)
     buffer = torch.cat(pieces) if pieces else torch.zeros((0,), dtype=dtype)
     out = torch.empty((ranks * buffer.numel(),), dtype=dtype)
@@ -222,8 +233,10 @@ def gather(tensors: dict[str, torch.Tensor | None], shapes: dict[str, torch.Size
     offset = 0
     for name in present:
         n, width = shapes[name][0], chunks[name] * rows[name]
-        parts = [out[k, offset:offset + width].reshape(chunks[name], *shapes[name][1:])[:max(0, n - k * chunks[name])]
-                 for k in range(ranks)]
+        parts = [
+            out[k, offset : offset + width].reshape(chunks[name], *shapes[name][1:])[: max(0, n - k * chunks[name])]
+            for k in range(ranks)
+        ]
         whole[name] = torch.cat(parts).clone()
         offset += width
     return whole
@@ -231,16 +244,24 @@ def gather(tensors: dict[str, torch.Tensor | None], shapes: dict[str, torch.Size
 
 def shard(model: nn.Module, config: fst.FSDPConfig, mesh: Any) -> None:
     """Apply ``fully_shard`` as ``config`` says: its groups bottom-up, then the root."""
-    kwargs: dict[str, Any] = {"mesh": mesh, "reshard_after_forward": config.reshard_after_forward,
-                              "mp_policy": MixedPrecisionPolicy(**config.mp_kwargs())}
+    kwargs: dict[str, Any] = {
+        "mesh": mesh,
+        "reshard_after_forward": config.reshard_after_forward,
+        "mp_policy": MixedPrecisionPolicy(**config.mp_kwargs()),
+    }
     for group in config.shard_groups(model):
         fully_shard(group, **kwargs)
     fully_shard(model, **kwargs)
 
 
-def fsdp_parity(ctx: RankContext, config: fst.FSDPConfig, dtype: torch.dtype, seed: int,
-                reduce_scatter: Callable[[], Any] | None = None,
-                all_gather: Callable[[], Any] | None = None) -> dict[str, Any]:
+def fsdp_parity(
+    ctx: RankContext,
+    config: fst.FSDPConfig,
+    dtype: torch.dtype,
+    seed: int,
+    reduce_scatter: Callable[[], Any] | None = None,
+    all_gather: Callable[[], Any] | None = None,
+) -> dict[str, Any]:
     """On every rank: train ``config``'s model under FSDP2 next to a local reference, checking
     each step (see the module docstring); return the problems and the digests of what was gathered.
 
@@ -248,8 +269,10 @@ def fsdp_parity(ctx: RankContext, config: fst.FSDPConfig, dtype: torch.dtype, se
     comm set on every FSDP module (``set_custom_reduce_scatter``/``set_custom_all_gather``).
     """
     if config.world_size != ctx.world_size:
-        raise InvalidArgument(f"the config is for {config.world_size} ranks; this pool has {ctx.world_size}: "
-                         f"draw it with fsdp_configs({ctx.world_size})")
+        raise InvalidArgument(
+            f"the config is for {config.world_size} ranks; this pool has {ctx.world_size}: "
+            f"draw it with fsdp_configs({ctx.world_size})"
+        )
     mesh = device_mesh(ctx.device.type, config.mesh_shape)
     model = config.build_model(seed).to(dtype)
     reference = copy.deepcopy(model)  # built before fully_shard touches the values
@@ -312,12 +335,21 @@ def check_parity(results: list[dict[str, Any]]) -> None:
     disagreement = first_disagreement(results)
     if disagreement is not None:
         rank, at = disagreement
-        raise PropertyFailure(f"rank {rank} gathered different values from rank 0 (check #{at}: parameters "
-                              "and gradients alternate)", results)
+        raise PropertyFailure(
+            f"rank {rank} gathered different values from rank 0 (check #{at}: parameters and gradients alternate)",
+            results,
+        )
 
 
-def check(pool: Pool, config: fst.FSDPConfig, dtype: torch.dtype, seed: int, *,
-          reduce_scatter: Callable[[], Any] | None = None, all_gather: Callable[[], Any] | None = None) -> None:
+def check(
+    pool: Pool,
+    config: fst.FSDPConfig,
+    dtype: torch.dtype,
+    seed: int,
+    *,
+    reduce_scatter: Callable[[], Any] | None = None,
+    all_gather: Callable[[], Any] | None = None,
+) -> None:
     """Train ``config``'s model under FSDP2 on ``pool`` next to a local reference; raise
     :class:`PropertyFailure` if gradients or parameters differ from the reference, or across
     ranks.  ``reduce_scatter``/``all_gather``: picklable factories (a class, say) of FSDP comms

@@ -74,15 +74,25 @@ def _difference(what: str, tensor: torch.Tensor, expected: torch.Tensor) -> Prob
     the storage bytes around the view, which no write may touch."""
     diff = first_difference(tensor, expected, what)
     if diff is None and not torch.equal(storage_bytes(tensor), storage_bytes(expected)):
-        diff = Problem(Kind.MISMATCH, what, detail="the view's values are right, but storage bytes outside the "
-                                                   "view differ")
+        diff = Problem(
+            Kind.MISMATCH, what, detail="the view's values are right, but storage bytes outside the view differ"
+        )
     return diff
 
 
-def share_write_and_check(ctx: RankContext, spec: fst.TensorSpec, seed: int, src: int, writers: tuple[int, ...],
-                          write_pattern: str, write_seed: int, mode: fst.SharingStrategyMode, *,
-                          share: Callable[..., Any] = reduce_tensor_handles,
-                          receive: Callable[..., Any] = open_tensor_handle) -> list[Problem] | None:
+def share_write_and_check(
+    ctx: RankContext,
+    spec: fst.TensorSpec,
+    seed: int,
+    src: int,
+    writers: tuple[int, ...],
+    write_pattern: str,
+    write_seed: int,
+    mode: fst.SharingStrategyMode,
+    *,
+    share: Callable[..., Any] = reduce_tensor_handles,
+    receive: Callable[..., Any] = open_tensor_handle,
+) -> list[Problem] | None:
     """Runs on every rank. Rank ``src`` shares ``spec``'s tensor. Then each rank in ``writers``
     writes new values into it in turn, and every rank checks what it sees after each write.
 
@@ -93,21 +103,31 @@ def share_write_and_check(ctx: RankContext, spec: fst.TensorSpec, seed: int, src
     """
     baseline = shared_memory_in_use()
     with mode.applied():
-        problems = _share_write_and_check(ctx, spec, seed, src, writers, write_pattern, write_seed,
-                                          share, receive)
+        problems = _share_write_and_check(ctx, spec, seed, src, writers, write_pattern, write_seed, share, receive)
     # Each rank has dropped its tensor (the frame above is gone). Once all have, no rank may still
     # map, hold or own the memory.
     dist.barrier(group=ctx.group)
     leaked = leftover_shared_memory(baseline)
     if leaked:
-        problems.append(Problem(Kind.NOTE, detail=f"still holds shared memory after every rank dropped the tensor: "
-                                                  f"{sorted(leaked)}"))
+        problems.append(
+            Problem(
+                Kind.NOTE, detail=f"still holds shared memory after every rank dropped the tensor: {sorted(leaked)}"
+            )
+        )
     return problems or None
 
 
-def _share_write_and_check(ctx: RankContext, spec: fst.TensorSpec, seed: int, src: int, writers: tuple[int, ...],
-                           write_pattern: str, write_seed: int, share: Callable[..., Any],
-                           receive: Callable[..., Any]) -> list[Problem]:
+def _share_write_and_check(
+    ctx: RankContext,
+    spec: fst.TensorSpec,
+    seed: int,
+    src: int,
+    writers: tuple[int, ...],
+    write_pattern: str,
+    write_seed: int,
+    share: Callable[..., Any],
+    receive: Callable[..., Any],
+) -> list[Problem]:
     problems: list[Problem] = []
     # Built from (spec, seed) alone, in this rank's private memory, never read from the shared tensor.
     expected = spec.materialize(ctx.device, seed)
@@ -116,8 +136,14 @@ def _share_write_and_check(ctx: RankContext, spec: fst.TensorSpec, seed: int, sr
     tensor = share_tensor(mine, src, ctx.group, share=share, receive=receive)
     del mine
     if _layout(tensor) != _layout(expected):
-        problems.append(Problem(Kind.SHAPE, "received (shape, dtype, stride, storage offset, storage bytes)",
-                                got=_layout(tensor), expected=_layout(expected)))
+        problems.append(
+            Problem(
+                Kind.SHAPE,
+                "received (shape, dtype, stride, storage offset, storage bytes)",
+                got=_layout(tensor),
+                expected=_layout(expected),
+            )
+        )
         tensor = None  # keep entering the barriers, but don't write into memory of the wrong shape
     elif (diff := _difference("as shared", tensor, expected)) is not None:
         problems.append(diff)
@@ -129,20 +155,33 @@ def _share_write_and_check(ctx: RankContext, spec: fst.TensorSpec, seed: int, sr
         if ctx.rank == writer and tensor is not None:
             tensor.copy_(values)
         dist.barrier(group=ctx.group)  # the write is done before anyone looks
-        if tensor is not None and (diff := _difference(f"after rank {writer}'s write (round {round_})", tensor,
-                                                       expected)) is not None:
+        if (
+            tensor is not None
+            and (diff := _difference(f"after rank {writer}'s write (round {round_})", tensor, expected)) is not None
+        ):
             problems.append(diff)
     return problems
 
 
-def check(pool: Pool, spec: fst.TensorSpec, seed: int, src: int, writers: tuple[int, ...], write_pattern: str,
-          write_seed: int, mode: fst.SharingStrategyMode, *, share: Callable[..., Any] = reduce_tensor_handles,
-          receive: Callable[..., Any] = open_tensor_handle) -> None:
+def check(
+    pool: Pool,
+    spec: fst.TensorSpec,
+    seed: int,
+    src: int,
+    writers: tuple[int, ...],
+    write_pattern: str,
+    write_seed: int,
+    mode: fst.SharingStrategyMode,
+    *,
+    share: Callable[..., Any] = reduce_tensor_handles,
+    receive: Callable[..., Any] = open_tensor_handle,
+) -> None:
     """Share ``spec``'s tensor from rank ``src`` under ``mode`` with ``share``/``receive``
     (``fuzzdist.toolkit.sharing``'s two halves by default), let each rank in ``writers`` write in turn,
     and raise :class:`PropertyFailure` with what each rank saw wrong."""
-    problems = pool.run(share_write_and_check, spec, seed, src, writers, write_pattern, write_seed, mode,
-                        share=share, receive=receive)
+    problems = pool.run(
+        share_write_and_check, spec, seed, src, writers, write_pattern, write_seed, mode, share=share, receive=receive
+    )
     wrong = {rank: p for rank, p in enumerate(problems) if p is not None}
     if wrong:
         raise PropertyFailure(f"shared from rank {src} under {mode}, written by {writers}:{by_rank(wrong)}", problems)

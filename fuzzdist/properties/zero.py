@@ -153,10 +153,20 @@ class OptimizerSpec:
     def kwargs(self) -> dict[str, Any]:
         """The hyperparameters, as the class's keyword arguments."""
         if self.name == "sgd":
-            return {"lr": self.lr, "momentum": self.momentum, "dampening": self.dampening,
-                    "nesterov": self.nesterov, "weight_decay": self.weight_decay}
-        return {"lr": self.lr, "betas": self.betas, "eps": self.eps, "weight_decay": self.weight_decay,
-                "amsgrad": self.amsgrad}
+            return {
+                "lr": self.lr,
+                "momentum": self.momentum,
+                "dampening": self.dampening,
+                "nesterov": self.nesterov,
+                "weight_decay": self.weight_decay,
+            }
+        return {
+            "lr": self.lr,
+            "betas": self.betas,
+            "eps": self.eps,
+            "weight_decay": self.weight_decay,
+            "amsgrad": self.amsgrad,
+        }
 
 
 @dataclass(frozen=True)
@@ -271,8 +281,17 @@ class ZeroCase:
     def __repr__(self) -> str:
         defaults = ZeroCase()
         parts = [f"layers={self.layers}", f"batch_sizes={self.batch_sizes}"]
-        for name in ("steps", "optimizer", "bucket_view", "groups", "initial_groups", "add_step", "group_lrs",
-                     "reload", "overlap_with_ddp"):
+        for name in (
+            "steps",
+            "optimizer",
+            "bucket_view",
+            "groups",
+            "initial_groups",
+            "add_step",
+            "group_lrs",
+            "reload",
+            "overlap_with_ddp",
+        ):
             value = getattr(self, name)
             if name == "groups" and value == (0,) * self.num_params:
                 continue
@@ -308,15 +327,22 @@ def optimizer_specs(names: Iterable[str] = OPTIMIZERS) -> st.SearchStrategy[Opti
         eps = draw(st.sampled_from([1e-8, 1e-3]))
         amsgrad = draw(st.booleans())
         if name == "sgd":
-            return OptimizerSpec(name, lr, momentum=momentum, dampening=dampening, nesterov=nesterov,
-                                 weight_decay=weight_decay)
+            return OptimizerSpec(
+                name, lr, momentum=momentum, dampening=dampening, nesterov=nesterov, weight_decay=weight_decay
+            )
         return OptimizerSpec(name, lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad)
 
     return draw()
 
 
-def zero_cases(world_size: int = 2, *, max_steps: int = 3, max_batch: int = 3, overlap: bool = True,
-               optimizers: Iterable[str] = OPTIMIZERS) -> st.SearchStrategy[ZeroCase]:
+def zero_cases(
+    world_size: int = 2,
+    *,
+    max_steps: int = 3,
+    max_batch: int = 3,
+    overlap: bool = True,
+    optimizers: Iterable[str] = OPTIMIZERS,
+) -> st.SearchStrategy[ZeroCase]:
     """ZeRO training runs for ``world_size`` ranks.
 
     Covers chains of 1 to 3 Linear layers of widths 1 to 4, each with or without bias (from one
@@ -331,8 +357,11 @@ def zero_cases(world_size: int = 2, *, max_steps: int = 3, max_batch: int = 3, o
     Shrinks towards ``ZeroCase()``: one Linear(1, 1) with bias, batch 1 on every rank, one plain SGD
     step (lr 0.01), no bucket view, one group, no reload, no overlap.
     """
-    for name, value, minimum in (("world_size", world_size, 1), ("max_steps", max_steps, 1),
-                                 ("max_batch", max_batch, 1)):
+    for name, value, minimum in (
+        ("world_size", world_size, 1),
+        ("max_steps", max_steps, 1),
+        ("max_batch", max_batch, 1),
+    ):
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             raise InvalidStrategyArgument(f"{name} must be an int >= {minimum}, got {value!r}")
     specs = optimizer_specs(optimizers)
@@ -369,9 +398,19 @@ def zero_cases(world_size: int = 2, *, max_steps: int = 3, max_batch: int = 3, o
         reload_to = draw(st.integers(0, world_size - 1))
         reload = (min(reload_step, steps - 2), reload_to) if reload_drawn and steps > 1 else None
         overlap_with_ddp = draw(st.booleans()) and overlap and num_groups == 1
-        return ZeroCase(layers=tuple(layers), batch_sizes=batch_sizes, steps=steps, optimizer=optimizer,
-                        bucket_view=bucket_view, groups=groups, initial_groups=initial_groups, add_step=add_step,
-                        group_lrs=group_lrs, reload=reload, overlap_with_ddp=overlap_with_ddp)
+        return ZeroCase(
+            layers=tuple(layers),
+            batch_sizes=batch_sizes,
+            steps=steps,
+            optimizer=optimizer,
+            bucket_view=bucket_view,
+            groups=groups,
+            initial_groups=initial_groups,
+            add_step=add_step,
+            group_lrs=group_lrs,
+            reload=reload,
+            overlap_with_ddp=overlap_with_ddp,
+        )
 
     return draw()
 
@@ -380,8 +419,9 @@ def zero_cases(world_size: int = 2, *, max_steps: int = 3, max_batch: int = 3, o
 # the reference
 
 
-def local_gradients(reference: nn.Module, case: ZeroCase, step: int, seed: int,
-                    dtype: torch.dtype) -> list[dict[str, torch.Tensor | None]]:
+def local_gradients(
+    reference: nn.Module, case: ZeroCase, step: int, seed: int, dtype: torch.dtype
+) -> list[dict[str, torch.Tensor | None]]:
     """Each rank's local gradient at ``step`` (of the mean squared error over its own batch), from
     one local model with no communication."""
     out = []
@@ -394,8 +434,10 @@ def local_gradients(reference: nn.Module, case: ZeroCase, step: int, seed: int,
     return out
 
 
-def expected_gradient(local: Sequence[torch.Tensor | None], dtype: torch.dtype,
-                      ) -> tuple[torch.Tensor, torch.Tensor] | None:
+def expected_gradient(
+    local: Sequence[torch.Tensor | None],
+    dtype: torch.dtype,
+) -> tuple[torch.Tensor, torch.Tensor] | None:
     """(the exact float64 mean of the ranks' gradients, the per-element rounding bound of DDP's
     divide-then-all-reduce in ``dtype``: see the module docstring); None if no rank has one."""
     present = [g.double() for g in local if g is not None]
@@ -413,8 +455,12 @@ def close_problem(what: str, actual: torch.Tensor, expected: torch.Tensor) -> Pr
     module docstring), else the first difference."""
     actual, expected = actual.detach(), expected.detach()
     if tuple(actual.shape) != tuple(expected.shape) or actual.dtype != expected.dtype:
-        return Problem(Kind.SHAPE, what, got=(tuple(actual.shape), str(actual.dtype)),
-                       expected=(tuple(expected.shape), str(expected.dtype)))
+        return Problem(
+            Kind.SHAPE,
+            what,
+            got=(tuple(actual.shape), str(actual.dtype)),
+            expected=(tuple(expected.shape), str(expected.dtype)),
+        )
     info = torch.finfo(actual.dtype) if actual.is_floating_point() else None
     rtol, atol = (PARAM_EPS * info.eps, info.smallest_normal) if info is not None else (0.0, 0.0)
     close = torch.isclose(actual, expected, rtol=rtol, atol=atol, equal_nan=True)
@@ -431,21 +477,29 @@ def state_dict_problems(actual: dict[str, Any], expected: dict[str, Any]) -> lis
         return [Problem(Kind.MISMATCH, "state_dict: param_groups", got=len(a_groups), expected=len(e_groups))]
     for g, (a, e) in enumerate(zip(a_groups, e_groups, strict=True)):
         if list(a["params"]) != list(e["params"]):
-            problems.append(Problem(Kind.MISMATCH, f"state_dict param_groups[{g}]['params']", got=a["params"],
-                                    expected=e["params"]))
+            problems.append(
+                Problem(Kind.MISMATCH, f"state_dict param_groups[{g}]['params']", got=a["params"], expected=e["params"])
+            )
         for key in sorted(set(a) | set(e)):
             if key != "params" and a.get(key) != e.get(key):
-                problems.append(Problem(Kind.MISMATCH, f"state_dict param_groups[{g}][{key!r}]", got=a.get(key),
-                                        expected=e.get(key)))
+                problems.append(
+                    Problem(
+                        Kind.MISMATCH, f"state_dict param_groups[{g}][{key!r}]", got=a.get(key), expected=e.get(key)
+                    )
+                )
     a_state, e_state = actual.get("state", {}), expected["state"]
     if sorted(a_state) != sorted(e_state):
-        problems.append(Problem(Kind.MISMATCH, "state_dict: the parameters with state", got=sorted(a_state),
-                                expected=sorted(e_state)))
+        problems.append(
+            Problem(
+                Kind.MISMATCH, "state_dict: the parameters with state", got=sorted(a_state), expected=sorted(e_state)
+            )
+        )
     for index in sorted(set(a_state) & set(e_state)):
         a, e = a_state[index], e_state[index]
         if not isinstance(a, dict) or sorted(a) != sorted(e):
-            problems.append(Problem(Kind.MISMATCH, f"state_dict state[{index}]", got=f"{a!r:.80}",
-                                    expected=f"keys {sorted(e)}"))
+            problems.append(
+                Problem(Kind.MISMATCH, f"state_dict state[{index}]", got=f"{a!r:.80}", expected=f"keys {sorted(e)}")
+            )
             continue
         for key in sorted(e):
             if isinstance(e[key], torch.Tensor) and isinstance(a[key], torch.Tensor):
@@ -453,8 +507,9 @@ def state_dict_problems(actual: dict[str, Any], expected: dict[str, Any]) -> lis
                 if problem is not None:
                     problems.append(problem)
             elif a[key] != e[key]:
-                problems.append(Problem(Kind.MISMATCH, f"state_dict state[{index}][{key!r}]", got=a[key],
-                                        expected=e[key]))
+                problems.append(
+                    Problem(Kind.MISMATCH, f"state_dict state[{index}][{key!r}]", got=a[key], expected=e[key])
+                )
     return problems
 
 
@@ -462,18 +517,29 @@ def state_dict_problems(actual: dict[str, Any], expected: dict[str, Any]) -> lis
 # on the ranks
 
 
-def _build_zero(case: ZeroCase, params: Sequence[nn.Parameter], upto: int, group: Any,
-                optimizer_class: type[Any], overlap_with_ddp: bool = False) -> Any:
+def _build_zero(
+    case: ZeroCase,
+    params: Sequence[nn.Parameter],
+    upto: int,
+    group: Any,
+    optimizer_class: type[Any],
+    overlap_with_ddp: bool = False,
+) -> Any:
     """A ZeRO optimizer over groups ``0 .. upto - 1`` of ``params``, as ``case`` says."""
-    return optimizer_class(case.param_groups(params, upto), optimizer_class=case.optimizer.optimizer_class,
-                           process_group=group,
-                           # ignored with overlap_with_ddp (its docs), where ZeRO logs a warning about it
-                           parameters_as_bucket_view=case.bucket_view and not overlap_with_ddp,
-                           overlap_with_ddp=overlap_with_ddp, **case.optimizer.kwargs())
+    return optimizer_class(
+        case.param_groups(params, upto),
+        optimizer_class=case.optimizer.optimizer_class,
+        process_group=group,
+        # ignored with overlap_with_ddp (its docs), where ZeRO logs a warning about it
+        parameters_as_bucket_view=case.bucket_view and not overlap_with_ddp,
+        overlap_with_ddp=overlap_with_ddp,
+        **case.optimizer.kwargs(),
+    )
 
 
-def overlap_refusal(ctx: RankContext, case: ZeroCase, seed: int, dtype: torch.dtype,
-                    optimizer_class: type[Any]) -> list[Problem]:
+def overlap_refusal(
+    ctx: RankContext, case: ZeroCase, seed: int, dtype: torch.dtype, optimizer_class: type[Any]
+) -> list[Problem]:
     """On gloo: ZeRO takes ``overlap_with_ddp=True``, and both DDP-ZeRO hooks refuse gloo at once
     with a ``RuntimeError``, as their docs say.  Returns the problems."""
     from torch.distributed.algorithms.ddp_comm_hooks.ddp_zero_hook import (
@@ -483,8 +549,10 @@ def overlap_refusal(ctx: RankContext, case: ZeroCase, seed: int, dtype: torch.dt
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
     if dist.get_backend(ctx.group) != "gloo":
-        raise InvalidArgument("overlap_with_ddp is checked here only as its documented refusal on gloo; "
-                              "draw with zero_cases(..., overlap=False) on other backends")
+        raise InvalidArgument(
+            "overlap_with_ddp is checked here only as its documented refusal on gloo; "
+            "draw with zero_cases(..., overlap=False) on other backends"
+        )
     model = case.build_model(seed, dtype)
     ddp = DDP(model, process_group=ctx.group)
     zero = _build_zero(case, list(ddp.parameters()), 1, ctx.group, optimizer_class, overlap_with_ddp=True)
@@ -496,24 +564,39 @@ def overlap_refusal(ctx: RankContext, case: ZeroCase, seed: int, dtype: torch.dt
             # a clear refusal names gloo (torch 2.13: "Gloo backend using Overlapping DDP with ZeRO may meet
             # hangs") or the backends it needs (torch 2.6: "... currently requires NCCL/HCCL backend ...")
             if not any(name in str(exc).lower() for name in ("gloo", "nccl")):
-                problems.append(Problem.raised(exc, f"{hook.__name__} on gloo",
-                                               detail="(naming neither gloo nor the backend it needs)"))
+                problems.append(
+                    Problem.raised(
+                        exc, f"{hook.__name__} on gloo", detail="(naming neither gloo nor the backend it needs)"
+                    )
+                )
         except Exception as exc:  # noqa: BLE001 - any other type is the finding
             problems.append(Problem.raised(exc, f"{hook.__name__} on gloo", detail="(documented: RuntimeError)"))
         else:
-            problems.append(Problem(Kind.MISSING, f"{hook.__name__} on gloo", detail=(
-                "accepted a gloo DDP, documented: RuntimeError (gloo may hang)")))
+            problems.append(
+                Problem(
+                    Kind.MISSING,
+                    f"{hook.__name__} on gloo",
+                    detail=("accepted a gloo DDP, documented: RuntimeError (gloo may hang)"),
+                )
+            )
     return problems
 
 
-def zero_parity(ctx: RankContext, case: ZeroCase, seed: int, dtype: torch.dtype,
-                optimizer_class: type[Any] = ZeroRedundancyOptimizer) -> dict[str, Any]:
+def zero_parity(
+    ctx: RankContext,
+    case: ZeroCase,
+    seed: int,
+    dtype: torch.dtype,
+    optimizer_class: type[Any] = ZeroRedundancyOptimizer,
+) -> dict[str, Any]:
     """On every rank: train ``case``'s model under DDP with ``optimizer_class`` (ZeRO's interface)
     next to a local reference, checking every step (see the module docstring); return the problems
     and the digests of the gradients and parameters."""
     if case.world_size != ctx.world_size:
-        raise InvalidArgument(f"the case is for {case.world_size} ranks; this pool has {ctx.world_size}: "
-                              f"draw it with zero_cases({ctx.world_size})")
+        raise InvalidArgument(
+            f"the case is for {case.world_size} ranks; this pool has {ctx.world_size}: "
+            f"draw it with zero_cases({ctx.world_size})"
+        )
     if case.overlap_with_ddp:
         return {"problems": overlap_refusal(ctx, case, seed, dtype, optimizer_class), "digests": []}
     model = case.build_model(seed, dtype)
@@ -523,16 +606,17 @@ def zero_parity(ctx: RankContext, case: ZeroCase, seed: int, dtype: torch.dtype,
     names = [n for n, _ in model.named_parameters()]
     ref_params = list(reference.parameters())
     zero = _build_zero(case, params, case.initial_groups, ctx.group, optimizer_class)
-    ref_opt = case.optimizer.optimizer_class(case.param_groups(ref_params, case.initial_groups),
-                                             **case.optimizer.kwargs())
+    ref_opt = case.optimizer.optimizer_class(
+        case.param_groups(ref_params, case.initial_groups), **case.optimizer.kwargs()
+    )
     added = case.initial_groups == case.num_groups
     problems: list[Problem] = []
     digests: list[Digest] = []
     for step in range(case.steps):
         if not added and step == case.add_step:
-            for group in case.param_groups(params, case.num_groups)[case.initial_groups:]:
+            for group in case.param_groups(params, case.num_groups)[case.initial_groups :]:
                 zero.add_param_group(group)
-            for group in case.param_groups(ref_params, case.num_groups)[case.initial_groups:]:
+            for group in case.param_groups(ref_params, case.num_groups)[case.initial_groups :]:
                 ref_opt.add_param_group(group)
             added = True
         local = local_gradients(reference, case, step, seed, dtype)
@@ -541,8 +625,9 @@ def zero_parity(ctx: RankContext, case: ZeroCase, seed: int, dtype: torch.dtype,
         grads = {n: None if p.grad is None else p.grad.detach().clone() for n, p in zip(names, params, strict=True)}
         digests.append(digest(grads))
         for name, ref_p in zip(names, ref_params, strict=True):
-            problem = gradient_problem(f"step {step}: grad {name}", grads[name],
-                                       expected_gradient([g[name] for g in local], dtype))
+            problem = gradient_problem(
+                f"step {step}: grad {name}", grads[name], expected_gradient([g[name] for g in local], dtype)
+            )
             if problem is not None:
                 problems.append(problem)
             ref_p.grad = grads[name]  # checked: the reference steps from the same gradients
@@ -565,8 +650,14 @@ def zero_parity(ctx: RankContext, case: ZeroCase, seed: int, dtype: torch.dtype,
     return {"problems": capped(problems), "digests": digests}
 
 
-def _reload(ctx: RankContext, case: ZeroCase, zero: Any, ref_opt: torch.optim.Optimizer,
-            params: Sequence[nn.Parameter], optimizer_class: type[Any]) -> tuple[Any, list[Problem]]:
+def _reload(
+    ctx: RankContext,
+    case: ZeroCase,
+    zero: Any,
+    ref_opt: torch.optim.Optimizer,
+    params: Sequence[nn.Parameter],
+    optimizer_class: type[Any],
+) -> tuple[Any, list[Problem]]:
     """Consolidate ``zero``'s state on ``case.reload[1]``, check it there against the reference
     optimizer's, hand it over through a file (a checkpoint) and return a fresh optimizer, built with
     the same groups, that loaded it; and the problems."""
@@ -576,8 +667,10 @@ def _reload(ctx: RankContext, case: ZeroCase, zero: Any, ref_opt: torch.optim.Op
     problems: list[Problem] = []
     if ctx.rank == to:
         state = zero.state_dict()
-        problems.extend(p.about(f"consolidated on rank {to}: {p.what}") for p in
-                        state_dict_problems(copy.deepcopy(state), ref_opt.state_dict()))
+        problems.extend(
+            p.about(f"consolidated on rank {to}: {p.what}")
+            for p in state_dict_problems(copy.deepcopy(state), ref_opt.state_dict())
+        )
         torch.save(state, path)
     dist.barrier(group=ctx.group)
     state = torch.load(path, weights_only=True)
@@ -585,7 +678,7 @@ def _reload(ctx: RankContext, case: ZeroCase, zero: Any, ref_opt: torch.optim.Op
     if ctx.rank == to:
         os.unlink(path)
     fresh = _build_zero(case, params, case.initial_groups, ctx.group, optimizer_class)
-    for group in case.param_groups(params, len(zero.param_groups))[case.initial_groups:]:
+    for group in case.param_groups(params, len(zero.param_groups))[case.initial_groups :]:
         fresh.add_param_group(group)
     fresh.load_state_dict(state)
     return fresh, problems
@@ -602,12 +695,21 @@ def check_results(results: list[dict[str, Any]]) -> None:
     disagreement = first_disagreement(results)
     if disagreement is not None:
         rank, at = disagreement
-        raise PropertyFailure(f"rank {rank} differs from rank 0, bitwise, at step {at // 2}'s "
-                              f"{'gradients' if at % 2 == 0 else 'parameters'}", results)
+        raise PropertyFailure(
+            f"rank {rank} differs from rank 0, bitwise, at step {at // 2}'s "
+            f"{'gradients' if at % 2 == 0 else 'parameters'}",
+            results,
+        )
 
 
-def check(pool: Pool, case: ZeroCase, seed: int, dtype: torch.dtype = torch.float32, *,
-          optimizer_class: type[Any] = ZeroRedundancyOptimizer) -> None:
+def check(
+    pool: Pool,
+    case: ZeroCase,
+    seed: int,
+    dtype: torch.dtype = torch.float32,
+    *,
+    optimizer_class: type[Any] = ZeroRedundancyOptimizer,
+) -> None:
     """Train ``case`` under DDP with ``optimizer_class`` (``ZeroRedundancyOptimizer`` or a class
     with its interface, importable on the ranks) on every rank of ``pool``, next to a local
     optimizer; raise :class:`PropertyFailure` if gradients, parameters or the consolidated state

@@ -53,9 +53,17 @@ SPECS = fst.tensor_specs(max_bytes=MAX_BYTES)
 # numpy has no bfloat16 and no float8 types: only these dtypes can cross __array_interface__ or
 # np.from_dlpack. Everything else never reaches a numpy interface, by construction of alias_cases().
 _NUMPY_TYPES = {
-    torch.bool: np.bool_, torch.uint8: np.uint8, torch.int8: np.int8, torch.int16: np.int16,
-    torch.int32: np.int32, torch.int64: np.int64, torch.float16: np.float16, torch.float32: np.float32,
-    torch.float64: np.float64, torch.complex64: np.complex64, torch.complex128: np.complex128,
+    torch.bool: np.bool_,
+    torch.uint8: np.uint8,
+    torch.int8: np.int8,
+    torch.int16: np.int16,
+    torch.int32: np.int32,
+    torch.int64: np.int64,
+    torch.float16: np.float16,
+    torch.float32: np.float32,
+    torch.float64: np.float64,
+    torch.complex64: np.complex64,
+    torch.complex128: np.complex128,
 }
 for _name in ("uint16", "uint32", "uint64"):  # torch has them since 2.3
     if isinstance(getattr(torch, _name, None), torch.dtype):
@@ -171,16 +179,19 @@ def interface(device: str, name: str) -> Interface:
     for candidate in INTERFACES.get(device, ()):
         if candidate.name == name:
             return candidate
-    raise InvalidArgument(f"no interface {name!r} on {device}; devices with interfaces: {', '.join(INTERFACES)} "
-                          "(CUDA memory: fuzzdist.properties.cuda_zero_copy)")
+    raise InvalidArgument(
+        f"no interface {name!r} on {device}; devices with interfaces: {', '.join(INTERFACES)} "
+        "(CUDA memory: fuzzdist.properties.cuda_zero_copy)"
+    )
 
 
 # ---------------------------------------------------------------------------
 # the drawn case
 
 
-def view_is_legal(shape: tuple[int, ...], stride: tuple[int, ...], offset: int | torch.SymInt,
-                  src: torch.dtype, dst: torch.dtype) -> bool:
+def view_is_legal(
+    shape: tuple[int, ...], stride: tuple[int, ...], offset: int | torch.SymInt, src: torch.dtype, dst: torch.dtype
+) -> bool:
     """Whether ``Tensor.view(dst)`` may reinterpret a ``src`` tensor of this geometry, by the rules
     the ``Tensor.view(dtype)`` documentation states (it is not asked: a torch that refuses a view
     these rules allow fails the property)."""
@@ -221,8 +232,10 @@ def alias_cases(draw: st.DrawFn, device: str = "cpu", interfaces: tuple[str, ...
     float32.
     """
     if device not in INTERFACES:
-        raise InvalidArgument(f"alias_cases covers host memory ({', '.join(INTERFACES)}), not {device!r}; "
-                              "CUDA memory's interfaces are fuzzdist.properties.cuda_zero_copy's")
+        raise InvalidArgument(
+            f"alias_cases covers host memory ({', '.join(INTERFACES)}), not {device!r}; "
+            "CUDA memory's interfaces are fuzzdist.properties.cuda_zero_copy's"
+        )
     names = [i.name for i in INTERFACES[device] if interfaces is None or i.name in interfaces]
     chosen = interface(device, draw(st.sampled_from(names), label="interface"))
     spec = draw(SPECS, label="spec")
@@ -230,9 +243,12 @@ def alias_cases(draw: st.DrawFn, device: str = "cpu", interfaces: tuple[str, ...
     # same layout has them, and is cheap to build.
     geometry = dataclasses.replace(spec, dtype=torch.uint8, pattern="constant").materialize("cpu", 0)
     targets = sorted(chosen.dtypes, key=lambda d: d != spec.dtype)  # stable: own dtype first
-    legal = [d for d in targets
-             if (d != torch.bool or spec.dtype == torch.bool)
-             and view_is_legal(spec.shape, tuple(geometry.stride()), geometry.storage_offset(), spec.dtype, d)]
+    legal = [
+        d
+        for d in targets
+        if (d != torch.bool or spec.dtype == torch.bool)
+        and view_is_legal(spec.shape, tuple(geometry.stride()), geometry.storage_offset(), spec.dtype, d)
+    ]
     assume(legal)  # never empty in practice: every itemsize has a numpy type
     view_dtype = draw(st.sampled_from(legal), label="view_dtype")
     return AliasCase(chosen.name, spec, view_dtype)
@@ -242,16 +258,23 @@ def alias_cases(draw: st.DrawFn, device: str = "cpu", interfaces: tuple[str, ...
 # rank functions
 
 
-def _alias_problems(alias: torch.Tensor | Problem, tensor: torch.Tensor, expected: torch.Tensor,
-                    where: str = "") -> list[Problem]:
+def _alias_problems(
+    alias: torch.Tensor | Problem, tensor: torch.Tensor, expected: torch.Tensor, where: str = ""
+) -> list[Problem]:
     """How ``alias`` fails to be ``tensor``'s memory holding ``expected``'s values (``where``: whose memory)."""
     if isinstance(alias, Problem):  # the conversion raised
         return [alias.about(", ".join(part for part in (where, alias.what) if part))]
     problems = []
     if alias.device != tensor.device or alias.data_ptr() != tensor.data_ptr():
-        problems.append(Problem(Kind.NOTE, where, detail=f"copied: the result lives at {alias.device} "
-                                                         f"{alias.data_ptr():#x}, the memory at {tensor.device} "
-                                                         f"{tensor.data_ptr():#x}"))
+        problems.append(
+            Problem(
+                Kind.NOTE,
+                where,
+                detail=f"copied: the result lives at {alias.device} "
+                f"{alias.data_ptr():#x}, the memory at {tensor.device} "
+                f"{tensor.data_ptr():#x}",
+            )
+        )
     diff = first_difference(alias, expected, ", ".join(part for part in (where, "values") if part))
     if diff is not None:
         problems.append(diff)
@@ -265,8 +288,9 @@ def _convert(convert: Callable[[torch.Tensor], torch.Tensor], tensor: torch.Tens
         return Problem.raised(exc, "the conversion")
 
 
-def alias_and_check(ctx: RankContext, case: AliasCase, seed: int, *,
-                    convert: Callable[[torch.Tensor], torch.Tensor] | None = None) -> list[Problem] | None:
+def alias_and_check(
+    ctx: RankContext, case: AliasCase, seed: int, *, convert: Callable[[torch.Tensor], torch.Tensor] | None = None
+) -> list[Problem] | None:
     """Runs on every rank. Builds ``case.spec``'s tensor in private memory, views it as
     ``case.view_dtype``, takes a tensor over it through the interface, and compares.
 
@@ -286,11 +310,19 @@ def write_seed_for(write_seed: int) -> int:
     return (1 << 40) + write_seed
 
 
-def alias_shared_and_check(ctx: RankContext, case: AliasCase, seed: int, src: int, writer: int, write_seed: int,
-                           mode: fst.SharingStrategyMode, *,
-                           convert: Callable[[torch.Tensor], torch.Tensor] | None = None,
-                           share: Callable[..., Any] = reduce_tensor_handles,
-                           receive: Callable[..., Any] = open_tensor_handle) -> list[Problem] | None:
+def alias_shared_and_check(
+    ctx: RankContext,
+    case: AliasCase,
+    seed: int,
+    src: int,
+    writer: int,
+    write_seed: int,
+    mode: fst.SharingStrategyMode,
+    *,
+    convert: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    share: Callable[..., Any] = reduce_tensor_handles,
+    receive: Callable[..., Any] = open_tensor_handle,
+) -> list[Problem] | None:
     """Runs on every rank. Rank ``src`` shares ``case.spec``'s tensor under ``mode``. Each rank
     views its tensor as ``case.view_dtype``, takes a tensor over it through the interface and
     compares. Then rank ``writer`` writes through its result, and every rank checks its result
@@ -306,14 +338,25 @@ def alias_shared_and_check(ctx: RankContext, case: AliasCase, seed: int, src: in
     dist.barrier(group=ctx.group)  # every rank has dropped its tensors
     leaked = leftover_shared_memory(baseline)
     if leaked:
-        problems.append(Problem(Kind.NOTE, detail=f"still holds shared memory after every rank dropped the tensor: "
-                                                  f"{sorted(leaked)}"))
+        problems.append(
+            Problem(
+                Kind.NOTE, detail=f"still holds shared memory after every rank dropped the tensor: {sorted(leaked)}"
+            )
+        )
     return problems or None
 
 
-def _alias_shared(ctx: RankContext, case: AliasCase, seed: int, src: int, writer: int, write_seed: int,
-                  convert: Callable[[torch.Tensor], torch.Tensor], share: Callable[..., Any],
-                  receive: Callable[..., Any]) -> list[Problem]:
+def _alias_shared(
+    ctx: RankContext,
+    case: AliasCase,
+    seed: int,
+    src: int,
+    writer: int,
+    write_seed: int,
+    convert: Callable[[torch.Tensor], torch.Tensor],
+    share: Callable[..., Any],
+    receive: Callable[..., Any],
+) -> list[Problem]:
     expected = case.spec.materialize(ctx.device, seed).view(case.view_dtype)  # private, never shared
     mine = case.spec.materialize(ctx.device, seed) if ctx.rank == src else None
     tensor = share_tensor(mine, src, ctx.group, share=share, receive=receive).view(case.view_dtype)
@@ -340,8 +383,13 @@ def _wrong(problems: list[Any]) -> dict[int, Any]:
     return {rank: p for rank, p in enumerate(problems) if p is not None}
 
 
-def check(pool: Pool, case: AliasCase, seed: int, *, convert: Callable[[torch.Tensor], torch.Tensor] | None = None,
-          ) -> None:
+def check(
+    pool: Pool,
+    case: AliasCase,
+    seed: int,
+    *,
+    convert: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> None:
     """Take a tensor over ``case``'s private memory on every rank, through the case's interface
     (or ``convert``); raise :class:`PropertyFailure` if any result is a copy or has other values."""
     problems = pool.run(alias_and_check, case, seed, convert=convert)
@@ -349,15 +397,26 @@ def check(pool: Pool, case: AliasCase, seed: int, *, convert: Callable[[torch.Te
         raise PropertyFailure(f"{case}:{by_rank(wrong)}", problems)
 
 
-def check_shared(pool: Pool, case: AliasCase, seed: int, src: int, writer: int, write_seed: int,
-                 mode: fst.SharingStrategyMode, *, convert: Callable[[torch.Tensor], torch.Tensor] | None = None,
-                 share: Callable[..., Any] = reduce_tensor_handles,
-                 receive: Callable[..., Any] = open_tensor_handle) -> None:
+def check_shared(
+    pool: Pool,
+    case: AliasCase,
+    seed: int,
+    src: int,
+    writer: int,
+    write_seed: int,
+    mode: fst.SharingStrategyMode,
+    *,
+    convert: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    share: Callable[..., Any] = reduce_tensor_handles,
+    receive: Callable[..., Any] = open_tensor_handle,
+) -> None:
     """Share ``case``'s tensor from rank ``src`` under ``mode``, take a tensor over it on every
     rank, let ``writer`` write through its result; raise :class:`PropertyFailure` if a result is
     a copy, has other values, misses the write, or shared memory outlives the example."""
-    problems = pool.run(alias_shared_and_check, case, seed, src, writer, write_seed, mode, convert=convert,
-                        share=share, receive=receive)
+    problems = pool.run(
+        alias_shared_and_check, case, seed, src, writer, write_seed, mode, convert=convert, share=share, receive=receive
+    )
     if wrong := _wrong(problems):
-        raise PropertyFailure(f"{case}, shared from rank {src} under {mode}, written by {writer}:{by_rank(wrong)}",
-                              problems)
+        raise PropertyFailure(
+            f"{case}, shared from rank {src} under {mode}, written by {writer}:{by_rank(wrong)}", problems
+        )

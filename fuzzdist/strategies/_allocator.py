@@ -43,9 +43,7 @@ def _sharing_strategies() -> tuple[str, ...]:
     # file_descriptor is torch's default on Linux: it goes first, so shrinking
     # lands on the default behaviour.
     preferred = ("file_descriptor", "file_system")
-    return tuple(s for s in preferred if s in available) + tuple(
-        sorted(available - set(preferred))
-    )
+    return tuple(s for s in preferred if s in available) + tuple(sorted(available - set(preferred)))
 
 
 @dataclass(frozen=True)
@@ -293,8 +291,12 @@ class CudaAllocatorMode:
         return all(current.get(k, _DEFAULTS.get(k)) == v for k, v in ours.items())
 
     def __repr__(self) -> str:
-        fields = ("expandable_segments", "max_split_size_mb",
-                  "roundup_power2_divisions", "garbage_collection_threshold")
+        fields = (
+            "expandable_segments",
+            "max_split_size_mb",
+            "roundup_power2_divisions",
+            "garbage_collection_threshold",
+        )
         args = ", ".join(f"{f}={getattr(self, f)!r}" for f in fields if getattr(self, f) is not None)
         return f"CudaAllocatorMode({args})"
 

@@ -20,13 +20,22 @@ from fuzzdist.strategies._seeds import _generator, mix_seed
 OPTIMIZERS: tuple[str, ...] = ("sgd", "adam", "adamw")
 
 
-def check_model_arguments(world_size: int, max_depth: int, max_width: int, max_batch: int, max_steps: int,
-                          optimizers: str | Iterable[str] | None) -> tuple[str, ...]:
+def check_model_arguments(
+    world_size: int,
+    max_depth: int,
+    max_width: int,
+    max_batch: int,
+    max_steps: int,
+    optimizers: str | Iterable[str] | None,
+) -> tuple[str, ...]:
     """Check the bounds shared by the model strategies (DDP's, FSDP's), early and with a clear error;
     return the optimizer names to draw from, in shrink order."""
     for name, value, minimum in (
-        ("world_size", world_size, 1), ("max_depth", max_depth, 1),
-        ("max_width", max_width, 1), ("max_batch", max_batch, 1), ("max_steps", max_steps, 1),
+        ("world_size", world_size, 1),
+        ("max_depth", max_depth, 1),
+        ("max_width", max_width, 1),
+        ("max_batch", max_batch, 1),
+        ("max_steps", max_steps, 1),
     ):
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             raise InvalidStrategyArgument(f"{name} must be an int >= {minimum}, got {value!r}")
@@ -36,6 +45,8 @@ def check_model_arguments(world_size: int, max_depth: int, max_width: int, max_b
     if not names or any(n not in OPTIMIZERS for n in names):
         raise InvalidStrategyArgument(f"optimizers must be a non-empty subset of {OPTIMIZERS}, got {names!r}")
     return tuple(n for n in OPTIMIZERS if n in names)
+
+
 # None = DDP's default (25 MiB with a 1 MiB first bucket); the tiny caps put
 # every parameter, or a few, in a bucket of its own even for small models.
 _BUCKET_CAPS: tuple[float | None, ...] = (None, 25, 1, 1e-3, 1e-5)
@@ -231,9 +242,17 @@ class DDPConfig:
         defaults = DDPConfig.__dataclass_fields__
         parts = [f"widths={self.widths}", f"batch_sizes={self.batch_sizes}"]
         for name in (
-            "unused_parameters", "tied_parameters", "buffers", "bucket_cap_mb",
-            "gradient_as_bucket_view", "find_unused_parameters", "static_graph",
-            "init_sync", "broadcast_buffers", "steps", "optimizer",
+            "unused_parameters",
+            "tied_parameters",
+            "buffers",
+            "bucket_cap_mb",
+            "gradient_as_bucket_view",
+            "find_unused_parameters",
+            "static_graph",
+            "init_sync",
+            "broadcast_buffers",
+            "steps",
+            "optimizer",
         ):
             value = getattr(self, name)
             if value != defaults[name].default:

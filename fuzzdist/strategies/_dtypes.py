@@ -18,9 +18,7 @@ def _normalize_kinds(kind: KindArg) -> frozenset[str] | None:
         raise InvalidStrategyArgument("kind must name at least one dtype kind")
     for k in kinds:
         if k not in DTYPE_KINDS:
-            raise InvalidStrategyArgument(
-                f"unknown dtype kind {k!r}; choose from {DTYPE_KINDS}"
-            )
+            raise InvalidStrategyArgument(f"unknown dtype kind {k!r}; choose from {DTYPE_KINDS}")
     return frozenset(kinds)
 
 
@@ -31,9 +29,7 @@ def _normalize_device(device: str | torch.device) -> str:
         raise InvalidStrategyArgument(f"not a torch device: {device!r}") from exc
 
 
-def supported_dtypes(
-    device: str | torch.device = "cpu", kind: KindArg = None
-) -> tuple[torch.dtype, ...]:
+def supported_dtypes(device: str | torch.device = "cpu", kind: KindArg = None) -> tuple[torch.dtype, ...]:
     """The dtypes ``dtypes(device, kind)`` draws from, in shrink order.
 
     Probes the device the first time it is asked about (cached per process);
@@ -41,16 +37,10 @@ def supported_dtypes(
     """
     kinds = _normalize_kinds(kind)
     usable = set(_usable_dtype_names(_normalize_device(device)))
-    return tuple(
-        dt
-        for dt, k in _catalogue()
-        if str(dt) in usable and (kinds is None or k in kinds)
-    )
+    return tuple(dt for dt, k in _catalogue() if str(dt) in usable and (kinds is None or k in kinds))
 
 
-def dtypes(
-    device: str | torch.device = "cpu", kind: KindArg = None
-) -> st.SearchStrategy[torch.dtype]:
+def dtypes(device: str | torch.device = "cpu", kind: KindArg = None) -> st.SearchStrategy[torch.dtype]:
     """Every ``torch.dtype`` the installed torch can hold on ``device``.
 
     Covers float16, bfloat16, float32, float64, complex64, complex128, int8 to

@@ -81,12 +81,16 @@ class FSDPConfig:
             raise InvalidArgument(f"mesh_shape {self.mesh_shape} must hold exactly the {world} ranks of batch_sizes")
         raf = self.reshard_after_forward
         if raf is not None and not isinstance(raf, bool) and raf not in reshard_choices(self.shard_size):
-            raise InvalidArgument(f"reshard_after_forward={raf!r}: an int must be a divisor of the shard dim size "
-                                  f"{self.shard_size} other than 1 and itself; choose from "
-                                  f"{reshard_choices(self.shard_size)}")
-        for name, value, allowed in (("param_dtype", self.param_dtype, PARAM_DTYPES),
-                                     ("reduce_dtype", self.reduce_dtype, REDUCE_DTYPES),
-                                     ("output_dtype", self.output_dtype, OUTPUT_DTYPES)):
+            raise InvalidArgument(
+                f"reshard_after_forward={raf!r}: an int must be a divisor of the shard dim size "
+                f"{self.shard_size} other than 1 and itself; choose from "
+                f"{reshard_choices(self.shard_size)}"
+            )
+        for name, value, allowed in (
+            ("param_dtype", self.param_dtype, PARAM_DTYPES),
+            ("reduce_dtype", self.reduce_dtype, REDUCE_DTYPES),
+            ("output_dtype", self.output_dtype, OUTPUT_DTYPES),
+        ):
             if value not in allowed:
                 raise InvalidArgument(f"{name}={value!r}; choose from {allowed}")
         self._model_config()  # validates widths, batch_sizes, steps and optimizer
@@ -94,9 +98,15 @@ class FSDPConfig:
     def _model_config(self) -> DDPConfig:
         # The model and data half of the setup, which DDPConfig already builds (find_unused_parameters
         # only satisfies DDPConfig's own check; no DDP option is used from it).
-        return DDPConfig(widths=self.widths, batch_sizes=self.batch_sizes, unused_parameters=self.unused_parameters,
-                         tied_parameters=self.tied_parameters, find_unused_parameters=self.unused_parameters,
-                         steps=self.steps, optimizer=self.optimizer)
+        return DDPConfig(
+            widths=self.widths,
+            batch_sizes=self.batch_sizes,
+            unused_parameters=self.unused_parameters,
+            tied_parameters=self.tied_parameters,
+            find_unused_parameters=self.unused_parameters,
+            steps=self.steps,
+            optimizer=self.optimizer,
+        )
 
     @property
     def world_size(self) -> int:
@@ -126,8 +136,15 @@ class FSDPConfig:
 
     def mp_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``MixedPrecisionPolicy``: only those that differ from its defaults."""
-        return {name: value for name, value in (("param_dtype", self.param_dtype), ("reduce_dtype", self.reduce_dtype),
-                                                ("output_dtype", self.output_dtype)) if value is not None}
+        return {
+            name: value
+            for name, value in (
+                ("param_dtype", self.param_dtype),
+                ("reduce_dtype", self.reduce_dtype),
+                ("output_dtype", self.output_dtype),
+            )
+            if value is not None
+        }
 
     def build_model(self, seed: int = 0) -> nn.Module:
         """The model, on CPU, identical on every rank for the same seed (see ``DDPConfig.build_model``)."""
@@ -156,8 +173,17 @@ class FSDPConfig:
     def __repr__(self) -> str:
         defaults = FSDPConfig.__dataclass_fields__
         parts = [f"widths={self.widths}", f"batch_sizes={self.batch_sizes}", f"mesh_shape={self.mesh_shape}"]
-        for name in ("unused_parameters", "tied_parameters", "per_layer", "reshard_after_forward", "param_dtype",
-                     "reduce_dtype", "output_dtype", "steps", "optimizer"):
+        for name in (
+            "unused_parameters",
+            "tied_parameters",
+            "per_layer",
+            "reshard_after_forward",
+            "param_dtype",
+            "reduce_dtype",
+            "output_dtype",
+            "steps",
+            "optimizer",
+        ):
             value = getattr(self, name)
             if value != defaults[name].default:
                 parts.append(f"{name}={value!r}")
@@ -223,9 +249,19 @@ def fsdp_configs(
             output_dtype = None
         steps = draw(st.integers(1, max_steps))
         optimizer = draw(st.sampled_from(optimizer_names))
-        return FSDPConfig(widths=widths, batch_sizes=batch_sizes, mesh_shape=mesh_shape, unused_parameters=unused,
-                          tied_parameters=tied, per_layer=per_layer, reshard_after_forward=reshard,
-                          param_dtype=param_dtype, reduce_dtype=reduce_dtype, output_dtype=output_dtype,
-                          steps=steps, optimizer=optimizer)
+        return FSDPConfig(
+            widths=widths,
+            batch_sizes=batch_sizes,
+            mesh_shape=mesh_shape,
+            unused_parameters=unused,
+            tied_parameters=tied,
+            per_layer=per_layer,
+            reshard_after_forward=reshard,
+            param_dtype=param_dtype,
+            reduce_dtype=reduce_dtype,
+            output_dtype=output_dtype,
+            steps=steps,
+            optimizer=optimizer,
+        )
 
     return draw_config()

@@ -29,9 +29,7 @@ def source_ranks(world_size: int) -> st.SearchStrategy[int]:
     return st.integers(0, world_size - 1)
 
 
-def rank_subsets(
-    world_size: int, min_size: int = 1, max_size: int | None = None
-) -> st.SearchStrategy[tuple[int, ...]]:
+def rank_subsets(world_size: int, min_size: int = 1, max_size: int | None = None) -> st.SearchStrategy[tuple[int, ...]]:
     """Sorted tuples of distinct ranks from ``range(world_size)``, with
     ``min_size`` to ``max_size`` (default ``world_size``) members: the ranks
     of a subgroup, the senders of a send/recv pattern.
@@ -46,9 +44,9 @@ def rank_subsets(
     if min_size > world_size:
         raise InvalidStrategyArgument(f"min_size={min_size} exceeds world_size={world_size}")
     max_size = min(max_size, world_size)
-    return st.lists(
-        st.integers(0, world_size - 1), min_size=min_size, max_size=max_size, unique=True
-    ).map(lambda ranks: tuple(sorted(ranks)))
+    return st.lists(st.integers(0, world_size - 1), min_size=min_size, max_size=max_size, unique=True).map(
+        lambda ranks: tuple(sorted(ranks))
+    )
 
 
 def mesh_shapes(world_size: int) -> list[tuple[int, ...]]:

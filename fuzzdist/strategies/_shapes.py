@@ -14,8 +14,7 @@ DEFAULT_MAX_DIMS = 4
 # Sizes that break size arithmetic: empty, one element, tiny, primes and odd
 # sizes that never divide evenly between ranks or buckets (2333), and powers of
 # two with their neighbours (alignment and chunking boundaries).
-_EDGE_SIZES = (0, 1, 2, 3, 5, 7, 15, 16, 17, 31, 33, 127, 128, 129, 255, 257,
-               1023, 1025, 2333, 4095, 4097, 65537)
+_EDGE_SIZES = (0, 1, 2, 3, 5, 7, 15, 16, 17, 31, 33, 127, 128, 129, 255, 257, 1023, 1025, 2333, 4095, 4097, 65537)
 
 
 @lru_cache(maxsize=4096)  # strategies are immutable; building them on every draw was ~1/3 of a draw

@@ -131,8 +131,20 @@ def _random_bytes(dtype: torch.dtype, n: int, gen: torch.Generator) -> torch.Ten
 def _float_specials(dtype: torch.dtype) -> list[float]:
     """nan, +-inf, -0.0, subnormals and extremes that ``dtype`` can represent."""
     info = torch.finfo(dtype)
-    candidates = [math.nan, math.inf, -math.inf, 0.0, -0.0, 1.0, -1.0,
-                  info.max, info.min, info.tiny, -info.tiny, info.eps]
+    candidates = [
+        math.nan,
+        math.inf,
+        -math.inf,
+        0.0,
+        -0.0,
+        1.0,
+        -1.0,
+        info.max,
+        info.min,
+        info.tiny,
+        -info.tiny,
+        info.eps,
+    ]
     # subnormals, read off the bit patterns so they are exact for every format
     int_type = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[dtype.itemsize]
     mantissa_bits = round(-math.log2(info.eps))
@@ -145,9 +157,7 @@ def _float_specials(dtype: torch.dtype) -> list[float]:
     back = src.to(dtype).to(torch.float64)
     kept, seen = [], set()
     for c, b in zip(candidates, back.tolist(), strict=False):
-        same = (math.isnan(c) and math.isnan(b)) or (
-            c == b and math.copysign(1.0, c) == math.copysign(1.0, b)
-        )
+        same = (math.isnan(c) and math.isnan(b)) or (c == b and math.copysign(1.0, c) == math.copysign(1.0, b))
         key = "nan" if math.isnan(c) else repr(c)
         if same and key not in seen:
             seen.add(key)
@@ -165,8 +175,7 @@ def _special_table(dtype: torch.dtype) -> torch.Tensor:
         parts = _float_specials(comp)
         k = len(parts)
         real = torch.tensor(parts, dtype=torch.float64).to(comp)
-        imag = torch.tensor([parts[(i + k // 2) % k] for i in range(k)],
-                            dtype=torch.float64).to(comp)
+        imag = torch.tensor([parts[(i + k // 2) % k] for i in range(k)], dtype=torch.float64).to(comp)
         values = torch.complex(real, imag)
     elif dtype.is_floating_point:
         values = torch.tensor(_float_specials(dtype), dtype=torch.float64).to(dtype)
@@ -292,12 +301,7 @@ class TensorSpec:
                 storage = torch.cat([prefix, values])
             return storage, strides
         physical_shape = tuple(self.shape[p] for p in perm)
-        storage = (
-            values.reshape(*self.shape, itemsize)
-            .permute(*perm, self.ndim)
-            .contiguous()
-            .reshape(-1)
-        )
+        storage = values.reshape(*self.shape, itemsize).permute(*perm, self.ndim).contiguous().reshape(-1)
         physical_strides = _contiguous_strides(physical_shape, clamp=self.layout != "channels_last")
         strides = [0] * self.ndim
         for position, dim in enumerate(perm):

@@ -38,8 +38,11 @@ def _unit_stride(flat: torch.Tensor) -> torch.Tensor:
 
 def bitwise_equal(actual: torch.Tensor, expected: torch.Tensor) -> bool:
     """Same shape, dtype and bytes (NaN == NaN with the same payload; -0.0 != 0.0)."""
-    return (tuple(actual.shape) == tuple(expected.shape) and actual.dtype == expected.dtype
-            and torch.equal(_byte_view(actual), _byte_view(expected)))
+    return (
+        tuple(actual.shape) == tuple(expected.shape)
+        and actual.dtype == expected.dtype
+        and torch.equal(_byte_view(actual), _byte_view(expected))
+    )
 
 
 def raw_bytes(t: torch.Tensor) -> bytes:
@@ -62,8 +65,12 @@ def first_difference(actual: torch.Tensor, expected: torch.Tensor, what: str = "
     ``what``: a :attr:`~fuzzdist.problems.Kind.SHAPE` one (got and expected are (shape, dtype)) or a
     :attr:`~fuzzdist.problems.Kind.MISMATCH` one (how many elements differ, the first's index and values)."""
     if tuple(actual.shape) != tuple(expected.shape) or actual.dtype != expected.dtype:
-        return Problem(Kind.SHAPE, what, got=(tuple(actual.shape), str(actual.dtype)),
-                       expected=(tuple(expected.shape), str(expected.dtype)))
+        return Problem(
+            Kind.SHAPE,
+            what,
+            got=(tuple(actual.shape), str(actual.dtype)),
+            expected=(tuple(expected.shape), str(expected.dtype)),
+        )
     if bitwise_equal(actual, expected):  # the fast path: a C comparison, no copies to bytes
         return None
     a, e = raw_bytes(actual), raw_bytes(expected)
@@ -72,17 +79,23 @@ def first_difference(actual: torch.Tensor, expected: torch.Tensor, what: str = "
     index = byte // itemsize
     flat_a = actual.detach().to("cpu").contiguous().reshape(-1)
     flat_e = expected.detach().to("cpu").contiguous().reshape(-1)
-    count = int(sum(1 for i in range(0, len(a), itemsize) if a[i:i + itemsize] != e[i:i + itemsize]))
-    return Problem(Kind.MISMATCH, what, index=index, got=flat_a[index].item(), expected=flat_e[index].item(),
-                   count=count, size=actual.numel())
+    count = int(sum(1 for i in range(0, len(a), itemsize) if a[i : i + itemsize] != e[i : i + itemsize]))
+    return Problem(
+        Kind.MISMATCH,
+        what,
+        index=index,
+        got=flat_a[index].item(),
+        expected=flat_e[index].item(),
+        count=count,
+        size=actual.numel(),
+    )
 
 
 def storage_order(t: torch.Tensor) -> torch.Tensor | None:
     """``t``'s elements in the order its memory holds them, shaped like ``t``: what a backend that
     ignores strides (copies memory as if it were row-major) reads from ``t`` or makes of a row-major
     write into it.  None where ``t`` is not dense (gaps or overlaps): there is no such order."""
-    if t.numel() and sorted(s for s, n in zip(t.stride(), t.shape, strict=True) if n > 1) != sorted(
-            _dense_strides(t)):
+    if t.numel() and sorted(s for s, n in zip(t.stride(), t.shape, strict=True) if n > 1) != sorted(_dense_strides(t)):
         return None
     return t.as_strided((t.numel(),), (1,), t.storage_offset()).reshape(t.shape)
 
@@ -108,8 +121,14 @@ def written_ignoring_strides(values: torch.Tensor, like: torch.Tensor) -> torch.
     return out
 
 
-def mismatch(what: str, actual: torch.Tensor, expected: torch.Tensor, bad: torch.Tensor,
-             bound: torch.Tensor | float | None = None, error: torch.Tensor | None = None) -> Problem | None:
+def mismatch(
+    what: str,
+    actual: torch.Tensor,
+    expected: torch.Tensor,
+    bad: torch.Tensor,
+    bound: torch.Tensor | float | None = None,
+    error: torch.Tensor | None = None,
+) -> Problem | None:
     """The :class:`~fuzzdist.problems.Problem` of a comparison within a tolerance that found the elements
     ``bad`` (a bool mask shaped like ``actual``) wrong: None where none is; else how many, and the first
     one (the worst by ``error``, where given), with the tolerance ``bound`` there."""
@@ -121,13 +140,22 @@ def mismatch(what: str, actual: torch.Tensor, expected: torch.Tensor, bad: torch
     else:
         i = int(torch.where(flat_bad, error.reshape(-1).nan_to_num(nan=math.inf), -1.0).argmax())
     at = None if bound is None else float(torch.as_tensor(bound, dtype=torch.float64).expand(bad.shape).reshape(-1)[i])
-    return Problem(Kind.MISMATCH, what, index=i, got=actual.reshape(-1)[i].item(),
-                   expected=expected.reshape(-1)[i].item(), bound=at, count=int(flat_bad.sum()),
-                   size=actual.numel(), worst=error is not None)
+    return Problem(
+        Kind.MISMATCH,
+        what,
+        index=i,
+        got=actual.reshape(-1)[i].item(),
+        expected=expected.reshape(-1)[i].item(),
+        bound=at,
+        count=int(flat_bad.sum()),
+        size=actual.numel(),
+        worst=error is not None,
+    )
 
 
-def gradient_problem(what: str, actual: torch.Tensor | None,
-                     expected: tuple[torch.Tensor, torch.Tensor] | None) -> Problem | None:
+def gradient_problem(
+    what: str, actual: torch.Tensor | None, expected: tuple[torch.Tensor, torch.Tensor] | None
+) -> Problem | None:
     """The :class:`~fuzzdist.problems.Problem` of a gradient against the ranks' mean: ``expected`` is
     (mean, bound) in float64, or None where no rank has a gradient.  ``actual`` None counts as zeros;
     None when it is within the bound (NaN never is), else the worst element."""
@@ -152,6 +180,7 @@ def first_disagreement(results: Sequence[Mapping[str, Any]]) -> tuple[int, int] 
     for rank, obs in enumerate(results):
         mine = obs["digests"]
         if mine != first:
-            return rank, next((i for i, (a, b) in enumerate(zip(mine, first, strict=False)) if a != b),
-                              min(len(first), len(mine)))
+            return rank, next(
+                (i for i, (a, b) in enumerate(zip(mine, first, strict=False)) if a != b), min(len(first), len(mine))
+            )
     return None

@@ -29,9 +29,16 @@ from fuzzdist import strategies as fst
 from fuzzdist.errors import InvalidArgument
 from fuzzdist.strategies import inherited_allocator_settings
 
-__all__ = ["CudaArrayInterface", "check_expandable_segment", "expandable_segment_mismatch",
-           "expandable_segments_active", "ipc_allocator_modes", "open_cuda_handle", "reduce_cuda_handles",
-           "segment_of"]
+__all__ = [
+    "CudaArrayInterface",
+    "check_expandable_segment",
+    "expandable_segment_mismatch",
+    "expandable_segments_active",
+    "ipc_allocator_modes",
+    "open_cuda_handle",
+    "reduce_cuda_handles",
+    "segment_of",
+]
 
 _DEVICE_ARG = 6  # index of the device in rebuild_cuda_tensor's arguments
 
@@ -100,8 +107,9 @@ def segment_of(pointer: int, snapshot: Iterable[Mapping[str, Any]], device_index
     return None
 
 
-def expandable_segment_mismatch(pointer: int, expected: bool, snapshot: Iterable[Mapping[str, Any]],
-                                device_index: int) -> str | None:
+def expandable_segment_mismatch(
+    pointer: int, expected: bool, snapshot: Iterable[Mapping[str, Any]], device_index: int
+) -> str | None:
     """None if the segment holding ``pointer`` is expandable exactly when ``expected`` says so, else why not.
 
     Asks about the tensor's own segment, not about any segment of the device:
@@ -117,15 +125,20 @@ def expandable_segment_mismatch(pointer: int, expected: bool, snapshot: Iterable
     if actual == expected:
         return None
     wanted = "an expandable segment" if expected else "a non-expandable segment"
-    return (f"expected {wanted}, but the tensor at {pointer:#x} lies in a segment with is_expandable={actual} "
-            f"(address {segment['address']:#x}, {segment['total_size']} bytes)")
+    return (
+        f"expected {wanted}, but the tensor at {pointer:#x} lies in a segment with is_expandable={actual} "
+        f"(address {segment['address']:#x}, {segment['total_size']} bytes)"
+    )
 
 
 def check_expandable_segment(tensor: torch.Tensor, expected: bool) -> str | None:
     """``expandable_segment_mismatch`` for ``tensor``'s memory, from the allocator's snapshot now."""
-    return expandable_segment_mismatch(tensor.data_ptr(), expected, torch.cuda.memory_snapshot(),
-                                       tensor.device.index if tensor.device.index is not None
-                                       else torch.cuda.current_device())
+    return expandable_segment_mismatch(
+        tensor.data_ptr(),
+        expected,
+        torch.cuda.memory_snapshot(),
+        tensor.device.index if tensor.device.index is not None else torch.cuda.current_device(),
+    )
 
 
 def expandable_segments_active(device: torch.device) -> bool:
@@ -134,8 +147,9 @@ def expandable_segments_active(device: torch.device) -> bool:
     index = torch.device(device).index
     if index is None:
         index = torch.cuda.current_device()
-    return any(segment.get("device") == index and segment.get("is_expandable")
-               for segment in torch.cuda.memory_snapshot())
+    return any(
+        segment.get("device") == index and segment.get("is_expandable") for segment in torch.cuda.memory_snapshot()
+    )
 
 
 def ipc_allocator_modes() -> st.SearchStrategy[fst.CudaAllocatorMode]:

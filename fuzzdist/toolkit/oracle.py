@@ -104,12 +104,22 @@ def _comparable(t: torch.Tensor) -> torch.Tensor:
 
 
 _BINARY: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
-    "SUM": torch.add, "PRODUCT": torch.mul, "MIN": torch.minimum, "MAX": torch.maximum,
-    "BAND": torch.bitwise_and, "BOR": torch.bitwise_or, "BXOR": torch.bitwise_xor,
+    "SUM": torch.add,
+    "PRODUCT": torch.mul,
+    "MIN": torch.minimum,
+    "MAX": torch.maximum,
+    "BAND": torch.bitwise_and,
+    "BOR": torch.bitwise_or,
+    "BXOR": torch.bitwise_xor,
 }
 _BOOL: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
-    "SUM": torch.logical_or, "MAX": torch.logical_or, "PRODUCT": torch.logical_and, "MIN": torch.logical_and,
-    "BAND": torch.logical_and, "BOR": torch.logical_or, "BXOR": torch.logical_xor,
+    "SUM": torch.logical_or,
+    "MAX": torch.logical_or,
+    "PRODUCT": torch.logical_and,
+    "MIN": torch.logical_and,
+    "BAND": torch.logical_and,
+    "BOR": torch.logical_or,
+    "BXOR": torch.logical_xor,
 }
 
 
@@ -160,9 +170,12 @@ def _same_value(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return (a == b) | (a.isnan() & b.isnan())
 
 
-def _float_reduction(reduce_op: str, xs: list[torch.Tensor], actual: torch.Tensor,
-                     complex_inputs: list[torch.Tensor] | None = None,
-                     ) -> tuple[torch.Tensor, torch.Tensor, str]:
+def _float_reduction(
+    reduce_op: str,
+    xs: list[torch.Tensor],
+    actual: torch.Tensor,
+    complex_inputs: list[torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, str]:
     """(elements that conform, the value shown as expected, how to read it) for float dtypes
     (complex ones on their real view; ``complex_inputs``: the complex values themselves)."""
     world = len(xs)
@@ -179,9 +192,11 @@ def _float_reduction(reduce_op: str, xs: list[torch.Tensor], actual: torch.Tenso
             ok = torch.zeros_like(actual, dtype=torch.bool)
             for c in candidates + wider:
                 ok |= _same_value(actual, c)
-            note = ("ranks reduced in rank order" +
-                    (f"; any of the {len(candidates)} orders is accepted" if len(candidates) > 1 else "") +
-                    ", in the dtype or accumulated in float64 and rounded once")
+            note = (
+                "ranks reduced in rank order"
+                + (f"; any of the {len(candidates)} orders is accepted" if len(candidates) > 1 else "")
+                + ", in the dtype or accumulated in float64 and rounded once"
+            )
             return ok, in_order, note
         wide = torch.stack([x.double() for x in xs])
         exact = wide.sum(0) if reduce_op == "SUM" else wide.prod(0)
@@ -234,14 +249,22 @@ def _float_reduction(reduce_op: str, xs: list[torch.Tensor], actual: torch.Tenso
     raise InvalidArgument(f"no float reference for ReduceOp.{reduce_op}")
 
 
-def reduction_problem(what: str, reduce_op: str, inputs: list[torch.Tensor], actual: torch.Tensor,
-                      ) -> Problem | None:
+def reduction_problem(
+    what: str,
+    reduce_op: str,
+    inputs: list[torch.Tensor],
+    actual: torch.Tensor,
+) -> Problem | None:
     """None if ``actual`` is a valid ``reduce_op`` over ``inputs`` (one per rank), else what differs, with
     every rank's input at the first wrong element."""
     expected_shape = tuple(inputs[0].shape)
     if tuple(actual.shape) != expected_shape or actual.dtype != inputs[0].dtype:
-        return Problem(Kind.SHAPE, what, got=(tuple(actual.shape), str(actual.dtype)),
-                       expected=(expected_shape, str(inputs[0].dtype)))
+        return Problem(
+            Kind.SHAPE,
+            what,
+            got=(tuple(actual.shape), str(actual.dtype)),
+            expected=(expected_shape, str(inputs[0].dtype)),
+        )
     if inputs[0].dtype == torch.bool:
         expected = exact_reduction(reduce_op, inputs)
         problem = exact_problem(what, actual, expected)
@@ -251,9 +274,18 @@ def reduction_problem(what: str, reduce_op: str, inputs: list[torch.Tensor], act
         truth = raw != 0
         if exact_problem(what, truth, expected) is None:  # right by truth value, but not valid bools
             odd = tuple(sorted({int(b) for b in raw.reshape(-1).tolist() if b > 1}))
-            return _with_inputs(Problem(Kind.MISMATCH, what, got=odd, count=int((raw > 1).sum()), size=raw.numel(),
-                                        symptom=Symptom.BOOL_BYTES_NOT_0_OR_1),
-                                inputs, _first_bad_index(actual, expected))
+            return _with_inputs(
+                Problem(
+                    Kind.MISMATCH,
+                    what,
+                    got=odd,
+                    count=int((raw > 1).sum()),
+                    size=raw.numel(),
+                    symptom=Symptom.BOOL_BYTES_NOT_0_OR_1,
+                ),
+                inputs,
+                _first_bad_index(actual, expected),
+            )
         return _with_inputs(problem, inputs, _first_bad_index(truth, expected))
     if _kind(inputs[0].dtype) != "float":
         expected = exact_reduction(reduce_op, inputs)
@@ -269,10 +301,19 @@ def reduction_problem(what: str, reduce_op: str, inputs: list[torch.Tensor], act
     if bad.numel() == 0:
         return None
     index = int(bad[0, 0])
-    return Problem(Kind.MISMATCH, what, index=index, got=got[index].item(), expected=shown[index].item(),
-                   count=bad.shape[0], size=got.numel(), inputs=tuple(x[index].item() for x in xs), inputs_at=index,
-                   unit="real-view element" if inputs[0].is_complex() else "element",
-                   detail=f"({note})\n      expected: {show(shown)}\n      actual:   {show(got)}")
+    return Problem(
+        Kind.MISMATCH,
+        what,
+        index=index,
+        got=got[index].item(),
+        expected=shown[index].item(),
+        count=bad.shape[0],
+        size=got.numel(),
+        inputs=tuple(x[index].item() for x in xs),
+        inputs_at=index,
+        unit="real-view element" if inputs[0].is_complex() else "element",
+        detail=f"({note})\n      expected: {show(shown)}\n      actual:   {show(got)}",
+    )
 
 
 def _first_bad_index(actual: torch.Tensor, expected: torch.Tensor) -> int | None:
@@ -280,7 +321,7 @@ def _first_bad_index(actual: torch.Tensor, expected: torch.Tensor) -> int | None
     if a.numel() != e.numel():
         return None
     for i in range(a.numel()):
-        if raw_bytes(a[i:i + 1]) != raw_bytes(e[i:i + 1]):
+        if raw_bytes(a[i : i + 1]) != raw_bytes(e[i : i + 1]):
             return i
     return None
 

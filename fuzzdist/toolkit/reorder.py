@@ -162,11 +162,26 @@ class Release:
 class _Entry:
     """One issued op: the real Work, the staging copies, and the future the caller holds."""
 
-    __slots__ = ("index", "op", "real", "copy_back", "result", "source", "future", "done", "window",
-                 "offset", "outcome", "released", "error", "handle")
+    __slots__ = (
+        "index",
+        "op",
+        "real",
+        "copy_back",
+        "result",
+        "source",
+        "future",
+        "done",
+        "window",
+        "offset",
+        "outcome",
+        "released",
+        "error",
+        "handle",
+    )
 
-    def __init__(self, index: int, op: str, real: Any, copy_back: Callable[[], None],
-                 result: list[torch.Tensor]) -> None:
+    def __init__(
+        self, index: int, op: str, real: Any, copy_back: Callable[[], None], result: list[torch.Tensor]
+    ) -> None:
         self.index = index
         self.op = op
         self.real = real
@@ -230,8 +245,14 @@ class _Scheduler:
     rank issues it too, without needing this lock.
     """
 
-    def __init__(self, order: tuple[int, ...], outcomes: tuple[str, ...], held_ops: frozenset[str],
-                 stall_timeout: float | None, timeout: float) -> None:
+    def __init__(
+        self,
+        order: tuple[int, ...],
+        outcomes: tuple[str, ...],
+        held_ops: frozenset[str],
+        stall_timeout: float | None,
+        timeout: float,
+    ) -> None:
         self.order = order
         self.position = {offset: pos for pos, offset in enumerate(order)}
         self.outcomes = outcomes
@@ -332,8 +353,7 @@ class _Scheduler:
 
     # -- releasing -----------------------------------------------------------
 
-    def _drain(self, decide: Callable[[], list[_Entry]], trigger: str,
-               lock_timeout: float | None = None) -> bool:
+    def _drain(self, decide: Callable[[], list[_Entry]], trigger: str, lock_timeout: float | None = None) -> bool:
         """Decide what to release (under _mutex), then release it in that order.
 
         False if ``_release_lock`` was not had within ``lock_timeout`` seconds (another
@@ -366,12 +386,13 @@ class _Scheduler:
                 entry.error = exc
             if entry.error is None and entry.outcome == "fail":
                 entry.error = ScheduledWorkFailure(
-                    f"work {entry.index} ({entry.op}) failed by schedule "
-                    f"(window {entry.window}, offset {entry.offset})")
+                    f"work {entry.index} ({entry.op}) failed by schedule (window {entry.window}, offset {entry.offset})"
+                )
             elif entry.error is None and entry.outcome == "drop":
                 entry.error = ScheduledWorkDropped(
                     f"work {entry.index} ({entry.op}) dropped by schedule "
-                    f"(window {entry.window}, offset {entry.offset}); its result was discarded")
+                    f"(window {entry.window}, offset {entry.offset}); its result was discarded"
+                )
             if entry.error is None and entry.copy_back is not None:
                 entry.copy_back()
             entry.copy_back = None  # frees the staging copies
@@ -397,7 +418,8 @@ class _Scheduler:
         if not entry.done.wait(max(0.0, deadline - time.monotonic())):
             raise ReorderTimeout(
                 f"work {entry.index} ({entry.op}) not released within {bound:g} s "
-                f"(window {entry.window}, offset {entry.offset})")
+                f"(window {entry.window}, offset {entry.offset})"
+            )
         if entry.error is not None:
             raise entry.error
         return True
@@ -421,8 +443,10 @@ class _Scheduler:
                 elif window is not None and entry.window == window.number:
                     blocker = self.order[window.next] if window.next < self.n else None
                     issued = "never issued" if blocker not in window.issued else "issued, not yet released"
-                    lines.append(f"{where}: held at offset {entry.offset} of window {entry.window}; the drawn "
-                                 f"order {self.order} releases offset {blocker} first ({issued})")
+                    lines.append(
+                        f"{where}: held at offset {entry.offset} of window {entry.window}; the drawn "
+                        f"order {self.order} releases offset {blocker} first ({issued})"
+                    )
                 else:
                     lines.append(f"{where}: held in window {entry.window}, offset {entry.offset}")
             return lines
@@ -437,8 +461,7 @@ class _Scheduler:
 
     def _ensure_watchdog(self) -> None:  # with _mutex held
         if self._watchdog is None and self.stall_timeout is not None:
-            self._watchdog = threading.Thread(target=self._watch, name="fuzzdist-reorder-watchdog",
-                                              daemon=True)
+            self._watchdog = threading.Thread(target=self._watch, name="fuzzdist-reorder-watchdog", daemon=True)
             self._watchdog.start()
 
     def _watch(self) -> None:
@@ -657,8 +680,10 @@ class ReorderingProcessGroup(dist.ProcessGroup):
         return "fuzzdist-reorder"
 
     def __repr__(self) -> str:
-        return (f"ReorderingProcessGroup(rank={self._rank}, size={self._size}, "
-                f"order={self._scheduler.order}, work_form={self.work_form!r})")
+        return (
+            f"ReorderingProcessGroup(rank={self._rank}, size={self._size}, "
+            f"order={self._scheduler.order}, work_form={self.work_form!r})"
+        )
 
     # -- ops -------------------------------------------------------------------
 
@@ -687,8 +712,12 @@ class ReorderingProcessGroup(dist.ProcessGroup):
         real = self._inner.broadcast(staging, opts)
         return self._issue("broadcast", real, _copier(tensors, staging), tensors)
 
-    def allgather(self, output_tensors: list[list[torch.Tensor]], input_tensors: list[torch.Tensor],  # type: ignore[override]
-                  opts: Any) -> dist._Work:
+    def allgather(  # type: ignore[override]
+        self,
+        output_tensors: list[list[torch.Tensor]],
+        input_tensors: list[torch.Tensor],
+        opts: Any,
+    ) -> dist._Work:
         staging_out = [[o.detach().clone() for o in outs] for outs in output_tensors]
         staging_in = [t.detach().clone() for t in input_tensors]
         real = self._inner.allgather(staging_out, staging_in, opts)

@@ -181,8 +181,9 @@ def shared_memory_in_use() -> frozenset[str]:
     return frozenset(mapped | by_fd)
 
 
-def leftover_shared_memory(baseline: frozenset[str], wait_s: float = 1.0,
-                           mapped_wait_s: float = 0.25) -> frozenset[str]:
+def leftover_shared_memory(
+    baseline: frozenset[str], wait_s: float = 1.0, mapped_wait_s: float = 0.25
+) -> frozenset[str]:
     """The segments this process holds beyond ``baseline`` (a ``shared_memory_in_use()`` from before).
 
     Returns them, or an empty set if nothing leaked. A segment this process

@@ -23,10 +23,16 @@ def _report(*props: tuple[str, list[dict], int]) -> dict:
 
 def test_family_figures_take_the_family_s_own_fresh_failures():
     report = _report(
-        ("properties/test_broadcast.py::test_b[cpu-w2]", [
-            {"found_after_s": 12.0, "shrunk": True, "shrunk_after_s": 15.5},
-            {"found_after_s": 3.0, "shrunk": False, "from_database": True}], 40),  # a replay: not a find
-        ("properties/test_ddp_parity.py::test_d[cpu-w2]", [{"found_after_s": 1.0, "shrunk": True}], 9))
+        (
+            "properties/test_broadcast.py::test_b[cpu-w2]",
+            [
+                {"found_after_s": 12.0, "shrunk": True, "shrunk_after_s": 15.5},
+                {"found_after_s": 3.0, "shrunk": False, "from_database": True},
+            ],
+            40,
+        ),  # a replay: not a find
+        ("properties/test_ddp_parity.py::test_d[cpu-w2]", [{"found_after_s": 1.0, "shrunk": True}], 9),
+    )
     assert ttf.family_figures(report, ("test_broadcast.py",)) == (12.0, 15.5, 40)
     assert ttf.family_figures(report, ("test_zero.py",)) == (None, None, 0)
 
@@ -34,9 +40,14 @@ def test_family_figures_take_the_family_s_own_fresh_failures():
 def test_summary_counts_a_miss_as_the_duration_and_names_the_worst_family():
     def found(family, first, shrunk):
         return ttf.Found(family, first, shrunk, load=2.0, wall_s=100.0, examples=1)
-    lines = ttf.summarise({"a": [found("a", 10, 12), found("a", 20, 25), found("a", 30, 31)],
-                           "b": [found("b", None, None), found("b", None, None), found("b", 50, 55)],
-                           "c": [found("c", 40, None), found("c", 41, 60), found("c", 42, 70)]})
+
+    lines = ttf.summarise(
+        {
+            "a": [found("a", 10, 12), found("a", 20, 25), found("a", 30, 31)],
+            "b": [found("b", None, None), found("b", None, None), found("b", 50, 55)],
+            "c": [found("c", 40, None), found("c", 41, 60), found("c", 42, 70)],
+        }
+    )
     assert lines[1].split()[:4] == ["a", "20.0", "25.0", "3/3"]
     assert lines[2].split()[:4] == ["b", ">100.0", ">100.0", "1/3"]  # two misses: at least the wall time
     assert lines[3].split()[:4] == ["c", "41.0", "70.0", "3/3"]  # one shrink missing, above the median
@@ -67,9 +78,25 @@ def test_install_passes_the_stand_in_unless_the_caller_gives_one(monkeypatch):
 
 @pytest.mark.timeout(600)
 def test_a_tiny_run_finds_the_planted_broadcast_bug():
-    result = subprocess.run([sys.executable, "bench/time_to_find.py", "--family", "broadcast", "--duration", "40",
-                             "--rounds", "1", "--jobs", "1", "properties/test_broadcast.py"],
-                            cwd=ROOT, text=True, capture_output=True, timeout=580)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "bench/time_to_find.py",
+            "--family",
+            "broadcast",
+            "--duration",
+            "40",
+            "--rounds",
+            "1",
+            "--jobs",
+            "1",
+            "properties/test_broadcast.py",
+        ],
+        cwd=ROOT,
+        text=True,
+        capture_output=True,
+        timeout=580,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     row = next(line for line in result.stdout.splitlines() if line.startswith("broadcast "))
     first, shrunk, found = row.split()[1:4]

@@ -25,7 +25,7 @@ from helpers.cli_helpers import (
     write,
 )
 
-TWO_BUGS = '''
+TWO_BUGS = """
 import pytest
 from hypothesis import event, given, strategies as st
 
@@ -44,9 +44,9 @@ def test_two_bugs(rank_pool, n, k, s):
 @given(n=st.integers(0, 10**6))
 def test_one_bug(rank_pool, n):
     rank_pool.run(check, n + 1000)
-'''
+"""
 
-PASSING = '''
+PASSING = """
 from hypothesis import given, strategies as st
 
 def echo(ctx, k):
@@ -55,10 +55,10 @@ def echo(ctx, k):
 @given(k=st.integers(0, 10**9))
 def test_passes(rank_pool, k):
     assert rank_pool.run(echo, k) == [k] * rank_pool.world_size
-'''
+"""
 
 # Bug A shows on most inputs; the campaign then goes on (masking it) until stopped.
-ONE_BUG = '''
+ONE_BUG = """
 from hypothesis import given, strategies as st
 
 def check(ctx, n):
@@ -68,13 +68,15 @@ def check(ctx, n):
 @given(n=st.integers(0, 10**9))
 def test_bug(rank_pool, n):
     rank_pool.run(check, n)
-'''
+"""
 
 
 def test_campaign_finds_both_planted_bugs_reports_and_pytest_replays_them(tmp_path):
     write(tmp_path, "test_two.py", TWO_BUGS)
-    result = run_cli(["run", "test_two.py", "--max-examples", "600", "--world-size", "1", "--report", "r.json",
-                      "--junit", "j.xml"], cwd=tmp_path)
+    result = run_cli(
+        ["run", "test_two.py", "--max-examples", "600", "--world-size", "1", "--report", "r.json", "--junit", "j.xml"],
+        cwd=tmp_path,
+    )
     assert result.returncode == 1, result.stdout + result.stderr
     report = read_report(tmp_path / "r.json")
     assert report["status"] == "finished" and report["totals"]["distinct_failures"] == 3
@@ -91,8 +93,9 @@ def test_campaign_finds_both_planted_bugs_reports_and_pytest_replays_them(tmp_pa
     assert one["rounds"] == 2 and one["stop_reason"] == "max examples" and len(one["failures"]) == 1, one
     assert "ValueError at" in failures["A"]["origin"] and "test_two.py:7" in failures["A"]["origin"]
     assert failures["B"]["origin"].startswith("AssertionError at") and "test_two.py:13" in failures["B"]["origin"]
-    assert failures["A"]["reproduce"] == ("pytest 'test_two.py::test_two_bugs[cpu-w1]' --fuzzdist-world-size=1 "
-                                          "--hypothesis-profile=replay")
+    assert failures["A"]["reproduce"] == (
+        "pytest 'test_two.py::test_two_bugs[cpu-w1]' --fuzzdist-world-size=1 --hypothesis-profile=replay"
+    )
     # What was covered: the property's event() labels, counted per example.
     assert set(prop["events"]) == {f"len={i}" for i in range(6)}
     assert sum(prop["events"].values()) == prop["examples"] >= 600
@@ -104,9 +107,23 @@ def test_campaign_finds_both_planted_bugs_reports_and_pytest_replays_them(tmp_pa
     # Both shrunk examples are in Hypothesis's default database under the standard key ...
     assert len(stored(tmp_path / ".hypothesis" / "examples", prop["database_key"])) >= 2
     # ... so plain pytest replays them first: both fail in the reuse phase, nothing is generated.
-    plain = subprocess.run([sys.executable, "-m", "pytest", "test_two.py::test_two_bugs", "-p", "no:cacheprovider",
-                            "--fuzzdist-world-size=1", "--hypothesis-show-statistics"],
-                           cwd=tmp_path, env=cli_env(), text=True, capture_output=True, timeout=180)
+    plain = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "test_two.py::test_two_bugs",
+            "-p",
+            "no:cacheprovider",
+            "--fuzzdist-world-size=1",
+            "--hypothesis-show-statistics",
+        ],
+        cwd=tmp_path,
+        env=cli_env(),
+        text=True,
+        capture_output=True,
+        timeout=180,
+    )
     assert plain.returncode == 1, plain.stdout
     assert "Hypothesis found 2 distinct failures" in plain.stdout
     assert "n=1000" in plain.stdout and "k=37" in plain.stdout
@@ -114,7 +131,7 @@ def test_campaign_finds_both_planted_bugs_reports_and_pytest_replays_them(tmp_pa
     assert "during generate phase" not in plain.stdout
 
 
-DEADLOCK = '''
+DEADLOCK = """
 import torch
 import torch.distributed as dist
 from hypothesis import given, strategies as st
@@ -128,15 +145,17 @@ def skip_above(ctx, n):
 @given(n=st.integers(0, 100))
 def test_deadlock(rank_pool, n):
     rank_pool.run(skip_above, n)
-'''
+"""
 
 
 def test_a_hang_is_explained_in_the_report_the_summary_and_replay(tmp_path):
     flight_record.skip_without_gloo_record()  # every hang would wait out the timeout, none a deadlock
     write(tmp_path, "test_dl.py", DEADLOCK)
     # Every hang costs a pool restart (seconds): a bug on a third of the inputs and a small budget.
-    result = run_cli(["run", "test_dl.py", "--max-examples", "30", "--world-size", "2", "--timeout", "30",
-                      "--report", "r.json"], cwd=tmp_path)
+    result = run_cli(
+        ["run", "test_dl.py", "--max-examples", "30", "--world-size", "2", "--timeout", "30", "--report", "r.json"],
+        cwd=tmp_path,
+    )
     assert result.returncode == 1, result.stdout + result.stderr
     [prop] = read_report(tmp_path / "r.json")["properties"]
     [failure] = prop["failures"]
@@ -151,14 +170,17 @@ def test_a_hang_is_explained_in_the_report_the_summary_and_replay(tmp_path):
     assert prop["elapsed_s"] < 120, prop
     replay = run_cli(["replay", "test_dl.py"], cwd=tmp_path)
     assert "deadlock: rank 0 waits in all_reduce #2 (float32[2]) which rank 1 never entered" in replay.stdout, (
-        replay.stdout + replay.stderr)
+        replay.stdout + replay.stderr
+    )
 
 
 def test_passing_property_exits_0_and_duration_is_respected(tmp_path):
     write(tmp_path, "test_ok.py", PASSING)
     start = time.monotonic()
-    result = run_cli(["run", "test_ok.py", "--duration", "3s", "--world-size", "1", "--report", "r.json",
-                      "--junit", "j.xml"], cwd=tmp_path)
+    result = run_cli(
+        ["run", "test_ok.py", "--duration", "3s", "--world-size", "1", "--report", "r.json", "--junit", "j.xml"],
+        cwd=tmp_path,
+    )
     wall = time.monotonic() - start
     assert result.returncode == 0, result.stdout + result.stderr
     report = read_report(tmp_path / "r.json")
@@ -186,12 +208,30 @@ def test_signals_lose_no_failure(tmp_path):
     try:
         for sig in ("SIGINT", "SIGTERM", "SIGKILL"):
             (tmp_path / sig).mkdir()
-            procs[sig] = start_cli(["run", "../test_bug.py", "--duration", "300s", "--world-size", "1",
-                                    "--database", "db", "--report", "r.json", "--junit", "j.xml"], cwd=tmp_path / sig)
+            procs[sig] = start_cli(
+                [
+                    "run",
+                    "../test_bug.py",
+                    "--duration",
+                    "300s",
+                    "--world-size",
+                    "1",
+                    "--database",
+                    "db",
+                    "--report",
+                    "r.json",
+                    "--junit",
+                    "j.xml",
+                ],
+                cwd=tmp_path / sig,
+            )
         found = {}
         for sig, proc in procs.items():  # signal each once a failure is found and a later round runs
-            found[sig] = wait_for_report(tmp_path / sig / "r.json", lambda r: r["totals"]["distinct_failures"] >= 1
-                                         and r["properties"][0]["rounds"] >= 2, proc=proc)
+            found[sig] = wait_for_report(
+                tmp_path / sig / "r.json",
+                lambda r: r["totals"]["distinct_failures"] >= 1 and r["properties"][0]["rounds"] >= 2,
+                proc=proc,
+            )
             proc.send_signal(getattr(signal, sig))
         results = {sig: finish(proc, timeout=60) for sig, proc in procs.items()}
     finally:
@@ -217,7 +257,7 @@ def test_signals_lose_no_failure(tmp_path):
         assert ET.parse(tmp_path / sig / "j.xml").getroot().find(".//testcase/failure") is not None
 
 
-ALPHA_BETA = '''
+ALPHA_BETA = """
 from hypothesis import given, strategies as st
 
 def fail_big(ctx, n, what):
@@ -231,7 +271,7 @@ def test_alpha(rank_pool, n):
 @given(n=st.integers(0, 10**6))
 def test_beta(rank_pool, n):
     rank_pool.run(fail_big, n, "beta bug")
-'''
+"""
 
 
 def test_redis_fleet_shares_one_database(tmp_path):

@@ -13,7 +13,7 @@ from helpers.cli_helpers import read_report, run_cli, write
 
 from fuzzdist.campaign import coverage_report
 
-PROPERTY = '''
+PROPERTY = """
 from hypothesis import given, strategies as st
 from covered_pkg import paths
 
@@ -23,7 +23,7 @@ def on_rank(ctx, value):
 @given(value=st.integers(0, 5))
 def test_classify(rank_pool, value):
     rank_pool.run(on_rank, value)
-'''
+"""
 
 
 def marked(source: Path, *who: str) -> set[int]:
@@ -40,8 +40,25 @@ def campaign(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("cover")
     shutil.copytree(Path(covered_pkg.__file__).parent, tmp / "covered_pkg")
     write(tmp, "test_cov.py", PROPERTY)
-    result = run_cli(["run", "test_cov.py", "--max-examples", "8", "--world-size", "3", "--cover", "covered_pkg",
-                      "--report", "r.json", "--html", "r.html", "--junit", ""], cwd=tmp)
+    result = run_cli(
+        [
+            "run",
+            "test_cov.py",
+            "--max-examples",
+            "8",
+            "--world-size",
+            "3",
+            "--cover",
+            "covered_pkg",
+            "--report",
+            "r.json",
+            "--html",
+            "r.html",
+            "--junit",
+            "",
+        ],
+        cwd=tmp,
+    )
     return tmp, result
 
 
@@ -79,11 +96,14 @@ def test_report_merges_several_reports_coverage(campaign, tmp_path):
     assert merged["totals"]["examples"] == 2 * data["totals"]["examples"]
 
 
-@pytest.mark.parametrize(("package", "says"), [
-    ("no_such_package_xyz", "--cover no_such_package_xyz: it doesn't import here (ModuleNotFoundError"),
-    ("torch._C", "--cover torch._C: it has no Python source to measure"),
-    ("test_cov.py", "--cover test_cov.py: that is a target, not a package"),
-])
+@pytest.mark.parametrize(
+    ("package", "says"),
+    [
+        ("no_such_package_xyz", "--cover no_such_package_xyz: it doesn't import here (ModuleNotFoundError"),
+        ("torch._C", "--cover torch._C: it has no Python source to measure"),
+        ("test_cov.py", "--cover test_cov.py: that is a target, not a package"),
+    ],
+)
 def test_a_package_that_cannot_be_measured_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys, package, says):
     from fuzzdist.cli import main
 
@@ -103,13 +123,28 @@ def test_jobs_workers_measure_and_the_parent_unites_their_sections():
     from fuzzdist.campaign.jobs import worker_argv
     from fuzzdist.campaign.merge import merge_reports
 
-    args = argparse.Namespace(targets=[], schedule="adaptive", duration=None, max_examples=5, seed=None,
-                              device="cpu", database=None, world_size=None, timeout=None, cover="torch.distributed")
+    args = argparse.Namespace(
+        targets=[],
+        schedule="adaptive",
+        duration=None,
+        max_examples=5,
+        seed=None,
+        device="cpu",
+        database=None,
+        world_size=None,
+        timeout=None,
+        cover="torch.distributed",
+    )
     assert worker_argv(args, 0, 2, "w0.json", "w0.xml")[-2:] == ["--cover", "torch.distributed"]
 
     def section(reached: str) -> dict:
-        return {"packages": ["pkg"], "mechanism": "settrace", "properties": {},
-                "files": {"pkg/a.py": {"reached": reached, "lines": 0, "executable": 8}}, "timeline": []}
+        return {
+            "packages": ["pkg"],
+            "mechanism": "settrace",
+            "properties": {},
+            "files": {"pkg/a.py": {"reached": reached, "lines": 0, "executable": 8}},
+            "timeline": [],
+        }
 
     reports = [{"properties": [], "coverage": section("1-3")}, None, {"properties": [], "coverage": section("3-4")}]
     merged = merge_reports({"status": "finished"}, reports, [])
@@ -125,11 +160,25 @@ def test_sigterm_keeps_the_coverage(tmp_path):
 
     shutil.copytree(Path(covered_pkg.__file__).parent, tmp_path / "covered_pkg")
     write(tmp_path, "test_cov.py", PROPERTY.replace("st.integers(0, 5)", "st.integers(0, 10**9)"))
-    proc = start_cli(["run", "test_cov.py", "--duration", "300s", "--world-size", "2", "--cover", "covered_pkg",
-                      "--report", "r.json", "--junit", ""], cwd=tmp_path)
+    proc = start_cli(
+        [
+            "run",
+            "test_cov.py",
+            "--duration",
+            "300s",
+            "--world-size",
+            "2",
+            "--cover",
+            "covered_pkg",
+            "--report",
+            "r.json",
+            "--junit",
+            "",
+        ],
+        cwd=tmp_path,
+    )
     try:
-        wait_for_report(tmp_path / "r.json", lambda r: (r.get("coverage") or {}).get("lines_reached", 0) > 0,
-                        proc=proc)
+        wait_for_report(tmp_path / "r.json", lambda r: (r.get("coverage") or {}).get("lines_reached", 0) > 0, proc=proc)
         proc.send_signal(signal.SIGTERM)
         result = finish(proc, timeout=60)
     finally:

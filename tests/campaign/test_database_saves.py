@@ -22,7 +22,7 @@ from fuzzdist.cli.run import _exit_code
 
 # test_alpha fails (and its failure is saved); test_beta makes the database unwritable at its first example,
 # then fails: its failure can't be saved.  As root, which chmod doesn't stop, the folder is replaced by a file.
-UNWRITABLE_HALFWAY = '''
+UNWRITABLE_HALFWAY = """
 import os
 import shutil
 from hypothesis import given, strategies as st
@@ -50,7 +50,7 @@ def test_alpha(rank_pool, n):
 def test_beta(rank_pool, n):
     make_unwritable("db")
     rank_pool.run(check, n, "beta")
-'''
+"""
 
 BETA_ONLY_FAILS = UNWRITABLE_HALFWAY.replace('rank_pool.run(check, n, "alpha")', 'rank_pool.run(check, 0, "alpha")')
 
@@ -68,15 +68,36 @@ def _replay(command: str, cwd) -> subprocess.CompletedProcess:
     """Run a report's replay command (``fuzzdist replay ...``) as a user would paste it."""
     words = shlex.split(command)
     assert words[:2] == ["fuzzdist", "replay"], command
-    return subprocess.run([sys.executable, "-m", "fuzzdist", *words[1:]], cwd=cwd, env=cli_env(), text=True,
-                          capture_output=True, timeout=180)
+    return subprocess.run(
+        [sys.executable, "-m", "fuzzdist", *words[1:]],
+        cwd=cwd,
+        env=cli_env(),
+        text=True,
+        capture_output=True,
+        timeout=180,
+    )
 
 
 def test_a_database_unwritable_halfway_loses_nothing_the_report_replays_every_failure(tmp_path):
     write(tmp_path, "test_ab.py", UNWRITABLE_HALFWAY)
     try:
-        result = run_cli(["run", "test_ab.py", "--max-examples", "60", "--world-size", "1", "--database", "db",
-                          "--report", "r.json", "--junit", ""], cwd=tmp_path)
+        result = run_cli(
+            [
+                "run",
+                "test_ab.py",
+                "--max-examples",
+                "60",
+                "--world-size",
+                "1",
+                "--database",
+                "db",
+                "--report",
+                "r.json",
+                "--junit",
+                "",
+            ],
+            cwd=tmp_path,
+        )
     finally:
         _writable_again(tmp_path / "db")
     out = result.stdout + result.stderr
@@ -107,9 +128,27 @@ def test_a_database_unwritable_halfway_loses_nothing_the_report_replays_every_fa
 def test_a_jobs_worker_whose_database_did_not_keep_a_failure_is_said_by_the_parent(tmp_path):
     write(tmp_path, "test_ab.py", BETA_ONLY_FAILS)
     try:
-        result = run_cli(["run", "test_ab.py", "--jobs", "2", "--max-examples", "40", "--world-size", "1",
-                          "--database", "db", "--report", "r.json", "--junit", "", "--progress", "plain"],
-                         cwd=tmp_path)
+        result = run_cli(
+            [
+                "run",
+                "test_ab.py",
+                "--jobs",
+                "2",
+                "--max-examples",
+                "40",
+                "--world-size",
+                "1",
+                "--database",
+                "db",
+                "--report",
+                "r.json",
+                "--junit",
+                "",
+                "--progress",
+                "plain",
+            ],
+            cwd=tmp_path,
+        )
     finally:
         _writable_again(tmp_path / "db")
     out = result.stdout + result.stderr
@@ -126,8 +165,15 @@ def test_a_jobs_worker_whose_database_did_not_keep_a_failure_is_said_by_the_pare
 
 def test_merge_keeps_the_record_the_database_kept_and_counts_the_lost_ones():
     def report(saved, shrunk, summary):
-        failure = {"origin": "ValueError at x.py:1", "kind": "failure", "summary": summary, "example": "f()",
-                   "saved": saved, "shrunk": shrunk, "replay": f"fuzzdist replay x --blob {summary}"}
+        failure = {
+            "origin": "ValueError at x.py:1",
+            "kind": "failure",
+            "summary": summary,
+            "example": "f()",
+            "saved": saved,
+            "shrunk": shrunk,
+            "replay": f"fuzzdist replay x --blob {summary}",
+        }
         return {"properties": [{"nodeid": "x.py::t", "status": "failed", "failures": [failure]}]}
 
     both = merge_reports({}, [report(False, True, "lost"), report(True, False, "kept")], [{}, {}])
@@ -151,7 +197,8 @@ def test_a_save_that_raises_is_kept_not_raised_and_said_when_read_back():
     database = Database(CheckedSaves(_RefusingDatabase()), "redis://127.0.0.1:6379/0", False)
     database.db.save(b"key", b"entry")  # raised inside Hypothesis's engine, it would be filed as the failure
     assert database.not_kept(b"key", [b"entry"]) == (
-        "ConnectionError: Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+        "ConnectionError: Error 111 connecting to 127.0.0.1:6379. Connection refused."
+    )
 
 
 def test_an_entry_read_back_is_kept_and_an_empty_one_is_not(tmp_path):
@@ -164,8 +211,9 @@ def test_an_entry_read_back_is_kept_and_an_empty_one_is_not(tmp_path):
 
 
 def test_the_replay_command_takes_the_pool_options_the_node_id_needs():
-    command = replay_command("t.py::test_x[cpu-w1]", "AXicY2BgAAAABAAB",
-                             ["--fuzzdist-world-size=1", "--fuzzdist-timeout=5"])
+    command = replay_command(
+        "t.py::test_x[cpu-w1]", "AXicY2BgAAAABAAB", ["--fuzzdist-world-size=1", "--fuzzdist-timeout=5"]
+    )
     assert command == "fuzzdist replay 't.py::test_x[cpu-w1]' --blob AXicY2BgAAAABAAB --world-size 1 --timeout 5"
 
 
@@ -217,15 +265,32 @@ def test_after(rank_pool, n):
 
 def test_a_pool_that_cant_restart_is_a_campaign_error_and_the_crash_stays_the_failure(tmp_path):
     write(tmp_path, "test_pool.py", CRASH_THEN_NO_RESTART)
-    result = run_cli(["run", "test_pool.py", "--max-examples", "30", "--world-size", "1", "--database", "db",
-                      "--report", "r.json", "--junit", ""], cwd=tmp_path)
+    result = run_cli(
+        [
+            "run",
+            "test_pool.py",
+            "--max-examples",
+            "30",
+            "--world-size",
+            "1",
+            "--database",
+            "db",
+            "--report",
+            "r.json",
+            "--junit",
+            "",
+        ],
+        cwd=tmp_path,
+    )
     out = result.stdout + result.stderr
     assert result.returncode == 1, out
     report = read_report(tmp_path / "r.json")
     crash, after = report["properties"]
     assert crash["status"] == "error", crash
-    assert crash["reason"] == ("the rank pool can't run examples: its ranks could not be restarted "
-                               "(PoolStartupError: planted: no room for the ranks' files)"), crash["reason"]
+    assert crash["reason"] == (
+        "the rank pool can't run examples: its ranks could not be restarted "
+        "(PoolStartupError: planted: no room for the ranks' files)"
+    ), crash["reason"]
     [failure] = crash["failures"]  # the crash found before; nothing of the pool's own
     assert failure["summary"].startswith("RankCrash"), failure
     assert failure["saved"] is True

@@ -50,7 +50,7 @@ def test_run_without_jobs_takes_the_rule_and_jobs_1_keeps_one_worker(monkeypatch
     assert _resolved_jobs(["--worker", "0/2"]) == 1  # a --jobs worker never starts workers of its own
 
 
-TWO = '''
+TWO = """
 from hypothesis import given, strategies as st
 
 def echo(ctx, k):
@@ -63,7 +63,7 @@ def test_one(rank_pool, k):
 @given(k=st.integers(0, 9))
 def test_two(rank_pool, k):
     assert rank_pool.run(echo, k) == [k] * rank_pool.world_size
-'''
+"""
 
 
 def test_fuzzdist_run_uses_the_cores_by_default(tmp_path):
@@ -76,9 +76,28 @@ def test_fuzzdist_run_uses_the_cores_by_default(tmp_path):
     write(tmp_path, "test_two.py", TWO)
     env = cli_env()
     env.pop("FUZZDIST_JOBS", None)
-    result = subprocess.run([sys.executable, "-m", "fuzzdist", "run", "test_two.py", "--max-examples", "3",
-                             "--database", "db", "--junit", "", "--progress", "plain"],
-                            cwd=tmp_path, env=env, text=True, capture_output=True, timeout=600)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fuzzdist",
+            "run",
+            "test_two.py",
+            "--max-examples",
+            "3",
+            "--database",
+            "db",
+            "--junit",
+            "",
+            "--progress",
+            "plain",
+        ],
+        cwd=tmp_path,
+        env=env,
+        text=True,
+        capture_output=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     report = read_report(tmp_path / "fuzzdist-report.json")
     assert len(report["workers"]) == expected

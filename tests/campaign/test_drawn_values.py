@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from fuzzdist.campaign.failures import example_text
 from fuzzdist.compat import hypothesis_internals as hc
 
-DRAWS = '''
+DRAWS = """
 from hypothesis import event, given, note, strategies as st
 
 def check(ctx, n):
@@ -27,13 +27,30 @@ def test_draws(rank_pool, data, op):
     note(f"the shape chosen: ({n}, 2) on {placement}")
     event("secret-event-label")
     rank_pool.run(check, n)
-'''
+"""
 
 
 def test_draws_and_notes_are_shown_in_the_summary_the_json_and_the_html(tmp_path):
     write(tmp_path, "test_draws.py", DRAWS)
-    result = run_cli(["run", "test_draws.py", "--max-examples", "200", "--world-size", "1", "--report", "r.json",
-                      "--html", "r.html", "--junit", "", "--database", "db"], cwd=tmp_path)
+    result = run_cli(
+        [
+            "run",
+            "test_draws.py",
+            "--max-examples",
+            "200",
+            "--world-size",
+            "1",
+            "--report",
+            "r.json",
+            "--html",
+            "r.html",
+            "--junit",
+            "",
+            "--database",
+            "db",
+        ],
+        cwd=tmp_path,
+    )
     assert result.returncode == 1, result.stdout + result.stderr
     [failure] = read_report(tmp_path / "r.json")["properties"][0]["failures"]
     assert failure["shrunk"], failure
@@ -41,21 +58,32 @@ def test_draws_and_notes_are_shown_in_the_summary_the_json_and_the_html(tmp_path
     example = failure["example"]
     assert all(any(line.startswith(want) for line in example.splitlines()) for want in shown), example
     assert "secret-event-label" not in example and "reproduce_failure" not in example, example
-    summary = result.stdout[result.stdout.index("minimal example:"):]
+    summary = result.stdout[result.stdout.index("minimal example:") :]
     assert all(f"\n        {line}" in summary for line in shown), summary
     page = (tmp_path / "r.html").read_text(encoding="utf-8")
     assert all(html.escape(line) in page for line in shown)
 
 
 def test_printed_example_keeps_draws_and_notes_and_stops_at_what_hypothesis_adds():
-    notes = ["a note the exception had before", "Failing test case: test_x(\n    data=data(...),\n    op=0,\n)",
-             "Draw 1 (n): 3", "Draw 2: []", "my note 3", "Explanation:\n    These lines were always ...",
-             "\nYou can reproduce this test case by temporarily adding @reproduce_failure('6.1', b'AA') as ...",
-             "Highest target score: 3  (label='x')"]
-    assert hc.printed_example(notes) == ("test_x(\n    data=data(...),\n    op=0,\n)\nDraw 1 (n): 3\nDraw 2: []\n"
-                                         "my note 3")
-    replayed = ["Trying example: test_x(\n    data=data(...),\n)", "Draw 1: 5", "noted 5",
-                "Failed to reproduce exception. Expected: ..."]
+    notes = [
+        "a note the exception had before",
+        "Failing test case: test_x(\n    data=data(...),\n    op=0,\n)",
+        "Draw 1 (n): 3",
+        "Draw 2: []",
+        "my note 3",
+        "Explanation:\n    These lines were always ...",
+        "\nYou can reproduce this test case by temporarily adding @reproduce_failure('6.1', b'AA') as ...",
+        "Highest target score: 3  (label='x')",
+    ]
+    assert hc.printed_example(notes) == (
+        "test_x(\n    data=data(...),\n    op=0,\n)\nDraw 1 (n): 3\nDraw 2: []\nmy note 3"
+    )
+    replayed = [
+        "Trying example: test_x(\n    data=data(...),\n)",
+        "Draw 1: 5",
+        "noted 5",
+        "Failed to reproduce exception. Expected: ...",
+    ]
     assert hc.printed_example(replayed, attempts=True) == "test_x(\n    data=data(...),\n)\nDraw 1: 5\nnoted 5"
 
 

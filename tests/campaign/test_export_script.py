@@ -15,7 +15,7 @@ import sys
 import pytest
 from helpers.cli_helpers import CLI_TIMEOUT, cli_env, run_cli, write
 
-PROPERTIES = '''
+PROPERTIES = """
 import os
 
 import pytest
@@ -76,7 +76,7 @@ def test_results(rank_pool, n):
 @given(spec=broadcast.SPECS, seed=broadcast.SEEDS)
 def test_own(rank_pool, spec, seed):
     broadcast.check(rank_pool, spec, 0, seed, broadcast=planted_broadcast)
-'''
+"""
 
 NAMES = ["test_raises", "test_dies", "test_results", "test_own"]
 
@@ -88,8 +88,9 @@ def _script(project, name):
 def _run_script(path):
     # A clean environment: no PYTHONPATH, so the script finds the test's module through its own PATHS.
     env = {k: v for k, v in cli_env().items() if k != "PYTHONPATH"}
-    return subprocess.run([sys.executable, str(path)], cwd="/", env=env, text=True, capture_output=True,
-                          timeout=CLI_TIMEOUT)
+    return subprocess.run(
+        [sys.executable, str(path)], cwd="/", env=env, text=True, capture_output=True, timeout=CLI_TIMEOUT
+    )
 
 
 @pytest.fixture(scope="module")
@@ -97,8 +98,10 @@ def exported(tmp_path_factory):
     """(project dir, replay result): the four planted failures stored and exported."""
     project = tmp_path_factory.mktemp("export")
     write(project, "test_props.py", PROPERTIES)
-    campaign = run_cli(["run", "test_props.py", "--max-examples", "60", "--database", "db", "--report", "r.json",
-                        "--junit", ""], cwd=project)
+    campaign = run_cli(
+        ["run", "test_props.py", "--max-examples", "60", "--database", "db", "--report", "r.json", "--junit", ""],
+        cwd=project,
+    )
     assert campaign.returncode == 1, campaign.stdout + campaign.stderr
     result = run_cli(["replay", "--database", "db", "--export-script", "out", "test_props.py"], cwd=project)
     assert result.returncode == 1, result.stdout + result.stderr
@@ -108,8 +111,9 @@ def exported(tmp_path_factory):
 def test_each_failure_is_exported_and_says_bug_then_fixed(exported):
     project, result = exported
     for name in NAMES:
-        assert f"script: out/test_props-{name}-cpu-w2-1.py (exits 1 while it fails, 0 once fixed)" in result.stdout, \
+        assert f"script: out/test_props-{name}-cpu-w2-1.py (exits 1 while it fails, 0 once fixed)" in result.stdout, (
             result.stdout
+        )
     assert "4 exported as scripts" in result.stdout.splitlines()[-1]
     text = _script(project, "test_own").read_text()
     assert "It imports fuzzdist" in text and "fuzzdist's own" in text  # its rank function is fuzzdist's
@@ -143,8 +147,7 @@ def test_an_existing_script_is_never_overwritten(exported):
     project, _ = exported
     first = _script(project, "test_raises")
     before = first.read_text()
-    again = run_cli(["replay", "--database", "db", "--export-script", "out", "test_props.py::test_raises"],
-                    cwd=project)
+    again = run_cli(["replay", "--database", "db", "--export-script", "out", "test_props.py::test_raises"], cwd=project)
     assert "script: out/test_props-test_raises-cpu-w2-1-2.py" in again.stdout, again.stdout
     assert first.read_text() == before
 
@@ -182,11 +185,11 @@ def test_bad_export_dir_is_one_line_and_exit_2_before_anything_runs(exported, tm
 
 # -- the script's code: fuzzdist's own, with torch alone ---------------------------------------
 
-PLANT = '''
+PLANT = """
 def fails_on_rank_1(ctx, n):
     if ctx.rank == 1 and n > 2:
         raise ValueError(f"planted: n={n}")
-'''
+"""
 
 
 @pytest.fixture
@@ -209,8 +212,15 @@ def planted_script(tmp_path, monkeypatch):
         payload = pickle_call(plant.fails_on_rank_1, (n,), {})
         recording.calls.append(export_script.Call(payload, derive_seed(payload), "export_plant.fails_on_rank_1"))
     failed = {"kind": "raised", "types": {1: "builtins.ValueError"}, "summary": "ValueError: planted: n=3"}
-    text = export_script.render("export_plant.py::test_x", "ValueError", "test_x(n=3)", recording, failed,
-                                torch_version="2.13.0", script_name="planted.py")
+    text = export_script.render(
+        "export_plant.py::test_x",
+        "ValueError",
+        "test_x(n=3)",
+        recording,
+        failed,
+        torch_version="2.13.0",
+        script_name="planted.py",
+    )
     path = tmp_path / "planted.py"
     path.write_text(text)
     return path, text
@@ -238,8 +248,10 @@ def test_the_script_seeds_each_call_as_the_ranks_do(planted_script):
 
     assert script["seed_everything"] is not isolation.seed_everything
     for seed in (0, 1, 2**32 + 5, 2**63 - 1):
-        (r1, t1, n1), (r2, t2, n2) = states_after(script["seed_everything"], seed), \
-            states_after(isolation.seed_everything, seed)
+        (r1, t1, n1), (r2, t2, n2) = (
+            states_after(script["seed_everything"], seed),
+            states_after(isolation.seed_everything, seed),
+        )
         assert r1 == r2 and torch.equal(t1, t2) and n1 == n2, seed
     previous = states_after(isolation.seed_everything, 1)
     assert not torch.equal(previous[1], states_after(isolation.seed_everything, 2)[1])  # the check can tell
@@ -253,8 +265,9 @@ def test_the_script_runs_with_torch_alone(planted_script, tmp_path):
     poison.mkdir(parents=True)
     (poison / "__init__.py").write_text('raise ImportError("the exported script imported fuzzdist")\n')
     env = {**cli_env(), "PYTHONPATH": str(poison.parent)}
-    run = subprocess.run([sys.executable, str(path)], cwd="/", env=env, text=True, capture_output=True,
-                         timeout=CLI_TIMEOUT)
+    run = subprocess.run(
+        [sys.executable, str(path)], cwd="/", env=env, text=True, capture_output=True, timeout=CLI_TIMEOUT
+    )
     assert run.returncode == 1, (run.stdout, run.stderr)
     assert run.stdout.startswith("BUG: rank 1 raised builtins.ValueError: planted: n=3"), run.stdout
     assert "imported fuzzdist" not in run.stderr

@@ -24,9 +24,10 @@ from fuzzdist.cli import main
 def chromium() -> str:
     return chromium_or_skip()
 
+
 # A planted bug (whose message carries markup) and a passing property, both drawing tensor specs
 # so the coverage has event pairs.
-PROPERTIES = '''
+PROPERTIES = """
 from hypothesis import given, strategies as st
 from fuzzdist import strategies as fst
 
@@ -44,7 +45,7 @@ def test_planted(rank_pool, spec, n):
 @given(spec=fst.tensor_specs(max_bytes=64))
 def test_passes(rank_pool, spec):
     rank_pool.run(shape, spec)
-'''
+"""
 
 
 def _keep(path: Path) -> None:
@@ -55,8 +56,9 @@ def _keep(path: Path) -> None:
         shutil.copy(path, Path(where) / path.name)
 
 
-@pytest.mark.parametrize("required, outcome", [(None, pytest.skip.Exception), ("0", pytest.skip.Exception),
-                                               ("1", pytest.fail.Exception)])
+@pytest.mark.parametrize(
+    "required, outcome", [(None, pytest.skip.Exception), ("0", pytest.skip.Exception), ("1", pytest.fail.Exception)]
+)
 def test_without_chromium_the_tests_skip_unless_it_is_required(tmp_path, monkeypatch, required, outcome):
     monkeypatch.setenv("PATH", str(tmp_path))  # nothing to find there
     if required is None:
@@ -69,9 +71,13 @@ def test_without_chromium_the_tests_skip_unless_it_is_required(tmp_path, monkeyp
 
 def test_the_browser_check_sees_console_errors_exceptions_and_fetches(tmp_path, chromium):
     """The detection itself: a page with a console.error, an uncaught exception and a failed fetch."""
-    bad = write(tmp_path, "bad.html", "<!DOCTYPE html><html><body><p>x</p><script>console.error('boom');"
-                                      "console.log('just-a-log')</script><script>notDefined()</script>"
-                                      '<img src="http://127.0.0.1:1/missing.png"></body></html>')
+    bad = write(
+        tmp_path,
+        "bad.html",
+        "<!DOCTYPE html><html><body><p>x</p><script>console.error('boom');"
+        "console.log('just-a-log')</script><script>notDefined()</script>"
+        '<img src="http://127.0.0.1:1/missing.png"></body></html>',
+    )
     seen = load(bad.as_uri(), chromium)
     errors = "\n".join(seen.errors)
     assert "console.error: boom" in errors and "ReferenceError: notDefined is not defined" in errors, errors
@@ -84,8 +90,25 @@ def test_the_browser_check_sees_console_errors_exceptions_and_fetches(tmp_path, 
 
 def test_a_campaigns_page_loads_cleanly_in_chromium(tmp_path, chromium):
     write(tmp_path, "test_tiny.py", PROPERTIES)
-    proc = start_cli(["run", "test_tiny.py", "--max-examples", "60", "--world-size", "1", "--report", "r.json",
-                      "--html", "r.html", "--junit", "", "--progress", "none"], cwd=tmp_path)
+    proc = start_cli(
+        [
+            "run",
+            "test_tiny.py",
+            "--max-examples",
+            "60",
+            "--world-size",
+            "1",
+            "--report",
+            "r.json",
+            "--html",
+            "r.html",
+            "--junit",
+            "",
+            "--progress",
+            "none",
+        ],
+        cwd=tmp_path,
+    )
     # While it runs, the page is there already, says so, and reloads itself.
     wait_for_report(tmp_path / "r.json", lambda r: r["status"] == "running", proc)
     deadline = time.monotonic() + 30

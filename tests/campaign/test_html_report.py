@@ -25,13 +25,17 @@ EVIL = "<script>alert('x')</script>"
 
 # -- the time series ------------------------------------------------------------------------
 
+
 def test_series_keeps_a_sample_per_interval_and_always_the_latest():
     series = TimeSeries(interval=1.0, max_points=10)
     for t in (0.0, 0.4, 1.0, 1.5, 2.2, 2.3):
         series.add(t, t * 10)
     assert [s[0] for s in series.samples()] == [0.0, 1.0, 2.2, 2.3]  # 0.4 and 1.5 were too close
-    assert series.to_dict(("t_s", "examples")) == {"interval_s": 1.0, "t_s": [0.0, 1.0, 2.2, 2.3],
-                                                   "examples": [0.0, 10.0, 22.0, 23.0]}
+    assert series.to_dict(("t_s", "examples")) == {
+        "interval_s": 1.0,
+        "t_s": [0.0, 1.0, 2.2, 2.3],
+        "examples": [0.0, 10.0, 22.0, 23.0],
+    }
 
 
 def test_a_long_series_is_downsampled_evenly_and_stays_bounded():
@@ -47,7 +51,7 @@ def test_a_long_series_is_downsampled_evenly_and_stays_bounded():
     assert times[0] == 0.0 and times[-1] == 99_999.0  # the whole run: its start and where it is now
     gaps = {b - a for a, b in zip(times[:-2], times[1:-1], strict=True)}  # the latest may come early
     assert gaps == {series.interval}, gaps  # evenly spread
-    assert series.interval == 2 ** 11  # doubled each time it filled: 100,000 s / 2048 s = 48.8 samples
+    assert series.interval == 2**11  # doubled each time it filled: 100,000 s / 2048 s = 48.8 samples
     assert all(s[1] == s[0] for s in samples)  # each sample kept whole
 
 
@@ -59,6 +63,7 @@ def test_series_arguments_are_checked():
 
 
 # -- the event pairs ------------------------------------------------------------------------
+
 
 def test_event_labels_split_into_key_and_value():
     assert split_event("dtype=float32") == ("dtype", "float32")
@@ -80,6 +85,7 @@ def test_event_pairs_count_examples_per_pair_of_values_up_to_a_bound():
 
 # -- what the page computes -----------------------------------------------------------------
 
+
 def test_rates_and_failure_steps():
     assert rates([0.0, 2.0, 2.0, 4.0], [0, 10, 10, 30]) == [(2.0, 5.0), (4.0, 10.0)]  # a zero-length step skipped
     steps = failure_steps([{"found_after_s": 7.0}, {"found_after_s": 3.0}], start=1.0, end=9.0)
@@ -92,29 +98,78 @@ def test_rates_and_failure_steps():
 def _report(**changes) -> dict:
     """A hand-written JSON report: one failing property (user text with markup everywhere), one passing."""
     failing = {
-        "nodeid": f"test_x.py::test_{EVIL}[cpu-w2]", "status": "failed", "examples": 40, "invalid_examples": 1,
-        "examples_per_s": 20.0, "elapsed_s": 2.0, "rounds": 2, "stop_reason": "max examples", "reason": None,
+        "nodeid": f"test_x.py::test_{EVIL}[cpu-w2]",
+        "status": "failed",
+        "examples": 40,
+        "invalid_examples": 1,
+        "examples_per_s": 20.0,
+        "elapsed_s": 2.0,
+        "rounds": 2,
+        "stop_reason": "max examples",
+        "reason": None,
         "distinct_failures": 1,
-        "failures": [{"origin": f"ValueError at {EVIL}", "kind": "failure", "summary": f"ValueError: {EVIL}",
-                      "example": f"test_x(s='{EVIL}')", "traceback": f"Traceback ...\nValueError: {EVIL}",
-                      "reproduce_failure": None, "reproduce": f"pytest 'test_x.py::test_{EVIL}[cpu-w2]'",
-                      "found_after_examples": 5, "found_after_s": 1.5, "from_database": False, "shrunk": True,
-                      "occurrences": 9, "hang": None}],
-        "events": {"dtype=float32": 30, "dtype=int8": 10, "layout=contiguous": 25, "layout=transposed": 15,
-                   f"{EVIL}=1": 2, "known torch bug: gloo-x": 1},
-        "event_pairs": [{"x": "dtype", "y": "layout", "cells": [["float32", "contiguous", 20],
-                                                                ["float32", "transposed", 10],
-                                                                ["int8", "contiguous", 5]]}],
+        "failures": [
+            {
+                "origin": f"ValueError at {EVIL}",
+                "kind": "failure",
+                "summary": f"ValueError: {EVIL}",
+                "example": f"test_x(s='{EVIL}')",
+                "traceback": f"Traceback ...\nValueError: {EVIL}",
+                "reproduce_failure": None,
+                "reproduce": f"pytest 'test_x.py::test_{EVIL}[cpu-w2]'",
+                "found_after_examples": 5,
+                "found_after_s": 1.5,
+                "from_database": False,
+                "shrunk": True,
+                "occurrences": 9,
+                "hang": None,
+            }
+        ],
+        "events": {
+            "dtype=float32": 30,
+            "dtype=int8": 10,
+            "layout=contiguous": 25,
+            "layout=transposed": 15,
+            f"{EVIL}=1": 2,
+            "known torch bug: gloo-x": 1,
+        },
+        "event_pairs": [
+            {
+                "x": "dtype",
+                "y": "layout",
+                "cells": [["float32", "contiguous", 20], ["float32", "transposed", 10], ["int8", "contiguous", 5]],
+            }
+        ],
         "event_pairs_dropped": 0,
-        "series": {"interval_s": 1.0, "t_s": [1.0, 2.0, 3.0], "examples": [0, 25, 40],
-                   "invalid_examples": [0, 1, 1], "distinct_failures": [0, 1, 1]},
+        "series": {
+            "interval_s": 1.0,
+            "t_s": [1.0, 2.0, 3.0],
+            "examples": [0, 25, 40],
+            "invalid_examples": [0, 1, 1],
+            "distinct_failures": [0, 1, 1],
+        },
     }
-    passing = {"nodeid": "test_y.py::test_ok[cpu-w2]", "status": "passed", "examples": 100, "examples_per_s": 50.0,
-               "elapsed_s": 2.0, "failures": [], "distinct_failures": 0, "events": {}}  # an older report's
-    report = {"format": 1, "fuzzdist_version": "0.1.0", "status": "finished", "command": ["fuzzdist", "run", EVIL],
-              "started": "2026-01-01T00:00:00+00:00", "elapsed_s": 5.0, "budget": {"duration_s": 5.0},
-              "totals": {"properties": 2, "examples": 140, "distinct_failures": 1, "failing_properties": 1},
-              "properties": [failing, passing]}
+    passing = {
+        "nodeid": "test_y.py::test_ok[cpu-w2]",
+        "status": "passed",
+        "examples": 100,
+        "examples_per_s": 50.0,
+        "elapsed_s": 2.0,
+        "failures": [],
+        "distinct_failures": 0,
+        "events": {},
+    }  # an older report's
+    report = {
+        "format": 1,
+        "fuzzdist_version": "0.1.0",
+        "status": "finished",
+        "command": ["fuzzdist", "run", EVIL],
+        "started": "2026-01-01T00:00:00+00:00",
+        "elapsed_s": 5.0,
+        "budget": {"duration_s": 5.0},
+        "totals": {"properties": 2, "examples": 140, "distinct_failures": 1, "failing_properties": 1},
+        "properties": [failing, passing],
+    }
     report.update(changes)
     return report
 
@@ -126,10 +181,10 @@ def test_the_page_has_every_section_and_shows_the_pairs_never_reached():
     assert page.count('class="failure ') == 1 and page.count('class="pair-grid"') == 1
     assert page.count("<svg") == 2  # the failures timeline; the failing property's throughput (the other has none)
     assert "No time series in this report" in page  # the report without one still renders
-    grid = page[page.index('class="pair-grid"'):]
+    grid = page[page.index('class="pair-grid"') :]
     assert "1 of 4 pairs never reached" in grid
     assert re.search(r'<td class="never" title="dtype=int8 with layout=transposed: never reached">', grid), grid[:2000]
-    assert "1 of 4" in page[:page.index('id="timeline"')]  # the summary table counts it too
+    assert "1 of 4" in page[: page.index('id="timeline"')]  # the summary table counts it too
     assert 'http-equiv="refresh"' not in page  # finished: nothing to follow
 
 
@@ -139,8 +194,10 @@ def test_user_text_is_escaped_everywhere_and_nothing_is_fetched(known):
     assert "<script" not in page.lower()  # pygal's own config script is removed too
     assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page  # shown as text
     links = re.findall(r"<a [^>]*>", page)  # a link is followed only when clicked: the upstream issues
-    assert all(re.fullmatch(r'<a href="(#[^"]*|https://github\.com/pytorch/pytorch/issues/\d+)"( rel="noreferrer")?>',
-                            a) for a in links), links
+    assert all(
+        re.fullmatch(r'<a href="(#[^"]*|https://github\.com/pytorch/pytorch/issues/\d+)"( rel="noreferrer")?>', a)
+        for a in links
+    ), links
     fetched = re.sub(r"<a [^>]*>", "", page)
     assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", fetched, re.I)
     assert not re.search(r"url\(\s*['\"]?(https?:)?//", page, re.I)
@@ -148,9 +205,15 @@ def test_user_text_is_escaped_everywhere_and_nothing_is_fetched(known):
     assert not re.search(r"""href\s*=\s*["']?\s*javascript:""", page, re.I)  # a bad upstream stays text
 
 
-KNOWN_BUG = {"id": "gloo-x-wrong", "count": 7, "summary": f"gloo's x writes the wrong elements {EVIL}",
-             "upstream": "https://github.com/pytorch/pytorch/issues/123", "reproducer": "docs/findings/gloo-x-wrong.py",
-             "example": f"shape=(2, 3), note='{EVIL}'", "failure": f"RankError: rank 1: got 8 {EVIL}"}
+KNOWN_BUG = {
+    "id": "gloo-x-wrong",
+    "count": 7,
+    "summary": f"gloo's x writes the wrong elements {EVIL}",
+    "upstream": "https://github.com/pytorch/pytorch/issues/123",
+    "reproducer": "docs/findings/gloo-x-wrong.py",
+    "example": f"shape=(2, 3), note='{EVIL}'",
+    "failure": f"RankError: rank 1: got 8 {EVIL}",
+}
 
 
 def _known_report() -> dict:
@@ -158,32 +221,43 @@ def _known_report() -> dict:
     report = _report()
     failing, passing = report["properties"]
     other = dict(KNOWN_BUG, id="nn-y-grad", count=2, upstream="javascript:alert(1)", reproducer=None)
-    failing.update(status="known", failures=[], distinct_failures=0, known_sightings=9,
-                   known_bugs=[KNOWN_BUG, other])
-    report["totals"].update(distinct_failures=0, failing_properties=0, known_sightings=9,
-                            known_bugs=["gloo-x-wrong", "nn-y-grad"], properties_with_known_bugs=1)
+    failing.update(status="known", failures=[], distinct_failures=0, known_sightings=9, known_bugs=[KNOWN_BUG, other])
+    report["totals"].update(
+        distinct_failures=0,
+        failing_properties=0,
+        known_sightings=9,
+        known_bugs=["gloo-x-wrong", "nn-y-grad"],
+        properties_with_known_bugs=1,
+    )
     return report
 
 
 def test_known_sightings_are_shown_apart_from_failures():
     page = render_page(_known_report())
-    summary = page[:page.index('id="known"')]
+    summary = page[: page.index('id="known"')]
     assert '<p class="headline known">' in summary and 'class="good"' not in summary  # not green, not failed
-    assert ("0 distinct failure(s) in 0 of 2 properties; 9 sighting(s) of 2 known torch bug(s) in 1 properties"
-            in summary)
+    assert (
+        "0 distinct failure(s) in 0 of 2 properties; 9 sighting(s) of 2 known torch bug(s) in 1 properties" in summary
+    )
     row = re.search(r'<tr class="status-known">.*?</tr>', summary).group(0)
     assert '<td class="n known">9</td>' in row  # the known column
     assert "<th>known</th>" in summary
     assert all(r.count("<td") == 8 for r in re.findall(r'<tr class="status-[a-z]+">.*?</tr>', summary))
-    known = page[page.index('id="known"'):page.index('id="timeline"')]
+    known = page[page.index('id="known"') : page.index('id="timeline"')]
     assert known.count('class="known-bug"') == 2
-    for text in ("gloo-x-wrong", "&times;7", "gloo&#x27;s x writes the wrong elements &lt;script&gt;",
-                 '<a href="https://github.com/pytorch/pytorch/issues/123" rel="noreferrer">',
-                 "python docs/findings/gloo-x-wrong.py", "shape=(2, 3), note=&#x27;&lt;script&gt;",
-                 "RankError: rank 1: got 8", "test_x.py::test_"):
+    for text in (
+        "gloo-x-wrong",
+        "&times;7",
+        "gloo&#x27;s x writes the wrong elements &lt;script&gt;",
+        '<a href="https://github.com/pytorch/pytorch/issues/123" rel="noreferrer">',
+        "python docs/findings/gloo-x-wrong.py",
+        "shape=(2, 3), note=&#x27;&lt;script&gt;",
+        "RankError: rank 1: got 8",
+        "test_x.py::test_",
+    ):
         assert text in known, text
     assert "upstream: javascript:alert(1)</li>" in known  # shown, not linked
-    prop = page[page.index('id="prop-0"'):page.index('id="prop-1"')]
+    prop = page[page.index('id="prop-0"') : page.index('id="prop-1"')]
     assert "None found." not in prop and "None found apart from the known torch bugs below." in prop
     assert "9 sighting(s) of known torch bugs" in prop and prop.count('class="known-bug"') == 2
     assert '<span class="status status-known">known</span>' in prop
@@ -213,6 +287,7 @@ def test_reports_fuzzdist_can_not_read_are_refused():
 
 # -- fuzzdist report ------------------------------------------------------------------------
 
+
 def test_fuzzdist_report_writes_the_page(tmp_path, capsys):
     (tmp_path / "r.json").write_text(json.dumps(_report(status="running")), encoding="utf-8")
     assert main(["report", str(tmp_path / "r.json"), "--html", str(tmp_path / "r.html")]) == 0
@@ -220,11 +295,14 @@ def test_fuzzdist_report_writes_the_page(tmp_path, capsys):
     assert "HTML report:" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("content, message", [
-    (None, "can't read .*r.json \\(No such file or directory\\): pass the JSON report"),
-    ("{not json", "r.json is not JSON .*: pass the JSON report fuzzdist run wrote"),
-    ('{"a": 1}', "r.json: it is not a fuzzdist campaign report"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (None, "can't read .*r.json \\(No such file or directory\\): pass the JSON report"),
+        ("{not json", "r.json is not JSON .*: pass the JSON report fuzzdist run wrote"),
+        ('{"a": 1}', "r.json: it is not a fuzzdist campaign report"),
+    ],
+)
 def test_fuzzdist_report_bad_input_is_one_line_and_exit_2(tmp_path, capsys, content, message):
     if content is not None:
         (tmp_path / "r.json").write_text(content, encoding="utf-8")
@@ -274,10 +352,27 @@ def test_fuzzdist_run_says_when_the_page_could_not_be_written(project, capsys, m
 
     (project / "properties" / "test_p.py").write_text(
         "from hypothesis import given, strategies as st\n\n@given(st.integers())\ndef test_p(n):\n    pass\n",
-        encoding="utf-8")
+        encoding="utf-8",
+    )
     monkeypatch.setattr("fuzzdist.campaign.html_report.render_page", broken)
-    assert main(["run", "--max-examples", "2", "--report", "r.json", "--html", "r.html", "--junit", "",
-                 "--progress", "none"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--max-examples",
+                "2",
+                "--report",
+                "r.json",
+                "--html",
+                "r.html",
+                "--junit",
+                "",
+                "--progress",
+                "none",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "HTML report: r.html NOT WRITTEN (ValueError: planted: no page)" in out, out
     assert "JSON report: r.json\n" in out and not (project / "r.html").exists()
@@ -288,6 +383,12 @@ def test_a_chart_whose_secondary_series_has_no_point_yet_is_drawn():
     axis with no point, so the page must still be written, with the series that have points."""
     from fuzzdist.campaign.charts import xy_chart
 
-    svg = xy_chart("examples", [("prop", [(0.0, 1.0), (1.0, 5.0)])], x_title="s", y_title="examples",
-                   secondary=[("failures", [])], secondary_title="failures")
+    svg = xy_chart(
+        "examples",
+        [("prop", [(0.0, 1.0), (1.0, 5.0)])],
+        x_title="s",
+        y_title="examples",
+        secondary=[("failures", [])],
+        secondary_title="failures",
+    )
     assert svg.startswith("<svg") and "prop" in svg and "failures (failures)" not in svg

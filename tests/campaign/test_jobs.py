@@ -15,7 +15,7 @@ from fuzzdist.cli import main
 from fuzzdist.errors import JobsError
 
 # test_bug fails on almost every input (worker 0 gets it); test_passes never fails (worker 1).
-BUG_AND_PASS = '''
+BUG_AND_PASS = """
 from hypothesis import given, strategies as st
 
 def check(ctx, n):
@@ -32,17 +32,21 @@ def test_bug(rank_pool, n):
 @given(k=st.integers(0, 10**9))
 def test_passes(rank_pool, k):
     assert rank_pool.run(echo, k) == [k] * rank_pool.world_size
-'''
+"""
 
 
 # -- bad input ------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("jobs", "env", "message"), [
-    ("0", {}, "--jobs 0: give at least 1 worker"),
-    ("two", {}, "--jobs 'two' is not a whole number"),
-    ("999", {}, "--jobs 999 is more than the"),
-    ("2", {"TORCHELASTIC_RUN_ID": "x"}, "--jobs is not supported under torchrun"),
-])
+
+@pytest.mark.parametrize(
+    ("jobs", "env", "message"),
+    [
+        ("0", {}, "--jobs 0: give at least 1 worker"),
+        ("two", {}, "--jobs 'two' is not a whole number"),
+        ("999", {}, "--jobs 999 is more than the"),
+        ("2", {"TORCHELASTIC_RUN_ID": "x"}, "--jobs is not supported under torchrun"),
+    ],
+)
 def test_bad_jobs_is_one_line_and_exit_2_before_anything_runs(tmp_path, monkeypatch, capsys, jobs, env, message):
     write(tmp_path, "test_x.py", BUG_AND_PASS)
     monkeypatch.chdir(tmp_path)
@@ -60,8 +64,11 @@ def test_check_jobs_gpus_and_cores():
     assert gpu_slices(["0", "1", "2", "3", "4", "5", "6", "7"], 4, 2) == ["0,1", "2,3", "4,5", "6,7"]
     assert gpu_slices(["3", "5", "7"], 3, 1) == ["3", "5", "7"]  # of CUDA_VISIBLE_DEVICES as given
     assert check_jobs(2, "cuda", 2, in_torchrun=False, cores=16, gpus=["0", "1", "2", "3"]) == ["0,1", "2,3"]
-    with pytest.raises(JobsError, match=r"needs 8 GPUs \(4 workers x 2 ranks each\), but 4 are visible: "
-                                        r"use --jobs 2 or fewer"):
+    with pytest.raises(
+        JobsError,
+        match=r"needs 8 GPUs \(4 workers x 2 ranks each\), but 4 are visible: "
+        r"use --jobs 2 or fewer",
+    ):
         check_jobs(4, "cuda", 2, in_torchrun=False, cores=16, gpus=["0", "1", "2", "3"])
     with pytest.raises(JobsError, match="run on a node with more GPUs"):
         gpu_slices(["0"], 2, 2)
@@ -71,16 +78,35 @@ def test_check_jobs_gpus_and_cores():
 
 # -- merging ------------------------------------------------------------------------------------
 
+
 def test_merge_one_property_from_two_workers():
-    a = {"nodeid": "t", "status": "passed", "examples": 10, "invalid_examples": 1, "elapsed_s": 2.0,
-         "failures": [{"origin": "X", "summary": "x", "occurrences": 2, "shrunk": False, "example": "big"}],
-         "events": {"dtype=f32": 3}, "targets": {"size": 4.0}, "stop_reason": "time budget",
-         "event_pairs": [{"x": "a", "y": "b", "cells": [["1", "2", 3]]}]}
-    b = {"nodeid": "t", "status": "failed", "examples": 5, "invalid_examples": 0, "elapsed_s": 2.5,
-         "failures": [{"origin": "X", "summary": "x", "occurrences": 1, "shrunk": True, "example": "small"},
-                      {"origin": "Y", "summary": "y", "occurrences": 1}],
-         "events": {"dtype=f32": 1, "dtype=f64": 2}, "targets": {"size": 9.0}, "stop_reason": "time budget",
-         "event_pairs": [{"x": "a", "y": "b", "cells": [["1", "2", 1], ["1", "3", 1]]}]}
+    a = {
+        "nodeid": "t",
+        "status": "passed",
+        "examples": 10,
+        "invalid_examples": 1,
+        "elapsed_s": 2.0,
+        "failures": [{"origin": "X", "summary": "x", "occurrences": 2, "shrunk": False, "example": "big"}],
+        "events": {"dtype=f32": 3},
+        "targets": {"size": 4.0},
+        "stop_reason": "time budget",
+        "event_pairs": [{"x": "a", "y": "b", "cells": [["1", "2", 3]]}],
+    }
+    b = {
+        "nodeid": "t",
+        "status": "failed",
+        "examples": 5,
+        "invalid_examples": 0,
+        "elapsed_s": 2.5,
+        "failures": [
+            {"origin": "X", "summary": "x", "occurrences": 1, "shrunk": True, "example": "small"},
+            {"origin": "Y", "summary": "y", "occurrences": 1},
+        ],
+        "events": {"dtype=f32": 1, "dtype=f64": 2},
+        "targets": {"size": 9.0},
+        "stop_reason": "time budget",
+        "event_pairs": [{"x": "a", "y": "b", "cells": [["1", "2", 1], ["1", "3", 1]]}],
+    }
     merged = merge_properties([a, b])
     assert merged["examples"] == 15 and merged["invalid_examples"] == 1 and merged["elapsed_s"] == 2.5
     assert merged["status"] == "failed" and merged["stop_reason"] == "time budget"
@@ -95,8 +121,11 @@ def test_merge_junit_keeps_one_case_per_property_the_worst(tmp_path):
     def suite(path, cases):
         path.write_text("<testsuites><testsuite>" + "".join(cases) + "</testsuite></testsuites>")
         return str(path)
-    one = suite(tmp_path / "0.xml", ['<testcase classname="m" name="a" time="1"/>',
-                                     '<testcase classname="m" name="b" time="1"/>'])
+
+    one = suite(
+        tmp_path / "0.xml",
+        ['<testcase classname="m" name="a" time="1"/>', '<testcase classname="m" name="b" time="1"/>'],
+    )
     two = suite(tmp_path / "1.xml", ['<testcase classname="m" name="a" time="1"><failure message="f"/></testcase>'])
     merge_junit([one, two, str(tmp_path / "missing.xml")], str(tmp_path / "out.xml"))
     root = ET.parse(tmp_path / "out.xml").getroot()
@@ -105,6 +134,7 @@ def test_merge_junit_keeps_one_case_per_property_the_worst(tmp_path):
 
 
 # -- whole campaigns ------------------------------------------------------------------------------
+
 
 def _alive(pid: int) -> bool:
     try:
@@ -120,11 +150,31 @@ def _alive(pid: int) -> bool:
 
 def test_a_worker_killed_mid_campaign_loses_nothing_and_the_others_go_on(tmp_path):
     write(tmp_path, "test_x.py", BUG_AND_PASS)
-    proc = start_cli(["run", "test_x.py", "--jobs", "2", "--duration", "8s", "--database", "db",
-                      "--report", "r.json", "--junit", "j.xml", "--progress", "plain"], cwd=tmp_path)
+    proc = start_cli(
+        [
+            "run",
+            "test_x.py",
+            "--jobs",
+            "2",
+            "--duration",
+            "8s",
+            "--database",
+            "db",
+            "--report",
+            "r.json",
+            "--junit",
+            "j.xml",
+            "--progress",
+            "plain",
+        ],
+        cwd=tmp_path,
+    )
     try:
-        found = wait_for_report(tmp_path / "r.json", lambda r: r["totals"]["distinct_failures"] >= 1
-                                and all(w["properties"] for w in r["workers"]), proc=proc)
+        found = wait_for_report(
+            tmp_path / "r.json",
+            lambda r: r["totals"]["distinct_failures"] >= 1 and all(w["properties"] for w in r["workers"]),
+            proc=proc,
+        )
         [killed] = [w for w in found["workers"] if w["properties"] == ["test_x.py::test_bug[cpu-w2]"]]
         os.kill(killed["pid"], signal.SIGKILL)
         result = finish(proc, timeout=120)
@@ -149,11 +199,33 @@ def test_a_worker_killed_mid_campaign_loses_nothing_and_the_others_go_on(tmp_pat
 def test_sigterm_stops_every_worker_and_writes_the_merged_report(tmp_path):
     """One property, two workers on it, told apart by seed."""
     write(tmp_path, "test_x.py", BUG_AND_PASS)
-    proc = start_cli(["run", "test_x.py::test_passes", "--jobs", "2", "--duration", "120s", "--seed", "5",
-                      "--database", "db", "--report", "r.json", "--junit", "", "--progress", "none"], cwd=tmp_path)
+    proc = start_cli(
+        [
+            "run",
+            "test_x.py::test_passes",
+            "--jobs",
+            "2",
+            "--duration",
+            "120s",
+            "--seed",
+            "5",
+            "--database",
+            "db",
+            "--report",
+            "r.json",
+            "--junit",
+            "",
+            "--progress",
+            "none",
+        ],
+        cwd=tmp_path,
+    )
     try:
-        running = wait_for_report(tmp_path / "r.json", lambda r: len(r["workers"]) == 2
-                                  and all(w["examples"] > 0 for w in r["workers"]), proc=proc)
+        running = wait_for_report(
+            tmp_path / "r.json",
+            lambda r: len(r["workers"]) == 2 and all(w["examples"] > 0 for w in r["workers"]),
+            proc=proc,
+        )
         proc.send_signal(signal.SIGTERM)
         result = finish(proc, timeout=90)
     finally:

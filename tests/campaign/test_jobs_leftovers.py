@@ -47,8 +47,9 @@ def test_a_child_given_the_lock_keeps_the_folder_owned_after_its_parent_is_gone(
     import sys
 
     owned = make_owned_dir("r.json.workers-", dir=tmp_path)
-    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE,
-                             pass_fds=(owned.fileno(),))
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE, pass_fds=(owned.fileno(),)
+    )
     try:
         owned.release()  # the parent's own hold is gone
         work_directory(str(tmp_path / "r.json")).release()

@@ -17,7 +17,7 @@ import fuzzdist
 
 ROOT = os.path.dirname(fuzzdist.__file__)
 
-ECHO = '''
+ECHO = """
 from hypothesis import given, strategies as st
 
 def echo(ctx, k):
@@ -26,7 +26,7 @@ def echo(ctx, k):
 @given(k=st.integers(0, 10**9))
 def test_echo(rank_pool, k):
     assert rank_pool.run(echo, k) == [k] * rank_pool.world_size
-'''
+"""
 
 
 def _descendants(root: int) -> list[int]:
@@ -50,13 +50,38 @@ def _descendants(root: int) -> list[int]:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds descendants through /proc")
 def test_workers_and_their_ranks_die_with_a_sigkilled_parent(tmp_path):
     write(tmp_path, "test_x.py", ECHO)
-    parent = start_cli(["run", "test_x.py", "--jobs", "2", "--duration", "300s", "--seed", "1", "--world-size", "2",
-                        "--database", "db", "--report", "r.json", "--junit", "", "--html", "",
-                        "--progress", "none"], cwd=tmp_path)
+    parent = start_cli(
+        [
+            "run",
+            "test_x.py",
+            "--jobs",
+            "2",
+            "--duration",
+            "300s",
+            "--seed",
+            "1",
+            "--world-size",
+            "2",
+            "--database",
+            "db",
+            "--report",
+            "r.json",
+            "--junit",
+            "",
+            "--html",
+            "",
+            "--progress",
+            "none",
+        ],
+        cwd=tmp_path,
+    )
     tree: list[int] = []
     try:
-        running = wait_for_report(tmp_path / "r.json", lambda r: len(r["workers"]) == 2
-                                  and all(w["examples"] > 0 for w in r["workers"]), proc=parent)
+        running = wait_for_report(
+            tmp_path / "r.json",
+            lambda r: len(r["workers"]) == 2 and all(w["examples"] > 0 for w in r["workers"]),
+            proc=parent,
+        )
         workers = [w["pid"] for w in running["workers"]]
         tree = _descendants(parent.pid)
         assert set(workers) <= set(tree)
@@ -80,7 +105,7 @@ def test_workers_and_their_ranks_die_with_a_sigkilled_parent(tmp_path):
 
 
 # Where prctl is missing the worker's own thread does the work: stands for a worker, started by a middle process.
-WORKER = '''
+WORKER = """
 import os, signal, sys, time, types
 
 for name in ("fuzzdist", "fuzzdist.pool", "fuzzdist.campaign"):  # the two modules alone: no torch, starts at once
@@ -105,22 +130,25 @@ print(os.getpid(), flush=True)
 deadline = time.monotonic() + 120
 while time.monotonic() < deadline:  # "stuck" ignores the SIGTERM: only the SIGKILL after the grace ends it
     time.sleep(0.05)
-'''
+"""
 
-MIDDLE = '''
+MIDDLE = """
 import subprocess, sys, time
 subprocess.Popen([sys.executable, *sys.argv[1:]])
 time.sleep(120)
-'''
+"""
 
 
 @pytest.mark.parametrize("mode", ["clean", "stuck"])
 def test_without_prctl_the_worker_watches_its_parent(tmp_path, mode):
     (tmp_path / "worker.py").write_text(WORKER)
     out = tmp_path / "signalled"
-    middle = subprocess.Popen([sys.executable, "-c", MIDDLE, str(tmp_path / "worker.py"), mode, str(out)],
-                              stdout=subprocess.PIPE, text=True,
-                              env={**os.environ, "PYTHONUNBUFFERED": "1", "FUZZDIST_ROOT": ROOT})
+    middle = subprocess.Popen(
+        [sys.executable, "-c", MIDDLE, str(tmp_path / "worker.py"), mode, str(out)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", "FUZZDIST_ROOT": ROOT},
+    )
     worker = None
     try:
         assert middle.stdout is not None

@@ -15,7 +15,7 @@ import sys
 import pytest
 from helpers.cli_helpers import CLI_TIMEOUT, cli_env, read_report, run_cli, write
 
-PROPERTIES = '''
+PROPERTIES = """
 import pytest
 from hypothesis import given, strategies as st
 
@@ -52,7 +52,7 @@ def test_changed(rank_pool, n):
 @given(n=st.integers(0, 10**6))
 def test_removed(rank_pool, n):
     rank_pool.run(check, n)
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -60,8 +60,10 @@ def replayed(tmp_path_factory):
     """(project dir, campaign report, replay result) after fixing, changing and removing tests."""
     project = tmp_path_factory.mktemp("replay")
     path = write(project, "test_props.py", PROPERTIES)
-    campaign = run_cli(["run", "test_props.py", "--max-examples", "60", "--database", "db",
-                        "--report", "r.json", "--junit", ""], cwd=project)
+    campaign = run_cli(
+        ["run", "test_props.py", "--max-examples", "60", "--database", "db", "--report", "r.json", "--junit", ""],
+        cwd=project,
+    )
     assert campaign.returncode == 1, campaign.stdout + campaign.stderr
     report = read_report(project / "r.json")
     assert all(len(p["failures"]) == 1 and p["failures"][0]["shrunk"] for p in report["properties"]), report
@@ -69,7 +71,7 @@ def replayed(tmp_path_factory):
     source = source.replace('        raise KeyError(f"bug about to be fixed: n={n}")', "        pass  # fixed")
     source = source.replace("def test_changed(rank_pool, n):\n", "def test_changed(rank_pool, n):\n    n = int(n)\n")
     removed = "@pytest.mark.fuzzdist(world_size=2)\n@given(n=st.integers(0, 10**6))\ndef test_removed"
-    source = source[:source.index(removed)]
+    source = source[: source.index(removed)]
     path.write_text(source)
     result = run_cli(["replay", "--database", "db", "--export", "test_props.py"], cwd=project)
     return project, report, result
@@ -79,7 +81,7 @@ def _block(stdout: str, header: str) -> str:
     """The lines printed for one stored failure, from its header line to the next blank line."""
     start = stdout.index(header)
     end = re.compile(r"\n(?=\S)").search(stdout, start + len(header))  # the next unindented line
-    return stdout[start:end.start() if end else None]
+    return stdout[start : end.start() if end else None]
 
 
 def test_replay_prints_minimal_example_rank_tracebacks_and_reproduce_command(replayed):
@@ -89,12 +91,20 @@ def test_replay_prints_minimal_example_rank_tracebacks_and_reproduce_command(rep
     assert re.search(r"minimal example:\n\s+test_pinnable\(\n.*\n\s+n=1000,\n\s+\)", block), block
     assert "--- rank 1 traceback ---" in block and "ValueError: planted bug: n=1000" in block
     assert 'test_props.py", line 7, in check' in block  # the remote raising site
-    command = "pytest -p fuzzdist.campaign --fuzzdist-database=db 'test_props.py::test_pinnable[cpu-w2]' " \
-              "--hypothesis-profile=replay"
+    command = (
+        "pytest -p fuzzdist.campaign --fuzzdist-database=db 'test_props.py::test_pinnable[cpu-w2]' "
+        "--hypothesis-profile=replay"
+    )
     assert f"reproduce: {command}" in block
     # The command reproduces it under plain pytest.
-    plain = subprocess.run([sys.executable, "-m", *shlex.split(command)], cwd=project, env=cli_env(), text=True,
-                           capture_output=True, timeout=CLI_TIMEOUT)
+    plain = subprocess.run(
+        [sys.executable, "-m", *shlex.split(command)],
+        cwd=project,
+        env=cli_env(),
+        text=True,
+        capture_output=True,
+        timeout=CLI_TIMEOUT,
+    )
     assert plain.returncode == 1 and "ValueError: planted bug: n=1000" in plain.stdout, plain.stdout
     assert "1 failed" in plain.stdout
 
@@ -117,13 +127,19 @@ def test_fixed_bug_is_reported_as_no_longer_failing(replayed):
 
 def test_changed_and_removed_tests_are_reported(replayed):
     _, report, result = replayed
-    assert ("OLDER VERSION   test_props.py::test_changed[cpu-w2]: 1 stored failure(s) under an older version "
-            "of the test") in result.stdout, result.stdout
+    assert (
+        "OLDER VERSION   test_props.py::test_changed[cpu-w2]: 1 stored failure(s) under an older version of the test"
+    ) in result.stdout, result.stdout
     # ... replayed against the current version, where the bug is still there:
-    assert "FAILS           test_props.py::test_changed[cpu-w2] (stored under an older version of the test)" \
+    assert (
+        "FAILS           test_props.py::test_changed[cpu-w2] (stored under an older version of the test)"
         in result.stdout
-    assert "GONE            test_props.py::test_removed[cpu-w2]: 1 stored failure(s) of a test that no longer " \
-           "exists" in result.stdout
+    )
+    assert (
+        "GONE            test_props.py::test_removed[cpu-w2]: 1 stored failure(s) of a test that no longer "
+        "exists" in result.stdout
+    )
     assert result.stdout.rstrip().splitlines()[-1] == (
         "replay: 3 still fail, 1 no longer fail, 1 properties with failures stored under an older version of the "
-        "test, 1 stored for tests that no longer exist")
+        "test, 1 stored for tests that no longer exist"
+    )

@@ -16,16 +16,42 @@ EVIL = '<img src=x onerror="alert(1)">'
 
 
 def _report() -> dict:
-    prop = {"nodeid": "test_x.py::test_a", "status": "failed", "examples": 4, "invalid_examples": 0,
-            "examples_per_s": 2.0, "elapsed_s": 2.0, "rounds": 1, "distinct_failures": 1,
-            "failures": [{"origin": "o", "kind": "failure", "summary": "s", "example": "e", "reproduce": "r",
-                          "found_after_examples": 1, "found_after_s": 0.5, "occurrences": 1, "hang": None}],
-            "events": {"dtype=int8": 3}, "event_pairs": [{"x": "dtype", "y": "layout",
-                                                          "cells": [["int8", "contiguous", 3]]}],
-            "series": {"t_s": [1.0, 2.0], "examples": [1, 4]}, "known_bugs": []}
-    return {"format": 1, "status": "finished", "command": ["fuzzdist", "run"], "elapsed_s": 2.0,
-            "budget": {"duration_s": 2.0}, "totals": {"properties": 1, "examples": 4, "distinct_failures": 1,
-                                                       "failing_properties": 1}, "properties": [prop]}
+    prop = {
+        "nodeid": "test_x.py::test_a",
+        "status": "failed",
+        "examples": 4,
+        "invalid_examples": 0,
+        "examples_per_s": 2.0,
+        "elapsed_s": 2.0,
+        "rounds": 1,
+        "distinct_failures": 1,
+        "failures": [
+            {
+                "origin": "o",
+                "kind": "failure",
+                "summary": "s",
+                "example": "e",
+                "reproduce": "r",
+                "found_after_examples": 1,
+                "found_after_s": 0.5,
+                "occurrences": 1,
+                "hang": None,
+            }
+        ],
+        "events": {"dtype=int8": 3},
+        "event_pairs": [{"x": "dtype", "y": "layout", "cells": [["int8", "contiguous", 3]]}],
+        "series": {"t_s": [1.0, 2.0], "examples": [1, 4]},
+        "known_bugs": [],
+    }
+    return {
+        "format": 1,
+        "status": "finished",
+        "command": ["fuzzdist", "run"],
+        "elapsed_s": 2.0,
+        "budget": {"duration_s": 2.0},
+        "totals": {"properties": 1, "examples": 4, "distinct_failures": 1, "failing_properties": 1},
+        "properties": [prop],
+    }
 
 
 def _set(path: str, value):
@@ -103,12 +129,15 @@ def test_every_value_is_escaped_even_where_a_number_is_expected():
 
 # -- nothing to plot ---------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("statuses", [[], ["pending", "pending"], ["skipped", "skipped"]])
 def test_a_page_with_nothing_to_plot_says_so_in_words(tmp_path, capsys, statuses):
     """No property started yet, or every one skipped: the page is written, the charts say why they are empty."""
     report = _report()
-    report["properties"] = [{"nodeid": f"test_x.py::test_{i}", "status": status, "examples": 0,
-                             "failures": [], "events": {}} for i, status in enumerate(statuses)]
+    report["properties"] = [
+        {"nodeid": f"test_x.py::test_{i}", "status": status, "examples": 0, "failures": [], "events": {}}
+        for i, status in enumerate(statuses)
+    ]
     page = render_page(check_report(report))
     assert "Distinct failures over time: nothing to plot yet" in page or "no property has run" in page
     (tmp_path / "r.json").write_text(json.dumps(report), encoding="utf-8")
@@ -117,11 +146,13 @@ def test_a_page_with_nothing_to_plot_says_so_in_words(tmp_path, capsys, statuses
 
 def test_the_failures_chart_of_many_properties_keeps_its_axis_title_and_a_legend_in_columns():
     report = _report()
-    report["properties"] = [dict(_report()["properties"][0], nodeid=f"properties/test_family_{i}.py::test_some_"
-                                 f"long_property_name_{i}") for i in range(36)]
+    report["properties"] = [
+        dict(_report()["properties"][0], nodeid=f"properties/test_family_{i}.py::test_some_long_property_name_{i}")
+        for i in range(36)
+    ]
     page = render_page(check_report(report))
-    timeline = page[page.index('id="timeline"'):page.index('id="prop-0"')]
-    titles = re.findall(r'<text[^>]*rotate\(-90[^>]*>(.*?)</text>', timeline)
+    timeline = page[page.index('id="timeline"') : page.index('id="prop-0"')]
+    titles = re.findall(r"<text[^>]*rotate\(-90[^>]*>(.*?)</text>", timeline)
     assert titles == ["distinct failures"], titles  # one piece, not broken letter by letter
 
 
@@ -130,7 +161,7 @@ def test_a_chart_of_properties_without_failures_plots_only_those_with_some():
     quiet = dict(report["properties"][0], nodeid="test_x.py::test_quiet", failures=[], distinct_failures=0)
     report["properties"].append(quiet)
     page = render_page(check_report(report))
-    timeline = page[page.index('id="timeline"'):page.index('id="prop-0"')]
+    timeline = page[page.index('id="timeline"') : page.index('id="prop-0"')]
     assert "test_x.py::test_a" in timeline and "test_quiet" not in timeline
     assert "1 other propert" in timeline
 
@@ -140,8 +171,11 @@ def test_a_chart_of_properties_without_failures_plots_only_those_with_some():
 NOT_FINITE = [
     ("properties.0.targets", {"loss": float("inf")}, r"properties\[0\].targets.loss should be a finite number"),
     ("properties.0.startup_s", float("nan"), r"properties\[0\].startup_s should be a finite number"),
-    ("coverage", {"files": {}, "percent": float("-inf"), "lines_reached": 1},
-     r"coverage.percent should be a finite number"),
+    (
+        "coverage",
+        {"files": {}, "percent": float("-inf"), "lines_reached": 1},
+        r"coverage.percent should be a finite number",
+    ),
     ("coverage", {"files": {}, "timeline": [[float("inf"), 3]]}, r"coverage.timeline\[0\]\[0\] should be a finite"),
 ]
 
@@ -180,7 +214,8 @@ def test_the_pair_grids_drawn_are_bounded_and_those_left_out_are_named(tmp_path,
 
     report = _report()
     report["properties"][0]["event_pairs"] = [
-        {"x": f"a{i}", "y": f"b{i}", "cells": [[f"v{j}", f"w{j}", 1] for j in range(40)]} for i in range(100)]
+        {"x": f"a{i}", "y": f"b{i}", "cells": [[f"v{j}", f"w{j}", 1] for j in range(40)]} for i in range(100)
+    ]
     page = render_page(check_report(report))
     drawn = page.count('<div class="pair-grid">')
     assert drawn == MAX_GRID_CELLS // 1600
@@ -194,8 +229,9 @@ def test_the_page_draws_at_most_its_share_of_grid_cells_over_all_properties():
 
     report = _report()
     prop = report["properties"][0]
-    prop["event_pairs"] = [{"x": f"a{i}", "y": f"b{i}", "cells": [[f"v{j}", f"w{j}", 1] for j in range(40)]}
-                           for i in range(6)]
+    prop["event_pairs"] = [
+        {"x": f"a{i}", "y": f"b{i}", "cells": [[f"v{j}", f"w{j}", 1] for j in range(40)]} for i in range(6)
+    ]
     report["properties"] = [dict(prop, nodeid=f"test_x.py::test_{i}") for i in range(20)]
     page = render_page(check_report(report))
     assert page.count('class="never"') <= MAX_PAGE_GRID_CELLS

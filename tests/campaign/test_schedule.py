@@ -22,8 +22,13 @@ def drive(scheduler: Scheduler, finds, done=None, cost=None) -> list:
         if grant.examples is not None:
             examples = min(examples, grant.examples)
         seconds = grant.seconds if grant.examples is None else examples * each
-        scheduler.record(grant, seconds, finds(grant.nodeid, visits[grant.nodeid]),
-                         (done or {}).get((grant.nodeid, visits[grant.nodeid])), examples=examples)
+        scheduler.record(
+            grant,
+            seconds,
+            finds(grant.nodeid, visits[grant.nodeid]),
+            (done or {}).get((grant.nodeid, visits[grant.nodeid])),
+            examples=examples,
+        )
     return grants
 
 
@@ -35,7 +40,10 @@ def test_floors_first_in_order_each_a_number_of_examples_then_slices_to_the_prop
     s = Scheduler(["a", "b", "c"], budget_s=60, slice_s=5)
     grants = drive(s, lambda n, v: 10 if n == "b" else 0)
     assert [(g.nodeid, g.kind, g.examples) for g in grants[:3]] == [
-        ("a", "floor", FLOOR_EXAMPLES), ("b", "floor", FLOOR_EXAMPLES), ("c", "floor", FLOOR_EXAMPLES)]
+        ("a", "floor", FLOOR_EXAMPLES),
+        ("b", "floor", FLOOR_EXAMPLES),
+        ("c", "floor", FLOOR_EXAMPLES),
+    ]
     assert {g.nodeid for g in grants[3:]} == {"b"}  # only b ever finds anything
     assert all(g.examples is None for g in grants[3:])  # slices are time
     assert s.share("a")["why"] == "floor 0s"  # 20 examples at 10 ms: 0.2 s
@@ -71,10 +79,13 @@ def test_a_property_that_already_ran_its_floor_examples_gets_no_second_floor():
 def test_new_behaviour_is_normalised_per_property_so_variety_alone_does_not_buy_time():
     # varied: every visit reaches 10 new event values, but it knows hundreds; focused: one new value a
     # visit, of few.  Raw counts would give varied every slice; normalised, focused wins.
-    assert score(Finds(behaviours=10), known_behaviours=500, known_lines=0, lines_on=False) < \
-        score(Finds(behaviours=1), known_behaviours=5, known_lines=0, lines_on=False)
-    grants = drive(Scheduler(["varied", "focused"], budget_s=100, slice_s=2),
-                   lambda n, v: 300 if (n == "varied" and v == 1) else 10 if n == "varied" else 1)
+    assert score(Finds(behaviours=10), known_behaviours=500, known_lines=0, lines_on=False) < score(
+        Finds(behaviours=1), known_behaviours=5, known_lines=0, lines_on=False
+    )
+    grants = drive(
+        Scheduler(["varied", "focused"], budget_s=100, slice_s=2),
+        lambda n, v: 300 if (n == "varied" and v == 1) else 10 if n == "varied" else 1,
+    )
     assert time_of(grants, "focused", "adaptive") > time_of(grants, "varied", "adaptive")
 
 
@@ -90,6 +101,7 @@ def test_lines_are_the_main_signal_where_coverage_is_on_and_ignored_where_it_is_
 
     def finds(n, v):
         return Finds(behaviours=5) if n == "events" else Finds(lines=5)
+
     on = drive(Scheduler(["events", "lines"], budget_s=60, slice_s=2, lines_on=True), finds)
     assert time_of(on, "lines", "adaptive") > time_of(on, "events", "adaptive")
     off = drive(Scheduler(["events", "lines"], budget_s=60, slice_s=2), finds)
@@ -107,21 +119,25 @@ def test_a_slice_lasts_a_few_of_the_property_s_examples_and_the_cost_is_reported
 
 def test_a_property_that_stops_finding_loses_its_share():
     # a finds a lot at first (a failure, then events), then nothing; b finds a little, steadily.
-    grants = drive(Scheduler(["a", "b"], budget_s=200, slice_s=5),
-                   lambda n, v: (Finds(failures=1, behaviours=20) if v <= 2 else 0) if n == "a" else 1)
+    grants = drive(
+        Scheduler(["a", "b"], budget_s=200, slice_s=5),
+        lambda n, v: (Finds(failures=1, behaviours=20) if v <= 2 else 0) if n == "a" else 1,
+    )
     adaptive = "".join(g.nodeid for g in grants if g.kind == "adaptive")
     # a's rate is the highest after the floors; once its decayed rate falls below b's, b gets most slices
     # (not all: b's own normalised finds shrink as it learns more, and a's decayed rate is then a tie-breaker)
     assert adaptive[0] == "a"
-    half = adaptive[len(adaptive) // 2:]
+    half = adaptive[len(adaptive) // 2 :]
     assert half.count("b") > 3 * half.count("a")
     assert time_of(grants, "b", "adaptive") > time_of(grants, "a", "adaptive")
 
 
 def test_refinding_a_known_failure_is_not_new_behaviour():
     # a's only find is its failure in the floor (1); re-finding it later counts 0; b finds 1 per visit.
-    grants = drive(Scheduler(["a", "b"], budget_s=40, slice_s=2),
-                   lambda n, v: (Finds(failures=1) if v == 1 else 0) if n == "a" else 1)
+    grants = drive(
+        Scheduler(["a", "b"], budget_s=40, slice_s=2),
+        lambda n, v: (Finds(failures=1) if v == 1 else 0) if n == "a" else 1,
+    )
     assert time_of(grants, "a", "adaptive") < time_of(grants, "b", "adaptive")
 
 
@@ -150,6 +166,7 @@ def test_deterministic_and_within_budget_when_visits_overrun():
             # shrinking overran the slice
             s.record(g, min(g.seconds, 2.0) * 1.5, {"a": 3, "b": 1, "c": 0}[g.nodeid], examples=10)
         return out
+
     assert run() == run()
     assert len(run()) < 50
 
@@ -161,7 +178,6 @@ def test_bad_arguments():
         Scheduler(["a"], budget_s=10, decay=1.0)
     with pytest.raises(ValueError, match="floor_examples"):
         Scheduler(["a"], budget_s=10, floor_examples=-1)
-
 
 
 def test_the_campaign_hands_the_schedule_failures_behaviour_and_lines_apart():
@@ -179,7 +195,7 @@ def test_the_campaign_hands_the_schedule_failures_behaviour_and_lines_apart():
     assert before == Finds(failures=0, behaviours=2, lines=0)
 
 
-EVENTS_AND_FLAT = '''
+EVENTS_AND_FLAT = """
 from hypothesis import event, given, strategies as st
 
 def echo(ctx, k):
@@ -193,13 +209,28 @@ def test_flat(rank_pool, k):
 def test_events(rank_pool, k, s):
     event(f"s={s}")
     assert rank_pool.run(echo, k) == [k] * rank_pool.world_size
-'''
+"""
 
 
 def test_adaptive_campaign_gives_the_time_to_the_property_finding_events(tmp_path):
     write(tmp_path, "test_adapt.py", EVENTS_AND_FLAT)
-    result = run_cli(["run", "test_adapt.py", "--duration", "5s", "--seed", "3", "--progress", "plain",
-                      "--database", "db", "--junit", "j.xml"], cwd=tmp_path)
+    result = run_cli(
+        [
+            "run",
+            "test_adapt.py",
+            "--duration",
+            "5s",
+            "--seed",
+            "3",
+            "--progress",
+            "plain",
+            "--database",
+            "db",
+            "--junit",
+            "j.xml",
+        ],
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     report = read_report(tmp_path / "fuzzdist-report.json")
     props = {p["nodeid"].split("::")[1]: p for p in report["properties"]}

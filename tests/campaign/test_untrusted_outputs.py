@@ -21,7 +21,7 @@ SECRET = "s3cret-Pw"
 
 # `fuzzdist` with a stand-in for the Redis client: each connection's URL and password are noted in
 # connections.jsonl, and the "Redis" database is the directory db/ (no redis-server needed).
-FAKE_REDIS_CLI = '''
+FAKE_REDIS_CLI = """
 import json, sys
 import redis
 import hypothesis.extra.redis as extra_redis
@@ -40,9 +40,9 @@ if __name__ == "__main__":  # the ranks spawned re-import this module
     extra_redis.RedisExampleDatabase = lambda client, **kwargs: DirectoryBasedExampleDatabase("db")
     from fuzzdist.cli import main
     sys.exit(main(sys.argv[1:]))
-'''
+"""
 
-ONE_BUG = '''
+ONE_BUG = """
 from hypothesis import given, strategies as st
 
 def check(ctx, n):
@@ -52,15 +52,21 @@ def check(ctx, n):
 @given(n=st.integers(0, 10**9))
 def test_bug(rank_pool, n):
     rank_pool.run(check, n)
-'''
+"""
 
 
 def _fake_redis_cli(tmp_path, args: list[str], env: dict | None = None):
     import subprocess
 
     write(tmp_path, "fake_redis_cli.py", FAKE_REDIS_CLI)
-    return subprocess.run([sys.executable, "fake_redis_cli.py", *args], cwd=tmp_path, text=True,
-                          capture_output=True, timeout=CLI_TIMEOUT, env={**cli_env(), **(env or {})})
+    return subprocess.run(
+        [sys.executable, "fake_redis_cli.py", *args],
+        cwd=tmp_path,
+        text=True,
+        capture_output=True,
+        timeout=CLI_TIMEOUT,
+        env={**cli_env(), **(env or {})},
+    )
 
 
 def _connections(tmp_path) -> list[dict]:
@@ -68,15 +74,18 @@ def _connections(tmp_path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-@pytest.mark.parametrize("url, shown", [
-    ("redis://:s3cret@host:6379/0", "redis://:***@host:6379/0"),
-    ("rediss://alice:p@ss@host/1", "rediss://alice:***@host/1"),
-    ("redis://host/0?password=s3cret&db=1", "redis://host/0?password=***&db=1"),
-    ("unix://:s3cret@/run/redis.sock?db=0", "unix://:***@/run/redis.sock?db=0"),
-    ("--database=redis://:s3cret@host/0", "--database=redis://:***@host/0"),
-    ("redis://host:6379/0", "redis://host:6379/0"),
-    ("db/examples", "db/examples"),
-])
+@pytest.mark.parametrize(
+    "url, shown",
+    [
+        ("redis://:s3cret@host:6379/0", "redis://:***@host:6379/0"),
+        ("rediss://alice:p@ss@host/1", "rediss://alice:***@host/1"),
+        ("redis://host/0?password=s3cret&db=1", "redis://host/0?password=***&db=1"),
+        ("unix://:s3cret@/run/redis.sock?db=0", "unix://:***@/run/redis.sock?db=0"),
+        ("--database=redis://:s3cret@host/0", "--database=redis://:***@host/0"),
+        ("redis://host:6379/0", "redis://host:6379/0"),
+        ("db/examples", "db/examples"),
+    ],
+)
 def test_redact_hides_every_redis_password(url, shown):
     assert redact(url) == shown
 
@@ -84,9 +93,25 @@ def test_redact_hides_every_redis_password(url, shown):
 def test_a_redis_password_is_in_no_output_and_the_reproduce_command_hides_it(tmp_path):
     write(tmp_path, "test_one.py", ONE_BUG)
     url = f"redis://:{SECRET}@127.0.0.1:6390/0"
-    result = _fake_redis_cli(tmp_path, ["run", "test_one.py", "--database", url, "--max-examples", "30",
-                                        "--world-size", "1", "--report", "r.json", "--html", "r.html",
-                                        "--junit", "j.xml"])
+    result = _fake_redis_cli(
+        tmp_path,
+        [
+            "run",
+            "test_one.py",
+            "--database",
+            url,
+            "--max-examples",
+            "30",
+            "--world-size",
+            "1",
+            "--report",
+            "r.json",
+            "--html",
+            "r.html",
+            "--junit",
+            "j.xml",
+        ],
+    )
     assert result.returncode == 1, result.stdout + result.stderr
     for name in ("r.json", "r.html", "j.xml"):
         assert SECRET not in (tmp_path / name).read_text(encoding="utf-8"), name
@@ -104,8 +129,7 @@ def test_a_password_file_gives_the_password_and_one_others_can_read_is_refused(t
     write(tmp_path, "test_one.py", ONE_BUG)
     secret_file = write(tmp_path, "redis.pw", SECRET + "\n")
     secret_file.chmod(0o644)
-    args = ["replay", "test_one.py", "--database", "redis://127.0.0.1:6390/0",
-            "--database-password-file", "redis.pw"]
+    args = ["replay", "test_one.py", "--database", "redis://127.0.0.1:6390/0", "--database-password-file", "redis.pw"]
     refused = _fake_redis_cli(tmp_path, args)
     assert refused.returncode == 2, refused.stdout + refused.stderr
     assert refused.stderr.count("\n") == 1 and "chmod 600 redis.pw" in refused.stderr, refused.stderr
@@ -130,6 +154,7 @@ def test_a_redacted_url_takes_its_password_from_the_environment_or_says_where_to
 
 # -- strings from outside ----------------------------------------------------------------------
 
+
 def test_plain_escapes_what_could_drive_a_terminal_and_keeps_lines():
     hostile = "a\x1b]0;title\x07b\x1b[2K\r\x9b\u202ec\udcff"
     assert plain(hostile) == "a\\x1b]0;title\\x07b\\x1b[2K\\r\\x9b\\u202ec\\udcff"
@@ -137,13 +162,13 @@ def test_plain_escapes_what_could_drive_a_terminal_and_keeps_lines():
     assert one_line("a\nb\tc") == "a\\nb\\tc"
 
 
-PLAIN_PROPERTY = '''
+PLAIN_PROPERTY = """
 from hypothesis import given, strategies as st
 
 @given(n=st.integers())
 def test_p(n):
     pass
-'''
+"""
 
 
 def test_replay_prints_a_hostile_node_id_as_plain_text_and_skips_an_oversized_entry(tmp_path):
@@ -159,8 +184,9 @@ def test_replay_prints_a_hostile_node_id_as_plain_text_and_skips_an_oversized_en
     assert result.returncode == 0, out + result.stderr
     assert not any(c in out for c in "\x1b\x07\r"), out
     assert "GONE            test_h.py::test_gone\\x1b]0;pwned\\x07\\x1b[2K\\rFAKE\\nFAILS: 1 stored" in out, out
-    assert (f"TOO LARGE       test_h.py::test_p: 1 stored entry larger than {MAX_ENTRY_BYTES:,} bytes skipped "
-            "unread") in out, out
+    assert (
+        f"TOO LARGE       test_h.py::test_p: 1 stored entry larger than {MAX_ENTRY_BYTES:,} bytes skipped unread"
+    ) in out, out
     assert "1 too large to read (skipped)" in out, out
     assert list(db.fetch(b"k2")) == [b"x" * (MAX_ENTRY_BYTES + 1)]  # left in the database, as it was
 
@@ -168,11 +194,17 @@ def test_replay_prints_a_hostile_node_id_as_plain_text_and_skips_an_oversized_en
 def test_the_campaign_summary_prints_drawn_text_as_plain_text():
     from fuzzdist.campaign.report import CampaignState, FailureRecord, PropertyState, summary_text
 
-    state = CampaignState(command=["fuzzdist", "run"], device="cpu", database="db", duration_s=None,
-                          max_examples=10, world_size=None)
+    state = CampaignState(
+        command=["fuzzdist", "run"], device="cpu", database="db", duration_s=None, max_examples=10, world_size=None
+    )
     prop = state.properties["t.py::test_x"] = PropertyState("t.py::test_x", status="failed")
-    prop.failures["o"] = FailureRecord(origin="o", kind="failure", summary="ValueError: \x1b]0;pwned\x07",
-                                       example="test_x(s='\x1b[2J')\nDraw 1: '\x9b1m'", shrunk=True)
+    prop.failures["o"] = FailureRecord(
+        origin="o",
+        kind="failure",
+        summary="ValueError: \x1b]0;pwned\x07",
+        example="test_x(s='\x1b[2J')\nDraw 1: '\x9b1m'",
+        shrunk=True,
+    )
     text = summary_text(state, None, None)
     assert not any(c in text for c in "\x1b\x07\x9b"), text
     assert "ValueError: \\x1b]0;pwned\\x07" in text and "Draw 1: '\\x9b1m'" in text
@@ -184,8 +216,9 @@ def test_a_progress_line_prints_a_failure_message_as_one_plain_line():
     from fuzzdist.campaign.progress import PlainProgress
     from fuzzdist.campaign.report import CampaignState, PropertyState
 
-    state = CampaignState(command=["fuzzdist", "run"], device="cpu", database="db", duration_s=None,
-                          max_examples=10, world_size=None)
+    state = CampaignState(
+        command=["fuzzdist", "run"], device="cpu", database="db", duration_s=None, max_examples=10, world_size=None
+    )
     stream = io.StringIO()
     PlainProgress(stream).new_failure(state, PropertyState("t.py::test_x"), "ValueError: \x1b[2K\rfake\nline", False)
     assert stream.getvalue().endswith("new failure in t.py::test_x: ValueError: \\x1b[2K\\rfake\\nline\n")
@@ -196,9 +229,19 @@ def test_jobs_workers_get_the_password_file_not_the_password():
 
     from fuzzdist.campaign.jobs import worker_argv
 
-    args = argparse.Namespace(targets=[], schedule="adaptive", duration=None, max_examples=5, seed=None,
-                              device="cpu", database="redis://host/0", database_password_file="redis.pw",
-                              world_size=None, timeout=None, cover=None)
+    args = argparse.Namespace(
+        targets=[],
+        schedule="adaptive",
+        duration=None,
+        max_examples=5,
+        seed=None,
+        device="cpu",
+        database="redis://host/0",
+        database_password_file="redis.pw",
+        world_size=None,
+        timeout=None,
+        cover=None,
+    )
     argv = worker_argv(args, 0, 2, "w0.json", "w0.xml")
     assert argv[argv.index("--database-password-file") + 1] == "redis.pw"
 
@@ -219,16 +262,29 @@ def test_an_unreachable_redis_is_one_line_without_its_password(tmp_path, monkeyp
 
 def test_a_campaign_leaves_an_oversized_entry_unread_and_says_so(tmp_path):
     write(tmp_path, "test_h.py", PLAIN_PROPERTY)
-    args = ["run", "test_h.py", "--max-examples", "5", "--database", "db", "--report", "r.json", "--junit", "",
-            "--progress", "plain"]
+    args = [
+        "run",
+        "test_h.py",
+        "--max-examples",
+        "5",
+        "--database",
+        "db",
+        "--report",
+        "r.json",
+        "--junit",
+        "",
+        "--progress",
+        "plain",
+    ]
     first = run_cli(args, cwd=tmp_path)
     assert first.returncode == 0, first.stdout + first.stderr
     key = bytes.fromhex(read_report(tmp_path / "r.json")["properties"][0]["database_key"])
     DirectoryBasedExampleDatabase(str(tmp_path / "db")).save(key, b"x" * (MAX_ENTRY_BYTES + 1))
     result = run_cli(args, cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert (f"test_h.py::test_p: 1 stored entry larger than {MAX_ENTRY_BYTES:,} bytes skipped unread"
-            in result.stdout), result.stdout
+    assert f"test_h.py::test_p: 1 stored entry larger than {MAX_ENTRY_BYTES:,} bytes skipped unread" in result.stdout, (
+        result.stdout
+    )
 
 
 def test_a_database_path_with_a_non_utf8_byte_gets_its_page_written_and_read_back(tmp_path):
@@ -236,9 +292,29 @@ def test_a_database_path_with_a_non_utf8_byte_gets_its_page_written_and_read_bac
     import subprocess
 
     write(tmp_path, "test_h.py", PLAIN_PROPERTY)
-    run = subprocess.run([sys.executable, "-m", "fuzzdist", "run", "test_h.py", "--max-examples", "5",
-                          "--database", b"db\xff", "--report", "r.json", "--html", "r.html", "--junit", ""],
-                         cwd=tmp_path, env=cli_env(), capture_output=True, timeout=CLI_TIMEOUT)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fuzzdist",
+            "run",
+            "test_h.py",
+            "--max-examples",
+            "5",
+            "--database",
+            b"db\xff",
+            "--report",
+            "r.json",
+            "--html",
+            "r.html",
+            "--junit",
+            "",
+        ],
+        cwd=tmp_path,
+        env=cli_env(),
+        capture_output=True,
+        timeout=CLI_TIMEOUT,
+    )
     out = run.stdout.decode("utf-8", "replace")
     assert run.returncode == 0 and "NOT WRITTEN" not in out, out + run.stderr.decode("utf-8", "replace")
     assert "db\\udcff" in (tmp_path / "r.html").read_text(encoding="utf-8")

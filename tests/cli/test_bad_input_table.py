@@ -14,7 +14,7 @@ CAMPAIGNS = Path(__file__).resolve().parents[2] / "docs" / "campaigns.md"
 def _table() -> str:
     text = CAMPAIGNS.read_text(encoding="utf-8")
     start = text.index("### Bad input, option by option")
-    return text[start:text.index("\n## ", start)]
+    return text[start : text.index("\n## ", start)]
 
 
 def test_the_bad_input_table_covers_every_option_of_every_command():

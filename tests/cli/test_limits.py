@@ -9,13 +9,13 @@ from helpers.cli_helpers import write
 from fuzzdist.cli import main
 from fuzzdist.pool.capabilities import pool_args
 
-PROPERTY = '''
+PROPERTY = """
 from hypothesis import given, strategies as st
 
 @given(n=st.integers())
 def test_prop(n):
     pass
-'''
+"""
 
 
 @pytest.fixture
@@ -37,25 +37,32 @@ def _one_line_error(capsys, argv, *expected):
     return err
 
 
-@pytest.mark.parametrize("argv, expected", [
-    (["run", "--duration", "-5s"], ["bad --duration '-5s': it must be longer than 0s"]),
-    (["run", "--duration", "-1h30m"], ["bad --duration '-1h30m': it must be longer than 0s"]),
-    (["check-pg", "m:f", "--duration", "-5s"], ["bad --duration '-5s'"]),
-    (["run", "--duration", "99999999d"], ["bad --duration '99999999d': it is more than a year"]),
-    (["run", "--timeout", "inf"], ["'inf' is not a finite number of seconds"]),
-    (["run", "--timeout", "nan"], ["'nan' must be more than 0 seconds"]),
-    (["run", "--timeout", "0.001"], ["'0.001' is below 1 second", "false hang"]),
-    (["run", "--timeout", "1e9"], ["'1e9' is more than a week"]),
-    (["replay", "--timeout", "inf"], ["'inf' is not a finite number of seconds"]),
-    (["check-pg", "m:f", "--timeout", "0.01"], ["'0.01' is below 1 second"]),
-    (["run", "--progress-interval", "inf"], ["'inf' is not a finite number of seconds"]),
-    (["run", "--world-size", "1000"], ["argument --world-size: 1000: this machine can hold about",
-                                       "pass at most"]),
-    (["check-pg", "m:f", "-w", "2", "-w", "1000"], ["1000: this machine can hold about"]),
-    (["check-pg", "m:f", "--max-bytes", str(2**62)], [f"--max-bytes {2**62}: at world size 3 the ranks would hold "
-                                                       "about 18 tensors of that size", "pass at most"]),
-    (["check-pg", "m:f", "-w", "8", "--max-bytes", str(2**36)], ["at world size 8", "about 128 tensors"]),
-])
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["run", "--duration", "-5s"], ["bad --duration '-5s': it must be longer than 0s"]),
+        (["run", "--duration", "-1h30m"], ["bad --duration '-1h30m': it must be longer than 0s"]),
+        (["check-pg", "m:f", "--duration", "-5s"], ["bad --duration '-5s'"]),
+        (["run", "--duration", "99999999d"], ["bad --duration '99999999d': it is more than a year"]),
+        (["run", "--timeout", "inf"], ["'inf' is not a finite number of seconds"]),
+        (["run", "--timeout", "nan"], ["'nan' must be more than 0 seconds"]),
+        (["run", "--timeout", "0.001"], ["'0.001' is below 1 second", "false hang"]),
+        (["run", "--timeout", "1e9"], ["'1e9' is more than a week"]),
+        (["replay", "--timeout", "inf"], ["'inf' is not a finite number of seconds"]),
+        (["check-pg", "m:f", "--timeout", "0.01"], ["'0.01' is below 1 second"]),
+        (["run", "--progress-interval", "inf"], ["'inf' is not a finite number of seconds"]),
+        (["run", "--world-size", "1000"], ["argument --world-size: 1000: this machine can hold about", "pass at most"]),
+        (["check-pg", "m:f", "-w", "2", "-w", "1000"], ["1000: this machine can hold about"]),
+        (
+            ["check-pg", "m:f", "--max-bytes", str(2**62)],
+            [
+                f"--max-bytes {2**62}: at world size 3 the ranks would hold about 18 tensors of that size",
+                "pass at most",
+            ],
+        ),
+        (["check-pg", "m:f", "-w", "8", "--max-bytes", str(2**36)], ["at world size 8", "about 128 tensors"]),
+    ],
+)
 def test_numbers_out_of_bounds_are_one_line_and_exit_2(project, capsys, argv, expected):
     _one_line_error(capsys, argv, *expected)
 
@@ -85,13 +92,15 @@ def test_a_rank_pool_the_machine_can_t_hold_is_refused_before_a_rank_starts(monk
         RankPool(world_size=8)
 
 
-@pytest.mark.parametrize("variable, value, expected", [
-    ("FUZZDIST_START_METHOD", "fork", "FUZZDIST_START_METHOD='fork': expected spawn or forkserver"),
-    ("FUZZDIST_SPARES", "2", "FUZZDIST_SPARES='2': expected never, always or auto"),
-])
+@pytest.mark.parametrize(
+    "variable, value, expected",
+    [
+        ("FUZZDIST_START_METHOD", "fork", "FUZZDIST_START_METHOD='fork': expected spawn or forkserver"),
+        ("FUZZDIST_SPARES", "2", "FUZZDIST_SPARES='2': expected never, always or auto"),
+    ],
+)
 @pytest.mark.parametrize("command", [["run", "--max-examples", "1"], ["replay"]])
-def test_a_bad_pool_variable_is_one_line_and_exit_2(project, capsys, monkeypatch, variable, value, expected,
-                                                     command):
+def test_a_bad_pool_variable_is_one_line_and_exit_2(project, capsys, monkeypatch, variable, value, expected, command):
     monkeypatch.setenv(variable, value)
     _one_line_error(capsys, command, expected)
 
@@ -107,9 +116,13 @@ def test_the_max_bytes_bound_follows_the_machine_s_memory_and_the_largest_world_
 
 def test_a_bad_fuzzdist_timeout_is_a_pytest_usage_error(pytester):
     pytester.makepyfile(test_nothing="def test_nothing():\n    pass\n")
-    for value, message in (("inf", "'inf' is not a finite number of seconds"), ("0", "'0' must be more than 0"),
-                           ("0.1", "'0.1' is below 1 second"), ("1e9", "'1e9' is more than a week"),
-                           ("soon", "'soon' is not a number of seconds")):
+    for value, message in (
+        ("inf", "'inf' is not a finite number of seconds"),
+        ("0", "'0' must be more than 0"),
+        ("0.1", "'0.1' is below 1 second"),
+        ("1e9", "'1e9' is more than a week"),
+        ("soon", "'soon' is not a number of seconds"),
+    ):
         result = pytester.runpytest("-p", "no:cacheprovider", f"--fuzzdist-timeout={value}")
         assert result.ret == pytest.ExitCode.USAGE_ERROR, value
         assert f"argument --fuzzdist-timeout: {message}" in result.stderr.str()

@@ -44,8 +44,14 @@ def pools(request, rank_pools):
 
 
 def test_gloo_conforms(pools, gloo_refuses):
-    report = check_process_group("fuzzdist.conformance:gloo", world_sizes=(1, 2, 3), ops=(*OPS, ASYNC),
-                                 max_examples=8, pools=pools, settings=REPEATABLE)
+    report = check_process_group(
+        "fuzzdist.conformance:gloo",
+        world_sizes=(1, 2, 3),
+        ops=(*OPS, ASYNC),
+        max_examples=8,
+        pools=pools,
+        settings=REPEATABLE,
+    )
     assert report.conforms, report.summary()
     assert report.backend == "gloo"
     # known torch bugs are sightings, neither failures nor passes: gloo's stack-form CHECK is met by
@@ -58,7 +64,8 @@ def test_gloo_conforms(pools, gloo_refuses):
     for name in lacking:
         assert statuses.pop(name) == "unsupported", report.summary()
         assert [(u.variant, u.reason) for u in report.unsupported if u.op == name] == [
-            (None, f"RuntimeError: {gloo_refuses[name]}")], report.summary()
+            (None, f"RuntimeError: {gloo_refuses[name]}")
+        ], report.summary()
     assert set(statuses.values()) <= {"conforms", "known"}, report.summary()
     assert "gloo-reduce-scatter-stack-aborts" in {k["id"] for k in report.ops["reduce_scatter_tensor"].known}
     assert all(bool(r.known) == (r.status == "known") for r in report.ops.values())
@@ -66,24 +73,37 @@ def test_gloo_conforms(pools, gloo_refuses):
     assert "ReduceOp.BXOR: int64, int32, int8, uint8, bool" in report.ops["allreduce"].supported
     refused = [(u.op, u.variant, u.reason) for u in report.unsupported]
     assert len(refused) == len(set(refused))
-    assert any(u.op == "broadcast" and "int16" in u.dtypes and "Invalid scalar type" in u.reason
-               for u in report.unsupported)
+    assert any(
+        u.op == "broadcast" and "int16" in u.dtypes and "Invalid scalar type" in u.reason for u in report.unsupported
+    )
     if "alltoall" not in lacking:  # where gloo has it, its uneven splits are probed (and refused)
         assert any(u.op == "alltoall" and u.variant == "uneven splits" for u in report.unsupported)
 
 
 def test_a_bare_gloo_backend_is_wrapped_in_a_process_group(pools):
-    report = check_process_group("fuzzdist.conformance:gloo_backend", world_sizes=(2,),
-                                 ops=("allreduce", "allgather_into_tensor", "barrier"),
-                                 dtypes=(torch.float32,), max_examples=5, pools=pools, settings=REPEATABLE)
+    report = check_process_group(
+        "fuzzdist.conformance:gloo_backend",
+        world_sizes=(2,),
+        ops=("allreduce", "allgather_into_tensor", "barrier"),
+        dtypes=(torch.float32,),
+        max_examples=5,
+        pools=pools,
+        settings=REPEATABLE,
+    )
     assert report.conforms, report.summary()
     assert [r.status for r in report.ops.values()] == ["conforms"] * 3
 
 
 @pytest.mark.parametrize("factory", ["lonely_rank", "lonely_rank_wrapper"])
 def test_seed_single_rank_group_conforms_on_one_rank(pools, factory):
-    report = check_process_group(f"helpers.planted_backends:{factory}", world_sizes=(1,), max_examples=8,
-                                 dtypes=FEW_DTYPES, pools=pools, settings=REPEATABLE)
+    report = check_process_group(
+        f"helpers.planted_backends:{factory}",
+        world_sizes=(1,),
+        max_examples=8,
+        dtypes=FEW_DTYPES,
+        pools=pools,
+        settings=REPEATABLE,
+    )
     assert report.conforms, report.summary()
     statuses = {name: r.status for name, r in report.ops.items()}
     for name in ("allreduce", "broadcast", "allgather", ASYNC, DDP):
@@ -103,9 +123,14 @@ def test_seed_single_rank_group_conforms_on_one_rank(pools, factory):
 
 
 def _failure(pools, factory, op):
-    report = check_process_group(f"helpers.planted_backends:{factory}", world_sizes=(1, 2, 3), ops=(op,),
-                                 dtypes=FEW_DTYPES, pools=pools,
-                                 settings=settings(REPEATABLE, max_examples=200))
+    report = check_process_group(
+        f"helpers.planted_backends:{factory}",
+        world_sizes=(1, 2, 3),
+        ops=(op,),
+        dtypes=FEW_DTYPES,
+        pools=pools,
+        settings=settings(REPEATABLE, max_examples=200),
+    )
     assert not report.conforms, f"the planted bug in {factory} was not caught:\n{report.summary()}"
     [failure] = report.failures
     assert failure.op == op
@@ -149,8 +174,14 @@ def memory_order_gather(rank: int, world_size: int, store: Any, device: torch.de
 def test_a_gather_that_ignores_its_inputs_strides_is_caught_and_named(pools):
     """Caught on every torch (the group is not gloo, so no known bug excuses it); its message says the slot
     holds the input's memory order, which the registry recognises as gloo's bug on gloo, and only that."""
-    report = check_process_group(memory_order_gather, world_sizes=(1, 2), ops=("gather",), dtypes=(torch.float32,),
-                                 pools=pools, settings=settings(REPEATABLE, max_examples=200))
+    report = check_process_group(
+        memory_order_gather,
+        world_sizes=(1, 2),
+        ops=("gather",),
+        dtypes=(torch.float32,),
+        pools=pools,
+        settings=settings(REPEATABLE, max_examples=200),
+    )
     [failure] = report.failures
     assert not report.ops["gather"].known, report.summary()
     call = failure.call
@@ -187,17 +218,19 @@ def test_gloos_sum_for_any_op_is_recognised_where_the_sum_overflows():
         assert known_bugs.recognise("check-pg:reduce_scatter_tensor", example, failure(other)) is None, other
 
 
-@pytest.mark.parametrize("op, reduce_op", [("allreduce", "SUM"), ("allreduce", "MAX"), ("reduce", "MAX"),
-                                           ("reduce_scatter_tensor", "SUM")])
+@pytest.mark.parametrize(
+    "op, reduce_op", [("allreduce", "SUM"), ("allreduce", "MAX"), ("reduce", "MAX"), ("reduce_scatter_tensor", "SUM")]
+)
 def test_gloos_float16_reduction_without_a_one_is_recognised_and_nothing_else(op, reduce_op):
     """torch 2.6.0's gloo-float16-reduce-drops-one: inputs with 2**-24 and 1.0 (in either order, with a third
     rank too) reduced as if the 1.0 were not there is that bug on gloo; another value, other inputs, another
     dtype or another backend stays a failure."""
-    tiny = 2.0 ** -24
+    tiny = 2.0**-24
     root = 0 if op == "reduce" else None
 
-    def recognised(inputs: tuple[float, ...], result: float, backend: str = "gloo",
-                   dtype: torch.dtype = torch.float16) -> str | None:
+    def recognised(
+        inputs: tuple[float, ...], result: float, backend: str = "gloo", dtype: torch.dtype = torch.float16
+    ) -> str | None:
         call = OPS[op].call(TensorSpec((1,), dtype), 0, reduce_op=reduce_op, root=root)
         xs = [torch.tensor([x], dtype=dtype) for x in inputs]
         got = torch.tensor([result], dtype=dtype)
@@ -237,6 +270,7 @@ def test_an_async_example_whose_calls_meet_different_known_bugs_is_a_sighting_of
     xs = [torch.tensor([2.0]), torch.tensor([3.0])]
     ts = [torch.tensor([False, True]), torch.tensor([False, True])]
     two = torch.tensor([0, 2], dtype=torch.uint8).view(torch.bool)
+
     def on_call(index: int, op: str, problem: Problem | None) -> Problem:
         assert problem is not None
         return replace(problem, call=index, op=op, rank=0)
@@ -281,19 +315,23 @@ class AllReduceCoalesced(OpInfo):
         p = Prepared(call, ctx.device)
         tensors = [p.output(f"tensors[{j}]", call.spec.shape, input_values(call, ctx.rank, j)) for j in range(2)]
         p.issue = lambda a: pg.allreduce_coalesced(
-            [real(t) for t in tensors], options(AllreduceCoalescedOptions, a, reduceOp=reduce_op_enum(call.reduce_op)))
+            [real(t) for t in tensors], options(AllreduceCoalescedOptions, a, reduceOp=reduce_op_enum(call.reduce_op))
+        )
         return p
 
     def expected(self, call: OpCall, world: int) -> dict[int, list[tuple[str, Any]]]:
-        return {r: [(f"tensors[{j}]", Reduction([input_values(call, i, j) for i in range(world)])) for j in range(2)]
-                for r in range(world)}
+        return {
+            r: [(f"tensors[{j}]", Reduction([input_values(call, i, j) for i in range(world)])) for j in range(2)]
+            for r in range(world)
+        }
 
     def input_lines(self, call: OpCall, world: int) -> list[str]:
         return [f"rank {r} tensors[{j}]: {input_values(call, r, j).tolist()}" for r in range(world) for j in range(2)]
 
 
-ALLREDUCE_COALESCED = AllReduceCoalesced("allreduce_coalesced", "allreduce_coalesced", "all_reduce_coalesced",
-                                         reduces=True)
+ALLREDUCE_COALESCED = AllReduceCoalesced(
+    "allreduce_coalesced", "allreduce_coalesced", "all_reduce_coalesced", reduces=True
+)
 
 
 class LastTensorDroppingGroup(dist.ProcessGroup):
@@ -322,8 +360,14 @@ def coalesced(monkeypatch):
 
 
 def test_an_op_added_in_one_entry_is_probed_and_fuzzed(pools, coalesced):
-    report = check_process_group("fuzzdist.conformance:gloo", world_sizes=(1, 2, 3), ops=(coalesced, ASYNC),
-                                 max_examples=8, pools=pools, settings=REPEATABLE)
+    report = check_process_group(
+        "fuzzdist.conformance:gloo",
+        world_sizes=(1, 2, 3),
+        ops=(coalesced, ASYNC),
+        max_examples=8,
+        pools=pools,
+        settings=REPEATABLE,
+    )
     assert report.conforms, report.summary()
     assert [report.ops[name].status for name in (coalesced, ASYNC)] == ["conforms", "conforms"]
     assert report.ops[coalesced].method == "allreduce_coalesced" and report.ops[coalesced].examples > 0
@@ -333,8 +377,14 @@ def test_an_op_added_in_one_entry_is_probed_and_fuzzed(pools, coalesced):
 
 
 def test_a_planted_fault_in_an_op_added_in_one_entry_is_caught_and_shrunk(pools, coalesced):
-    report = check_process_group(last_tensor_dropping, world_sizes=(1, 2, 3), ops=(coalesced,), dtypes=FEW_DTYPES,
-                                 pools=pools, settings=settings(REPEATABLE, max_examples=200))
+    report = check_process_group(
+        last_tensor_dropping,
+        world_sizes=(1, 2, 3),
+        ops=(coalesced,),
+        dtypes=FEW_DTYPES,
+        pools=pools,
+        settings=settings(REPEATABLE, max_examples=200),
+    )
     [failure] = report.failures
     assert failure.op == coalesced and failure.world_size == 2  # with one rank nothing shows
     assert failure.call.reduce_op == "SUM" and failure.call.spec.dtype == torch.float32
@@ -369,17 +419,22 @@ class StackFormCrashOverAllreduce(StackFormCrashGroup):
     reduce_scatter_single = _reduce_scatter_base = _plain_form
 
 
-def stack_form_crash_over_allreduce(rank: int, world_size: int, store: Any,
-                                    device: torch.device) -> dist.ProcessGroup:
+def stack_form_crash_over_allreduce(rank: int, world_size: int, store: Any, device: torch.device) -> dist.ProcessGroup:
     return StackFormCrashOverAllreduce(rank, world_size, store)
 
 
 def test_an_argument_form_that_crashes_the_ranks_fails_that_form_only(pools):
     """The stack form's probe crashing the ranks (no known bug: not gloo) is a failure that names the
     form, and the plain reduce_scatter_tensor is still fuzzed: one defect does not hide the rest."""
-    report = check_process_group(stack_form_crash_over_allreduce, world_sizes=(2,),
-                                 ops=("reduce_scatter_tensor",), dtypes=(torch.float32,), max_examples=3,
-                                 pools=pools, settings=REPEATABLE)
+    report = check_process_group(
+        stack_form_crash_over_allreduce,
+        world_sizes=(2,),
+        ops=("reduce_scatter_tensor",),
+        dtypes=(torch.float32,),
+        max_examples=3,
+        pools=pools,
+        settings=REPEATABLE,
+    )
     op = report.ops["reduce_scatter_tensor"]
     assert op.status == "failed" and op.failure is not None and not op.known
     assert "form='stack'" in op.failure.message and "plain form was fuzzed" in op.failure.message
@@ -397,20 +452,27 @@ def test_a_factory_that_cannot_be_imported_is_bad_input():
 
 
 def test_a_factory_that_fails_on_the_ranks_is_a_failure(pools):
-    report = check_process_group("helpers.planted_backends:lonely_rank", world_sizes=(2,), ops=("allreduce",),
-                                 pools=pools, settings=REPEATABLE)
+    report = check_process_group(
+        "helpers.planted_backends:lonely_rank", world_sizes=(2,), ops=("allreduce",), pools=pools, settings=REPEATABLE
+    )
     assert not report.conforms
     assert "AssertionError" in report.factory_errors[2]
-    report = check_process_group("helpers.planted_backends:not_a_group", world_sizes=(1,), ops=("allreduce",),
-                                 pools=pools, settings=REPEATABLE)
+    report = check_process_group(
+        "helpers.planted_backends:not_a_group", world_sizes=(1,), ops=("allreduce",), pools=pools, settings=REPEATABLE
+    )
     assert "not a torch.distributed ProcessGroup" in report.factory_errors[1]
 
 
 def test_a_group_that_forgets_its_rank_is_a_failure_and_its_operations_are_checked_all_the_same(pools):
     # forwards size() but says rank 0 on every rank; and its broadcast ignores the root
-    report = check_process_group("helpers.planted_backends:forgets_rank", world_sizes=(1, 2, 3),
-                                 ops=("allgather", "broadcast"), dtypes=(torch.float32,), pools=pools,
-                                 settings=settings(REPEATABLE, max_examples=30))
+    report = check_process_group(
+        "helpers.planted_backends:forgets_rank",
+        world_sizes=(1, 2, 3),
+        ops=("allgather", "broadcast"),
+        dtypes=(torch.float32,),
+        pools=pools,
+        settings=settings(REPEATABLE, max_examples=30),
+    )
     assert sorted(report.factory_errors) == [2, 3]  # rank 0 of 1 is right
     assert "rank 1's group says rank 0 of 2" in report.factory_errors[2]
     assert "rank 2's group says rank 0 of 3" in report.factory_errors[3]
@@ -471,19 +533,22 @@ def check_pg(*argv: str) -> int:
     return main(["check-pg", *argv])
 
 
-@pytest.mark.parametrize("argv, expected", [
-    (["no colon"], ["'module:callable'"]),
-    (["no_such_module_for_fuzzdist:make"], ["can't import module 'no_such_module_for_fuzzdist'"]),
-    (["fuzzdist.conformance:gloo", "--ops", "allreduce,bogus"], ["argument --ops: unknown ops bogus; choose from"]),
-    (["fuzzdist.conformance:gloo", "--world-size", "0"], ["argument --world-size/-w: '0' must be at least 1"]),
-    (["fuzzdist.conformance:gloo", "-w", "two"], ["argument --world-size/-w: 'two' is not a whole number"]),
-    (["fuzzdist.conformance:gloo", "--max-examples", "0"], ["argument --max-examples: '0' must be at least 1"]),
-    (["fuzzdist.conformance:gloo", "--duration", "0"], ["bad --duration '0'", "longer than 0s"]),
-    (["fuzzdist.conformance:gloo", "--duration", "5x"], ["bad --duration '5x'", "e.g. 30s, 10m"]),
-    (["fuzzdist.conformance:gloo", "--timeout", "-1"], ["argument --timeout: '-1' must be more than 0 seconds"]),
-    (["fuzzdist.conformance:gloo", "--max-bytes", "many"], ["argument --max-bytes: 'many' is not a whole number"]),
-    ([], ["the following arguments are required: FACTORY"]),
-])
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["no colon"], ["'module:callable'"]),
+        (["no_such_module_for_fuzzdist:make"], ["can't import module 'no_such_module_for_fuzzdist'"]),
+        (["fuzzdist.conformance:gloo", "--ops", "allreduce,bogus"], ["argument --ops: unknown ops bogus; choose from"]),
+        (["fuzzdist.conformance:gloo", "--world-size", "0"], ["argument --world-size/-w: '0' must be at least 1"]),
+        (["fuzzdist.conformance:gloo", "-w", "two"], ["argument --world-size/-w: 'two' is not a whole number"]),
+        (["fuzzdist.conformance:gloo", "--max-examples", "0"], ["argument --max-examples: '0' must be at least 1"]),
+        (["fuzzdist.conformance:gloo", "--duration", "0"], ["bad --duration '0'", "longer than 0s"]),
+        (["fuzzdist.conformance:gloo", "--duration", "5x"], ["bad --duration '5x'", "e.g. 30s, 10m"]),
+        (["fuzzdist.conformance:gloo", "--timeout", "-1"], ["argument --timeout: '-1' must be more than 0 seconds"]),
+        (["fuzzdist.conformance:gloo", "--max-bytes", "many"], ["argument --max-bytes: 'many' is not a whole number"]),
+        ([], ["the following arguments are required: FACTORY"]),
+    ],
+)
 def test_check_pg_bad_input_is_one_line_and_exit_2(argv, expected, capsys):
     """The same convention as fuzzdist run and replay: one line on stderr, exit code 2, nothing on stdout."""
     assert check_pg(*argv) == 2
@@ -496,12 +561,38 @@ def test_check_pg_bad_input_is_one_line_and_exit_2(argv, expected, capsys):
 
 def test_check_pg_exit_codes(tmp_path, capsys):
     out = tmp_path / "report.json"
-    assert check_pg("fuzzdist.conformance:gloo", "-w", "1", "--ops", "allreduce,broadcast",
-                    "--max-examples", "3", "--no-database", "--json", str(out)) == 0
+    assert (
+        check_pg(
+            "fuzzdist.conformance:gloo",
+            "-w",
+            "1",
+            "--ops",
+            "allreduce,broadcast",
+            "--max-examples",
+            "3",
+            "--no-database",
+            "--json",
+            str(out),
+        )
+        == 0
+    )
     assert "CONFORMS" in capsys.readouterr().out
     assert json.loads(out.read_text())["conforms"] is True
-    assert check_pg("helpers.planted_backends:wrong_source_broadcast", "-w", "2", "--ops", "broadcast",
-                    "--max-examples", "50", "--no-database", "--seed", "0") == 1
+    assert (
+        check_pg(
+            "helpers.planted_backends:wrong_source_broadcast",
+            "-w",
+            "2",
+            "--ops",
+            "broadcast",
+            "--max-examples",
+            "50",
+            "--no-database",
+            "--seed",
+            "0",
+        )
+        == 1
+    )
     printed = capsys.readouterr().out
     assert "FAILURE in broadcast" in printed and "broadcast(src=1" in printed
 
@@ -510,14 +601,25 @@ def test_check_pg_exit_codes(tmp_path, capsys):
 
 
 def test_pytest_option_runs_the_properties_against_the_given_factory(pytester):
-    registered = any(ep.value == "fuzzdist.conformance.plugin"
-                     for ep in importlib.metadata.entry_points(group="pytest11"))
+    registered = any(
+        ep.value == "fuzzdist.conformance.plugin" for ep in importlib.metadata.entry_points(group="pytest11")
+    )
     args = [] if registered else ["-p", "fuzzdist.conformance.plugin"]
     result = pytester.runpytest_subprocess(
-        *args, str(REPO / "properties" / "test_pg_conformance.py"), "-k", "broadcast or barrier",
-        "--fuzzdist-pg", "helpers.planted_backends:wrong_source_broadcast", "--fuzzdist-pg-world-sizes", "2",
-        "--hypothesis-profile=ci", "-p", "no:cacheprovider", f"--rootdir={REPO}",
-        "-o", f"pythonpath={REPO / 'tests'}")
+        *args,
+        str(REPO / "properties" / "test_pg_conformance.py"),
+        "-k",
+        "broadcast or barrier",
+        "--fuzzdist-pg",
+        "helpers.planted_backends:wrong_source_broadcast",
+        "--fuzzdist-pg-world-sizes",
+        "2",
+        "--hypothesis-profile=ci",
+        "-p",
+        "no:cacheprovider",
+        f"--rootdir={REPO}",
+        "-o",
+        f"pythonpath={REPO / 'tests'}",
+    )
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*test_pg_conforms?broadcast?*", "*broadcast does not conform*src=1*"])
-

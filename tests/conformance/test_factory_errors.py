@@ -13,8 +13,11 @@ from fuzzdist.conformance._report import ConformanceReport
 
 MODULES = {
     "fz_syntax_error": ("def f(:\n", "does not compile: invalid syntax", "fz_syntax_error.py, line 1"),
-    "fz_raises_on_import": ('raise RuntimeError("boom at import")\n',
-                            "raised on import: RuntimeError: boom at import", "python -c 'import fz_raises_on_import'"),
+    "fz_raises_on_import": (
+        'raise RuntimeError("boom at import")\n',
+        "raised on import: RuntimeError: boom at import",
+        "python -c 'import fz_raises_on_import'",
+    ),
     "fz_keyerror_on_import": ("{}['x']\n", "raised on import: KeyError: 'x'", None),
 }
 
@@ -42,8 +45,10 @@ def test_a_factory_module_that_fails_to_import_is_one_line_and_exit_2(modules, c
 
 
 def test_the_summary_shows_a_factory_traceback_once():
-    message = ("the factory raised while building the group:\nranks 0 raised (rank 0: RuntimeError: boom)\n\n"
-               "--- rank 0 traceback ---\nTraceback (most recent call last):\nRuntimeError: boom")
+    message = (
+        "the factory raised while building the group:\nranks 0 raised (rank 0: RuntimeError: boom)\n\n"
+        "--- rank 0 traceback ---\nTraceback (most recent call last):\nRuntimeError: boom"
+    )
     report = ConformanceReport("m:f", (2,), factory_errors={2: message})
     text = report.summary()
     assert text.count("Traceback (most recent call last)") == 1, text

@@ -25,8 +25,9 @@ def pools(request, rank_pools):
 
 def _check(pools, factory, **fields):
     fields = {"dtypes": (torch.bool, torch.int32), "max_examples": 15, **fields}
-    return check_process_group(f"helpers.wrapping_pg:{factory}", world_sizes=(2,), pools=pools,
-                               settings=REPEATABLE, **fields)
+    return check_process_group(
+        f"helpers.wrapping_pg:{factory}", world_sizes=(2,), pools=pools, settings=REPEATABLE, **fields
+    )
 
 
 def _expected_statuses(gloo_refuses, checks, status):
@@ -56,8 +57,10 @@ def test_gloos_known_bugs_through_a_wrapper_are_known_inherited_from_gloo(pools,
     assert hangs.conforms and hangs.ops[ASYNC].status == "known", hangs.summary()
     seen = {k["id"]: k for k in hangs.ops[ASYNC].known}
     assert seen["gloo-p2p-second-wait-blocks"]["inherited_from"] == "gloo", hangs.summary()
-    assert f"KNOWN gloo-bool-sum-stores-2 x{known['allreduce']['gloo-bool-sum-stores-2']['count']} (inherited from " \
-           "gloo: gloo itself gives the same result)" in report.summary()
+    assert (
+        f"KNOWN gloo-bool-sum-stores-2 x{known['allreduce']['gloo-bool-sum-stores-2']['count']} (inherited from "
+        "gloo: gloo itself gives the same result)" in report.summary()
+    )
 
 
 def test_without_wraps_the_same_wrapper_fails_naming_gloos_bug_and_wraps(pools):
@@ -85,8 +88,10 @@ def test_a_planted_deviation_that_looks_like_gloos_bug_is_still_a_failure(pools,
     assert report.ops["allreduce"].status == "failed", report.summary()
     assert "bytes [3]" in report.ops["allreduce"].failure.message
     # its reduce_scatter is gloo's, unchanged: known where gloo has it, unsupported where gloo lacks it
-    assert report.ops["reduce_scatter"].status == _expected_statuses(gloo_refuses, ["reduce_scatter"], "known")[
-        "reduce_scatter"], report.summary()
+    assert (
+        report.ops["reduce_scatter"].status
+        == _expected_statuses(gloo_refuses, ["reduce_scatter"], "known")["reduce_scatter"]
+    ), report.summary()
 
 
 def test_wraps_names_a_backend_fuzzdist_can_run(capsys):

@@ -36,8 +36,7 @@ def test_failure_on_a_rank_shrinks_to_the_minimal_example(rank_pool):
 
 
 def test_two_remote_bugs_are_two_distinct_failures(rank_pool):
-    @settings(max_examples=300, database=None, derandomize=True, deadline=None,
-              report_multiple_bugs=True)
+    @settings(max_examples=300, database=None, derandomize=True, deadline=None, report_multiple_bugs=True)
     @given(n=st.integers(0, 1000))
     def prop(n):
         rank_pool.run(rank_fns.two_bugs, n)
@@ -62,7 +61,8 @@ def test_failures_are_saved_to_the_database_and_replayed(rank_pool):
     def prop(phases):
         # Same function name both times: Hypothesis keys the database by the test.
         return settings(max_examples=200, database=db, deadline=None, phases=phases)(
-            given(n=st.integers(0, 100_000))(body))
+            given(n=st.integers(0, 100_000))(body)
+        )
 
     with pytest.raises(RankError):
         prop(list(Phase))()

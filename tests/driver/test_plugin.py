@@ -7,14 +7,14 @@ import torch
 
 HAS_GPU = torch.cuda.is_available()
 
-RANK_FNS = '''
+RANK_FNS = """
 import os
 def info(ctx):
     return (ctx.rank, ctx.world_size, os.getpid())
 def fail_on_1(ctx, n):
     if ctx.rank == 1 and n >= 3:
         raise ValueError(f"planted: n={n}")
-'''
+"""
 
 
 @pytest.fixture
@@ -25,19 +25,22 @@ def suite(pytester):
 
 @pytest.mark.skipif(HAS_GPU, reason="checks the skip reason on a machine without a GPU")
 def test_device_list_parametrizes_and_cuda_skips_with_reason(suite):
-    suite.makepyfile(test_prop='''
+    suite.makepyfile(
+        test_prop="""
 import pytest, rankfns
 @pytest.mark.fuzzdist(device=["cpu", "cuda"])
 def test_p(rank_pool):
     assert [r[0] for r in rank_pool.run(rankfns.info)] == [0, 1]
-''')
+"""
+    )
     result = suite.runpytest("-rs", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1, skipped=1)
     result.stdout.fnmatch_lines(["*SKIPPED*gpu property needs CUDA*"])
 
 
 def test_world_size_option_and_shared_pool(suite):
-    suite.makepyfile(test_prop='''
+    suite.makepyfile(
+        test_prop="""
 import rankfns
 PIDS = []
 def test_a(rank_pool):
@@ -47,17 +50,20 @@ def test_a(rank_pool):
 def test_b(rank_pool):
     PIDS.append([r[2] for r in rank_pool.run(rankfns.info)])
     assert PIDS[0] == PIDS[1], "the pool was not reused across tests"
-''')
+"""
+    )
     suite.runpytest("--fuzzdist-world-size=3", "-p", "no:cacheprovider").assert_outcomes(passed=2)
 
 
 def test_marker_world_sizes_parametrize(suite):
-    suite.makepyfile(test_prop='''
+    suite.makepyfile(
+        test_prop="""
 import pytest, rankfns
 @pytest.mark.fuzzdist(world_size=[1, 3])
 def test_p(rank_pool):
     assert len(rank_pool.run(rankfns.info)) == rank_pool.world_size
-''')
+"""
+    )
     result = suite.runpytest("-v", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["*test_p?cpu-w1?*PASSED*", "*test_p?cpu-w3?*PASSED*"])
@@ -65,7 +71,8 @@ def test_p(rank_pool):
 
 @pytest.mark.skipif(torch.cuda.device_count() >= 8, reason="machine has 8 GPUs")
 def test_gpu_markers_skip_with_precise_reason(suite):
-    suite.makepyfile(test_prop='''
+    suite.makepyfile(
+        test_prop="""
 import pytest
 @pytest.mark.multi_gpu(n=8)
 def test_needs_8():
@@ -73,7 +80,8 @@ def test_needs_8():
 @pytest.mark.gpu
 def test_needs_1():
     pass
-''')
+"""
+    )
     result = suite.runpytest("-rs", "-p", "no:cacheprovider")
     if HAS_GPU:
         result.assert_outcomes(passed=1, skipped=1)
@@ -84,13 +92,15 @@ def test_needs_1():
 
 
 def test_failing_property_is_shrunk_and_names_the_rank(suite):
-    suite.makepyfile(test_prop='''
+    suite.makepyfile(
+        test_prop="""
 import rankfns
 from hypothesis import given, strategies as st
 @given(n=st.integers(0, 1000))
 def test_p(rank_pool, n):
     rank_pool.run(rankfns.fail_on_1, n)
-''')
+"""
+    )
     result = suite.runpytest("-p", "no:cacheprovider")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*rank 1 raised*planted: n=3*", "*n=3,*"])
@@ -99,7 +109,8 @@ def test_p(rank_pool, n):
 def test_what_the_ranks_lack_skips_the_test_with_the_reason(suite):
     """A CapabilityError from a probe inside the test (pool.capabilities.probed_once) is a skip, asked
     once per pool: the second test gets the kept answer without probing again."""
-    suite.makepyfile(test_prop='''
+    suite.makepyfile(
+        test_prop="""
 import pytest
 from hypothesis import given, strategies as st
 from fuzzdist.errors import CapabilityError
@@ -114,26 +125,30 @@ def test_p(rank_pool, k, n):
     probed_once(rank_pool, "frobnicate", probe)
 def test_probed_once():
     assert PROBES == [1]
-''')
+"""
+    )
     result = suite.runpytest("-rs", "-p", "no:cacheprovider")
     result.assert_outcomes(skipped=2, passed=1)
     result.stdout.fnmatch_lines(["*SKIPPED*planted: this gloo has no frobnicate*"])
 
 
 def test_bad_marker_argument_is_a_usage_error(suite):
-    suite.makepyfile(test_prop='''
+    suite.makepyfile(
+        test_prop="""
 import pytest
 @pytest.mark.fuzzdist(worldsize=2)
 def test_p(rank_pool):
     pass
-''')
+"""
+    )
     result = suite.runpytest("-p", "no:cacheprovider")
     result.stdout.fnmatch_lines(["*unknown fuzzdist marker arguments*worldsize*"])
     assert result.ret != 0
 
 
 def test_profiles_are_registered_and_deadline_is_off(suite):
-    suite.makepyfile(test_prop='''
+    suite.makepyfile(
+        test_prop="""
 from hypothesis import settings
 from fuzzdist.compat.hypothesis_internals import current_profile_name
 def test_profile():
@@ -142,32 +157,37 @@ def test_profile():
     assert settings.default.max_examples == 20
     for name in ("ci", "dev", "campaign", "replay"):
         assert settings.get_profile(name).deadline is None
-''')
+"""
+    )
     suite.runpytest("--hypothesis-profile=ci", "-p", "no:cacheprovider").assert_outcomes(passed=1)
 
 
 def test_default_profile_has_no_deadline(suite, monkeypatch):
     monkeypatch.delenv("CI", raising=False)
-    suite.makepyfile(test_prop='''
+    suite.makepyfile(
+        test_prop="""
 from hypothesis import settings
 from fuzzdist.compat.hypothesis_internals import current_profile_name
 def test_profile():
     assert current_profile_name() == "dev" and settings.default.deadline is None
-''')
+"""
+    )
     suite.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=1)
 
 
 def test_ci_profile_keeps_the_database_on_a_ci_machine(suite, monkeypatch):
     """Hypothesis loads its own 'ci' profile (no database) when CI is set; fuzzdist's must not inherit it."""
     monkeypatch.setenv("CI", "true")
-    suite.makepyfile(test_prop='''
+    suite.makepyfile(
+        test_prop="""
 from hypothesis import settings
 from fuzzdist.compat.hypothesis_internals import current_profile_name
 def test_profile():
     assert current_profile_name() == "ci"
     assert settings.default.database is not None
     assert settings.default.derandomize is False
-''')
+"""
+    )
     suite.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
 
 
@@ -192,14 +212,16 @@ class InlinePools:
 def pytest_fuzzdist_make_pool_cache(config):
     return InlinePools()
 ''')
-    suite.makepyfile(test_prop='''
+    suite.makepyfile(
+        test_prop="""
 def add_one(ctx, x):
     return x + 1
 
 def test_p(rank_pool, rank_pools):
     assert type(rank_pools).__name__ == "InlinePools"
     assert rank_pool.run(add_one, 1) == [2]
-''')
+"""
+    )
     suite.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=1)
     assert (suite.path / "closed").read_text() == "yes"
 
@@ -208,7 +230,8 @@ def test_each_pool_variant_keeps_its_own_failures_in_the_database(suite):
     """[cpu-w1] and [cpu-w2] come from pytest_generate_tests, not a parametrize marker: fuzzdist gives
     each its own database key.  With one shared key, running w1 replayed w2's failure, saw it pass
     and deleted it from the database."""
-    suite.makepyfile(test_prop='''
+    suite.makepyfile(
+        test_prop="""
 import pytest
 from hypothesis import given, settings, strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
@@ -218,7 +241,8 @@ from hypothesis.database import DirectoryBasedExampleDatabase
 @given(n=st.integers(0, 10))
 def test_p(rank_pool, n):
     assert not (rank_pool.world_size == 2 and n >= 3)
-''')
+"""
+    )
     suite.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=1, failed=1)
     suite.runpytest("-p", "no:cacheprovider", "-k", "w1").assert_outcomes(passed=1)
     # Replay only (no generation): w2 fails again only if its stored failure survived the w1 run.
@@ -228,7 +252,7 @@ def test_p(rank_pool, n):
 
 # -- databases written under the key every pool variant shared (before each had its own) --------
 
-SHARED_KEY_PROP = '''
+SHARED_KEY_PROP = """
 import pytest
 from hypothesis import given, settings, strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
@@ -238,11 +262,11 @@ from hypothesis.database import DirectoryBasedExampleDatabase
 @given(n=st.integers(0, 10**6))
 def test_p(rank_pool, n):
     assert not (rank_pool.world_size == 2 and n == 123456), "planted: w2 fails at n=123456"
-'''
+"""
 
 # Run as a script: `seed` stores n=123456 under the shared key, the key Hypothesis used for every variant
 # before fuzzdist gave each its own; prints what each key holds (hex entries), as JSON.
-SHARED_KEY_DB = '''
+SHARED_KEY_DB = """
 import json, sys
 from hypothesis.database import DirectoryBasedExampleDatabase, choices_to_bytes
 from fuzzdist.compat.hypothesis_internals import digest_with
@@ -257,7 +281,7 @@ if sys.argv[1:] == ["seed"]:
     db.save(keys["shared"], choices_to_bytes([123456]))
 print(json.dumps({"keys": {name: key.hex() for name, key in keys.items()},
                   "entries": {name: [e.hex() for e in db.fetch(key)] for name, key in keys.items()}}))
-'''
+"""
 
 
 def _shared_key_db(suite, *args):
@@ -266,8 +290,14 @@ def _shared_key_db(suite, *args):
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "shared_key_db.py", *args], cwd=suite.path, capture_output=True,
-                         text=True, timeout=120, check=True)
+    out = subprocess.run(
+        [sys.executable, "shared_key_db.py", *args],
+        cwd=suite.path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     return json.loads(out.stdout)
 
 
@@ -287,12 +317,14 @@ def test_a_variant_adopts_what_the_shared_key_holds_once_and_says_so(shared_key_
     # Replay only (no generation): w2 fails only if it replays the example stored under the shared key.
     result = suite.runpytest("-p", "no:cacheprovider", "--hypothesis-profile=replay")
     result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines([
-        "*fuzzdist: examples from the shared database key*",
-        f"test_prop.py::test_p?cpu-w1?: its own database key held nothing; replaying the 1 example(s) stored "
-        f"under the key its pool variants shared before each had its own ({db['keys']['shared']})*",
-        "test_prop.py::test_p?cpu-w2?: its own database key held nothing*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*fuzzdist: examples from the shared database key*",
+            f"test_prop.py::test_p?cpu-w1?: its own database key held nothing; replaying the 1 example(s) stored "
+            f"under the key its pool variants shared before each had its own ({db['keys']['shared']})*",
+            "test_prop.py::test_p?cpu-w2?: its own database key held nothing*",
+        ]
+    )
     after = _shared_key_db(suite)["entries"]
     assert after["shared"] == stored  # kept for the other variants
     assert after["w2"] == stored  # w2's own key holds its failure now
@@ -312,9 +344,11 @@ def test_fuzzdist_replay_reads_the_shared_key_and_changes_nothing(shared_key_sui
     result = run_cli(["replay", "test_prop.py", "--database", "db"], cwd=suite.path)
     assert result.returncode == 1, result.stdout + result.stderr  # w2's stored failure still fails
     for variant in ("w1", "w2"):
-        assert (f"SHARED KEY      test_prop.py::test_p[cpu-{variant}]: its own database key holds nothing; "
-                f"replaying the 1 failure(s) stored under the key its pool variants shared before each had its "
-                f"own ({db['keys']['shared']})") in result.stdout, result.stdout
+        assert (
+            f"SHARED KEY      test_prop.py::test_p[cpu-{variant}]: its own database key holds nothing; "
+            f"replaying the 1 failure(s) stored under the key its pool variants shared before each had its "
+            f"own ({db['keys']['shared']})"
+        ) in result.stdout, result.stdout
     assert "FAILS           test_prop.py::test_p[cpu-w2] (stored failure 1 of 1)" in result.stdout
     assert "NO LONGER FAILS test_prop.py::test_p[cpu-w1] (stored failure 1 of 1)" in result.stdout
     assert _shared_key_db(suite)["entries"] == db["entries"]  # replay only reads
@@ -324,13 +358,30 @@ def test_fuzzdist_run_adopts_the_shared_key_like_pytest(shared_key_suite):
     from helpers.cli_helpers import read_report, run_cli
 
     suite, db = shared_key_suite
-    result = run_cli(["run", "test_prop.py", "--max-examples", "20", "--database", "db", "--progress", "plain",
-                      "--report", "r.json", "--junit", ""], cwd=suite.path)
+    result = run_cli(
+        [
+            "run",
+            "test_prop.py",
+            "--max-examples",
+            "20",
+            "--database",
+            "db",
+            "--progress",
+            "plain",
+            "--report",
+            "r.json",
+            "--junit",
+            "",
+        ],
+        cwd=suite.path,
+    )
     assert result.returncode == 1, result.stdout + result.stderr
     for variant in ("w1", "w2"):
-        assert (f"test_prop.py::test_p[cpu-{variant}]: its own database key held nothing; replaying the 1 "
-                f"example(s) stored under the key its pool variants shared before each had its own "
-                f"({db['keys']['shared']})") in result.stdout, result.stdout
+        assert (
+            f"test_prop.py::test_p[cpu-{variant}]: its own database key held nothing; replaying the 1 "
+            f"example(s) stored under the key its pool variants shared before each had its own "
+            f"({db['keys']['shared']})"
+        ) in result.stdout, result.stdout
     w1, w2 = read_report(suite.path / "r.json")["properties"]
     assert w2["nodeid"].endswith("[cpu-w2]") and w2["database_key"] == db["keys"]["w2"]
     assert w2["stored_failures_at_start"] == 1 and w2["failures"][0]["from_database"]
@@ -348,7 +399,7 @@ def pytest_timeout_set_timer(item, settings):
         f.write(f"{item.name} {settings.timeout:g}\\n")
 '''
 
-BACKSTOP_TESTS = '''
+BACKSTOP_TESTS = """
 import time
 import pytest
 from hypothesis import given, strategies as st
@@ -364,7 +415,7 @@ def test_marked(x):
 
 def test_plain():
     pass
-'''
+"""
 
 
 def _timers(suite, *args):
@@ -392,7 +443,7 @@ def test_timeout_backstop_grows_with_the_campaign_profile_and_is_unchanged_by_de
 
 # -- --fuzzdist-world-size replaces (N[,N...]) or adds to (+N[,N...]) each property's world sizes ---
 
-WORLD_SIZE_TESTS = '''
+WORLD_SIZE_TESTS = """
 import pytest
 
 @pytest.mark.fuzzdist(world_size=[1, 3])
@@ -401,17 +452,31 @@ def test_pinned(rank_pool):
 
 def test_unpinned(rank_pool):
     pass
-'''
+"""
 
 
-@pytest.mark.parametrize("option, expected", [
-    ([], ["test_pinned[cpu-w1]", "test_pinned[cpu-w3]", "test_unpinned[cpu-w2]"]),
-    (["--fuzzdist-world-size=4"], ["test_pinned[cpu-w4]", "test_unpinned[cpu-w4]"]),
-    (["--fuzzdist-world-size=2,4"], ["test_pinned[cpu-w2]", "test_pinned[cpu-w4]", "test_unpinned[cpu-w2]",
-                                     "test_unpinned[cpu-w4]"]),
-    (["--fuzzdist-world-size=+1,4"], ["test_pinned[cpu-w1]", "test_pinned[cpu-w3]", "test_pinned[cpu-w4]",
-                                      "test_unpinned[cpu-w2]", "test_unpinned[cpu-w1]", "test_unpinned[cpu-w4]"]),
-])
+@pytest.mark.parametrize(
+    "option, expected",
+    [
+        ([], ["test_pinned[cpu-w1]", "test_pinned[cpu-w3]", "test_unpinned[cpu-w2]"]),
+        (["--fuzzdist-world-size=4"], ["test_pinned[cpu-w4]", "test_unpinned[cpu-w4]"]),
+        (
+            ["--fuzzdist-world-size=2,4"],
+            ["test_pinned[cpu-w2]", "test_pinned[cpu-w4]", "test_unpinned[cpu-w2]", "test_unpinned[cpu-w4]"],
+        ),
+        (
+            ["--fuzzdist-world-size=+1,4"],
+            [
+                "test_pinned[cpu-w1]",
+                "test_pinned[cpu-w3]",
+                "test_pinned[cpu-w4]",
+                "test_unpinned[cpu-w2]",
+                "test_unpinned[cpu-w1]",
+                "test_unpinned[cpu-w4]",
+            ],
+        ),
+    ],
+)
 def test_world_size_option_replaces_or_adds_to_the_markers_sizes(suite, option, expected):
     suite.makepyfile(test_ws=WORLD_SIZE_TESTS)
     result = suite.runpytest("--collect-only", "-q", "-p", "no:cacheprovider", *option)
@@ -419,14 +484,20 @@ def test_world_size_option_replaces_or_adds_to_the_markers_sizes(suite, option, 
     assert sorted(line.split("::")[1] for line in result.stdout.lines if "::" in line) == sorted(expected)
 
 
-@pytest.mark.parametrize("value, message", [
-    ("0", "'0': a world size must be at least 1"),
-    ("two", "'two' is not N[,N...] or +N[,N...]: give whole numbers of ranks, e.g. 4 (every property at 4 ranks) "
-            "or +4,8 (each property's own world sizes, and 4 and 8)"),
-    ("+", "'+' is not N[,N...] or +N[,N...]"),
-    ("2,,4", "'2,,4' is not N[,N...] or +N[,N...]"),
-    ("-1", "'-1' is not N[,N...] or +N[,N...]"),
-])
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ("0", "'0': a world size must be at least 1"),
+        (
+            "two",
+            "'two' is not N[,N...] or +N[,N...]: give whole numbers of ranks, e.g. 4 (every property at 4 ranks) "
+            "or +4,8 (each property's own world sizes, and 4 and 8)",
+        ),
+        ("+", "'+' is not N[,N...] or +N[,N...]"),
+        ("2,,4", "'2,,4' is not N[,N...] or +N[,N...]"),
+        ("-1", "'-1' is not N[,N...] or +N[,N...]"),
+    ],
+)
 def test_bad_world_size_option_is_a_usage_error(suite, value, message):
     suite.makepyfile(test_ws=WORLD_SIZE_TESTS)
     result = suite.runpytest("--collect-only", "-p", "no:cacheprovider", f"--fuzzdist-world-size={value}")
@@ -435,13 +506,17 @@ def test_bad_world_size_option_is_a_usage_error(suite, value, message):
 
 
 def test_bad_marker_world_size_is_a_usage_error(suite):
-    suite.makepyfile(test_ws='''
+    suite.makepyfile(
+        test_ws="""
 import pytest
 @pytest.mark.fuzzdist(world_size=[2, 0])
 def test_p(rank_pool):
     pass
-''')
+"""
+    )
     result = suite.runpytest("--collect-only", "-p", "no:cacheprovider")
     assert result.ret != 0
-    assert ("test_ws.py::test_p: the fuzzdist marker's world_size must be a whole number of ranks (at least 1) "
-            "or a list of them, got [2, 0]") in result.stdout.str()
+    assert (
+        "test_ws.py::test_p: the fuzzdist marker's world_size must be a whole number of ranks (at least 1) "
+        "or a list of them, got [2, 0]"
+    ) in result.stdout.str()

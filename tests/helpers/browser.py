@@ -97,8 +97,9 @@ class _Pipe:
                 raw, buffer = buffer.split(b"\0", 1)
                 self.messages.put(json.loads(raw))
 
-    def call(self, method: str, params: dict | None = None, session: str | None = None,
-             deadline: float | None = None) -> dict:
+    def call(
+        self, method: str, params: dict | None = None, session: str | None = None, deadline: float | None = None
+    ) -> dict:
         self._id += 1
         message: dict = {"id": self._id, "method": method, "params": params or {}}
         if session:
@@ -129,8 +130,9 @@ class _Pipe:
         except queue.Empty:
             raise AssertionError(f"headless chromium sent no {what} within {TIMEOUT:g}s") from None
         if message is None:
-            raise AssertionError(f"headless chromium closed its pipe while waiting for {what} "
-                                 f"(exit code {self.proc.poll()})")
+            raise AssertionError(
+                f"headless chromium closed its pipe while waiting for {what} (exit code {self.proc.poll()})"
+            )
         return message
 
 
@@ -142,38 +144,61 @@ def load(url: str, chromium: str, width: int = 1280, settle_s: float = 0.5) -> P
     # Above 4, so that the shell's `3<&A 4>&B` can't overwrite one end with the other.
     to_browser_r, from_browser_w = _above_4(to_browser_r), _above_4(from_browser_w)
     profile = tempfile.mkdtemp(prefix="fuzzdist-chromium-")
-    args = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-            "--remote-debugging-pipe", "--no-first-run", "--no-default-browser-check", "--hide-scrollbars",
-            f"--user-data-dir={profile}", "about:blank"]
+    args = [
+        chromium,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--remote-debugging-pipe",
+        "--no-first-run",
+        "--no-default-browser-check",
+        "--hide-scrollbars",
+        f"--user-data-dir={profile}",
+        "about:blank",
+    ]
     log = tempfile.TemporaryFile()  # noqa: SIM115 - closed with the browser; chromium's stderr, for the message when it fails
     # The browser reads commands on fd 3 and writes to fd 4 (bash: dash takes no fd number above 9).
-    proc = subprocess.Popen(["bash", "-c", f'exec "$@" 3<&{to_browser_r} 4>&{from_browser_w}', "bash", *args],
-                            pass_fds=(to_browser_r, from_browser_w), stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)  # see _end
+    proc = subprocess.Popen(
+        ["bash", "-c", f'exec "$@" 3<&{to_browser_r} 4>&{from_browser_w}', "bash", *args],
+        pass_fds=(to_browser_r, from_browser_w),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=log,
+        start_new_session=True,
+    )  # see _end
     os.close(to_browser_r)
     os.close(from_browser_w)
     pipe = _Pipe(proc, to_browser_w, from_browser_r)
     result = PageLoad()
     try:
         target = pipe.call("Target.createTarget", {"url": "about:blank"}, deadline=deadline)["targetId"]
-        session = pipe.call("Target.attachToTarget", {"targetId": target, "flatten": True},
-                            deadline=deadline)["sessionId"]
+        session = pipe.call("Target.attachToTarget", {"targetId": target, "flatten": True}, deadline=deadline)[
+            "sessionId"
+        ]
         for domain in ("Runtime", "Log", "Network", "Page"):
             pipe.call(f"{domain}.enable", session=session, deadline=deadline)
-        pipe.call("Emulation.setDeviceMetricsOverride",
-                  {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": False},
-                  session=session, deadline=deadline)
+        pipe.call(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": False},
+            session=session,
+            deadline=deadline,
+        )
         pipe.events.clear()  # about:blank's
         pipe.call("Page.navigate", {"url": url}, session=session, deadline=deadline)
         pipe.wait_event("Page.loadEventFired", deadline)
         time.sleep(settle_s)  # late errors (timers, lazy loads) arrive as events with the next replies
-        facts = pipe.call("Runtime.evaluate", {"expression": _PAGE_FACTS, "returnByValue": True},
-                          session=session, deadline=deadline)
+        facts = pipe.call(
+            "Runtime.evaluate", {"expression": _PAGE_FACTS, "returnByValue": True}, session=session, deadline=deadline
+        )
         result.facts = json.loads(facts["result"]["value"])
         height = min(int(result.facts["height"]), 16000)
-        pipe.call("Emulation.setDeviceMetricsOverride",
-                  {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
-                  session=session, deadline=deadline)
+        pipe.call(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
+            session=session,
+            deadline=deadline,
+        )
         shot = pipe.call("Page.captureScreenshot", {"format": "png"}, session=session, deadline=deadline)
         result.screenshot = base64.b64decode(shot["data"])
         for event in pipe.events:

@@ -81,13 +81,18 @@ def _child(rank: int, world_size: int, conn: Any, die_on_bool: bool, exit_after_
 class ChildGloo(dist.ProcessGroup):
     """A ProcessGroup whose collectives run in a child process of the rank."""
 
-    def __init__(self, rank: int, world_size: int, store: Any, die_on_bool: bool = False,
-                 exit_after_refusing: bool = False) -> None:
+    def __init__(
+        self, rank: int, world_size: int, store: Any, die_on_bool: bool = False, exit_after_refusing: bool = False
+    ) -> None:
         super().__init__(rank, world_size)
         ctx = mp.get_context("spawn")
         self._conn, child_conn = ctx.Pipe()
-        self.child = ctx.Process(target=_child, args=(rank, world_size, child_conn, die_on_bool, exit_after_refusing),
-                                 name=f"child-gloo-rank{rank}", daemon=True)
+        self.child = ctx.Process(
+            target=_child,
+            args=(rank, world_size, child_conn, die_on_bool, exit_after_refusing),
+            name=f"child-gloo-rank{rank}",
+            daemon=True,
+        )
         self.child.start()
         child_conn.close()
         port = self._receive()

@@ -23,8 +23,13 @@ _CACHED: dict[str, object] = {}
 
 
 def _logger_view(lg: logging.Logger) -> dict:
-    return {"level": lg.level, "propagate": lg.propagate, "disabled": lg.disabled,
-            "handlers": [type(h).__name__ for h in lg.handlers], "filters": len(lg.filters)}
+    return {
+        "level": lg.level,
+        "propagate": lg.propagate,
+        "disabled": lg.disabled,
+        "handlers": [type(h).__name__ for h in lg.handlers],
+        "filters": len(lg.filters),
+    }
 
 
 def observe_logging(ctx):
@@ -89,8 +94,11 @@ def change_groups(ctx):
     # The mesh's groups, as this torch makes them: a dimension spanning the world reuses the default group
     # (torch 2.13) or gets a group of its own (torch 2.6).
     mesh_groups = len(_world.pg_map) - before_mesh
-    return {**observe_groups(ctx), "mesh_groups": mesh_groups,
-            "mesh_reuses_world": any(g is dist.group.WORLD for g in mesh.get_all_groups())}
+    return {
+        **observe_groups(ctx),
+        "mesh_groups": mesh_groups,
+        "mesh_reuses_world": any(g is dist.group.WORLD for g in mesh.get_all_groups()),
+    }
 
 
 def cache_kept_group(ctx):

@@ -26,13 +26,25 @@ def cli_env() -> dict:
 
 def run_cli(args: list[str], cwd, timeout: float = CLI_TIMEOUT) -> subprocess.CompletedProcess:
     """``python -m fuzzdist ARGS`` in ``cwd``; stdout and stderr as text."""
-    return subprocess.run([sys.executable, "-m", "fuzzdist", *args], cwd=cwd, env=cli_env(), text=True,
-                          capture_output=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "fuzzdist", *args],
+        cwd=cwd,
+        env=cli_env(),
+        text=True,
+        capture_output=True,
+        timeout=timeout,
+    )
 
 
 def start_cli(args: list[str], cwd) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "fuzzdist", *args], cwd=cwd, env=cli_env(), text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [sys.executable, "-m", "fuzzdist", *args],
+        cwd=cwd,
+        env=cli_env(),
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
 def finish(proc: subprocess.Popen, timeout: float = CLI_TIMEOUT) -> subprocess.CompletedProcess:
@@ -94,8 +106,11 @@ def redis_server(tmpdir):
     import redis
 
     port = free_port()
-    proc = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                             "--dir", str(tmpdir)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(tmpdir)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"redis://127.0.0.1:{port}/0"
     try:
         client = redis.Redis.from_url(url, socket_connect_timeout=1)

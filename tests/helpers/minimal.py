@@ -58,8 +58,9 @@ class Shrunk:
         return f"Shrunk({self.example!r}, error={self.error!r})"
 
 
-def minimal_failure(check: Callable[..., Any], /, *, expect: type[AssertionError] = PropertyFailure,
-                    **strategies: SearchStrategy[Any]) -> Shrunk:
+def minimal_failure(
+    check: Callable[..., Any], /, *, expect: type[AssertionError] = PropertyFailure, **strategies: SearchStrategy[Any]
+) -> Shrunk:
     """Call ``check(**example)`` for examples drawn from ``strategies`` under ``SETTINGS`` until it
     raises an ``AssertionError`` (a ``PropertyFailure`` or a ``RankFailure``), let Hypothesis
     shrink it, and return the minimal failing example with its error.
@@ -87,5 +88,6 @@ def minimal_failure(check: Callable[..., Any], /, *, expect: type[AssertionError
     shrunk = failing[-1]  # Hypothesis runs the minimal example once more, last
     assert isinstance(shrunk.error, expect), (
         f"the minimal example raised {type(shrunk.error).__name__}, not the {expect.__name__} that shows the "
-        f"property caught the planted bug itself:\n{shrunk.error}")
+        f"property caught the planted bug itself:\n{shrunk.error}"
+    )
     return shrunk

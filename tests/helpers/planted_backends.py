@@ -95,8 +95,7 @@ class DroppingContributionGroup(GlooForwardingGroup):
 
     def allreduce(self, tensors, opts):
         t = tensors[0]
-        if (opts.reduceOp == dist.ReduceOp.SUM and self.world > 1 and self.rank() == self.world - 1
-                and t.numel() >= 4):
+        if opts.reduceOp == dist.ReduceOp.SUM and self.world > 1 and self.rank() == self.world - 1 and t.numel() >= 4:
             t.zero_()  # this rank takes part with zeros: the sum misses its values
         return self.inner.allreduce(tensors, opts)
 

@@ -25,8 +25,9 @@ class _FirstChunkPlanner(DefaultLoadPlanner):
 
     def create_local_plan(self) -> Any:
         plan = super().create_local_plan()
-        plan.items = [item for item in plan.items
-                      if item.storage_index.offset is None or not any(item.storage_index.offset)]
+        plan.items = [
+            item for item in plan.items if item.storage_index.offset is None or not any(item.storage_index.offset)
+        ]
         return plan
 
 
@@ -53,8 +54,11 @@ def load_into_copies(state_dict: dict[str, Any], checkpoint_id: str, no_dist: bo
     state_dict.update(copies)
 
 
-def set_state_dict_ignoring_the_optimizer(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                                          model_state_dict: dict[str, Any], optim_state_dict: dict[str, Any]) -> None:
+def set_state_dict_ignoring_the_optimizer(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    model_state_dict: dict[str, Any],
+    optim_state_dict: dict[str, Any],
+) -> None:
     """Sets the model's state, but leaves the optimizer's as it was."""
     set_model_state_dict(model, model_state_dict)
-

@@ -119,12 +119,14 @@ def redistribute_taking_the_next_chunk(dtensor, mesh, placements):
         if size and size % n == 0:
             k = (mesh.get_coordinate()[0] + 1) % n
             local = dtensor.to_local().chunk(n, d)[k]
-            out = type(dtensor).from_local(local, mesh, [_dtensor_api().Shard(d)], run_check=False,
-                                           shape=dtensor.shape, stride=dtensor.stride())
+            out = type(dtensor).from_local(
+                local, mesh, [_dtensor_api().Shard(d)], run_check=False, shape=dtensor.shape, stride=dtensor.stride()
+            )
     return out
 
 
 def distribute_ignoring_src_data_rank(tensor, mesh, placements, src_data_rank=0):
     """A distribute_tensor that always takes the data from group rank 0 (None still means local)."""
-    return _dtensor_api().distribute_tensor(tensor, mesh, placements,
-                                            src_data_rank=None if src_data_rank is None else 0)
+    return _dtensor_api().distribute_tensor(
+        tensor, mesh, placements, src_data_rank=None if src_data_rank is None else 0
+    )

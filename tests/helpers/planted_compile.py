@@ -28,8 +28,10 @@ def _move_wait_after_use(graph: torch.fx.Graph) -> None:
         chain = [next(iter(collective.users))]
         while chain[-1].target is WAIT and any(u.target is WAIT for u in chain[-1].users):
             chain.append(next(u for u in chain[-1].users if u.target is WAIT))
-        uses = sorted((u for w in chain for u in w.users if u.op == "call_function" and u.target is not WAIT),
-                      key=order.__getitem__)
+        uses = sorted(
+            (u for w in chain for u in w.users if u.op == "call_function" and u.target is not WAIT),
+            key=order.__getitem__,
+        )
         if not uses:
             continue
         use = uses[0]

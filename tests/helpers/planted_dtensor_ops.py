@@ -54,8 +54,12 @@ def _partial_made_replicate(schema: OpSchema, answer: OutputSharding) -> OutputS
     if not isinstance(out, DTensorSpec) or not any(p.is_partial() for p in out.placements):
         return answer
     placements = tuple(Replicate() if p.is_partial() else p for p in out.placements)
-    return OutputSharding(_spec(out, placements), answer.redistribute_schema, answer.needs_redistribute,
-                          answer.use_val_from_redistribute_schema)
+    return OutputSharding(
+        _spec(out, placements),
+        answer.redistribute_schema,
+        answer.needs_redistribute,
+        answer.use_val_from_redistribute_schema,
+    )
 
 
 def _product_of_partials_kept_partial(schema: OpSchema, answer: OutputSharding) -> OutputSharding:

@@ -22,8 +22,14 @@ class _Comm:
     def allocate(self, size: Sequence[int], *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         return torch.empty(*size, dtype=dtype, device=device)
 
-    def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: dist.ProcessGroup,
-                 op: Any, async_op: bool = False) -> Any:
+    def __call__(
+        self,
+        output_tensor: torch.Tensor,
+        input_tensor: torch.Tensor,
+        group: dist.ProcessGroup,
+        op: Any,
+        async_op: bool = False,
+    ) -> Any:
         return _REDUCE_SCATTER(output_tensor, input_tensor, group=group, op=op, async_op=async_op)
 
 
@@ -31,8 +37,14 @@ class CorruptingLargeReduceScatter(_Comm):
     """Adds 1 to the last element of each rank's output when the reduce-scatter input has 8 or
     more elements: FSDP's flat gradient buffer of a group that large comes back wrong."""
 
-    def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: dist.ProcessGroup,
-                 op: Any, async_op: bool = False) -> Any:
+    def __call__(
+        self,
+        output_tensor: torch.Tensor,
+        input_tensor: torch.Tensor,
+        group: dist.ProcessGroup,
+        op: Any,
+        async_op: bool = False,
+    ) -> Any:
         super().__call__(output_tensor, input_tensor, group, op)
         if input_tensor.numel() >= 8 and output_tensor.numel():
             output_tensor.view(-1)[-1] += 1
@@ -43,8 +55,14 @@ class WorldAveragingReduceScatter(_Comm):
     """Implements AVG as a SUM divided by the *world* size instead of ``group``'s size: right
     whenever FSDP reduce-scatters over all ranks, wrong over a sub-group (HSDP's shard dim)."""
 
-    def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: dist.ProcessGroup,
-                 op: Any, async_op: bool = False) -> Any:
+    def __call__(
+        self,
+        output_tensor: torch.Tensor,
+        input_tensor: torch.Tensor,
+        group: dist.ProcessGroup,
+        op: Any,
+        async_op: bool = False,
+    ) -> Any:
         if op != dist.ReduceOp.AVG:
             return super().__call__(output_tensor, input_tensor, group, op, async_op)
         _REDUCE_SCATTER(output_tensor, input_tensor, group=group, op=dist.ReduceOp.SUM)

@@ -48,8 +48,9 @@ class _PassThroughPG(dist.ProcessGroup):
     def broadcast(self, tensors: list[torch.Tensor], opts: Any) -> dist._Work:
         return self._inner.broadcast(tensors, opts)
 
-    def allgather(self, output_tensors: list[list[torch.Tensor]], input_tensors: list[torch.Tensor],
-                  opts: Any) -> dist._Work:
+    def allgather(
+        self, output_tensors: list[list[torch.Tensor]], input_tensors: list[torch.Tensor], opts: Any
+    ) -> dist._Work:
         return self._inner.allgather(output_tensors, input_tensors, opts)
 
     def _allgather_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any) -> dist._Work:  # noqa: A002

@@ -10,8 +10,9 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.tensor import DTensor, Shard
 
 
-def drops_the_last_ranks_shards(state_dict: dict[str, Any], checkpoint_id: str,
-                                process_group: dist.ProcessGroup) -> None:
+def drops_the_last_ranks_shards(
+    state_dict: dict[str, Any], checkpoint_id: str, process_group: dist.ProcessGroup
+) -> None:
     """Saves zeros for the last saving rank's pieces of sharded DTensors when more than one rank saves: a
     checkpoint that one rank reads back alone is right, one written by several is not."""
     size = process_group.size()

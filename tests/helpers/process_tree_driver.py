@@ -29,8 +29,9 @@ if __name__ == "__main__":
     method = sys.argv[sys.argv.index("--start-method") + 1] if "--start-method" in sys.argv else "auto"
     spares = "always" if "--spares" in sys.argv else "never"
     if "--from-thread" in sys.argv:
-        thread = threading.Thread(target=lambda: made.append(RankPool(1, timeout=30, start_method=method,
-                                                                      spares=spares)))
+        thread = threading.Thread(
+            target=lambda: made.append(RankPool(1, timeout=30, start_method=method, spares=spares))
+        )
         thread.start()
         thread.join()
         pool = made[0]

@@ -166,8 +166,7 @@ def all_reduce_sizes_differ(ctx):
 
 def start_facts(ctx):
     """What a rank knows of how it was started: its pid, its parent, whether CUDA is initialised."""
-    return {"pid": os.getpid(), "ppid": os.getppid(), "cuda_initialized": torch.cuda.is_initialized(),
-            "rank": ctx.rank}
+    return {"pid": os.getpid(), "ppid": os.getppid(), "cuda_initialized": torch.cuda.is_initialized(), "rank": ctx.rank}
 
 
 def read_env(ctx, name):

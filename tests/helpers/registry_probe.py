@@ -17,7 +17,7 @@ from fuzzdist.properties import object_collectives, p2p, subgroups
 from fuzzdist.strategies import TensorSpec
 
 
-def _raised(message: str, where: str = "  File \"subgroups.py\", line 1, in _make_groups\n") -> RankError:
+def _raised(message: str, where: str = '  File "subgroups.py", line 1, in _make_groups\n') -> RankError:
     return RankError([0], {0: where}, {0: "builtins.RuntimeError"}, {0: RuntimeError(message)})
 
 
@@ -27,11 +27,16 @@ def _failed(*problems: Problem) -> PropertyFailure:
 
 SPEC = TensorSpec((1,), torch.float32)
 CLOSED = "Gloo connectFullMesh failed with [gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:1"
-UNCLEAR = Problem.raised(RuntimeError("Pair is not connected"), "batch send to rank 0 (tag 0, spec, a self-loop)",
-                         symptom=Symptom.REFUSED_UNCLEARLY, subject=(0, 0))
+UNCLEAR = Problem.raised(
+    RuntimeError("Pair is not connected"),
+    "batch send to rank 0 (tag 0, spec, a self-loop)",
+    symptom=Symptom.REFUSED_UNCLEARLY,
+    subject=(0, 0),
+)
 UNPICKLE = Problem.raised(AttributeError("'UntypedStorage' has no attribute 'dtype'"), op="all_gather_object")
-LOCAL_RANK = Problem(Kind.MISMATCH, "mesh dim 0 of (1, 0) (2,): get_local_rank(0)", got=0, expected=1,
-                     symptom=Symptom.MESH_SORTED_ORDER)
+LOCAL_RANK = Problem(
+    Kind.MISMATCH, "mesh dim 0 of (1, 0) (2,): get_local_rank(0)", got=0, expected=1, symptom=Symptom.MESH_SORTED_ORDER
+)
 
 
 def _subgroups(group: subgroups.Group, spec: TensorSpec = SPEC) -> subgroups.SubgroupCase:
@@ -41,22 +46,39 @@ def _subgroups(group: subgroups.Group, spec: TensorSpec = SPEC) -> subgroups.Sub
 # id -> (where, example, its symptom, another failure)
 CASES = {
     "new-group-local-sync-recreate-fails": (
-        "subgroups", {"case": _subgroups(subgroups.Group("new_group", (1, 0), (), True, True)),
-                      "local_sync_before": ((0, 1),)},
-        _raised(CLOSED), _raised("invalid src")),
+        "subgroups",
+        {"case": _subgroups(subgroups.Group("new_group", (1, 0), (), True, True)), "local_sync_before": ((0, 1),)},
+        _raised(CLOSED),
+        _raised("invalid src"),
+    ),
     "gloo-new-group-destroyed-early-breaks-peer": (
-        "subgroups", {"case": _subgroups(subgroups.Group("new_group", (2, 0)), TensorSpec((0, 256), torch.float32))},
-        _raised(CLOSED), _raised(CLOSED, where="  File \"subgroups.py\", line 1, in _run_op\n")),
+        "subgroups",
+        {"case": _subgroups(subgroups.Group("new_group", (2, 0)), TensorSpec((0, 256), torch.float32))},
+        _raised(CLOSED),
+        _raised(CLOSED, where='  File "subgroups.py", line 1, in _run_op\n'),
+    ),
     "device-mesh-local-rank-not-coordinate": (
-        "subgroups", {"case": _subgroups(subgroups.Group("mesh", (1, 0), (2,)))},
-        _failed(LOCAL_RANK), _failed(Problem(Kind.MISMATCH, LOCAL_RANK.what, got=0, expected=1))),
+        "subgroups",
+        {"case": _subgroups(subgroups.Group("mesh", (1, 0), (2,)))},
+        _failed(LOCAL_RANK),
+        _failed(Problem(Kind.MISMATCH, LOCAL_RANK.what, got=0, expected=1)),
+    ),
     "gloo-p2p-self-loop-unclear-error": (
-        "p2p", {"case": p2p.P2PCase("batch", (p2p.Message(0, 0, 0, SPEC, 1),), ((), ()))},
-        _failed(UNCLEAR), _failed(UNCLEAR.about(UNCLEAR.what, subject=(0, 3)))),
+        "p2p",
+        {"case": p2p.P2PCase("batch", (p2p.Message(0, 0, 0, SPEC, 1),), ((), ()))},
+        _failed(UNCLEAR),
+        _failed(UNCLEAR.about(UNCLEAR.what, subject=(0, 3))),
+    ),
     "wide-unsigned-unpickle-objects": (
-        "object_collectives", {"case": object_collectives.ObjectCase(
-            "all_gather_object", 0, (None, object_collectives.Tensor(TensorSpec((1,), torch.uint16), 0)))},
-        _failed(UNPICKLE), _failed(Problem(Kind.MISMATCH, op="all_gather_object", detail="obj[0]: got 8"))),
+        "object_collectives",
+        {
+            "case": object_collectives.ObjectCase(
+                "all_gather_object", 0, (None, object_collectives.Tensor(TensorSpec((1,), torch.uint16), 0))
+            )
+        },
+        _failed(UNPICKLE),
+        _failed(Problem(Kind.MISMATCH, op="all_gather_object", detail="obj[0]: got 8")),
+    ),
 }
 
 

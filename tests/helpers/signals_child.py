@@ -31,8 +31,9 @@ def _pool(world_size: int = 2):
     use_signer(Signer(b"a test secret of 32 bytes ......", "signals_child"))  # what join() sets up
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(store.port))
-    ctx = types.SimpleNamespace(rank=0, world_size=world_size, backend="gloo", device=torch.device("cpu"),
-                                group=None, store=store)
+    ctx = types.SimpleNamespace(
+        rank=0, world_size=world_size, backend="gloo", device=torch.device("cpu"), group=None, store=store
+    )
     return store, TorchrunPool(ctx, store, timeout=60)
 
 
@@ -61,8 +62,13 @@ def compose() -> None:
         else:
             raised = None
         pool.close()  # pool first: removed after the campaign's; pool last: removed after it too (interleaved)
-        _say(pool_first=pool_first, raised=raised, campaign_saw=seen, pool_stopping=pool.stopping,
-             restored=signal.getsignal(signal.SIGTERM) == signal.SIG_DFL)
+        _say(
+            pool_first=pool_first,
+            raised=raised,
+            campaign_saw=seen,
+            pool_stopping=pool.stopping,
+            restored=signal.getsignal(signal.SIGTERM) == signal.SIG_DFL,
+        )
     del store
 
 
@@ -101,6 +107,7 @@ def _rank1(store, how: str) -> None:
     if how == "marked":
         store.set(mark_key(torchrun._PREFIX, 1), b"1")
     elif how == "beating":
+
         def beat() -> None:
             while True:
                 store.add(torchrun._alive_key(1), 1)
@@ -187,8 +194,14 @@ def serving_rank(how: str, mark_file: str) -> None:
 
 if __name__ == "__main__":
     mode, *rest = sys.argv[1:]
-    {"compose": compose, "pool-idle": pool_idle, "pool-in-flight": pool_in_flight, "pool-stopped": pool_stopped,
-     "campaign-in-flight": campaign_in_flight,
-     "hold-default": hold_default, "serving-rank": serving_rank}[mode](*rest)
+    {
+        "compose": compose,
+        "pool-idle": pool_idle,
+        "pool-in-flight": pool_in_flight,
+        "pool-stopped": pool_stopped,
+        "campaign-in-flight": campaign_in_flight,
+        "hold-default": hold_default,
+        "serving-rank": serving_rank,
+    }[mode](*rest)
     sys.stdout.flush()
     os._exit(0)  # rank 0's example thread may still wait for the rank that never was

@@ -73,8 +73,9 @@ class ChildProcessGroup(dist.ProcessGroup):
     def __init__(self, rank: int, world_size: int, store: Any) -> None:
         super().__init__(rank, world_size)
         self._conn, child_conn = mp.get_context("spawn").Pipe()
-        self.child = mp.get_context("spawn").Process(target=_child, args=(rank, world_size, child_conn),
-                                                     name=f"child-pg-rank{rank}", daemon=True)
+        self.child = mp.get_context("spawn").Process(
+            target=_child, args=(rank, world_size, child_conn), name=f"child-pg-rank{rank}", daemon=True
+        )
         self.child.start()
         child_conn.close()
         port = self._receive()

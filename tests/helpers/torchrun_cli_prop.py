@@ -15,6 +15,7 @@ def allreduce_check(ctx, n, bug):
         t[0] = 0
     return (t == ctx.world_size).all().item(), os.getpid()
 
+
 @given(n=st.integers(1, 50))
 def test_allreduce(rank_pool, n):  # collected only when fuzzdist run is pointed at this file
     out = rank_pool.run(allreduce_check, n, os.environ.get("PLANT_BUG") == "1")

@@ -64,15 +64,18 @@ def test_seen_on_is_where_the_matrix_says_bug() -> None:
     assert finding.reproducer == "docs/findings/test-only-catalogued/repro.py"
 
 
-@pytest.mark.parametrize(("change", "said"), [
-    (('kind = "crash"', 'kind = "bug"'), "kind 'bug'"),
-    (('title = "a planted crash"\n', ""), "lacks title"),
-    (('summary = "a planted crash, as a KNOWN line says it"\n', ""), "lacks summary"),
-    (('documentation = "silent"', 'documentation = "silent"\ncolour = "red"'), "unknown fields ['colour']"),
-    (('"2.13.0+cpu" = "BUG"', '"2.14.1" = "BUG"'), "needs one cell for each of versions"),
-    (('versions = ["2.6.0+cu124", "2.13.0+cpu"]', ""), "versions = "),
-    (("[findings.test-only-catalogued]", "[findings.test-only-catalogued"), "not valid TOML"),
-])
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        (('kind = "crash"', 'kind = "bug"'), "kind 'bug'"),
+        (('title = "a planted crash"\n', ""), "lacks title"),
+        (('summary = "a planted crash, as a KNOWN line says it"\n', ""), "lacks summary"),
+        (('documentation = "silent"', 'documentation = "silent"\ncolour = "red"'), "unknown fields ['colour']"),
+        (('"2.13.0+cpu" = "BUG"', '"2.14.1" = "BUG"'), "needs one cell for each of versions"),
+        (('versions = ["2.6.0+cu124", "2.13.0+cpu"]', ""), "versions = "),
+        (("[findings.test-only-catalogued]", "[findings.test-only-catalogued"), "not valid TOML"),
+    ],
+)
 def test_a_malformed_entry_names_what_to_fix(change: tuple[str, str], said: str) -> None:
     assert change[0] in ENTRY
     with pytest.raises(CatalogueError, match=None) as caught:
@@ -81,19 +84,24 @@ def test_a_malformed_entry_names_what_to_fix(change: tuple[str, str], said: str)
 
 
 def test_an_unregistered_finding_needs_no_summary_but_says_why() -> None:
-    text = ENTRY.replace('summary = "a planted crash, as a KNOWN line says it"',
-                         'unregistered = "no property draws it"')
+    text = ENTRY.replace(
+        'summary = "a planted crash, as a KNOWN line says it"', 'unregistered = "no property draws it"'
+    )
     finding = parse(text).findings["test-only-catalogued"]
     assert finding.unregistered == "no property draws it" and finding.summary == ""
     assert parse(text).by_known_bug("test-only-catalogued") is None
 
 
 def test_a_matrix_update_writes_cells_and_adds_a_new_version() -> None:
-    updated = catalogue.with_matrix(parse(ENTRY), {("test-only-catalogued", "2.13.0+cpu"): "FIXED",
-                                                   ("test-only-catalogued", "2.15.0"): "BUG"})
+    updated = catalogue.with_matrix(
+        parse(ENTRY), {("test-only-catalogued", "2.13.0+cpu"): "FIXED", ("test-only-catalogued", "2.15.0"): "BUG"}
+    )
     assert updated.versions == ("2.6.0+cu124", "2.13.0+cpu", "2.15.0")
     assert dict(updated.findings["test-only-catalogued"].matrix) == {
-        "2.6.0+cu124": "FIXED", "2.13.0+cpu": "FIXED", "2.15.0": "BUG"}
+        "2.6.0+cu124": "FIXED",
+        "2.13.0+cpu": "FIXED",
+        "2.15.0": "BUG",
+    }
     assert parse(catalogue.dump(updated)) == updated
 
 
@@ -109,11 +117,14 @@ def planted(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.usefixtures("planted")
 def test_register_fills_what_an_entry_leaves_out() -> None:
-    bug = registry.register(registry.KnownBug(id="test-only-catalogued", where=("test-prop",),
-                                              recognise=_predicate))
+    bug = registry.register(registry.KnownBug(id="test-only-catalogued", where=("test-prop",), recognise=_predicate))
     assert (bug.summary, bug.kind, bug.upstream, bug.seen_on, bug.reproducer) == (
-        "a planted crash, as a KNOWN line says it", "crash", "https://example.invalid/1", ("2.13",),
-        "docs/findings/test-only-catalogued/repro.py")
+        "a planted crash, as a KNOWN line says it",
+        "crash",
+        "https://example.invalid/1",
+        ("2.13",),
+        "docs/findings/test-only-catalogued/repro.py",
+    )
     assert registry._REGISTRY["test-only-catalogued"] is bug
 
 
@@ -121,25 +132,40 @@ def test_register_fills_what_an_entry_leaves_out() -> None:
 def test_an_entry_that_repeats_the_catalogue_is_accepted() -> None:
     """What the entries give today, before their duplicated arguments go: the same values, a seen_on
     that is part of the matrix's, the reproducer's single-file path of before the findings had folders."""
-    bug = registry.register(registry.KnownBug(
-        id="test-only-catalogued", summary="a planted crash, as a KNOWN line says it", where=("test-prop",),
-        recognise=_predicate, seen_on=("2.13",), upstream="https://example.invalid/1", kind="crash",
-        reproducer="docs/findings/test-only-catalogued.py"))
+    bug = registry.register(
+        registry.KnownBug(
+            id="test-only-catalogued",
+            summary="a planted crash, as a KNOWN line says it",
+            where=("test-prop",),
+            recognise=_predicate,
+            seen_on=("2.13",),
+            upstream="https://example.invalid/1",
+            kind="crash",
+            reproducer="docs/findings/test-only-catalogued.py",
+        )
+    )
     assert bug.reproducer == "docs/findings/test-only-catalogued/repro.py"
 
 
 @pytest.mark.usefixtures("planted")
-@pytest.mark.parametrize(("given", "said"), [
-    ({"summary": "another summary"}, "summary='another summary' where the catalogue says"),
-    ({"kind": "hang"}, "kind='hang' where the catalogue says 'crash'"),
-    ({"upstream": "https://example.invalid/2"}, "upstream='https://example.invalid/2'"),
-    ({"seen_on": ("2.6",)}, "seen_on=('2.6',) where the catalogue's matrix shows it on ('2.13',) only"),
-    ({"reproducer": "docs/findings/another-finding/repro.py"}, "reproducer='docs/findings/another-finding/repro.py'"),
-])
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ({"summary": "another summary"}, "summary='another summary' where the catalogue says"),
+        ({"kind": "hang"}, "kind='hang' where the catalogue says 'crash'"),
+        ({"upstream": "https://example.invalid/2"}, "upstream='https://example.invalid/2'"),
+        ({"seen_on": ("2.6",)}, "seen_on=('2.6',) where the catalogue's matrix shows it on ('2.13',) only"),
+        (
+            {"reproducer": "docs/findings/another-finding/repro.py"},
+            "reproducer='docs/findings/another-finding/repro.py'",
+        ),
+    ],
+)
 def test_an_entry_that_contradicts_the_catalogue_is_refused(given: dict, said: str) -> None:
     with pytest.raises(InvalidArgument) as caught:
-        registry.register(registry.KnownBug(id="test-only-catalogued", where=("test-prop",), recognise=_predicate,
-                                            **given))
+        registry.register(
+            registry.KnownBug(id="test-only-catalogued", where=("test-prop",), recognise=_predicate, **given)
+        )
     message = str(caught.value)
     assert said in message and "[findings.test-only-catalogued]" in message and "Leave those arguments out" in message
     assert "test-only-catalogued" not in registry._REGISTRY
@@ -149,8 +175,15 @@ def test_an_entry_that_contradicts_the_catalogue_is_refused(given: dict, said: s
 def test_a_bug_outside_the_catalogue_gives_its_own_summary_and_versions() -> None:
     with pytest.raises(InvalidArgument, match=r"no entry in fuzzdist's catalogue .*give its summary= and seen_on="):
         registry.register(registry.KnownBug(id="test-only-elsewhere", where=("test-prop",), recognise=_predicate))
-    bug = registry.register(registry.KnownBug(id="test-only-elsewhere", summary="a user's own", where=("test-prop",),
-                                              recognise=_predicate, seen_on=("2.13",)))
+    bug = registry.register(
+        registry.KnownBug(
+            id="test-only-elsewhere",
+            summary="a user's own",
+            where=("test-prop",),
+            recognise=_predicate,
+            seen_on=("2.13",),
+        )
+    )
     assert bug.kind == "wrong result" and bug.reproducer is None
 
 
@@ -159,8 +192,11 @@ def test_a_bug_outside_the_catalogue_gives_its_own_summary_and_versions() -> Non
 
 def _fuzzdist_entries() -> list[known_bugs.KnownBug]:
     """fuzzdist's own entries: a test file may register planted ones in this process."""
-    return [bug for bug in known_bugs.registry().values()
-            if getattr(bug.recognise, "__module__", "").startswith("fuzzdist.")]
+    return [
+        bug
+        for bug in known_bugs.registry().values()
+        if getattr(bug.recognise, "__module__", "").startswith("fuzzdist.")
+    ]
 
 
 def test_every_registered_bug_has_a_catalogue_entry() -> None:
@@ -179,9 +215,11 @@ def test_every_catalogue_entry_is_registered_or_says_why_not() -> None:
         if finding.unregistered:
             assert finding.known_bug not in registered, f"{finding.id} is registered: drop its 'unregistered'"
         else:
-            assert finding.known_bug in registered, (f"no code registers {finding.id}'s known bug "
-                                                     f"{finding.known_bug!r}: register it, or say why in "
-                                                     "'unregistered'")
+            assert finding.known_bug in registered, (
+                f"no code registers {finding.id}'s known bug "
+                f"{finding.known_bug!r}: register it, or say why in "
+                "'unregistered'"
+            )
 
 
 # -- the generated parts of the pages --------------------------------------------------------------
@@ -205,8 +243,9 @@ def test_a_changed_cell_makes_its_pages_stale_and_write_fixes_them(tmp_path: Pat
     finding = next(iter(written.findings))
     changed = catalogue.with_matrix(written, {(finding, written.versions[0]): "no verdict"})
     stale = catalogue_pages.stale_pages(docs, changed, write=True)
-    assert sorted(stale) == sorted(str(docs / page) for page in (
-        catalogue_pages.INDEX, catalogue_pages.VERSIONS, f"findings/{finding}/README.md"))
+    assert sorted(stale) == sorted(
+        str(docs / page) for page in (catalogue_pages.INDEX, catalogue_pages.VERSIONS, f"findings/{finding}/README.md")
+    )
     assert catalogue_pages.stale_pages(docs, changed) == []
     readme = (docs / "findings" / finding / "README.md").read_text(encoding="utf-8")
     assert f"torch {written.versions[0]}: no verdict" in readme
@@ -220,16 +259,22 @@ def test_a_page_without_its_markers_is_named(tmp_path: Path) -> None:
 
 
 def _pages(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "fuzzdist.known_bugs.catalogue_pages", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "fuzzdist.known_bugs.catalogue_pages", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_the_check_command_passes_on_the_committed_pages_and_fails_on_stale_ones(tmp_path: Path) -> None:
     assert _pages("--check").returncode == 0
     docs = _docs_copy(tmp_path)
     readme = docs / "findings" / "gloo-bool-sum-stores-2" / "README.md"
-    readme.write_text(readme.read_text(encoding="utf-8").replace("- **Class:** wrong result", "- **Class:** crash"),
-                      encoding="utf-8")
+    readme.write_text(
+        readme.read_text(encoding="utf-8").replace("- **Class:** wrong result", "- **Class:** crash"), encoding="utf-8"
+    )
     done = _pages("--check", "--docs", str(docs))
     assert done.returncode == 1 and str(readme) in done.stderr and "--write" in done.stderr
 

@@ -69,8 +69,15 @@ def _kill_group(proc: subprocess.Popen[str]) -> None:
 
 
 def _run(script: Path) -> Run:
-    proc = subprocess.Popen([sys.executable, str(script)], cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(script)],
+        cwd=ROOT,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         out, err = proc.communicate(timeout=SCRIPT_TIMEOUT_S)
         code: int | None = proc.returncode
@@ -91,9 +98,14 @@ def _run(script: Path) -> Run:
 @pytest.fixture(scope="module")
 def runs(request: pytest.FixtureRequest) -> dict[str, Run]:
     """Every selected reproducer's run, all started at once (PARALLEL at a time)."""
-    wanted = sorted({item.callspec.params["finding"] for item in request.session.items
-                     if getattr(item, "originalname", None) == "test_reproducer_still_shows_the_bug"
-                     and hasattr(item, "callspec")})
+    wanted = sorted(
+        {
+            item.callspec.params["finding"]
+            for item in request.session.items
+            if getattr(item, "originalname", None) == "test_reproducer_still_shows_the_bug"
+            and hasattr(item, "callspec")
+        }
+    )
     with ThreadPoolExecutor(PARALLEL) as pool:
         return dict(zip(wanted, pool.map(_run, [FINDINGS_DIR / i / "repro.py" for i in wanted]), strict=True))
 
@@ -117,20 +129,32 @@ def test_reproducer_still_shows_the_bug(runs: dict[str, Run], finding: str) -> N
     if run.returncode == 0 and verdict.startswith("FIXED:"):
         if fixed_here:
             return
-        pytest.fail(f"torch {torch.__version__} fixed {finding}: update its matrix in {CATALOGUE}\n"
-                    f"{verdict}", pytrace=False)
+        pytest.fail(
+            f"torch {torch.__version__} fixed {finding}: update its matrix in {CATALOGUE}\n{verdict}", pytrace=False
+        )
     if fixed_here and run.returncode == 1 and verdict.startswith("BUG:"):
-        pytest.fail(f"torch {torch.__version__} shows {finding}, which the catalogue's matrix says it fixed: "
-                    f"update its matrix in {CATALOGUE}\n{verdict}", pytrace=False)
+        pytest.fail(
+            f"torch {torch.__version__} shows {finding}, which the catalogue's matrix says it fixed: "
+            f"update its matrix in {CATALOGUE}\n{verdict}",
+            pytrace=False,
+        )
     if run.returncode is None:
-        pytest.fail(f"docs/findings/{finding}/repro.py ran past {SCRIPT_TIMEOUT_S}s (killed): its own bounds failed, "
-                    f"or the machine is far too slow\n{shown}", pytrace=False)
+        pytest.fail(
+            f"docs/findings/{finding}/repro.py ran past {SCRIPT_TIMEOUT_S}s (killed): its own bounds failed, "
+            f"or the machine is far too slow\n{shown}",
+            pytrace=False,
+        )
     if run.returncode == NO_VERDICT_EXIT and verdict.startswith("NO VERDICT:"):
-        pytest.fail(f"a slow machine, not a changed torch: docs/findings/{finding}/repro.py reached no verdict on "
-                    f"torch {torch.__version__}: {verdict}\nRun it again on a quieter machine.", pytrace=False)
+        pytest.fail(
+            f"a slow machine, not a changed torch: docs/findings/{finding}/repro.py reached no verdict on "
+            f"torch {torch.__version__}: {verdict}\nRun it again on a quieter machine.",
+            pytrace=False,
+        )
     if run.returncode != 1 or not verdict.startswith("BUG:"):
-        pytest.fail(f"docs/findings/{finding}/repro.py failed (exit {run.returncode}), neither BUG nor FIXED\n{shown}",
-                    pytrace=False)
+        pytest.fail(
+            f"docs/findings/{finding}/repro.py failed (exit {run.returncode}), neither BUG nor FIXED\n{shown}",
+            pytrace=False,
+        )
 
 
 def test_each_finding_has_one_home_and_a_catalogue_entry() -> None:
@@ -163,8 +187,9 @@ def test_reproducer_needs_torch_alone(finding: str) -> None:
     modules = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     modules |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
     foreign = {m for m in modules if m.split(".")[0] not in sys.stdlib_module_names | {"torch"}}
-    assert not foreign, (f"docs/findings/{finding}/repro.py imports {sorted(foreign)}: use torch and the standard "
-                         "library")
+    assert not foreign, (
+        f"docs/findings/{finding}/repro.py imports {sorted(foreign)}: use torch and the standard library"
+    )
 
 
 def test_misuse_is_listed_apart_and_not_counted_as_a_bug() -> None:
@@ -201,8 +226,9 @@ def test_the_matrix_says_what_each_torch_prints(monkeypatch: pytest.MonkeyPatch)
     fixed = "new-group-local-sync-recreate-fails"
     assert _verdict_failure(Run(0, "FIXED: gone\n", ""), fixed) is None
     assert "which the catalogue's matrix says it fixed" in (_verdict_failure(Run(1, "BUG: back\n", ""), fixed) or "")
-    assert "fixed gloo-bool-sum-stores-2" in (_verdict_failure(Run(0, "FIXED: gone\n", ""), "gloo-bool-sum-stores-2")
-                                              or "")
+    assert "fixed gloo-bool-sum-stores-2" in (
+        _verdict_failure(Run(0, "FIXED: gone\n", ""), "gloo-bool-sum-stores-2") or ""
+    )
 
 
 def test_the_verdicts_are_told_apart() -> None:

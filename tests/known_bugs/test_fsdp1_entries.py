@@ -16,10 +16,12 @@ if missing_fully_shard():  # an older torch; any other ImportError below fails, 
 
 from fuzzdist.properties.fsdp1.config import FSDP1Config
 
-GRADIENT = Problem(Kind.MISMATCH, "step 0: grad layers.0.weight", index=0, got=0.0, expected=1.0, bound=1e-7,
-                   count=1, size=1)
-ROUND_TRIP = Problem(Kind.MISMATCH, "one step after loading: param layers.0.weight", index=0, got=0.0,
-                     expected=1.0, count=1, size=1)
+GRADIENT = Problem(
+    Kind.MISMATCH, "step 0: grad layers.0.weight", index=0, got=0.0, expected=1.0, bound=1e-7, count=1, size=1
+)
+ROUND_TRIP = Problem(
+    Kind.MISMATCH, "one step after loading: param layers.0.weight", index=0, got=0.0, expected=1.0, count=1, size=1
+)
 MORE = Problem(Kind.MORE, count=4)
 
 
@@ -28,8 +30,11 @@ def _config(**fields):
 
 
 def _recognised(config, *problems):
-    bug = known_bugs.recognise("fsdp1", {"config": config, "dtype": torch.float32, "seed": 0},
-                               PropertyFailure("FSDP1 differs", [], list(problems)))
+    bug = known_bugs.recognise(
+        "fsdp1",
+        {"config": config, "dtype": torch.float32, "seed": 0},
+        PropertyFailure("FSDP1 differs", [], list(problems)),
+    )
     return None if bug is None else bug.id
 
 

@@ -7,10 +7,15 @@ import pytest
 from fuzzdist import known_bugs
 from fuzzdist.errors import InvalidArgument, PropertyFailure
 
-BUG = known_bugs.register(known_bugs.KnownBug(
-    id="test-only-odd-sizes", summary="a planted 'torch bug': odd sizes fail with 'odd'", where=("test-prop",),
-    recognise=lambda ex, f: isinstance(f, PropertyFailure) and ex["size"] % 2 == 1 and "odd" in str(f),
-    seen_on=("2.13",)))
+BUG = known_bugs.register(
+    known_bugs.KnownBug(
+        id="test-only-odd-sizes",
+        summary="a planted 'torch bug': odd sizes fail with 'odd'",
+        where=("test-prop",),
+        recognise=lambda ex, f: isinstance(f, PropertyFailure) and ex["size"] % 2 == 1 and "odd" in str(f),
+        seen_on=("2.13",),
+    )
+)
 
 
 def check(size: int, message: str = "odd size differs") -> None:
@@ -61,13 +66,16 @@ def _other_predicate(example, failure) -> bool:
     return False
 
 
-@pytest.mark.parametrize("bad, match", [
-    (dict(id="Bad Id"), "lower-case words"),
-    (dict(where=()), "names no check"),
-    (dict(summary="another bug under the same id"), "already registered"),
-    (dict(where=("another-prop",)), "already registered"),
-    (dict(recognise=_other_predicate), "already registered"),
-])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (dict(id="Bad Id"), "lower-case words"),
+        (dict(where=()), "names no check"),
+        (dict(summary="another bug under the same id"), "already registered"),
+        (dict(where=("another-prop",)), "already registered"),
+        (dict(recognise=_other_predicate), "already registered"),
+    ],
+)
 def test_bad_entries_say_what_to_do(bad, match):
     fields = dict(id=BUG.id, summary=BUG.summary, where=BUG.where, recognise=BUG.recognise, seen_on=BUG.seen_on)
     with pytest.raises(InvalidArgument, match=match):
@@ -104,6 +112,7 @@ def test_a_module_imported_again_registers_its_entry_again(tmp_path):
 
 def test_reproduces_runs_the_check_as_outside_a_tally():
     """The property's own known_failures() inside the pinned check must raise, not tally."""
+
     def property_check():
         with known_bugs.known_failures("test-prop", size=3):
             check(3)
@@ -131,9 +140,16 @@ def test_sighted_tallies_only_inside_a_tally():
 
 
 def test_a_known_bug_carries_its_kind_where_it_is_reported():
-    bug = known_bugs.register(known_bugs.KnownBug(
-        id="test-only-kind-shown", summary="a planted misuse", where=("test-kind",),
-        recognise=lambda ex, f: isinstance(f, PropertyFailure), seen_on=("2.13",), kind="missing validation"))
+    bug = known_bugs.register(
+        known_bugs.KnownBug(
+            id="test-only-kind-shown",
+            summary="a planted misuse",
+            where=("test-kind",),
+            recognise=lambda ex, f: isinstance(f, PropertyFailure),
+            seen_on=("2.13",),
+            kind="missing validation",
+        )
+    )
     with known_bugs.collecting() as tally:
         with known_bugs.known_failures("test-kind", size=1):
             check(1)
@@ -144,7 +160,14 @@ def test_a_known_bug_carries_its_kind_where_it_is_reported():
 
 def test_an_unknown_kind_is_refused():
     with pytest.raises(InvalidArgument, match="kind='bug'"):
-        known_bugs.register(known_bugs.KnownBug(
-            id="test-only-bad-kind", summary="x", where=("test-prop",), recognise=lambda ex, f: False,
-            seen_on=("2.13",), kind="bug"))
+        known_bugs.register(
+            known_bugs.KnownBug(
+                id="test-only-bad-kind",
+                summary="x",
+                where=("test-prop",),
+                recognise=lambda ex, f: False,
+                seen_on=("2.13",),
+                kind="bug",
+            )
+        )
     assert "test-only-bad-kind" not in known_bugs.registry()

@@ -49,9 +49,13 @@ def case(shape=(2,), save_mesh=(2, 2), save=("S0", "S0"), load_mesh=(4,), load=(
 
 
 def failure(traceback=SAVE_TRACEBACK, exc_type=CHECKPOINT_EXCEPTION, ranks=(0, 1, 2, 3), stragglers=()):
-    return RankError(list(ranks), {r: traceback for r in ranks}, {r: exc_type for r in ranks},
-                     {r: RuntimeError("CheckpointException ranks:dict_keys([0])") for r in ranks},
-                     stragglers=list(stragglers))
+    return RankError(
+        list(ranks),
+        {r: traceback for r in ranks},
+        {r: exc_type for r in ranks},
+        {r: RuntimeError("CheckpointException ranks:dict_keys([0])") for r in ranks},
+        stragglers=list(stragglers),
+    )
 
 
 def recognised(example_case, error):
@@ -64,25 +68,31 @@ def test_the_shrunk_example_is_recognised():
     assert known_bugs.registry()[BUG].seen_on == ("2.6",)
 
 
-@pytest.mark.parametrize("shape, mesh, names", [
-    ((2, 2), (2, 2), ("S1", "S1")),      # the dim sharded twice need not be dim 0 (seed 15's example)
-    ((3, 2), (2, 2), ("S-1", "S-1")),    # nor named with a non-negative index
-])
+@pytest.mark.parametrize(
+    "shape, mesh, names",
+    [
+        ((2, 2), (2, 2), ("S1", "S1")),  # the dim sharded twice need not be dim 0 (seed 15's example)
+        ((3, 2), (2, 2), ("S-1", "S-1")),  # nor named with a non-negative index
+    ],
+)
 def test_the_same_layout_on_another_dim_is_recognised(shape, mesh, names):
     assert recognised(case(shape, mesh, names), failure()) == BUG
 
 
-@pytest.mark.parametrize("shape, mesh, names", [
-    ((4,), (2, 2), ("S0", "S0")),        # every piece holds one element
-    ((3,), (2, 2), ("S0", "S0")),        # rank 3's piece is empty, at offset 3 (the end): torch 2.6.0 saves it
-    ((1,), (2, 2), ("S0", "S0")),        # ranks 1-3 empty, all at offset 1 (the end): saved
-    ((2, 1), (2, 2), ("S1", "S1")),
-    ((2,), (1, 4), ("S0", "S0")),        # ranks 2 and 3 empty at offset 2: saved
-    ((2,), (4, 1), ("S0", "S0")),
-    ((2,), (4,), ("S0",)),               # sharded once, with empty pieces: saved
-    ((2, 2), (2, 2), ("S0", "S1")),      # two dims, each sharded once
-    ((2,), (2, 2), ("R", "S0")),
-])
+@pytest.mark.parametrize(
+    "shape, mesh, names",
+    [
+        ((4,), (2, 2), ("S0", "S0")),  # every piece holds one element
+        ((3,), (2, 2), ("S0", "S0")),  # rank 3's piece is empty, at offset 3 (the end): torch 2.6.0 saves it
+        ((1,), (2, 2), ("S0", "S0")),  # ranks 1-3 empty, all at offset 1 (the end): saved
+        ((2, 1), (2, 2), ("S1", "S1")),
+        ((2,), (1, 4), ("S0", "S0")),  # ranks 2 and 3 empty at offset 2: saved
+        ((2,), (4, 1), ("S0", "S0")),
+        ((2,), (4,), ("S0",)),  # sharded once, with empty pieces: saved
+        ((2, 2), (2, 2), ("S0", "S1")),  # two dims, each sharded once
+        ((2,), (2, 2), ("R", "S0")),
+    ],
+)
 def test_the_same_failure_on_another_layout_stays_a_failure(shape, mesh, names):
     assert recognised(case(shape, mesh, names), failure()) is None
 

@@ -35,16 +35,36 @@ def _recognised(where: str, example: dict, failure: BaseException) -> str | None
 def _mesh_example() -> dict:
     from fuzzdist.properties import subgroups
 
-    return {"case": subgroups.SubgroupCase((subgroups.Group("mesh", (1, 0), (2,)),),
-                                           (("all_reduce", "SUM"), ("all_gather", 0)), F32, 0)}
+    return {
+        "case": subgroups.SubgroupCase(
+            (subgroups.Group("mesh", (1, 0), (2,)),), (("all_reduce", "SUM"), ("all_gather", 0)), F32, 0
+        )
+    }
 
 
-LOCAL_RANK = Problem(Kind.MISMATCH, "mesh dim 0 of (1, 0) (2,): get_local_rank(0)", got=0, expected=1,
-                     symptom=Symptom.MESH_SORTED_ORDER)
-GATHER = Problem(Kind.MISMATCH, "all_gather on mesh [1, 0] (mesh dim 0, group order [1, 0]): output 0 (group rank 0 "
-                 "= rank 1)", index=0, got=2.0, expected=1.0, count=1, size=1, symptom=Symptom.MESH_SORTED_ORDER)
-SUM_WRONG = Problem(Kind.MISMATCH, "all_reduce(SUM) on mesh [1, 0] (mesh dim 0, group order [1, 0])", index=0,
-                    got=3.0, expected=2.0, bound=1e-6, count=1, size=1)
+LOCAL_RANK = Problem(
+    Kind.MISMATCH, "mesh dim 0 of (1, 0) (2,): get_local_rank(0)", got=0, expected=1, symptom=Symptom.MESH_SORTED_ORDER
+)
+GATHER = Problem(
+    Kind.MISMATCH,
+    "all_gather on mesh [1, 0] (mesh dim 0, group order [1, 0]): output 0 (group rank 0 = rank 1)",
+    index=0,
+    got=2.0,
+    expected=1.0,
+    count=1,
+    size=1,
+    symptom=Symptom.MESH_SORTED_ORDER,
+)
+SUM_WRONG = Problem(
+    Kind.MISMATCH,
+    "all_reduce(SUM) on mesh [1, 0] (mesh dim 0, group order [1, 0])",
+    index=0,
+    got=3.0,
+    expected=2.0,
+    bound=1e-6,
+    count=1,
+    size=1,
+)
 
 
 def test_mesh_order_is_recognised_from_the_sorted_order_symptoms():
@@ -52,12 +72,16 @@ def test_mesh_order_is_recognised_from_the_sorted_order_symptoms():
     assert _recognised("subgroups", _mesh_example(), failure) == "device-mesh-local-rank-not-coordinate"
 
 
-@pytest.mark.parametrize("results", [
-    [[SUM_WRONG], None],  # all_reduce SUM can't depend on the order: never this bug
-    [[LOCAL_RANK], [SUM_WRONG]],  # the symptom on one rank, something else on another
-    [[replace(LOCAL_RANK, symptom=None)], None],  # a local rank that is not the sorted order's
-    [[replace(GATHER, symptom=None)], None],  # outputs not in the sorted order
-], ids=["sum", "sum-beside", "local-rank", "gather"])
+@pytest.mark.parametrize(
+    "results",
+    [
+        [[SUM_WRONG], None],  # all_reduce SUM can't depend on the order: never this bug
+        [[LOCAL_RANK], [SUM_WRONG]],  # the symptom on one rank, something else on another
+        [[replace(LOCAL_RANK, symptom=None)], None],  # a local rank that is not the sorted order's
+        [[replace(GATHER, symptom=None)], None],  # outputs not in the sorted order
+    ],
+    ids=["sum", "sum-beside", "local-rank", "gather"],
+)
 def test_mesh_order_other_symptoms_stay_failures(results):
     assert _recognised("subgroups", _mesh_example(), _failed(results)) is None
 
@@ -91,9 +115,7 @@ def _uint16():
 
 def _unpickle(op: str) -> Problem:
     """What a rank's object collective reports when torch can't unpickle a wide tensor."""
-    return Problem.raised(AttributeError("type object 'torch.storage.UntypedStorage' has no attribute 'dtype'"),
-                          op=op)
-
+    return Problem.raised(AttributeError("type object 'torch.storage.UntypedStorage' has no attribute 'dtype'"), op=op)
 
 
 def test_unpickle_error_on_every_rank_that_receives_a_wide_tensor_is_recognised():
@@ -126,8 +148,7 @@ def _p2p_example() -> dict:
     from fuzzdist.properties import p2p
 
     transposed = TensorSpec((2, 2), torch.float32, "transposed")
-    return {"case": p2p.P2PCase("batch", (p2p.Message(0, 0, 0, F32, 1), p2p.Message(0, 1, 3, transposed, 2)),
-                                ((), ()))}
+    return {"case": p2p.P2PCase("batch", (p2p.Message(0, 0, 0, F32, 1), p2p.Message(0, 1, 3, transposed, 2)), ((), ()))}
 
 
 PAIR = "[../third_party/gloo/gloo/transport/tcp/pair.cc:1] Pair is not connected"
@@ -135,34 +156,43 @@ PAIR = "[../third_party/gloo/gloo/transport/tcp/pair.cc:1] Pair is not connected
 
 def _refused(peer: int, tag: int, words: str = PAIR) -> Problem:
     """A send or receive to ``peer`` with ``tag`` that gloo refused with ``words``, as the p2p property reports it."""
-    return Problem.raised(RuntimeError(words), f"batch wait for the send to rank {peer} and the receive from it "
-                          f"(tag {tag}, {F32}, a self-loop)", symptom=Symptom.REFUSED_UNCLEARLY, subject=(peer, tag))
+    return Problem.raised(
+        RuntimeError(words),
+        f"batch wait for the send to rank {peer} and the receive from it (tag {tag}, {F32}, a self-loop)",
+        symptom=Symptom.REFUSED_UNCLEARLY,
+        subject=(peer, tag),
+    )
 
 
 SELF_LOOP = _refused(0, 0)
 
 
 def test_self_loop_refused_with_pair_not_connected_is_recognised():
-    assert _recognised("p2p", _p2p_example(), _failed([[SELF_LOOP], None])) \
-        == "gloo-p2p-self-loop-unclear-error"
+    assert _recognised("p2p", _p2p_example(), _failed([[SELF_LOOP], None])) == "gloo-p2p-self-loop-unclear-error"
 
 
 def test_self_loop_refused_with_torch_2_6s_words_is_recognised():
     """torch 2.6.0's gloo refuses the same self-loop from the same tcp pair with other words."""
     words = "[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:331] writev [none]: Bad file descriptor"
-    assert _recognised("p2p", _p2p_example(), _failed([[_refused(0, 0, words)], None])) \
+    assert (
+        _recognised("p2p", _p2p_example(), _failed([[_refused(0, 0, words)], None]))
         == "gloo-p2p-self-loop-unclear-error"
+    )
     other = _refused(0, 0, "writev: Bad file descriptor")  # not gloo's pair
     assert _recognised("p2p", _p2p_example(), _failed([[other], None])) is None
 
 
-@pytest.mark.parametrize("results", [
-    # a refusal between two distinct ranks, with the same unclear error, beside the self-loop
-    [[SELF_LOOP], [_refused(0, 3)]],
-    [[_refused(0, 5)], None],  # no self-loop with that tag
-    [None, [SELF_LOOP]],  # rank 1 has no self-loop (and rank 0 is not rank 1 itself)
-    [[_refused(0, 0, "Connection reset by peer")], None],
-], ids=["distinct-ranks", "other-tag", "other-rank", "other-error"])
+@pytest.mark.parametrize(
+    "results",
+    [
+        # a refusal between two distinct ranks, with the same unclear error, beside the self-loop
+        [[SELF_LOOP], [_refused(0, 3)]],
+        [[_refused(0, 5)], None],  # no self-loop with that tag
+        [None, [SELF_LOOP]],  # rank 1 has no self-loop (and rank 0 is not rank 1 itself)
+        [[_refused(0, 0, "Connection reset by peer")], None],
+    ],
+    ids=["distinct-ranks", "other-tag", "other-rank", "other-error"],
+)
 def test_self_loop_predicate_other_symptoms_stay_failures(results):
     assert _recognised("p2p", _p2p_example(), _failed(results)) is None
 
@@ -185,15 +215,22 @@ def test_an_unrelated_error_mentioning_self_is_not_a_clear_refusal():
 
 def _functional_example() -> dict:
     functional = pytest.importorskip("fuzzdist.properties.functional")
-    calls = (functional.Call("all_to_all_single", TensorSpec((2,), torch.float32)),
-             functional.Call("all_to_all_single", TensorSpec((2,), torch.complex64)))
+    calls = (
+        functional.Call("all_to_all_single", TensorSpec((2,), torch.float32)),
+        functional.Call("all_to_all_single", TensorSpec((2,), torch.complex64)),
+    )
     return {"case": functional.FunctionalCase(calls, (0, 1), ("wait_tensor",) * 2)}
 
 
 def _rank_error(*errors: str | Exception, stragglers: tuple[int, ...] = ()) -> RankError:
     excs = {r: e if isinstance(e, Exception) else RuntimeError(e) for r, e in enumerate(errors)}
-    return RankError(list(excs), {r: "Traceback ..." for r in excs}, dict.fromkeys(excs, "builtins.RuntimeError"),
-                     excs, stragglers=stragglers)
+    return RankError(
+        list(excs),
+        {r: "Traceback ..." for r in excs},
+        dict.fromkeys(excs, "builtins.RuntimeError"),
+        excs,
+        stragglers=stragglers,
+    )
 
 
 def _call_raised(index: int, message: str = "Invalid scalar type") -> CallRaised:
@@ -205,13 +242,17 @@ def test_functional_all_to_all_complex_is_recognised_from_the_call_that_raised()
     assert _recognised("functional", _functional_example(), failure) == "gloo-functional-all-to-all-complex-raises"
 
 
-@pytest.mark.parametrize("failure", [
-    _rank_error(_call_raised(0), _call_raised(0)),  # the real all_to_all_single raised it: not the complex one
-    _rank_error(_call_raised(1), _call_raised(1, "Connection reset by peer")),  # another error on one rank
-    _rank_error("Invalid scalar type", "Invalid scalar type"),  # not tied to a call
-    _rank_error(_call_raised(1), stragglers=(1,)),  # a rank left waiting
-    _failed([[_call_raised(1).problem], None]),
-], ids=["other-call", "other-error", "untied", "straggler", "property-failure"])
+@pytest.mark.parametrize(
+    "failure",
+    [
+        _rank_error(_call_raised(0), _call_raised(0)),  # the real all_to_all_single raised it: not the complex one
+        _rank_error(_call_raised(1), _call_raised(1, "Connection reset by peer")),  # another error on one rank
+        _rank_error("Invalid scalar type", "Invalid scalar type"),  # not tied to a call
+        _rank_error(_call_raised(1), stragglers=(1,)),  # a rank left waiting
+        _failed([[_call_raised(1).problem], None]),
+    ],
+    ids=["other-call", "other-error", "untied", "straggler", "property-failure"],
+)
 def test_functional_all_to_all_complex_other_symptoms_stay_failures(failure):
     assert _recognised("functional", _functional_example(), failure) is None
 
@@ -240,20 +281,27 @@ def test_reduce_gradient_that_is_sums_is_named_so_and_recognised():
         problem = _grad_problem(collectives, op, 0.5)  # what torch gives: SUM's gradient
         assert problem is not None and problem.symptom is Symptom.SUM_GRAD_FOR_ANY_OP
         for name in ("reduce", "reduce_scatter"):
-            assert _recognised("collectives", _reduce_example(name, op), _failed([[problem], None])) \
+            assert (
+                _recognised("collectives", _reduce_example(name, op), _failed([[problem], None]))
                 == "nn-reduce-backward-ignores-op"
+            )
 
 
-SUMS = Problem(Kind.MISMATCH, "grad of input", index=0, got=0.5, expected=0.0, count=1, size=1,
-               symptom=Symptom.SUM_GRAD_FOR_ANY_OP)
+SUMS = Problem(
+    Kind.MISMATCH, "grad of input", index=0, got=0.5, expected=0.0, count=1, size=1, symptom=Symptom.SUM_GRAD_FOR_ANY_OP
+)
 
 
-@pytest.mark.parametrize("example, results", [
-    (_reduce_example(op="SUM"), [[SUMS]]),
-    (_reduce_example(name="all_reduce"), [[SUMS]]),
-    (_reduce_example(), [[replace(SUMS, symptom=None)]]),  # not SUM's
-    (_reduce_example(), [[SUMS], [Problem(Kind.MISMATCH, "output", index=0, got=3.0, expected=2.0)]]),
-], ids=["sum", "all-reduce", "another-gradient", "and-a-wrong-output"])
+@pytest.mark.parametrize(
+    "example, results",
+    [
+        (_reduce_example(op="SUM"), [[SUMS]]),
+        (_reduce_example(name="all_reduce"), [[SUMS]]),
+        (_reduce_example(), [[replace(SUMS, symptom=None)]]),  # not SUM's
+        (_reduce_example(), [[SUMS], [Problem(Kind.MISMATCH, "output", index=0, got=3.0, expected=2.0)]]),
+    ],
+    ids=["sum", "all-reduce", "another-gradient", "and-a-wrong-output"],
+)
 def test_reduce_backward_other_symptoms_stay_failures(example, results):
     assert _recognised("collectives", example, _failed(results)) is None
 
@@ -266,14 +314,20 @@ def test_a_gradient_other_than_sums_is_not_named_sums():
 
 # -- tensor_parallel: tp-rowwise-uneven-sequence-view-fails ------------------------------------------
 
-VIEW_ERROR = ("view size is not compatible with input tensor's size and stride (at least one dimension spans "
-              "across two contiguous subspaces). Use .reshape(...) instead.")
-IN_LINEAR_FORWARD = ('Traceback (most recent call last):\n'
-                     '  File "/x/torch/nn/modules/linear.py", line 134, in forward\n'
-                     '    return F.linear(input, self.weight, self.bias)\n')
+VIEW_ERROR = (
+    "view size is not compatible with input tensor's size and stride (at least one dimension spans "
+    "across two contiguous subspaces). Use .reshape(...) instead."
+)
+IN_LINEAR_FORWARD = (
+    "Traceback (most recent call last):\n"
+    '  File "/x/torch/nn/modules/linear.py", line 134, in forward\n'
+    "    return F.linear(input, self.weight, self.bias)\n"
+)
 IN_BACKWARD = 'Traceback (most recent call last):\n  File "/x/torch/_tensor.py", line 630, in backward\n'
-IN_AUTOGRAD_ENGINE = IN_BACKWARD + ('  File "/x/torch/autograd/graph.py", line 979, in _engine_run_backward\n'
-                                    '    return Variable._execution_engine.run_backward(\n')
+IN_AUTOGRAD_ENGINE = IN_BACKWARD + (
+    '  File "/x/torch/autograd/graph.py", line 979, in _engine_run_backward\n'
+    "    return Variable._execution_engine.run_backward(\n"
+)
 
 
 def _tp_example(batch: int = 2, seq: int = 3, sequence_dim: int = 1, rowwise_input: str | None = "T") -> dict:
@@ -281,24 +335,36 @@ def _tp_example(batch: int = 2, seq: int = 3, sequence_dim: int = 1, rowwise_inp
     sharded on the sequence to a Rowwise one."""
     tp = pytest.importorskip("fuzzdist.properties.tensor_parallel")
     colwise_out = "T" if rowwise_input == "T" else None
-    layers = (tp.TPLayer("colwise", 1, None, colwise_out, False, True),
-              tp.TPLayer("rowwise", 1, rowwise_input, None, None, True))
+    layers = (
+        tp.TPLayer("colwise", 1, None, colwise_out, False, True),
+        tp.TPLayer("rowwise", 1, rowwise_input, None, None, True),
+    )
     return {"config": tp.TPConfig(2, batch, seq, 1, layers, "R", sequence_dim, 0), "seed": 0}
 
 
-def _tp_rank_error(messages: dict[int, str], tracebacks: dict[int, str] | None = None,
-                   stragglers: tuple[int, ...] = ()) -> RankError:
+def _tp_rank_error(
+    messages: dict[int, str], tracebacks: dict[int, str] | None = None, stragglers: tuple[int, ...] = ()
+) -> RankError:
     excs = {r: RuntimeError(m) for r, m in messages.items()}
     tbs = tracebacks or dict.fromkeys(excs, IN_LINEAR_FORWARD)
-    return RankError(list(excs), {r: tbs[r] + f"RuntimeError: {excs[r]}" for r in excs},
-                     dict.fromkeys(excs, "builtins.RuntimeError"), excs, stragglers=stragglers)
+    return RankError(
+        list(excs),
+        {r: tbs[r] + f"RuntimeError: {excs[r]}" for r in excs},
+        dict.fromkeys(excs, "builtins.RuntimeError"),
+        excs,
+        stragglers=stragglers,
+    )
 
 
 def test_tp_rowwise_uneven_sequence_view_is_recognised():
-    assert _recognised("tensor_parallel", _tp_example(), _tp_rank_error({0: VIEW_ERROR}, stragglers=(1,))) \
-        == "tp-rowwise-uneven-sequence-view-fails"  # what the campaign saw: rank 1 (its feature piece empty) waits
-    assert _recognised("tensor_parallel", _tp_example(), _tp_rank_error({0: VIEW_ERROR, 1: VIEW_ERROR})) \
-        == "tp-rowwise-uneven-sequence-view-fails"  # wider features: every rank raises
+    assert (
+        _recognised("tensor_parallel", _tp_example(), _tp_rank_error({0: VIEW_ERROR}, stragglers=(1,)))
+        == "tp-rowwise-uneven-sequence-view-fails"
+    )  # what the campaign saw: rank 1 (its feature piece empty) waits
+    assert (
+        _recognised("tensor_parallel", _tp_example(), _tp_rank_error({0: VIEW_ERROR, 1: VIEW_ERROR}))
+        == "tp-rowwise-uneven-sequence-view-fails"
+    )  # wider features: every rank raises
 
 
 def test_tp_colwise_uneven_sequence_backward_is_recognised():
@@ -313,30 +379,53 @@ def test_tp_colwise_uneven_sequence_backward_is_recognised():
     assert _recognised("tensor_parallel", even, failure) is None
 
 
-@pytest.mark.parametrize("example, failure", [
-    (_tp_example(seq=4), _tp_rank_error({0: VIEW_ERROR})),  # an even sequence
-    (_tp_example(seq=1), _tp_rank_error({0: VIEW_ERROR})),  # a sequence of 1: the padding can't matter
-    (_tp_example(batch=1), _tp_rank_error({0: VIEW_ERROR})),  # nothing outside the sequence dim
-    (_tp_example(sequence_dim=0), _tp_rank_error({0: VIEW_ERROR})),  # the leading dim sharded
-    (_tp_example(rowwise_input=None), _tp_rank_error({0: VIEW_ERROR})),  # the Rowwise input on its default Shard(-1)
-    (_tp_example(), _tp_rank_error({0: "mat1 and mat2 shapes cannot be multiplied (6x1 and 2x1)"})),  # another error
-    (_tp_example(), _tp_rank_error({0: VIEW_ERROR, 1: "Connection reset by peer"})),  # another error beside it
-    (_tp_example(), _tp_rank_error({1: VIEW_ERROR}, stragglers=(0,))),  # rank 0's piece is never empty
-    (_tp_example(), _tp_rank_error({0: VIEW_ERROR}, {0: IN_BACKWARD})),  # not in forward nor autograd
-    (_tp_example(), _failed([[Problem(Kind.NOTE, detail=VIEW_ERROR)], None])),  # not raised
-], ids=["even", "seq-1", "batch-1", "dim-0", "default-input", "other-error", "beside", "rank-1-only", "backward",
-        "property-failure"])
+@pytest.mark.parametrize(
+    "example, failure",
+    [
+        (_tp_example(seq=4), _tp_rank_error({0: VIEW_ERROR})),  # an even sequence
+        (_tp_example(seq=1), _tp_rank_error({0: VIEW_ERROR})),  # a sequence of 1: the padding can't matter
+        (_tp_example(batch=1), _tp_rank_error({0: VIEW_ERROR})),  # nothing outside the sequence dim
+        (_tp_example(sequence_dim=0), _tp_rank_error({0: VIEW_ERROR})),  # the leading dim sharded
+        (
+            _tp_example(rowwise_input=None),
+            _tp_rank_error({0: VIEW_ERROR}),
+        ),  # the Rowwise input on its default Shard(-1)
+        (
+            _tp_example(),
+            _tp_rank_error({0: "mat1 and mat2 shapes cannot be multiplied (6x1 and 2x1)"}),
+        ),  # another error
+        (_tp_example(), _tp_rank_error({0: VIEW_ERROR, 1: "Connection reset by peer"})),  # another error beside it
+        (_tp_example(), _tp_rank_error({1: VIEW_ERROR}, stragglers=(0,))),  # rank 0's piece is never empty
+        (_tp_example(), _tp_rank_error({0: VIEW_ERROR}, {0: IN_BACKWARD})),  # not in forward nor autograd
+        (_tp_example(), _failed([[Problem(Kind.NOTE, detail=VIEW_ERROR)], None])),  # not raised
+    ],
+    ids=[
+        "even",
+        "seq-1",
+        "batch-1",
+        "dim-0",
+        "default-input",
+        "other-error",
+        "beside",
+        "rank-1-only",
+        "backward",
+        "property-failure",
+    ],
+)
 def test_tp_rowwise_uneven_sequence_other_symptoms_stay_failures(example, failure):
     assert _recognised("tensor_parallel", example, failure) is None
 
 
 # -- tensor_parallel: tp-sequence-parallel-short-sequence-replicated ---------------------------------
 
-def _local_piece(rank: int, got: tuple[int, ...], expected: tuple[int, ...], got_dtype: str = "torch.float64"
-                 ) -> Problem:
+
+def _local_piece(
+    rank: int, got: tuple[int, ...], expected: tuple[int, ...], got_dtype: str = "torch.float64"
+) -> Problem:
     """A rank's local output of the wrong shape, as the tensor-parallel property reports it."""
-    return Problem(Kind.SHAPE, "output's local piece", rank=rank, got=(got, got_dtype),
-                   expected=(expected, "torch.float64"))
+    return Problem(
+        Kind.SHAPE, "output's local piece", rank=rank, got=(got, got_dtype), expected=(expected, "torch.float64")
+    )
 
 
 CAMPAIGN_LOCAL_PIECE = _local_piece(1, (1, 1, 1), (1, 0, 1))
@@ -346,35 +435,66 @@ def _sp_example(seq: int = 1, world: int = 2, last: str = "sequence", sequence_d
     """What the campaign found (a SequenceParallel LayerNorm, use_local_output=True, last), or it with one field
     changed."""
     tp = pytest.importorskip("fuzzdist.properties.tensor_parallel")
-    layers = (tp.TPLayer(kind="colwise", out_features=2),
-              tp.TPLayer(kind="colwise", out_features=1, input_layout="H", use_local_output=False),
-              tp.TPLayer(kind=last, out_features=1, use_local_output=True))
+    layers = (
+        tp.TPLayer(kind="colwise", out_features=2),
+        tp.TPLayer(kind="colwise", out_features=1, input_layout="H", use_local_output=False),
+        tp.TPLayer(kind=last, out_features=1, use_local_output=True),
+    )
     return {"config": tp.TPConfig(world, 1, seq, 1, layers, "R", sequence_dim, None), "seed": 0}
 
 
 def test_tp_sequence_parallel_short_sequence_local_output_is_recognised():
-    assert _recognised("tensor_parallel", _sp_example(), _failed([None, [CAMPAIGN_LOCAL_PIECE]])) \
-        == "tp-sequence-parallel-short-sequence-replicated"  # what the campaign saw
+    assert (
+        _recognised("tensor_parallel", _sp_example(), _failed([None, [CAMPAIGN_LOCAL_PIECE]]))
+        == "tp-sequence-parallel-short-sequence-replicated"
+    )  # what the campaign saw
     three_of_four = [_local_piece(r, (1, 3, 1), (1, e, 1)) for r, e in ((0, 1), (1, 1), (2, 1), (3, 0))]
-    assert _recognised("tensor_parallel", _sp_example(seq=3, world=4), _failed([[p] for p in three_of_four])) \
-        == "tp-sequence-parallel-short-sequence-replicated"  # every rank whose piece isn't the whole
+    assert (
+        _recognised("tensor_parallel", _sp_example(seq=3, world=4), _failed([[p] for p in three_of_four]))
+        == "tp-sequence-parallel-short-sequence-replicated"
+    )  # every rank whose piece isn't the whole
     from torch.distributed.tensor import Replicate, Shard
 
     replicated = Problem(Kind.SHAPE, "output", got=((1, 1, 1), (Replicate(),)), expected=((1, 1, 1), (Shard(1),)))
-    assert _recognised("tensor_parallel", _sp_example(), _failed([[replicated], [replicated]])) \
-        == "tp-sequence-parallel-short-sequence-replicated"  # the DTensor form still
+    assert (
+        _recognised("tensor_parallel", _sp_example(), _failed([[replicated], [replicated]]))
+        == "tp-sequence-parallel-short-sequence-replicated"
+    )  # the DTensor form still
 
 
-@pytest.mark.parametrize("example, failure", [
-    (_sp_example(seq=2), _failed([None, [CAMPAIGN_LOCAL_PIECE]])),  # an even sequence
-    (_sp_example(last="colwise"), _failed([None, [CAMPAIGN_LOCAL_PIECE]])),  # the last layer not SequenceParallel
-    (_sp_example(sequence_dim=0), _failed([None, [CAMPAIGN_LOCAL_PIECE]])),  # on dim 0, rank 1's chunk is (0, 1, 1)
-    (_sp_example(), _failed([None, [_local_piece(1, (1, 2, 1), (1, 0, 1))]])),  # not the whole output
-    (_sp_example(), _failed([None, [_local_piece(1, (1, 1, 1), (1, 1, 1))]])),  # not the rank's chunk
-    (_sp_example(), _failed([None, [_local_piece(1, (1, 1, 1), (1, 0, 1), "torch.float32")]])),  # another dtype
-    (_sp_example(), _failed([[_local_piece(0, (1, 1, 1), (1, 0, 1))], None])),  # rank 0's piece isn't empty
-    (_sp_example(), _failed([[Problem(Kind.MISMATCH, "output's local piece", rank=0, index=0, got=1.0, expected=2.0,
-                                      count=1, size=1, worst=True)], [CAMPAIGN_LOCAL_PIECE]])),  # values beside it
-], ids=["even", "not-sequence", "dim-0", "other-shape", "not-chunk", "dtype", "rank-0", "values-beside"])
+@pytest.mark.parametrize(
+    "example, failure",
+    [
+        (_sp_example(seq=2), _failed([None, [CAMPAIGN_LOCAL_PIECE]])),  # an even sequence
+        (_sp_example(last="colwise"), _failed([None, [CAMPAIGN_LOCAL_PIECE]])),  # the last layer not SequenceParallel
+        (_sp_example(sequence_dim=0), _failed([None, [CAMPAIGN_LOCAL_PIECE]])),  # on dim 0, rank 1's chunk is (0, 1, 1)
+        (_sp_example(), _failed([None, [_local_piece(1, (1, 2, 1), (1, 0, 1))]])),  # not the whole output
+        (_sp_example(), _failed([None, [_local_piece(1, (1, 1, 1), (1, 1, 1))]])),  # not the rank's chunk
+        (_sp_example(), _failed([None, [_local_piece(1, (1, 1, 1), (1, 0, 1), "torch.float32")]])),  # another dtype
+        (_sp_example(), _failed([[_local_piece(0, (1, 1, 1), (1, 0, 1))], None])),  # rank 0's piece isn't empty
+        (
+            _sp_example(),
+            _failed(
+                [
+                    [
+                        Problem(
+                            Kind.MISMATCH,
+                            "output's local piece",
+                            rank=0,
+                            index=0,
+                            got=1.0,
+                            expected=2.0,
+                            count=1,
+                            size=1,
+                            worst=True,
+                        )
+                    ],
+                    [CAMPAIGN_LOCAL_PIECE],
+                ]
+            ),
+        ),  # values beside it
+    ],
+    ids=["even", "not-sequence", "dim-0", "other-shape", "not-chunk", "dtype", "rank-0", "values-beside"],
+)
 def test_tp_sequence_parallel_short_sequence_other_symptoms_stay_failures(example, failure):
     assert _recognised("tensor_parallel", example, failure) is None

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from helpers.cli_helpers import read_report, run_cli, write
 
-PLANTED = '''
+PLANTED = """
 from hypothesis import given, settings, strategies as st
 
 from fuzzdist import known_bugs
@@ -22,9 +22,11 @@ def check(n, message="odd"):
     with known_bugs.known_failures("planted", n=n):
         if n % 2:
             raise PropertyFailure(message)
-'''
+"""
 
-PYTEST_FILE = PLANTED + '''
+PYTEST_FILE = (
+    PLANTED
+    + """
 
 @settings(max_examples=20, database=None)
 @given(n=st.integers(0, 100))
@@ -43,7 +45,8 @@ def test_known_and_a_new_failure():
 
 def test_same_inputs_other_symptom():
     check(3, message="garbage")
-'''
+"""
+)
 
 
 def test_pytest_reports_known_tests_apart_from_passes_and_failures(pytester):
@@ -69,7 +72,9 @@ def test_a_test_with_only_sightings_exits_0(pytester):
     assert result.ret == 0
 
 
-CAMPAIGN_FILE = PLANTED + '''
+CAMPAIGN_FILE = (
+    PLANTED
+    + """
 
 def echo(ctx, n):
     return n
@@ -84,13 +89,15 @@ def test_known(rank_pool, n):
 @given(n=st.integers(0, 10**6))
 def test_clean(rank_pool, n):
     rank_pool.run(echo, n)
-'''
+"""
+)
 
 
 def test_campaign_report_counts_known_sightings_per_property(tmp_path):
     write(tmp_path, "test_known.py", CAMPAIGN_FILE)
-    result = run_cli(["run", "test_known.py", "--max-examples", "20", "--world-size", "1",
-                      "--report", "r.json"], cwd=tmp_path)
+    result = run_cli(
+        ["run", "test_known.py", "--max-examples", "20", "--world-size", "1", "--report", "r.json"], cwd=tmp_path
+    )
     assert result.returncode == 0, result.stdout + result.stderr  # sightings are not failures
     report = read_report(tmp_path / "r.json")
     props = {p["nodeid"].rsplit("::", 1)[1]: p for p in report["properties"]}

@@ -17,31 +17,44 @@ SPEC = TensorSpec((1,), torch.float32)
 
 
 def _case(ranks=(1, 0), local_sync=True) -> subgroups.SubgroupCase:
-    return subgroups.SubgroupCase((subgroups.Group("new_group", ranks, (), True, local_sync),),
-                                  (("all_reduce", "SUM"),), SPEC, 0)
+    return subgroups.SubgroupCase(
+        (subgroups.Group("new_group", ranks, (), True, local_sync),), (("all_reduce", "SUM"),), SPEC, 0
+    )
 
 
 def _raised(*messages: str, stragglers: dict[int, str] | None = None) -> RankError:
     """Ranks 0, 1, ... raised RuntimeErrors with ``messages``; ``stragglers``: rank -> its stack."""
     excs = {r: RuntimeError(m) for r, m in enumerate(messages)}
-    return RankError(list(excs), {r: "Traceback ..." for r in excs}, dict.fromkeys(excs, "builtins.RuntimeError"),
-                     excs, stragglers=list(stragglers or ()), straggler_stacks=stragglers)
+    return RankError(
+        list(excs),
+        {r: "Traceback ..." for r in excs},
+        dict.fromkeys(excs, "builtins.RuntimeError"),
+        excs,
+        stragglers=list(stragglers or ()),
+        straggler_stacks=stragglers,
+    )
 
 
 CONNECT = "Gloo connectFullMesh failed with [../third_party/gloo/gloo/transport/tcp/pair.cc:144] no error"
 RESET = "[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection reset by peer"
-RECV_TIMEOUT = ("[../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 2000ms for recv "
-                "operation to complete")
-IN_NEW_GROUP = ('  File "distributed_c10d.py", line 1, in _new_process_group_helper\n'
-                '    backend_class = ProcessGroupGloo(backend_prefix_store, ...)')
+RECV_TIMEOUT = (
+    "[../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 2000ms for recv "
+    "operation to complete"
+)
+IN_NEW_GROUP = (
+    '  File "distributed_c10d.py", line 1, in _new_process_group_helper\n'
+    "    backend_class = ProcessGroupGloo(backend_prefix_store, ...)"
+)
 STALE = {
     "connect": _raised(CONNECT),
     "reset": _raised(RESET, stragglers={1: '  File "subgroups.py", line 1, in _run_op\n    fns["all_reduce"](...)'}),
     "recv timeout": _raised(RECV_TIMEOUT, RESET),
     # seen through RankPool: one rank's connect refused, the other's first read reset
-    "read error": _raised("Gloo connectFullMesh failed with [../gloo/transport/tcp/pair.cc:152] timed out connecting: "
-                          "SO_ERROR: Connection refused, remote=[127.0.0.1]:18856",
-                          "[../gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:21934: Connection reset by peer"),
+    "read error": _raised(
+        "Gloo connectFullMesh failed with [../gloo/transport/tcp/pair.cc:152] timed out connecting: "
+        "SO_ERROR: Connection refused, remote=[127.0.0.1]:18856",
+        "[../gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:21934: Connection reset by peer",
+    ),
     "hang": RankTimeout([0], 5.0, {0: IN_NEW_GROUP}),
 }
 # The same inputs, other symptoms: not the bug (every failing rank must show a stale rendezvous's symptom).

@@ -21,13 +21,19 @@ def _crash(output: str, stack: str) -> RankCrash:
     return RankCrash([0], {0: -6}, {0: stack}, last_output={0: output})
 
 
-IN_THE_HOOK = ('File "/venv/lib/python3.11/site-packages/torch/distributed/algorithms/ddp_comm_hooks/'
-               'powerSGD_hook.py", line 589 in unpack_uncompressed_tensors_and_allreduce_ps')
-ENFORCE_2_13 = ("terminate called after throwing an instance of 'gloo::EnforceNotMet'\n  what():  [enforce fail at "
-                "pair.cc:456] op.preamble.length <= op.nbytes. 8 vs 4. Received data size doesn't match expected "
-                "size. Is there a distributed collective mismatch in your code?")
-ENFORCE_2_6 = ("terminate called after throwing an instance of 'gloo::EnforceNotMet'\n  what():  [enforce fail at "
-               "/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:446] op.preamble.length <= op.nbytes. 40 vs 8")
+IN_THE_HOOK = (
+    'File "/venv/lib/python3.11/site-packages/torch/distributed/algorithms/ddp_comm_hooks/'
+    'powerSGD_hook.py", line 589 in unpack_uncompressed_tensors_and_allreduce_ps'
+)
+ENFORCE_2_13 = (
+    "terminate called after throwing an instance of 'gloo::EnforceNotMet'\n  what():  [enforce fail at "
+    "pair.cc:456] op.preamble.length <= op.nbytes. 8 vs 4. Received data size doesn't match expected "
+    "size. Is there a distributed collective mismatch in your code?"
+)
+ENFORCE_2_6 = (
+    "terminate called after throwing an instance of 'gloo::EnforceNotMet'\n  what():  [enforce fail at "
+    "/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:446] op.preamble.length <= op.nbytes. 40 vs 8"
+)
 
 
 def _recognised(failure: RankCrash, case: object = None) -> str | None:
@@ -47,16 +53,24 @@ def test_powersgd_abort_elsewhere_or_for_another_reason_stays_a_failure():
     assert _recognised(_crash(ENFORCE_2_6, IN_THE_HOOK), one_bucket) is None
 
 
-OVERLAP = ("Shards ShardMetadata(shard_offsets=[0], shard_sizes=[0], placement=rank:0/cpu) and "
-           "ShardMetadata(shard_offsets=[0], shard_sizes=[0], placement=rank:1/cpu) overlap")
-SHARD_TRACEBACK = ('File "torch/distributed/_shard/sharding_spec/chunk_sharding_spec.py", line 219, in shard\n'
-                   'File "torch/distributed/_shard/sharding_spec/_internals.py", line 111, in '
-                   "validate_non_overlapping_shards_metadata")
+OVERLAP = (
+    "Shards ShardMetadata(shard_offsets=[0], shard_sizes=[0], placement=rank:0/cpu) and "
+    "ShardMetadata(shard_offsets=[0], shard_sizes=[0], placement=rank:1/cpu) overlap"
+)
+SHARD_TRACEBACK = (
+    'File "torch/distributed/_shard/sharding_spec/chunk_sharding_spec.py", line 219, in shard\n'
+    'File "torch/distributed/_shard/sharding_spec/_internals.py", line 111, in '
+    "validate_non_overlapping_shards_metadata"
+)
 
 
 def _shard_error(message: str, traceback: str = SHARD_TRACEBACK) -> RankError:
-    return RankError([0, 1], {0: traceback, 1: traceback}, {0: "ValueError", 1: "ValueError"},
-                     {0: ValueError(message), 1: ValueError(message)})
+    return RankError(
+        [0, 1],
+        {0: traceback, 1: traceback},
+        {0: "ValueError", 1: "ValueError"},
+        {0: ValueError(message), 1: ValueError(message)},
+    )
 
 
 def _sharded_example() -> dict:
@@ -72,21 +86,31 @@ def test_empty_shards_taken_for_overlapping_is_recognised():
 
 
 def test_shards_that_really_overlap_or_another_error_stay_failures():
-    real = OVERLAP.replace("shard_sizes=[0], placement=rank:1", "shard_sizes=[3], placement=rank:1") \
-        .replace("shard_sizes=[0], placement=rank:0", "shard_sizes=[2], placement=rank:0")
-    for failure in (_shard_error(real), _shard_error(OVERLAP, "File \"model.py\", line 1"),
-                    _shard_error("some other error")):
+    real = OVERLAP.replace("shard_sizes=[0], placement=rank:1", "shard_sizes=[3], placement=rank:1").replace(
+        "shard_sizes=[0], placement=rank:0", "shard_sizes=[2], placement=rank:0"
+    )
+    for failure in (
+        _shard_error(real),
+        _shard_error(OVERLAP, 'File "model.py", line 1'),
+        _shard_error("some other error"),
+    ):
         assert known_bugs.recognise("sharded_tensor", _sharded_example(), failure) is None
 
 
-PADDING = ("The input size 0, plus negative padding 0 and 0 resulted in a negative output size, which is invalid. "
-           "Check dimension 1 of your input.")
+PADDING = (
+    "The input size 0, plus negative padding 0 and 0 resulted in a negative output size, which is invalid. "
+    "Check dimension 1 of your input."
+)
 PAD_TRACEBACK = 'File "torch/distributed/tensor/_collective_utils.py", line 177, in pad_tensor'
 
 
 def _padding_error(message: str = PADDING, traceback: str = PAD_TRACEBACK) -> RankError:
-    return RankError([0, 1], {0: traceback, 1: traceback}, {0: "RuntimeError", 1: "RuntimeError"},
-                     {0: RuntimeError(message), 1: RuntimeError(message)})
+    return RankError(
+        [0, 1],
+        {0: traceback, 1: traceback},
+        {0: "RuntimeError", 1: "RuntimeError"},
+        {0: RuntimeError(message), 1: RuntimeError(message)},
+    )
 
 
 def _roundtrip(shape: tuple) -> dict:

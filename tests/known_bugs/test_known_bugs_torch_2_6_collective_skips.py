@@ -18,8 +18,16 @@ SKIP_ID = "sharded-tensor-gather-empty-shard-skips-collective"
 DROP_ID = "gloo-process-group-drop-deadlocks"
 CASE = sharded_tensor.ShardCase(TensorSpec((3,), torch.float32), 0, 0, (0, 1, 2, 3))
 SKIPPED = Problem(Kind.HANG, "gather to rank 0", rank=3, subject=((0,),), symptom=Symptom.GATHER_SKIPPED)
-ROUNDED = Problem(Kind.MISMATCH, "gather to rank 0", index=0, got=1.0, expected=1.1, count=3, size=3,
-                  symptom=Symptom.FLOAT32_ROUND_TRIP)
+ROUNDED = Problem(
+    Kind.MISMATCH,
+    "gather to rank 0",
+    index=0,
+    got=1.0,
+    expected=1.1,
+    count=3,
+    size=3,
+    symptom=Symptom.FLOAT32_ROUND_TRIP,
+)
 
 
 def _sharded(results: list[list[Problem] | None]) -> str | None:
@@ -41,17 +49,22 @@ def test_a_skipped_gather_without_an_empty_shard_or_next_to_a_wrong_value_stays_
     assert _sharded([[ROUNDED], None, None, None]) == "sharded-tensor-gather-default-dtype-float32"
 
 
-FROZEN = ('Thread 0x00007f (most recent call first):\n'
-          '  File "/work/main/fuzzdist/properties/subgroups.py", line 190 in _retire\n'
-          '  File "/work/main/fuzzdist/properties/subgroups.py", line 222 in subgroups_and_check\n')
-WAITING = ('  File "/work/main/fuzzdist/properties/subgroups.py", line 204, in _make_groups\n'
-           '    pg = new_group(list(g.ranks), **kwargs)\n')
+FROZEN = (
+    "Thread 0x00007f (most recent call first):\n"
+    '  File "/work/main/fuzzdist/properties/subgroups.py", line 190 in _retire\n'
+    '  File "/work/main/fuzzdist/properties/subgroups.py", line 222 in subgroups_and_check\n'
+)
+WAITING = (
+    '  File "/work/main/fuzzdist/properties/subgroups.py", line 204, in _make_groups\n'
+    "    pg = new_group(list(g.ranks), **kwargs)\n"
+)
 
 
 def _subgroups(stacks: dict[int, str]) -> str | None:
     failure = RankTimeout(sorted(stacks), 30, stacks)
-    case = subgroups.SubgroupCase((subgroups.Group("new_group", (0, 1)),), (("all_reduce", "SUM"),),
-                                  TensorSpec((1,), torch.float32), 0)
+    case = subgroups.SubgroupCase(
+        (subgroups.Group("new_group", (0, 1)),), (("all_reduce", "SUM"),), TensorSpec((1,), torch.float32), 0
+    )
     bug = known_bugs.recognise("subgroups", {"case": case}, failure)
     return bug.id if bug else None
 
@@ -68,18 +81,20 @@ def test_a_rank_that_answered_in_retire_or_hangs_elsewhere_stays_a_failure():
 
 # -- dtensor-empty-shard-full-tensor-pads-negative, on a rank whose local shard is empty in two dims --------
 
-PADDING = ("The input size 0, plus negative padding 0 and 0 resulted in a negative output size, which is invalid. "
-           "Check dimension 1 of your input.")
+PADDING = (
+    "The input size 0, plus negative padding 0 and 0 resulted in a negative output size, which is invalid. "
+    "Check dimension 1 of your input."
+)
 PAD_TRACEBACK = 'File "torch/distributed/tensor/_collective_utils.py", line 177, in pad_tensor'
 
 
-def _dtensor(shape: tuple[int, ...], mesh_shape: tuple[int, ...], redistributions: tuple[tuple[str, ...], ...]
-             ) -> str | None:
+def _dtensor(
+    shape: tuple[int, ...], mesh_shape: tuple[int, ...], redistributions: tuple[tuple[str, ...], ...]
+) -> str | None:
     from fuzzdist.errors import RankError
     from fuzzdist.properties import dtensor
 
-    case = dtensor.RoundTrip(TensorSpec(shape, torch.float32), 0, mesh_shape, ("R",) * len(mesh_shape),
-                             redistributions)
+    case = dtensor.RoundTrip(TensorSpec(shape, torch.float32), 0, mesh_shape, ("R",) * len(mesh_shape), redistributions)
     failure = RankError([3], {3: PAD_TRACEBACK}, {3: "RuntimeError"}, {3: RuntimeError(PADDING)})
     bug = known_bugs.recognise("dtensor", {"case": case}, failure)
     return bug.id if bug else None

@@ -15,13 +15,46 @@ from fuzzdist.known_bugs.entries import ENTRY_MODULES
 REPO = Path(__file__).resolve().parents[2]
 # every module that registers known bugs, and what predicates share
 PREDICATE_MODULES = [name.replace(".", "/") + ".py" for name in sorted(ENTRY_MODULES)] + [
-    "fuzzdist/known_bugs/predicates.py"]
+    "fuzzdist/known_bugs/predicates.py"
+]
 
 # reading text: a message, a traceback, a stack, a record's words, a failure's raw results
-TEXT_ATTRIBUTES = {"args", "__str__", "__repr__", "error_text", "trace", "detail", "hint", "tracebacks", "stacks",
-                   "straggler_stacks", "last_output", "exceptions", "results", "message", "exc_types"}
-TEXT_METHODS = {"startswith", "endswith", "find", "rfind", "index", "search", "match", "fullmatch", "findall",
-                "split", "splitlines", "partition", "lower", "upper", "strip", "format", "removeprefix"}
+TEXT_ATTRIBUTES = {
+    "args",
+    "__str__",
+    "__repr__",
+    "error_text",
+    "trace",
+    "detail",
+    "hint",
+    "tracebacks",
+    "stacks",
+    "straggler_stacks",
+    "last_output",
+    "exceptions",
+    "results",
+    "message",
+    "exc_types",
+}
+TEXT_METHODS = {
+    "startswith",
+    "endswith",
+    "find",
+    "rfind",
+    "index",
+    "search",
+    "match",
+    "fullmatch",
+    "findall",
+    "split",
+    "splitlines",
+    "partition",
+    "lower",
+    "upper",
+    "strip",
+    "format",
+    "removeprefix",
+}
 TEXT_CALLS = {"str", "repr", "format"}
 
 
@@ -41,8 +74,11 @@ def text_reads(source: str) -> list[str]:
             found.append(f"{line}: calls .{node.func.attr}()")
         elif isinstance(node, ast.Attribute) and node.attr in TEXT_ATTRIBUTES:
             found.append(f"{line}: reads .{node.attr}")
-        elif isinstance(node, ast.Compare) and any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops) and (
-                _is_text_constant(node.left)):
+        elif (
+            isinstance(node, ast.Compare)
+            and any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops)
+            and (_is_text_constant(node.left))
+        ):
             found.append(f"{line}: tests a string constant with `in`")
     return found
 
@@ -57,22 +93,27 @@ def test_no_known_bug_predicate_reads_a_message(path):
     assert not found, f"{path} reads text; match a Problem's fields or use evidence.says:\n" + "\n".join(found)
 
 
-@pytest.mark.parametrize("source", [
-    "import re",
-    "from re import search",
-    "ok = 'gloo' in str(failure)",
-    "ok = failure.args[0]",
-    "ok = 'x' in problem.detail",
-    "ok = problem.what.startswith('grad')",
-    "ok = any(e for e in failure.exceptions.values())",
-    "ok = f'{x}' in y",
-    "ok = failure.tracebacks[0]",
-])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import re",
+        "from re import search",
+        "ok = 'gloo' in str(failure)",
+        "ok = failure.args[0]",
+        "ok = 'x' in problem.detail",
+        "ok = problem.what.startswith('grad')",
+        "ok = any(e for e in failure.exceptions.values())",
+        "ok = f'{x}' in y",
+        "ok = failure.tracebacks[0]",
+    ],
+)
 def test_the_scan_finds_each_way_of_reading_text(source):
     assert text_reads(source)
 
 
 def test_the_scan_lets_fields_types_and_evidence_through():
-    source = ("ok = problem.symptom is Symptom.MEMORY_ORDER and call.op in _REDUCING and 0 in shape\n"
-              "ok = evidence.says(problem, 'negative padding') and isinstance(case, Case) and p.what == 'output'\n")
+    source = (
+        "ok = problem.symptom is Symptom.MEMORY_ORDER and call.op in _REDUCING and 0 in shape\n"
+        "ok = evidence.says(problem, 'negative padding') and isinstance(case, Case) and p.what == 'output'\n"
+    )
     assert text_reads(source) == []

@@ -12,9 +12,28 @@ import torch.distributed as dist
 
 from fuzzdist.pool.capabilities import gloo, gpu, probes, torch_features
 
-CANDIDATES = [n for n in ("float32", "float64", "float16", "bfloat16", "complex64", "complex128", "int8", "int16",
-                           "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool", "float8_e4m3fn")
-              if hasattr(torch, n)]
+CANDIDATES = [
+    n
+    for n in (
+        "float32",
+        "float64",
+        "float16",
+        "bfloat16",
+        "complex64",
+        "complex128",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "uint8",
+        "uint16",
+        "uint32",
+        "uint64",
+        "bool",
+        "float8_e4m3fn",
+    )
+    if hasattr(torch, n)
+]
 
 
 def _names(dtypes) -> set[str]:
@@ -38,9 +57,12 @@ def takes(ctx, api, dtype_names):
         shard, replicate = [prop.API.Shard(0)], [prop.API.Replicate()]
         prop.API.distribute_tensor(t, mesh, shard).redistribute(mesh, replicate).full_tensor()
 
-    call = {"p2p": send_recv, "dtensor": dtensor,
-            "broadcast": lambda t: dist.broadcast(t, 0, group=ctx.group),
-            "functional": lambda t: fc.wait_tensor(fc.all_reduce(t, "sum", ctx.group))}[api]
+    call = {
+        "p2p": send_recv,
+        "dtensor": dtensor,
+        "broadcast": lambda t: dist.broadcast(t, 0, group=ctx.group),
+        "functional": lambda t: fc.wait_tensor(fc.all_reduce(t, "sum", ctx.group)),
+    }[api]
     out = {}
     for name in dtype_names:
         try:
@@ -99,8 +121,11 @@ def test_gloo_dtypes_without_an_answer_warns_and_draws_everything(monkeypatch):
     _clear_probe_caches()
     monkeypatch.setattr(gloo, "PROBE_MODULE", NOT_A_PROBE)
     try:
-        with pytest.warns(UserWarning, match=r"could not ask torch .* which dtypes gloo's broadcast takes "
-                                             r"\(python -m platform printed no answer.*drawing every dtype"):
+        with pytest.warns(
+            UserWarning,
+            match=r"could not ask torch .* which dtypes gloo's broadcast takes "
+            r"\(python -m platform printed no answer.*drawing every dtype",
+        ):
             assert gloo.gloo_dtypes("broadcast") == gloo.GLOO_DTYPES
     finally:
         _clear_probe_caches()
@@ -121,12 +146,13 @@ def reduces(ctx, api, dtype_names, ops):
         c10d = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
         c10d(torch.empty(2, dtype=t.dtype), t, op=getattr(dist.ReduceOp, op), group=ctx.group)
 
-    call = {"all_reduce": lambda t, op: dist.all_reduce(t, op=getattr(dist.ReduceOp, op), group=ctx.group),
-            "reduce": lambda t, op: dist.reduce(t, 0, op=getattr(dist.ReduceOp, op), group=ctx.group),
-            "functional": lambda t, op: fc.wait_tensor(fc.all_reduce(t, op.lower(), ctx.group)),
-            "reduce_scatter_tensor": c10d_reduce_scatter,
-            "functional_reduce_scatter": lambda t, op: fc.wait_tensor(reduce_scatter(t, op.lower(), 0, ctx.group)),
-            }[api]
+    call = {
+        "all_reduce": lambda t, op: dist.all_reduce(t, op=getattr(dist.ReduceOp, op), group=ctx.group),
+        "reduce": lambda t, op: dist.reduce(t, 0, op=getattr(dist.ReduceOp, op), group=ctx.group),
+        "functional": lambda t, op: fc.wait_tensor(fc.all_reduce(t, op.lower(), ctx.group)),
+        "reduce_scatter_tensor": c10d_reduce_scatter,
+        "functional_reduce_scatter": lambda t, op: fc.wait_tensor(reduce_scatter(t, op.lower(), 0, ctx.group)),
+    }[api]
     out = {}
     for name in dtype_names:
         out[name] = []
@@ -188,9 +214,12 @@ def test_gloo_reduce_ops_without_an_answer_warns_and_draws_what_gloo_took_on_2_1
     _clear_probe_caches()
     monkeypatch.setattr(gloo, "PROBE_MODULE", NOT_A_PROBE)
     try:
-        with pytest.warns(UserWarning, match=r"could not ask torch .* which ReduceOps gloo's all_reduce takes "
-                                             r"\(python -m platform printed no answer.*"
-                                             r"drawing the ones gloo took on torch 2.13"):
+        with pytest.warns(
+            UserWarning,
+            match=r"could not ask torch .* which ReduceOps gloo's all_reduce takes "
+            r"\(python -m platform printed no answer.*"
+            r"drawing the ones gloo took on torch 2.13",
+        ):
             assert gloo.gloo_reduce_ops("all_reduce", torch.float32) == ("SUM", "AVG", "PRODUCT", "MIN", "MAX")
         with pytest.warns(UserWarning):
             assert gloo.gloo_reduce_ops("functional", torch.complex64) == ("SUM", "AVG")
@@ -232,8 +261,9 @@ def functional_takes(ctx, layouts):
             continue
         out[op] = []
         for layout in layouts:
-            t = TensorSpec((2 * ctx.world_size, 2, 2, 2), torch.float32, layout, "random",
-                           1 if layout == "sliced" else 0).materialize("cpu", 0)
+            t = TensorSpec(
+                (2 * ctx.world_size, 2, 2, 2), torch.float32, layout, "random", 1 if layout == "sliced" else 0
+            ).materialize("cpu", 0)
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", FutureWarning)  # the deprecated *_tensor aliases say so
@@ -282,8 +312,11 @@ def test_functional_layouts_without_an_answer_warns_and_draws_every_layout(monke
     _clear_probe_caches()
     monkeypatch.setattr(gloo, "PROBE_MODULE", NOT_A_PROBE)
     try:
-        with pytest.warns(UserWarning, match=r"could not ask torch .* which layouts its functional all_reduce "
-                                             r"takes \(python -m platform printed no answer.*drawing every layout"):
+        with pytest.warns(
+            UserWarning,
+            match=r"could not ask torch .* which layouts its functional all_reduce "
+            r"takes \(python -m platform printed no answer.*drawing every layout",
+        ):
             assert gloo.functional_layouts("all_reduce") == gloo.FUNCTIONAL_LAYOUTS
     finally:
         _clear_probe_caches()
@@ -307,8 +340,11 @@ def test_the_properties_draw_what_the_probe_answers():
         seen["broadcast"].add(b.dtype)
         seen["functional"].update(call.spec.dtype for call in f.calls)
         seen["dtensor"].add(d.spec.dtype)
-        reductions.update((call.spec.dtype, call.reduce_op) for call in f.calls
-                          if call.op in ("all_reduce", "reduce_scatter_single", "reduce_scatter_tensor"))
+        reductions.update(
+            (call.spec.dtype, call.reduce_op)
+            for call in f.calls
+            if call.op in ("all_reduce", "reduce_scatter_single", "reduce_scatter_tensor")
+        )
         layouts.update((call.op, call.spec.layout) for call in f.calls)
 
     draw()
@@ -362,13 +398,13 @@ def test_unknown_capability_is_an_error():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the reasons on a machine without a GPU")
 def test_gpu_probes_without_a_gpu():
-    for reason in (gpu.missing_expandable_segments(), gpu.missing_peer_access(2),
-                   probes.missing("cuda")):
+    for reason in (gpu.missing_expandable_segments(), gpu.missing_peer_access(2), probes.missing("cuda")):
         assert reason.startswith("needs CUDA")
 
 
 def test_needs_marker_skips_with_the_probe_reason(pytester):
-    pytester.makepyfile(test_x='''
+    pytester.makepyfile(
+        test_x="""
 import pytest
 @pytest.mark.needs("block_current_stream")
 def test_has():
@@ -376,7 +412,8 @@ def test_has():
 @pytest.mark.needs("cuda")
 def test_cuda():
     pass
-''')
+"""
+    )
     result = pytester.runpytest("-rs", "-p", "no:cacheprovider")
     missing = [] if HAS_BLOCK_CURRENT_STREAM else ["*needs Work.block_current_stream*"]
     missing += [] if torch.cuda.is_available() else ["*needs CUDA*"]
@@ -393,11 +430,14 @@ def test_fully_shard_needs_a_cpu_stream_with_record_event(monkeypatch):
     assert reason and "CPU ranks" in reason and "record_event" in reason and torch.__version__ in reason
 
 
-@pytest.mark.parametrize("probe, module", [
-    (torch_features.missing_fully_shard, "torch.distributed.fsdp"),
-    (torch_features.missing_functional_collectives, "torch.distributed._functional_collectives"),
-    (torch_features.missing_distributed_nn, "torch.distributed.nn"),
-])
+@pytest.mark.parametrize(
+    "probe, module",
+    [
+        (torch_features.missing_fully_shard, "torch.distributed.fsdp"),
+        (torch_features.missing_functional_collectives, "torch.distributed._functional_collectives"),
+        (torch_features.missing_distributed_nn, "torch.distributed.nn"),
+    ],
+)
 def test_torch_feature_probes(monkeypatch, probe, module):
     if probe is torch_features.missing_fully_shard and not hasattr(torch.cpu.Stream, "record_event"):
         monkeypatch.setattr(torch.cpu.Stream, "record_event", None, raising=False)  # torch 2.6: see above
@@ -408,10 +448,12 @@ def test_torch_feature_probes(monkeypatch, probe, module):
     assert reason and module.rsplit(".", 1)[0] in reason and torch.__version__ in reason, reason
 
 
-PROPERTY_FILES = [("properties/test_fsdp_parity.py", "fsdp"),
-                  ("tests/properties/test_fsdp_parity_catch_bugs.py", "fsdp"),
-                  ("properties/test_functional_collectives.py", "functional"),
-                  ("tests/properties/test_functional_collectives_catch_bugs.py", "functional")]
+PROPERTY_FILES = [
+    ("properties/test_fsdp_parity.py", "fsdp"),
+    ("tests/properties/test_fsdp_parity_catch_bugs.py", "fsdp"),
+    ("properties/test_functional_collectives.py", "functional"),
+    ("tests/properties/test_functional_collectives_catch_bugs.py", "functional"),
+]
 
 
 @pytest.mark.parametrize("path, module", PROPERTY_FILES)

@@ -80,8 +80,10 @@ def test_a_skipped_collective_names_the_rank_that_left(pool):
     err, elapsed = _hang(pool, planted_hangs.skipped_collective, 4)
     assert err.deadlock and elapsed < EARLY and err.ranks == [0]
     assert isinstance(err.__cause__, MissedCollective)
-    assert ("rank 0 waits in all_reduce #2 (float32[4]) which rank 1 never entered: rank 1 returned after "
-            "1 collective on that group") in err.diagnosis.summary
+    assert (
+        "rank 0 waits in all_reduce #2 (float32[4]) which rank 1 never entered: rank 1 returned after "
+        "1 collective on that group"
+    ) in err.diagnosis.summary
     assert "all_reduce #1 (float32[4]) done; all_reduce #2 (float32[4]) WAITING" in str(err)
 
 
@@ -90,8 +92,10 @@ def test_a_mismatched_shape_names_both_shapes(pool):
     err, elapsed = _hang(pool, planted_hangs.mismatched_shape, 3)
     assert err.deadlock and elapsed < EARLY and err.ranks == [1]
     assert isinstance(err.__cause__, CollectiveMismatch)
-    assert ("rank 1 waits in all_reduce #1 (float32[3]); rank 0 completed all_reduce #1 (float32[1]) "
-            "(same collective, different shapes at step 1)") in err.diagnosis.summary
+    assert (
+        "rank 1 waits in all_reduce #1 (float32[3]); rank 0 completed all_reduce #1 (float32[1]) "
+        "(same collective, different shapes at step 1)"
+    ) in err.diagnosis.summary
 
 
 @needs_gloo_record
@@ -108,8 +112,10 @@ def test_a_work_that_never_completes_is_named_with_the_drawn_order(short_pool):
     err, elapsed = _hang(short_pool, planted_hangs.never_completed_work, 3)
     assert not err.deadlock and elapsed >= 3  # nothing proves it can't complete: the timeout decides
     assert isinstance(err.__cause__, PendingWork)
-    assert ("work 0 (allreduce): held at offset 0 of window 0; the drawn order (1, 0) releases offset 1 first "
-            "(never issued)") in str(err)
+    assert (
+        "work 0 (allreduce): held at offset 0 of window 0; the drawn order (1, 0) releases offset 1 first "
+        "(never issued)"
+    ) in str(err)
 
 
 def test_a_slow_example_is_not_mistaken_for_a_deadlock(short_pool):
@@ -141,8 +147,15 @@ def test_stacks_start_at_the_rank_function_without_fuzzdist_plumbing(pool):
 
 @needs_gloo_record
 def test_two_hangs_in_one_property_are_two_failures_each_shrunk_to_its_minimum(pool):
-    @settings(max_examples=300, database=None, derandomize=True, deadline=None, report_multiple_bugs=True,
-              phases=[Phase.generate, Phase.shrink], suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=300,
+        database=None,
+        derandomize=True,
+        deadline=None,
+        report_multiple_bugs=True,
+        phases=[Phase.generate, Phase.shrink],
+        suppress_health_check=list(HealthCheck),
+    )
     @given(a=st.integers(0, 50), b=st.integers(0, 50))
     def prop(a, b):
         pool.run(planted_hangs.two_hangs, a, b)
@@ -168,8 +181,10 @@ def test_without_a_flight_record_a_hang_is_explained_from_the_stacks_at_the_time
         assert "rank 0 is inside all_reduce in different_collectives at line 18" in summary, summary
         assert "rank 1 is inside broadcast(src=0) in different_collectives at line 16" in summary, summary
         assert "(different calls: probably a mismatch)" in summary
-        assert ("torch's flight recorder is off: TORCH_FR_BUFFER_SIZE=0, so the step each rank is at is unknown "
-                "and nothing proves a deadlock") in summary
+        assert (
+            "torch's flight recorder is off: TORCH_FR_BUFFER_SIZE=0, so the step each rank is at is unknown "
+            "and nothing proves a deadlock"
+        ) in summary
         assert "collectives: unknown (torch's flight recorder is off: TORCH_FR_BUFFER_SIZE=0)" in str(err)
         assert "collectives this example: none" not in str(err)
         assert "Raise the timeout" not in str(err)  # different calls are no slowness
@@ -182,14 +197,31 @@ def test_without_a_flight_record_a_hang_is_explained_from_the_stacks_at_the_time
 
 
 def _c(step, op="all_reduce", shape=(4,), done=False, group="0", p2p=False):
-    return Collective(group=group, group_desc="default_pg" if group == "0" else "sub", group_ranks=None,
-                      step=step, op=op, p2p=p2p, shapes=(shape,), dtypes=("float32",), done=done)
+    return Collective(
+        group=group,
+        group_desc="default_pg" if group == "0" else "sub",
+        group_ranks=None,
+        step=step,
+        op=op,
+        p2p=p2p,
+        shapes=(shape,),
+        dtypes=("float32",),
+        done=done,
+    )
 
 
 def _state(rank, *collectives, call=None, call_args=(), finished=False, pending=(), recorder=True):
-    return RankState(rank=rank, seq=1, finished=finished, elapsed=1.0,
-                     collectives=tuple(collectives) if recorder else None, call=call, call_args=tuple(call_args),
-                     user_site=Site(f"/src/prop_{rank}.py", 10 + rank, "fn", "line"), pending_works=tuple(pending))
+    return RankState(
+        rank=rank,
+        seq=1,
+        finished=finished,
+        elapsed=1.0,
+        collectives=tuple(collectives) if recorder else None,
+        call=call,
+        call_args=tuple(call_args),
+        user_site=Site(f"/src/prop_{rank}.py", 10 + rank, "fn", "line"),
+        pending_works=tuple(pending),
+    )
 
 
 def test_a_peer_still_running_its_own_code_is_no_certain_deadlock():
@@ -204,15 +236,24 @@ def test_every_rank_in_the_same_collective_is_stuck_not_a_deadlock():
 
 
 def test_a_recv_whose_sender_left_is_a_deadlock():
-    d = diagnose({0: _state(0, _c(1, op="recv", p2p=True), call="recv", call_args=[("src", "1")]),
-                  1: _state(1, finished=True)}, {1: "returned"}, 2)
+    d = diagnose(
+        {0: _state(0, _c(1, op="recv", p2p=True), call="recv", call_args=[("src", "1")]), 1: _state(1, finished=True)},
+        {1: "returned"},
+        2,
+    )
     assert d.kind is MissedCollective and d.deadlock
     assert "recv p2p #1 (src=1, float32[4])" in d.summary
 
 
 def test_an_earlier_disagreement_that_completed_anyway_is_named():
-    d = diagnose({0: _state(0, _c(1, shape=(2, 2), done=True), _c(2)),
-                  1: _state(1, _c(1, shape=(4,), done=True), _c(2, op="broadcast"))}, {}, 2)
+    d = diagnose(
+        {
+            0: _state(0, _c(1, shape=(2, 2), done=True), _c(2)),
+            1: _state(1, _c(1, shape=(4,), done=True), _c(2, op="broadcast")),
+        },
+        {},
+        2,
+    )
     assert d.kind is CollectiveMismatch and d.deadlock
     assert "they first disagreed at step 1" in d.summary
 
@@ -226,35 +267,49 @@ _NO_GLOO = "torch 9.9's flight recorder keeps no record of gloo's collectives"
 
 
 def _unrecorded(rank, call=None, call_args=(), finished=False):
-    return RankState(rank=rank, seq=1, finished=finished, elapsed=1.0, collectives=None, call=call,
-                     call_args=tuple(call_args), user_site=Site(f"/src/prop_{rank}.py", 10 + rank, "fn", "line"),
-                     unrecorded=_NO_GLOO)
+    return RankState(
+        rank=rank,
+        seq=1,
+        finished=finished,
+        elapsed=1.0,
+        collectives=None,
+        call=call,
+        call_args=tuple(call_args),
+        user_site=Site(f"/src/prop_{rank}.py", 10 + rank, "fn", "line"),
+        unrecorded=_NO_GLOO,
+    )
 
 
 def test_where_the_recorder_skips_the_backend_the_stacks_explain_and_nothing_is_declared():
     same = diagnose({0: _unrecorded(0, "all_reduce"), 1: _unrecorded(1, "all_reduce")}, {}, 2)
     assert same.kind is StuckCollective and not same.deadlock
-    assert same.summary == ("rank 0 is inside all_reduce in fn at line 10 of prop_0.py (line); rank 1 is inside "
-                            f"all_reduce in fn at line 11 of prop_1.py (line); {_NO_GLOO}, so the step each rank "
-                            "is at is unknown and nothing proves a deadlock: declared at the timeout")
-    roots = diagnose({0: _unrecorded(0, "broadcast", [("src", "0")]),
-                      1: _unrecorded(1, "broadcast", [("src", "1")])}, {}, 2)
+    assert same.summary == (
+        "rank 0 is inside all_reduce in fn at line 10 of prop_0.py (line); rank 1 is inside "
+        f"all_reduce in fn at line 11 of prop_1.py (line); {_NO_GLOO}, so the step each rank "
+        "is at is unknown and nothing proves a deadlock: declared at the timeout"
+    )
+    roots = diagnose(
+        {0: _unrecorded(0, "broadcast", [("src", "0")]), 1: _unrecorded(1, "broadcast", [("src", "1")])}, {}, 2
+    )
     assert roots.kind is CollectiveMismatch and not roots.deadlock
     assert "broadcast(src=0)" in roots.summary and "(different calls: probably a mismatch)" in roots.summary
     left = diagnose({0: _unrecorded(0, "all_reduce"), 1: _unrecorded(1, finished=True)}, {1: "returned"}, 2)
     assert left.kind is MissedCollective and not left.deadlock and left.may_be_slow
-    assert ("rank 0 is inside all_reduce in fn at line 10 of prop_0.py (line); rank 1 returned and left the "
-            "example") in left.summary
+    assert (
+        "rank 0 is inside all_reduce in fn at line 10 of prop_0.py (line); rank 1 returned and left the example"
+    ) in left.summary
     assert left.details[0] == f"collectives: unknown ({_NO_GLOO})"
     mixed = diagnose({0: _unrecorded(0, "all_reduce"), 1: _unrecorded(1)}, {}, 2)
     assert mixed.kind is StuckCollective and "rank 1 is running its own code in fn at line 11" in mixed.summary
 
 
-
 def test_a_subgroup_collective_waits_only_for_its_members():
     # rank 2 left, but the group rank 0 waits on is {0, 1}: rank 1 is the one that never came.
-    d = diagnose({0: _state(0, _c(1, group="5")), 1: _state(1, _c(1, group="5", op="broadcast")),
-                  2: _state(2, finished=True)}, {2: "returned"}, 3)
+    d = diagnose(
+        {0: _state(0, _c(1, group="5")), 1: _state(1, _c(1, group="5", op="broadcast")), 2: _state(2, finished=True)},
+        {2: "returned"},
+        3,
+    )
     assert d.kind is CollectiveMismatch and "rank 1 waits in broadcast #1 on group sub" in d.summary
 
 
@@ -278,8 +333,14 @@ def test_inside_a_collective_without_a_record_is_explained_but_not_declared():
 
 def test_roots_are_compared_only_between_the_calls_of_that_step():
     # Rank 0 issued broadcast #1 asynchronously and now waits in all_reduce #2; rank 1 waits in broadcast #1.
-    d = diagnose({0: _state(0, _c(1, op="broadcast"), _c(2), call="all_reduce"),
-                  1: _state(1, _c(1, op="broadcast"), call="broadcast", call_args=[("src", "0")])}, {}, 2)
+    d = diagnose(
+        {
+            0: _state(0, _c(1, op="broadcast"), _c(2), call="all_reduce"),
+            1: _state(1, _c(1, op="broadcast"), call="broadcast", call_args=[("src", "0")]),
+        },
+        {},
+        2,
+    )
     assert d.kind is StuckCollective and not d.deadlock
 
 
@@ -296,8 +357,8 @@ def test_a_blocked_stream_names_the_works_still_blocking_it():
     blocked.futures[1].set_result(None)
     state = rank_state.snapshot(seq=123)
     assert blocked.fuzzdist_pending_works() == [
-        "Work 0 blocks stream 7: its future is unresolved (the drawn steps: "
-        "(('complete', 1), ('complete', 0)))"]
+        "Work 0 blocks stream 7: its future is unresolved (the drawn steps: (('complete', 1), ('complete', 0)))"
+    ]
     assert blocked.fuzzdist_pending_works()[0] in state.pending_works
 
 

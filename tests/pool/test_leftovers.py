@@ -47,8 +47,12 @@ def holder():
     procs: list[subprocess.Popen] = []
 
     def hold(folder: Path) -> subprocess.Popen:
-        proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(folder / OWNER_LOCK)], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", HOLDER, str(folder / OWNER_LOCK)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         procs.append(proc)
         assert proc.stdout is not None and proc.stdout.readline() == "held\n"
         return proc
@@ -153,28 +157,34 @@ def test_a_new_folder_taken_by_a_cleaner_first_is_made_again(tmp_path, monkeypat
 
 # -- a rank's os._exit ------------------------------------------------------------------------------
 
-EXITS = '''
+EXITS = """
 import multiprocessing.util, os, sys
 from fuzzdist.pool.leftovers import before_os_exit
 print(multiprocessing.util.get_temp_dir(), flush=True)  # what file_descriptor sharing makes
 if sys.argv[1] == "clean":
     before_os_exit()
 os._exit(0)
-'''
+"""
 
 
 @pytest.mark.parametrize("clean", [False, True])
 def test_before_os_exit_removes_what_multiprocessing_made(tmp_path, clean):
     env = dict(cli_env(), TMPDIR=str(tmp_path))
-    out = subprocess.run([sys.executable, "-c", EXITS, "clean" if clean else "plain"], env=env, text=True,
-                         capture_output=True, timeout=60, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", EXITS, "clean" if clean else "plain"],
+        env=env,
+        text=True,
+        capture_output=True,
+        timeout=60,
+        check=True,
+    ).stdout
     assert out.strip().startswith(str(tmp_path / "pymp-"))
     assert os.path.exists(out.strip()) != clean  # without it, os._exit leaves the folder
 
 
 # -- whole runs ------------------------------------------------------------------------------------
 
-PLAIN = '''
+PLAIN = """
 from hypothesis import given, strategies as st
 
 def echo(ctx, k):
@@ -183,9 +193,9 @@ def echo(ctx, k):
 @given(k=st.integers(0, 10**9))
 def test_plain(rank_pool, k):
     assert rank_pool.run(echo, k) == [k] * rank_pool.world_size
-'''
+"""
 
-SHARING = '''
+SHARING = """
 from hypothesis import given, strategies as st
 
 def share(ctx, k):
@@ -200,7 +210,7 @@ def share(ctx, k):
 @given(k=st.integers(0, 10**9))
 def test_sharing(rank_pool, k):
     assert rank_pool.run(share, k) == [k] * rank_pool.world_size
-'''
+"""
 
 
 def _run(tmp_path, source, how, **environ):
@@ -210,14 +220,34 @@ def _run(tmp_path, source, how, **environ):
     write(tmp_path, "test_leftover_prop.py", source)
     env = dict(cli_env(), TMPDIR=str(temp), **environ)
     budget = ["--max-examples", "20"] if how == "end" else ["--duration", "300s"]
-    proc = subprocess.Popen([sys.executable, "-m", "fuzzdist", "run", "test_leftover_prop.py", *budget,
-                             "--report", "r.json", "--junit", "j.xml", "--progress", "none",
-                             "--database", str(tmp_path / "db")],
-                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "fuzzdist",
+            "run",
+            "test_leftover_prop.py",
+            *budget,
+            "--report",
+            "r.json",
+            "--junit",
+            "j.xml",
+            "--progress",
+            "none",
+            "--database",
+            str(tmp_path / "db"),
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         if how != "end":
-            wait_for_report(tmp_path / "r.json", lambda r: sum(p["examples"] for p in r["properties"]) >= 1,
-                            proc, timeout=300)
+            wait_for_report(
+                tmp_path / "r.json", lambda r: sum(p["examples"] for p in r["properties"]) >= 1, proc, timeout=300
+            )
             proc.send_signal(signal.SIGINT if how == "SIGINT" else signal.SIGTERM)
         out, _ = proc.communicate(timeout=300)
     finally:
@@ -236,10 +266,13 @@ def test_a_run_leaves_no_temporary_file(tmp_path, how):
     assert left == [], out[-3000:]
 
 
-@pytest.mark.parametrize("start", [
-    "auto",  # CPU ranks forked from the fork server
-    "spawn",  # a spawned rank ends with os._exit: leftovers.before_os_exit() runs multiprocessing's finalizers
-])
+@pytest.mark.parametrize(
+    "start",
+    [
+        "auto",  # CPU ranks forked from the fork server
+        "spawn",  # a spawned rank ends with os._exit: leftovers.before_os_exit() runs multiprocessing's finalizers
+    ],
+)
 def test_a_rank_that_shared_by_file_descriptor_leaves_no_pymp_folder(tmp_path, start):
     left, out = _run(tmp_path, SHARING, "end", FUZZDIST_START_METHOD=start)
     assert left == [], out[-3000:]
@@ -258,15 +291,49 @@ def test_a_torchrun_run_leaves_no_temporary_file(tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = dict(cli_env(), TMPDIR=str(temp), OMP_NUM_THREADS="1")
-    proc = subprocess.run([torchrun, "--nnodes", "1", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
-                           "--master-port", str(port), "--max-restarts", "0", "-m", "fuzzdist", "run",
-                           "test_leftover_prop.py", "--max-examples", "5", "--world-size", "2", "--report", "r.json",
-                           "--junit", "", "--database", "db", "--progress", "none"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            torchrun,
+            "--nnodes",
+            "1",
+            "--nproc-per-node",
+            "2",
+            "--master-addr",
+            "127.0.0.1",
+            "--master-port",
+            str(port),
+            "--max-restarts",
+            "0",
+            "-m",
+            "fuzzdist",
+            "run",
+            "test_leftover_prop.py",
+            "--max-examples",
+            "5",
+            "--world-size",
+            "2",
+            "--report",
+            "r.json",
+            "--junit",
+            "",
+            "--database",
+            "db",
+            "--progress",
+            "none",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     # torchrun's agent keeps its own logs (torchelastic_*): torch's, not fuzzdist's
-    left = sorted(str(p.relative_to(temp)) for p in temp.rglob("*") if not p.relative_to(temp).parts[0]
-                  .startswith("torchelastic_"))
+    left = sorted(
+        str(p.relative_to(temp))
+        for p in temp.rglob("*")
+        if not p.relative_to(temp).parts[0].startswith("torchelastic_")
+    )
     assert left == [], left
 
 
@@ -277,8 +344,9 @@ def test_the_next_pool_removes_the_folder_of_a_sigkilled_driver(tmp_path):
 
     helpers = Path(__file__).resolve().parents[1] / "helpers"
     env = dict(os.environ, TMPDIR=str(tmp_path))
-    driver = subprocess.Popen([sys.executable, str(helpers / "process_tree_driver.py")], stdout=subprocess.PIPE,
-                              text=True, env=env)
+    driver = subprocess.Popen(
+        [sys.executable, str(helpers / "process_tree_driver.py")], stdout=subprocess.PIPE, text=True, env=env
+    )
     try:
         assert select.select([driver.stdout], [], [], 120)[0], "the driver printed nothing within 120s"
         tree = [pid for ranks in json.loads(driver.stdout.readline()) for pid in ranks.values()]
@@ -302,13 +370,35 @@ def test_the_next_run_removes_what_a_sigkilled_run_left(tmp_path):
     temp.mkdir()
     write(tmp_path, "test_leftover_prop.py", PLAIN)
     env = dict(cli_env(), TMPDIR=str(temp), FUZZDIST_START_METHOD="forkserver")
-    killed = subprocess.Popen([sys.executable, "-m", "fuzzdist", "run", "test_leftover_prop.py", "--duration", "300s",
-                               "--report", "r.json", "--junit", "j.xml", "--html", "", "--progress", "none",
-                               "--database", str(tmp_path / "db")],
-                              cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    killed = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "fuzzdist",
+            "run",
+            "test_leftover_prop.py",
+            "--duration",
+            "300s",
+            "--report",
+            "r.json",
+            "--junit",
+            "j.xml",
+            "--html",
+            "",
+            "--progress",
+            "none",
+            "--database",
+            str(tmp_path / "db"),
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
-        wait_for_report(tmp_path / "r.json", lambda r: sum(p["examples"] for p in r["properties"]) >= 1,
-                        killed, timeout=300)
+        wait_for_report(
+            tmp_path / "r.json", lambda r: sum(p["examples"] for p in r["properties"]) >= 1, killed, timeout=300
+        )
         killed.kill()
         killed.wait(30)
     finally:
@@ -318,10 +408,32 @@ def test_the_next_run_removes_what_a_sigkilled_run_left(tmp_path):
     left = sorted(p.name for p in temp.iterdir())
     for prefix in ("fuzzdist-pool-", "fuzzdist-junit-", "pymp-"):
         assert any(name.startswith(prefix) for name in left), left
-    proc = subprocess.run([sys.executable, "-m", "fuzzdist", "run", "test_leftover_prop.py", "--max-examples", "3",
-                           "--report", "", "--junit", "j.xml", "--html", "", "--progress", "none",
-                           "--database", str(tmp_path / "db")],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fuzzdist",
+            "run",
+            "test_leftover_prop.py",
+            "--max-examples",
+            "3",
+            "--report",
+            "",
+            "--junit",
+            "j.xml",
+            "--html",
+            "",
+            "--progress",
+            "none",
+            "--database",
+            str(tmp_path / "db"),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     deadline = time.monotonic() + 10  # the fork server ends a moment after its driver
     while time.monotonic() < deadline and any(temp.iterdir()):
@@ -361,8 +473,10 @@ def _free_pids_here(count: int = 200) -> int:
     return start
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux") or not _can_unshare_pids(),
-                    reason="needs unshare --pid (Linux, with the right to make namespaces)")
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or not _can_unshare_pids(),
+    reason="needs unshare --pid (Linux, with the right to make namespaces)",
+)
 def test_a_pool_in_another_pid_namespace_keeps_its_folder(tmp_path):
     """Containers sharing /tmp: a live driver in another PID namespace has a pid that is no process here, so
     it looks dead from here; the next pool here leaves its folder all the same."""
@@ -371,10 +485,14 @@ def test_a_pool_in_another_pid_namespace_keeps_its_folder(tmp_path):
     env = dict(cli_env(), TMPDIR=str(tmp_path))
     start = _free_pids_here()
     # Inside, pids count from 1: use some up, so that the driver's pid there is none here.
-    inside = (f'while [ "$(sh -c \'echo $$\')" -lt {start} ]; do :; done; '
-              f'"{sys.executable}" -c \'{IN_OTHER_NAMESPACE}\'')
-    other = subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "sh", "-c", inside],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    inside = f"while [ \"$(sh -c 'echo $$')\" -lt {start} ]; do :; done; \"{sys.executable}\" -c '{IN_OTHER_NAMESPACE}'"
+    other = subprocess.Popen(
+        ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "sh", "-c", inside],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         assert other.stdout is not None and select.select([other.stdout], [], [], 240)[0], "no pool within 240s"
         pid, path = other.stdout.readline().split()

@@ -81,7 +81,7 @@ def test_coverage_off_sends_nothing():
 
 # -- the mechanisms, in the rank module alone (no torch: any Python pyenv has) -----------------------
 
-MECHANISM_SCRIPT = r'''
+MECHANISM_SCRIPT = r"""
 import importlib.util, json, sys
 spec = importlib.util.spec_from_file_location("line_cover", sys.argv[1])
 lc = importlib.util.module_from_spec(spec); spec.loader.exec_module(lc)
@@ -96,7 +96,7 @@ for scope, ranks in (("a", [0, 1]), ("a", [2]), ("b", [0])):
             got.setdefault(f, []).extend(lines)
     out.setdefault(scope, []).append(sorted(l for lines in got.values() for l in lines))
 print(json.dumps(out))
-'''
+"""
 
 
 def _pythons() -> list[tuple[str, str]]:
@@ -114,9 +114,13 @@ def _pythons() -> list[tuple[str, str]]:
 @pytest.mark.parametrize(("python", "mechanism"), _pythons())
 def test_each_mechanism_reports_each_line_once_per_scope(python, mechanism):
     helpers = str(Path(cover_fns.__file__).parent)
-    result = subprocess.run([python, "-c", MECHANISM_SCRIPT, line_cover.__file__, "", os.path.dirname(PATHS),
-                             mechanism], capture_output=True, text=True, timeout=60,
-                            env={**os.environ, "PYTHONPATH": helpers})
+    result = subprocess.run(
+        [python, "-c", MECHANISM_SCRIPT, line_cover.__file__, "", os.path.dirname(PATHS), mechanism],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": helpers},
+    )
     assert result.returncode == 0, result.stderr
     got = json.loads(result.stdout)
     # scope a: ranks 0 and 1, then rank 2 only adds its own lines; scope b starts afresh
@@ -141,16 +145,25 @@ def test_ranges_round_trip_and_bad_ranges_are_skipped():
 
 def _section(reached: str, props: dict, timeline: list) -> dict:
     lines = len(coverage_report.parse_ranges(reached))
-    return {"packages": ["pkg"], "mechanism": "settrace", "files": {
-        "pkg/a.py": {"reached": reached, "lines": lines, "executable": 10},
-        "pkg/b.py": {"reached": "", "lines": 0, "executable": 5}},
-        "properties": props, "timeline": timeline}
+    return {
+        "packages": ["pkg"],
+        "mechanism": "settrace",
+        "files": {
+            "pkg/a.py": {"reached": reached, "lines": lines, "executable": 10},
+            "pkg/b.py": {"reached": "", "lines": 0, "executable": 5},
+        },
+        "properties": props,
+        "timeline": timeline,
+    }
 
 
 def test_sections_merge_by_union():
     one = _section("1-3", {"p": {"files": {"pkg/a.py": "1-2"}, "timeline": [[1.0, 2]]}}, [[1.0, 3]])
-    two = _section("3-5", {"p": {"files": {"pkg/a.py": "5"}, "timeline": [[2.0, 1]]},
-                           "q": {"files": {"pkg/a.py": "3"}, "timeline": []}}, [[0.5, 1], [2.0, 3]])
+    two = _section(
+        "3-5",
+        {"p": {"files": {"pkg/a.py": "5"}, "timeline": [[2.0, 1]]}, "q": {"files": {"pkg/a.py": "3"}, "timeline": []}},
+        [[0.5, 1], [2.0, 3]],
+    )
     merged = coverage_report.merge_sections([one, None, two])
     assert merged["files"]["pkg/a.py"] == {"reached": "1-5", "lines": 5, "executable": 10}
     assert merged["lines_reached"] == 5 and merged["executable_lines"] == 15 and merged["percent"] == 33.3

@@ -31,8 +31,20 @@ from fuzzdist.pool.controller import FIRST_PROBE_S, Controller, Outcome
 
 # -- the observation schema, as Hypothesis documents it ------------------------------------------
 
-TEST_CASE_KEYS = {"type", "status", "status_reason", "representation", "arguments", "how_generated",
-                  "features", "coverage", "timing", "metadata", "property", "run_start"}
+TEST_CASE_KEYS = {
+    "type",
+    "status",
+    "status_reason",
+    "representation",
+    "arguments",
+    "how_generated",
+    "features",
+    "coverage",
+    "timing",
+    "metadata",
+    "property",
+    "run_start",
+}
 INFO_KEYS = {"type", "title", "content", "property", "run_start"}
 
 
@@ -46,19 +58,36 @@ def schema_problems(obs: dict[str, Any]) -> list[str]:
     distinct line numbers >= 1, or is null)."""
     problems = []
     if obs.get("type") == "test_case":
-        keys, types = TEST_CASE_KEYS, {
-            "status": lambda v: v in ("passed", "failed", "gave_up"), "status_reason": lambda v: isinstance(v, str),
-            "representation": lambda v: isinstance(v, str), "arguments": lambda v: isinstance(v, dict),
-            "how_generated": lambda v: v is None or isinstance(v, str), "features": lambda v: isinstance(v, dict),
-            "coverage": lambda v: v is None or (isinstance(v, dict) and all(
-                isinstance(lines, list) and len(set(lines)) == len(lines)
-                and all(isinstance(n, int) and n >= 1 for n in lines) for lines in v.values())),
-            "timing": lambda v: isinstance(v, dict) and all(_number(s) and s >= 0 for s in v.values()),
-            "metadata": lambda v: isinstance(v, dict),
-        }
+        keys, types = (
+            TEST_CASE_KEYS,
+            {
+                "status": lambda v: v in ("passed", "failed", "gave_up"),
+                "status_reason": lambda v: isinstance(v, str),
+                "representation": lambda v: isinstance(v, str),
+                "arguments": lambda v: isinstance(v, dict),
+                "how_generated": lambda v: v is None or isinstance(v, str),
+                "features": lambda v: isinstance(v, dict),
+                "coverage": lambda v: (
+                    v is None
+                    or (
+                        isinstance(v, dict)
+                        and all(
+                            isinstance(lines, list)
+                            and len(set(lines)) == len(lines)
+                            and all(isinstance(n, int) and n >= 1 for n in lines)
+                            for lines in v.values()
+                        )
+                    )
+                ),
+                "timing": lambda v: isinstance(v, dict) and all(_number(s) and s >= 0 for s in v.values()),
+                "metadata": lambda v: isinstance(v, dict),
+            },
+        )
     elif obs.get("type") in ("info", "alert", "error"):
-        keys, types = INFO_KEYS, {"title": lambda v: isinstance(v, str),
-                                  "content": lambda v: isinstance(v, (str, dict))}
+        keys, types = (
+            INFO_KEYS,
+            {"title": lambda v: isinstance(v, str), "content": lambda v: isinstance(v, (str, dict))},
+        )
     else:
         return [f"unknown type {obs.get('type')!r}"]
     types |= {"property": lambda v: isinstance(v, str), "run_start": _number}
@@ -69,21 +98,34 @@ def schema_problems(obs: dict[str, Any]) -> list[str]:
 
 
 def test_the_schema_check_finds_what_breaks_the_schema():
-    good = {"type": "test_case", "status": "passed", "status_reason": "", "representation": "f(x=1)",
-            "arguments": {"x": 1}, "how_generated": "generated", "features": {}, "coverage": {"f.py": [1, 2]},
-            "timing": {"execute:test": 0.5}, "metadata": {}, "property": "f", "run_start": 1.0}
+    good = {
+        "type": "test_case",
+        "status": "passed",
+        "status_reason": "",
+        "representation": "f(x=1)",
+        "arguments": {"x": 1},
+        "how_generated": "generated",
+        "features": {},
+        "coverage": {"f.py": [1, 2]},
+        "timing": {"execute:test": 0.5},
+        "metadata": {},
+        "property": "f",
+        "run_start": 1.0,
+    }
     assert schema_problems(good) == []
     assert schema_problems({**good, "timing": {"fuzzdist:rank0": -1.0}}) == ["timing={'fuzzdist:rank0': -1.0}"]
     assert schema_problems({**good, "extra": 1}) == ["unexpected extra"]
     assert schema_problems({k: v for k, v in good.items() if k != "features"}) == ["missing features"]
     assert schema_problems({**good, "coverage": {"f.py": [0]}, "status": "ok"}) == [
-        "status='ok'", "coverage={'f.py': [0]}"]
+        "status='ok'",
+        "coverage={'f.py': [0]}",
+    ]
     assert schema_problems({"type": "info", "title": "t", "content": {}, "property": "f", "run_start": 1}) == []
 
 
 # -- a real RankPool, Hypothesis writing its JSON lines --------------------------------------------
 
-RANK_FNS = '''
+RANK_FNS = """
 import time
 
 import torch
@@ -108,9 +150,9 @@ def rank_0_waits_alone(ctx, n):
     if ctx.rank == 0:
         dist.all_reduce(t)  # rank 1 never enters it: a certain deadlock
     return n
-'''
+"""
 
-PROPERTIES = '''
+PROPERTIES = """
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 
@@ -159,7 +201,7 @@ def test_property_failure(pool, n):
 @given(n=st.integers())
 def test_without_a_pool(n):
     pass
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -168,11 +210,18 @@ def observed(tmp_path_factory) -> dict[str, list[dict[str, Any]]]:
     root = tmp_path_factory.mktemp("observability")
     (root / "obs_rank_fns.py").write_text(RANK_FNS)
     (root / "test_observed.py").write_text(PROPERTIES)
-    env = dict(os.environ, HYPOTHESIS_EXPERIMENTAL_OBSERVABILITY="1",
-               HYPOTHESIS_STORAGE_DIRECTORY=str(root / "hypothesis"))
+    env = dict(
+        os.environ, HYPOTHESIS_EXPERIMENTAL_OBSERVABILITY="1", HYPOTHESIS_STORAGE_DIRECTORY=str(root / "hypothesis")
+    )
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH", "")]))
-    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "test_observed.py"],
-                         cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "test_observed.py"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     summary = run.stdout.strip().splitlines()[-1] if run.stdout.strip() else ""
     assert "3 failed" in summary and "2 passed" in summary, run.stdout + run.stderr
     files = sorted((root / "hypothesis" / "observed").glob("*_testcases.jsonl"))
@@ -193,8 +242,13 @@ def test_a_passing_example_carries_each_ranks_outcome_and_wall_time(observed):
     cases = observed["test_passes"]
     assert len(cases) == 3 and {obs["status"] for obs in cases} == {"passed"}
     for obs in cases:
-        assert _fuzzdist_features(obs) == {"fuzzdist:world_size": 2, "fuzzdist:backend": "gloo",
-                                           "fuzzdist:device": "cpu", "fuzzdist:rank0": "ok", "fuzzdist:rank1": "ok"}
+        assert _fuzzdist_features(obs) == {
+            "fuzzdist:world_size": 2,
+            "fuzzdist:backend": "gloo",
+            "fuzzdist:device": "cpu",
+            "fuzzdist:rank0": "ok",
+            "fuzzdist:rank1": "ok",
+        }
         assert any(k.startswith("dtype=") for k in obs["features"])  # the drawn spec's coverage events
         timing = obs["timing"]
         assert 0 <= timing["fuzzdist:rank0"] and timing["fuzzdist:rank1"] >= 0.05  # rank 1 slept 0.05s
@@ -309,7 +363,10 @@ def test_with_observability_on_the_ranks_times_are_in_timing():
         prop()
     (obs,) = [o for o in seen if o.type == "test_case"]
     assert {k: v for k, v in obs.timing.items() if k.startswith("fuzzdist:")} == {
-        "fuzzdist:rank0": 1.0, "fuzzdist:rank1": 3.0, "fuzzdist:rank2": 5.0}
+        "fuzzdist:rank0": 1.0,
+        "fuzzdist:rank1": 3.0,
+        "fuzzdist:rank2": 5.0,
+    }
     assert obs.features["fuzzdist:world_size"] == 3 and obs.features["fuzzdist:rank2"] == "ok"
 
 
@@ -349,9 +406,18 @@ def test_each_ranks_outcome_and_time():
     out.died(3)  # rank 4 never answered
     crash = RankCrash([3], {3: -11}, {})
     assert _observability.rank_outcomes(out, crash) == {
-        0: "ok", 1: "raised KeyError", 2: "load_error", 3: "crash (SIGSEGV)", 4: "unfinished"}
+        0: "ok",
+        1: "raised KeyError",
+        2: "load_error",
+        3: "crash (SIGSEGV)",
+        4: "unfinished",
+    }
     assert _observability.rank_times(out, waited=2.0) == {
-        "fuzzdist:rank0": 0.25, "fuzzdist:rank1": 0.5, "fuzzdist:rank3": 2.0, "fuzzdist:rank4": 2.0}
+        "fuzzdist:rank0": 0.25,
+        "fuzzdist:rank1": 0.5,
+        "fuzzdist:rank3": 2.0,
+        "fuzzdist:rank4": 2.0,
+    }
     alive = _outcome(2)
     alive.take(1, messages.load(messages.ok(1, None, [])))
     assert _observability.rank_outcomes(alive, None) == {0: "timeout", 1: "ok"}

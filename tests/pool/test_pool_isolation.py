@@ -73,7 +73,9 @@ def test_process_groups_created_in_an_example_are_destroyed(rank_pool):
     mesh = [c["mesh_groups"] for c in changed]
     assert mesh == [1 + (not c["mesh_reuses_world"]) for c in changed]
     assert [len(c["groups"]) - len(b["groups"]) for c, b in zip(changed, before, strict=True)] == [
-        2 + mesh[0], 1 + mesh[1]]
+        2 + mesh[0],
+        1 + mesh[1],
+    ]
     assert changed[0]["debug_level"] != before[0]["debug_level"]
     assert rank_pool.run(clean_fns.observe_groups) == before
     again = rank_pool.run(clean_fns.change_groups)

@@ -30,7 +30,7 @@ def test_thousand_examples_leak_nothing():
         driver_fds, children = _driver_fds(), _children()
         for n in range(1000):
             if n % 100 == 99:  # failures too (on every rank: one rank's alone would replace the ranks),
-                try:           # their reports must not pile up
+                try:  # their reports must not pile up
                     pool.run(rank_fns.raise_on_all)
                 except RankError:
                     pass
@@ -48,8 +48,7 @@ def test_thousand_examples_leak_nothing():
     assert descendants.wait_all_dead(pids) == [], "rank processes outlived close()"
 
 
-@pytest.mark.parametrize("start_method, spares", [("spawn", "never"), ("forkserver", "never"),
-                                                   ("forkserver", "auto")])
+@pytest.mark.parametrize("start_method, spares", [("spawn", "never"), ("forkserver", "never"), ("forkserver", "auto")])
 def test_recovery_does_not_leak_processes_or_fds(start_method, spares, forkable):
     with RankPool(2, timeout=2, start_method=start_method, spares=spares) as pool:
         pool.run(rank_fns.whoami)
@@ -68,8 +67,11 @@ def test_recovery_does_not_leak_processes_or_fds(start_method, spares, forkable)
             assert len(pool.spare_pids) == (2 if spares == "auto" else 0)
         assert _driver_fds() == driver_fds
         assert descendants.wait_all_dead(gone) == [], "killed rank processes live on"
-        assert _children() == children | set(pool.pids) | set(pool.spare_pids) if start_method == "spawn" \
-            else _children() == children, "the driver's child processes changed"
+        assert (
+            _children() == children | set(pool.pids) | set(pool.spare_pids)
+            if start_method == "spawn"
+            else _children() == children
+        ), "the driver's child processes changed"
 
 
 def test_close_is_quick():

@@ -53,8 +53,9 @@ def _ctx(tmp_path) -> RankContext:
 
 def test_worker_answers_run_by_name_and_stops(tmp_path):
     payload = pickle_call(seed_and_sum, (2,), {"b": 3})
-    channel = _ListChannel(messages.run(7, derive_seed(payload), payload, None), messages.stop(),
-                           messages.run(8, 0, payload, None))
+    channel = _ListChannel(
+        messages.run(7, derive_seed(payload), payload, None), messages.stop(), messages.run(8, 0, payload, None)
+    )
     assert Worker(_ctx(tmp_path)).serve(channel) == 0  # stopped before the last message
     ((name, fields),) = channel.replies
     elapsed = fields.pop("elapsed")  # the rank's wall time: a duration, not a fixed value

@@ -21,8 +21,9 @@ def _no_more_ranks(pool: RankPool, monkeypatch: pytest.MonkeyPatch, error: Excep
     monkeypatch.setattr(pool, "_start_set", refuse)
 
 
-@pytest.mark.parametrize("error", [PoolStartupError("planted: no room for the ranks' store"),
-                                   OSError(28, "No space left on device")])
+@pytest.mark.parametrize(
+    "error", [PoolStartupError("planted: no room for the ranks' store"), OSError(28, "No space left on device")]
+)
 def test_a_restart_that_fails_keeps_the_crash_and_then_the_pool_is_gone(monkeypatch, error):
     with RankPool(2, timeout=10, spares="never") as pool:
         _no_more_ranks(pool, monkeypatch, error)

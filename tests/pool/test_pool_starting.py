@@ -32,11 +32,14 @@ def test_auto_forks_cpu_pools_and_spawns_cuda_pools(monkeypatch):
     assert starting.resolve_start_method("auto", "cuda") == "spawn", "the variable must not fork CUDA pools"
 
 
-@pytest.mark.parametrize(("method", "device", "env", "message"), [
-    ("fork", "cpu", None, "start_method='fork': expected one of auto, spawn, forkserver"),
-    ("forkserver", "cuda", None, "CUDA pools start their ranks with spawn"),
-    ("auto", "cpu", "fork", "FUZZDIST_START_METHOD='fork': expected spawn or forkserver"),
-])
+@pytest.mark.parametrize(
+    ("method", "device", "env", "message"),
+    [
+        ("fork", "cpu", None, "start_method='fork': expected one of auto, spawn, forkserver"),
+        ("forkserver", "cuda", None, "CUDA pools start their ranks with spawn"),
+        ("auto", "cpu", "fork", "FUZZDIST_START_METHOD='fork': expected spawn or forkserver"),
+    ],
+)
 def test_a_bad_start_method_is_one_clear_error(monkeypatch, method, device, env, message):
     if env is None:
         monkeypatch.delenv(starting.ENV_VAR, raising=False)
@@ -163,8 +166,9 @@ def test_a_pool_spawns_once_the_environment_differs_from_the_fork_servers(tmp_pa
     script.write_text(ENV_SCRIPT)
     tests_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {k: v for k, v in os.environ.items() if k != starting.ENV_VAR}
-    done = subprocess.run([sys.executable, str(script), tests_dir], capture_output=True, text=True, timeout=300,
-                          env=env)
+    done = subprocess.run(
+        [sys.executable, str(script), tests_dir], capture_output=True, text=True, timeout=300, env=env
+    )
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stdout + done.stderr
 
 
@@ -194,8 +198,9 @@ def test_live_output_of_forked_ranks_goes_where_the_drivers_stdout_is_now(tmp_pa
     target = tmp_path / "now.txt"
     tests_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {k: v for k, v in os.environ.items() if k not in (starting.ENV_VAR, starting.SPARES_VAR)}
-    done = subprocess.run([sys.executable, str(script), tests_dir, str(target)], capture_output=True, text=True,
-                          timeout=300, env=env)
+    done = subprocess.run(
+        [sys.executable, str(script), tests_dir, str(target)], capture_output=True, text=True, timeout=300, env=env
+    )
     assert done.returncode == 0, done.stderr
     assert target.read_text().count("planted-line") == 2, (target.read_text(), done.stdout)
     assert "planted-line" not in done.stdout
@@ -208,29 +213,31 @@ def test_a_fork_server_that_can_not_start_falls_back_to_spawn(tmp_path):
 
     deep = tmp_path / ("d" * 60) / ("e" * 60)
     deep.mkdir(parents=True)
-    code = ("import warnings\nfrom fuzzdist import RankPool\nif __name__ == '__main__':\n"
-            "    with warnings.catch_warnings(record=True) as caught:\n"
-            "        warnings.simplefilter('always')\n"
-            "        with RankPool(2, timeout=20, spares='never') as pool:\n"
-            "            assert pool.start_method == 'spawn', pool.start_method\n"
-            "    assert any('starting rank processes with spawn' in str(w.message) for w in caught), caught\n"
-            "    with RankPool(1, timeout=20, spares='never') as pool:\n"
-            "        assert pool.start_method == 'spawn'  # decided up front from now on\n"
-            "    print('ok')\n")
+    code = (
+        "import warnings\nfrom fuzzdist import RankPool\nif __name__ == '__main__':\n"
+        "    with warnings.catch_warnings(record=True) as caught:\n"
+        "        warnings.simplefilter('always')\n"
+        "        with RankPool(2, timeout=20, spares='never') as pool:\n"
+        "            assert pool.start_method == 'spawn', pool.start_method\n"
+        "    assert any('starting rank processes with spawn' in str(w.message) for w in caught), caught\n"
+        "    with RankPool(1, timeout=20, spares='never') as pool:\n"
+        "        assert pool.start_method == 'spawn'  # decided up front from now on\n"
+        "    print('ok')\n"
+    )
     env = {k: v for k, v in os.environ.items() if k not in (starting.ENV_VAR, starting.SPARES_VAR)}
     env["TMPDIR"] = str(deep)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stdout + done.stderr
 
 
-CAMPAIGN_PROPERTY = '''
+CAMPAIGN_PROPERTY = """
 from hypothesis import given, strategies as st
 from fuzzdist.pool import starting
 
 @given(a=st.integers(0, 3))
 def test_pools_fork(rank_pool, a):
     assert rank_pool.start_method == "forkserver", (rank_pool.start_method, starting.fork_server_fits())
-'''
+"""
 
 
 @linux_only
@@ -244,7 +251,28 @@ def test_a_campaigns_pools_fork_from_the_server_it_started(tmp_path):
     write(tmp_path, "test_fork_prop.py", CAMPAIGN_PROPERTY)
     # As from a shell: this test runs under pytest, whose PYTEST_* variables the command must not inherit.
     env = {k: v for k, v in cli_env().items() if not k.startswith("PYTEST_") and k != starting.ENV_VAR}
-    done = subprocess.run([sys.executable, "-m", "fuzzdist", "run", "test_fork_prop.py", "--max-examples", "3",
-                           "--report", "r.json", "--junit", "", "--database", "db", "--progress", "none"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fuzzdist",
+            "run",
+            "test_fork_prop.py",
+            "--max-examples",
+            "3",
+            "--report",
+            "r.json",
+            "--junit",
+            "",
+            "--database",
+            "db",
+            "--progress",
+            "none",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout + done.stderr

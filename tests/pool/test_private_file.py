@@ -35,8 +35,11 @@ def test_a_link_is_refused_even_to_a_private_file(tmp_path):
     secret.chmod(0o600)
     link = tmp_path / "link"
     link.symlink_to(secret)
-    with pytest.raises(InvalidState, match=r"can't read the key file .*link \(.*\): point it at a regular file "
-                                           r"\(not a link\) only you can read"):
+    with pytest.raises(
+        InvalidState,
+        match=r"can't read the key file .*link \(.*\): point it at a regular file "
+        r"\(not a link\) only you can read",
+    ):
         _read(link)
 
 

@@ -32,9 +32,14 @@ def _tree(found: list[dict[str, int]]) -> list[int]:
 
 
 def test_a_group_that_runs_its_collectives_in_a_child_process_can_be_checked():
-    report = check_process_group("helpers.subprocess_pg:child_process_gloo", world_sizes=(2,),
-                                 ops=("allreduce", "broadcast"), dtypes=(torch.float32, torch.int64),
-                                 max_examples=5, settings=settings(derandomize=True, database=None))
+    report = check_process_group(
+        "helpers.subprocess_pg:child_process_gloo",
+        world_sizes=(2,),
+        ops=("allreduce", "broadcast"),
+        dtypes=(torch.float32, torch.int64),
+        max_examples=5,
+        settings=settings(derandomize=True, database=None),
+    )
     assert report.conforms, report.summary()
     assert not report.factory_errors
     assert report.backend == "child-process-gloo"
@@ -59,14 +64,16 @@ def test_what_a_rank_started_dies_with_it_on_a_hang_a_crash_and_close():
         except Exception:  # noqa: BLE001 - a RankCrash, or the survivor's error
             pass
         assert descendants.wait_all_dead([second[0]["child"], second[0]["grandchild"]]) == [], (
-            "a crashed rank's descendants outlived it")
+            "a crashed rank's descendants outlived it"
+        )
         third = pool.run(descendants.start_descendants)
     assert descendants.wait_all_dead(_tree(second) + _tree(third)) == [], "descendants outlived close()"
 
 
 def _driver(*flags: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, str(HELPERS / "process_tree_driver.py"), *flags],
-                            stdout=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, str(HELPERS / "process_tree_driver.py"), *flags], stdout=subprocess.PIPE, text=True
+    )
 
 
 def _pids_from(driver: subprocess.Popen, timeout: float = 120.0) -> list[int]:
@@ -156,8 +163,11 @@ def test_an_error_escaping_a_ranks_serve_loop_ends_the_rank_at_once():
     """Not through multiprocessing's exit handler, which would wait for the rank's non-daemon child (300 s)."""
     spawn = mp.get_context("spawn")
     here, there = spawn.Pipe()
-    rank = spawn.Process(target=spawned._serve_then_exit,
-                         args=(functools.partial(descendants.start_child_and_raise, there),), daemon=True)
+    rank = spawn.Process(
+        target=spawned._serve_then_exit,
+        args=(functools.partial(descendants.start_child_and_raise, there),),
+        daemon=True,
+    )
     rank.start()
     child = None
     try:

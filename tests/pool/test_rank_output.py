@@ -13,7 +13,7 @@ from fuzzdist import RankCrash, RankError, RankPool
 from fuzzdist.errors import InvalidArgument
 from fuzzdist.pool.rank import rank_output
 
-NOISY = '''
+NOISY = """
 import os
 import warnings
 from hypothesis import given, settings, strategies as st
@@ -33,20 +33,26 @@ def test_noisy(rank_pool, n):
 @given(n=st.just(7))
 def test_fails(rank_pool, n):
     rank_pool.run(noisy, n)
-'''
+"""
 
 
 def _pytest(tmp_path, *args):
     write(tmp_path, "test_noisy.py", NOISY)
-    return subprocess.run([sys.executable, "-m", "pytest", "test_noisy.py", "-p", "no:cacheprovider", "-s", *args],
-                          cwd=tmp_path, env=cli_env(), text=True, capture_output=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "test_noisy.py", "-p", "no:cacheprovider", "-s", *args],
+        cwd=tmp_path,
+        env=cli_env(),
+        text=True,
+        capture_output=True,
+        timeout=300,
+    )
 
 
 def test_passing_examples_are_quiet_and_summarised_once_failures_show_their_output(tmp_path):
     result = _pytest(tmp_path)
     out = result.stdout + result.stderr
-    summary = out[out.index("fuzzdist: what the ranks wrote in passing examples"):]
-    before = out[:out.index("fuzzdist: what the ranks wrote in passing examples")]
+    summary = out[out.index("fuzzdist: what the ranks wrote in passing examples") :]
+    before = out[: out.index("fuzzdist: what the ranks wrote in passing examples")]
     # -s shows everything the driver writes: nothing from the ranks' passing examples comes through ...
     assert "planted C++-style line" not in before.split("test_fails")[0].split("= FAILURES =")[0]
     # ... it is counted at the end, per property, by rank ...
@@ -82,12 +88,18 @@ def test_a_crash_shows_the_ranks_last_output():
     # gloo aborts the process on a size mismatch and says why only on stderr: fuzzdist shows it under the
     # dead rank's heading, before its stack.
     text = str(info.value)
-    outputs = [text.split(f"--- rank {r}'s last output ---\n", 1)[-1].split(f"--- rank {r} stack", 1)[0]
-               for r in info.value.ranks if f"--- rank {r}'s last output ---" in text]
+    outputs = [
+        text.split(f"--- rank {r}'s last output ---\n", 1)[-1].split(f"--- rank {r} stack", 1)[0]
+        for r in info.value.ranks
+        if f"--- rank {r}'s last output ---" in text
+    ]
     # gloo's words, as each torch's gloo has them: the enforce that failed, which torch 2.13's gloo follows
     # with "Is there a distributed collective mismatch in your code?" and torch 2.6's with nothing
-    assert any("terminate called after throwing an instance of 'gloo::EnforceNotMet'" in out
-               and "op.preamble.length <= op.nbytes" in out for out in outputs), text
+    assert any(
+        "terminate called after throwing an instance of 'gloo::EnforceNotMet'" in out
+        and "op.preamble.length <= op.nbytes" in out
+        for out in outputs
+    ), text
 
 
 def test_a_bad_mode_is_refused_with_the_choices():
@@ -111,5 +123,8 @@ def test_output_log_counts_examples_per_distinct_output():
     with log.collecting("t"):
         log.add({0: out, 1: out})
         log.add({1: out})
-    assert log.summary() == ["t", "  2 examples, ranks 0, 1: UserWarning: w (f.py:1)",
-                             "  2 examples, ranks 0, 1: output: line one"]
+    assert log.summary() == [
+        "t",
+        "  2 examples, ranks 0, 1: UserWarning: w (f.py:1)",
+        "  2 examples, ranks 0, 1: output: line one",
+    ]

@@ -60,7 +60,7 @@ def test_chained_handlers_all_run_whatever_the_order(below, raiser_first, remove
         signal.raise_signal(signal.SIGTERM)
     # The handler replaced runs first, then each one installed over it.
     assert calls == ["below", *("raise" if fn is raiser else "flag" for fn in order)]
-    for chained in (installed if remove_in_install_order else reversed(installed)):
+    for chained in installed if remove_in_install_order else reversed(installed):
         chained.remove()
     assert signal.getsignal(signal.SIGTERM) is handler_below
     calls.clear()
@@ -111,8 +111,9 @@ def test_sig_ign_below_does_nothing():
 
 
 def _child(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(HELPERS / "signals_child.py"), *args], capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, str(HELPERS / "signals_child.py"), *args], capture_output=True, text=True, timeout=120
+    )
 
 
 def _lines(proc: subprocess.CompletedProcess) -> list[dict]:
@@ -261,8 +262,12 @@ def test_a_serving_rank_marks_its_sigterm_then_ends_as_sigterm_says(tmp_path, ma
     """The mark is set by a thread of its own, so also while the main thread is blocked in C (in a collective);
     then the process ends: killed by SIGTERM where its handler can run, exit code 128+SIGTERM where it can't."""
     mark = tmp_path / "mark"
-    proc = subprocess.Popen([sys.executable, str(HELPERS / "signals_child.py"), "serving-rank", main_thread, str(mark)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(HELPERS / "signals_child.py"), "serving-rank", main_thread, str(mark)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert json.loads(proc.stdout.readline()) == {"raising": True}
         time.sleep(0.2)  # into the sleep or the blocking lock

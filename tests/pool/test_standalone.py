@@ -107,10 +107,21 @@ def test_a_torch_that_cant_bind_the_store_is_said_on_stderr(served, monkeypatch,
     assert not _listening_addresses(port) <= _LOOPBACK_HEX
 
 
-@pytest.mark.parametrize(("version", "libuv"), [
-    ("2.13.0+cpu", True), ("2.8.0", True), ("2.8.1+cu126", True), ("2.9.0a0+git1234", True),
-    ("2.8.0a0+gitabcd", False), ("2.8.0.dev20250301", False), ("2.8.0rc1", False), ("2.7.1", False),
-    ("2.6.0+cpu", False), ("1.13.1", False), ("unknown", False),
-])
+@pytest.mark.parametrize(
+    ("version", "libuv"),
+    [
+        ("2.13.0+cpu", True),
+        ("2.8.0", True),
+        ("2.8.1+cu126", True),
+        ("2.9.0a0+git1234", True),
+        ("2.8.0a0+gitabcd", False),
+        ("2.8.0.dev20250301", False),
+        ("2.8.0rc1", False),
+        ("2.7.1", False),
+        ("2.6.0+cpu", False),
+        ("1.13.1", False),
+        ("unknown", False),
+    ],
+)
 def test_libuv_serves_a_handed_socket_from_the_2_8_release_on(version, libuv):
     assert standalone.libuv_takes_a_socket(version) is libuv

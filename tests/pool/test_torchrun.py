@@ -21,7 +21,6 @@ HELPERS = Path(__file__).resolve().parents[1] / "helpers"
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 
 
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -33,9 +32,23 @@ def _torchrun(tmp_path, nproc, mode, timeout=240):
     # tests/ for torchrun_prop's rank function; the caller's PYTHONPATH for the fuzzdist under test.
     pythonpath = os.pathsep.join(filter(None, [str(HELPERS), os.environ.get("PYTHONPATH")]))
     env = dict(os.environ, PYTHONPATH=pythonpath, OMP_NUM_THREADS="1")
-    cmd = [*TORCHRUN, "--nnodes", "1", "--nproc-per-node", str(nproc), "--master-addr", "127.0.0.1",
-           "--master-port", str(_free_port()), "--max-restarts", "0",
-           str(HELPERS / "torchrun_prop.py"), str(report), mode, str(tmp_path / "db")]
+    cmd = [
+        *TORCHRUN,
+        "--nnodes",
+        "1",
+        "--nproc-per-node",
+        str(nproc),
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(_free_port()),
+        "--max-restarts",
+        "0",
+        str(HELPERS / "torchrun_prop.py"),
+        str(report),
+        mode,
+        str(tmp_path / "db"),
+    ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     assert report.exists(), f"rank 0 wrote no report:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return proc, json.loads(report.read_text())
@@ -45,10 +58,34 @@ def _campaign_cmd(prop_file, nproc, *budget):
     """``torchrun ... -m fuzzdist run PROP_FILE`` for ``nproc`` processes, and the environment to run it in."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     env.pop("HYPOTHESIS_STORAGE_DIRECTORY", None)
-    cmd = [*TORCHRUN, "--nnodes", "1", "--nproc-per-node", str(nproc), "--master-addr", "127.0.0.1",
-           "--master-port", str(_free_port()), "--max-restarts", "0", "-m", "fuzzdist", "run", prop_file,
-           *budget, "--world-size", str(nproc), "--report", "r.json", "--junit", "", "--database", "db",
-           "--progress", "none"]
+    cmd = [
+        *TORCHRUN,
+        "--nnodes",
+        "1",
+        "--nproc-per-node",
+        str(nproc),
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(_free_port()),
+        "--max-restarts",
+        "0",
+        "-m",
+        "fuzzdist",
+        "run",
+        prop_file,
+        *budget,
+        "--world-size",
+        str(nproc),
+        "--report",
+        "r.json",
+        "--junit",
+        "",
+        "--database",
+        "db",
+        "--progress",
+        "none",
+    ]
     return cmd, env
 
 
@@ -57,8 +94,9 @@ def _start_campaign(tmp_path, prop_file):
     cmd, env = _campaign_cmd(prop_file, 2, "--duration", "300s")
     log = tmp_path / "torchrun.log"
     with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, env=env, cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
     return proc, log
 
 
@@ -119,10 +157,35 @@ def test_fuzzdist_run_under_torchrun(tmp_path, planted):
     prop = tmp_path / "test_tr_prop.py"
     prop.write_text((HELPERS / "torchrun_cli_prop.py").read_text())
     env = dict(os.environ, OMP_NUM_THREADS="1", PLANT_BUG="1" if planted else "0")
-    cmd = [*TORCHRUN, "--nnodes", "1", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
-           "--master-port", str(_free_port()), "--max-restarts", "0", "-m", "fuzzdist", "run", str(prop),
-           "--max-examples", "30", "--world-size", "2", "--report", str(tmp_path / "r.json"),
-           "--junit", "", "--database", str(tmp_path / "db"), "--progress", "none"]
+    cmd = [
+        *TORCHRUN,
+        "--nnodes",
+        "1",
+        "--nproc-per-node",
+        "2",
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(_free_port()),
+        "--max-restarts",
+        "0",
+        "-m",
+        "fuzzdist",
+        "run",
+        str(prop),
+        "--max-examples",
+        "30",
+        "--world-size",
+        "2",
+        "--report",
+        str(tmp_path / "r.json"),
+        "--junit",
+        "",
+        "--database",
+        str(tmp_path / "db"),
+        "--progress",
+        "none",
+    ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240, cwd=tmp_path)
     report = json.loads((tmp_path / "r.json").read_text())
     (result,) = report["properties"].values() if isinstance(report["properties"], dict) else report["properties"]
@@ -136,7 +199,7 @@ def test_fuzzdist_run_under_torchrun(tmp_path, planted):
 
 
 # Rank 1 fails most examples; the campaign (rank 0's process, which runs this test function) notes its pid.
-SIGNALLED_PROP = '''
+SIGNALLED_PROP = """
 import os
 import re
 from hypothesis import given, strategies as st
@@ -152,7 +215,7 @@ def test_bug(rank_pool, n):
             f.write(str(os.getpid()))
         os.replace("driver.pid.tmp", "driver.pid")
     rank_pool.run(check, n)
-'''
+"""
 
 
 @pytest.mark.parametrize("target", ["rank0", "agent"])
@@ -164,8 +227,12 @@ def test_sigterm_under_torchrun_writes_the_report_and_loses_no_failure(tmp_path,
     proc, log = _start_campaign(tmp_path, "test_sig_prop.py")
     try:
         try:
-            found = wait_for_report(tmp_path / "r.json", lambda r: r["totals"]["distinct_failures"] >= 1
-                                    and r["properties"][0]["rounds"] >= 2, proc=proc, timeout=180)
+            found = wait_for_report(
+                tmp_path / "r.json",
+                lambda r: r["totals"]["distinct_failures"] >= 1 and r["properties"][0]["rounds"] >= 2,
+                proc=proc,
+                timeout=180,
+            )
         except AssertionError as exc:
             raise AssertionError(f"{exc}\n{log.read_text()[-4000:]}") from None
         _sigterm_and_wait(proc, log, proc.pid if target == "agent" else int((tmp_path / "driver.pid").read_text()))
@@ -185,7 +252,7 @@ def test_sigterm_under_torchrun_writes_the_report_and_loses_no_failure(tmp_path,
 
 
 # Rank 1 dies in most examples; torchrun's agent then SIGTERMs every worker, rank 0 (the campaign) included.
-CRASHING_PROP = '''
+CRASHING_PROP = """
 import os
 import re
 from hypothesis import given, strategies as st
@@ -197,7 +264,7 @@ def check(ctx, n):
 @given(n=st.integers(0, 100))
 def test_crash(rank_pool, n):
     rank_pool.run(check, n)
-'''
+"""
 
 
 @pytest.mark.parametrize("nproc", [2, 3])
@@ -223,7 +290,7 @@ def test_a_rank_dying_under_fuzzdist_run_is_a_rank_crash_in_the_report_and_the_d
 
 # Once the test writes "slow", every example stays in flight: rank 0 sleeps; rank 1 sleeps too ("python"), or
 # waits for rank 0 in all_reduce ("collective": blocked in C++, where a Python signal handler can't run).
-STOPPED_PROP = '''
+STOPPED_PROP = """
 import os
 import re
 import time
@@ -250,7 +317,7 @@ def test_bug(rank_pool, n):
         os.replace("driver.pid.tmp", "driver.pid")
     slow = open("slow").read() if os.path.exists("slow") else None
     rank_pool.run(check, n, slow)  # decided once, for every rank
-'''
+"""
 
 
 @pytest.mark.parametrize("target, rank1", [("agent", "python"), ("agent", "collective"), ("rank0", "collective")])
@@ -263,8 +330,12 @@ def test_stopping_the_job_during_an_example_records_no_false_crash(tmp_path, tar
     proc, log = _start_campaign(tmp_path, "test_stop_prop.py")
     try:
         try:
-            found = wait_for_report(tmp_path / "r.json", lambda r: r["totals"]["distinct_failures"] >= 1
-                                    and r["properties"][0]["rounds"] >= 2, proc=proc, timeout=180)
+            found = wait_for_report(
+                tmp_path / "r.json",
+                lambda r: r["totals"]["distinct_failures"] >= 1 and r["properties"][0]["rounds"] >= 2,
+                proc=proc,
+                timeout=180,
+            )
             (tmp_path / "slow").write_text(rank1)
             deadline = time.monotonic() + 120
             while not (tmp_path / "in_flight").exists():
@@ -288,7 +359,7 @@ def test_stopping_the_job_during_an_example_records_no_false_crash(tmp_path, tar
 # every rank's own parent.
 WRAPPERS = {
     "differing": '#!/bin/sh\nexport FUZZDIST_TORCHRUN_SECRET="secret-of-local-rank-$LOCAL_RANK-0123456789"\n'
-                 'exec "$FUZZDIST_TEST_PYTHON" -m fuzzdist "$@"\n',
+    'exec "$FUZZDIST_TEST_PYTHON" -m fuzzdist "$@"\n',
     "no-exec": '#!/bin/sh\n"$FUZZDIST_TEST_PYTHON" -m fuzzdist "$@"\n',
 }
 
@@ -302,10 +373,35 @@ def _wrapped_campaign(tmp_path, wrapper):
     env = dict(os.environ, OMP_NUM_THREADS="1", PLANT_BUG="0", FUZZDIST_TEST_PYTHON=sys.executable)
     env.pop("FUZZDIST_TORCHRUN_SECRET", None)
     env.pop("FUZZDIST_TORCHRUN_SECRET_FILE", None)
-    cmd = [*TORCHRUN, "--nnodes", "1", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
-           "--master-port", str(_free_port()), "--max-restarts", "0", "--no-python", str(script), "run", str(prop),
-           "--max-examples", "5", "--world-size", "2", "--report", str(tmp_path / "r.json"),
-           "--junit", "", "--database", str(tmp_path / "db"), "--progress", "none"]
+    cmd = [
+        *TORCHRUN,
+        "--nnodes",
+        "1",
+        "--nproc-per-node",
+        "2",
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(_free_port()),
+        "--max-restarts",
+        "0",
+        "--no-python",
+        str(script),
+        "run",
+        str(prop),
+        "--max-examples",
+        "5",
+        "--world-size",
+        "2",
+        "--report",
+        str(tmp_path / "r.json"),
+        "--junit",
+        "",
+        "--database",
+        str(tmp_path / "db"),
+        "--progress",
+        "none",
+    ]
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240, cwd=tmp_path)
 
 
@@ -315,8 +411,11 @@ def test_ranks_given_different_secrets_are_one_line_and_exit_2_with_nothing_save
     proc = _wrapped_campaign(tmp_path, "differing")
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out[-3000:]
-    assert re.search(r"rank 1's secret is not rank 0's \(FUZZDIST_TORCHRUN_SECRET\)|rank\(s\) 1 have another "
-                     r"secret than rank 0's \(FUZZDIST_TORCHRUN_SECRET\)", out), out[-3000:]
+    assert re.search(
+        r"rank 1's secret is not rank 0's \(FUZZDIST_TORCHRUN_SECRET\)|rank\(s\) 1 have another "
+        r"secret than rank 0's \(FUZZDIST_TORCHRUN_SECRET\)",
+        out,
+    ), out[-3000:]
     assert re.search(r"exitcode\s*:\s*2\b", out), out[-3000:]  # torchrun's summary: the rank's exit code
     assert "RankCrash" not in out and "SIGKILL" not in out, out[-3000:]
     assert not (tmp_path / "r.json").exists()

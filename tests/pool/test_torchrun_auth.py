@@ -33,8 +33,12 @@ class _Touch:
 
 
 def _forged(path) -> bytes:
-    return pickle.dumps(("run", {"seq": 1, "seed": 0, "payload": pickle.dumps(_Touch(str(path))),
-                                 "sys_path": None, "x": _Touch(str(path))}))
+    return pickle.dumps(
+        (
+            "run",
+            {"seq": 1, "seed": 0, "payload": pickle.dumps(_Touch(str(path))), "sys_path": None, "x": _Touch(str(path))},
+        )
+    )
 
 
 @pytest.fixture
@@ -62,9 +66,14 @@ def test_a_signed_value_opens_and_any_change_is_refused():
     signer = Signer(SECRET, "run/0")
     sealed = signer.seal("k", b"data")
     assert signer.open("k", sealed) == b"data"
-    for key, value in [("k", sealed[:-1] + b"X"), ("other", sealed), ("k", b"short"), ("k", b"data"),
-                       ("k", Signer(b"another secret, 16+ bytes", "run/0").seal("k", b"data")),
-                       ("k", Signer(SECRET, "run/1").seal("k", b"data"))]:  # the next attempt's
+    for key, value in [
+        ("k", sealed[:-1] + b"X"),
+        ("other", sealed),
+        ("k", b"short"),
+        ("k", b"data"),
+        ("k", Signer(b"another secret, 16+ bytes", "run/0").seal("k", b"data")),
+        ("k", Signer(SECRET, "run/1").seal("k", b"data")),
+    ]:  # the next attempt's
         with pytest.raises(ForgedMessage, match="not signed with this run's secret"):
             signer.open(key, value)
 
@@ -89,8 +98,11 @@ def test_a_forged_call_is_refused_not_executed(store, tmp_path):
 def test_a_forged_stop_is_refused_and_serve_says_so_in_one_line(store, tmp_path, capsys, monkeypatch):
     touched = tmp_path / "executed"
     _attacker().set(torchrun._STOP_KEY, _forged(touched))
-    monkeypatch.setattr(torchrun, "_Heartbeat", lambda *a, **k: types.SimpleNamespace(
-        start=lambda: None, stop=lambda: None, rank0_lost=lambda: False))
+    monkeypatch.setattr(
+        torchrun,
+        "_Heartbeat",
+        lambda *a, **k: types.SimpleNamespace(start=lambda: None, stop=lambda: None, rank0_lost=lambda: False),
+    )
     ctx = types.SimpleNamespace(rank=1)
     client = dist.TCPStore("127.0.0.1", store.port, is_master=False)
     assert torchrun.serve(ctx, client) == torchrun.FORGED_EXIT_CODE
@@ -211,10 +223,12 @@ def test_fuzzdist_run_on_several_nodes_without_a_secret_is_one_line_and_exit_2(e
 
     (tmp_path / "properties").mkdir()
     (tmp_path / "properties" / "test_p.py").write_text(
-        "from hypothesis import given, strategies as st\n\n@given(st.integers())\ndef test_p(n):\n    pass\n")
+        "from hypothesis import given, strategies as st\n\n@given(st.integers())\ndef test_p(n):\n    pass\n"
+    )
     env.chdir(tmp_path)
-    for name, value in dict(RANK="1", WORLD_SIZE="2", LOCAL_WORLD_SIZE="1", LOCAL_RANK="0",
-                            MASTER_ADDR="127.0.0.1", MASTER_PORT="1").items():
+    for name, value in dict(
+        RANK="1", WORLD_SIZE="2", LOCAL_WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT="1"
+    ).items():
         env.setenv(name, value)
     assert main(["run", "--max-examples", "1", "--report", "", "--junit", "", "--progress", "none"]) == 2
     err = capsys.readouterr().err
@@ -257,8 +271,11 @@ def test_one_secret_on_every_rank_passes_the_check(store, env):
 def test_a_rank_with_another_secret_is_refused_on_both_sides_naming_the_secret(store, env):
     env.setenv("FUZZDIST_TORCHRUN_SECRET", SECRET.decode())
     _show(store, 0, SECRET)
-    with pytest.raises(InvalidState, match=r"^rank 1's secret is not rank 0's \(FUZZDIST_TORCHRUN_SECRET\).*"
-                                           r"nothing was run.*set FUZZDIST_TORCHRUN_SECRET to the same"):
+    with pytest.raises(
+        InvalidState,
+        match=r"^rank 1's secret is not rank 0's \(FUZZDIST_TORCHRUN_SECRET\).*"
+        r"nothing was run.*set FUZZDIST_TORCHRUN_SECRET to the same",
+    ):
         _check(store, 1, 2, b"another secret, 16 characters or more")
     with pytest.raises(InvalidState, match=r"^rank\(s\) 1 have another secret than rank 0's"):
         _check(store, 0, 2, SECRET)

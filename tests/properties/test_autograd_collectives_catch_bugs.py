@@ -59,8 +59,11 @@ def test_catches_a_broadcast_gradient_left_on_non_source_ranks(rank_pool):
     f = _shrunk_failure(rank_pool, "broadcast", broadcast=planted.broadcast_with_grad_off_source)
     assert f.case.spec.numel == 1 and f.case.spec.dtype == torch.float32 and f.case.root == 0
     assert f.results[f.case.root] is None  # the source's gradient is the right sum
-    assert all(_problems(f.results, r).startswith("grad of input (not the source): ")
-               for r in range(rank_pool.world_size) if r != f.case.root)
+    assert all(
+        _problems(f.results, r).startswith("grad of input (not the source): ")
+        for r in range(rank_pool.world_size)
+        if r != f.case.root
+    )
 
 
 class _PoolWithoutReduceScatter:

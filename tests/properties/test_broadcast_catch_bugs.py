@@ -14,8 +14,12 @@ from fuzzdist.properties import broadcast
 
 def _broadcast_failure(pool, planted_broadcast):
     """The broadcast property, with ``planted_broadcast`` in place of dist.broadcast; the minimal failure."""
-    return minimal_failure(partial(broadcast.check, pool, broadcast=planted_broadcast),
-                           spec=broadcast.SPECS, src=fst.source_ranks(pool.world_size), seed=broadcast.SEEDS)
+    return minimal_failure(
+        partial(broadcast.check, pool, broadcast=planted_broadcast),
+        spec=broadcast.SPECS,
+        src=fst.source_ranks(pool.world_size),
+        seed=broadcast.SEEDS,
+    )
 
 
 def test_broadcast_property_catches_corruption_and_shrinks(rank_pool):

@@ -16,8 +16,10 @@ from fuzzdist.properties import comm_hooks
 pytestmark = pytest.mark.fuzzdist(world_size=2)
 
 
-def bucket_dropping_hook(process_group: dist.ProcessGroup, bucket: dist.GradBucket,
-                         ) -> torch.futures.Future[torch.Tensor]:
+def bucket_dropping_hook(
+    process_group: dist.ProcessGroup,
+    bucket: dist.GradBucket,
+) -> torch.futures.Future[torch.Tensor]:
     """``allreduce_hook``, except that bucket 1 is never communicated: each rank keeps its own gradient."""
     if bucket.index() == 1:
         fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
@@ -26,8 +28,10 @@ def bucket_dropping_hook(process_group: dist.ProcessGroup, bucket: dist.GradBuck
     return default_hooks.allreduce_hook(process_group, bucket)
 
 
-def powersgd_without_error_feedback(state: powerSGD_hook.PowerSGDState, bucket: dist.GradBucket,
-                                    ) -> torch.futures.Future[torch.Tensor]:
+def powersgd_without_error_feedback(
+    state: powerSGD_hook.PowerSGDState,
+    bucket: dist.GradBucket,
+) -> torch.futures.Future[torch.Tensor]:
     """``powerSGD_hook`` that forgets the carried error before every step: the error is recorded but
     never fed back."""
     state.error_dict.pop(bucket.index(), None)
@@ -44,16 +48,22 @@ def test_allreduce_property_catches_a_dropped_bucket(rank_pool):
     def check(case, dtype, seed):
         comm_hooks.check_compression(rank_pool, case, dtype, seed, hook=bucket_dropping_hook)
 
-    f = minimal_failure(check, case=comm_hooks.compression_cases(2, hooks=("allreduce",)),
-                        dtype=comm_hooks.DTYPES, seed=comm_hooks.SEEDS)
+    f = minimal_failure(
+        check,
+        case=comm_hooks.compression_cases(2, hooks=("allreduce",)),
+        dtype=comm_hooks.DTYPES,
+        seed=comm_hooks.SEEDS,
+    )
     # Needs a bucket with index 1, so two buckets.  The 1->1 model alone is 8 bytes: one bucket under
     # every cap (the smallest, 1e-5 MiB, is 10.5 bytes).  The first extra parameters in shrink order
     # are the unused layer's (a boolean drawn before wider layers; it brings find_unused_parameters),
     # and only the 1e-5 MiB cap splits them off: buckets are filled in reverse registration order, so
     # bucket 0 holds the unused layer and bucket 1 the 1->1 layer, whose gradients stay local.
     assert f.case == comm_hooks.CompressionCase(
-        fst.DDPConfig(widths=(1, 1), batch_sizes=(1, 1), unused_parameters=True, bucket_cap_mb=1e-5,
-                      find_unused_parameters=True)), f.case
+        fst.DDPConfig(
+            widths=(1, 1), batch_sizes=(1, 1), unused_parameters=True, bucket_cap_mb=1e-5, find_unused_parameters=True
+        )
+    ), f.case
     assert f.dtype == torch.float32 and f.seed == 0
     assert "step 0 grad layers.0.weight: not equal to DDP without a hook (bitwise)" in str(f.error)
     assert "step 0 grad layers.0.bias: 1 of 1 elements differ" in str(f.error)
@@ -66,7 +76,8 @@ def test_powersgd_property_catches_skipped_error_feedback(rank_pool):
         comm_hooks.check_powersgd(rank_pool, case, dtype, seed, hook=powersgd_without_error_feedback)
 
     cases = comm_hooks.powersgd_cases(2).filter(
-        lambda c: not c.batched and not c.config.find_unused_parameters and c.config.bucket_cap_mb is None)
+        lambda c: not c.batched and not c.config.find_unused_parameters and c.config.bucket_cap_mb is None
+    )
     f = minimal_failure(check, case=cases, dtype=comm_hooks.DTYPES, seed=comm_hooks.SEEDS)
     # Single-bucket models without find_unused_parameters only: over several buckets powerSGD_hook's
     # compressed steps can hang (docs/findings/powersgd-multiple-buckets-hangs/), and this test is about EF.
@@ -76,8 +87,15 @@ def test_powersgd_property_catches_skipped_error_feedback(rank_pool):
     # feed it back, so 4 steps.  Everything else shrinks to its minimum: the 1->1 model, rank 1,
     # rate 0 (both 1x1 gradients compressed, losslessly), no warm start, epsilon 0.
     assert f.case == comm_hooks.PowerSGDCase(
-        fst.DDPConfig(widths=(1, 1), batch_sizes=(1, 1), steps=4), batched=False, rank=1, start_iter=2,
-        min_compression_rate=0.0, error_feedback=True, warm_start=False, epsilon=0.0), f.case
+        fst.DDPConfig(widths=(1, 1), batch_sizes=(1, 1), steps=4),
+        batched=False,
+        rank=1,
+        start_iter=2,
+        min_compression_rate=0.0,
+        error_feedback=True,
+        warm_start=False,
+        epsilon=0.0,
+    ), f.case
     assert f.dtype == torch.float32 and f.seed == 0
     assert "step 3 bucket 0 rank 0 error feedback" in str(f.error)
 

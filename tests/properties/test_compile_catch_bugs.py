@@ -23,8 +23,9 @@ pytestmark = pytest.mark.fuzzdist(world_size=2)
 
 
 def _minimal(rank_pool, backend):
-    return minimal_failure(partial(functional.check, rank_pool),
-                           case=functional.compile_cases(rank_pool.world_size, backends=(backend,)))
+    return minimal_failure(
+        partial(functional.check, rank_pool), case=functional.compile_cases(rank_pool.world_size, backends=(backend,))
+    )
 
 
 def test_catches_a_wait_moved_after_a_use(rank_pool):

@@ -38,16 +38,22 @@ def _run_ddp_property(pool, wrap, wrap_args=(), wrap_kwargs=None, schedules=None
         args = tuple(wrap_args) + (() if schedule is None else (schedule,))
         ddp.check(pool, config, dtype, seed, wrap=wrap, wrap_args=args, wrap_kwargs=wrap_kwargs)
 
-    f = minimal_failure(check, config=fst.ddp_configs(pool.world_size), dtype=ddp.DTYPES, seed=ddp.SEEDS,
-                        schedule=st.none() if schedules is None else schedules)
+    f = minimal_failure(
+        check,
+        config=fst.ddp_configs(pool.world_size),
+        dtype=ddp.DTYPES,
+        seed=ddp.SEEDS,
+        schedule=st.none() if schedules is None else schedules,
+    )
     return Caught(f.config, f.dtype, f.seed, f.schedule, f.error, f.results)
 
 
 def _ranks_agree(results: list[dict[str, Any]]) -> bool:
     """Whether every rank ended with the same gradients and parameters, bit for bit."""
     first = results[0]
-    return all(r["grad_digests"] == first["grad_digests"] and r["param_digest"] == first["param_digest"]
-               for r in results)
+    return all(
+        r["grad_digests"] == first["grad_digests"] and r["param_digest"] == first["param_digest"] for r in results
+    )
 
 
 def _bucket_sizes(config: fst.DDPConfig) -> list[int]:
@@ -74,7 +80,8 @@ def allreduce_sizes(ctx, config, dtype, seed) -> list[int]:
 def test_ddp_parity_catches_a_corrupted_large_bucket(rank_pool):
     """A group that corrupts allreduces of 8 or more elements."""
     config, dtype, seed, _, error, _ = _run_ddp_property(
-        rank_pool, planted_pg.CorruptingLargeAllreducePG, wrap_args=(8,))
+        rank_pool, planted_pg.CorruptingLargeAllreducePG, wrap_args=(8,)
+    )
     # Shrunk to the smallest model whose single bucket reaches 8 elements: one
     # layer 1 -> 4 (4 weights + 4 biases), DDP defaults, batch 1, one SGD step.
     assert config == fst.DDPConfig(widths=(1, 4), batch_sizes=(1, 1)), config
@@ -97,8 +104,7 @@ def test_ddp_parity_catches_a_work_completed_before_its_data(rank_pool):
 
 def test_ddp_parity_catches_a_dropped_contribution(rank_pool):
     """A group that drops the last rank's contribution to the remainder of a chunked allreduce."""
-    config, dtype, seed, _, error, results = _run_ddp_property(
-        rank_pool, planted_pg.TailDroppingAllreducePG)
+    config, dtype, seed, _, error, results = _run_ddp_property(rank_pool, planted_pg.TailDroppingAllreducePG)
     # Only allreduces with numel % world_size != 0 lose rank 1's contribution.  Every
     # dimension the bug does not depend on shrinks away...
     assert config.batch_sizes == (1, 1) and config.steps == 1 and config.optimizer == "sgd", config
@@ -119,8 +125,11 @@ def test_ddp_parity_catches_a_fifo_completion_assumption(rank_pool):
     """A reordering group that puts each result into the oldest pending allreduce: only
     wrong when completions are reordered, which only the drawn schedules do."""
     config, dtype, seed, schedule, error, _ = _run_ddp_property(
-        rank_pool, planted_pg.FifoCompletionPG, wrap_kwargs={"ops": ("allreduce",)},
-        schedules=ddp.completion_schedules())
+        rank_pool,
+        planted_pg.FifoCompletionPG,
+        wrap_kwargs={"ops": ("allreduce",)},
+        schedules=ddp.completion_schedules(),
+    )
     # Needs two allreduces in flight completing out of issue order: shrunk to two
     # works released second-first...
     assert schedule.resolution_order == (1, 0), schedule

@@ -40,8 +40,9 @@ def test_catches_full_tensor_dropping_an_uneven_shard(rank_pool):
     dropped = tuple(2 if d == dim else s for d, s in enumerate(case.spec.shape))
     for problems in results:  # every rank: full_tensor() lost the last rank's element
         assert len(problems) == 1
-        assert str(problems[0]).endswith(f"full_tensor(): got shape {dropped} torch.float32, "
-                                    f"expected {case.spec.shape} torch.float32")
+        assert str(problems[0]).endswith(
+            f"full_tensor(): got shape {dropped} torch.float32, expected {case.spec.shape} torch.float32"
+        )
 
 
 def test_catches_redistribute_keeping_the_wrong_chunk(rank_pool):
@@ -55,8 +56,7 @@ def test_catches_redistribute_keeping_the_wrong_chunk(rank_pool):
     target = case.redistributions[0]
     for rank, problems in enumerate(results):
         stage = f"redistribute #1 to {target}"
-        assert str(problems[0]).startswith(f"{stage}: local shard at mesh coordinate ({rank},): "
-                                      "1 of 1 elements differ")
+        assert str(problems[0]).startswith(f"{stage}: local shard at mesh coordinate ({rank},): 1 of 1 elements differ")
         assert str(problems[1]).startswith(f"{stage}: full_tensor(): {w} of {w} elements differ")
 
 
@@ -69,6 +69,5 @@ def test_catches_distribute_tensor_ignoring_src_data_rank(rank_pool):
     assert case.mesh_shape == (rank_pool.world_size,)
     assert case.placements == ("R",)
     for rank, problems in enumerate(results):
-        assert str(problems[0]).startswith(f"distribute_tensor to ('R',): local shard at mesh coordinate "
-                                      f"({rank},): ")
+        assert str(problems[0]).startswith(f"distribute_tensor to ('R',): local shard at mesh coordinate ({rank},): ")
         assert any("full_tensor(): 1 of 1 elements differ" in str(p) for p in problems)

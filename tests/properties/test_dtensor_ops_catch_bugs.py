@@ -18,8 +18,9 @@ pytestmark = pytest.mark.fuzzdist(world_size=2)
 
 def _shrunk(pool, rules, *ops):
     """The property over ``ops`` with ``rules`` entered on the ranks; the minimal failure."""
-    f = minimal_failure(partial(dtensor_ops.check, pool, rules=rules),
-                        case=dtensor_ops.op_cases(pool.world_size, ops=ops))
+    f = minimal_failure(
+        partial(dtensor_ops.check, pool, rules=rules), case=dtensor_ops.op_cases(pool.world_size, ops=ops)
+    )
     return f.case, f.results
 
 
@@ -66,7 +67,7 @@ def test_catches_a_transpose_keeping_its_shard_dim(rank_pool):
     case, results = _shrunk(rank_pool, planted.transpose_keeps_shard_dim, "views.transpose")
     # (1, 0) as Shard(0), its dims swapped: the output's Shard(0) names the wrong dim; rank 0 holds the
     # whole row, so it sees nothing, rank 1's empty (0, 0) piece gathers into the wrong shape
-    x, = _operands(case)
+    (x,) = _operands(case)
     assert case.mesh_shape == (2,) and x.placements == ("S0",)
     assert x.spec.shape == (1, 0) and sorted(case.args[1:]) == [0, 1]
     assert results[0] is None and results[1][0].kind is Kind.SHAPE

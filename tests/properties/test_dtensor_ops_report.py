@@ -26,15 +26,19 @@ class _Pool:
     world_size = 2
 
 
-_CASE = dtensor_ops.OpCase("pointwise.neg", (Operand(TensorSpec((1,), __import__("torch").float32), 0, ("R",), (0,)),),
-                           (), (2,))
+_CASE = dtensor_ops.OpCase(
+    "pointwise.neg", (Operand(TensorSpec((1,), __import__("torch").float32), 0, ("R",), (0,)),), (), (2,)
+)
 
 
-@pytest.mark.parametrize(("case", "words"), [
-    ("not a case", "must be an OpCase"),
-    (dtensor_ops.OpCase("no.such_op", (), (), (2,)), "unknown operator"),
-    (dtensor_ops.OpCase("pointwise.neg", _CASE.args, (), (4,)), "has 4 ranks but the pool has 2"),
-])
+@pytest.mark.parametrize(
+    ("case", "words"),
+    [
+        ("not a case", "must be an OpCase"),
+        (dtensor_ops.OpCase("no.such_op", (), (), (2,)), "unknown operator"),
+        (dtensor_ops.OpCase("pointwise.neg", _CASE.args, (), (4,)), "has 4 ranks but the pool has 2"),
+    ],
+)
 def test_bad_arguments_say_what_to_do(case, words):
     with pytest.raises(InvalidArgument, match=words):
         dtensor_ops.check(_Pool(), case)

@@ -31,8 +31,12 @@ def _flat_numel(widths: tuple[int, ...], world: int) -> int:
 def test_fsdp1_catches_a_corrupted_large_reduction(rank_pool):
     # Comm hooks are FSDP1's only for the full-precision, non-hybrid strategies (torch refuses the others).
     configs = fsdp1_configs(2, mixed_precision=False).filter(lambda c: c.sharding_strategy != "HYBRID_SHARD")
-    f = minimal_failure(partial(fsdp1.check, rank_pool, comm_hook=planted_fsdp1.CorruptingLargeReduction()),
-                        config=configs, dtype=fsdp1.DTYPES, seed=fsdp1.SEEDS)
+    f = minimal_failure(
+        partial(fsdp1.check, rank_pool, comm_hook=planted_fsdp1.CorruptingLargeReduction()),
+        config=configs,
+        dtype=fsdp1.DTYPES,
+        seed=fsdp1.SEEDS,
+    )
     config = f.config
     # Everything the bug does not depend on shrinks away: FULL_SHARD with FSDP's defaults, the root unit
     # alone, batch 1, one SGD step, a FULL_STATE_DICT round trip, float32...

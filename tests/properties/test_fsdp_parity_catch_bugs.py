@@ -21,8 +21,12 @@ from fuzzdist.properties import fsdp
 
 
 def _shrunk(pool, comm):
-    f = minimal_failure(partial(fsdp.check, pool, reduce_scatter=comm),
-                        config=fst.fsdp_configs(pool.world_size), dtype=fsdp.DTYPES, seed=fsdp.SEEDS)
+    f = minimal_failure(
+        partial(fsdp.check, pool, reduce_scatter=comm),
+        config=fst.fsdp_configs(pool.world_size),
+        dtype=fsdp.DTYPES,
+        seed=fsdp.SEEDS,
+    )
     return f.config, f.dtype, f.seed, f.error
 
 

@@ -23,8 +23,9 @@ pytestmark = pytest.mark.fuzzdist(world_size=2)
 def test_catches_all_gather_ignoring_gather_dim(rank_pool):
     op = planted_functional.ALL_GATHER_OP  # all_gather_single, or all_gather_tensor where torch lacks it
     planted = {op: planted_functional.all_gather_single_ignoring_gather_dim}
-    f = minimal_failure(partial(functional.check, rank_pool, functions=planted),
-                        case=functional.functional_cases(rank_pool.world_size))
+    f = minimal_failure(
+        partial(functional.check, rank_pool, functions=planted), case=functional.functional_cases(rank_pool.world_size)
+    )
     case = f.case
     # One call, shrunk to the smallest input the bug shows on: gather dim 1 of a (2, 1) float32
     # tensor (with one row, gathering along dim 0 and reshaping happens to be right).

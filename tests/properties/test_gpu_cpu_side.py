@@ -101,18 +101,24 @@ def _fake_cupy(runtime: int, device_count_error: Exception | None = None) -> typ
         return 1
 
     cupy = types.ModuleType("cupy")
-    cupy.cuda = types.SimpleNamespace(runtime=types.SimpleNamespace(  # type: ignore[attr-defined]
-        runtimeGetVersion=lambda: runtime, getDeviceCount=get_device_count))
+    cupy.cuda = types.SimpleNamespace(
+        runtime=types.SimpleNamespace(  # type: ignore[attr-defined]
+            runtimeGetVersion=lambda: runtime, getDeviceCount=get_device_count
+        )
+    )
     return cupy
 
 
-@pytest.mark.parametrize("torch_cuda, runtime, expected", [
-    ("13.0", 13000, None),
-    ("12.8", 12040, None),
-    ("13.0", 12080, "uses CUDA 12.8; install fuzzdist[gpu-cuda13]"),
-    ("12.6", 13010, "uses CUDA 13.1; install fuzzdist[gpu] (cupy-cuda12x"),
-    (None, 13000, "is a build without CUDA"),
-])
+@pytest.mark.parametrize(
+    "torch_cuda, runtime, expected",
+    [
+        ("13.0", 13000, None),
+        ("12.8", 12040, None),
+        ("13.0", 12080, "uses CUDA 12.8; install fuzzdist[gpu-cuda13]"),
+        ("12.6", 13010, "uses CUDA 13.1; install fuzzdist[gpu] (cupy-cuda12x"),
+        (None, 13000, "is a build without CUDA"),
+    ],
+)
 def test_cupy_probe_matches_cuda_major_versions(monkeypatch, torch_cuda, runtime, expected):
     monkeypatch.setitem(sys.modules, "cupy", _fake_cupy(runtime))
     monkeypatch.setattr(torch.version, "cuda", torch_cuda)
@@ -182,8 +188,11 @@ def test_ipc_modes_filter_the_effective_setting_where_pidfd_getfd_is_refused(mon
 
 def test_cuda_modes_never_draw_the_garbage_collection_threshold():
     with pytest.raises(NoSuchExample):
-        find(fst.allocator_modes("cuda"), lambda m: m.garbage_collection_threshold is not None,
-             settings=settings(max_examples=200, database=None))
+        find(
+            fst.allocator_modes("cuda"),
+            lambda m: m.garbage_collection_threshold is not None,
+            settings=settings(max_examples=200, database=None),
+        )
 
 
 # -- allocator modes: allocations exactly on, below and above the allocator's boundaries -------------------
@@ -306,9 +315,23 @@ def test_nothing_gpu_only_is_imported_and_cuda_variants_skip_with_the_reason():
     # with a GPU, only collect (running -m gpu there is docs/gpu-run.md's job)
     args = ["--collect-only", "-q"] if gpu else ["-m", "gpu", "-v", "-rs"]
     script = _IMPORT_CHECK.replace("__REFUSE__", repr(set(REFUSE_ON_OLDER_TORCH)))
-    proc = subprocess.run([sys.executable, "-c", script, "properties/", "-p", "no:cacheprovider",
-                           "-W", "ignore::pytest.PytestAssertRewriteWarning", *args],
-                          cwd=repo, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            script,
+            "properties/",
+            "-p",
+            "no:cacheprovider",
+            "-W",
+            "ignore::pytest.PytestAssertRewriteWarning",
+            *args,
+        ],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     assert "CUPY IMPORTS: []" in out, out[-4000:]
@@ -316,8 +339,9 @@ def test_nothing_gpu_only_is_imported_and_cuda_variants_skip_with_the_reason():
     if not gpu:
         results = [line for line in out.splitlines() if line.startswith("properties/") and "::" in line]
         assert results and all(" SKIPPED" in line for line in results), out[-4000:]
-        refused = dict(line.removeprefix("REFUSED ").split(": ", 1) for line in out.splitlines()
-                       if line.startswith("REFUSED "))
+        refused = dict(
+            line.removeprefix("REFUSED ").split(": ", 1) for line in out.splitlines() if line.startswith("REFUSED ")
+        )
         refusals = {REFUSE_ON_OLDER_TORCH[name]: why for name, why in refused.items()}
 
         def said(line: str) -> bool:
@@ -331,10 +355,13 @@ def test_nothing_gpu_only_is_imported_and_cuda_variants_skip_with_the_reason():
 
         reasons = [line for line in out.splitlines() if line.startswith("SKIPPED [")]
         assert reasons and all(said(line) for line in reasons), "\n".join(reasons)
-        for name in ("test_cuda_ipc_sees_writes[cuda-w4]", "test_cuda_zero_copy_cupy[cuda-w2]",
-                     "test_blocked_stream_waits_for_every_work[cuda-w2]",
-                     "test_ddp_gradients_match_local[cuda-w2-reorder-future]",
-                     "test_ddp_gradients_match_local_nccl[cuda-w2-nccl-nccl]"):
+        for name in (
+            "test_cuda_ipc_sees_writes[cuda-w4]",
+            "test_cuda_zero_copy_cupy[cuda-w2]",
+            "test_blocked_stream_waits_for_every_work[cuda-w2]",
+            "test_ddp_gradients_match_local[cuda-w2-reorder-future]",
+            "test_ddp_gradients_match_local_nccl[cuda-w2-nccl-nccl]",
+        ):
             assert any(f"::{name} SKIPPED" in line for line in results), f"{name} not collected as a skipped variant"
         assert not any("[cpu-" in line for line in results)  # -m gpu selects the CUDA variants only
 

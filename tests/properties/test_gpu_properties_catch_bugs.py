@@ -18,8 +18,9 @@ from fuzzdist.strategies import CudaAllocatorMode
 @pytest.mark.fuzzdist(device="cuda", world_size=1)
 @pytest.mark.needs("cuda", "block_current_stream")
 def test_blocked_stream_property_catches_early_release(rank_pool):
-    f = minimal_failure(partial(block_stream.check, rank_pool, make_work=planted.early_release_work),
-                        order=block_stream.ORDERS)
+    f = minimal_failure(
+        partial(block_stream.check, rank_pool, make_work=planted.early_release_work), order=block_stream.ORDERS
+    )
     # The minimum is ONE Work, completed in order.  Why: the planted Work 0's future is resolved at
     # creation, before check_blocked_stream calls its block_current_stream().  torch's
     # Work::blockCurrentStream (torch/csrc/distributed/c10d/Work.cpp) blocks the stream, then adds
@@ -35,8 +36,9 @@ def test_blocked_stream_property_catches_early_release(rank_pool):
 @pytest.mark.fuzzdist(device="cuda", world_size=1)
 @pytest.mark.needs("cuda", "block_current_stream")
 def test_blocked_stream_property_catches_a_work_that_does_not_block(rank_pool):
-    f = minimal_failure(partial(block_stream.check, rank_pool, make_work=planted.only_first_work_blocks),
-                        order=block_stream.ORDERS)
+    f = minimal_failure(
+        partial(block_stream.check, rank_pool, make_work=planted.only_first_work_blocks), order=block_stream.ORDERS
+    )
     # The minimum is TWO Works completed in order: with one, the only Work really blocks.  With two,
     # completing Work 0 lifts the only real block while Work 1 is still unresolved, so the next poll
     # sees the event done: in-order completion, the simplest order, already shows it.
@@ -47,10 +49,17 @@ def test_blocked_stream_property_catches_a_work_that_does_not_block(rank_pool):
 @pytest.mark.fuzzdist(device="cuda", world_size=2)
 @pytest.mark.needs("cuda")
 def test_cuda_ipc_property_catches_a_copy_instead_of_ipc(rank_pool):
-    f = minimal_failure(partial(cuda_ipc.check, rank_pool, receive=planted.open_cuda_handle_as_copy),
-                        nbytes=cuda_ipc.NBYTES, dtype=cuda_ipc.DTYPES, offset=st.just(0), count=st.integers(1, 3),
-                        src=st.integers(0, 1), writer=st.integers(0, 1), seed=st.integers(0, 2**31),
-                        mode=st.just(CudaAllocatorMode()))
+    f = minimal_failure(
+        partial(cuda_ipc.check, rank_pool, receive=planted.open_cuda_handle_as_copy),
+        nbytes=cuda_ipc.NBYTES,
+        dtype=cuda_ipc.DTYPES,
+        offset=st.just(0),
+        count=st.integers(1, 3),
+        src=st.integers(0, 1),
+        writer=st.integers(0, 1),
+        seed=st.integers(0, 2**31),
+        mode=st.just(CudaAllocatorMode()),
+    )
     assert f.nbytes == 8 and f.count == 1  # the smallest example already shows the copy
 
 
@@ -58,8 +67,9 @@ def test_cuda_ipc_property_catches_a_copy_instead_of_ipc(rank_pool):
 @pytest.mark.needs("cuda")
 def test_cuda_zero_copy_property_catches_a_copy(rank_pool):
     def check(units, src, seed):
-        cuda_zero_copy.check(rank_pool, units * 8, torch.float32, src, seed, CudaAllocatorMode(),
-                             as_tensor=planted.as_tensor_copying)
+        cuda_zero_copy.check(
+            rank_pool, units * 8, torch.float32, src, seed, CudaAllocatorMode(), as_tensor=planted.as_tensor_copying
+        )
 
     f = minimal_failure(check, units=st.integers(0, 4096), src=st.integers(0, 1), seed=st.integers(0, 2**31))
     assert f.units == 1  # zero bytes have no address to compare; one unit copies
@@ -73,6 +83,7 @@ def test_cuda_zero_copy_property_catches_a_copy(rank_pool):
 @pytest.mark.fuzzdist(device="cuda", world_size=2)
 def test_ddp_parity_on_cuda_catches_a_corrupted_large_bucket(rank_pool):
     """Several ranks on one GPU over gloo: a group that corrupts allreduces of 8 or more elements."""
+
     def check(config, dtype, seed):
         ddp.check(rank_pool, config, dtype, seed, wrap=planted_pg.CorruptingLargeAllreducePG, wrap_args=(8,))
 
@@ -86,12 +97,21 @@ def test_ddp_parity_on_cuda_catches_a_corrupted_large_bucket(rank_pool):
 def test_ddp_parity_on_cuda_catches_a_fifo_completion_assumption_through_device_futures(rank_pool):
     """A ReorderingProcessGroup over CUDA tensors (device-aware futures) that puts each result into the
     oldest pending allreduce: wrong only when the drawn schedule reorders two allreduces."""
-    def check(config, dtype, seed, schedule):
-        ddp.check(rank_pool, config, dtype, seed, wrap=planted_pg.FifoCompletionPG, wrap_args=(schedule,),
-                  wrap_kwargs={"ops": ("allreduce",)})
 
-    f = minimal_failure(check, config=fst.ddp_configs(2), dtype=ddp.DTYPES, seed=ddp.SEEDS,
-                        schedule=ddp.completion_schedules())
+    def check(config, dtype, seed, schedule):
+        ddp.check(
+            rank_pool,
+            config,
+            dtype,
+            seed,
+            wrap=planted_pg.FifoCompletionPG,
+            wrap_args=(schedule,),
+            wrap_kwargs={"ops": ("allreduce",)},
+        )
+
+    f = minimal_failure(
+        check, config=fst.ddp_configs(2), dtype=ddp.DTYPES, seed=ddp.SEEDS, schedule=ddp.completion_schedules()
+    )
     # two allreduces in flight, released second-first: the bucket, then the map of used parameters
     assert f.schedule.resolution_order == (1, 0), f.schedule
     assert f.config == fst.DDPConfig(widths=(1, 1), batch_sizes=(1, 1), find_unused_parameters=True), f.config

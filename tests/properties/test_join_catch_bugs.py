@@ -17,8 +17,12 @@ pytestmark = pytest.mark.fuzzdist(world_size=2)
 
 
 def _shrunk(pool, ddp_class):
-    return minimal_failure(partial(join.check, pool, ddp_class=ddp_class),
-                           case=join.join_cases(pool.world_size), seed=join.SEEDS, dtype=join.DTYPES)
+    return minimal_failure(
+        partial(join.check, pool, ddp_class=ddp_class),
+        case=join.join_cases(pool.world_size),
+        seed=join.SEEDS,
+        dtype=join.DTYPES,
+    )
 
 
 def test_join_catches_a_divisor_ignoring_divide_by_initial_world_size(rank_pool):

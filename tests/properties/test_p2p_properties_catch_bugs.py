@@ -22,8 +22,10 @@ from fuzzdist.properties import object_collectives, p2p, subgroups
 @pytest.mark.skipif(not subgroups.HAS_SORT_RANKS, reason="this torch's new_group has no sort_ranks")
 def test_subgroups_catch_a_new_group_ignoring_sort_ranks(rank_pool):
     with collecting():
-        f = minimal_failure(partial(subgroups.check, rank_pool, new_group=planted.new_group_always_sorted),
-                            case=subgroups.subgroup_cases(rank_pool.world_size, kinds=("new_group",)))
+        f = minimal_failure(
+            partial(subgroups.check, rank_pool, new_group=planted.new_group_always_sorted),
+            case=subgroups.subgroup_cases(rank_pool.world_size, kinds=("new_group",)),
+        )
     (group,) = f.case.groups
     # a group whose order shows: ranks not ascending, sort_ranks=False
     assert list(group.ranks) != sorted(group.ranks) and not group.sort_ranks
@@ -42,8 +44,10 @@ ONE_FLOAT = fst.tensor_specs(shapes=st.just((1,)), dtypes=st.just(torch.float32)
 def test_p2p_catches_tags_ignored(rank_pool):
     api = {"isend": planted.isend_ignoring_tag, "irecv": planted.irecv_ignoring_tag}
     with collecting():  # the known self-loop bug is tallied, not taken for the planted one
-        f = minimal_failure(partial(p2p.check, rank_pool, api=api),
-                            case=p2p.p2p_cases(rank_pool.world_size, apis=st.just("isend"), specs=ONE_FLOAT))
+        f = minimal_failure(
+            partial(p2p.check, rank_pool, api=api),
+            case=p2p.p2p_cases(rank_pool.world_size, apis=st.just("isend"), specs=ONE_FLOAT),
+        )
     # two messages between one pair, told apart only by their tags, posted in different orders
     assert len(f.case.messages) == 2
     a, b = f.case.messages
@@ -57,8 +61,12 @@ SELF_DELIVERING = {"isend": planted.isend_to_self, "irecv": planted.irecv_from_s
 
 def _self_loops_case() -> p2p.P2PCase:
     f32, i64 = fst.TensorSpec((3,), torch.float32), fst.TensorSpec((2, 2), torch.int64)
-    messages = (p2p.Message(0, 0, 0, f32, 1), p2p.Message(0, 1, 0, i64, 2), p2p.Message(1, 1, 3, i64, 3),
-                p2p.Message(0, 0, 5, i64, 4))
+    messages = (
+        p2p.Message(0, 0, 0, f32, 1),
+        p2p.Message(0, 1, 0, i64, 2),
+        p2p.Message(1, 1, 3, i64, 3),
+        p2p.Message(0, 0, 5, i64, 4),
+    )
     return p2p.P2PCase("isend", messages, ((1,), (1,)))
 
 
@@ -77,8 +85,10 @@ def test_p2p_catches_a_self_loop_delivering_wrong_values(rank_pool):
         p2p.check(rank_pool, _self_loops_case(), api=api)
     assert not tally  # wrong values are not the known bug's unclear refusal
     with collecting():
-        f = minimal_failure(partial(p2p.check, rank_pool, api=api),
-                            case=p2p.p2p_cases(rank_pool.world_size, apis=st.just("isend"), specs=ONE_FLOAT))
+        f = minimal_failure(
+            partial(p2p.check, rank_pool, api=api),
+            case=p2p.p2p_cases(rank_pool.world_size, apis=st.just("isend"), specs=ONE_FLOAT),
+        )
     (m,) = f.case.messages
     assert m.src == m.dst and m.tag == 0
     assert "delivered wrong values" in str(f.results[m.src][0]) and f.results[1 - m.src] is None
@@ -88,8 +98,9 @@ def test_p2p_catches_a_self_loop_delivering_wrong_values(rank_pool):
 def test_p2p_catches_a_self_loop_receive_that_writes_nothing(rank_pool):
     """A message of constant False bools, the same for every seed: the receive buffer must not hold it already."""
     api = {**SELF_DELIVERING, "irecv": planted.irecv_from_self_writing_nothing}
-    case = p2p.P2PCase("isend", (p2p.Message(0, 0, 0, fst.TensorSpec((3,), torch.bool, pattern="constant"), 1),),
-                       ((), ()))
+    case = p2p.P2PCase(
+        "isend", (p2p.Message(0, 0, 0, fst.TensorSpec((3,), torch.bool, pattern="constant"), 1),), ((), ())
+    )
     with collecting() as tally, pytest.raises(PropertyFailure, match="delivered wrong values"):
         p2p.check(rank_pool, case, api=api)
     assert not tally
@@ -109,9 +120,10 @@ def test_the_receive_buffer_differs_from_the_message_in_every_element(spec, seed
 def test_object_collectives_catch_ints_wrapped_to_64_bits(rank_pool):
     ops = {**object_collectives._default_ops(), "broadcast_object_list": planted.broadcast_object_list_int64}
     with collecting():  # the known wide-unsigned unpickling bug is tallied, not taken for the planted one
-        f = minimal_failure(partial(object_collectives.check, rank_pool, ops=ops),
-                            case=object_collectives.object_cases(rank_pool.world_size,
-                                                                 op=st.just("broadcast_object_list")))
+        f = minimal_failure(
+            partial(object_collectives.check, rank_pool, ops=ops),
+            case=object_collectives.object_cases(rank_pool.world_size, op=st.just("broadcast_object_list")),
+        )
     # the smallest int 64 bits can't hold, alone
     assert f.case.objects[f.case.root] in ([2**63], [-(2**63) - 1])
     assert f.results[f.case.root] is None and f.results[1 - f.case.root]
@@ -124,8 +136,9 @@ def test_p2p_recycles_the_ranks_after_an_op_that_should_be_refused_was_accepted(
     refused = p2p.Message(0, 1, 0, fst.TensorSpec((2, 2), torch.float32, "transposed"), 1)
     before = rank_pool.run(planted.pid)
     with collecting() as tally, pytest.raises(PropertyFailure, match="was accepted"):
-        p2p.check(rank_pool, p2p.P2PCase("isend", (refused,), ((), ())),
-                  api={"irecv": planted.irecv_accepting_any_layout})
+        p2p.check(
+            rank_pool, p2p.P2PCase("isend", (refused,), ((), ())), api={"irecv": planted.irecv_accepting_any_layout}
+        )
     assert not tally
     after = rank_pool.run(planted.pid)
     assert not set(before) & set(after)
@@ -136,6 +149,7 @@ def test_p2p_recycles_the_ranks_after_an_op_that_should_be_refused_was_accepted(
 @pytest.mark.fuzzdist(world_size=2)
 def test_p2p_keeps_the_ranks_when_every_op_was_waited(rank_pool):
     before = rank_pool.run(planted.pid)
-    p2p.check(rank_pool, p2p.P2PCase("isend", (p2p.Message(0, 1, 0, fst.TensorSpec((1,), torch.float32), 2),),
-                                     ((0,), (0,))))
+    p2p.check(
+        rank_pool, p2p.P2PCase("isend", (p2p.Message(0, 1, 0, fst.TensorSpec((1,), torch.float32), 2),), ((0,), (0,)))
+    )
     assert rank_pool.run(planted.pid) == before

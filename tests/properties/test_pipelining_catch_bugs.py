@@ -22,8 +22,12 @@ def _shrunk(pool, schedule_class):
     def check(config, dtype, seed):
         pipelining.check(pool, config, dtype, seed, schedule_class=schedule_class)
 
-    return minimal_failure(check, config=pipelining.pipeline_configs(pool.world_size, schedule_class),
-                           dtype=pipelining.DTYPES, seed=pipelining.SEEDS)
+    return minimal_failure(
+        check,
+        config=pipelining.pipeline_configs(pool.world_size, schedule_class),
+        dtype=pipelining.DTYPES,
+        seed=pipelining.SEEDS,
+    )
 
 
 def test_pipelining_catches_unscaled_gradients(rank_pool):

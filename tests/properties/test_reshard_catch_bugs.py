@@ -14,8 +14,10 @@ from fuzzdist.properties import reshard
 
 @pytest.mark.fuzzdist(world_size=3)
 def test_reshard_catches_a_save_that_drops_the_last_ranks_shards(rank_pool):
-    f = minimal_failure(partial(reshard.check, rank_pool, save=planted_reshard.drops_the_last_ranks_shards),
-                        case=reshard.reshard_cases(3))
+    f = minimal_failure(
+        partial(reshard.check, rank_pool, save=planted_reshard.drops_the_last_ranks_shards),
+        case=reshard.reshard_cases(3),
+    )
     case = f.case
     # The bug needs two saving ranks (one alone is right); the load shrinks to one rank, no conversion...
     assert (case.save_ranks, case.load_ranks, case.conversion) == (2, 1, "none"), case

@@ -22,8 +22,10 @@ pytestmark = pytest.mark.fuzzdist(world_size=2)
 
 
 def test_catches_a_gather_ignoring_the_placement_order(rank_pool):
-    f = minimal_failure(partial(sharded_tensor.check, rank_pool, gather=planted.gather_in_rank_order),
-                        case=sharded_tensor.shard_cases(rank_pool.world_size))
+    f = minimal_failure(
+        partial(sharded_tensor.check, rank_pool, gather=planted.gather_in_rank_order),
+        case=sharded_tensor.shard_cases(rank_pool.world_size),
+    )
     case = f.case
     # Only placements out of rank order show it, and only when both ranks hold a non-empty piece
     # (with 1 element, torch.chunk gives one piece and the second placement's shard is empty): over

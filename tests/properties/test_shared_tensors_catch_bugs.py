@@ -19,10 +19,17 @@ from fuzzdist.properties import shared_tensors as shared
 def _shrunk_failure(pool, expect=PropertyFailure, **planted):
     """The shared-tensor property with ``planted`` in place of the real sharing; the minimal failure."""
     ws = pool.world_size
-    return minimal_failure(partial(shared.check, pool, **planted), expect=expect,
-                           spec=shared.SPECS, seed=shared.SEEDS, mode=shared.MODES, src=fst.source_ranks(ws),
-                           writers=fst.rank_subsets(ws), write_pattern=shared.WRITE_PATTERNS,
-                           write_seed=shared.SEEDS)
+    return minimal_failure(
+        partial(shared.check, pool, **planted),
+        expect=expect,
+        spec=shared.SPECS,
+        seed=shared.SEEDS,
+        mode=shared.MODES,
+        src=fst.source_ranks(ws),
+        writers=fst.rank_subsets(ws),
+        write_pattern=shared.WRITE_PATTERNS,
+        write_seed=shared.SEEDS,
+    )
 
 
 def test_catches_a_sharer_that_sends_a_copy(rank_pool):
@@ -55,7 +62,8 @@ def test_catches_a_receiver_that_keeps_the_memory(rank_pool):
     assert f.results[0] is None  # the source let go; the receiver still maps the segment
     assert len(f.results[1]) == 1
     assert str(f.results[1][0]).startswith(
-        "still holds shared memory after every rank dropped the tensor: ['/dev/shm/torch_")
+        "still holds shared memory after every rank dropped the tensor: ['/dev/shm/torch_"
+    )
 
 
 @pytest.mark.fuzzdist(world_size=3)

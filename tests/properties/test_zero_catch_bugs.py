@@ -17,8 +17,12 @@ pytestmark = pytest.mark.fuzzdist(world_size=2)
 
 
 def _shrunk(pool, optimizer_class):
-    f = minimal_failure(partial(zero.check, pool, optimizer_class=optimizer_class),
-                        case=zero.zero_cases(pool.world_size), seed=zero.SEEDS, dtype=zero.DTYPES)
+    f = minimal_failure(
+        partial(zero.check, pool, optimizer_class=optimizer_class),
+        case=zero.zero_cases(pool.world_size),
+        seed=zero.SEEDS,
+        dtype=zero.DTYPES,
+    )
     return f.case, f.seed, f.dtype, f.error
 
 

@@ -18,8 +18,11 @@ NUMPY_CASES = zero_copy.alias_cases("cpu", (zero_copy.INTERFACES["cpu"][0].name,
 
 
 def test_catches_an_as_tensor_that_copies_one_dtype(rank_pool):
-    f = minimal_failure(partial(zero_copy.check, rank_pool, convert=planted_sharing.as_tensor_copying_float64),
-                        case=NUMPY_CASES, seed=zero_copy.SEEDS)
+    f = minimal_failure(
+        partial(zero_copy.check, rank_pool, convert=planted_sharing.as_tensor_copying_float64),
+        case=NUMPY_CASES,
+        seed=zero_copy.SEEDS,
+    )
     assert f.case.view_dtype == torch.float64  # only float64 is copied...
     # ...and the smallest memory that holds one: 8 contiguous bytes of any dtype, viewed as float64
     assert f.case.spec.nbytes == 8 and f.case.spec.layout == "contiguous"
@@ -28,8 +31,11 @@ def test_catches_an_as_tensor_that_copies_one_dtype(rank_pool):
 
 
 def test_catches_an_interface_that_ignores_the_storage_offset(rank_pool):
-    f = minimal_failure(partial(zero_copy.check, rank_pool, convert=planted_sharing.as_tensor_ignoring_storage_offset),
-                        case=NUMPY_CASES, seed=zero_copy.SEEDS)
+    f = minimal_failure(
+        partial(zero_copy.check, rank_pool, convert=planted_sharing.as_tensor_ignoring_storage_offset),
+        case=NUMPY_CASES,
+        seed=zero_copy.SEEDS,
+    )
     # the smallest view whose first element is not at the start of its storage
     assert f.case.spec == fst.TensorSpec((1,), torch.float32, layout="sliced", storage_offset=1)
     assert f.case.view_dtype == torch.float32 and f.seed == 0
@@ -41,9 +47,15 @@ def test_catches_an_interface_that_ignores_the_storage_offset(rank_pool):
 def test_catches_a_write_that_lands_in_a_copy_of_shared_memory(rank_pool):
     # rank 0 shares and writes, under file_descriptor (pinned: the bug doesn't depend on them, and
     # fewer choices make the search and the shrinking shorter)
-    f = minimal_failure(partial(zero_copy.check_shared, rank_pool, convert=planted_sharing.as_tensor_copying_float64),
-                        case=NUMPY_CASES, seed=zero_copy.SEEDS, src=st.just(0), writer=st.just(0),
-                        write_seed=zero_copy.SEEDS, mode=st.just(fst.SharingStrategyMode("file_descriptor")))
+    f = minimal_failure(
+        partial(zero_copy.check_shared, rank_pool, convert=planted_sharing.as_tensor_copying_float64),
+        case=NUMPY_CASES,
+        seed=zero_copy.SEEDS,
+        src=st.just(0),
+        writer=st.just(0),
+        write_seed=zero_copy.SEEDS,
+        mode=st.just(fst.SharingStrategyMode("file_descriptor")),
+    )
     assert f.case.view_dtype == torch.float64 and f.case.spec.shape == (1,)
     # no rank's result is the shared memory, and rank 0 wrote into its private copy:
     assert len(f.results[0]) == 1 and str(f.results[0][0]).startswith("over memory shared by rank 0: copied: ")

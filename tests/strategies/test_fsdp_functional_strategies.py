@@ -22,7 +22,8 @@ def minimal(strategy):
 @pytest.mark.parametrize("world_size", [1, 2, 4])
 def test_fsdp_configs_shrink_to_the_trivial_setup(world_size):
     assert minimal(fst.fsdp_configs(world_size)) == fst.FSDPConfig(
-        widths=(1, 1), batch_sizes=(1,) * world_size, mesh_shape=(world_size,))
+        widths=(1, 1), batch_sizes=(1,) * world_size, mesh_shape=(world_size,)
+    )
 
 
 def test_fsdp_config_rejects_what_fully_shard_does_not_take():
@@ -38,5 +39,9 @@ def test_fsdp_config_rejects_what_fully_shard_does_not_take():
 def test_functional_cases_shrink_to_one_all_reduce():
     functional = pytest.importorskip("fuzzdist.properties.functional")
     case = minimal(functional.functional_cases(2))
-    assert case == functional.FunctionalCase(calls=(functional.Call("all_reduce", TensorSpec((1,), torch.float32)),),
-                                             order=(0,), completions=("wait_tensor",), seed=0)
+    assert case == functional.FunctionalCase(
+        calls=(functional.Call("all_reduce", TensorSpec((1,), torch.float32)),),
+        order=(0,),
+        completions=("wait_tensor",),
+        seed=0,
+    )

@@ -109,10 +109,30 @@ def test_shapes_reject_bad_arguments(kwargs):
 # ---------------------------------------------------------------------------
 # dtypes
 
-_EXPECTED_CPU = ["float16", "bfloat16", "float32", "float64", "complex64", "complex128",
-                 "int8", "int16", "int32", "int64", "uint8", "bool"]
-_OPTIONAL = ["uint16", "uint32", "uint64", "float8_e4m3fn", "float8_e5m2",
-             "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu"]
+_EXPECTED_CPU = [
+    "float16",
+    "bfloat16",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "bool",
+]
+_OPTIONAL = [
+    "uint16",
+    "uint32",
+    "uint64",
+    "float8_e4m3fn",
+    "float8_e5m2",
+    "float8_e4m3fnuz",
+    "float8_e5m2fnuz",
+    "float8_e8m0fnu",
+]
 
 
 def test_dtypes_cover_everything_cpu_supports():
@@ -146,10 +166,11 @@ def test_dtypes_shrink_to_float32_and_per_kind_minimum():
         ("float", lambda d: d.is_floating_point and d.itemsize >= 2),
         ("float8", lambda d: d.is_floating_point and d.itemsize == 1),
         ("complex", lambda d: d.is_complex),
-        ("int", lambda d: not d.is_floating_point and not d.is_complex and d != torch.bool
-         and torch.iinfo(d).min < 0),
-        ("unsigned", lambda d: d != torch.bool and not d.is_floating_point and not d.is_complex
-         and torch.iinfo(d).min == 0),
+        ("int", lambda d: not d.is_floating_point and not d.is_complex and d != torch.bool and torch.iinfo(d).min < 0),
+        (
+            "unsigned",
+            lambda d: d != torch.bool and not d.is_floating_point and not d.is_complex and torch.iinfo(d).min == 0,
+        ),
         ("bool", lambda d: d == torch.bool),
     ],
 )
@@ -183,12 +204,8 @@ specs = fs.tensor_specs(max_bytes=SMALL_BYTES)
 
 def test_tensor_specs_shrink_to_one_element_float32():
     assert minimal(specs) == TensorSpec((1,), torch.float32)
-    assert minimal(specs, lambda s: s.layout == "transposed") == TensorSpec(
-        (2, 2), torch.float32, "transposed"
-    )
-    assert minimal(specs, lambda s: s.layout == "sliced") == TensorSpec(
-        (1,), torch.float32, "sliced", storage_offset=1
-    )
+    assert minimal(specs, lambda s: s.layout == "transposed") == TensorSpec((2, 2), torch.float32, "transposed")
+    assert minimal(specs, lambda s: s.layout == "sliced") == TensorSpec((1,), torch.float32, "sliced", storage_offset=1)
     assert minimal(specs, lambda s: s.layout == "channels_last").shape == (1, 1, 1, 1)
 
 
@@ -307,8 +324,11 @@ def test_materialize_is_identical_in_another_process():
     cases = [
         (TensorSpec((3, 7), dtype, layout, pattern, 2 if layout == "sliced" else 0), seed)
         for dtype in fs.supported_dtypes("cpu")
-        for layout, pattern, seed in (("transposed", "random", 5), ("sliced", "special", 11),
-                                      ("contiguous", "constant", 2**63 + 3))
+        for layout, pattern, seed in (
+            ("transposed", "random", 5),
+            ("sliced", "special", 11),
+            ("contiguous", "constant", 2**63 + 3),
+        )
     ]
     local = [bytes(raw_bytes(s.materialize("cpu", seed)).tolist()) for s, seed in cases]
     code = (
@@ -406,8 +426,12 @@ def test_ranks_are_valid(data):
 
 
 def test_rank_strategies_reject_bad_arguments():
-    for bad in (lambda: fs.source_ranks(0), lambda: fs.rank_subsets(3, min_size=4),
-                lambda: fs.world_sizes(max_size=1, min_size=2), lambda: fs.world_sizes(min_size=0)):
+    for bad in (
+        lambda: fs.source_ranks(0),
+        lambda: fs.rank_subsets(3, min_size=4),
+        lambda: fs.world_sizes(max_size=1, min_size=2),
+        lambda: fs.world_sizes(min_size=0),
+    ):
         with pytest.raises(InvalidArgument):
             bad()
 
@@ -465,8 +489,12 @@ def test_cuda_allocator_modes_construct_without_gpu():
         for item in mode.settings_string().split(","):
             if item:
                 key, value = item.split(":")
-                assert key in {"expandable_segments", "max_split_size_mb",
-                               "roundup_power2_divisions", "garbage_collection_threshold"}
+                assert key in {
+                    "expandable_segments",
+                    "max_split_size_mb",
+                    "roundup_power2_divisions",
+                    "garbage_collection_threshold",
+                }
         seen.add(mode.expandable_segments)
 
     check()
@@ -477,8 +505,9 @@ def test_cuda_allocator_modes_construct_without_gpu():
         fs.allocator_modes("mps")
 
 
-@pytest.mark.parametrize("bad", [dict(max_split_size_mb=8), dict(roundup_power2_divisions=3),
-                                 dict(garbage_collection_threshold=1.5)])
+@pytest.mark.parametrize(
+    "bad", [dict(max_split_size_mb=8), dict(roundup_power2_divisions=3), dict(garbage_collection_threshold=1.5)]
+)
 def test_cuda_allocator_mode_rejects_invalid_settings(bad):
     with pytest.raises(ValueError):
         CudaAllocatorMode(**bad)
@@ -506,8 +535,15 @@ class _FakeAllocatorConfig:
         self.last = text
 
 
-@pytest.mark.parametrize("initial", ["", "expandable_segments:True", "max_split_size_mb:512",
-                                     "roundup_power2_divisions:[256:1,512:2,>:4],garbage_collection_threshold:0.7"])
+@pytest.mark.parametrize(
+    "initial",
+    [
+        "",
+        "expandable_segments:True",
+        "max_split_size_mb:512",
+        "roundup_power2_divisions:[256:1,512:2,>:4],garbage_collection_threshold:0.7",
+    ],
+)
 def test_cuda_allocator_mode_applies_and_undoes_settings(monkeypatch, initial):
     fake = _FakeAllocatorConfig(initial)
     monkeypatch.setattr(torch._C, "_accelerator_setAllocatorSettings", fake.set, raising=False)
@@ -529,8 +565,9 @@ def test_cuda_allocator_mode_applies_and_undoes_settings(monkeypatch, initial):
     assert fake.state == before
 
 
-@pytest.mark.skipif(not hasattr(torch._C, "_accelerator_getAllocatorSettings"),
-                    reason="torch has no allocator settings getter")
+@pytest.mark.skipif(
+    not hasattr(torch._C, "_accelerator_getAllocatorSettings"), reason="torch has no allocator settings getter"
+)
 def test_cuda_allocator_mode_round_trips_through_real_torch_setter():
     getter = torch._C._accelerator_getAllocatorSettings
     before = getter()
@@ -554,7 +591,10 @@ def test_completion_orders_shrink_to_in_order_completion():
     out_of_order = minimal(fs.completion_orders(3), lambda o: not o.is_in_order)
     assert not out_of_order.failed and not out_of_order.dropped and not out_of_order.waits
     assert minimal(fs.completion_orders(3), lambda o: bool(o.failed)).steps == (
-        ("complete", 0), ("complete", 1), ("fail", 2))
+        ("complete", 0),
+        ("complete", 1),
+        ("fail", 2),
+    )
 
 
 def test_completion_orders_cover_errors_drops_and_waits():
@@ -569,8 +609,9 @@ def test_completion_orders_are_valid(data):
     n = data.draw(st.integers(0, 8))
     before = data.draw(st.booleans())
     allow_errors, allow_drops = data.draw(st.booleans()), data.draw(st.booleans())
-    order = data.draw(fs.completion_orders(
-        n, allow_errors=allow_errors, allow_drops=allow_drops, waits_before_resolve=before))
+    order = data.draw(
+        fs.completion_orders(n, allow_errors=allow_errors, allow_drops=allow_drops, waits_before_resolve=before)
+    )
     assert sorted(order.resolution_order) == list(range(n))
     assert sorted(order.completed + order.failed + order.dropped) == list(range(n))
     if not allow_errors:
@@ -697,8 +738,9 @@ def single_rank_group():
         dist.destroy_process_group()
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                 HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 @given(config=fs.ddp_configs(world_size=1), seed=st.integers(0, 1000))
 def test_ddp_accepts_generated_configs(single_rank_group, config, seed):
     import warnings

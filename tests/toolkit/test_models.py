@@ -12,8 +12,9 @@ from fuzzdist.toolkit.models import init_uniform_
 
 
 def _model(dtype: torch.dtype, seed: int) -> nn.Module:
-    return init_uniform_(nn.Sequential(nn.Linear(3, 4, dtype=dtype), nn.Linear(4, 2, dtype=dtype)),
-                         torch.Generator().manual_seed(seed))
+    return init_uniform_(
+        nn.Sequential(nn.Linear(3, 4, dtype=dtype), nn.Linear(4, 2, dtype=dtype)), torch.Generator().manual_seed(seed)
+    )
 
 
 def test_the_same_seed_gives_the_same_parameters_and_leaves_the_global_rng_alone():

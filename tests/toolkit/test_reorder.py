@@ -117,8 +117,7 @@ def test_visible_waits_never_hang_and_keep_the_relative_order(data, order):
     """Issues and wait()s interleaved at random (subclass form, no watchdog): every wait
     returns; each work resolves once; inside a window, works resolve in their drawn
     relative order; windows no wait touched before completion follow the order exactly."""
-    pg = ReorderingProcessGroup(_FakeGroup(), order, work_form="subclass", stall_timeout=None,
-                                timeout=WAIT_BOUND)
+    pg = ReorderingProcessGroup(_FakeGroup(), order, work_form="subclass", stall_timeout=None, timeout=WAIT_BOUND)
     works = []
     for _ in range(data.draw(st.integers(1, 3 * order.n), label="ops")):
         if works and data.draw(st.booleans(), label="wait now"):
@@ -167,8 +166,10 @@ def test_wait_before_its_turn_is_released_not_hung(form):
     assert (last.index, last.window, last.offset) == (2, 1, 0) and last.trigger in ("close", "stall")
 
 
-@pytest.mark.skipif(_busy_ns(threading.get_native_id()) is None,
-                    reason="needs Linux's /proc/self/task/<tid>/schedstat to tell busy from blocked")
+@pytest.mark.skipif(
+    _busy_ns(threading.get_native_id()) is None,
+    reason="needs Linux's /proc/self/task/<tid>/schedstat to tell busy from blocked",
+)
 def test_the_watchdog_does_not_split_a_window_while_the_issuer_is_busy():
     """A slow issuer (computing, not blocked) between two works of a window does not
     get the window flushed: the order is still followed exactly."""
@@ -256,13 +257,16 @@ def test_a_visible_wait_is_bounded():
     assert pg.release_log[0].outcome == "error"
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"work_form": "thread"}, "work_form"),
-    ({"schedule": [0, 2]}, "permutation"),
-    ({"ops": ("alltoall",)}, "unsupported ops"),
-    ({"stall_timeout": 0}, "stall_timeout"),
-    ({"timeout": 0}, "timeout"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"work_form": "thread"}, "work_form"),
+        ({"schedule": [0, 2]}, "permutation"),
+        ({"ops": ("alltoall",)}, "unsupported ops"),
+        ({"stall_timeout": 0}, "stall_timeout"),
+        ({"timeout": 0}, "timeout"),
+    ],
+)
 def test_bad_arguments_are_refused(kwargs, message):
     with pytest.raises(ValueError, match=message):
         ReorderingProcessGroup(_FakeGroup(), **kwargs)
@@ -298,8 +302,10 @@ def _gloo_op(pg: ReorderingProcessGroup, ctx: Any, op: str, i: int):
         work = pg._allgather_base(out[0], torch.full((2,), base + rank), AllgatherOptions())
     elif op == "allreduce_coalesced":
         out = [torch.full((2,), base + rank), torch.full((1,), -base - rank)]
-        expected = [torch.full((2,), base * world + sum(range(world))),
-                    torch.full((1,), -base * world - sum(range(world)))]
+        expected = [
+            torch.full((2,), base * world + sum(range(world))),
+            torch.full((1,), -base * world - sum(range(world))),
+        ]
         work = pg.allreduce_coalesced(out, AllreduceCoalescedOptions())
     else:
         out, expected = [], []

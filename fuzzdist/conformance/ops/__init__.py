@@ -45,10 +45,36 @@ from fuzzdist.conformance.ops.send_recv import SEND_RECV
 
 # In this order they are probed, fuzzed, drawn by the async check (its shrink order) and reported.
 _DEFINITIONS: tuple[OpInfo, ...] = (
-    ALLREDUCE, BROADCAST, ALLGATHER, ALLGATHER_INTO_TENSOR, ALLGATHER_BASE, REDUCE_SCATTER, REDUCE_SCATTER_TENSOR,
-    REDUCE_SCATTER_BASE, ALLTOALL, ALLTOALL_BASE, GATHER, SCATTER, REDUCE, SEND_RECV, BARRIER,
+    ALLREDUCE,
+    BROADCAST,
+    ALLGATHER,
+    ALLGATHER_INTO_TENSOR,
+    ALLGATHER_BASE,
+    REDUCE_SCATTER,
+    REDUCE_SCATTER_TENSOR,
+    REDUCE_SCATTER_BASE,
+    ALLTOALL,
+    ALLTOALL_BASE,
+    GATHER,
+    SCATTER,
+    REDUCE,
+    SEND_RECV,
+    BARRIER,
 )
 OPS.update((op.name, op) for op in _DEFINITIONS)
 
-__all__ = ["OPS", "REDUCE_OPS", "REDUCE_OPS_BY_KIND", "Capabilities", "OpCall", "OpInfo", "Prepared", "Reduction",
-           "input_values", "main_input", "options", "real", "reduce_op_enum"]
+__all__ = [
+    "OPS",
+    "REDUCE_OPS",
+    "REDUCE_OPS_BY_KIND",
+    "Capabilities",
+    "OpCall",
+    "OpInfo",
+    "Prepared",
+    "Reduction",
+    "input_values",
+    "main_input",
+    "options",
+    "real",
+    "reduce_op_enum",
+]

@@ -132,8 +132,12 @@ class OpInfo(ABC):
 
     # -- drawing (in the driver) ---------------------------------------------------------
 
-    def calls(self, caps: Capabilities, max_bytes: int, reduce_op: str | None = None,
-              ) -> st.SearchStrategy[OpCall]:
+    def calls(
+        self,
+        caps: Capabilities,
+        max_bytes: int,
+        reduce_op: str | None = None,
+    ) -> st.SearchStrategy[OpCall]:
         """Calls of this op at ``caps.world_size`` ranks, over the dtypes and layouts it supports
         (with ``reduce_op``, or a drawn one).
 
@@ -160,11 +164,24 @@ class OpInfo(ABC):
         seed = d(SEEDS)
         accepted = caps.forms.get(self.name, ())
         form = d(st.sampled_from((None, *accepted))) if accepted else None  # shrinks to the plain form
-        return self.call(spec, seed, reduce_op=chosen, root=root, peer=peer, splits=splits, even_splits=even,
-                         out_offset=out_offset, form=form)
+        return self.call(
+            spec,
+            seed,
+            reduce_op=chosen,
+            root=root,
+            peer=peer,
+            splits=splits,
+            even_splits=even,
+            out_offset=out_offset,
+            form=form,
+        )
 
-    def specs(self, dtypes: tuple[torch.dtype, ...], caps: Capabilities, max_bytes: int,
-              ) -> st.SearchStrategy[TensorSpec]:
+    def specs(
+        self,
+        dtypes: tuple[torch.dtype, ...],
+        caps: Capabilities,
+        max_bytes: int,
+    ) -> st.SearchStrategy[TensorSpec]:
         """The main input's spec, in a layout the backend accepted where the op takes layouts."""
         layouts = caps.layouts.get(self.name, ("contiguous",)) if self.layouts else ("contiguous",)
         return fst.tensor_specs(dtypes=st.sampled_from(dtypes), layouts=layouts, max_bytes=max_bytes)
@@ -183,28 +200,48 @@ class OpInfo(ABC):
         """The smallest plain call: root 0, the tensor ``spec``."""
         return self.call(spec, 0, reduce_op=reduce_op, root=0 if self.root is not None else None)
 
-    def probes(self, world: int, dtypes: tuple[torch.dtype, ...], kinds: dict[torch.dtype, str],
-               ) -> list[tuple[str | None, torch.dtype | None, OpCall]]:
+    def probes(
+        self,
+        world: int,
+        dtypes: tuple[torch.dtype, ...],
+        kinds: dict[torch.dtype, str],
+    ) -> list[tuple[str | None, torch.dtype | None, OpCall]]:
         """(reduce op, dtype, call): one 2-element probe per dtype (and per ReduceOp for that dtype)."""
         plan: list[tuple[str | None, torch.dtype | None, OpCall]] = []
         for dtype in dtypes:
-            for reduce_op in (REDUCE_OPS_BY_KIND[kinds[dtype]] if self.reduces else (None,)):
+            for reduce_op in REDUCE_OPS_BY_KIND[kinds[dtype]] if self.reduces else (None,):
                 plan.append((reduce_op, dtype, self.probe_call(world, TensorSpec((2,), dtype), reduce_op)))
         return plan
 
     def form_probes(self, world: int, dtype: torch.dtype, reduce_op: str | None) -> list[tuple[str, OpCall]]:
         """(form, call) probes of the op's other argument forms, each run on its own (it may abort a rank)."""
-        return [(form, self.call(TensorSpec((2,), dtype), 0, reduce_op=reduce_op,
-                                 root=0 if self.root is not None else None, form=form)) for form in self.forms]
+        return [
+            (
+                form,
+                self.call(
+                    TensorSpec((2,), dtype),
+                    0,
+                    reduce_op=reduce_op,
+                    root=0 if self.root is not None else None,
+                    form=form,
+                ),
+            )
+            for form in self.forms
+        ]
 
     def variant_probes(self, world: int, dtype: torch.dtype, reduce_op: str | None) -> list[tuple[str, OpCall]]:
         """(variant, call) probes run once a plain call worked: the memory layouts of the main input."""
         if not self.layouts:
             return []
-        return [(f"{LAYOUT_VARIANT}{layout}",
-                 self.probe_call(world, TensorSpec(spec.shape, dtype, spec.layout,
-                                                   storage_offset=spec.storage_offset), reduce_op))
-                for layout, spec in LAYOUT_PROBES.items()]
+        return [
+            (
+                f"{LAYOUT_VARIANT}{layout}",
+                self.probe_call(
+                    world, TensorSpec(spec.shape, dtype, spec.layout, storage_offset=spec.storage_offset), reduce_op
+                ),
+            )
+            for layout, spec in LAYOUT_PROBES.items()
+        ]
 
     # -- running (on a rank) -------------------------------------------------------------
 
@@ -230,8 +267,16 @@ class OpInfo(ABC):
         for r, wanted in self.expected(call, world).items():
             outs = observed[r]["out"]
             if len(outs) != len(wanted):  # pragma: no cover - prepare and expected disagree
-                problems.append(Problem(Kind.MISSING, "outputs", rank=r, got=len(outs), expected=len(wanted),
-                                        detail=f"returned {len(outs)} outputs, expected {len(wanted)}"))
+                problems.append(
+                    Problem(
+                        Kind.MISSING,
+                        "outputs",
+                        rank=r,
+                        got=len(outs),
+                        expected=len(wanted),
+                        detail=f"returned {len(outs)} outputs, expected {len(wanted)}",
+                    )
+                )
                 continue
             for (what, expected), actual in zip(wanted, outs, strict=False):
                 problem = self.compare(call, what, expected, actual)
@@ -257,8 +302,11 @@ class OpInfo(ABC):
         lines = self.input_lines(call, world)
         if not lines:
             return ""
-        return "  inputs:\n" + "\n".join(f"    {line}" for line in lines[:16]) + (
-            f"\n    ... ({len(lines)} in all)" if len(lines) > 16 else "")
+        return (
+            "  inputs:\n"
+            + "\n".join(f"    {line}" for line in lines[:16])
+            + (f"\n    ... ({len(lines)} in all)" if len(lines) > 16 else "")
+        )
 
     # -- describing ----------------------------------------------------------------------
 
@@ -342,8 +390,7 @@ def input_seed(seed: int, rank: int, slot: int) -> int:
 
 def contiguous_spec(spec: TensorSpec, shape: tuple[int, ...] | None = None) -> TensorSpec:
     """``spec`` with another shape (default: its own), contiguous, no storage offset."""
-    return replace(spec, shape=spec.shape if shape is None else tuple(shape), layout="contiguous",
-                   storage_offset=0)
+    return replace(spec, shape=spec.shape if shape is None else tuple(shape), layout="contiguous", storage_offset=0)
 
 
 def input_values(call: OpCall, rank: int, slot: int = 0, shape: tuple[int, ...] | None = None) -> torch.Tensor:

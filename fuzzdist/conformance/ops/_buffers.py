@@ -24,8 +24,14 @@ class Guarded:
     """An output tensor: a view ``offset`` elements into a buffer filled with SENTINEL bytes,
     with GUARD_ELEMENTS more after it, so writes outside the view show."""
 
-    def __init__(self, shape: tuple[int, ...], dtype: torch.dtype, offset: int, device: torch.device,
-                 values: torch.Tensor | None = None) -> None:
+    def __init__(
+        self,
+        shape: tuple[int, ...],
+        dtype: torch.dtype,
+        offset: int,
+        device: torch.device,
+        values: torch.Tensor | None = None,
+    ) -> None:
         numel = 1
         for s in shape:
             numel *= s
@@ -34,14 +40,14 @@ class Guarded:
         self.end = (offset + numel) * self.itemsize
         total = offset + numel + GUARD_ELEMENTS
         self.buffer = torch.full((total * self.itemsize,), SENTINEL, dtype=torch.uint8, device=device)
-        self.tensor = self.buffer.view(dtype)[offset:offset + numel].view(shape)
+        self.tensor = self.buffer.view(dtype)[offset : offset + numel].view(shape)
         if values is not None:
             self.tensor.copy_(values.to(device))
 
     def problems(self, what: str) -> list[str]:
         """The writes outside the view, if any."""
         out = []
-        for name, region in (("before", self.buffer[:self.start]), ("after", self.buffer[self.end:])):
+        for name, region in (("before", self.buffer[: self.start]), ("after", self.buffer[self.end :])):
             changed = int((region != SENTINEL).sum())
             if changed:
                 out.append(f"{what}: {changed} byte(s) written {name} the tensor, outside its bounds")

@@ -37,8 +37,12 @@ class AllGatherIntoTensor(OpInfo):
 
     real_views: bool = True
 
-    def specs(self, dtypes: tuple[torch.dtype, ...], caps: Capabilities, max_bytes: int,
-              ) -> st.SearchStrategy[TensorSpec]:
+    def specs(
+        self,
+        dtypes: tuple[torch.dtype, ...],
+        caps: Capabilities,
+        max_bytes: int,
+    ) -> st.SearchStrategy[TensorSpec]:
         return super().specs(dtypes, caps, max_bytes).filter(lambda s: s.ndim >= 1)  # needs a dim 0
 
     def prepare(self, ctx: Any, pg: Any, call: OpCall, index: int) -> Prepared:
@@ -57,8 +61,9 @@ class AllGatherIntoTensor(OpInfo):
 
 
 ALLGATHER = AllGather("allgather", "allgather", "all_gather", layouts=True)
-ALLGATHER_INTO_TENSOR = AllGatherIntoTensor("allgather_into_tensor",
-                                            method_name("all_gather_single", "_allgather_base"),
-                                            "all_gather_into_tensor", layouts=True)
-ALLGATHER_BASE = AllGatherIntoTensor("_allgather_base", "_allgather_base",
-                                     "ProcessGroup._allgather_base (C++ callers)", layouts=True, real_views=False)
+ALLGATHER_INTO_TENSOR = AllGatherIntoTensor(
+    "allgather_into_tensor", method_name("all_gather_single", "_allgather_base"), "all_gather_into_tensor", layouts=True
+)
+ALLGATHER_BASE = AllGatherIntoTensor(
+    "_allgather_base", "_allgather_base", "ProcessGroup._allgather_base (C++ callers)", layouts=True, real_views=False
+)

@@ -19,8 +19,9 @@ class AllReduce(OpInfo):
     def prepare(self, ctx: Any, pg: Any, call: OpCall, index: int) -> Prepared:
         p = Prepared(call, ctx.device)
         tensor = p.in_place("the reduced tensor", ctx.rank)
-        p.issue = lambda a: pg.allreduce([real(tensor)], options(AllreduceOptions, a,
-                                                                 reduceOp=reduce_op_enum(call.reduce_op)))
+        p.issue = lambda a: pg.allreduce(
+            [real(tensor)], options(AllreduceOptions, a, reduceOp=reduce_op_enum(call.reduce_op))
+        )
         return p
 
     def expected(self, call: OpCall, world: int) -> dict[int, list[tuple[str, Expected]]]:
@@ -33,9 +34,16 @@ class AllReduce(OpInfo):
             first = raw_bytes(observed[0]["out"][0])
             for r in range(1, world):
                 if raw_bytes(observed[r]["out"][0]) != first:
-                    problems.append(Problem(Kind.MISMATCH, rank=r, detail=(
-                        f"holds a result that is not bitwise identical to rank 0's: "
-                        f"{show(observed[r]['out'][0])} vs {show(observed[0]['out'][0])}")))
+                    problems.append(
+                        Problem(
+                            Kind.MISMATCH,
+                            rank=r,
+                            detail=(
+                                f"holds a result that is not bitwise identical to rank 0's: "
+                                f"{show(observed[r]['out'][0])} vs {show(observed[0]['out'][0])}"
+                            ),
+                        )
+                    )
         return problems
 
 
@@ -46,14 +54,17 @@ class Reduce(OpInfo):
         p = Prepared(call, ctx.device)
         tensor = p.in_place("the reduced tensor", ctx.rank)
         # torch.distributed.reduce passes complex tensors as they are
-        p.issue = lambda a: pg.reduce([tensor], options(ReduceOptions, a, reduceOp=reduce_op_enum(call.reduce_op),
-                                                        rootRank=call.root))
+        p.issue = lambda a: pg.reduce(
+            [tensor], options(ReduceOptions, a, reduceOp=reduce_op_enum(call.reduce_op), rootRank=call.root)
+        )
         return p
 
     def expected(self, call: OpCall, world: int) -> dict[int, list[tuple[str, Expected]]]:
         xs = [input_values(call, r) for r in range(world)]
-        return {r: [("the reduced tensor (dst)", Reduction(xs)) if r == call.root else ("the tensor (not dst)", None)]
-                for r in range(world)}
+        return {
+            r: [("the reduced tensor (dst)", Reduction(xs)) if r == call.root else ("the tensor (not dst)", None)]
+            for r in range(world)
+        }
 
 
 ALLREDUCE = AllReduce("allreduce", "allreduce", "all_reduce", reduces=True, layouts=True)

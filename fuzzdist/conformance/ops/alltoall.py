@@ -38,10 +38,15 @@ class _AllToAllFamily(OpInfo):
     """``spec`` is one row (contiguous, at most 2-d); the splits are drawn, uneven unless the backend
     refused uneven splits when probed."""
 
-    def specs(self, dtypes: tuple[torch.dtype, ...], caps: Capabilities, max_bytes: int,
-              ) -> st.SearchStrategy[TensorSpec]:
-        return fst.tensor_specs(dtypes=st.sampled_from(dtypes), layouts="contiguous",
-                                max_bytes=max(16, max_bytes // 8), max_dims=2)
+    def specs(
+        self,
+        dtypes: tuple[torch.dtype, ...],
+        caps: Capabilities,
+        max_bytes: int,
+    ) -> st.SearchStrategy[TensorSpec]:
+        return fst.tensor_specs(
+            dtypes=st.sampled_from(dtypes), layouts="contiguous", max_bytes=max(16, max_bytes // 8), max_dims=2
+        )
 
     def draw_even(self, d: st.DrawFn, caps: Capabilities) -> bool:
         return not caps.uneven.get(self.name, True)
@@ -53,7 +58,7 @@ class _AllToAllFamily(OpInfo):
             size = d(SPLIT_SIZES)
             return tuple((size,) * world for _ in range(world)), even
         flat = d(st.lists(SPLIT_SIZES, min_size=world * world, max_size=world * world))
-        return tuple(tuple(flat[i * world:(i + 1) * world]) for i in range(world)), even
+        return tuple(tuple(flat[i * world : (i + 1) * world]) for i in range(world)), even
 
     def probe_call(self, world: int, spec: TensorSpec, reduce_op: str | None) -> OpCall:
         return self.call(spec, 0, reduce_op=reduce_op, splits=tuple((1,) * world for _ in range(world)))
@@ -78,13 +83,11 @@ class AllToAll(_AllToAllFamily):
         assert splits is not None
         inputs = [p.keep(f"input_tensor_list[{j}]", chunk_values(call, rank, j).to(ctx.device)) for j in range(world)]
         outs = [p.output(f"output_tensor_list[{i}]", (splits[i][rank], *call.spec.shape)) for i in range(world)]
-        p.issue = lambda a: pg.alltoall([real(o) for o in outs], [real(t) for t in inputs],
-                                        options(AllToAllOptions, a))
+        p.issue = lambda a: pg.alltoall([real(o) for o in outs], [real(t) for t in inputs], options(AllToAllOptions, a))
         return p
 
     def expected(self, call: OpCall, world: int) -> dict[int, list[tuple[str, Expected]]]:
-        return {r: [(f"output_tensor_list[{i}]", chunk_values(call, i, r)) for i in range(world)]
-                for r in range(world)}
+        return {r: [(f"output_tensor_list[{i}]", chunk_values(call, i, r)) for i in range(world)] for r in range(world)}
 
 
 class AllToAllSingle(_AllToAllFamily):
@@ -113,8 +116,10 @@ class AllToAllSingle(_AllToAllFamily):
         return p
 
     def expected(self, call: OpCall, world: int) -> dict[int, list[tuple[str, Expected]]]:
-        return {r: [("the output tensor", torch.cat([chunk_values(call, i, r) for i in range(world)]))]
-                for r in range(world)}
+        return {
+            r: [("the output tensor", torch.cat([chunk_values(call, i, r) for i in range(world)]))]
+            for r in range(world)
+        }
 
     def describe_args(self, call: OpCall) -> list[str]:
         parts = super().describe_args(call)
@@ -124,5 +129,6 @@ class AllToAllSingle(_AllToAllFamily):
 
 
 ALLTOALL = AllToAll("alltoall", "alltoall", "all_to_all", rows=True)
-ALLTOALL_BASE = AllToAllSingle("alltoall_base", method_name("all_to_all_single", "alltoall_base"), "all_to_all_single",
-                               rows=True)
+ALLTOALL_BASE = AllToAllSingle(
+    "alltoall_base", method_name("all_to_all_single", "alltoall_base"), "all_to_all_single", rows=True
+)

@@ -28,8 +28,12 @@ class Barrier(OpInfo):
     def draw(self, d: st.DrawFn, caps: Capabilities, max_bytes: int, reduce_op: str | None) -> OpCall:
         return self.call(late_rank=d(fst.source_ranks(caps.world_size)))
 
-    def probes(self, world: int, dtypes: tuple[torch.dtype, ...], kinds: dict[torch.dtype, str],
-               ) -> list[tuple[str | None, torch.dtype | None, OpCall]]:
+    def probes(
+        self,
+        world: int,
+        dtypes: tuple[torch.dtype, ...],
+        kinds: dict[torch.dtype, str],
+    ) -> list[tuple[str | None, torch.dtype | None, OpCall]]:
         return [(None, None, self.call())]
 
     def prepare(self, ctx: Any, pg: Any, call: OpCall, index: int) -> Prepared:
@@ -57,8 +61,15 @@ class Barrier(OpInfo):
         for r, obs in enumerate(observed):
             if obs["value"] != world:
                 late = f" (rank {call.late_rank} arrived late)" if call.late_rank is not None else ""
-                problems.append(Problem(Kind.HANG, rank=r, got=obs["value"], expected=world, detail=(
-                    f"left the barrier when only {obs['value']} of {world} ranks had entered it{late}")))
+                problems.append(
+                    Problem(
+                        Kind.HANG,
+                        rank=r,
+                        got=obs["value"],
+                        expected=world,
+                        detail=(f"left the barrier when only {obs['value']} of {world} ranks had entered it{late}"),
+                    )
+                )
         return problems
 
     def input_lines(self, call: OpCall, world: int) -> list[str]:

@@ -16,8 +16,7 @@ class Broadcast(OpInfo):
     def prepare(self, ctx: Any, pg: Any, call: OpCall, index: int) -> Prepared:
         p = Prepared(call, ctx.device)
         tensor = p.in_place("the broadcast tensor", ctx.rank)
-        p.issue = lambda a: pg.broadcast([real(tensor)], options(BroadcastOptions, a, rootRank=call.root,
-                                                                 rootTensor=0))
+        p.issue = lambda a: pg.broadcast([real(tensor)], options(BroadcastOptions, a, rootRank=call.root, rootTensor=0))
         return p
 
     def expected(self, call: OpCall, world: int) -> dict[int, list[tuple[str, Expected]]]:

@@ -30,8 +30,7 @@ class Gather(OpInfo):
 
     def expected(self, call: OpCall, world: int) -> dict[int, list[tuple[str, Expected]]]:
         xs = [input_values(call, r) for r in range(world)]
-        return {r: [(f"{_SLOT}{i}]", xs[i]) for i in range(world)] if r == call.root else []
-                for r in range(world)}
+        return {r: [(f"{_SLOT}{i}]", xs[i]) for i in range(world)] if r == call.root else [] for r in range(world)}
 
     def compare(self, call: OpCall, what: str, expected: Expected, actual: torch.Tensor) -> Problem | None:
         """The plain comparison; where a slot from a non-contiguous input is wrong, whether it holds exactly
@@ -40,7 +39,7 @@ class Gather(OpInfo):
         problem = super().compare(call, what, expected, actual)
         if problem is None or call.spec.layout == "contiguous" or not what.startswith(_SLOT):
             return problem
-        source = int(what[len(_SLOT):-1])
+        source = int(what[len(_SLOT) : -1])
         in_memory_order = storage_order(call.spec.materialize("cpu", input_seed(call.seed, source, 0)))
         if in_memory_order is None or not bitwise_equal(actual, in_memory_order):
             return problem
@@ -56,8 +55,9 @@ class Scatter(OpInfo):
         output = p.output("the output tensor", call.spec.shape)
         input_tensors = []
         if rank == call.root:
-            pieces = [p.keep(f"scatter_list[{j}]", input_values(call, rank, j).to(ctx.device))
-                      for j in range(ctx.world_size)]
+            pieces = [
+                p.keep(f"scatter_list[{j}]", input_values(call, rank, j).to(ctx.device)) for j in range(ctx.world_size)
+            ]
             input_tensors.append([real(t) for t in pieces])
         p.issue = lambda a: pg.scatter([real(output)], input_tensors, options(ScatterOptions, a, rootRank=call.root))
         return p

@@ -26,8 +26,10 @@ class _ReduceScatterFamily(OpInfo):
     """Rank r's input slot j is ``spec`` with ``input_seed(seed, r, j)``; rank r gets slot r reduced."""
 
     def expected(self, call: OpCall, world: int) -> dict[int, list[tuple[str, Expected]]]:
-        return {r: [("the output tensor", Reduction([input_values(call, i, r) for i in range(world)]))]
-                for r in range(world)}
+        return {
+            r: [("the output tensor", Reduction([input_values(call, i, r) for i in range(world)]))]
+            for r in range(world)
+        }
 
     def input_lines(self, call: OpCall, world: int) -> list[str]:
         return [f"rank {i} slot {j}: {show(input_values(call, i, j))}" for i in range(world) for j in range(world)]
@@ -41,8 +43,9 @@ class ReduceScatter(_ReduceScatterFamily):
         rank, world = ctx.rank, ctx.world_size
         inputs = [p.keep(f"input_list[{j}]", input_values(call, rank, j).to(ctx.device)) for j in range(world)]
         output = p.output("the output tensor", call.spec.shape)
-        p.issue = lambda a: pg.reduce_scatter([output], [inputs], options(ReduceScatterOptions, a,
-                                                                          reduceOp=reduce_op_enum(call.reduce_op)))
+        p.issue = lambda a: pg.reduce_scatter(
+            [output], [inputs], options(ReduceScatterOptions, a, reduceOp=reduce_op_enum(call.reduce_op))
+        )
         return p
 
 
@@ -50,8 +53,12 @@ class ReduceScatterTensor(_ReduceScatterFamily):
     """``reduce_scatter_tensor``: the inputs concatenated along dim 0 into one tensor, or (form
     ``"stack"``, which torch.distributed also documents) stacked along a new dim 0."""
 
-    def specs(self, dtypes: tuple[torch.dtype, ...], caps: Capabilities, max_bytes: int,
-              ) -> st.SearchStrategy[TensorSpec]:
+    def specs(
+        self,
+        dtypes: tuple[torch.dtype, ...],
+        caps: Capabilities,
+        max_bytes: int,
+    ) -> st.SearchStrategy[TensorSpec]:
         return super().specs(dtypes, caps, max_bytes).filter(lambda s: s.ndim >= 1)  # needs a dim 0
 
     def prepare(self, ctx: Any, pg: Any, call: OpCall, index: int) -> Prepared:
@@ -61,14 +68,20 @@ class ReduceScatterTensor(_ReduceScatterFamily):
         tensor = p.keep("the input tensor", joined.to(ctx.device))
         output = p.output("the output tensor", call.spec.shape)
         fn = getattr(pg, self.method)
-        p.issue = lambda a: fn(output, tensor, options(ReduceScatterOptions, a,
-                                                       reduceOp=reduce_op_enum(call.reduce_op)))
+        p.issue = lambda a: fn(
+            output, tensor, options(ReduceScatterOptions, a, reduceOp=reduce_op_enum(call.reduce_op))
+        )
         return p
 
 
 REDUCE_SCATTER = ReduceScatter("reduce_scatter", "reduce_scatter", "reduce_scatter", reduces=True)
-REDUCE_SCATTER_TENSOR = ReduceScatterTensor("reduce_scatter_tensor",
-                                            method_name("reduce_scatter_single", "_reduce_scatter_base"),
-                                            "reduce_scatter_tensor", reduces=True, forms=("stack",))
-REDUCE_SCATTER_BASE = ReduceScatterTensor("_reduce_scatter_base", "_reduce_scatter_base",
-                                          "ProcessGroup._reduce_scatter_base (C++ callers)", reduces=True)
+REDUCE_SCATTER_TENSOR = ReduceScatterTensor(
+    "reduce_scatter_tensor",
+    method_name("reduce_scatter_single", "_reduce_scatter_base"),
+    "reduce_scatter_tensor",
+    reduces=True,
+    forms=("stack",),
+)
+REDUCE_SCATTER_BASE = ReduceScatterTensor(
+    "_reduce_scatter_base", "_reduce_scatter_base", "ProcessGroup._reduce_scatter_base (C++ callers)", reduces=True
+)

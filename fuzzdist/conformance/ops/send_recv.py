@@ -35,8 +35,9 @@ class SendRecv(OpInfo):
 
     def expected(self, call: OpCall, world: int) -> dict[int, list[tuple[str, Expected]]]:
         assert call.root is not None
-        return {r: [("the received tensor", input_values(call, call.root))] if r == call.peer else []
-                for r in range(world)}
+        return {
+            r: [("the received tensor", input_values(call, call.root))] if r == call.peer else [] for r in range(world)
+        }
 
     def describe_roots(self, call: OpCall) -> list[str]:
         return [f"src={call.root}, dst={call.peer}"]

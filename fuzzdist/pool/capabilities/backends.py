@@ -32,9 +32,11 @@ def missing_backend(backend: str) -> str | None:
     """Why ``backend`` can't be used here (with the backends that can), or None."""
     if backend in available_backends():
         return None
-    return (f"backend {backend!r} is not available in torch {torch.__version__}; "
-            f"available: {', '.join(available_backends()) or 'none'}. "
-            "Use 'gloo' for CPU ranks (and for several ranks sharing one GPU).")
+    return (
+        f"backend {backend!r} is not available in torch {torch.__version__}; "
+        f"available: {', '.join(available_backends()) or 'none'}. "
+        "Use 'gloo' for CPU ranks (and for several ranks sharing one GPU)."
+    )
 
 
 def _backend_available(dist: Any, name: str) -> bool:

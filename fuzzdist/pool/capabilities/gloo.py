@@ -24,8 +24,17 @@ from fuzzdist.errors import InvalidArgument
 # as real) carry all of them on every torch fuzzdist was run on (2.6.0, 2.13.0, 2.14.1), and the p2p
 # property draws them all.  Whether the collectives carry complex depends on the torch: see gloo_dtypes.
 GLOO_DTYPES = (
-    torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.complex64, torch.complex128,
-    torch.int8, torch.int32, torch.int64, torch.uint8, torch.bool,
+    torch.float32,
+    torch.float64,
+    torch.float16,
+    torch.bfloat16,
+    torch.complex64,
+    torch.complex128,
+    torch.int8,
+    torch.int32,
+    torch.int64,
+    torch.uint8,
+    torch.bool,
 )
 
 # What gloo_dtypes answers for: c10d's broadcast, the functional collectives (their all_reduce stands for
@@ -41,8 +50,15 @@ GLOO_REDUCE_APIS = ("all_reduce", "reduce", "functional")
 
 # The functional collectives functional_layouts answers for (those the installed torch has), and the memory
 # layouts it answers within (fuzzdist.strategies.LAYOUTS: "sliced" is contiguous at a storage offset).
-FUNCTIONAL_OPS = ("all_reduce", "all_gather_single", "all_gather_tensor", "reduce_scatter_single",
-                  "reduce_scatter_tensor", "broadcast", "all_to_all_single")
+FUNCTIONAL_OPS = (
+    "all_reduce",
+    "all_gather_single",
+    "all_gather_tensor",
+    "reduce_scatter_single",
+    "reduce_scatter_tensor",
+    "broadcast",
+    "all_to_all_single",
+)
 FUNCTIONAL_LAYOUTS = ("contiguous", "sliced", "transposed", "channels_last")
 
 # The probe program, run with ``python -m``.
@@ -67,8 +83,11 @@ def gloo_dtypes(api: str) -> tuple[torch.dtype, ...]:
         raise InvalidArgument(f"unknown API {api!r} for gloo_dtypes; known: {', '.join(GLOO_APIS)}")
     answer = _probe_gloo_dtypes().get(api)
     if not answer:
-        warnings.warn(f"could not ask torch {torch.__version__} which dtypes gloo's {api} takes "
-                      f"({_why_no_answer(api)}); drawing every dtype gloo's type dispatch has", stacklevel=2)
+        warnings.warn(
+            f"could not ask torch {torch.__version__} which dtypes gloo's {api} takes "
+            f"({_why_no_answer(api)}); drawing every dtype gloo's type dispatch has",
+            stacklevel=2,
+        )
         return GLOO_DTYPES
     return tuple(d for d in GLOO_DTYPES if _dtype_name(d) in answer)
 
@@ -94,8 +113,11 @@ def gloo_reduce_ops(api: str, dtype: torch.dtype) -> tuple[str, ...]:
         raise InvalidArgument(f"gloo_reduce_ops takes a torch.dtype, got {dtype!r}")
     answer = _probe_gloo_reduce_ops().get(api)
     if not answer:
-        warnings.warn(f"could not ask torch {torch.__version__} which ReduceOps gloo's {api} takes "
-                      f"({_why_no_answer(api)}); drawing the ones gloo took on torch 2.13", stacklevel=2)
+        warnings.warn(
+            f"could not ask torch {torch.__version__} which ReduceOps gloo's {api} takes "
+            f"({_why_no_answer(api)}); drawing the ones gloo took on torch 2.13",
+            stacklevel=2,
+        )
         return _unprobed_reduce_ops(dtype)
     taken = answer.get(_dtype_name(dtype), [])
     return tuple(op for op in GLOO_REDUCE_OPS if op in taken)
@@ -124,13 +146,17 @@ def functional_layouts(op: str) -> tuple[str, ...]:
     out.
     """
     if op not in FUNCTIONAL_OPS:
-        raise InvalidArgument(f"unknown functional collective {op!r} for functional_layouts; known: "
-                              f"{', '.join(FUNCTIONAL_OPS)}")
+        raise InvalidArgument(
+            f"unknown functional collective {op!r} for functional_layouts; known: {', '.join(FUNCTIONAL_OPS)}"
+        )
     answer = _probe_gloo().get("functional_layouts")
     taken = answer.get(op) if isinstance(answer, dict) else None
     if not isinstance(taken, list):
-        warnings.warn(f"could not ask torch {torch.__version__} which layouts its functional {op} takes "
-                      f"({_why_no_answer(op)}); drawing every layout", stacklevel=2)
+        warnings.warn(
+            f"could not ask torch {torch.__version__} which layouts its functional {op} takes "
+            f"({_why_no_answer(op)}); drawing every layout",
+            stacklevel=2,
+        )
         return FUNCTIONAL_LAYOUTS
     return tuple(layout for layout in FUNCTIONAL_LAYOUTS if layout in taken)
 
@@ -152,8 +178,13 @@ def _dtype_name(dtype: torch.dtype) -> str:
 def _probe_gloo() -> dict[str, Any]:
     """Run the probe once: its answer ({} where it failed, the reason in _PROBE_FAILURE)."""
     _PROBE_FAILURE.pop("why", None)  # a reason left by an earlier run (its cache cleared) is stale
-    answer = fresh_interpreter.ask(PROBE_MODULE, ",".join(_dtype_name(d) for d in GLOO_DTYPES),
-                                   ",".join(GLOO_REDUCE_OPS), ",".join(FUNCTIONAL_OPS), timeout=PROBE_TIMEOUT)
+    answer = fresh_interpreter.ask(
+        PROBE_MODULE,
+        ",".join(_dtype_name(d) for d in GLOO_DTYPES),
+        ",".join(GLOO_REDUCE_OPS),
+        ",".join(FUNCTIONAL_OPS),
+        timeout=PROBE_TIMEOUT,
+    )
     if not answer.given:
         _PROBE_FAILURE["why"] = answer.why
         return {}
@@ -176,5 +207,8 @@ def _probe_gloo_reduce_ops() -> dict[str, dict[str, list[str]]]:
     answer = _probe_gloo().get("reduce_ops")
     if not isinstance(answer, dict):
         return {}
-    return {str(api): {str(n): [str(op) for op in ops] for n, ops in per_dtype.items() if isinstance(ops, list)}
-            for api, per_dtype in answer.items() if isinstance(per_dtype, dict)}
+    return {
+        str(api): {str(n): [str(op) for op in ops] for n, ops in per_dtype.items() if isinstance(ops, list)}
+        for api, per_dtype in answer.items()
+        if isinstance(per_dtype, dict)
+    }

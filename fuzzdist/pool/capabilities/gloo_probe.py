@@ -115,8 +115,9 @@ def probe(names: list[str], ops: list[str], functional_ops: list[str]) -> dict[s
         pass  # an API this torch lacks: no answer for it
     try:
         for api, reduce in reduce_calls(group):
-            out["reduce_ops"][api] = {n: [op for op in ops if took(reduce, torch.zeros(4, dtype=getattr(torch, n)), op)]
-                                      for n in names}
+            out["reduce_ops"][api] = {
+                n: [op for op in ops if took(reduce, torch.zeros(4, dtype=getattr(torch, n)), op)] for n in names
+            }
     except ImportError:
         pass
     out["functional_layouts"] = {}

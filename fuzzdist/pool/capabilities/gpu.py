@@ -55,15 +55,17 @@ def missing_pidfd_getfd() -> str | None:
     if not sys.platform.startswith("linux"):
         return "needs pidfd_getfd, which only Linux has"
     try:
-        holder = subprocess.Popen([sys.executable, "-c", _HOLDER], stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, text=True)
+        holder = subprocess.Popen(
+            [sys.executable, "-c", _HOLDER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
     except OSError as exc:
         return f"could not start the pidfd_getfd probe: {exc}"
     try:
         assert holder.stdout is not None  # stdout=PIPE above
         fd = holder.stdout.readline().strip()
-        probe = subprocess.run([sys.executable, "-c", _PIDFD_PROBE, str(holder.pid), fd],
-                               capture_output=True, text=True, timeout=30)
+        probe = subprocess.run(
+            [sys.executable, "-c", _PIDFD_PROBE, str(holder.pid), fd], capture_output=True, text=True, timeout=30
+        )
         answer = probe.stdout.strip() or probe.stderr.strip()[-200:]
     except (subprocess.TimeoutExpired, OSError) as exc:
         answer = f"probe failed: {exc}"
@@ -72,9 +74,11 @@ def missing_pidfd_getfd() -> str | None:
         holder.wait(5)
     if answer == "ok":
         return None
-    return (f"needs pidfd_getfd between sibling processes (expandable-segment CUDA IPC), but {answer}; "
-            "allow ptrace between the user's processes (container: --cap-add SYS_PTRACE) "
-            "or run without expandable segments")
+    return (
+        f"needs pidfd_getfd between sibling processes (expandable-segment CUDA IPC), but {answer}; "
+        "allow ptrace between the user's processes (container: --cap-add SYS_PTRACE) "
+        "or run without expandable segments"
+    )
 
 
 def missing_peer_access(world_size: int) -> str | None:
@@ -143,8 +147,10 @@ def missing_cupy() -> str | None:
     if torch_major is None:
         return f"needs cupy next to a CUDA torch, but torch {torch.__version__} is a build without CUDA"
     if cupy_major != torch_major:
-        return (f"needs cupy built for torch's CUDA {torch.version.cuda}, but the installed cupy uses CUDA "
-                f"{cupy_major}.{runtime % 1000 // 10}; {cupy_install_hint(torch_major)}")
+        return (
+            f"needs cupy built for torch's CUDA {torch.version.cuda}, but the installed cupy uses CUDA "
+            f"{cupy_major}.{runtime % 1000 // 10}; {cupy_install_hint(torch_major)}"
+        )
     try:
         cupy.cuda.runtime.getDeviceCount()
     except Exception as exc:  # noqa: BLE001 - cupy without a usable driver

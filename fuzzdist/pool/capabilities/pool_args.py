@@ -14,8 +14,9 @@ RANK_MEMORY_BYTES = 250 * 2**20  # about what one rank process holds: torch, hyp
 # (227 MiB measured on torch 2.13, CPU, before its first example)
 
 
-def validate_pool_args(world_size: object, backend: object, device: object, timeout: object,
-                       local: bool = True) -> None:
+def validate_pool_args(
+    world_size: object, backend: object, device: object, timeout: object, local: bool = True
+) -> None:
     """Raise InvalidArgument (a ValueError)/CapabilityError for arguments no pool could run with.
 
     ``local``: the ranks are to be started on this machine (a RankPool), so their number is bounded by
@@ -38,8 +39,10 @@ def validate_pool_args(world_size: object, backend: object, device: object, time
     if reason:
         raise InvalidArgument(reason)
     if backend == "nccl" and device != "cuda":
-        raise InvalidArgument("backend 'nccl' runs collectives on CUDA tensors only: pass device='cuda', "
-                         "or use backend='gloo' for CPU ranks")
+        raise InvalidArgument(
+            "backend 'nccl' runs collectives on CUDA tensors only: pass device='cuda', "
+            "or use backend='gloo' for CPU ranks"
+        )
     if device == "cuda":
         reason = missing_gpus(1)
         if reason:
@@ -49,7 +52,8 @@ def validate_pool_args(world_size: object, backend: object, device: object, time
             if reason:
                 raise CapabilityError(
                     f"backend 'nccl' needs one GPU per rank: world_size={world_size} but {reason}. "
-                    "Use backend='gloo' to run several ranks on one GPU, or lower the world size.")
+                    "Use backend='gloo' to run several ranks on one GPU, or lower the world size."
+                )
 
 
 def too_many_ranks(world_size: int) -> str | None:
@@ -64,9 +68,11 @@ def too_many_ranks(world_size: int) -> str | None:
     most = max(1, memory // RANK_MEMORY_BYTES - 1)
     if world_size <= most:
         return None
-    return (f"this machine can hold about {most} rank processes ({memory / 2**30:.1f} GiB of memory, "
-            f"about {RANK_MEMORY_BYTES // 2**20} MiB a rank): pass at most {most}, or spread the ranks "
-            "over several machines with torchrun")
+    return (
+        f"this machine can hold about {most} rank processes ({memory / 2**30:.1f} GiB of memory, "
+        f"about {RANK_MEMORY_BYTES // 2**20} MiB a rank): pass at most {most}, or spread the ranks "
+        "over several machines with torchrun"
+    )
 
 
 def _machine_memory() -> int | None:

@@ -32,8 +32,10 @@ def missing_fully_shard() -> str | None:
     # fuzzdist's FSDP properties run on CPU ranks; fully_shard's all-gather records an event on the device's
     # stream, and torch 2.6's CPU stream has no record_event (fully_shard's docs there are silent on CPU)
     if not hasattr(getattr(torch.cpu, "Stream", None), "record_event"):
-        return (f"needs fully_shard on CPU ranks, which torch {torch.__version__} can't run: its all-gather "
-                "calls the CPU stream's record_event, which this torch does not have")
+        return (
+            f"needs fully_shard on CPU ranks, which torch {torch.__version__} can't run: its all-gather "
+            "calls the CPU stream's record_event, which this torch does not have"
+        )
     return None
 
 

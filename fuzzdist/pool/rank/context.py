@@ -23,11 +23,22 @@ class RankContext:
         tmpdir: a directory private to the pool, shared by its ranks.
     """
 
-    __slots__ = ("rank", "world_size", "device", "backend", "group", "seed", "example", "tmpdir",
-                 "_base_store", "_recycle_reasons")
+    __slots__ = (
+        "rank",
+        "world_size",
+        "device",
+        "backend",
+        "group",
+        "seed",
+        "example",
+        "tmpdir",
+        "_base_store",
+        "_recycle_reasons",
+    )
 
-    def __init__(self, rank: int, world_size: int, device: torch.device, backend: str,
-                 group: Any, base_store: Any, tmpdir: str) -> None:
+    def __init__(
+        self, rank: int, world_size: int, device: torch.device, backend: str, group: Any, base_store: Any, tmpdir: str
+    ) -> None:
         self.rank = rank
         self.world_size = world_size
         self.device = device

@@ -78,9 +78,16 @@ def _logger_states(loggers: list[logging.Logger]) -> list[tuple[Any, ...]]:
     One pass of ~110 loggers once torch is imported: the bulk of a snapshot's cost.  (A listcomp:
     Python 3.11 specialises its attribute reads; ``map(operator.attrgetter(...))`` measured slower.)
     """
-    return [(lg.level, lg.propagate, lg.disabled,
-             tuple(lg.handlers) if lg.handlers else (), tuple(lg.filters) if lg.filters else ())
-            for lg in loggers]
+    return [
+        (
+            lg.level,
+            lg.propagate,
+            lg.disabled,
+            tuple(lg.handlers) if lg.handlers else (),
+            tuple(lg.filters) if lg.filters else (),
+        )
+        for lg in loggers
+    ]
 
 
 _logging_baseline: tuple[list[logging.Logger] | None, list[tuple[Any, ...]]] = (None, [])
@@ -101,8 +108,14 @@ def _logging_snapshot() -> tuple[list[logging.Logger], list[tuple[Any, ...]]]:
     return loggers, _logging_baseline[1]
 
 
-def _set_logger(lg: logging.Logger, level: int, propagate: bool, disabled: bool,
-                handlers: tuple[logging.Handler, ...], filters: tuple[Any, ...]) -> None:
+def _set_logger(
+    lg: logging.Logger,
+    level: int,
+    propagate: bool,
+    disabled: bool,
+    handlers: tuple[logging.Handler, ...],
+    filters: tuple[Any, ...],
+) -> None:
     if lg.level != level:
         lg.setLevel(level)  # also drops every logger's cached isEnabledFor answers
     lg.propagate, lg.disabled = propagate, disabled
@@ -158,8 +171,12 @@ def _default_device() -> torch.device | None:
     """torch's default device; without the call where nothing can have set one (see _DEVICE_CONTEXT)."""
     if _get_default_device is None:
         return None
-    if (_DEVICE_CONTEXT is not None and getattr(_DEVICE_CONTEXT, "device_context", None) is None
-            and _function_depth is not None and _function_depth() == 0):
+    if (
+        _DEVICE_CONTEXT is not None
+        and getattr(_DEVICE_CONTEXT, "device_context", None) is None
+        and _function_depth is not None
+        and _function_depth() == 0
+    ):
         return _CPU
     return _get_default_device()
 
@@ -261,16 +278,21 @@ def _restore_groups(before: tuple[Any, ...] | None, default: Any, count: int, re
         try:
             torch.distributed.destroy_process_group(created[i])
         except Exception as exc:  # noqa: BLE001 - the process is recycled instead
-            reasons.append(f"process group {getattr(created[i], 'group_name', '?')} created in the example "
-                           f"could not be destroyed: {type(exc).__name__}: {exc}")
+            reasons.append(
+                f"process group {getattr(created[i], 'group_name', '?')} created in the example "
+                f"could not be destroyed: {type(exc).__name__}: {exc}"
+            )
     _REAPER.drop(created)  # no other reference is left here: the destructors run there
     if not _REAPER.settle(_REAP_BACKLOG, _REAP_WAIT_S):
-        reasons.append(f"the process groups of {_REAPER.backlog} earlier examples are still being destroyed "
-                       f"after {_REAP_WAIT_S:g}s: their destructors wait for Works that don't end")
+        reasons.append(
+            f"the process groups of {_REAPER.backlog} earlier examples are still being destroyed "
+            f"after {_REAP_WAIT_S:g}s: their destructors wait for Works that don't end"
+        )
 
 
 # ---------------------------------------------------------------------------
 # hooks: torch's process-wide hook registries, saved-tensor hooks, mode stacks
+
 
 def _hook_registries() -> tuple[dict[int, Any], ...]:
     """The dicts behind ``torch.nn.modules.module.register_module_*`` and
@@ -283,11 +305,20 @@ def _hook_registries() -> tuple[dict[int, Any], ...]:
     from torch.nn.modules import module
     from torch.optim import optimizer
 
-    names = {module: ("_global_buffer_registration_hooks", "_global_module_registration_hooks",
-                      "_global_parameter_registration_hooks", "_global_backward_pre_hooks",
-                      "_global_backward_hooks", "_global_forward_pre_hooks", "_global_forward_hooks",
-                      "_global_forward_hooks_always_called", "_global_forward_hooks_with_kwargs"),
-             optimizer: ("_global_optimizer_pre_hooks", "_global_optimizer_post_hooks")}
+    names = {
+        module: (
+            "_global_buffer_registration_hooks",
+            "_global_module_registration_hooks",
+            "_global_parameter_registration_hooks",
+            "_global_backward_pre_hooks",
+            "_global_backward_hooks",
+            "_global_forward_pre_hooks",
+            "_global_forward_hooks",
+            "_global_forward_hooks_always_called",
+            "_global_forward_hooks_with_kwargs",
+        ),
+        optimizer: ("_global_optimizer_pre_hooks", "_global_optimizer_post_hooks"),
+    }
     found = (getattr(mod, name, None) for mod, names_ in names.items() for name in names_)
     return tuple(d for d in found if isinstance(d, dict))
 
@@ -347,10 +378,12 @@ def _same(t: Any) -> Any:
 def _autograd_state() -> tuple[Any, ...]:
     """The saved-tensor default hooks on top (where a torch can't show them: whether any are in force) and
     the disabled message; the dispatch and function mode depths."""
-    return (_top_saved_hooks(True) if _top_saved_hooks else _saved_hooks_in_force(),
-            _saved_hooks_message() if _saved_hooks_message else None,
-            _dispatch_depth() if _dispatch_depth else 0,
-            _function_depth() if _function_depth else 0)
+    return (
+        _top_saved_hooks(True) if _top_saved_hooks else _saved_hooks_in_force(),
+        _saved_hooks_message() if _saved_hooks_message else None,
+        _dispatch_depth() if _dispatch_depth else 0,
+        _function_depth() if _function_depth else 0,
+    )
 
 
 def _same_hooks(a: Any, b: Any) -> bool:
@@ -402,17 +435,37 @@ def _restore_modes(dispatch: int, function: int, reasons: list[str]) -> None:
         if isinstance(top, DeviceContext):
             break
         _pop_function_mode()
-    if _function_mode_at is not None and any(not isinstance(_function_mode_at(i), DeviceContext)
-                                             for i in range(function, _function_depth())):
+    if _function_mode_at is not None and any(
+        not isinstance(_function_mode_at(i), DeviceContext) for i in range(function, _function_depth())
+    ):
         reasons.append("a torch function mode entered in the example can't be left")
 
 
 class StateGuard:
     """Snapshot of the process-global state an example may change."""
 
-    __slots__ = ("env", "dtype", "grad", "sharing", "threads", "deterministic", "anomaly",
-                 "cwd", "default_device", "warning_filters", "loggers", "logger_states", "logging_disable",
-                 "groups", "default_group", "pg_count", "debug_level", "hooks", "full_backward", "autograd")
+    __slots__ = (
+        "env",
+        "dtype",
+        "grad",
+        "sharing",
+        "threads",
+        "deterministic",
+        "anomaly",
+        "cwd",
+        "default_device",
+        "warning_filters",
+        "loggers",
+        "logger_states",
+        "logging_disable",
+        "groups",
+        "default_group",
+        "pg_count",
+        "debug_level",
+        "hooks",
+        "full_backward",
+        "autograd",
+    )
 
     def __init__(self) -> None:
         self.env = _environ_snapshot()
@@ -420,8 +473,10 @@ class StateGuard:
         self.grad = torch.is_grad_enabled()
         self.sharing = tmp.get_sharing_strategy()
         self.threads = torch.get_num_threads()
-        self.deterministic = (torch.are_deterministic_algorithms_enabled(),
-                              torch.is_deterministic_algorithms_warn_only_enabled())
+        self.deterministic = (
+            torch.are_deterministic_algorithms_enabled(),
+            torch.is_deterministic_algorithms_warn_only_enabled(),
+        )
         self.anomaly = torch.is_anomaly_enabled()
         self.cwd = os.getcwd()
         self.default_device = _default_device()
@@ -455,8 +510,10 @@ class StateGuard:
             tmp.set_sharing_strategy(self.sharing)
         if torch.get_num_threads() != self.threads:
             torch.set_num_threads(self.threads)
-        deterministic = (torch.are_deterministic_algorithms_enabled(),
-                         torch.is_deterministic_algorithms_warn_only_enabled())
+        deterministic = (
+            torch.are_deterministic_algorithms_enabled(),
+            torch.is_deterministic_algorithms_warn_only_enabled(),
+        )
         if deterministic != self.deterministic:
             torch.use_deterministic_algorithms(self.deterministic[0], warn_only=self.deterministic[1])
         if torch.is_anomaly_enabled() != self.anomaly:

@@ -108,8 +108,10 @@ class _Monitoring(_Collector):
         else:
             from fuzzdist.errors import CapabilityError
 
-            raise CapabilityError("--cover: every sys.monitoring tool id fuzzdist can use is taken by other "
-                                  "tools in the rank processes (debuggers, profilers); stop one of them")
+            raise CapabilityError(
+                "--cover: every sys.monitoring tool id fuzzdist can use is taken by other "
+                "tools in the rank processes (debuggers, profilers); stop one of them"
+            )
         self._tool = tool
         mon.register_callback(tool, mon.events.LINE, self._line)
         # Left on between examples: changing the global events re-instruments every function.

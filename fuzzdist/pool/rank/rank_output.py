@@ -193,8 +193,10 @@ class OutputLog:
 
     def entries(self, test: str) -> list[dict[str, object]]:
         """``test``'s distinct outputs as plain values (for JSON reports), most frequent first."""
-        return [{"what": key, "examples": seen.examples, "ranks": sorted(seen.ranks), "first": seen.first}
-                for key, seen in sorted(self.tests.get(test, {}).items(), key=lambda kv: -kv[1].examples)]
+        return [
+            {"what": key, "examples": seen.examples, "ranks": sorted(seen.ranks), "first": seen.first}
+            for key, seen in sorted(self.tests.get(test, {}).items(), key=lambda kv: -kv[1].examples)
+        ]
 
     def summary(self) -> list[str]:
         """Lines for the end of the run: per test, each distinct output with its count and ranks."""
@@ -228,7 +230,9 @@ def validate_mode(mode: str) -> str:
     from fuzzdist.errors import InvalidArgument
 
     if mode not in OUTPUT_MODES:
-        raise InvalidArgument(f"rank_output must be one of {', '.join(map(repr, OUTPUT_MODES))}, got {mode!r}: "
-                              "'capture' keeps each example's output and shows it with failures, 'live' lets "
-                              "the ranks print as they go")
+        raise InvalidArgument(
+            f"rank_output must be one of {', '.join(map(repr, OUTPUT_MODES))}, got {mode!r}: "
+            "'capture' keeps each example's output and shows it with failures, 'live' lets "
+            "the ranks print as they go"
+        )
     return mode

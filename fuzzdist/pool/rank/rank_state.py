@@ -134,8 +134,15 @@ class RankState:
 
     def progress(self) -> tuple[Any, ...]:
         """What changes while the rank makes progress: two equal values mean it stood still."""
-        return (self.seq, self.finished, self.collectives, self.call, self.call_args, self.user_site,
-                self.pending_works)
+        return (
+            self.seq,
+            self.finished,
+            self.collectives,
+            self.call,
+            self.call_args,
+            self.user_site,
+            self.pending_works,
+        )
 
 
 # -- bookkeeping done by the example's thread (cheap: two attribute writes) ------------
@@ -240,8 +247,11 @@ def _probe_recorder(backend: str) -> str:
         group = gloo(dist.HashStore(), 0, 1, options)
         group.allreduce([torch.zeros(1)]).wait()
         del group
-        if any(e.get("time_created_ns", 0) >= since and "all_reduce" in str(e.get("profiling_name"))
-               for d in _dumps() for e in d.get("entries", ())):
+        if any(
+            e.get("time_created_ns", 0) >= since and "all_reduce" in str(e.get("profiling_name"))
+            for d in _dumps()
+            for e in d.get("entries", ())
+        ):
             return ""
         return f"torch {torch.__version__}'s flight recorder keeps no record of gloo's collectives"
     except Exception as exc:  # noqa: BLE001 - a rank that can't ask still runs; its hangs say why
@@ -264,8 +274,7 @@ def snapshot(seq: int, with_stack: bool = False) -> RankState:
     try:
         # A rank that finished example seq starts no collective before the next example: its record
         # since seq began is still exactly seq's.
-        collectives = (None if _recorder.gap else
-                       _collectives(_current.start_ns) if _current.last == seq else ())
+        collectives = None if _recorder.gap else _collectives(_current.start_ns) if _current.last == seq else ()
     except Exception as exc:  # noqa: BLE001 - a snapshot never raises
         collectives = None
         notes.append(f"flight recorder unreadable ({type(exc).__name__}: {exc})")
@@ -318,13 +327,19 @@ def _collectives(since_ns: int) -> tuple[Collective, ...]:
         p2p = bool(entry.get("is_p2p"))
         steps[(name, p2p)] = step = steps.get((name, p2p), 0) + 1
         op = str(entry.get("profiling_name", "?")).split(":", 1)[-1]
-        out.append(Collective(
-            group=str(name), group_desc=str(desc), group_ranks=_group_ranks(groups, str(name)),
-            step=step, op=op, p2p=p2p,
-            shapes=tuple(tuple(s) for s in entry.get("input_sizes", ())),
-            dtypes=tuple(_dtype_name(d) for d in entry.get("input_dtypes", ())),
-            done=bool(entry.get("retired")) or entry.get("state") == "completed",
-        ))
+        out.append(
+            Collective(
+                group=str(name),
+                group_desc=str(desc),
+                group_ranks=_group_ranks(groups, str(name)),
+                step=step,
+                op=op,
+                p2p=p2p,
+                shapes=tuple(tuple(s) for s in entry.get("input_sizes", ())),
+                dtypes=tuple(_dtype_name(d) for d in entry.get("input_dtypes", ())),
+                done=bool(entry.get("retired")) or entry.get("state") == "completed",
+            )
+        )
     return tuple(out)
 
 
@@ -340,9 +355,20 @@ def _group_ranks(groups: dict[str, Any], name: str) -> tuple[int, ...] | None:
 
 def _dtype_name(fr_name: str) -> str:
     # The recorder names dtypes as c10's ScalarType does ("Float", "Long"): say them as torch does.
-    return {"Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16",
-            "Long": "int64", "Int": "int32", "Short": "int16", "Char": "int8", "Byte": "uint8",
-            "Bool": "bool", "ComplexFloat": "complex64", "ComplexDouble": "complex128"}.get(fr_name, fr_name)
+    return {
+        "Float": "float32",
+        "Double": "float64",
+        "Half": "float16",
+        "BFloat16": "bfloat16",
+        "Long": "int64",
+        "Int": "int32",
+        "Short": "int16",
+        "Char": "int8",
+        "Byte": "uint8",
+        "Bool": "bool",
+        "ComplexFloat": "complex64",
+        "ComplexDouble": "complex128",
+    }.get(fr_name, fr_name)
 
 
 def _example_frames(frame: FrameType | None) -> list[FrameType]:
@@ -353,8 +379,11 @@ def _example_frames(frame: FrameType | None) -> list[FrameType]:
         frame = frame.f_back
     chain.reverse()
     for i, f in enumerate(chain):  # the rank function is the first frame below the pool's plumbing
-        if not f.f_code.co_filename.startswith(_POOL_DIR) and i and chain[i - 1].f_code.co_filename.startswith(
-                _POOL_DIR):
+        if (
+            not f.f_code.co_filename.startswith(_POOL_DIR)
+            and i
+            and chain[i - 1].f_code.co_filename.startswith(_POOL_DIR)
+        ):
             return chain[i:]
     return chain
 
@@ -364,7 +393,7 @@ def _torch_call(frames: list[FrameType]) -> tuple[str | None, tuple[tuple[str, s
     for f in frames:
         if f.f_code.co_filename.endswith(_C10D_FILE) and not f.f_code.co_name.startswith("_"):
             args = []
-            params = f.f_code.co_varnames[:f.f_code.co_argcount + f.f_code.co_kwonlyargcount]
+            params = f.f_code.co_varnames[: f.f_code.co_argcount + f.f_code.co_kwonlyargcount]
             for name in _PEER_ARGS:
                 value = f.f_locals.get(name)
                 if value is not None and name in params:

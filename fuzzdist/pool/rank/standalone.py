@@ -87,6 +87,7 @@ class Reproducer:
 
 # -- inside a rank ---------------------------------------------------------------------------
 
+
 def rendezvous_store(rank: int, world_size: int, port: int, timeout_s: float, use_libuv: bool | None = None) -> Any:
     """The ranks' TCPStore on the loopback address; rank 0 serves it.
 
@@ -102,8 +103,10 @@ def rendezvous_store(rank: int, world_size: int, port: int, timeout_s: float, us
     if rank != 0:
         return dist.TCPStore(LOOPBACK, port, world_size, False, timeout=timeout)
     if "master_listen_fd" not in (dist.TCPStore.__init__.__doc__ or ""):  # pybind's signature, in its docstring
-        sys.stderr.write(f"note: this torch's TCPStore can't be bound to {LOOPBACK}: it listens on every "
-                         f"interface (port {port}) while the script runs\n")
+        sys.stderr.write(
+            f"note: this torch's TCPStore can't be bound to {LOOPBACK}: it listens on every "
+            f"interface (port {port}) while the script runs\n"
+        )
         return dist.TCPStore(LOOPBACK, port, world_size, True, timeout=timeout)
     if use_libuv is None:
         use_libuv = libuv_takes_a_socket(torch.__version__)
@@ -143,8 +146,13 @@ def rank_main(repro: Reproducer, rank: int, port: int, tmpdir: str, replies: Any
     import torch.distributed as dist
 
     store = rendezvous_store(rank, repro.world_size, port, repro.startup_s)
-    dist.init_process_group(repro.backend, store=store, rank=rank, world_size=repro.world_size,
-                            timeout=timedelta(seconds=max(repro.timeout_s, 60.0)))
+    dist.init_process_group(
+        repro.backend,
+        store=store,
+        rank=rank,
+        world_size=repro.world_size,
+        timeout=timedelta(seconds=max(repro.timeout_s, 60.0)),
+    )
     device = torch.device("cpu")
     if repro.device == "cuda":
         device = torch.device("cuda", rank % torch.cuda.device_count())
@@ -159,8 +167,14 @@ def rank_main(repro: Reproducer, rank: int, port: int, tmpdir: str, replies: Any
             result = fn(ctx, *args, **kwargs)
         except BaseException as exc:  # noqa: BLE001 - every failure goes back to the parent
             kind = type(exc)
-            replies.put((rank, i, "raised", (f"{kind.__module__}.{kind.__qualname__}", str(exc).strip()[:300],
-                                            traceback.format_exc())))
+            replies.put(
+                (
+                    rank,
+                    i,
+                    "raised",
+                    (f"{kind.__module__}.{kind.__qualname__}", str(exc).strip()[:300], traceback.format_exc()),
+                )
+            )
             return
         try:
             data = pickle.dumps(result)
@@ -171,6 +185,7 @@ def rank_main(repro: Reproducer, rank: int, port: int, tmpdir: str, replies: Any
 
 
 # -- the verdict ------------------------------------------------------------------------------
+
 
 def same(a: Any, b: Any) -> bool:
     """Equal, bit for bit for tensors (NaNs included), element by element for containers."""
@@ -191,19 +206,23 @@ def same(a: Any, b: Any) -> bool:
         return repr(a) == repr(b)
 
 
-def verdict(repro: Reproducer, replies: dict[int, tuple[str, Any]], dead: dict[int, str],
-            hung: set[int]) -> tuple[int, str]:
+def verdict(
+    repro: Reproducer, replies: dict[int, tuple[str, Any]], dead: dict[int, str], hung: set[int]
+) -> tuple[int, str]:
     """(exit code, line) for the last call, from what each rank did (``dead``: rank -> how it died)."""
     failed = repro.failed
     if failed["kind"] == "crash" and dead:
         died = ", ".join(f"rank {r} ({how})" for r, how in sorted(dead.items()))
         return EXIT_BUG, f"BUG: rank process died again: {died}"
     if failed["kind"] == "hang" and hung:
-        return EXIT_BUG, (f"BUG: ranks {sorted(hung)} still running after {repro.timeout_s:g}s (scaled to the "
-                          "start-up), as when it failed")
+        return EXIT_BUG, (
+            f"BUG: ranks {sorted(hung)} still running after {repro.timeout_s:g}s (scaled to the "
+            "start-up), as when it failed"
+        )
     if dead:
-        return EXIT_NO_VERDICT, (f"NO VERDICT: rank process died: {sorted(dead.items())} "
-                                 f"(it {failed['summary']} when it failed)")
+        return EXIT_NO_VERDICT, (
+            f"NO VERDICT: rank process died: {sorted(dead.items())} (it {failed['summary']} when it failed)"
+        )
     raised = {r: reply for r, (what, reply) in replies.items() if what == "raised"}
     if failed["kind"] == "raised":
         again = {r: reply for r, reply in raised.items() if reply[0] in failed["types"].values()}
@@ -216,19 +235,22 @@ def verdict(repro: Reproducer, replies: dict[int, tuple[str, Any]], dead: dict[i
         first = message.splitlines()[0] if message else ""
         return EXIT_NO_VERDICT, f"NO VERDICT: rank {r} raised {kind}: {first} (not the failure stored)"
     if hung:
-        return EXIT_NO_VERDICT, (f"NO VERDICT: ranks {sorted(hung)} did not finish the call within "
-                                 f"{repro.timeout_s:g}s (scaled)")
+        return EXIT_NO_VERDICT, (
+            f"NO VERDICT: ranks {sorted(hung)} did not finish the call within {repro.timeout_s:g}s (scaled)"
+        )
     results = [pickle.loads(replies[r][1]) for r in range(repro.world_size)]
     if failed["kind"] == "results":
         rejected = pickle.loads(base64.b64decode("".join(failed["results"])))
         if same(results, rejected):
             return EXIT_BUG, f"BUG: the ranks returned the results the property rejected: {repr(results)[:300]}"
-        return EXIT_FIXED, (f"FIXED: the ranks no longer return the results the property rejected; "
-                            f"now {repr(results)[:300]}")
+        return EXIT_FIXED, (
+            f"FIXED: the ranks no longer return the results the property rejected; now {repr(results)[:300]}"
+        )
     return EXIT_FIXED, f"FIXED: the call completed on every rank (when it failed: {failed['summary']})"
 
 
 # -- the parent -------------------------------------------------------------------------------
+
 
 def free_port() -> int:
     """A port free on the loopback address now, for the rendezvous."""
@@ -245,8 +267,10 @@ def reproduce(repro: Reproducer) -> tuple[int, str]:
     context = mp.get_context("spawn")
     replies = context.Queue()
     tmpdir = tempfile.mkdtemp(prefix="fuzzdist-repro-")
-    ranks = [context.Process(target=rank_main, args=(repro, r, port, tmpdir, replies), daemon=True)
-             for r in range(repro.world_size)]
+    ranks = [
+        context.Process(target=rank_main, args=(repro, r, port, tmpdir, replies), daemon=True)
+        for r in range(repro.world_size)
+    ]
     started = time.monotonic()
     for p in ranks:
         p.start()
@@ -298,11 +322,14 @@ def run_calls(repro: Reproducer, ranks: list[Any], replies: Any, started: float)
         hung = set(range(repro.world_size)) - set(got) - set(dead)
         if i < last:
             if dead or hung or any(what != "ok" for what, _ in got.values()):
-                bad = {r: reply[1][0] if reply[0] == "raised" else reply[0]
-                       for r, reply in got.items() if reply[0] != "ok"}
-                return EXIT_NO_VERDICT, (f"NO VERDICT: call {i + 1} of {len(repro.calls)}, which passed when the "
-                                         f"property failed, failed now (raised: {bad}, died: {dead}, "
-                                         f"unfinished: {sorted(hung)})")
+                bad = {
+                    r: reply[1][0] if reply[0] == "raised" else reply[0] for r, reply in got.items() if reply[0] != "ok"
+                }
+                return EXIT_NO_VERDICT, (
+                    f"NO VERDICT: call {i + 1} of {len(repro.calls)}, which passed when the "
+                    f"property failed, failed now (raised: {bad}, died: {dead}, "
+                    f"unfinished: {sorted(hung)})"
+                )
             continue
         return verdict(repro, got, {r: describe_exit(c) for r, c in dead.items()}, hung)
     return EXIT_NO_VERDICT, "NO VERDICT: no call to check"

@@ -64,8 +64,7 @@ class Worker:
                 self._guard = _rank_modules()[0].StateGuard()
         return 0
 
-    def on_run(self, seq: int, seed: int, payload: bytes, sys_path: list[str] | None,
-               cover: Any = None) -> bytes:
+    def on_run(self, seq: int, seed: int, payload: bytes, sys_path: list[str] | None, cover: Any = None) -> bytes:
         line_cover.request(cover)  # --cover: what to measure, and the scope its new lines count in
         if sys_path is not None:  # the driver's test directories (pytest puts them on sys.path)
             sys.path[:] = sys_path
@@ -112,8 +111,10 @@ def execute(ctx: Any, seq: int, seed: int, payload: bytes, guard: Any = None) ->
     try:
         return messages.ok(seq, result, recycle, written.output, elapsed, cover=lines)
     except Exception as exc:  # noqa: BLE001 - an unpicklable return value
-        unsendable = CallError(f"fn returned a value that can't be sent back to the driver: {exc}. "
-                               "Return plain values (numbers, lists, CPU tensors), not handles.")
+        unsendable = CallError(
+            f"fn returned a value that can't be sent back to the driver: {exc}. "
+            "Return plain values (numbers, lists, CPU tensors), not handles."
+        )
         return messages.err(seq, _remote.capture(unsendable), recycle, written.output, elapsed, cover=lines)
 
 

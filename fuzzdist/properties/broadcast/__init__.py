@@ -34,13 +34,15 @@ MAX_BYTES = 64 * 1024
 # Every dtype the installed torch's gloo broadcasts (complex not before torch's broadcast views it as real:
 # asked of torch on the first draw, not at import, which ranks do too), any shape up to 64 KiB, every
 # layout, every value pattern.
-SPECS = fst.tensor_specs(shapes=fst.shapes(max_bytes=MAX_BYTES),
-                         dtypes=st.deferred(lambda: st.sampled_from(gloo_dtypes("broadcast"))))
+SPECS = fst.tensor_specs(
+    shapes=fst.shapes(max_bytes=MAX_BYTES), dtypes=st.deferred(lambda: st.sampled_from(gloo_dtypes("broadcast")))
+)
 SEEDS = fst.seeds()
 
 
-def broadcast_and_check(ctx: RankContext, spec: fst.TensorSpec, src: int, seed: int,
-                        broadcast: Callable[..., Any] = dist.broadcast) -> Problem | None:
+def broadcast_and_check(
+    ctx: RankContext, spec: fst.TensorSpec, src: int, seed: int, broadcast: Callable[..., Any] = dist.broadcast
+) -> Problem | None:
     """On every rank: broadcast ``spec``'s tensor from ``src``; None if this rank holds exactly
     the source's values, else what differs.  ``broadcast`` is swappable so tests can plant bugs."""
     if ctx.rank == src:
@@ -60,8 +62,9 @@ def broadcast_and_check(ctx: RankContext, spec: fst.TensorSpec, src: int, seed: 
     return diff
 
 
-def check(pool: Pool, spec: fst.TensorSpec, src: int, seed: int, *,
-          broadcast: Callable[..., Any] = dist.broadcast) -> None:
+def check(
+    pool: Pool, spec: fst.TensorSpec, src: int, seed: int, *, broadcast: Callable[..., Any] = dist.broadcast
+) -> None:
     """Broadcast ``spec``'s tensor (values from ``seed``) from rank ``src`` over ``pool`` with
     ``broadcast`` (any function with ``dist.broadcast``'s signature); raise
     :class:`PropertyFailure` naming the ranks whose tensor differs from the source's.  Run inside

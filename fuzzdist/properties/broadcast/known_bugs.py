@@ -17,11 +17,7 @@ from fuzzdist.problems import Symptom
 
 
 def _broadcast_ignores_strides(example: Mapping[str, Any], failure: BaseException) -> bool:
-    return (example["spec"].layout in DENSE_NON_CONTIGUOUS
-            and every_problem(failure, shows(Symptom.MEMORY_ORDER)))
+    return example["spec"].layout in DENSE_NON_CONTIGUOUS and every_problem(failure, shows(Symptom.MEMORY_ORDER))
 
 
-register(KnownBug(
-    id="gloo-broadcast-ignores-strides",
-    where=("broadcast",),
-    recognise=_broadcast_ignores_strides))
+register(KnownBug(id="gloo-broadcast-ignores-strides", where=("broadcast",), recognise=_broadcast_ignores_strides))

@@ -71,11 +71,18 @@ def _is_double_shard_save_plan_refused(example: Mapping[str, Any], failure: Base
         return False
     from torch.distributed.checkpoint.api import CheckpointException
 
-    return all(evidence.raised_a(p, CheckpointException) and evidence.says(p, _PLAN_REFUSED)
-               and evidence.says(p, "_save_state_dict") for p in errors)
+    return all(
+        evidence.raised_a(p, CheckpointException)
+        and evidence.says(p, _PLAN_REFUSED)
+        and evidence.says(p, "_save_state_dict")
+        for p in errors
+    )
 
 
-register(KnownBug(
-    id="dcp-save-double-shard-empty-piece-fails",
-    where=("checkpoint",),
-    recognise=_is_double_shard_save_plan_refused))
+register(
+    KnownBug(
+        id="dcp-save-double-shard-empty-piece-fails",
+        where=("checkpoint",),
+        recognise=_is_double_shard_save_plan_refused,
+    )
+)

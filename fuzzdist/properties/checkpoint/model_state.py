@@ -114,8 +114,10 @@ def _distribute_model(ctx: RankContext, model: nn.Module, how: Parallelism) -> n
         return model
     if how.kind == "ddp":
         from torch.nn.parallel import DistributedDataParallel as DDP
+
         return DDP(model, process_group=ctx.group)
     from fuzzdist.properties import fsdp  # FSDP2: only where the torch has fully_shard
+
     mesh = fsdp.device_mesh(ctx.device.type, how.mesh_shape)
     if how.per_layer:
         for module in model.children():
@@ -143,8 +145,9 @@ def _local_and_expected(t: torch.Tensor, full: torch.Tensor) -> tuple[torch.Tens
     return t.to_local(), piece
 
 
-def _model(ctx: RankContext, case: ModelCase, how: Parallelism, init_seed: int,
-           lr: float) -> tuple[nn.Module, nn.Module, torch.optim.Optimizer]:
+def _model(
+    ctx: RankContext, case: ModelCase, how: Parallelism, init_seed: int, lr: float
+) -> tuple[nn.Module, nn.Module, torch.optim.Optimizer]:
     """(the plain module, its distributed form, an optimizer with its state initialised)."""
     inner = build_model(case.widths, init_seed)
     model = _distribute_model(ctx, inner, how)
@@ -170,8 +173,7 @@ def set_seeded_state(inner: nn.Module, optimizer: torch.optim.Optimizer, seed: i
                     value.fill_(seeded_step(seed, fqn))
 
 
-def check_seeded_state(inner: nn.Module, optimizer: torch.optim.Optimizer, case: ModelCase,
-                       what: str) -> list[Problem]:
+def check_seeded_state(inner: nn.Module, optimizer: torch.optim.Optimizer, case: ModelCase, what: str) -> list[Problem]:
     """What differs in ``inner``'s parameters and ``optimizer``'s state from the values of
     ``case.seed`` and ``case.lr``."""
     problems = []
@@ -195,8 +197,14 @@ def check_seeded_state(inner: nn.Module, optimizer: torch.optim.Optimizer, case:
             if key == "step":
                 got = float(value) if isinstance(value, (int, float)) else float(value.item())
                 if got != seeded_step(case.seed, fqn):
-                    problems.append(Problem(Kind.MISMATCH, f"{what}: optimizer state {fqn}.step", got=got,
-                                            expected=seeded_step(case.seed, fqn)))
+                    problems.append(
+                        Problem(
+                            Kind.MISMATCH,
+                            f"{what}: optimizer state {fqn}.step",
+                            got=got,
+                            expected=seeded_step(case.seed, fqn),
+                        )
+                    )
                 continue
             local, piece = _local_and_expected(value, seeded(tuple(value.shape), case.seed, fqn, key))
             diff = first_difference(local, piece, f"{what}: optimizer state {fqn}.{key}")
@@ -205,14 +213,25 @@ def check_seeded_state(inner: nn.Module, optimizer: torch.optim.Optimizer, case:
     return problems
 
 
-def dsd_set_state_dict(model: nn.Module, optimizer: torch.optim.Optimizer, model_state_dict: dict[str, Any],
-                       optim_state_dict: dict[str, Any]) -> None:
+def dsd_set_state_dict(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    model_state_dict: dict[str, Any],
+    optim_state_dict: dict[str, Any],
+) -> None:
     """torch's own ``set_state_dict``."""
     set_state_dict(model, optimizer, model_state_dict=model_state_dict, optim_state_dict=optim_state_dict)
 
 
-def _load_model(ctx: RankContext, case: ModelCase, how: Parallelism, path: str, no_dist: bool,
-                load: Callable[..., Any], set_state: Callable[..., Any]) -> tuple[nn.Module, torch.optim.Optimizer]:
+def _load_model(
+    ctx: RankContext,
+    case: ModelCase,
+    how: Parallelism,
+    path: str,
+    no_dist: bool,
+    load: Callable[..., Any],
+    set_state: Callable[..., Any],
+) -> tuple[nn.Module, torch.optim.Optimizer]:
     inner, model, optimizer = _model(ctx, case, how, case.seed + 1, case.lr * 2)
     model_sd, optim_sd = get_state_dict(model, optimizer)
     state = {"model": model_sd, "optim": optim_sd}
@@ -221,9 +240,14 @@ def _load_model(ctx: RankContext, case: ModelCase, how: Parallelism, path: str, 
     return inner, optimizer
 
 
-def model_save_and_load(ctx: RankContext, case: ModelCase, path: str, save: Callable[..., Any] = dcp_save,
-                        load: Callable[..., Any] = dcp_load,
-                        set_state: Callable[..., Any] = dsd_set_state_dict) -> list[Problem] | None:
+def model_save_and_load(
+    ctx: RankContext,
+    case: ModelCase,
+    path: str,
+    save: Callable[..., Any] = dcp_save,
+    load: Callable[..., Any] = dcp_load,
+    set_state: Callable[..., Any] = dsd_set_state_dict,
+) -> list[Problem] | None:
     """On every rank: set a model's and its optimizer's state from the seed under ``case.save``, save
     it with ``get_state_dict`` and ``save``, load it into a fresh model under ``case.load`` with
     ``get_state_dict``, ``load`` and ``set_state``, and check it (and on rank 0, with
@@ -235,11 +259,15 @@ def model_save_and_load(ctx: RankContext, case: ModelCase, path: str, save: Call
         set_seeded_state(inner, optimizer, case.seed)
         model_sd, optim_sd = get_state_dict(model, optimizer)
         save({"model": model_sd, "optim": optim_sd}, path, False)
-        problems = check_seeded_state(*_load_model(ctx, case, case.load, path, False, load, set_state), case,
-                                      f"loaded under {case.load.kind}")
+        problems = check_seeded_state(
+            *_load_model(ctx, case, case.load, path, False, load, set_state), case, f"loaded under {case.load.kind}"
+        )
         if case.single_process and ctx.rank == 0:
-            problems += check_seeded_state(*_load_model(ctx, case, Parallelism("none"), path, True, load, set_state),
-                                           case, "no_dist load on rank 0 into the plain model")
+            problems += check_seeded_state(
+                *_load_model(ctx, case, Parallelism("none"), path, True, load, set_state),
+                case,
+                "no_dist load on rank 0 into the plain model",
+            )
     return _report(problems)
 
 
@@ -272,9 +300,15 @@ def model_cases(draw: st.DrawFn, world_size: int, max_depth: int = 3, max_width:
     return ModelCase(widths, optimizer, lr, seed, save, load, single)
 
 
-def check_model(pool: Pool, case: ModelCase, *, save: Callable[..., Any] = dcp_save,
-                load: Callable[..., Any] = dcp_load, set_state: Callable[..., Any] = dsd_set_state_dict,
-                base_dir: str | None = None) -> None:
+def check_model(
+    pool: Pool,
+    case: ModelCase,
+    *,
+    save: Callable[..., Any] = dcp_save,
+    load: Callable[..., Any] = dcp_load,
+    set_state: Callable[..., Any] = dsd_set_state_dict,
+    base_dir: str | None = None,
+) -> None:
     """Save ``case``'s model and optimizer state on every rank of ``pool`` and load it into the other
     parallelism (``save``/``load`` as in :func:`check`; ``set_state(model, optimizer, model_state_dict=,
     optim_state_dict=)``, torch's ``set_state_dict`` by default); raise :class:`PropertyFailure` if
@@ -286,5 +320,6 @@ def check_model(pool: Pool, case: ModelCase, *, save: Callable[..., Any] = dcp_s
         shutil.rmtree(path, ignore_errors=True)
     wrong = {rank: problems for rank, problems in enumerate(results) if problems}
     if wrong:
-        raise PropertyFailure(f"ranks {sorted(wrong)} loaded another model or optimizer state than was saved:"
-                              f"{by_rank(wrong)}", results)
+        raise PropertyFailure(
+            f"ranks {sorted(wrong)} loaded another model or optimizer state than was saved:{by_rank(wrong)}", results
+        )

@@ -33,7 +33,6 @@ if not (hasattr(dcp, "save") and hasattr(dcp, "load")):  # pragma: no cover - to
     raise ImportError(f"torch {torch.__version__}'s torch.distributed.checkpoint has no save/load")
 
 if TYPE_CHECKING:
-
     from fuzzdist.pool import Pool
     from fuzzdist.pool.rank.context import RankContext
 
@@ -171,8 +170,13 @@ def _filled(spec: fst.TensorSpec, values: torch.Tensor, device: torch.device) ->
     return t
 
 
-def _dtensor(ctx: RankContext, full: torch.Tensor, mesh_shape: tuple[int, ...], names: Placements,
-             local: torch.Tensor | None = None) -> tuple[Any, torch.Tensor]:
+def _dtensor(
+    ctx: RankContext,
+    full: torch.Tensor,
+    mesh_shape: tuple[int, ...],
+    names: Placements,
+    local: torch.Tensor | None = None,
+) -> tuple[Any, torch.Tensor]:
     """(a DTensor of ``full`` on ``mesh_shape`` with placements ``names``, its local tensor), built with
     no communication from this rank's ``torch.chunk`` piece (or ``local``, a tensor of its shape)."""
     mesh = dtensor.device_mesh(ctx.device.type, mesh_shape)
@@ -180,13 +184,20 @@ def _dtensor(ctx: RankContext, full: torch.Tensor, mesh_shape: tuple[int, ...], 
     assert coordinate is not None, "every rank of the pool is in the mesh"
     piece = dtensor.expected_local(full, mesh_shape, tuple(coordinate), names)
     own = piece.clone() if local is None else local
-    dt = DTensor.from_local(own, mesh, [dtensor.placement(n) for n in names], run_check=False,
-                            shape=full.shape, stride=full.contiguous().stride())
+    dt = DTensor.from_local(
+        own,
+        mesh,
+        [dtensor.placement(n) for n in names],
+        run_check=False,
+        shape=full.shape,
+        stride=full.contiguous().stride(),
+    )
     return dt, own
 
 
-def _expected_piece(ctx: RankContext, full: torch.Tensor, mesh_shape: tuple[int, ...],
-                    names: Placements) -> torch.Tensor:
+def _expected_piece(
+    ctx: RankContext, full: torch.Tensor, mesh_shape: tuple[int, ...], names: Placements
+) -> torch.Tensor:
     """This rank's ``torch.chunk`` piece of ``full`` on ``mesh_shape`` with placements ``names``."""
     mesh = dtensor.device_mesh(ctx.device.type, mesh_shape)
     coordinate = mesh.get_coordinate()
@@ -227,8 +238,14 @@ def _same_value(actual: Any, expected: Any) -> bool:
     return type(actual) is type(expected) and pickle.dumps(actual) == pickle.dumps(expected)
 
 
-def _check_loaded(ctx: RankContext, case: CheckpointCase, state: dict[str, Any], allocated: list[torch.Tensor],
-                  what: str, single: bool) -> list[Problem]:
+def _check_loaded(
+    ctx: RankContext,
+    case: CheckpointCase,
+    state: dict[str, Any],
+    allocated: list[torch.Tensor],
+    what: str,
+    single: bool,
+) -> list[Problem]:
     """What differs in the loaded ``state`` (and the tensors allocated for it) from the seeds' values."""
     problems: list[Problem] = []
     tensors = iter(allocated)
@@ -237,8 +254,9 @@ def _check_loaded(ctx: RankContext, case: CheckpointCase, state: dict[str, Any],
         try:
             got = _get(state, path)
         except (KeyError, IndexError, TypeError) as exc:
-            problems.append(Problem(Kind.MISSING, where, detail=f"missing from the loaded state dict "
-                                                                f"({type(exc).__name__}: {exc})"))
+            problems.append(
+                Problem(Kind.MISSING, where, detail=f"missing from the loaded state dict ({type(exc).__name__}: {exc})")
+            )
             continue
         if isinstance(leaf, ValueLeaf):
             if not _same_value(got, leaf.value):
@@ -251,19 +269,28 @@ def _check_loaded(ctx: RankContext, case: CheckpointCase, state: dict[str, Any],
         else:
             expected = _expected_piece(ctx, full, leaf.load_mesh, leaf.load_placements)
             if not isinstance(got, DTensor):
-                problems.append(Problem(Kind.SHAPE, where, got=f"a {type(got).__name__}",
-                                        expected="the DTensor allocated"))
+                problems.append(
+                    Problem(Kind.SHAPE, where, got=f"a {type(got).__name__}", expected="the DTensor allocated")
+                )
                 continue
             if _names(tuple(got.placements)) != leaf.load_placements or tuple(got.shape) != leaf.spec.shape:
-                problems.append(Problem(Kind.SHAPE, where, got=(tuple(got.shape), got.placements),
-                                        expected=(leaf.spec.shape, leaf.load_placements), detail="(a DTensor)"))
+                problems.append(
+                    Problem(
+                        Kind.SHAPE,
+                        where,
+                        got=(tuple(got.shape), got.placements),
+                        expected=(leaf.spec.shape, leaf.load_placements),
+                        detail="(a DTensor)",
+                    )
+                )
             got = got.to_local()
         diff = first_difference(got, expected, where)
         if diff is not None:
             problems.append(diff)
         elif got is not mine and got.data_ptr() != mine.data_ptr():
-            diff = first_difference(mine, expected, f"{where}: the tensor allocated for the values (the state "
-                                                    "dict holds them)")
+            diff = first_difference(
+                mine, expected, f"{where}: the tensor allocated for the values (the state dict holds them)"
+            )
             if diff is not None:
                 problems.append(diff)
     return problems
@@ -285,8 +312,13 @@ def _report(problems: list[Problem]) -> list[Problem] | None:
     return capped(problems) or None
 
 
-def save_and_load(ctx: RankContext, case: CheckpointCase, path: str,
-                  save: Callable[..., Any] = dcp_save, load: Callable[..., Any] = dcp_load) -> list[Problem] | None:
+def save_and_load(
+    ctx: RankContext,
+    case: CheckpointCase,
+    path: str,
+    save: Callable[..., Any] = dcp_save,
+    load: Callable[..., Any] = dcp_load,
+) -> list[Problem] | None:
     """On every rank: save ``case``'s state dict to ``path`` with ``save``, load it into the other
     layout with ``load`` and check it (and, with ``case.single_process``, load it on rank 0 alone
     into full-size plain tensors); None if all is well, else the problems."""
@@ -312,8 +344,9 @@ def save_and_load(ctx: RankContext, case: CheckpointCase, path: str,
 
 
 def _value_leaves() -> st.SearchStrategy[Any]:
-    scalars = st.one_of(st.integers(), st.text(max_size=8), st.none(), st.booleans(),
-                        st.floats(allow_nan=True), st.binary(max_size=8))
+    scalars = st.one_of(
+        st.integers(), st.text(max_size=8), st.none(), st.booleans(), st.floats(allow_nan=True), st.binary(max_size=8)
+    )
     return st.one_of(scalars, st.lists(scalars, max_size=3), st.tuples(scalars, scalars))
 
 
@@ -345,9 +378,11 @@ def _normalize(names: Placements, ndim: int) -> Placements:
 def _tree(leaf: st.SearchStrategy[Leaf]) -> st.SearchStrategy[Any]:
     def extend(children: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
         dicts = st.dictionaries(_KEYS, children, min_size=1, max_size=2).map(
-            lambda d: Node(tuple(d.values()), tuple(d.keys())))
+            lambda d: Node(tuple(d.values()), tuple(d.keys()))
+        )
         lists = st.lists(children, min_size=1, max_size=2).map(lambda c: Node(tuple(c)))
         return st.one_of(dicts, lists)
+
     return st.recursive(leaf, extend, max_leaves=MAX_ENTRIES)
 
 
@@ -362,15 +397,19 @@ def _well_formed(node: Any) -> bool:
     are saved whole, which the leaves of ``_value_leaves`` already cover)."""
     if not isinstance(node, Node):
         return True
-    if node.keys is None and not any(_tensor_in(c) or (isinstance(c, Node) and c.keys is not None)
-                                     for c in node.children):
+    if node.keys is None and not any(
+        _tensor_in(c) or (isinstance(c, Node) and c.keys is not None) for c in node.children
+    ):
         return False
     return all(_well_formed(c) for c in node.children)
 
 
 @st.composite
-def checkpoint_cases(draw: st.DrawFn, world_size: int, dtypes: st.SearchStrategy[torch.dtype] | None = None,
-                     ) -> CheckpointCase:
+def checkpoint_cases(
+    draw: st.DrawFn,
+    world_size: int,
+    dtypes: st.SearchStrategy[torch.dtype] | None = None,
+) -> CheckpointCase:
     """A ``CheckpointCase`` for a pool of ``world_size`` ranks: 1 to ``MAX_ENTRIES`` leaves (plain
     tensors of every dtype ``fst.dtypes()`` yields and every layout, up to ``MAX_BYTES`` each;
     DTensors on every 1-D and 2-D mesh shape with every Shard/Replicate placement, saved from one
@@ -398,13 +437,20 @@ def new_checkpoint_dir(base_dir: str | None = None) -> str:
     """A fresh directory for one example's checkpoint (``tempfile.mkdtemp`` under ``base_dir``,
     the system's temporary directory by default)."""
     if base_dir is not None and not os.path.isdir(base_dir):
-        raise InvalidArgument(f"base_dir {base_dir!r} is not a directory: create it, or pass None for the system's "
-                              "temporary directory")
+        raise InvalidArgument(
+            f"base_dir {base_dir!r} is not a directory: create it, or pass None for the system's temporary directory"
+        )
     return tempfile.mkdtemp(prefix="fuzzdist-dcp-", dir=base_dir)
 
 
-def check(pool: Pool, case: CheckpointCase, *, save: Callable[..., Any] = dcp_save,
-          load: Callable[..., Any] = dcp_load, base_dir: str | None = None) -> None:
+def check(
+    pool: Pool,
+    case: CheckpointCase,
+    *,
+    save: Callable[..., Any] = dcp_save,
+    load: Callable[..., Any] = dcp_load,
+    base_dir: str | None = None,
+) -> None:
     """Save ``case``'s state dict on every rank of ``pool`` with ``save`` into a fresh directory under
     ``base_dir`` and load it back with ``load`` into the other layout; raise :class:`PropertyFailure`
     if any rank loaded anything but the values rebuilt from the seeds.  The directory is removed
@@ -420,5 +466,6 @@ def check(pool: Pool, case: CheckpointCase, *, save: Callable[..., Any] = dcp_sa
             shutil.rmtree(path, ignore_errors=True)
         wrong = {rank: problems for rank, problems in enumerate(results) if problems}
         if wrong:
-            raise PropertyFailure(f"ranks {sorted(wrong)} loaded other values than were saved:{by_rank(wrong)}",
-                                  results)
+            raise PropertyFailure(
+                f"ranks {sorted(wrong)} loaded other values than were saved:{by_rank(wrong)}", results
+            )

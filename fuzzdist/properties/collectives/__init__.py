@@ -106,8 +106,17 @@ if TYPE_CHECKING:
     from fuzzdist.pool import Pool
     from fuzzdist.pool.rank.context import RankContext
 
-COLLECTIVES = ("broadcast", "reduce", "all_reduce", "all_gather", "gather", "scatter", "all_to_all",
-               "all_to_all_single", "reduce_scatter")
+COLLECTIVES = (
+    "broadcast",
+    "reduce",
+    "all_reduce",
+    "all_gather",
+    "gather",
+    "scatter",
+    "all_to_all",
+    "all_to_all_single",
+    "reduce_scatter",
+)
 ROOTED = ("broadcast", "reduce", "gather", "scatter")  # these take a drawn source/destination rank
 REDUCTIONS = ("reduce", "all_reduce", "reduce_scatter")
 REDUCE_OPS = ("SUM", "AVG", "PRODUCT", "MIN", "MAX")  # shrink order: SUM first
@@ -151,8 +160,9 @@ def _sub_seed(seed: int, role: int, rank: int, index: int) -> int:
     return ((seed * 4 + role) * 64 + rank) * 64 + index
 
 
-def _x(case: Case, device: str | torch.device, rank: int, index: int = 0,
-       spec: TensorSpec | None = None) -> torch.Tensor:
+def _x(
+    case: Case, device: str | torch.device, rank: int, index: int = 0, spec: TensorSpec | None = None
+) -> torch.Tensor:
     """Rank ``rank``'s ``index``-th input (a fresh tensor every call)."""
     return (spec or case.spec).materialize(device, _sub_seed(case.seed, 0, rank, index))
 
@@ -214,8 +224,13 @@ def products_in_range(terms: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 def _count(what: str, outputs: Sequence[Any], expected: int) -> Problem | None:
     if len(outputs) != expected:
-        return Problem(Kind.MISSING, what, got=len(outputs), expected=expected,
-                       detail=f"got {len(outputs)} tensors, expected {expected}")
+        return Problem(
+            Kind.MISSING,
+            what,
+            got=len(outputs),
+            expected=expected,
+            detail=f"got {len(outputs)} tensors, expected {expected}",
+        )
     return None
 
 
@@ -237,8 +252,9 @@ class _quiet(warnings.catch_warnings):
 # rank functions: one per collective; the collective is swappable so tests can plant bugs
 
 
-def broadcast_and_check(ctx: RankContext, case: Case,
-                        broadcast: Callable[..., Any] = dnn.broadcast) -> list[Problem] | None:
+def broadcast_and_check(
+    ctx: RankContext, case: Case, broadcast: Callable[..., Any] = dnn.broadcast
+) -> list[Problem] | None:
     """``broadcast`` from case.root; checks the output and the input gradient on every rank."""
     r, w, dev, src = ctx.rank, ctx.world_size, ctx.device, case.root
     x = _leaf(_x(case, dev, r))
@@ -257,8 +273,7 @@ def broadcast_and_check(ctx: RankContext, case: Case,
     return _report(problems)
 
 
-def reduce_and_check(ctx: RankContext, case: Case,
-                     reduce: Callable[..., Any] = dnn.reduce) -> list[Problem] | None:
+def reduce_and_check(ctx: RankContext, case: Case, reduce: Callable[..., Any] = dnn.reduce) -> list[Problem] | None:
     """``reduce`` with case.op to case.root; the output is checked on the destination only."""
     r, w, dev, dst = ctx.rank, ctx.world_size, ctx.device, case.root
     x = _leaf(_x(case, dev, r))
@@ -274,8 +289,9 @@ def reduce_and_check(ctx: RankContext, case: Case,
     return _report(problems)
 
 
-def all_reduce_and_check(ctx: RankContext, case: Case,
-                         all_reduce: Callable[..., Any] = dnn.all_reduce) -> list[Problem] | None:
+def all_reduce_and_check(
+    ctx: RankContext, case: Case, all_reduce: Callable[..., Any] = dnn.all_reduce
+) -> list[Problem] | None:
     """``all_reduce`` with case.op; checks the output and (SUM, AVG) the input gradient."""
     r, w, dev = ctx.rank, ctx.world_size, ctx.device
     x = _leaf(_x(case, dev, r))
@@ -294,8 +310,9 @@ def all_reduce_and_check(ctx: RankContext, case: Case,
     return _report(problems)
 
 
-def _op_grad(what: str, actual: torch.Tensor, xs: list[torch.Tensor], r: int, g: torch.Tensor,
-             op: str | None) -> Problem | None:
+def _op_grad(
+    what: str, actual: torch.Tensor, xs: list[torch.Tensor], r: int, g: torch.Tensor, op: str | None
+) -> Problem | None:
     """Check ``actual``, the gradient of x_r (``xs[r]``) for one output y = ``op`` over ``xs`` with upstream
     gradient ``g`` (reduce's destination, reduce_scatter's receiver); SUM's is ``g`` itself, bitwise.  A
     wrong gradient that is exactly ``g`` says so: what a backward that ignores the op gives."""
@@ -308,26 +325,28 @@ def _op_grad(what: str, actual: torch.Tensor, xs: list[torch.Tensor], r: int, g:
     return problem
 
 
-def _reduction_grad(what: str, actual: torch.Tensor, xs: list[torch.Tensor], r: int,
-                    grads: list[torch.Tensor], op: str | None) -> Problem | None:
+def _reduction_grad(
+    what: str, actual: torch.Tensor, xs: list[torch.Tensor], r: int, grads: list[torch.Tensor], op: str | None
+) -> Problem | None:
     """Check ``actual``, the gradient of x_r (``xs[r]``) for y = ``op`` over ``xs`` when every rank's
     output y gets upstream gradient ``grads[s]`` (see the module docstring)."""
     if op in ("SUM", "AVG"):
         return _reduced(what, actual, grads, op)
     dtype = xs[0].dtype
     if tuple(actual.shape) != tuple(xs[0].shape) or actual.dtype != dtype:
-        return Problem(Kind.SHAPE, what, got=(tuple(actual.shape), str(actual.dtype)),
-                       expected=(tuple(xs[0].shape), str(dtype)))
+        return Problem(
+            Kind.SHAPE, what, got=(tuple(actual.shape), str(actual.dtype)), expected=(tuple(xs[0].shape), str(dtype))
+        )
     n = len(xs)
     x64 = torch.stack([x.detach().to(torch.float64) for x in xs])
     total = torch.stack([g.detach().to(torch.float64) for g in grads]).sum(0)
     magnitude = torch.stack([g.detach().to(torch.float64).abs() for g in grads]).sum(0)
     checked = torch.ones(x64.shape[1:], dtype=torch.bool)
     if op == "PRODUCT":
-        others = torch.cat([x64[:r], x64[r + 1:]]).prod(0)
+        others = torch.cat([x64[:r], x64[r + 1 :]]).prod(0)
         ref, scale = total * others, magnitude * others.abs()
         # the product of the other inputs and the upstream gradient, in any order: see products_in_range
-        checked = products_in_range(torch.cat([x64[:r], x64[r + 1:], total[None]]), dtype)
+        checked = products_in_range(torch.cat([x64[:r], x64[r + 1 :], total[None]]), dtype)
     elif op in ("MIN", "MAX"):
         extreme = x64.amin(0) if op == "MIN" else x64.amax(0)
         holders = (x64 == extreme).sum(0)
@@ -344,13 +363,22 @@ def _reduction_grad(what: str, actual: torch.Tensor, xs: list[torch.Tensor], r: 
         return None
     flat_bad = bad.reshape(-1)
     i = int(flat_bad.nonzero()[0])
-    return Problem(Kind.MISMATCH, what, index=i, got=got.reshape(-1)[i].item(), expected=ref.reshape(-1)[i].item(),
-                   bound=bound.reshape(-1)[i].item(), count=int(flat_bad.sum()), size=bad.numel(),
-                   detail=f"(the gradient of {op} over {n} ranks)")
+    return Problem(
+        Kind.MISMATCH,
+        what,
+        index=i,
+        got=got.reshape(-1)[i].item(),
+        expected=ref.reshape(-1)[i].item(),
+        bound=bound.reshape(-1)[i].item(),
+        count=int(flat_bad.sum()),
+        size=bad.numel(),
+        detail=f"(the gradient of {op} over {n} ranks)",
+    )
 
 
-def all_gather_and_check(ctx: RankContext, case: Case,
-                         all_gather: Callable[..., Any] = dnn.all_gather) -> list[Problem] | None:
+def all_gather_and_check(
+    ctx: RankContext, case: Case, all_gather: Callable[..., Any] = dnn.all_gather
+) -> list[Problem] | None:
     """``all_gather``; output k is rank k's input; grad x_r = sum over ranks s of g_s[r]."""
     r, w, dev = ctx.rank, ctx.world_size, ctx.device
     shape = case.spec.shape
@@ -372,8 +400,7 @@ def all_gather_and_check(ctx: RankContext, case: Case,
     return _report(problems)
 
 
-def gather_and_check(ctx: RankContext, case: Case,
-                     gather: Callable[..., Any] = dnn.gather) -> list[Problem] | None:
+def gather_and_check(ctx: RankContext, case: Case, gather: Callable[..., Any] = dnn.gather) -> list[Problem] | None:
     """``gather`` to case.root; on the destination output k is rank k's input; grad x_r = g_dst[r]."""
     r, w, dev, dst = ctx.rank, ctx.world_size, ctx.device, case.root
     shape = case.spec.shape
@@ -388,8 +415,7 @@ def gather_and_check(ctx: RankContext, case: Case,
     return _report(problems)
 
 
-def scatter_and_check(ctx: RankContext, case: Case,
-                      scatter: Callable[..., Any] = dnn.scatter) -> list[Problem] | None:
+def scatter_and_check(ctx: RankContext, case: Case, scatter: Callable[..., Any] = dnn.scatter) -> list[Problem] | None:
     """``scatter`` from case.root (every rank passes W tensors); y_r = xs_src[r]."""
     r, w, dev, src = ctx.rank, ctx.world_size, ctx.device, case.root
     shape = case.spec.shape
@@ -407,8 +433,9 @@ def scatter_and_check(ctx: RankContext, case: Case,
     return _report(problems)
 
 
-def all_to_all_and_check(ctx: RankContext, case: Case,
-                         all_to_all: Callable[..., Any] = dnn.all_to_all) -> list[Problem] | None:
+def all_to_all_and_check(
+    ctx: RankContext, case: Case, all_to_all: Callable[..., Any] = dnn.all_to_all
+) -> list[Problem] | None:
     """``all_to_all``: y_r[i] = xs_i[r]; grad xs_r[j] = g_j[r]."""
     r, w, dev = ctx.rank, ctx.world_size, ctx.device
     shape, dtype = case.spec.shape, case.spec.dtype
@@ -436,8 +463,9 @@ def _a2a_spec(case: Case, rows: int) -> TensorSpec:
     return dataclasses.replace(case.spec, shape=(rows,) + case.spec.shape[1:])
 
 
-def all_to_all_single_and_check(ctx: RankContext, case: Case,
-                                all_to_all_single: Callable[..., Any] = dnn.all_to_all_single) -> list[Problem] | None:
+def all_to_all_single_and_check(
+    ctx: RankContext, case: Case, all_to_all_single: Callable[..., Any] = dnn.all_to_all_single
+) -> list[Problem] | None:
     """``all_to_all_single`` with split sizes case.splits (explicit, or None when even)."""
     r, w, dev = ctx.rank, ctx.world_size, ctx.device
     split = case.splits
@@ -465,14 +493,14 @@ def all_to_all_single_and_check(ctx: RankContext, case: Case,
         problems = [_exact("output", y, expected)]
         (gx,) = torch.autograd.grad(y, x, g_of(r))
     # in rank j's output, the rows from rank r start after the rows from ranks before r
-    expected_grad = torch.cat([block(g_of(j), sum(split[i][j] for i in range(r)), split[r][j])
-                               for j in range(w)])
+    expected_grad = torch.cat([block(g_of(j), sum(split[i][j] for i in range(r)), split[r][j]) for j in range(w)])
     problems.append(_exact("grad of input", gx, expected_grad))
     return _report(problems)
 
 
-def reduce_scatter_and_check(ctx: RankContext, case: Case,
-                             reduce_scatter: Callable[..., Any] = dnn.reduce_scatter) -> list[Problem] | None:
+def reduce_scatter_and_check(
+    ctx: RankContext, case: Case, reduce_scatter: Callable[..., Any] = dnn.reduce_scatter
+) -> list[Problem] | None:
     """``reduce_scatter`` with case.op: y_r = op over ranks s of xs_s[r]; grad xs_r[j] = g_j (SUM)."""
     r, w, dev = ctx.rank, ctx.world_size, ctx.device
     shape, dtype = case.spec.shape, case.spec.dtype
@@ -484,8 +512,17 @@ def reduce_scatter_and_check(ctx: RankContext, case: Case,
         problems.append(_reduced("output", y, [_x(case, dev, s, r) for s in range(w)], case.op))
         if case.grad:  # rank r's entry j is a term of rank j's output
             gxs = torch.autograd.grad(y, xs, _g(case, shape, dev, r))
-            problems += [_op_grad(f"grad of input {j}", gx, [_x(case, dev, s, j) for s in range(w)], r,
-                                  _g(case, shape, dev, j), case.op) for j, gx in enumerate(gxs)]
+            problems += [
+                _op_grad(
+                    f"grad of input {j}",
+                    gx,
+                    [_x(case, dev, s, j) for s in range(w)],
+                    r,
+                    _g(case, shape, dev, j),
+                    case.op,
+                )
+                for j, gx in enumerate(gxs)
+            ]
     return _report(problems)
 
 
@@ -513,8 +550,9 @@ def _probe_case(name: str, dtype: torch.dtype, op: str | None, world_size: int) 
     return Case(TensorSpec(shape, dtype), 0, 0, op, grad, "contiguous", splits, False)
 
 
-def probe_support(ctx: RankContext, name: str,
-                  combos: list[tuple[torch.dtype, str | None]]) -> dict[tuple[torch.dtype, str | None], str | None]:
+def probe_support(
+    ctx: RankContext, name: str, combos: list[tuple[torch.dtype, str | None]]
+) -> dict[tuple[torch.dtype, str | None], str | None]:
     """On every rank: for each (dtype, op), None if the collective ran forward and backward
     without raising, else the error.  Wrong values are the property's business, not the probe's."""
     errors: dict[tuple[torch.dtype, str | None], str | None] = {}
@@ -555,12 +593,17 @@ def _probe_supported(pool: Pool, name: str) -> list[tuple[torch.dtype, str | Non
     per_rank = pool.run(probe_support, name, probed) if probed else [{}]
     errors = {c: next((res[c] for res in per_rank if res[c] is not None), None) for c in probed}
     if name == "reduce_scatter" and errors.get((torch.float32, "SUM")):
-        raise CapabilityError(f"reduce_scatter is not supported on gloo CPU in torch {torch.__version__}: "
-                              f"{errors[(torch.float32, 'SUM')]}")
+        raise CapabilityError(
+            f"reduce_scatter is not supported on gloo CPU in torch {torch.__version__}: "
+            f"{errors[(torch.float32, 'SUM')]}"
+        )
     for (dt, op), err in errors.items():
         if err is not None:
-            warnings.warn(f"fuzzdist: {name} with {dt}{'' if op is None else ' ' + op} left out: "
-                          f"it raises on gloo CPU in torch {torch.__version__} ({err})", stacklevel=3)
+            warnings.warn(
+                f"fuzzdist: {name} with {dt}{'' if op is None else ' ' + op} left out: "
+                f"it raises on gloo CPU in torch {torch.__version__} ({err})",
+                stacklevel=3,
+            )
     return [c for c in combos if errors.get(c) is None]
 
 
@@ -578,10 +621,10 @@ def cases(draw: st.DrawFn, name: str, world_size: int, allowed: list[tuple[torch
     patterns = ("random", "constant") if op is not None else None
     # all_to_all_single raises on non-contiguous inputs (see the module docstring).
     layouts = ("contiguous", "sliced") if name == "all_to_all_single" else None
-    shapes = fst.shapes(max_bytes=MAX_BYTES, itemsize=dtype.itemsize,
-                        min_dims=1 if name == "all_to_all_single" else 0)
-    spec = draw(fst.tensor_specs(shapes=shapes, dtypes=st.just(dtype), layouts=layouts,
-                                 patterns=patterns), label="spec")
+    shapes = fst.shapes(max_bytes=MAX_BYTES, itemsize=dtype.itemsize, min_dims=1 if name == "all_to_all_single" else 0)
+    spec = draw(
+        fst.tensor_specs(shapes=shapes, dtypes=st.just(dtype), layouts=layouts, patterns=patterns), label="spec"
+    )
     seed = draw(SEEDS, label="seed")
     root = draw(fst.source_ranks(world_size), label="root") if name in ROOTED else 0
     grad = op is None or op in GRAD_OPS[name]
@@ -592,8 +635,7 @@ def cases(draw: st.DrawFn, name: str, world_size: int, allowed: list[tuple[torch
     if name == "all_to_all_single":
         explicit = draw(st.booleans(), label="explicit_splits")
         if explicit:  # any rows per (sender, receiver), zeros included
-            splits = tuple(tuple(draw(st.integers(0, MAX_SPLIT)) for _ in range(world_size))
-                           for _ in range(world_size))
+            splits = tuple(tuple(draw(st.integers(0, MAX_SPLIT)) for _ in range(world_size)) for _ in range(world_size))
         else:  # split sizes None: dim 0 is divided evenly between the ranks
             k = draw(st.integers(0, MAX_SPLIT), label="rows per rank")
             splits = tuple(tuple(k for _ in range(world_size)) for _ in range(world_size))

@@ -21,45 +21,46 @@ def _collective(name: str, example: Mapping[str, Any]) -> bool:
 
 
 def _all_to_all_scatter_ignores_strides(example: Mapping[str, Any], failure: BaseException) -> bool:
-    return (_collective("all_to_all", example) and example["case"].out_layout in DENSE_NON_CONTIGUOUS
-            and every_problem(failure, shows(Symptom.STRIDES_IGNORED)))
+    return (
+        _collective("all_to_all", example)
+        and example["case"].out_layout in DENSE_NON_CONTIGUOUS
+        and every_problem(failure, shows(Symptom.STRIDES_IGNORED))
+    )
 
 
-register(KnownBug(
-    id="gloo-scatter-ignores-strides",
-    where=("collectives",),
-    recognise=_all_to_all_scatter_ignores_strides))
+register(
+    KnownBug(id="gloo-scatter-ignores-strides", where=("collectives",), recognise=_all_to_all_scatter_ignores_strides)
+)
 
 
 def _all_gather_grad_transposed(example: Mapping[str, Any], failure: BaseException) -> bool:
-    return (_collective("all_gather", example) and example["case"].grad_layout in DENSE_NON_CONTIGUOUS
-            and every_problem(failure, shows(Symptom.STRIDES_IGNORED)))
+    return (
+        _collective("all_gather", example)
+        and example["case"].grad_layout in DENSE_NON_CONTIGUOUS
+        and every_problem(failure, shows(Symptom.STRIDES_IGNORED))
+    )
 
 
-register(KnownBug(
-    id="nn-all-gather-grad-transposed",
-    where=("collectives",),
-    recognise=_all_gather_grad_transposed))
+register(KnownBug(id="nn-all-gather-grad-transposed", where=("collectives",), recognise=_all_gather_grad_transposed))
 
 
 def _all_reduce_backward_non_sum(example: Mapping[str, Any], failure: BaseException) -> bool:
-    return (_collective("all_reduce", example) and example["case"].op in ("PRODUCT", "MIN", "MAX")
-            and every_problem(failure, shows(Symptom.FORWARD_OP_ON_GRADS)))
+    return (
+        _collective("all_reduce", example)
+        and example["case"].op in ("PRODUCT", "MIN", "MAX")
+        and every_problem(failure, shows(Symptom.FORWARD_OP_ON_GRADS))
+    )
 
 
-register(KnownBug(
-    id="nn-all-reduce-backward-non-sum",
-    where=("collectives",),
-    recognise=_all_reduce_backward_non_sum))
+register(KnownBug(id="nn-all-reduce-backward-non-sum", where=("collectives",), recognise=_all_reduce_backward_non_sum))
 
 
 def _reduce_backward_ignores_op(example: Mapping[str, Any], failure: BaseException) -> bool:
-    return (example.get("name") in ("reduce", "reduce_scatter")
-            and example["case"].op in ("AVG", "PRODUCT", "MIN", "MAX")
-            and every_problem(failure, shows(Symptom.SUM_GRAD_FOR_ANY_OP)))
+    return (
+        example.get("name") in ("reduce", "reduce_scatter")
+        and example["case"].op in ("AVG", "PRODUCT", "MIN", "MAX")
+        and every_problem(failure, shows(Symptom.SUM_GRAD_FOR_ANY_OP))
+    )
 
 
-register(KnownBug(
-    id="nn-reduce-backward-ignores-op",
-    where=("collectives",),
-    recognise=_reduce_backward_ignores_op))
+register(KnownBug(id="nn-reduce-backward-ignores-op", where=("collectives",), recognise=_reduce_backward_ignores_op))

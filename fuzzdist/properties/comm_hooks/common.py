@@ -41,22 +41,35 @@ def _annotate(hook: Callable[..., Any]) -> None:
 # strategies
 
 
-def hook_configs(world_size: int, *, max_depth: int = 2, max_width: int = 6, max_batch: int = 4,
-                 max_steps: int = 3, optimizers: None | str | Iterable[str] = None) -> st.SearchStrategy[fst.DDPConfig]:
+def hook_configs(
+    world_size: int,
+    *,
+    max_depth: int = 2,
+    max_width: int = 6,
+    max_batch: int = 4,
+    max_steps: int = 3,
+    optimizers: None | str | Iterable[str] = None,
+) -> st.SearchStrategy[fst.DDPConfig]:
     """``fst.ddp_configs`` (every DDP option it draws) without buffers, small: the hooks' subject is
     gradients, and buffers are DDP parity's.  Shrinks like ``ddp_configs``: a 1->1 model, batch 1,
     DDP defaults, one SGD step."""
-    return fst.ddp_configs(world_size, max_depth=max_depth, max_width=max_width, max_batch=max_batch,
-                           max_steps=max_steps, optimizers=optimizers).map(
-        lambda c: dataclasses.replace(c, buffers=False, broadcast_buffers=True))
+    return fst.ddp_configs(
+        world_size,
+        max_depth=max_depth,
+        max_width=max_width,
+        max_batch=max_batch,
+        max_steps=max_steps,
+        optimizers=optimizers,
+    ).map(lambda c: dataclasses.replace(c, buffers=False, broadcast_buffers=True))
 
 
 # ---------------------------------------------------------------------------
 # the reference (no communication)
 
 
-def local_gradients(reference: nn.Module, config: fst.DDPConfig, step: int, seed: int, dtype: torch.dtype,
-                    scale: float = 1.0) -> list[Tensors]:
+def local_gradients(
+    reference: nn.Module, config: fst.DDPConfig, step: int, seed: int, dtype: torch.dtype, scale: float = 1.0
+) -> list[Tensors]:
     """Each rank's local gradient at ``step``: of ``scale`` times its mean squared error on its own
     batch, from ``reference`` (left with no gradients).  A parameter a rank doesn't use gets None."""
     out = []
@@ -64,8 +77,9 @@ def local_gradients(reference: nn.Module, config: fst.DDPConfig, step: int, seed
         reference.zero_grad(set_to_none=True)
         inputs, targets = config.make_batch(r, step, seed)
         (nn.functional.mse_loss(reference(inputs.to(dtype)), targets.to(dtype)) * scale).backward()
-        out.append({name: None if p.grad is None else p.grad.detach().clone()
-                    for name, p in reference.named_parameters()})
+        out.append(
+            {name: None if p.grad is None else p.grad.detach().clone() for name, p in reference.named_parameters()}
+        )
     reference.zero_grad(set_to_none=True)
     return out
 
@@ -74,8 +88,12 @@ def _dense(t: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
     return torch.zeros_like(like, dtype=torch.float64) if t is None else t.double()
 
 
-def mean_problem(what: str, actual: torch.Tensor | None, mean: torch.Tensor, bound: torch.Tensor | float,
-                 ) -> Problem | None:
+def mean_problem(
+    what: str,
+    actual: torch.Tensor | None,
+    mean: torch.Tensor,
+    bound: torch.Tensor | float,
+) -> Problem | None:
     """None if every element of ``actual`` (None = zeros) is within ``bound`` of ``mean`` (infinities
     and NaNs must match exactly), else the first difference."""
     a = torch.zeros_like(mean) if actual is None else actual.detach().double()
@@ -83,8 +101,7 @@ def mean_problem(what: str, actual: torch.Tensor | None, mean: torch.Tensor, bou
         return Problem(Kind.SHAPE, what, got=tuple(a.shape), expected=tuple(mean.shape))
     bound_t = torch.as_tensor(bound, dtype=torch.float64).expand_as(mean)
     finite = torch.isfinite(mean)
-    ok = torch.where(finite, (a - mean).abs() <= bound_t,
-                     (a == mean) | (torch.isnan(a) & torch.isnan(mean)))
+    ok = torch.where(finite, (a - mean).abs() <= bound_t, (a == mean) | (torch.isnan(a) & torch.isnan(mean)))
     return mismatch(what, a, mean, ~ok, bound_t)
 
 
@@ -107,8 +124,16 @@ def _sync_reference(reference: nn.Module, model: nn.Module) -> None:
             r.copy_(p)
 
 
-def _loss(ddp: nn.Module, config: fst.DDPConfig, rank: int, step: int, seed: int, dtype: torch.dtype,
-          device: torch.device, scale: float = 1.0) -> torch.Tensor:
+def _loss(
+    ddp: nn.Module,
+    config: fst.DDPConfig,
+    rank: int,
+    step: int,
+    seed: int,
+    dtype: torch.dtype,
+    device: torch.device,
+    scale: float = 1.0,
+) -> torch.Tensor:
     inputs, targets = config.make_batch(rank, step, seed)
     return nn.functional.mse_loss(ddp(inputs.to(device, dtype)), targets.to(device, dtype)) * scale
 
@@ -122,8 +147,10 @@ def _ddp(model: nn.Module, pg: Any, ctx: RankContext, config: fst.DDPConfig) -> 
 
 def _check_world(config: fst.DDPConfig, ctx: RankContext) -> None:
     if config.world_size != ctx.world_size:
-        raise InvalidArgument(f"the config is for {config.world_size} ranks; this pool has {ctx.world_size}: "
-                              f"draw it with the strategy's world_size={ctx.world_size}")
+        raise InvalidArgument(
+            f"the config is for {config.world_size} ranks; this pool has {ctx.world_size}: "
+            f"draw it with the strategy's world_size={ctx.world_size}"
+        )
 
 
 def _check_agreement(results: list[dict[str, Any]], what: str) -> None:
@@ -131,8 +158,11 @@ def _check_agreement(results: list[dict[str, Any]], what: str) -> None:
     disagreement = first_disagreement(results)
     if disagreement is not None:
         rank, at = disagreement
-        raise PropertyFailure(f"{what}: rank {rank} differs from rank 0 bitwise at check #{at} "
-                              "(each step's gradients, then the final parameters)", results)
+        raise PropertyFailure(
+            f"{what}: rank {rank} differs from rank 0 bitwise at check #{at} "
+            "(each step's gradients, then the final parameters)",
+            results,
+        )
 
 
 def _same(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
@@ -150,8 +180,9 @@ def _exact_scale(world: int) -> bool:
     return world & (world - 1) == 0
 
 
-def _same_as_vanilla(a: torch.Tensor | None, b: torch.Tensor | None, world: int, dtype: torch.dtype,
-                     terms: Sequence[torch.Tensor | None]) -> bool:
+def _same_as_vanilla(
+    a: torch.Tensor | None, b: torch.Tensor | None, world: int, dtype: torch.dtype, terms: Sequence[torch.Tensor | None]
+) -> bool:
     """A hooked gradient against DDP's own: bitwise where W is a power of two.  Otherwise the two
     round differently (seen on torch 2.13 at 3 ranks: division by W against multiplication by a
     rounded 1/W), each term and each partial sum by at most eps of the terms' magnitude, so they must

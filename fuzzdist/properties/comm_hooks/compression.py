@@ -56,6 +56,7 @@ def bf16_wrapped_allreduce_hook(state: Any, bucket: dist.GradBucket) -> torch.fu
     """``bf16_compress_wrapper(allreduce_hook)``, as a top-level (picklable) hook."""
     return default_hooks.bf16_compress_wrapper(default_hooks.allreduce_hook)(state, bucket)
 
+
 # name -> (hook, the half type it communicates in, or None for full precision)
 COMPRESSION_HOOKS: dict[str, tuple[Callable[..., Any], torch.dtype | None]] = {
     "allreduce": (default_hooks.allreduce_hook, None),
@@ -81,20 +82,28 @@ class CompressionCase:
     scale_exp: int = 0
 
 
-def compression_cases(world_size: int, *, hooks: Iterable[str] | None = None,
-                      max_scale_exp: int = 24) -> st.SearchStrategy[CompressionCase]:
+def compression_cases(
+    world_size: int, *, hooks: Iterable[str] | None = None, max_scale_exp: int = 24
+) -> st.SearchStrategy[CompressionCase]:
     """Covers the hooks of ``CPU_HOOKS`` (or ``hooks``, any of ``COMPRESSION_HOOKS``) on ``hook_configs`` with the loss
     scaled by 2^0 .. 2^max_scale_exp: float16 overflows for the larger scales.  Shrinks to the
     first hook, scale 1 and ``hook_configs``' minimum."""
     names = CPU_HOOKS if hooks is None else tuple(hooks)
     if not names or any(n not in COMPRESSION_HOOKS for n in names):
         raise InvalidArgument(f"hooks must be a non-empty subset of {tuple(COMPRESSION_HOOKS)}, got {names!r}")
-    return st.builds(CompressionCase, config=hook_configs(world_size), hook=st.sampled_from(names),
-                     scale_exp=st.integers(0, max_scale_exp))
+    return st.builds(
+        CompressionCase,
+        config=hook_configs(world_size),
+        hook=st.sampled_from(names),
+        scale_exp=st.integers(0, max_scale_exp),
+    )
 
 
-def half_expected(local: list[torch.Tensor | None], half: torch.dtype, like: torch.Tensor,
-                  ) -> tuple[torch.Tensor, torch.Tensor]:
+def half_expected(
+    local: list[torch.Tensor | None],
+    half: torch.dtype,
+    like: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(the exact float64 mean of ``local``, where a term's cast to ``half`` overflows: that
     infinity, NaN if of both signs; the rounding bound of the module docstring) per element."""
     terms = [_dense(g, like) for g in local]
@@ -117,9 +126,15 @@ def half_expected(local: list[torch.Tensor | None], half: torch.dtype, like: tor
 # allreduce and half-precision hooks (and their reordered variant)
 
 
-def compressed_training(ctx: RankContext, case: CompressionCase, dtype: torch.dtype, seed: int,
-                        hook: Callable[..., Any] | None = None, pg_kind: str = "gloo",
-                        schedule: fst.CompletionOrder | None = None) -> dict[str, Any]:
+def compressed_training(
+    ctx: RankContext,
+    case: CompressionCase,
+    dtype: torch.dtype,
+    seed: int,
+    hook: Callable[..., Any] | None = None,
+    pg_kind: str = "gloo",
+    schedule: fst.CompletionOrder | None = None,
+) -> dict[str, Any]:
     """On every rank: train ``case`` with ``hook`` (default: the case's named hook) registered with
     the process group (the pool's, or a ``ReorderingProcessGroup`` for ``pg_kind`` "reorder-*") as
     its state; check each step's gradients (module docstring); return problems and digests."""
@@ -129,7 +144,7 @@ def compressed_training(ctx: RankContext, case: CompressionCase, dtype: torch.dt
         raise InvalidArgument(f"unknown hook {case.hook!r}; choose from {tuple(COMPRESSION_HOOKS)}")
     named, half = COMPRESSION_HOOKS[case.hook]
     hook = named if hook is None else hook
-    scale = float(2 ** case.scale_exp)
+    scale = float(2**case.scale_exp)
     pg = _wrapped(ctx, pg_kind, schedule)
     problems: list[Problem] = []
     digests: list[Digest] = []
@@ -156,8 +171,16 @@ def compressed_training(ctx: RankContext, case: CompressionCase, dtype: torch.dt
                 _loss(twin, config, ctx.rank, step, seed, dtype, ctx.device, scale).backward()
                 for name, t in _grads(twin_model).items():
                     if not _same_as_vanilla(grads[name], t, ctx.world_size, dtype, [g[name] for g in local]):
-                        problems.append(Problem(Kind.MISMATCH, f"step {step} grad {name}", detail=(
-                            f"not equal to DDP without a hook ({_VANILLA_EQUALITY[_exact_scale(ctx.world_size)]})")))
+                        problems.append(
+                            Problem(
+                                Kind.MISMATCH,
+                                f"step {step} grad {name}",
+                                detail=(
+                                    "not equal to DDP without a hook "
+                                    f"({_VANILLA_EQUALITY[_exact_scale(ctx.world_size)]})"
+                                ),
+                            )
+                        )
             for name, grad in grads.items():
                 terms = [g[name] for g in local]
                 like = next((t for t in terms if t is not None), grad)
@@ -186,9 +209,16 @@ def compressed_training(ctx: RankContext, case: CompressionCase, dtype: torch.dt
     return {"problems": capped(problems), "digests": digests}
 
 
-def check_compression(pool: Pool, case: CompressionCase, dtype: torch.dtype, seed: int, *,
-                      hook: Callable[..., Any] | None = None, pg_kind: str = "gloo",
-                      schedule: fst.CompletionOrder | None = None) -> None:
+def check_compression(
+    pool: Pool,
+    case: CompressionCase,
+    dtype: torch.dtype,
+    seed: int,
+    *,
+    hook: Callable[..., Any] | None = None,
+    pg_kind: str = "gloo",
+    schedule: fst.CompletionOrder | None = None,
+) -> None:
     """Train ``case`` on ``pool`` with ``hook`` (a picklable hook; default the case's named one)
     over the pool's group or, for ``pg_kind`` in ``REORDER_KINDS``, a ``ReorderingProcessGroup``
     releasing allreduces as ``schedule`` says; raise :class:`PropertyFailure` if the gradients break

@@ -24,15 +24,22 @@ def _is_batched_powersgd_orthogonalize_assert(example: Mapping[str, Any], failur
     """The ranks raised the bare AssertionError of ``_orthogonalize``'s shape check, called from
     ``batched_powerSGD_hook``."""
     errors = evidence.raised(failure)
-    return bool(errors) and any(evidence.raised_a(p, AssertionError) and evidence.says(p, "batched_powerSGD_hook")
-                                and evidence.says(p, "_orthogonalize") for p in errors)
+    return bool(errors) and any(
+        evidence.raised_a(p, AssertionError)
+        and evidence.says(p, "batched_powerSGD_hook")
+        and evidence.says(p, "_orthogonalize")
+        for p in errors
+    )
 
 
 # docs/findings/batched-powersgd-orthogonalize-asserts.py, seen by properties/test_comm_hooks.py::test_powersgd
-register(KnownBug(
-    id="batched-powersgd-orthogonalize-asserts",
-    where=("comm_hooks",),
-    recognise=_is_batched_powersgd_orthogonalize_assert))
+register(
+    KnownBug(
+        id="batched-powersgd-orthogonalize-asserts",
+        where=("comm_hooks",),
+        recognise=_is_batched_powersgd_orthogonalize_assert,
+    )
+)
 
 
 # -- DDP: static_graph with no_sync ------------------------------------------------------------------
@@ -50,10 +57,11 @@ def _is_ddp_static_graph_no_sync_assert(example: Mapping[str, Any], failure: Bas
     return all(evidence.raised_a(p, RuntimeError) and evidence.says(p, _EXPECT_AUTOGRAD_HOOKS) for p in errors)
 
 
-register(KnownBug(
-    id="ddp-static-graph-no-sync-asserts",
-    where=("comm_hooks",),
-    recognise=_is_ddp_static_graph_no_sync_assert))
+register(
+    KnownBug(
+        id="ddp-static-graph-no-sync-asserts", where=("comm_hooks",), recognise=_is_ddp_static_graph_no_sync_assert
+    )
+)
 
 
 # -- DDP communication hooks: PowerSGD's collectives from future callbacks ----------------------------
@@ -77,22 +85,25 @@ def _is_powersgd_callback_collectives_hang(example: Mapping[str, Any], failure: 
     if not isinstance(case, PowerSGDCase):  # the PowerSGD check only
         return False
     config = getattr(case, "config", None)
-    if config is None or not (getattr(config, "bucket_cap_mb", None) is not None
-                              or getattr(config, "find_unused_parameters", False)):
+    if config is None or not (
+        getattr(config, "bucket_cap_mb", None) is not None or getattr(config, "find_unused_parameters", False)
+    ):
         return False
     if isinstance(failure, RankTimeout):
         return any(evidence.says(p, _HOOK_FILE) for p in evidence.waiting(failure))
     died = evidence.died(failure)
     if died:  # a rank aborted on gloo's size check, inside a callback
-        return (any(evidence.says(p, _GLOO_SIZE_MISMATCH) or evidence.says(p, _GLOO_SIZE_ENFORCE) for p in died)
-                and any(evidence.says(p, _HOOK_FILE) for p in died))
+        return any(evidence.says(p, _GLOO_SIZE_MISMATCH) or evidence.says(p, _GLOO_SIZE_ENFORCE) for p in died) and any(
+            evidence.says(p, _HOOK_FILE) for p in died
+        )
     errors = evidence.raised(failure)
     if errors:  # a gloo error raised through one of the hook's callbacks
         return all(evidence.says(p, "when running the callback") and evidence.says(p, _HOOK_FILE) for p in errors)
     return any(p.symptom is Symptom.RANKS_DIFFER for p in evidence.reported(failure) or [])
 
 
-register(KnownBug(
-    id="powersgd-multiple-buckets-hangs",
-    where=("comm_hooks",),
-    recognise=_is_powersgd_callback_collectives_hang))
+register(
+    KnownBug(
+        id="powersgd-multiple-buckets-hangs", where=("comm_hooks",), recognise=_is_powersgd_callback_collectives_hang
+    )
+)

@@ -49,17 +49,26 @@ def local_sgd_cases(world_size: int, *, max_steps: int = 6, max_period: int = 3)
     whole group), the averager called directly or through ``PostLocalSGDOptimizer``; up to
     ``max_steps`` SGD steps.  Shrinks to start 0, period 1, local gradients, the direct averager,
     one step of the smallest model."""
-    return st.builds(LocalSGDCase, config=hook_configs(world_size, max_steps=max_steps, optimizers="sgd"),
-                     start_iter=st.integers(0, 3), period=st.integers(1, max_period),
-                     post_local_allreduce=st.booleans(), optimizer_wrapper=st.booleans())
+    return st.builds(
+        LocalSGDCase,
+        config=hook_configs(world_size, max_steps=max_steps, optimizers="sgd"),
+        start_iter=st.integers(0, 3),
+        period=st.integers(1, max_period),
+        post_local_allreduce=st.booleans(),
+        optimizer_wrapper=st.booleans(),
+    )
 
 
 # ---------------------------------------------------------------------------
 # post-local SGD
 
 
-def local_sgd_reference(case: LocalSGDCase, model: nn.Module, seed: int, dtype: torch.dtype,
-                        ) -> list[list[dict[str, torch.Tensor]]]:
+def local_sgd_reference(
+    case: LocalSGDCase,
+    model: nn.Module,
+    seed: int,
+    dtype: torch.dtype,
+) -> list[list[dict[str, torch.Tensor]]]:
     """The W replicas of post-local SGD simulated locally (module docstring): for every step, each
     replica's parameters after it."""
     config = case.config
@@ -91,11 +100,16 @@ def local_sgd_reference(case: LocalSGDCase, model: nn.Module, seed: int, dtype: 
     return history
 
 
-def local_sgd_training(ctx: RankContext, case: LocalSGDCase, dtype: torch.dtype, seed: int,
-                       hook: Callable[..., Any] = post_localSGD_hook.post_localSGD_hook,
-                       state_factory: Callable[..., Any] = post_localSGD_hook.PostLocalSGDState,
-                       averager_factory: Callable[..., Any] = averagers.PeriodicModelAverager,
-                       optimizer_factory: Callable[..., Any] = PostLocalSGDOptimizer) -> dict[str, Any]:
+def local_sgd_training(
+    ctx: RankContext,
+    case: LocalSGDCase,
+    dtype: torch.dtype,
+    seed: int,
+    hook: Callable[..., Any] = post_localSGD_hook.post_localSGD_hook,
+    state_factory: Callable[..., Any] = post_localSGD_hook.PostLocalSGDState,
+    averager_factory: Callable[..., Any] = averagers.PeriodicModelAverager,
+    optimizer_factory: Callable[..., Any] = PostLocalSGDOptimizer,
+) -> dict[str, Any]:
     """On every rank: post-local SGD as the docs' example runs it, next to the local simulation of
     the replicas; return problems and, per step, the parameters' digest."""
     config = case.config
@@ -103,9 +117,12 @@ def local_sgd_training(ctx: RankContext, case: LocalSGDCase, dtype: torch.dtype,
     model = config.build_model(seed).to(ctx.device, dtype)
     expected = local_sgd_reference(case, copy.deepcopy(model), seed, dtype)
     ddp = _ddp(model, ctx.group, ctx, config)
-    state = state_factory(process_group=ctx.group, subgroup=ctx.group if case.post_local_allreduce else None,
-                          start_localSGD_iter=case.start_iter,
-                          post_local_gradient_allreduce=case.post_local_allreduce)
+    state = state_factory(
+        process_group=ctx.group,
+        subgroup=ctx.group if case.post_local_allreduce else None,
+        start_localSGD_iter=case.start_iter,
+        post_local_gradient_allreduce=case.post_local_allreduce,
+    )
     ddp.register_comm_hook(state, hook)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="When period is 1", category=UserWarning)
@@ -139,19 +156,36 @@ def synced_after(case: LocalSGDCase, step: int) -> bool:
     return (step - case.start_iter) % case.period == 0
 
 
-def check_local_sgd(pool: Pool, case: LocalSGDCase, dtype: torch.dtype, seed: int, *,
-                    hook: Callable[..., Any] = post_localSGD_hook.post_localSGD_hook,
-                    state_factory: Callable[..., Any] = post_localSGD_hook.PostLocalSGDState,
-                    averager_factory: Callable[..., Any] = averagers.PeriodicModelAverager,
-                    optimizer_factory: Callable[..., Any] = PostLocalSGDOptimizer) -> None:
+def check_local_sgd(
+    pool: Pool,
+    case: LocalSGDCase,
+    dtype: torch.dtype,
+    seed: int,
+    *,
+    hook: Callable[..., Any] = post_localSGD_hook.post_localSGD_hook,
+    state_factory: Callable[..., Any] = post_localSGD_hook.PostLocalSGDState,
+    averager_factory: Callable[..., Any] = averagers.PeriodicModelAverager,
+    optimizer_factory: Callable[..., Any] = PostLocalSGDOptimizer,
+) -> None:
     """Run post-local SGD as ``case`` says on ``pool``; raise :class:`PropertyFailure` if a rank's
     parameters leave its replica's in the local simulation, or ranks differ after a step where the
     replicas are equal."""
     with known_failures("comm_hooks", case=case, dtype=dtype, seed=seed):
-        results = pool.run(local_sgd_training, case, dtype, seed, hook=hook, state_factory=state_factory,
-                           averager_factory=averager_factory, optimizer_factory=optimizer_factory)
+        results = pool.run(
+            local_sgd_training,
+            case,
+            dtype,
+            seed,
+            hook=hook,
+            state_factory=state_factory,
+            averager_factory=averager_factory,
+            optimizer_factory=optimizer_factory,
+        )
         fail_on_reported_problems(results, "post-local SGD differs from the local simulation")
         for step in range(case.config.steps):
             if synced_after(case, step) and any(r["digests"][step] != results[0]["digests"][step] for r in results):
-                raise PropertyFailure(f"after step {step} the parameters should be equal on every rank "
-                                      "(averaged or globally synced) but are not bitwise equal", results)
+                raise PropertyFailure(
+                    f"after step {step} the parameters should be equal on every rank "
+                    "(averaged or globally synced) but are not bitwise equal",
+                    results,
+                )

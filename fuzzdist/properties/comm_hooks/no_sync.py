@@ -45,8 +45,12 @@ def no_sync_configs(world_size: int, *, max_micro_batches: int = 3) -> st.Search
 # no_sync
 
 
-def concatenated_gradients(reference: nn.Module, config: fst.DDPConfig, seed: int, dtype: torch.dtype,
-                           ) -> Tensors:
+def concatenated_gradients(
+    reference: nn.Module,
+    config: fst.DDPConfig,
+    seed: int,
+    dtype: torch.dtype,
+) -> Tensors:
     """One backward over every rank's micro-batches (steps 0..config.steps-1) concatenated, element
     i of rank r's batches weighted ``1 / (W * b_r * out_features)``: accumulation's contract."""
     world, out_features = config.world_size, config.widths[-1]
@@ -69,8 +73,13 @@ def _default_no_sync(ddp: DDP) -> Any:
     return ddp.no_sync()
 
 
-def no_sync_training(ctx: RankContext, config: fst.DDPConfig, dtype: torch.dtype, seed: int,
-                     no_sync: Callable[[DDP], Any] = _default_no_sync) -> dict[str, Any]:
+def no_sync_training(
+    ctx: RankContext,
+    config: fst.DDPConfig,
+    dtype: torch.dtype,
+    seed: int,
+    no_sync: Callable[[DDP], Any] = _default_no_sync,
+) -> dict[str, Any]:
     """On every rank: ``config.steps - 1`` backward passes inside ``no_sync(ddp)``, then a synced one;
     check both phases (module docstring); return problems and digests."""
     _check_world(config, ctx)
@@ -94,8 +103,12 @@ def no_sync_training(ctx: RankContext, config: fst.DDPConfig, dtype: torch.dtype
         assert like is not None
         total = sum((t.double() for t in terms), torch.zeros_like(like, dtype=torch.float64))
         magnitude = sum((t.double().abs() for t in terms), torch.zeros_like(like, dtype=torch.float64))
-        p = mean_problem(f"inside no_sync after {micro} micro-batches: grad {name} (local sum)", grad, total,
-                         rtol * (1 + micro) * magnitude + atol)
+        p = mean_problem(
+            f"inside no_sync after {micro} micro-batches: grad {name} (local sum)",
+            grad,
+            total,
+            rtol * (1 + micro) * magnitude + atol,
+        )
         if p is not None:
             problems.append(p)
     _loss(ddp, config, ctx.rank, micro, seed, dtype, ctx.device).backward()
@@ -105,17 +118,32 @@ def no_sync_training(ctx: RankContext, config: fst.DDPConfig, dtype: torch.dtype
         if want is None and grad is None:
             continue
         want_d = _dense(want, grad if grad is not None else torch.zeros(()))
-        magnitude = sum((_dense(g[r][name], want_d).abs() for g in every for r in range(config.world_size)),
-                        torch.zeros_like(want_d)) / config.world_size
-        p = mean_problem(f"after the synced backward: grad {name} (whole batch)", grad, want_d,
-                         rtol * (config.steps * config.world_size + 1) * magnitude + atol)
+        magnitude = (
+            sum(
+                (_dense(g[r][name], want_d).abs() for g in every for r in range(config.world_size)),
+                torch.zeros_like(want_d),
+            )
+            / config.world_size
+        )
+        p = mean_problem(
+            f"after the synced backward: grad {name} (whole batch)",
+            grad,
+            want_d,
+            rtol * (config.steps * config.world_size + 1) * magnitude + atol,
+        )
         if p is not None:
             problems.append(p)
     return {"problems": capped(problems), "digests": [digest(grads)]}
 
 
-def check_no_sync(pool: Pool, config: fst.DDPConfig, dtype: torch.dtype, seed: int, *,
-                  no_sync: Callable[[DDP], Any] = _default_no_sync) -> None:
+def check_no_sync(
+    pool: Pool,
+    config: fst.DDPConfig,
+    dtype: torch.dtype,
+    seed: int,
+    *,
+    no_sync: Callable[[DDP], Any] = _default_no_sync,
+) -> None:
     """Accumulate ``config.steps - 1`` micro-batches under ``no_sync`` (a picklable
     ``(ddp) -> context manager``), then sync; raise :class:`PropertyFailure` if the gradients
     differ from the whole concatenated batch's or across ranks."""

@@ -60,9 +60,14 @@ class PowerSGDCase:
 
     def state_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of ``PowerSGDState`` (all but the process group)."""
-        return {"matrix_approximation_rank": self.rank, "start_powerSGD_iter": self.start_iter,
-                "min_compression_rate": self.min_compression_rate, "use_error_feedback": self.error_feedback,
-                "warm_start": self.warm_start, "orthogonalization_epsilon": self.epsilon}
+        return {
+            "matrix_approximation_rank": self.rank,
+            "start_powerSGD_iter": self.start_iter,
+            "min_compression_rate": self.min_compression_rate,
+            "use_error_feedback": self.error_feedback,
+            "warm_start": self.warm_start,
+            "orthogonalization_epsilon": self.epsilon,
+        }
 
 
 def _zero_columns_possible(config: fst.DDPConfig) -> bool:
@@ -104,8 +109,10 @@ def powersgd_cases(world_size: int, *, max_rank: int = 8, max_steps: int = 5) ->
 # PowerSGD
 
 
-def _observed(hook: Callable[..., Any], names: dict[int, str],
-              ) -> tuple[Callable[..., Any], dict[int, list[str]]]:
+def _observed(
+    hook: Callable[..., Any],
+    names: dict[int, str],
+) -> tuple[Callable[..., Any], dict[int, list[str]]]:
     """``hook`` wrapped to record, per bucket index, the names of the bucket's parameters in buffer
     order (``names``: id(param) -> name); everything else passes through.  Returns (wrapper, record)."""
     layout: dict[int, list[str]] = {}
@@ -122,9 +129,14 @@ def _tensors(d: dict[int, torch.Tensor]) -> dict[int, torch.Tensor]:
     return {k: v.detach().clone() for k, v in d.items()}
 
 
-def powersgd_training(ctx: RankContext, case: PowerSGDCase, dtype: torch.dtype, seed: int,
-                      hook: Callable[..., Any] | None = None,
-                      state_factory: Callable[..., Any] = powerSGD_hook.PowerSGDState) -> dict[str, Any]:
+def powersgd_training(
+    ctx: RankContext,
+    case: PowerSGDCase,
+    dtype: torch.dtype,
+    seed: int,
+    hook: Callable[..., Any] | None = None,
+    state_factory: Callable[..., Any] = powerSGD_hook.PowerSGDState,
+) -> dict[str, Any]:
     """On every rank: train ``case`` with ``hook`` (default ``powerSGD_hook`` or
     ``batched_powerSGD_hook``) and ``state_factory(group, **case.state_kwargs())`` next to a twin DDP
     without a hook; return, per step, what the driver checks (see ``check_powersgd``)."""
@@ -151,24 +163,34 @@ def powersgd_training(ctx: RankContext, case: PowerSGDCase, dtype: torch.dtype, 
         _loss(ddp, config, ctx.rank, step, seed, dtype, ctx.device).backward()
         grads = _grads(model)
         record: dict[str, Any] = {
-            "grads": grads, "local": local, "error_before": error_before,
-            "error_after": _tensors(getattr(state, "error_dict", {})), "layout": dict(layout),
-            "low_rank": (digest({str(k): v for k, v in getattr(state, "p_memory_dict", {}).items()}),
-                         digest({str(k): v for k, v in getattr(state, "q_memory_dict", {}).items()})),
+            "grads": grads,
+            "local": local,
+            "error_before": error_before,
+            "error_after": _tensors(getattr(state, "error_dict", {})),
+            "layout": dict(layout),
+            "low_rank": (
+                digest({str(k): v for k, v in getattr(state, "p_memory_dict", {}).items()}),
+                digest({str(k): v for k, v in getattr(state, "q_memory_dict", {}).items()}),
+            ),
             "vanilla": None,
         }
         if step < case.start_iter:
             _loss(twin, config, ctx.rank, step, seed, dtype, ctx.device).backward()
-            record["vanilla"] = [name for name, t in _grads(twin_model).items()
-                                 if not _same_as_vanilla(grads[name], t, ctx.world_size, dtype,
-                                                         [g[name] for g in every_local])]
+            record["vanilla"] = [
+                name
+                for name, t in _grads(twin_model).items()
+                if not _same_as_vanilla(grads[name], t, ctx.world_size, dtype, [g[name] for g in every_local])
+            ]
             twin_opt.step()
             twin_opt.zero_grad(set_to_none=True)
         steps.append(record)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-    return {"steps": steps, "params": digest(dict(model.named_parameters())),
-            "shapes": {name: tuple(p.shape) for name, p in model.named_parameters()}}
+    return {
+        "steps": steps,
+        "params": digest(dict(model.named_parameters())),
+        "shapes": {name: tuple(p.shape) for name, p in model.named_parameters()},
+    }
 
 
 def compressed_by_powersgd(shape: tuple[int, ...], rank: int, rate: float) -> tuple[bool, int, int]:
@@ -191,8 +213,10 @@ def _lossless_bound(summed: torch.Tensor, world: int, dtype: torch.dtype, epsilo
     n, m = summed.shape
     eps = torch.finfo(dtype).eps
     scale = top / world
-    return torch.full_like(summed, 10 * (n + m + world) * eps * (top / low) * scale + 4 * epsilon / low * scale
-                           + 10 * torch.finfo(dtype).tiny)
+    return torch.full_like(
+        summed,
+        10 * (n + m + world) * eps * (top / low) * scale + 4 * epsilon / low * scale + 10 * torch.finfo(dtype).tiny,
+    )
 
 
 def powersgd_problems(results: list[dict[str, Any]], case: PowerSGDCase, dtype: torch.dtype) -> list[Problem]:
@@ -208,25 +232,39 @@ def powersgd_problems(results: list[dict[str, Any]], case: PowerSGDCase, dtype: 
         ref = recs[0]
         for rank, rec in enumerate(recs):
             if digest(rec["grads"]) != digest(ref["grads"]):
-                problems.append(Problem(Kind.MISMATCH, f"step {step}: gradients", rank=rank,
-                                        symptom=Symptom.RANKS_DIFFER))
+                problems.append(
+                    Problem(Kind.MISMATCH, f"step {step}: gradients", rank=rank, symptom=Symptom.RANKS_DIFFER)
+                )
             if rec["low_rank"] != ref["low_rank"]:
-                problems.append(Problem(Kind.MISMATCH, f"step {step}: warm-start P/Q state", rank=rank,
-                                        detail="differs from rank 0's bitwise"))
+                problems.append(
+                    Problem(
+                        Kind.MISMATCH,
+                        f"step {step}: warm-start P/Q state",
+                        rank=rank,
+                        detail="differs from rank 0's bitwise",
+                    )
+                )
         if step < case.start_iter:
             for rank, rec in enumerate(recs):
                 if rec["vanilla"]:
                     before = f"step {step} (before start_powerSGD_iter={case.start_iter})"
-                    problems.append(Problem(Kind.MISMATCH, before, rank=rank,
-                                            detail=f"{rec['vanilla']} not bitwise equal to DDP without a hook"))
+                    problems.append(
+                        Problem(
+                            Kind.MISMATCH,
+                            before,
+                            rank=rank,
+                            detail=f"{rec['vanilla']} not bitwise equal to DDP without a hook",
+                        )
+                    )
             continue
         layout: dict[int, list[str]] = ref["layout"]
         grads: Tensors = ref["grads"]
         shapes: dict[str, tuple[int, ...]] = results[0]["shapes"]
         for index, names in layout.items():
             # each rank's input to the hook: local gradient plus the carried error, flat in bucket order
-            flat_local = [torch.cat([_dense(rec["local"][n], torch.empty(shapes[n])).reshape(-1) for n in names])
-                          for rec in recs]
+            flat_local = [
+                torch.cat([_dense(rec["local"][n], torch.empty(shapes[n])).reshape(-1) for n in names]) for rec in recs
+            ]
             flat_grad = torch.cat([_dense(grads[n], torch.empty(shapes[n])).reshape(-1) for n in names])
             length = flat_grad.numel()
             inputs = []
@@ -237,13 +275,18 @@ def powersgd_problems(results: list[dict[str, Any]], case: PowerSGDCase, dtype: 
                 for rank, (rec, inp) in enumerate(zip(recs, inputs, strict=True)):
                     after = rec["error_after"].get(index)
                     if after is None:
-                        problems.append(Problem(Kind.MISSING, f"step {step} bucket {index}: error-feedback state",
-                                                rank=rank))
+                        problems.append(
+                            Problem(Kind.MISSING, f"step {step} bucket {index}: error-feedback state", rank=rank)
+                        )
                         continue
                     mean, bound = _close_bound([inp - flat_grad], dtype)
                     bound = bound * 4 + TOLERANCES[dtype][0] * world * (inp.abs() + flat_grad.abs())
-                    p = mean_problem(f"step {step} bucket {index} rank {rank} error feedback "
-                                     "(input minus returned gradient)", after.double()[:length], mean, bound)
+                    p = mean_problem(
+                        f"step {step} bucket {index} rank {rank} error feedback (input minus returned gradient)",
+                        after.double()[:length],
+                        mean,
+                        bound,
+                    )
                     if p is not None:
                         problems.append(p)
             stacked = torch.stack(inputs)
@@ -257,8 +300,12 @@ def powersgd_problems(results: list[dict[str, Any]], case: PowerSGDCase, dtype: 
                     padded[:length] = summed
                     square = _lossless_bound(padded.view(side, side), world, dtype, 0.0)
                     if square is not None:
-                        p = mean_problem(f"step {step} bucket {index} (batched, rank {case.rank} >= side {side})",
-                                         flat_grad, summed / world, square.reshape(-1)[:length])
+                        p = mean_problem(
+                            f"step {step} bucket {index} (batched, rank {case.rank} >= side {side})",
+                            flat_grad,
+                            summed / world,
+                            square.reshape(-1)[:length],
+                        )
                         if p is not None:
                             problems.append(p)
                 continue
@@ -266,21 +313,29 @@ def powersgd_problems(results: list[dict[str, Any]], case: PowerSGDCase, dtype: 
             for name in names:
                 shape = shapes[name]
                 size = math.prod(shape)
-                part, mag = summed[offset:offset + size], magnitude[offset:offset + size]
-                got = flat_grad[offset:offset + size]
+                part, mag = summed[offset : offset + size], magnitude[offset : offset + size]
+                got = flat_grad[offset : offset + size]
                 offset += size
                 compressed, n, m = compressed_by_powersgd(shape, case.rank, case.min_compression_rate)
                 if not compressed:
-                    p = mean_problem(f"step {step} grad {name} (not compressed)", got, part / world,
-                                     rtol * world * mag / world + atol)
+                    p = mean_problem(
+                        f"step {step} grad {name} (not compressed)",
+                        got,
+                        part / world,
+                        rtol * world * mag / world + atol,
+                    )
                 elif case.rank >= min(n, m):
                     bound_or_none = _lossless_bound(part.view(n, m), world, dtype, case.epsilon)
                     if case.warm_start and bound_or_none is None:
                         q_singular.add((index, name))
                     if bound_or_none is None or (index, name) in q_singular:
                         continue
-                    p = mean_problem(f"step {step} grad {name} (compressed at full rank {min(n, m)})",
-                                     got, part / world, bound_or_none.reshape(-1))
+                    p = mean_problem(
+                        f"step {step} grad {name} (compressed at full rank {min(n, m)})",
+                        got,
+                        part / world,
+                        bound_or_none.reshape(-1),
+                    )
                 else:
                     continue  # a lossy approximation: only the state and error-feedback checks
                 if p is not None:
@@ -290,14 +345,21 @@ def powersgd_problems(results: list[dict[str, Any]], case: PowerSGDCase, dtype: 
     return problems
 
 
-def check_powersgd(pool: Pool, case: PowerSGDCase, dtype: torch.dtype, seed: int, *,
-                   hook: Callable[..., Any] | None = None,
-                   state_factory: Callable[..., Any] = powerSGD_hook.PowerSGDState) -> None:
+def check_powersgd(
+    pool: Pool,
+    case: PowerSGDCase,
+    dtype: torch.dtype,
+    seed: int,
+    *,
+    hook: Callable[..., Any] | None = None,
+    state_factory: Callable[..., Any] = powerSGD_hook.PowerSGDState,
+) -> None:
     """Train ``case`` on ``pool`` with ``hook`` and ``state_factory`` (picklable); raise
     :class:`PropertyFailure` if PowerSGD breaks its documented contract (module docstring)."""
     with known_failures("comm_hooks", case=case, dtype=dtype, seed=seed):
         results = pool.run(powersgd_training, case, dtype, seed, hook=hook, state_factory=state_factory)
         problems = powersgd_problems(results, case, dtype)
         if problems:
-            raise PropertyFailure(f"PowerSGD breaks its contract:{listed(capped(problems))}", results,
-                                  problems=problems)
+            raise PropertyFailure(
+                f"PowerSGD breaks its contract:{listed(capped(problems))}", results, problems=problems
+            )

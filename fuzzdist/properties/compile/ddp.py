@@ -64,8 +64,9 @@ class CompiledDDPCase:
     seed: int = 0
 
 
-def _train(ctx: RankContext, case: CompiledDDPCase, compiled: bool) -> tuple[list[dict[str, torch.Tensor]],
-                                                                                dict[str, torch.Tensor]]:
+def _train(
+    ctx: RankContext, case: CompiledDDPCase, compiled: bool
+) -> tuple[list[dict[str, torch.Tensor]], dict[str, torch.Tensor]]:
     """Train ``case``'s model under DDP, compiled or not: each step's gradients, and the final parameters."""
     config = case.config
     model = config.build_model(case.seed).to(case.dtype)
@@ -128,8 +129,9 @@ def ddp_compiled_and_check(ctx: RankContext, case: CompiledDDPCase) -> DDPOutcom
         for name in sorted(set(got) | set(expected)):
             problems.append(_compare(f"step {step} grad {name}", got.get(name), expected.get(name), case.dtype))
     for name in sorted(params):
-        problems.append(_compare(f"param {name} after {case.config.steps} steps", params[name], eager_params[name],
-                                 case.dtype))
+        problems.append(
+            _compare(f"param {name} after {case.config.steps} steps", params[name], eager_params[name], case.dtype)
+        )
     dist.barrier(group=ctx.group)
     return DDPOutcome(tuple(copy.copy(p) for p in problems if p is not None), new_breaks)
 
@@ -139,8 +141,9 @@ def compiled_ddp_cases(draw: st.DrawFn, world_size: int, backends: tuple[Any, ..
     """A DDP config as the DDP property draws it (small: 2 layers of width 4 at most, 2 steps), a dtype, a backend
     and whether backward runs under compiled autograd."""
     config = draw(fst.ddp_configs(world_size, max_depth=2, max_width=4, max_batch=4, max_steps=2))
-    return CompiledDDPCase(config, draw(st.sampled_from(DTYPES)), draw(st.sampled_from(backends)),
-                           draw(st.booleans()), draw(SEEDS))
+    return CompiledDDPCase(
+        config, draw(st.sampled_from(DTYPES)), draw(st.sampled_from(backends)), draw(st.booleans()), draw(SEEDS)
+    )
 
 
 def check(pool: Pool, case: CompiledDDPCase) -> None:
@@ -152,5 +155,7 @@ def check(pool: Pool, case: CompiledDDPCase) -> None:
             event(f"compile ddp: graph break: {reason.splitlines()[0][:120]}")
     wrong = {rank: list(o.problems) for rank, o in enumerate(outcomes) if o.problems}
     if wrong:
-        raise PropertyFailure(f"compiled DDP differs from eager DDP on ranks {sorted(wrong)}:{by_rank(wrong)}",
-                              [list(o.problems) or None for o in outcomes])
+        raise PropertyFailure(
+            f"compiled DDP differs from eager DDP on ranks {sorted(wrong)}:{by_rank(wrong)}",
+            [list(o.problems) or None for o in outcomes],
+        )

@@ -209,8 +209,9 @@ def _eps(dtype: torch.dtype) -> float:
     return torch.finfo(dtype).eps if dtype.is_floating_point else 0.0
 
 
-def _compute_bound(op: str, xs: Sequence[torch.Tensor], bs: Sequence[torch.Tensor], out: torch.Tensor,
-                   ulp: float) -> torch.Tensor:
+def _compute_bound(
+    op: str, xs: Sequence[torch.Tensor], bs: Sequence[torch.Tensor], out: torch.Tensor, ulp: float
+) -> torch.Tensor:
     """The error bound of ``op``'s result: its inputs' errors propagated, plus one rounding of its own."""
     a, ea = xs[0].double().abs(), bs[0]
     if op in ("neg", "relu", "sin"):
@@ -242,8 +243,9 @@ def _bound_of_collective(step: Step, b: torch.Tensor, out: torch.Tensor, group: 
     return moved
 
 
-def run_with_bounds(steps: tuple[Step, ...], x: torch.Tensor,
-                    group: Any) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+def run_with_bounds(
+    steps: tuple[Step, ...], x: torch.Tensor, group: Any
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """The program eagerly, and each value's error bound alongside (float64, per element): what a compiled
     run may differ by (see the module's docstring)."""
     ulp = ULPS * _eps(x.dtype)
@@ -273,8 +275,9 @@ def compare(what: str, compiled: torch.Tensor, eager: torch.Tensor, bound: torch
     """None if ``compiled`` is ``eager`` within ``bound`` per element (exact where the bound is 0; NaN where
     eager is NaN); else the problem."""
     if tuple(compiled.shape) != tuple(eager.shape) or compiled.dtype != eager.dtype:
-        return Problem(Kind.SHAPE, what, got=(tuple(compiled.shape), compiled.dtype),
-                       expected=(tuple(eager.shape), eager.dtype))
+        return Problem(
+            Kind.SHAPE, what, got=(tuple(compiled.shape), compiled.dtype), expected=(tuple(eager.shape), eager.dtype)
+        )
     if not eager.is_floating_point():
         return first_difference(compiled, eager, what)
     diff = (compiled.double() - eager.double()).abs()
@@ -362,8 +365,11 @@ def programs(draw: st.DrawFn, world_size: int, max_steps: int = MAX_STEPS) -> Pr
         ops = COLLECTIVES if kind == "issue" else IN_PLACE
         a = draw(st.integers(0, len(shapes) - 1))
         op = draw(st.sampled_from([o for o in ops if _fits(o, shapes[a], world_size)]))
-        reduce_op = draw(st.sampled_from(REDUCE_OPS if dtype.is_floating_point else REDUCE_OPS[:3])) \
-            if op in ("all_reduce", "reduce_scatter") else "SUM"
+        reduce_op = (
+            draw(st.sampled_from(REDUCE_OPS if dtype.is_floating_point else REDUCE_OPS[:3]))
+            if op in ("all_reduce", "reduce_scatter")
+            else "SUM"
+        )
         src = draw(st.integers(0, world_size - 1)) if op == "broadcast" else 0
         steps.append(Step(kind, op, (a,), reduce_op, src))
         if kind == "issue":
@@ -408,5 +414,7 @@ def check(pool: Pool, case: CompileCase, *, run: Callable[..., Outcome] = compil
     report(outcomes)
     wrong = {rank: list(o.problems) for rank, o in enumerate(outcomes) if o.problems}
     if wrong:
-        raise PropertyFailure(f"compiled program differs from eager on ranks {sorted(wrong)}:{by_rank(wrong)}",
-                              [list(o.problems) or None for o in outcomes])
+        raise PropertyFailure(
+            f"compiled program differs from eager on ranks {sorted(wrong)}:{by_rank(wrong)}",
+            [list(o.problems) or None for o in outcomes],
+        )

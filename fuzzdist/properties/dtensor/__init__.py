@@ -126,8 +126,9 @@ def _normalized(names: tuple[str, ...], ndim: int) -> tuple[Any, ...]:
     return tuple(API.Replicate() if n == "R" else API.Shard(int(n[1:]) % ndim) for n in names)
 
 
-def expected_local(full: torch.Tensor, mesh_shape: tuple[int, ...], coord: tuple[int, ...],
-                   names: tuple[str, ...]) -> torch.Tensor:
+def expected_local(
+    full: torch.Tensor, mesh_shape: tuple[int, ...], coord: tuple[int, ...], names: tuple[str, ...]
+) -> torch.Tensor:
     """The shard of ``full`` at mesh coordinate ``coord``: torch.chunk semantics (ceil(size / n)
     per piece, the last ones shorter or empty), mesh dim 0 first, then within that piece."""
     t = full
@@ -168,20 +169,32 @@ def _quiet_logs() -> Iterator[None]:
             lg.setLevel(level)
 
 
-def _check_stage(stage: str, dt: Any, names: tuple[str, ...], original: torch.Tensor, mesh_shape: tuple[int, ...],
-                 coord: tuple[int, ...], full_tensor: Callable[..., Any]) -> list[Problem]:
+def _check_stage(
+    stage: str,
+    dt: Any,
+    names: tuple[str, ...],
+    original: torch.Tensor,
+    mesh_shape: tuple[int, ...],
+    coord: tuple[int, ...],
+    full_tensor: Callable[..., Any],
+) -> list[Problem]:
     problems = []
     if tuple(dt.shape) != tuple(original.shape):
-        problems.append(Problem(Kind.SHAPE, f"{stage}: DTensor shape", got=tuple(dt.shape),
-                                expected=tuple(original.shape)))
+        problems.append(
+            Problem(Kind.SHAPE, f"{stage}: DTensor shape", got=tuple(dt.shape), expected=tuple(original.shape))
+        )
     expected_placements = _normalized(names, original.ndim)
     if tuple(dt.placements) != expected_placements:
-        problems.append(Problem(Kind.SHAPE, f"{stage}: placements", got=tuple(dt.placements),
-                                expected=expected_placements))
+        problems.append(
+            Problem(Kind.SHAPE, f"{stage}: placements", got=tuple(dt.placements), expected=expected_placements)
+        )
     local = dt.to_local()
     if tuple(original.shape) == tuple(dt.shape):
-        diff = first_difference(local, expected_local(original, mesh_shape, coord, names),
-                                f"{stage}: local shard at mesh coordinate {coord}")
+        diff = first_difference(
+            local,
+            expected_local(original, mesh_shape, coord, names),
+            f"{stage}: local shard at mesh coordinate {coord}",
+        )
         if diff is not None:
             problems.append(diff)
     full = full_tensor(dt)  # a collective: every rank calls it, whatever it found so far
@@ -191,9 +204,13 @@ def _check_stage(stage: str, dt: Any, names: tuple[str, ...], original: torch.Te
     return problems
 
 
-def roundtrip_and_check(ctx: RankContext, case: RoundTrip, distribute: Callable[..., Any] = _distribute,
-                        redistribute: Callable[..., Any] = _redistribute,
-                        full_tensor: Callable[..., Any] = _full_tensor) -> list[Problem] | None:
+def roundtrip_and_check(
+    ctx: RankContext,
+    case: RoundTrip,
+    distribute: Callable[..., Any] = _distribute,
+    redistribute: Callable[..., Any] = _redistribute,
+    full_tensor: Callable[..., Any] = _full_tensor,
+) -> list[Problem] | None:
     """On every rank: distribute, then redistribute along case.redistributions, checking each
     stage; None if all is well, else the problems.  The three operations are swappable."""
     mesh = device_mesh(ctx.device.type, case.mesh_shape)
@@ -208,20 +225,30 @@ def roundtrip_and_check(ctx: RankContext, case: RoundTrip, distribute: Callable[
     try:
         with _quiet_logs():
             dt = distribute(given_tensor, mesh, [placement(n) for n in case.placements], **kwargs)
-            problems = _check_stage(f"distribute_tensor to {case.placements}", dt, case.placements, original,
-                                    case.mesh_shape, coord, full_tensor)
+            problems = _check_stage(
+                f"distribute_tensor to {case.placements}",
+                dt,
+                case.placements,
+                original,
+                case.mesh_shape,
+                coord,
+                full_tensor,
+            )
             for i, names in enumerate(case.redistributions, 1):
                 dt = redistribute(dt, mesh, [placement(n) for n in names])
-                problems += _check_stage(f"redistribute #{i} to {names}", dt, names, original,
-                                         case.mesh_shape, coord, full_tensor)
+                problems += _check_stage(
+                    f"redistribute #{i} to {names}", dt, names, original, case.mesh_shape, coord, full_tensor
+                )
     except BaseException:
         # A rank that raised between collectives has issued fewer of them than a peer that went on (torch
         # 2.6.0's dtensor-empty-shard-full-tensor-pads-negative: rank 0's zero-byte all-gather returns
         # at once, the others raise before theirs).  The mesh's groups outlive the example (the 1-D mesh's
         # is the pool's default group) and gloo pairs each collective by its count, so every later
         # collective on them would hang: fresh rank processes for the next example.
-        ctx.request_recycle("a rank raised part-way through the DTensor round trip: the mesh's process groups "
-                            "may have issued different numbers of collectives on different ranks")
+        ctx.request_recycle(
+            "a rank raised part-way through the DTensor round trip: the mesh's process groups "
+            "may have issued different numbers of collectives on different ranks"
+        )
         raise
     return problems or None
 
@@ -258,14 +285,21 @@ def roundtrips(draw: st.DrawFn, world_size: int, dtypes: st.SearchStrategy[torch
 # the driver-side check
 
 
-def check(pool: Pool, case: RoundTrip, *, distribute: Callable[..., Any] = _distribute,
-          redistribute: Callable[..., Any] = _redistribute, full_tensor: Callable[..., Any] = _full_tensor) -> None:
+def check(
+    pool: Pool,
+    case: RoundTrip,
+    *,
+    distribute: Callable[..., Any] = _distribute,
+    redistribute: Callable[..., Any] = _redistribute,
+    full_tensor: Callable[..., Any] = _full_tensor,
+) -> None:
     """Distribute ``case``'s tensor over ``pool`` and redistribute it along ``case.redistributions``
     with ``distribute``/``redistribute``/``full_tensor`` (DTensor's own by default); raise
     :class:`PropertyFailure` if any rank lost or moved values at any stage."""
     with known_failures("dtensor", case=case):  # torch 2.6.0: dtensor-empty-shard-full-tensor-pads-negative
-        results = pool.run(roundtrip_and_check, case, distribute=distribute, redistribute=redistribute,
-                           full_tensor=full_tensor)
+        results = pool.run(
+            roundtrip_and_check, case, distribute=distribute, redistribute=redistribute, full_tensor=full_tensor
+        )
         wrong = {rank: problems for rank, problems in enumerate(results) if problems}
         if wrong:
             raise PropertyFailure(f"ranks {sorted(wrong)} lost or moved values:{by_rank(wrong)}", results)

@@ -26,8 +26,12 @@ def _has_empty_local_shard(case: RoundTrip | None) -> bool:
     if 0 in shape:
         return True
     stages = (tuple(case.placements),) + tuple(case.redistributions)
-    return any(name != "R" and shape[int(name[1:]) % len(shape)] < mesh_shape[m]
-               for stage in stages for m, name in enumerate(stage) if shape)
+    return any(
+        name != "R" and shape[int(name[1:]) % len(shape)] < mesh_shape[m]
+        for stage in stages
+        for m, name in enumerate(stage)
+        if shape
+    )
 
 
 def _is_dtensor_empty_dim_negative_padding(example: Mapping[str, Any], failure: BaseException) -> bool:
@@ -37,11 +41,16 @@ def _is_dtensor_empty_dim_negative_padding(example: Mapping[str, Any], failure: 
     errors = evidence.raised(failure)
     if not _has_empty_local_shard(example_of(example, "case", RoundTrip)) or not errors:
         return False
-    return all(evidence.raised_a(p, RuntimeError) and evidence.says(p, "negative padding")
-               and evidence.says(p, "pad_tensor") for p in errors)
+    return all(
+        evidence.raised_a(p, RuntimeError) and evidence.says(p, "negative padding") and evidence.says(p, "pad_tensor")
+        for p in errors
+    )
 
 
-register(KnownBug(
-    id="dtensor-empty-shard-full-tensor-pads-negative",
-    where=("dtensor",),
-    recognise=_is_dtensor_empty_dim_negative_padding))
+register(
+    KnownBug(
+        id="dtensor-empty-shard-full-tensor-pads-negative",
+        where=("dtensor",),
+        recognise=_is_dtensor_empty_dim_negative_padding,
+    )
+)

@@ -72,22 +72,26 @@ def check(pool: Pool, case: OpCase, *, rules: Callable[[], Any] = torch_rules) -
     call: DTensor's own by default) and locally on every rank; raise :class:`PropertyFailure` if any rank
     saw the results differ."""
     if not isinstance(case, OpCase):
-        raise InvalidArgument(f"case must be an OpCase (draw one with dtensor_ops.op_cases(world_size)), "
-                              f"got {type(case).__name__}")
+        raise InvalidArgument(
+            f"case must be an OpCase (draw one with dtensor_ops.op_cases(world_size)), got {type(case).__name__}"
+        )
     if case.op not in all_ops():
-        raise InvalidArgument(f"unknown operator {case.op!r}: choose one of dtensor_ops.OPS "
-                              f"({len(OPS)} registered)")
+        raise InvalidArgument(f"unknown operator {case.op!r}: choose one of dtensor_ops.OPS ({len(OPS)} registered)")
     world = 1
     for n in case.mesh_shape:
         world *= n
     if world != pool.world_size:
-        raise InvalidArgument(f"the case's mesh {case.mesh_shape} has {world} ranks but the pool has "
-                              f"{pool.world_size}: draw it with op_cases({pool.world_size})")
+        raise InvalidArgument(
+            f"the case's mesh {case.mesh_shape} has {world} ranks but the pool has "
+            f"{pool.world_size}: draw it with op_cases({pool.world_size})"
+        )
     if not callable(rules):
         raise InvalidArgument(f"rules must be a context-manager factory importable on the ranks, got {rules!r}")
     with known_failures("dtensor_ops", case=case):
         results = pool.run(compute_and_check, case, rules=rules)
         wrong = {rank: problems for rank, problems in enumerate(results) if problems}
         if wrong:
-            raise PropertyFailure(f"{case.op} on DTensors differs from the local operator on ranks "
-                                  f"{sorted(wrong)}:{by_rank(wrong)}", results)
+            raise PropertyFailure(
+                f"{case.op} on DTensors differs from the local operator on ranks {sorted(wrong)}:{by_rank(wrong)}",
+                results,
+            )

@@ -81,8 +81,10 @@ def _placed(draw: st.DrawFn, operand: Operand, mesh_shape: tuple[int, ...], part
     # one reduce op per DTensor: "Mixed Partial reduce types are not supported in the same placement list"
     # (DTensor raises ValueError saying so, torch/distributed/tensor/_utils.py)
     placements = tuple(partials[0] if name in PARTIAL_OPS else name for name in placements)
-    owners = tuple(draw(st.integers(0, n - 1), label="partial owner") if name in PARTIAL_OPS else 0
-                   for name, n in zip(placements, mesh_shape, strict=True))
+    owners = tuple(
+        draw(st.integers(0, n - 1), label="partial owner") if name in PARTIAL_OPS else 0
+        for name, n in zip(placements, mesh_shape, strict=True)
+    )
     return operand.placed(placements, owners)
 
 

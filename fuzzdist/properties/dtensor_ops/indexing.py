@@ -21,8 +21,9 @@ from fuzzdist.properties.dtensor_ops.inputs import FLOATS, INTS, POSITIVE_SIZES,
 _DTYPES = FLOATS + INTS[:1]
 
 
-def _op(name: str, call: Callable[..., Any], arguments: Callable[[], st.SearchStrategy[Arguments]],
-        **more: Any) -> OpDef:
+def _op(
+    name: str, call: Callable[..., Any], arguments: Callable[[], st.SearchStrategy[Arguments]], **more: Any
+) -> OpDef:
     return OpDef(f"indexing.{name}", "indexing", call, arguments, **more)
 
 
@@ -38,8 +39,10 @@ def _index_select(d: st.DrawFn) -> Arguments:
 def _gather(d: st.DrawFn) -> Arguments:
     shape = d(shapes(min_dims=1, sizes=POSITIVE_SIZES), label="shape")
     dim = d(st.integers(0, len(shape) - 1), label="dim")
-    index_shape = tuple(d(st.integers(0, s), label="index size") if i != dim else d(SIZES, label="index size")
-                        for i, s in enumerate(shape))
+    index_shape = tuple(
+        d(st.integers(0, s), label="index size") if i != dim else d(SIZES, label="index size")
+        for i, s in enumerate(shape)
+    )
     return (d(operand(shape, _DTYPES)), dim, d(index_operand(index_shape, shape[dim]))), {}
 
 
@@ -52,6 +55,7 @@ def _scatter(unique: bool) -> Callable[[], st.SearchStrategy[Arguments]]:
         x = d(operand(shape, FLOATS))
         index = d(index_operand(index_shape, shape[dim], dim if unique else None))
         return (x, dim, index, d(operand(index_shape, (x.spec.dtype,)))), {}
+
     return lambda: draw()
 
 
@@ -63,6 +67,7 @@ def _index_put(accumulate: bool) -> Callable[[], st.SearchStrategy[Arguments]]:
         x = d(operand(shape, FLOATS))
         index = d(index_operand((n,), shape[0], None if accumulate else 0))
         return (x, index, d(operand((n, *shape[1:]), (x.spec.dtype,)))), {"accumulate": accumulate}
+
     return lambda: draw()
 
 
@@ -92,12 +97,30 @@ register(
     _op("index_select", torch.index_select, lambda: _index_select(), grad=True),
     _op("gather", torch.gather, lambda: _gather(), grad=True),
     _op("scatter", torch.scatter, _scatter(unique=True), grad=True),
-    _op("scatter_add", torch.scatter_add, _scatter(unique=False), grad=True, reordered=True,
-        terms=lambda args, kwargs: max(args[2].spec.numel, 1) + 1),
+    _op(
+        "scatter_add",
+        torch.scatter_add,
+        _scatter(unique=False),
+        grad=True,
+        reordered=True,
+        terms=lambda args, kwargs: max(args[2].spec.numel, 1) + 1,
+    ),
     _op("index_put", _index_put_call, _index_put(accumulate=False), grad=True),
-    _op("index_put_accumulate", _index_put_call, _index_put(accumulate=True), grad=True, reordered=True,
-        terms=_index_put_terms),
+    _op(
+        "index_put_accumulate",
+        _index_put_call,
+        _index_put(accumulate=True),
+        grad=True,
+        reordered=True,
+        terms=_index_put_terms,
+    ),
     _op("masked_fill", torch.masked_fill, lambda: _masked_fill(), grad=True),
-    _op("embedding", torch.nn.functional.embedding, lambda: _embedding(), grad=True, reordered=True,
-        terms=lambda args, kwargs: max(args[0].spec.numel, 1)),
+    _op(
+        "embedding",
+        torch.nn.functional.embedding,
+        lambda: _embedding(),
+        grad=True,
+        reordered=True,
+        terms=lambda args, kwargs: max(args[0].spec.numel, 1),
+    ),
 )

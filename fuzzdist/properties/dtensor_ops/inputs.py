@@ -28,8 +28,11 @@ PATTERNS = ("random", "special", "constant")
 -0.0, subnormals and extremes."""
 
 
-def shapes(min_dims: int = 0, max_dims: int = 3, sizes: st.SearchStrategy[int] = SIZES,
-           ) -> st.SearchStrategy[tuple[int, ...]]:
+def shapes(
+    min_dims: int = 0,
+    max_dims: int = 3,
+    sizes: st.SearchStrategy[int] = SIZES,
+) -> st.SearchStrategy[tuple[int, ...]]:
     """Shapes of ``min_dims`` to ``max_dims`` dims (shrinking to ``min_dims`` dims, or 1 where that is 0)."""
     dims = st.integers(min_dims, max_dims)
     if min_dims == 0 and max_dims >= 1:
@@ -38,8 +41,12 @@ def shapes(min_dims: int = 0, max_dims: int = 3, sizes: st.SearchStrategy[int] =
 
 
 @st.composite
-def operand(draw: st.DrawFn, shape: tuple[int, ...], dtypes: tuple[torch.dtype, ...] = FLOATS,
-            patterns: tuple[str, ...] = PATTERNS) -> Operand:
+def operand(
+    draw: st.DrawFn,
+    shape: tuple[int, ...],
+    dtypes: tuple[torch.dtype, ...] = FLOATS,
+    patterns: tuple[str, ...] = PATTERNS,
+) -> Operand:
     """An operand of ``shape``, one of ``dtypes``, with a drawn value pattern and seed."""
     dtype = draw(st.sampled_from(dtypes), label="dtype")
     pattern = draw(st.sampled_from(patterns), label="pattern")
@@ -62,6 +69,7 @@ def dims_of(ndim: int) -> st.SearchStrategy[int]:
 
 def broadcast_partner(shape: tuple[int, ...]) -> st.SearchStrategy[tuple[int, ...]]:
     """A shape that broadcasts with ``shape`` to ``shape``: leading dims dropped, some dims made 1."""
+
     @st.composite
     def draw_shape(draw: st.DrawFn) -> tuple[int, ...]:
         drop = draw(st.integers(0, len(shape)), label="leading dims dropped")

@@ -17,8 +17,9 @@ from fuzzdist.properties.dtensor_ops.inputs import FLOATS, INTS, POSITIVE_SIZES,
 _DTYPES = FLOATS + INTS[:1]
 
 
-def _op(name: str, call: Callable[..., Any], arguments: Callable[[], st.SearchStrategy[Arguments]],
-        **more: Any) -> OpDef:
+def _op(
+    name: str, call: Callable[..., Any], arguments: Callable[[], st.SearchStrategy[Arguments]], **more: Any
+) -> OpDef:
     return OpDef(f"joins.{name}", "joins", call, arguments, **more)
 
 
@@ -33,14 +34,18 @@ def _joined(stack: bool) -> Callable[[], st.SearchStrategy[Arguments]]:
             part = shape if stack else tuple(d(SIZES, label="size") if i == dim else s for i, s in enumerate(shape))
             parts.append(d(operand(part, (dtype,))))
         return (parts, dim), {}
+
     return lambda: draw()
 
 
 @st.composite
 def _sorted(d: st.DrawFn) -> Arguments:
     shape = d(shapes(min_dims=1), label="shape")
-    return (d(operand(shape, _DTYPES)),), {"dim": d(st.integers(-len(shape), len(shape) - 1), label="dim"),
-                                           "descending": d(st.booleans(), label="descending"), "stable": True}
+    return (d(operand(shape, _DTYPES)),), {
+        "dim": d(st.integers(-len(shape), len(shape) - 1), label="dim"),
+        "descending": d(st.booleans(), label="descending"),
+        "stable": True,
+    }
 
 
 @st.composite
@@ -48,7 +53,9 @@ def _topk(d: st.DrawFn) -> Arguments:
     shape = d(shapes(min_dims=1, sizes=POSITIVE_SIZES), label="shape")
     dim = d(st.integers(0, len(shape) - 1), label="dim")
     return (d(operand(shape, _DTYPES, ("random", "constant"))), d(st.integers(0, shape[dim]), label="k")), {
-        "dim": dim, "largest": d(st.booleans(), label="largest")}
+        "dim": dim,
+        "largest": d(st.booleans(), label="largest"),
+    }
 
 
 register(

@@ -31,18 +31,30 @@ def _is_integer_partial_sum_made_float(example: Mapping[str, Any], failure: Base
     problems = [p for ranks in (evidence.reported_by_rank(failure) or []) for p in ranks]
     if not partial_int or not problems:
         return False
-    return all(p.kind is Kind.SHAPE and p.what.startswith("output") and isinstance(p.got, tuple)
-               and p.got[1] == torch.float32 and isinstance(p.expected, tuple)
-               and not p.expected[1].is_floating_point for p in problems)
+    return all(
+        p.kind is Kind.SHAPE
+        and p.what.startswith("output")
+        and isinstance(p.got, tuple)
+        and p.got[1] == torch.float32
+        and isinstance(p.expected, tuple)
+        and not p.expected[1].is_floating_point
+        for p in problems
+    )
 
 
-register(KnownBug(
-    id="dtensor-partial-sum-int-becomes-float", kind="wrong result",
-    summary="torch 2.13: a pointwise operator over an integer Partial(sum) DTensor and a Replicate one (int64 "
-            "R + int64 P(sum)) returns a float32 Partial(sum) DTensor where the local operator returns int64: "
-            "the Replicate operand is divided by the mesh size to make it Partial, a true division",
-    where=("dtensor_ops",), recognise=_is_integer_partial_sum_made_float, seen_on=("2.13",),
-    reproducer="docs/findings/dtensor-partial-sum-int-becomes-float.py"))
+register(
+    KnownBug(
+        id="dtensor-partial-sum-int-becomes-float",
+        kind="wrong result",
+        summary="torch 2.13: a pointwise operator over an integer Partial(sum) DTensor and a Replicate one (int64 "
+        "R + int64 P(sum)) returns a float32 Partial(sum) DTensor where the local operator returns int64: "
+        "the Replicate operand is divided by the mesh size to make it Partial, a true division",
+        where=("dtensor_ops",),
+        recognise=_is_integer_partial_sum_made_float,
+        seen_on=("2.13",),
+        reproducer="docs/findings/dtensor-partial-sum-int-becomes-float.py",
+    )
+)
 
 
 def _is_partial_type_change_assert(example: Mapping[str, Any], failure: BaseException) -> bool:
@@ -53,18 +65,24 @@ def _is_partial_type_change_assert(example: Mapping[str, Any], failure: BaseExce
     problems = [p for ranks in (evidence.reported_by_rank(failure) or []) for p in ranks]
     if len(kinds) < 2 or not problems:
         return False
-    return all(p.kind is Kind.RAISED and p.error == "AssertionError" and p.what == "the DTensor operator"
-               for p in problems)
+    return all(
+        p.kind is Kind.RAISED and p.error == "AssertionError" and p.what == "the DTensor operator" for p in problems
+    )
 
 
-register(KnownBug(
-    id="dtensor-partial-reduce-op-change-asserts", kind="crash",
-    summary="torch 2.13: an in-place operator whose self is Partial(sum) and whose other operand is "
-            "Partial(max) (or min) raises a bare AssertionError ('Redistribution from one partial type ... "
-            "is unsupported') instead of reducing the other operand first, as the out-of-place operator does",
-    where=("dtensor_ops",), recognise=_is_partial_type_change_assert, seen_on=("2.13",),
-    reproducer="docs/findings/dtensor-partial-reduce-op-change-asserts.py"))
-
+register(
+    KnownBug(
+        id="dtensor-partial-reduce-op-change-asserts",
+        kind="crash",
+        summary="torch 2.13: an in-place operator whose self is Partial(sum) and whose other operand is "
+        "Partial(max) (or min) raises a bare AssertionError ('Redistribution from one partial type ... "
+        "is unsupported') instead of reducing the other operand first, as the out-of-place operator does",
+        where=("dtensor_ops",),
+        recognise=_is_partial_type_change_assert,
+        seen_on=("2.13",),
+        reproducer="docs/findings/dtensor-partial-reduce-op-change-asserts.py",
+    )
+)
 
 
 def _is_out_placement_empty_min(example: Mapping[str, Any], failure: BaseException) -> bool:
@@ -75,23 +93,37 @@ def _is_out_placement_empty_min(example: Mapping[str, Any], failure: BaseExcepti
     problems = [p for ranks in (evidence.reported_by_rank(failure) or []) for p in ranks]
     if not isinstance(case, OpCase) or "out" not in case.op.rsplit(".", 1)[-1].lower() or not problems:
         return False
-    return all(p.kind is Kind.RAISED and p.what == "the DTensor operator" and p.error == "RuntimeError"
-               and evidence.says(p, "min() arg is an empty sequence") for p in problems)
+    return all(
+        p.kind is Kind.RAISED
+        and p.what == "the DTensor operator"
+        and p.error == "RuntimeError"
+        and evidence.says(p, "min() arg is an empty sequence")
+        for p in problems
+    )
 
 
-register(KnownBug(
-    id="dtensor-out-placement-mismatch-empty-min", kind="unclear error",
-    summary="torch 2.13: a pointwise out= overload whose out DTensor is placed unlike the result DTensor "
-            "would be (inputs Replicate, out Shard(0)) raises RuntimeError 'min() arg is an empty sequence' from "
-            "the sharding propagator instead of saying that out's placement can't be kept",
-    where=("dtensor_ops",), recognise=_is_out_placement_empty_min, seen_on=("2.13",),
-    reproducer="docs/findings/dtensor-out-placement-mismatch-empty-min.py"))
+register(
+    KnownBug(
+        id="dtensor-out-placement-mismatch-empty-min",
+        kind="unclear error",
+        summary="torch 2.13: a pointwise out= overload whose out DTensor is placed unlike the result DTensor "
+        "would be (inputs Replicate, out Shard(0)) raises RuntimeError 'min() arg is an empty sequence' from "
+        "the sharding propagator instead of saying that out's placement can't be kept",
+        where=("dtensor_ops",),
+        recognise=_is_out_placement_empty_min,
+        seen_on=("2.13",),
+        reproducer="docs/findings/dtensor-out-placement-mismatch-empty-min.py",
+    )
+)
 
 
 def _has_empty_shard(case: OpCase) -> bool:
     """Some operand is sharded on a dim with fewer elements than its mesh dim has ranks."""
-    return any(name.startswith("S") and o.spec.shape[int(name[1:])] < case.mesh_shape[m]
-               for o in _operands(case) for m, name in enumerate(o.placements))
+    return any(
+        name.startswith("S") and o.spec.shape[int(name[1:])] < case.mesh_shape[m]
+        for o in _operands(case)
+        for m, name in enumerate(o.placements)
+    )
 
 
 def _is_argminmax_empty_shard_hang(example: Mapping[str, Any], failure: BaseException) -> bool:
@@ -104,13 +136,21 @@ def _is_argminmax_empty_shard_hang(example: Mapping[str, Any], failure: BaseExce
         return False
     return bool(evidence.waiting(failure)) or any(
         p.kind is Kind.RAISED and p.error == "IndexError"
-        for ranks in (evidence.reported_by_rank(failure) or []) for p in ranks)
+        for ranks in (evidence.reported_by_rank(failure) or [])
+        for p in ranks
+    )
 
 
-register(KnownBug(
-    id="dtensor-argmax-empty-shard-hangs", kind="hang",
-    summary="torch 2.13: argmax (argmin) over a sharded dim where some rank's shard is empty ((1,) as Shard(0) "
-            "on 2 ranks): that rank raises IndexError on its empty piece before the all-gather DTensor's "
-            "argmax handler issues, and the other ranks wait in it forever",
-    where=("dtensor_ops",), recognise=_is_argminmax_empty_shard_hang, seen_on=("2.13",),
-    reproducer="docs/findings/dtensor-argmax-empty-shard-hangs.py"))
+register(
+    KnownBug(
+        id="dtensor-argmax-empty-shard-hangs",
+        kind="hang",
+        summary="torch 2.13: argmax (argmin) over a sharded dim where some rank's shard is empty ((1,) as Shard(0) "
+        "on 2 ranks): that rank raises IndexError on its empty piece before the all-gather DTensor's "
+        "argmax handler issues, and the other ranks wait in it forever",
+        where=("dtensor_ops",),
+        recognise=_is_argminmax_empty_shard_hang,
+        seen_on=("2.13",),
+        reproducer="docs/findings/dtensor-argmax-empty-shard-hangs.py",
+    )
+)

@@ -18,18 +18,33 @@ from fuzzdist.properties.dtensor_ops.inputs import SIZES, operand
 _FLOATS = (torch.float32, torch.float64, torch.bfloat16)  # CPU matmuls of float16 are slow and coarse
 
 
-def _op(name: str, call: Callable[..., Any], arguments: Callable[[], st.SearchStrategy[Arguments]],
-        contraction: Callable[[tuple[Any, ...]], int], **more: Any) -> OpDef:
-    return OpDef(f"matrix.{name}", "matrix", call, arguments, reordered=True, grad=True,
-                 terms=lambda args, kwargs: contraction(args) + 2, **more)
+def _op(
+    name: str,
+    call: Callable[..., Any],
+    arguments: Callable[[], st.SearchStrategy[Arguments]],
+    contraction: Callable[[tuple[Any, ...]], int],
+    **more: Any,
+) -> OpDef:
+    return OpDef(
+        f"matrix.{name}",
+        "matrix",
+        call,
+        arguments,
+        reordered=True,
+        grad=True,
+        terms=lambda args, kwargs: contraction(args) + 2,
+        **more,
+    )
 
 
 def _operands(*shapes: tuple[int, ...]) -> st.SearchStrategy[tuple[Any, ...]]:
     """Operands of ``shapes``, all of one drawn dtype."""
+
     @st.composite
     def draw(d: st.DrawFn) -> tuple[Any, ...]:
         dtype = d(st.sampled_from(_FLOATS), label="dtype")
         return tuple(d(operand(s, (dtype,))) for s in shapes)
+
     return draw()
 
 
@@ -78,8 +93,14 @@ def _linear(d: st.DrawFn) -> Arguments:
     return d(_operands((*batch, i), (o, i))), {}
 
 
-_EINSUMS = {"ij,jk->ik": ((0, 1), (1, 2)), "bij,bjk->bik": ((3, 0, 1), (3, 1, 2)), "i,i->": ((0,), (0,)),
-            "ij,ij->i": ((0, 1), (0, 1)), "ij,kj->ik": ((0, 1), (2, 1)), "bi,bj->ij": ((3, 0), (3, 1))}
+_EINSUMS = {
+    "ij,jk->ik": ((0, 1), (1, 2)),
+    "bij,bjk->bik": ((3, 0, 1), (3, 1, 2)),
+    "i,i->": ((0,), (0,)),
+    "ij,ij->i": ((0, 1), (0, 1)),
+    "ij,kj->ik": ((0, 1), (2, 1)),
+    "bi,bj->ij": ((3, 0), (3, 1)),
+}
 
 
 @st.composite

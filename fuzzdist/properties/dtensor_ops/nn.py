@@ -22,8 +22,9 @@ from fuzzdist.properties.dtensor_ops.inputs import POSITIVE_SIZES, SIZES, index_
 _FLOATS = (torch.float32, torch.float64)
 
 
-def _op(name: str, call: Callable[..., Any], arguments: Callable[[], st.SearchStrategy[Arguments]],
-        **more: Any) -> OpDef:
+def _op(
+    name: str, call: Callable[..., Any], arguments: Callable[[], st.SearchStrategy[Arguments]], **more: Any
+) -> OpDef:
     return OpDef(f"nn.{name}", "nn", call, arguments, grad=True, **more)
 
 
@@ -85,14 +86,16 @@ def _normalized_terms(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
 def _normalized_magnitude(kind: str) -> Callable[..., Any]:
     """What a normalisation's output is computed from, in absolute value: each normalised value is at most
     sqrt(n) (n the normalised elements), times the weight; plus the bias."""
+
     def magnitude(x: Any, normalized: Any, weight: Any = None, bias: Any = None, **kw: Any) -> Any:
         n = 1
         for s in normalized:
             n *= s
-        out = torch.full_like(x, n ** 0.5)
+        out = torch.full_like(x, n**0.5)
         if weight is not None:
             out = out * weight
         return out if bias is None else out + bias
+
     return magnitude
 
 
@@ -103,9 +106,11 @@ def _loss_terms(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
 
 def _loss_magnitude(call: Callable[..., Any]) -> Callable[..., Any]:
     """A loss over the absolute logits, reduced by sum: each term's log-sum-exp is at most max|x| + log c."""
+
     def magnitude(logits: Any, target: Any, reduction: str) -> Any:
         per = logits.amax(-1) + torch.log(torch.tensor(float(logits.shape[-1]))) + logits.abs().amax(-1) + 1
         return per.sum() if reduction == "sum" else per.mean() if reduction == "mean" else per
+
     return magnitude
 
 
@@ -122,21 +127,64 @@ def _sdpa_magnitude(q: Any, k: Any, v: Any, is_causal: bool) -> Any:
 
 
 register(
-    _op("softmax", F.softmax, lambda: _along(), reordered=True, terms=_dim_terms,
-        magnitude=lambda x, dim: torch.ones_like(x)),
-    _op("log_softmax", F.log_softmax, lambda: _along(), reordered=True, terms=_dim_terms,
-        magnitude=lambda x, dim: x.amax(dim, keepdim=True).expand_as(x) * 2 + 1),
-    _op("layer_norm", F.layer_norm, lambda: _layer_norm_args(), reordered=True, terms=_normalized_terms,
-        magnitude=_normalized_magnitude("layer")),
-    _op("rms_norm", F.rms_norm, lambda: _normalized(), reordered=True, terms=_normalized_terms,
-        magnitude=_normalized_magnitude("rms")),
+    _op(
+        "softmax",
+        F.softmax,
+        lambda: _along(),
+        reordered=True,
+        terms=_dim_terms,
+        magnitude=lambda x, dim: torch.ones_like(x),
+    ),
+    _op(
+        "log_softmax",
+        F.log_softmax,
+        lambda: _along(),
+        reordered=True,
+        terms=_dim_terms,
+        magnitude=lambda x, dim: x.amax(dim, keepdim=True).expand_as(x) * 2 + 1,
+    ),
+    _op(
+        "layer_norm",
+        F.layer_norm,
+        lambda: _layer_norm_args(),
+        reordered=True,
+        terms=_normalized_terms,
+        magnitude=_normalized_magnitude("layer"),
+    ),
+    _op(
+        "rms_norm",
+        F.rms_norm,
+        lambda: _normalized(),
+        reordered=True,
+        terms=_normalized_terms,
+        magnitude=_normalized_magnitude("rms"),
+    ),
     _op("gelu", F.gelu, lambda: _activation()),
     _op("gelu_tanh", lambda x: F.gelu(x, approximate="tanh"), lambda: _activation()),
     _op("silu", F.silu, lambda: _activation()),
-    _op("cross_entropy", F.cross_entropy, lambda: _loss(), reordered=True, terms=_loss_terms,
-        magnitude=_loss_magnitude(F.cross_entropy)),
-    _op("nll_loss", lambda x, t, reduction: F.nll_loss(x, t, reduction=reduction), lambda: _loss(), reordered=True,
-        terms=_loss_terms, magnitude=lambda x, t, reduction: F.nll_loss(x, t, reduction=reduction)),
-    _op("scaled_dot_product_attention", F.scaled_dot_product_attention, lambda: _sdpa(), reordered=True,
-        terms=_sdpa_terms, magnitude=_sdpa_magnitude, partial=False),
+    _op(
+        "cross_entropy",
+        F.cross_entropy,
+        lambda: _loss(),
+        reordered=True,
+        terms=_loss_terms,
+        magnitude=_loss_magnitude(F.cross_entropy),
+    ),
+    _op(
+        "nll_loss",
+        lambda x, t, reduction: F.nll_loss(x, t, reduction=reduction),
+        lambda: _loss(),
+        reordered=True,
+        terms=_loss_terms,
+        magnitude=lambda x, t, reduction: F.nll_loss(x, t, reduction=reduction),
+    ),
+    _op(
+        "scaled_dot_product_attention",
+        F.scaled_dot_product_attention,
+        lambda: _sdpa(),
+        reordered=True,
+        terms=_sdpa_terms,
+        magnitude=_sdpa_magnitude,
+        partial=False,
+    ),
 )

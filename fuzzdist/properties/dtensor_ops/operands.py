@@ -28,8 +28,12 @@ PARTIAL_OPS = {"P+": "sum", "P>": "max", "P<": "min"}
 into pieces has a mean that is exactly the value in every order of summation."""
 
 _MANTISSA_BITS = {torch.float64: 52, torch.float32: 23, torch.float16: 10, torch.bfloat16: 7}
-_BITS_VIEW = {torch.float64: torch.int64, torch.float32: torch.int32, torch.float16: torch.int16,
-              torch.bfloat16: torch.int16}
+_BITS_VIEW = {
+    torch.float64: torch.int64,
+    torch.float32: torch.int32,
+    torch.float16: torch.int16,
+    torch.bfloat16: torch.int16,
+}
 
 
 @dataclass(frozen=True)
@@ -66,7 +70,7 @@ class Operand:
         # a prefix of a permutation along unique_dim: scatter and index_put without accumulation are only
         # defined for distinct indices ("the order is undefined" otherwise)
         shape, d = self.spec.shape, self.unique_dim
-        keys = torch.rand((*shape[:d], self.index_high, *shape[d + 1:]), generator=gen)
+        keys = torch.rand((*shape[:d], self.index_high, *shape[d + 1 :]), generator=gen)
         return keys.argsort(dim=d).narrow(d, 0, shape[d]).contiguous()
 
 
@@ -91,8 +95,9 @@ def placement(api: Any, name: str) -> Any:
     return api.Partial(PARTIAL_OPS[name])
 
 
-def shard_piece(full: torch.Tensor, mesh_shape: tuple[int, ...], coord: tuple[int, ...],
-                names: tuple[str, ...]) -> torch.Tensor:
+def shard_piece(
+    full: torch.Tensor, mesh_shape: tuple[int, ...], coord: tuple[int, ...], names: tuple[str, ...]
+) -> torch.Tensor:
     """The piece of ``full`` the Shard placements give the rank at ``coord``: ``torch.chunk`` semantics,
     mesh dim 0 first, then within that piece."""
     t = full
@@ -158,8 +163,9 @@ def local_piece(op: Operand, full: torch.Tensor, mesh_shape: tuple[int, ...], co
         if is_partial(name):
             # every rank along this mesh dim cuts the same pieces: the seed leaves its own coordinate out
             along = tuple(0 if m == mesh_dim else c for m, c in enumerate(coord))
-            pieces = partial_pieces(piece, PARTIAL_OPS[name], mesh_shape[mesh_dim], op.owners[mesh_dim],
-                                    mix_seed(op.seed, mesh_dim, *along))
+            pieces = partial_pieces(
+                piece, PARTIAL_OPS[name], mesh_shape[mesh_dim], op.owners[mesh_dim], mix_seed(op.seed, mesh_dim, *along)
+            )
             piece = pieces[coord[mesh_dim]]
     return piece
 

@@ -25,12 +25,16 @@ from fuzzdist.properties.dtensor_ops.operands import Operand
 from fuzzdist.properties.dtensor_ops.schema_ops import Plan, plans
 
 _REASONS = (
-    (r"rand|dropout|bernoulli|normal|uniform|exponential|multinomial|poisson|geometric|cauchy|log_normal",
-     "random values: no deterministic local result to compare with"),
+    (
+        r"rand|dropout|bernoulli|normal|uniform|exponential|multinomial|poisson|geometric|cauchy|log_normal",
+        "random values: no deterministic local result to compare with",
+    ),
     (r"_foreach_|_fused_|_amp_", "multi-tensor (list) kernels: no generator yet"),
     (r"backward", "a backward kernel not reached by the drawn operators' autograd"),
-    (r"conv|pool|batch_norm|upsample|_fft|grid_sampler|im2col|col2im", "convolution, pooling, FFT, batch norm or "
-     "resampling: no generator yet"),
+    (
+        r"conv|pool|batch_norm|upsample|_fft|grid_sampler|im2col|col2im",
+        "convolution, pooling, FFT, batch norm or resampling: no generator yet",
+    ),
     (r"_\.|\.out$|_out$|\.\w*out\b", "an in-place or out= variant without a generator yet"),
 )
 
@@ -58,8 +62,11 @@ def registered() -> set[str]:
     from torch.distributed.tensor import DTensor
 
     prop = DTensor._op_dispatcher.sharding_propagator
-    return {str(op) for table in (prop.op_to_rules, prop.op_strategy_funcs, prop.op_single_dim_strategy_funcs)
-            for op in table}
+    return {
+        str(op)
+        for table in (prop.op_to_rules, prop.op_strategy_funcs, prop.op_single_dim_strategy_funcs)
+        for op in table
+    }
 
 
 class _Recorder(TorchDispatchMode):
@@ -90,11 +97,18 @@ def reached(op_def: OpDef, examples: int = 5) -> set[str]:
         try:
             with recorder:
                 out = op_def.call(*call_args, **kwargs)
-                outs = [o for o in (out if isinstance(out, (tuple, list)) else [out])
-                        if isinstance(o, torch.Tensor) and o.requires_grad]
+                outs = [
+                    o
+                    for o in (out if isinstance(out, (tuple, list)) else [out])
+                    if isinstance(o, torch.Tensor) and o.requires_grad
+                ]
                 if outs and op_def.mutates is None:
-                    torch.autograd.grad(outs, [f for f in fulls if f.requires_grad], [torch.ones_like(o) for o in outs],
-                                        allow_unused=True)
+                    torch.autograd.grad(
+                        outs,
+                        [f for f in fulls if f.requires_grad],
+                        [torch.ones_like(o) for o in outs],
+                        allow_unused=True,
+                    )
         except Exception:  # noqa: BLE001 - an example outside the operator's domain reaches nothing
             continue
     return recorder.seen
@@ -114,8 +128,7 @@ def report(examples: int = 5) -> Report:
         if reason is not None:
             reason = f"pointwise, not callable through its schema here ({reason})"
         else:
-            reason = next((why for pattern, why in _REASONS if re.search(pattern, name)),
-                          "no generator yet")
+            reason = next((why for pattern, why in _REASONS if re.search(pattern, name)), "no generator yet")
         result.excluded[name] = reason
     return result
 

@@ -22,24 +22,29 @@ from fuzzdist.properties.dtensor_ops.inputs import FLOATS, INTS, broadcast_partn
 _ALL = FLOATS + INTS + (torch.bool,)
 
 
-def _op(name: str, call: Callable[..., Any], arguments: Callable[[], st.SearchStrategy[Arguments]],
-        **more: Any) -> OpDef:
+def _op(
+    name: str, call: Callable[..., Any], arguments: Callable[[], st.SearchStrategy[Arguments]], **more: Any
+) -> OpDef:
     return OpDef(f"pointwise.{name}", "pointwise", call, arguments, **more)
 
 
 def unary(dtypes: tuple[torch.dtype, ...] = FLOATS) -> Callable[[], st.SearchStrategy[Arguments]]:
     """One operand of any shape."""
+
     @st.composite
     def draw(d: st.DrawFn) -> Arguments:
         shape = d(shapes(), label="shape")
         return (d(operand(shape, dtypes)),), {}
+
     return lambda: draw()
 
 
-def binary(first: tuple[torch.dtype, ...] = FLOATS, second: tuple[torch.dtype, ...] = FLOATS,
-           out: bool = False) -> Callable[[], st.SearchStrategy[Arguments]]:
+def binary(
+    first: tuple[torch.dtype, ...] = FLOATS, second: tuple[torch.dtype, ...] = FLOATS, out: bool = False
+) -> Callable[[], st.SearchStrategy[Arguments]]:
     """Two operands whose shapes broadcast (either may be the smaller), dtypes drawn apart (type
     promotion); ``out``: an ``out=`` operand of the result's shape and promoted dtype too."""
+
     @st.composite
     def draw(d: st.DrawFn) -> Arguments:
         shape = d(shapes(), label="shape")
@@ -51,38 +56,45 @@ def binary(first: tuple[torch.dtype, ...] = FLOATS, second: tuple[torch.dtype, .
             return (a, b), {}
         result = torch.result_type(torch.empty((), dtype=a.spec.dtype), torch.empty((), dtype=b.spec.dtype))
         return (a, b, d(operand(shape, (result,)))), {}
+
     return lambda: draw()
 
 
 def with_scalar(dtypes: tuple[torch.dtype, ...] = FLOATS) -> Callable[[], st.SearchStrategy[Arguments]]:
     """An operand and a Python scalar (float or int: type promotion with a scalar)."""
+
     @st.composite
     def draw(d: st.DrawFn) -> Arguments:
         shape = d(shapes(), label="shape")
         scalar = d(st.one_of(st.floats(-4, 4, width=16), st.integers(-3, 3)), label="scalar")
         return (d(operand(shape, dtypes)), scalar), {}
+
     return lambda: draw()
 
 
 def inplace_binary() -> st.SearchStrategy[Arguments]:
     """``self`` and an operand broadcasting to it, of a dtype that promotes to ``self``'s."""
+
     @st.composite
     def draw(d: st.DrawFn) -> Arguments:
         shape = d(shapes(), label="shape")
         a = d(operand(shape, FLOATS))
         b = d(operand(d(broadcast_partner(shape), label="other shape"), (a.spec.dtype, torch.int64)))
         return (a, b), {}
+
     return draw()
 
 
 def ternary(first: tuple[torch.dtype, ...] = FLOATS) -> Callable[[], st.SearchStrategy[Arguments]]:
     """Three operands of one dtype whose shapes broadcast to the first's."""
+
     @st.composite
     def draw(d: st.DrawFn) -> Arguments:
         shape = d(shapes(), label="shape")
         a = d(operand(shape, first))
         rest = [d(operand(d(broadcast_partner(shape), label="shape"), (a.spec.dtype,))) for _ in range(2)]
         return (a, *rest), {}
+
     return lambda: draw()
 
 
@@ -97,8 +109,9 @@ def _where(d: st.DrawFn) -> Arguments:
 def _clamp(d: st.DrawFn) -> Arguments:
     shape = d(shapes(), label="shape")
     low = d(st.one_of(st.none(), st.floats(-4, 4, width=16)), label="min")
-    high = d(st.floats(-4, 4, width=16) if low is None else st.one_of(st.none(), st.floats(-4, 4, width=16)),
-             label="max")
+    high = d(
+        st.floats(-4, 4, width=16) if low is None else st.one_of(st.none(), st.floats(-4, 4, width=16)), label="max"
+    )
     return (d(operand(shape)),), {"min": low, "max": high}
 
 
@@ -118,11 +131,21 @@ def _add(a: Any, b: Any) -> Any:
 
 
 _UNARY = {
-    "neg": (torch.neg, True), "abs": (torch.abs, True), "exp": (torch.exp, True), "sin": (torch.sin, True),
-    "tanh": (torch.tanh, True), "sqrt": (torch.sqrt, True), "reciprocal": (torch.reciprocal, True),
-    "sigmoid": (torch.sigmoid, True), "floor": (torch.floor, False), "sign": (torch.sign, False),
-    "relu": (torch.relu, True), "expm1": (torch.expm1, True), "erf": (torch.erf, True),
-    "isnan": (torch.isnan, False), "nan_to_num": (torch.nan_to_num, False),
+    "neg": (torch.neg, True),
+    "abs": (torch.abs, True),
+    "exp": (torch.exp, True),
+    "sin": (torch.sin, True),
+    "tanh": (torch.tanh, True),
+    "sqrt": (torch.sqrt, True),
+    "reciprocal": (torch.reciprocal, True),
+    "sigmoid": (torch.sigmoid, True),
+    "floor": (torch.floor, False),
+    "sign": (torch.sign, False),
+    "relu": (torch.relu, True),
+    "expm1": (torch.expm1, True),
+    "erf": (torch.erf, True),
+    "isnan": (torch.isnan, False),
+    "nan_to_num": (torch.nan_to_num, False),
 }
 for _name, (_fn, _grad) in _UNARY.items():
     register(_op(_name, _fn, unary(), grad=_grad))
@@ -134,8 +157,7 @@ register(
     _op("to_float64", lambda x: x.to(torch.float64), unary(_ALL)),
     _op("add", torch.add, binary(FLOATS, _ALL), grad=True),
     _op("add_ints", torch.add, binary(INTS, INTS)),
-    _op("sub", torch.sub, binary(FLOATS, FLOATS + INTS), grad=True,
-        magnitude=_add),
+    _op("sub", torch.sub, binary(FLOATS, FLOATS + INTS), grad=True, magnitude=_add),
     _op("mul", torch.mul, binary(FLOATS, _ALL), grad=True),
     _op("mul_method", lambda a, b: a * b, binary(FLOATS + INTS, FLOATS + INTS), grad=True),
     _op("div", torch.div, binary(FLOATS + INTS, FLOATS + INTS), grad=True),
@@ -152,14 +174,18 @@ register(
     _op("sub_scalar", torch.sub, with_scalar(FLOATS + INTS), grad=True, magnitude=_add),
     _op("mul_scalar", torch.mul, with_scalar(FLOATS + INTS), grad=True),
     _op("div_scalar", torch.div, with_scalar(), grad=True),
-    _op("pow_scalar", lambda x, s: x ** s, with_scalar(), grad=True),
+    _op("pow_scalar", lambda x, s: x**s, with_scalar(), grad=True),
     _op("rsub_scalar", lambda x, s: s - x, with_scalar(), grad=True, magnitude=lambda x, s: x + s),
     _op("where", torch.where, lambda: _where(), grad=True),
     _op("addcmul", lambda a, b, c: torch.addcmul(a, b, c, value=0.5), ternary(), grad=True),
-    _op("addcdiv", lambda a, b, c: torch.addcdiv(a, b, c, value=-2), ternary(), grad=True,
-        magnitude=lambda a, b, c: torch.addcdiv(a, b, c, value=2)),
-    _op("lerp", torch.lerp, lambda: _lerp(), grad=True,
-        magnitude=lambda a, b, w: a + w * (a + b)),
+    _op(
+        "addcdiv",
+        lambda a, b, c: torch.addcdiv(a, b, c, value=-2),
+        ternary(),
+        grad=True,
+        magnitude=lambda a, b, c: torch.addcdiv(a, b, c, value=2),
+    ),
+    _op("lerp", torch.lerp, lambda: _lerp(), grad=True, magnitude=lambda a, b, w: a + w * (a + b)),
     _op("clamp", torch.clamp, lambda: _clamp(), grad=True),
     _op("clamp_tensors", lambda a, lo, hi: torch.clamp(a, lo, hi), ternary(), grad=True),
     # in place: the first operand changes

@@ -76,33 +76,46 @@ class _Built:
             self.pieces.append(piece.clone())
             ref = full.clone().requires_grad_(item.requires_grad)
             piece.requires_grad_(item.requires_grad)
-            dt = API.DTensor.from_local(piece, mesh, [placement(API, n) for n in item.placements], run_check=False,
-                                        shape=full.shape, stride=full.stride())
+            dt = API.DTensor.from_local(
+                piece,
+                mesh,
+                [placement(API, n) for n in item.placements],
+                run_check=False,
+                shape=full.shape,
+                stride=full.stride(),
+            )
             self.fulls.append(full)
             self.refs.append(ref)
             self.dts.append(dt)
             self.operands.append(item)
 
 
-def _check_output(what: str, out: Any, ref: torch.Tensor, allowed: torch.Tensor | None, case: OpCase,
-                  coord: tuple[int, ...]) -> list[Problem]:
+def _check_output(
+    what: str, out: Any, ref: torch.Tensor, allowed: torch.Tensor | None, case: OpCase, coord: tuple[int, ...]
+) -> list[Problem]:
     """``out`` (a DTensor) against the local result ``ref``: type, dtype, shape, requires_grad, each rank's
     piece against its placements, and ``full_tensor()`` against ``ref``."""
     if not isinstance(out, API.DTensor):
         return [Problem(Kind.SHAPE, f"{what}: type", got=type(out).__name__, expected="DTensor")]
     problems = []
     if (tuple(out.shape), out.dtype) != (tuple(ref.shape), ref.dtype):
-        problems.append(Problem(Kind.SHAPE, what, got=(tuple(out.shape), out.dtype),
-                                expected=(tuple(ref.shape), ref.dtype)))
+        problems.append(
+            Problem(Kind.SHAPE, what, got=(tuple(out.shape), out.dtype), expected=(tuple(ref.shape), ref.dtype))
+        )
     if out.requires_grad != ref.requires_grad:
-        problems.append(Problem(Kind.SHAPE, f"{what}: requires_grad", got=out.requires_grad,
-                                expected=ref.requires_grad))
+        problems.append(
+            Problem(Kind.SHAPE, f"{what}: requires_grad", got=out.requires_grad, expected=ref.requires_grad)
+        )
     full = out.full_tensor()  # a collective: every rank calls it, whatever it found so far
     names = tuple(placement_name(p) for p in out.placements)
     if not any(is_partial(n) or n == "P" for n in names) and tuple(full.shape) == tuple(out.shape):
         # each rank holds exactly the piece its placements say (a Partial piece is any split of the value)
-        diff = compare(f"{what}: local piece at mesh coordinate {coord} of {names}", out.to_local(),
-                       shard_piece(full, case.mesh_shape, coord, names), None)
+        diff = compare(
+            f"{what}: local piece at mesh coordinate {coord} of {names}",
+            out.to_local(),
+            shard_piece(full, case.mesh_shape, coord, names),
+            None,
+        )
         if diff is not None:
             problems.append(diff)
     if not problems:
@@ -112,16 +125,25 @@ def _check_output(what: str, out: Any, ref: torch.Tensor, allowed: torch.Tensor 
     return problems
 
 
-def _allowed(op_def: OpDef, case: OpCase, built: _Built, args: tuple[Any, ...], kwargs: dict[str, Any],
-             outs: list[torch.Tensor | None]) -> list[torch.Tensor | None]:
+def _allowed(
+    op_def: OpDef,
+    case: OpCase,
+    built: _Built,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    outs: list[torch.Tensor | None],
+) -> list[torch.Tensor | None]:
     """Per output, the bound within which it may differ (None: bitwise)."""
     partial_in = any(is_partial(n) for o in built.operands for n in o.placements)
     if not (op_def.reordered or partial_in):
         return [None] * len(outs)
     full_args, _ = substitute(args, built.fulls)
     mags = magnitudes(op_def.magnitude or op_def.call, full_args, kwargs)
-    terms = op_def.terms(args, kwargs) if op_def.terms else (
-        max((f.numel() for f in built.fulls), default=1) if op_def.reordered else 1)
+    terms = (
+        op_def.terms(args, kwargs)
+        if op_def.terms
+        else (max((f.numel() for f in built.fulls), default=1) if op_def.reordered else 1)
+    )
     world = 1
     for n in case.mesh_shape:
         world *= n
@@ -136,9 +158,17 @@ def _allowed(op_def: OpDef, case: OpCase, built: _Built, args: tuple[Any, ...], 
     return allowed
 
 
-def _grad_allowed(op_def: OpDef, built: _Built, args: tuple[Any, ...], kwargs: dict[str, Any], unique: list[int],
-                  chosen: list[int], outs: list[torch.Tensor], grads: list[torch.Tensor],
-                  world: int) -> list[torch.Tensor | None]:
+def _grad_allowed(
+    op_def: OpDef,
+    built: _Built,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    unique: list[int],
+    chosen: list[int],
+    outs: list[torch.Tensor],
+    grads: list[torch.Tensor],
+    world: int,
+) -> list[torch.Tensor | None]:
     """Per input in ``unique`` (operand indices), its gradient's bound: local autograd over the float64
     absolute values of the inputs and upstream gradients (outputs ``chosen``) gives ``sum |term|``."""
     leaves: dict[int, torch.Tensor] = {}
@@ -155,23 +185,34 @@ def _grad_allowed(op_def: OpDef, built: _Built, args: tuple[Any, ...], kwargs: d
         abs_outs = tensors_of((op_def.magnitude or op_def.call)(*abs_args, **kwargs))
         pairs = [(abs_outs[c], g.detach().double().abs()) for c, g in zip(chosen, grads, strict=True)]
         pairs = [(a, g) for a, g in pairs if a is not None and a.requires_grad]
-        mags = torch.autograd.grad([a for a, _ in pairs if a is not None], targets,
-                                   [g for _, g in pairs], allow_unused=True)
+        mags = torch.autograd.grad(
+            [a for a, _ in pairs if a is not None], targets, [g for _, g in pairs], allow_unused=True
+        )
     except (RuntimeError, TypeError, ValueError, IndexError):
         return [None] * len(unique)
     terms = sum(o.numel() for o in outs) + max((f.numel() for f in built.fulls), default=1)
-    return [None if m is None else bound(built.fulls[i].dtype, terms, world, finite_or_zero(m.abs()))
-            for i, m in zip(unique, mags, strict=True)]
+    return [
+        None if m is None else bound(built.fulls[i].dtype, terms, world, finite_or_zero(m.abs()))
+        for i, m in zip(unique, mags, strict=True)
+    ]
 
 
-def _check_backward(op_def: OpDef, case: OpCase, built: _Built, args: tuple[Any, ...], kwargs: dict[str, Any],
-                    dt_outs: list[Any], ref_outs: list[Any], chosen: list[int], mesh: Any,
-                    coord: tuple[int, ...]) -> list[Problem]:
+def _check_backward(
+    op_def: OpDef,
+    case: OpCase,
+    built: _Built,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    dt_outs: list[Any],
+    ref_outs: list[Any],
+    chosen: list[int],
+    mesh: Any,
+    coord: tuple[int, ...],
+) -> list[Problem]:
     """For a drawn upstream gradient of each differentiable output, each drawn input's DTensor gradient
     (its ``full_tensor()``) against local autograd's."""
     assert case.grad_seed is not None
-    keep = [k for k, r in enumerate(ref_outs)
-            if r is not None and r.requires_grad and r.dtype.is_floating_point]
+    keep = [k for k, r in enumerate(ref_outs) if r is not None and r.requires_grad and r.dtype.is_floating_point]
     seen: set[int] = set()
     unique = []
     for i, o in enumerate(built.operands):
@@ -186,21 +227,31 @@ def _check_backward(op_def: OpDef, case: OpCase, built: _Built, args: tuple[Any,
         g = TensorSpec(tuple(r.shape), r.dtype).materialize("cpu", mix_seed(case.grad_seed, k))
         names = tuple("R" if placement_name(p) == "P" else placement_name(p) for p in d.placements)
         grads.append(g)
-        dt_grads.append(API.DTensor.from_local(shard_piece(g, case.mesh_shape, coord, names).contiguous(), mesh,
-                                               [placement(API, n) for n in names], run_check=False,
-                                               shape=g.shape, stride=g.stride()))
-    expected = torch.autograd.grad([ref_outs[k] for k in keep], [built.refs[i] for i in unique], grads,
-                                   allow_unused=True)
+        dt_grads.append(
+            API.DTensor.from_local(
+                shard_piece(g, case.mesh_shape, coord, names).contiguous(),
+                mesh,
+                [placement(API, n) for n in names],
+                run_check=False,
+                shape=g.shape,
+                stride=g.stride(),
+            )
+        )
+    expected = torch.autograd.grad(
+        [ref_outs[k] for k in keep], [built.refs[i] for i in unique], grads, allow_unused=True
+    )
     try:
-        got = torch.autograd.grad([dt_outs[k] for k in keep], [built.dts[i] for i in unique], dt_grads,
-                                  allow_unused=True)
+        got = torch.autograd.grad(
+            [dt_outs[k] for k in keep], [built.dts[i] for i in unique], dt_grads, allow_unused=True
+        )
     except Exception as exc:  # noqa: BLE001 - any failure of the backward is the finding
         return [Problem.raised(exc, "backward")]
     world = 1
     for n in case.mesh_shape:
         world *= n
-    allowed = _grad_allowed(op_def, built, args, kwargs, unique, [chosen[k] for k in keep],
-                            [ref_outs[k] for k in keep], grads, world)
+    allowed = _grad_allowed(
+        op_def, built, args, kwargs, unique, [chosen[k] for k in keep], [ref_outs[k] for k in keep], grads, world
+    )
     problems = []
     for i, e, g, limit in zip(unique, expected, got, allowed, strict=True):
         e_full = torch.zeros_like(built.refs[i]) if e is None else e.detach()
@@ -233,8 +284,14 @@ def compute_and_check(ctx: RankContext, case: OpCase, rules: Callable[[], Any] =
     except Exception as exc:  # noqa: BLE001 - the drawn arguments are invalid: fuzzdist's bug, said so
         if op_def.local_domain:
             return None
-        return [Problem.raised(exc, "the local operator", hint="the drawn arguments are invalid for this "
-                               "operator: a bug in fuzzdist's generator, please report it")]
+        return [
+            Problem.raised(
+                exc,
+                "the local operator",
+                hint="the drawn arguments are invalid for this "
+                "operator: a bug in fuzzdist's generator, please report it",
+            )
+        ]
     problems: list[Problem] = []
     try:
         with _quiet_logs(), rules():
@@ -252,19 +309,32 @@ def compute_and_check(ctx: RankContext, case: OpCase, rules: Callable[[], Any] =
             problems += _check_output(f"output {i}", dt_outs[i], ref, allowed[i], case, coord)
         problems += _check_inputs(op_def, built, allowed, coord)
         if case.grad_seed is not None:  # on every rank, whatever it found: the backward runs collectives
-            problems += _check_backward(op_def, case, built, case.args, kwargs, [dt_outs[i] for i in chosen],
-                                        [ref_outs[i] for i in chosen], list(chosen), mesh, coord)
+            problems += _check_backward(
+                op_def,
+                case,
+                built,
+                case.args,
+                kwargs,
+                [dt_outs[i] for i in chosen],
+                [ref_outs[i] for i in chosen],
+                list(chosen),
+                mesh,
+                coord,
+            )
     except Exception as exc:  # noqa: BLE001 - DTensor raised where the local operator did not
         if refused(exc):
             return None
-        ctx.request_recycle("a rank raised part-way through a DTensor operator: the mesh's process groups may "
-                            "have issued different numbers of collectives on different ranks")
+        ctx.request_recycle(
+            "a rank raised part-way through a DTensor operator: the mesh's process groups may "
+            "have issued different numbers of collectives on different ranks"
+        )
         problems.append(Problem.raised(exc, "the DTensor operator"))
     return capped(problems) or None
 
 
-def _check_inputs(op_def: OpDef, built: _Built, allowed: list[torch.Tensor | None],
-                  coord: tuple[int, ...]) -> list[Problem]:
+def _check_inputs(
+    op_def: OpDef, built: _Built, allowed: list[torch.Tensor | None], coord: tuple[int, ...]
+) -> list[Problem]:
     """Out-of-place: every rank's input pieces are unchanged.  In place: the changed input's value is the
     local operator's changed full tensor."""
     problems = []

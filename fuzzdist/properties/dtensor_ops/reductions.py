@@ -33,16 +33,23 @@ def _reduced(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
     return max(math.prod(shape[d] for d in dims) if shape else 1, 1)
 
 
-def over_dims(dtypes: tuple[torch.dtype, ...] = FLOATS, single: bool = False, keepdim: bool = True,
-              dim_required: bool = False, dtype_kw: bool = False, nonempty: bool = False,
-              ) -> Callable[[], st.SearchStrategy[Arguments]]:
+def over_dims(
+    dtypes: tuple[torch.dtype, ...] = FLOATS,
+    single: bool = False,
+    keepdim: bool = True,
+    dim_required: bool = False,
+    dtype_kw: bool = False,
+    nonempty: bool = False,
+) -> Callable[[], st.SearchStrategy[Arguments]]:
     """An operand and the dims to reduce: a list of distinct dims (``single``: one dim), or None; with
     ``keepdim`` and, where the operator takes one, a ``dtype``."""
+
     @st.composite
     def draw(d: st.DrawFn) -> Arguments:
-        shape = d(shapes(min_dims=1 if single or dim_required else 0,
-                         sizes=POSITIVE_SIZES if nonempty else SIZES),
-                 label="shape")
+        shape = d(
+            shapes(min_dims=1 if single or dim_required else 0, sizes=POSITIVE_SIZES if nonempty else SIZES),
+            label="shape",
+        )
         x = d(operand(shape, dtypes))
         kwargs: dict[str, Any] = {}
         n = max(len(shape), 1)
@@ -55,11 +62,13 @@ def over_dims(dtypes: tuple[torch.dtype, ...] = FLOATS, single: bool = False, ke
         if dtype_kw and d(st.booleans(), label="dtype given"):
             kwargs["dtype"] = d(st.sampled_from((torch.float64, torch.float32)), label="dtype")
         return (x,), kwargs
+
     return lambda: draw()
 
 
-def _op(name: str, call: Callable[..., Any], arguments: Callable[[], st.SearchStrategy[Arguments]],
-        **more: Any) -> OpDef:
+def _op(
+    name: str, call: Callable[..., Any], arguments: Callable[[], st.SearchStrategy[Arguments]], **more: Any
+) -> OpDef:
     return OpDef(f"reductions.{name}", "reductions", call, arguments, **more)
 
 
@@ -87,21 +96,55 @@ register(
     _op("amax", _amax, over_dims(FLOATS + INTS), grad=True),
     _op("amin", _amin, over_dims(FLOATS + INTS), grad=True),
     _op("prod", torch.prod, over_dims(FLOATS, single=True), reordered=True, terms=_reduced),
-    _op("vector_norm", lambda x, **k: torch.linalg.vector_norm(x, 2, **k), over_dims(FLOATS), reordered=True,
-        terms=_reduced, grad=True),
-    _op("norm_1", lambda x, **k: torch.linalg.vector_norm(x, 1, **k), over_dims(FLOATS), reordered=True,
-        terms=_reduced),
+    _op(
+        "vector_norm",
+        lambda x, **k: torch.linalg.vector_norm(x, 2, **k),
+        over_dims(FLOATS),
+        reordered=True,
+        terms=_reduced,
+        grad=True,
+    ),
+    _op(
+        "norm_1", lambda x, **k: torch.linalg.vector_norm(x, 1, **k), over_dims(FLOATS), reordered=True, terms=_reduced
+    ),
     _op("norm_inf", lambda x, **k: torch.linalg.vector_norm(x, math.inf, **k), over_dims(FLOATS)),
-    _op("var", lambda x, **k: torch.var(x, correction=0, **k), over_dims(FLOATS, nonempty=True), reordered=True,
-        terms=_reduced, magnitude=_var_magnitude, grad=True),
-    _op("std", lambda x, **k: torch.std(x, correction=1, **k), over_dims(FLOATS, nonempty=True), reordered=True,
-        terms=_reduced, magnitude=_var_magnitude, root=True),
+    _op(
+        "var",
+        lambda x, **k: torch.var(x, correction=0, **k),
+        over_dims(FLOATS, nonempty=True),
+        reordered=True,
+        terms=_reduced,
+        magnitude=_var_magnitude,
+        grad=True,
+    ),
+    _op(
+        "std",
+        lambda x, **k: torch.std(x, correction=1, **k),
+        over_dims(FLOATS, nonempty=True),
+        reordered=True,
+        terms=_reduced,
+        magnitude=_var_magnitude,
+        root=True,
+    ),
     _op("argmax", torch.argmax, over_dims(FLOATS + INTS, single=True, nonempty=True)),
     _op("argmin", torch.argmin, over_dims(FLOATS + INTS, single=True, nonempty=True)),
     _op("all", torch.all, over_dims(FLOATS + INTS + (torch.bool,), single=True)),
     _op("any", torch.any, over_dims(FLOATS + INTS + (torch.bool,), single=True)),
-    _op("logsumexp", torch.logsumexp, over_dims(FLOATS, dim_required=True), reordered=True, terms=_reduced,
-        magnitude=_logsumexp_magnitude, grad=True),
-    _op("cumsum", torch.cumsum, over_dims(FLOATS + INTS, single=True, keepdim=False, dtype_kw=True),
-        reordered=True, terms=_reduced, grad=True),
+    _op(
+        "logsumexp",
+        torch.logsumexp,
+        over_dims(FLOATS, dim_required=True),
+        reordered=True,
+        terms=_reduced,
+        magnitude=_logsumexp_magnitude,
+        grad=True,
+    ),
+    _op(
+        "cumsum",
+        torch.cumsum,
+        over_dims(FLOATS + INTS, single=True, keepdim=False, dtype_kw=True),
+        reordered=True,
+        terms=_reduced,
+        grad=True,
+    ),
 )

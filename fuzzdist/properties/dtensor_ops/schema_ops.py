@@ -71,19 +71,21 @@ def _kinds(op: torch._ops.OpOverload) -> tuple[tuple[str, ...], bool, int | None
             kinds.append("S")
         else:
             return f"an argument of type {text}"
-    if not out and any(r.alias_info is not None and r.alias_info.is_write for r in op._schema.arguments
-                       if r.kwarg_only):
+    if not out and any(
+        r.alias_info is not None and r.alias_info.is_write for r in op._schema.arguments if r.kwarg_only
+    ):
         return "a keyword-only output other than out"
     if len(op._schema.returns) != 1 and not out:
         return "several outputs"
     return tuple(kinds), out, mutates
 
 
-def _probe(op: torch._ops.OpOverload, kinds: tuple[str, ...],
-           out: bool) -> tuple[torch.dtype, torch.dtype | None] | None:
+def _probe(
+    op: torch._ops.OpOverload, kinds: tuple[str, ...], out: bool
+) -> tuple[torch.dtype, torch.dtype | None] | None:
     for dtype in _PROBE_DTYPES:
         args = [torch.ones(2, dtype=dtype) if k == "T" else _SCALARS[dtype][0] for k in kinds]
-        for out_dtype in ((dtype, torch.bool, torch.float32) if out else (None,)):
+        for out_dtype in (dtype, torch.bool, torch.float32) if out else (None,):
             try:
                 kwargs = {"out": torch.empty(2, dtype=out_dtype)} if out else {}
                 result = op(*[a.clone() if isinstance(a, torch.Tensor) else a for a in args], **kwargs)
@@ -122,11 +124,16 @@ def _arguments(plan: Plan) -> Callable[[], st.SearchStrategy[Arguments]]:
     def draw(d: st.DrawFn) -> Arguments:
         shape = d(shapes(), label="shape")
         patterns = ("random", "special", "constant") if plan.dtype.is_floating_point else ("random", "constant")
-        args = [d(operand(shape, (plan.dtype,), patterns)) if k == "T"
-                else d(st.sampled_from(_SCALARS[plan.dtype]), label="scalar") for k in plan.kinds]
+        args = [
+            d(operand(shape, (plan.dtype,), patterns))
+            if k == "T"
+            else d(st.sampled_from(_SCALARS[plan.dtype]), label="scalar")
+            for k in plan.kinds
+        ]
         if plan.out:
             args.append(d(operand(shape, (plan.out_dtype or plan.dtype,), ("random",))))
         return tuple(args), {}
+
     return lambda: draw()
 
 
@@ -140,9 +147,17 @@ def _register() -> None:
     for name, plan in plans().items():
         if isinstance(plan, Plan):
             op = _BY_NAME[name]
-            register(OpDef(f"schema.{name}", "schema_ops", _caller(op, plan), _arguments(plan),
-                           mutates=plan.mutates, local_domain=True,
-                           partial=plan.dtype.is_floating_point))
+            register(
+                OpDef(
+                    f"schema.{name}",
+                    "schema_ops",
+                    _caller(op, plan),
+                    _arguments(plan),
+                    mutates=plan.mutates,
+                    local_domain=True,
+                    partial=plan.dtype.is_floating_point,
+                )
+            )
 
 
 _register()

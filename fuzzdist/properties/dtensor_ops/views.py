@@ -20,8 +20,9 @@ from fuzzdist.properties.dtensor_ops.inputs import FLOATS, INTS, SIZES, dims_of,
 _DTYPES = FLOATS + INTS[:1] + (torch.bool,)
 
 
-def _op(name: str, call: Callable[..., Any], arguments: Callable[[], st.SearchStrategy[Arguments]],
-        **more: Any) -> OpDef:
+def _op(
+    name: str, call: Callable[..., Any], arguments: Callable[[], st.SearchStrategy[Arguments]], **more: Any
+) -> OpDef:
     return OpDef(f"views.{name}", "views", call, arguments, grad=True, **more)
 
 
@@ -34,7 +35,7 @@ def _reshaped(d: st.DrawFn) -> Arguments:
     i = 0
     while i < len(shape):
         run = d(st.integers(1, len(shape) - i), label="merged dims")
-        size = math.prod(shape[i:i + run])
+        size = math.prod(shape[i : i + run])
         factors = [f for f in range(2, size) if size % f == 0]
         if d(st.booleans(), label="split") and factors:
             f = d(st.sampled_from(factors), label="factor")
@@ -47,12 +48,14 @@ def _reshaped(d: st.DrawFn) -> Arguments:
     return (x, tuple(new)), {}
 
 
-def _with_dim(dtypes: tuple[torch.dtype, ...] = _DTYPES,
-              min_dims: int = 1) -> Callable[[], st.SearchStrategy[Arguments]]:
+def _with_dim(
+    dtypes: tuple[torch.dtype, ...] = _DTYPES, min_dims: int = 1
+) -> Callable[[], st.SearchStrategy[Arguments]]:
     @st.composite
     def draw(d: st.DrawFn) -> Arguments:
         shape = d(shapes(min_dims=min_dims), label="shape")
         return (d(operand(shape, dtypes)), d(dims_of(len(shape)), label="dim")), {}
+
     return lambda: draw()
 
 
@@ -144,8 +147,13 @@ def _slice(x: Any, dim: int, start: int, stop: int, step: int) -> Any:
 register(
     _op("view", lambda x, s: x.view(s), lambda: _reshaped()),
     _op("reshape", torch.reshape, lambda: _reshaped()),
-    _op("flatten", lambda x, a, b: torch.flatten(x, a, b) if (a % max(x.dim(), 1)) <= (b % max(x.dim(), 1))
-        else torch.flatten(x, b, a), _two_dims),
+    _op(
+        "flatten",
+        lambda x, a, b: (
+            torch.flatten(x, a, b) if (a % max(x.dim(), 1)) <= (b % max(x.dim(), 1)) else torch.flatten(x, b, a)
+        ),
+        _two_dims,
+    ),
     _op("unflatten", torch.unflatten, lambda: _unflattened()),
     _op("permute", torch.permute, lambda: _permuted()),
     _op("transpose", torch.transpose, _two_dims),

@@ -151,7 +151,7 @@ def _flat_param_grads(model: FSDP) -> dict[str, torch.Tensor | None]:
         offset = 0
         for fqn, shape, numel in zip(flat._fqns, flat._shapes, flat._numels, strict=True):
             name = f"{prefix}.{fqn}" if prefix else fqn
-            grads[_clean(name)] = None if flat.grad is None else whole[offset:offset + numel].view(shape).clone()
+            grads[_clean(name)] = None if flat.grad is None else whole[offset : offset + numel].view(shape).clone()
             offset += numel
     return grads
 
@@ -160,19 +160,23 @@ def full_grads(model: FSDP, config: FSDP1Config) -> dict[str, torch.Tensor | Non
     """The full gradients, by the unwrapped model's names (see the module docstring for how)."""
     if config.use_orig_params:
         with FSDP.summon_full_params(model, with_grads=True):
-            return {_clean(name): None if p.grad is None else p.grad.detach().clone()
-                    for name, p in model.named_parameters()}
+            return {
+                _clean(name): None if p.grad is None else p.grad.detach().clone()
+                for name, p in model.named_parameters()
+            }
     return _flat_param_grads(model)
 
 
-def _loss(model: nn.Module, config: FSDP1Config, rank: int, step: int, micro: int, seed: int,
-          dtype: torch.dtype) -> torch.Tensor:
+def _loss(
+    model: nn.Module, config: FSDP1Config, rank: int, step: int, micro: int, seed: int, dtype: torch.dtype
+) -> torch.Tensor:
     inputs, targets = config.make_batch(rank, step, micro, seed)
     return nn.functional.mse_loss(model(inputs.to(dtype)), targets.to(dtype))
 
 
-def local_gradients(reference: nn.Module, config: FSDP1Config, step: int, seed: int,
-                    dtype: torch.dtype) -> list[dict[str, torch.Tensor | None]]:
+def local_gradients(
+    reference: nn.Module, config: FSDP1Config, step: int, seed: int, dtype: torch.dtype
+) -> list[dict[str, torch.Tensor | None]]:
     """Each rank's local gradient at ``step`` (its micro-batches' gradients accumulated by autograd, in
     the compute dtype), from one local model with no communication."""
     model = compute_model(reference, config.reference_config())
@@ -181,16 +185,21 @@ def local_gradients(reference: nn.Module, config: FSDP1Config, step: int, seed: 
         model.zero_grad(set_to_none=True)
         for micro in range(config.micro_batches):
             _loss(model, config, rank, step, micro, seed, dtype).backward()
-        grads.append({name: None if p.grad is None else p.grad.detach().clone()
-                      for name, p in model.named_parameters()})
+        grads.append(
+            {name: None if p.grad is None else p.grad.detach().clone() for name, p in model.named_parameters()}
+        )
     return grads
 
 
-def _gradient_problem(what: str, actual: torch.Tensor | None,
-                      expected: tuple[torch.Tensor, torch.Tensor] | None) -> Problem | None:
+def _gradient_problem(
+    what: str, actual: torch.Tensor | None, expected: tuple[torch.Tensor, torch.Tensor] | None
+) -> Problem | None:
     if expected is None:
-        return None if actual is None or not bool(actual.any()) else Problem(
-            Kind.MISMATCH, what, detail="got a non-zero gradient where no rank has one")
+        return (
+            None
+            if actual is None or not bool(actual.any())
+            else Problem(Kind.MISMATCH, what, detail="got a non-zero gradient where no rank has one")
+        )
     mean, bound = expected
     if actual is None:
         return Problem(Kind.MISSING, what, detail="no gradient, where the ranks' local gradients are not all None")
@@ -202,15 +211,26 @@ def _gradient_problem(what: str, actual: torch.Tensor | None,
 
 def _param_problem(what: str, actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) -> Problem | None:
     if tuple(actual.shape) != tuple(expected.shape) or actual.dtype != expected.dtype:
-        return Problem(Kind.SHAPE, what, got=(tuple(actual.shape), str(actual.dtype)),
-                       expected=(tuple(expected.shape), str(expected.dtype)))
+        return Problem(
+            Kind.SHAPE,
+            what,
+            got=(tuple(actual.shape), str(actual.dtype)),
+            expected=(tuple(expected.shape), str(expected.dtype)),
+        )
     rtol, atol = TOLERANCES[dtype]
     close = torch.isclose(actual, expected, rtol=rtol, atol=atol, equal_nan=True)
     return mismatch(what, actual, expected, ~close, atol + rtol * expected.abs())
 
 
-def train_step(model: FSDP, optimizer: torch.optim.Optimizer, config: FSDP1Config, rank: int, step: int,
-               seed: int, dtype: torch.dtype) -> None:
+def train_step(
+    model: FSDP,
+    optimizer: torch.optim.Optimizer,
+    config: FSDP1Config,
+    rank: int,
+    step: int,
+    seed: int,
+    dtype: torch.dtype,
+) -> None:
     """Forward and backward of ``step``'s micro-batches (all but the last inside ``no_sync()``)."""
     for micro in range(config.micro_batches):
         if micro < config.micro_batches - 1:
@@ -220,8 +240,15 @@ def train_step(model: FSDP, optimizer: torch.optim.Optimizer, config: FSDP1Confi
             _loss(model, config, rank, step, micro, seed, dtype).backward()
 
 
-def _round_trip(ctx: RankContext, model: FSDP, optimizer: torch.optim.Optimizer, config: FSDP1Config,
-                seed: int, dtype: torch.dtype, comm_hook: CommHook | None) -> list[Problem]:
+def _round_trip(
+    ctx: RankContext,
+    model: FSDP,
+    optimizer: torch.optim.Optimizer,
+    config: FSDP1Config,
+    seed: int,
+    dtype: torch.dtype,
+    comm_hook: CommHook | None,
+) -> list[Problem]:
     """Save ``model``'s and ``optimizer``'s state with the drawn state-dict type, load both into a fresh
     FSDP model, and compare the two after the load and after one more step, bitwise."""
     kind = StateDictType[config.state_dict_type]
@@ -239,16 +266,20 @@ def _round_trip(ctx: RankContext, model: FSDP, optimizer: torch.optim.Optimizer,
         train_step(net, opt, config, ctx.rank, config.steps, seed, dtype)
         opt.step()
         opt.zero_grad(set_to_none=True)
-    return problems + _same(full_params(fresh), full_params(model),
-                            f"one step after loading a {config.state_dict_type}")
+    return problems + _same(
+        full_params(fresh), full_params(model), f"one step after loading a {config.state_dict_type}"
+    )
 
 
 def _same(got: dict[str, torch.Tensor], expected: dict[str, torch.Tensor], when: str) -> list[Problem]:
     problems = []
     for name, value in expected.items():
         found = got.get(name)
-        problem = (Problem(Kind.MISSING, f"{when}: param {name}") if found is None
-                   else first_difference(found, value, f"{when}: param {name} (the fresh model's)"))
+        problem = (
+            Problem(Kind.MISSING, f"{when}: param {name}")
+            if found is None
+            else first_difference(found, value, f"{when}: param {name} (the fresh model's)")
+        )
         if problem is not None:
             problems.append(problem)
     return problems
@@ -261,14 +292,17 @@ def _register(model: FSDP, comm_hook: CommHook | None) -> None:
         model.register_comm_hook(state, hook)
 
 
-def fsdp1_parity(ctx: RankContext, config: FSDP1Config, dtype: torch.dtype, seed: int,
-                 comm_hook: CommHook | None = None) -> dict[str, Any]:
+def fsdp1_parity(
+    ctx: RankContext, config: FSDP1Config, dtype: torch.dtype, seed: int, comm_hook: CommHook | None = None
+) -> dict[str, Any]:
     """On every rank: train ``config``'s model under FSDP1 next to a local reference, checking each step,
     then round-trip its state dict (see the module docstring); return the problems and the digests of
     what was gathered."""
     if config.world_size != ctx.world_size:
-        raise InvalidArgument(f"the config is for {config.world_size} ranks; this pool has {ctx.world_size}: "
-                         f"draw it with fsdp1_configs({ctx.world_size})")
+        raise InvalidArgument(
+            f"the config is for {config.world_size} ranks; this pool has {ctx.world_size}: "
+            f"draw it with fsdp1_configs({ctx.world_size})"
+        )
     reference = config.build_model(seed).to(dtype)
     model = wrap(config.build_model(seed).to(dtype), config, ctx)
     _register(model, comm_hook)
@@ -317,19 +351,24 @@ def check_results(results: list[dict[str, Any]]) -> None:
     any rank found a problem, or the ranks' full gradients or parameters are not bitwise equal."""
     wrong = {rank: obs["problems"] for rank, obs in enumerate(results) if obs["problems"]}
     if wrong:
-        raise PropertyFailure(f"FSDP1 differs from the local reference on ranks {sorted(wrong)}:{by_rank(wrong)}",
-                              results, [p for rank in sorted(wrong) for p in wrong[rank]])
+        raise PropertyFailure(
+            f"FSDP1 differs from the local reference on ranks {sorted(wrong)}:{by_rank(wrong)}",
+            results,
+            [p for rank in sorted(wrong) for p in wrong[rank]],
+        )
     first = results[0]["digests"]
     for rank, obs in enumerate(results):
         if obs["digests"] != first:
             at = next(i for i, (a, b) in enumerate(zip(obs["digests"], first, strict=False)) if a != b)
-            raise PropertyFailure(f"rank {rank} holds different full values from rank 0 (check #{at}: parameters "
-                                  "and gradients alternate)", results,
-                                  [Problem(Kind.MISMATCH, f"check #{at}", rank=rank, symptom=Symptom.RANKS_DIFFER)])
+            raise PropertyFailure(
+                f"rank {rank} holds different full values from rank 0 (check #{at}: parameters "
+                "and gradients alternate)",
+                results,
+                [Problem(Kind.MISMATCH, f"check #{at}", rank=rank, symptom=Symptom.RANKS_DIFFER)],
+            )
 
 
-def check(pool: Pool, config: FSDP1Config, dtype: torch.dtype, seed: int, *,
-          comm_hook: CommHook | None = None) -> None:
+def check(pool: Pool, config: FSDP1Config, dtype: torch.dtype, seed: int, *, comm_hook: CommHook | None = None) -> None:
     """Train ``config``'s model under FSDP1 on ``pool`` next to a local reference and round-trip its state
     dict; raise :class:`PropertyFailure` if gradients or parameters differ from the reference, across
     ranks, or after the round trip.  ``comm_hook``: a picklable factory ``(process_group) -> (state,

@@ -60,22 +60,28 @@ class FSDP1Config:
     def __post_init__(self) -> None:
         object.__setattr__(self, "widths", tuple(int(w) for w in self.widths))
         object.__setattr__(self, "batch_sizes", tuple(int(b) for b in self.batch_sizes))
-        for name, value, allowed in (("sharding_strategy", self.sharding_strategy, SHARDING_STRATEGIES),
-                                     ("backward_prefetch", self.backward_prefetch, BACKWARD_PREFETCH),
-                                     ("state_dict_type", self.state_dict_type, STATE_DICT_TYPES),
-                                     ("param_dtype", self.param_dtype, MP_DTYPES),
-                                     ("reduce_dtype", self.reduce_dtype, MP_DTYPES)):
+        for name, value, allowed in (
+            ("sharding_strategy", self.sharding_strategy, SHARDING_STRATEGIES),
+            ("backward_prefetch", self.backward_prefetch, BACKWARD_PREFETCH),
+            ("state_dict_type", self.state_dict_type, STATE_DICT_TYPES),
+            ("param_dtype", self.param_dtype, MP_DTYPES),
+            ("reduce_dtype", self.reduce_dtype, MP_DTYPES),
+        ):
             if value not in allowed:
                 raise InvalidArgument(f"{name}={value!r}; choose from {allowed}")
         hybrid = self.sharding_strategy == "HYBRID_SHARD"
         if hybrid != (self.hybrid_mesh is not None):
-            raise InvalidArgument("hybrid_mesh (replicate, shard) is given exactly when sharding_strategy is "
-                                  f"HYBRID_SHARD; got {self.sharding_strategy} with hybrid_mesh={self.hybrid_mesh}")
+            raise InvalidArgument(
+                "hybrid_mesh (replicate, shard) is given exactly when sharding_strategy is "
+                f"HYBRID_SHARD; got {self.sharding_strategy} with hybrid_mesh={self.hybrid_mesh}"
+            )
         if self.hybrid_mesh is not None:
             mesh = tuple(int(m) for m in self.hybrid_mesh)
             if len(mesh) != 2 or mesh[0] * mesh[1] != self.world_size:
-                raise InvalidArgument(f"hybrid_mesh {self.hybrid_mesh} must be (replicate, shard) over the "
-                                      f"{self.world_size} ranks of batch_sizes")
+                raise InvalidArgument(
+                    f"hybrid_mesh {self.hybrid_mesh} must be (replicate, shard) over the "
+                    f"{self.world_size} ranks of batch_sizes"
+                )
             object.__setattr__(self, "hybrid_mesh", mesh)
         self.reference_config()  # validates widths, batch_sizes, steps and optimizer
 
@@ -91,9 +97,16 @@ class FSDP1Config:
         """The FSDP2 config that computes the same way, for the local reference: its
         ``compute_model`` casts parameters and each FSDP unit's inputs to ``param_dtype``, as FSDP1
         does (the root casts its inputs; inner units' inputs are already in ``param_dtype``)."""
-        return fst.FSDPConfig(widths=self.widths, batch_sizes=self.batch_sizes, mesh_shape=(self.world_size,),
-                              per_layer=self.auto_wrap, param_dtype=self.param_dtype,
-                              reduce_dtype=self.reduce_dtype, steps=self.steps, optimizer=self.optimizer)
+        return fst.FSDPConfig(
+            widths=self.widths,
+            batch_sizes=self.batch_sizes,
+            mesh_shape=(self.world_size,),
+            per_layer=self.auto_wrap,
+            param_dtype=self.param_dtype,
+            reduce_dtype=self.reduce_dtype,
+            steps=self.steps,
+            optimizer=self.optimizer,
+        )
 
     def build_model(self, seed: int = 0) -> nn.Module:
         """The model, on CPU, identical on every rank for the same seed."""
@@ -124,8 +137,15 @@ class FSDP1Config:
         printer.text(repr(self))  # the short repr, not Hypothesis's field-by-field one
 
 
-def fsdp1_configs(world_size: int = 2, *, max_depth: int = 3, max_width: int = 12, max_batch: int = 6,
-                  max_steps: int = 3, mixed_precision: bool = True) -> st.SearchStrategy[FSDP1Config]:
+def fsdp1_configs(
+    world_size: int = 2,
+    *,
+    max_depth: int = 3,
+    max_width: int = 12,
+    max_batch: int = 6,
+    max_steps: int = 3,
+    mixed_precision: bool = True,
+) -> st.SearchStrategy[FSDP1Config]:
     """FSDP1 setups for ``world_size`` ranks: MLPs of 1 to ``max_depth`` layers of widths 1 to
     ``max_width`` (so flat parameters the world size does not divide), even or uneven batches, every
     ``ShardingStrategy`` (``HYBRID_SHARD`` on every 2-D mesh of the world), ``use_orig_params``,
@@ -143,8 +163,13 @@ def fsdp1_configs(world_size: int = 2, *, max_depth: int = 3, max_width: int = 1
     Shrinks towards one 1->1 layer, batch 1, ``FULL_SHARD`` with FSDP's defaults, one SGD step and a
     ``FULL_STATE_DICT`` round trip.
     """
-    for name, value in (("world_size", world_size), ("max_depth", max_depth), ("max_width", max_width),
-                        ("max_batch", max_batch), ("max_steps", max_steps)):
+    for name, value in (
+        ("world_size", world_size),
+        ("max_depth", max_depth),
+        ("max_width", max_width),
+        ("max_batch", max_batch),
+        ("max_steps", max_steps),
+    ):
         if value < 1:
             raise InvalidStrategyArgument(f"fsdp1_configs({name}={value}): it must be at least 1")
     optimizer_names = ("sgd", "adam", "adamw")
@@ -163,13 +188,20 @@ def fsdp1_configs(world_size: int = 2, *, max_depth: int = 3, max_width: int = 1
         hybrid_mesh = draw(st.sampled_from(hybrid_meshes)) if strategy == "HYBRID_SHARD" else None
         none: tuple[torch.dtype | None, ...] = (None,)
         return FSDP1Config(
-            widths=widths, batch_sizes=batch_sizes, sharding_strategy=strategy, hybrid_mesh=hybrid_mesh,
-            use_orig_params=draw(st.booleans()), auto_wrap=draw(st.booleans()),
+            widths=widths,
+            batch_sizes=batch_sizes,
+            sharding_strategy=strategy,
+            hybrid_mesh=hybrid_mesh,
+            use_orig_params=draw(st.booleans()),
+            auto_wrap=draw(st.booleans()),
             param_dtype=draw(st.sampled_from(MP_DTYPES if mixed_precision else none)),
             reduce_dtype=draw(st.sampled_from(MP_DTYPES if mixed_precision else none)),
-            backward_prefetch=draw(st.sampled_from(BACKWARD_PREFETCH)), forward_prefetch=draw(st.booleans()),
+            backward_prefetch=draw(st.sampled_from(BACKWARD_PREFETCH)),
+            forward_prefetch=draw(st.booleans()),
             no_sync=draw(st.booleans()),
-            state_dict_type=draw(st.sampled_from(STATE_DICT_TYPES)), steps=draw(st.integers(1, max_steps)),
-            optimizer=draw(st.sampled_from(optimizer_names)))
+            state_dict_type=draw(st.sampled_from(STATE_DICT_TYPES)),
+            steps=draw(st.integers(1, max_steps)),
+            optimizer=draw(st.sampled_from(optimizer_names)),
+        )
 
     return draw_config()

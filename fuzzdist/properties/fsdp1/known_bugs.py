@@ -26,8 +26,9 @@ def _hybrid_shard_size_one(config: FSDP1Config) -> bool:
 def _adam_with_orig_params(config: FSDP1Config) -> bool:
     """Whether ``config`` meets fsdp1-optim-state-dict-exp-avg-is-exp-avg-sq: Adam or AdamW state of a
     ``use_orig_params=True`` model saved with FULL_STATE_DICT (the one type it was seen with)."""
-    return (config.use_orig_params and config.optimizer in ("adam", "adamw")
-            and config.state_dict_type == "FULL_STATE_DICT")
+    return (
+        config.use_orig_params and config.optimizer in ("adam", "adamw") and config.state_dict_type == "FULL_STATE_DICT"
+    )
 
 
 def _explained(config: FSDP1Config, problem: Problem) -> bool:
@@ -51,10 +52,9 @@ def _is_hybrid_shard_size_one(example: Mapping[str, Any], failure: BaseException
     return every_problem(failure, lambda p: _explained(config, p))
 
 
-register(KnownBug(
-    id="fsdp1-hybrid-shard-size-one-skips-replicas",
-    where=("fsdp1",),
-    recognise=_is_hybrid_shard_size_one))
+register(
+    KnownBug(id="fsdp1-hybrid-shard-size-one-skips-replicas", where=("fsdp1",), recognise=_is_hybrid_shard_size_one)
+)
 
 
 def _is_exp_avg_lost(example: Mapping[str, Any], failure: BaseException) -> bool:
@@ -67,10 +67,7 @@ def _is_exp_avg_lost(example: Mapping[str, Any], failure: BaseException) -> bool
     return every_problem(failure, lambda p: _explained(config, p))
 
 
-register(KnownBug(
-    id="fsdp1-optim-state-dict-exp-avg-is-exp-avg-sq",
-    where=("fsdp1",),
-    recognise=_is_exp_avg_lost))
+register(KnownBug(id="fsdp1-optim-state-dict-exp-avg-is-exp-avg-sq", where=("fsdp1",), recognise=_is_exp_avg_lost))
 
 
 def _is_local_state_dict_load_refused(example: Mapping[str, Any], failure: BaseException) -> bool:
@@ -80,11 +77,18 @@ def _is_local_state_dict_load_refused(example: Mapping[str, Any], failure: BaseE
     errors = evidence.raised(failure)
     if config is None or not config.use_orig_params or config.state_dict_type != "LOCAL_STATE_DICT" or not errors:
         return False
-    return all(evidence.raised_a(p, RuntimeError) and evidence.says(p, "Unexpected key(s) in state_dict")
-               and evidence.says(p, "_flat_param") for p in errors)
+    return all(
+        evidence.raised_a(p, RuntimeError)
+        and evidence.says(p, "Unexpected key(s) in state_dict")
+        and evidence.says(p, "_flat_param")
+        for p in errors
+    )
 
 
-register(KnownBug(
-    id="fsdp1-local-state-dict-orig-params-load-fails",
-    where=("fsdp1",),
-    recognise=_is_local_state_dict_load_refused))
+register(
+    KnownBug(
+        id="fsdp1-local-state-dict-orig-params-load-fails",
+        where=("fsdp1",),
+        recognise=_is_local_state_dict_load_refused,
+    )
+)

@@ -70,8 +70,19 @@ if TYPE_CHECKING:
     from fuzzdist.pool.rank.context import RankContext
 
 # the ones the installed torch has: torch 2.6 has no all_gather_single / reduce_scatter_single yet
-OPS = tuple(op for op in ("all_reduce", "all_gather_single", "all_gather_tensor", "reduce_scatter_single",
-                          "reduce_scatter_tensor", "broadcast", "all_to_all_single") if hasattr(fcol, op))
+OPS = tuple(
+    op
+    for op in (
+        "all_reduce",
+        "all_gather_single",
+        "all_gather_tensor",
+        "reduce_scatter_single",
+        "reduce_scatter_tensor",
+        "broadcast",
+        "all_to_all_single",
+    )
+    if hasattr(fcol, op)
+)
 COMPLETIONS = ("wait_tensor", "wait", "use", "view")
 GROUP_FORMS = ("group", "ranks")
 MAX_BYTES = 256
@@ -129,8 +140,9 @@ def rank_input(call: Call, index: int, rank: int, seed: int) -> torch.Tensor:
     return t
 
 
-def expected_problem(call: Call, inputs: list[torch.Tensor], rank: int, actual: torch.Tensor,
-                     what: str) -> Problem | None:
+def expected_problem(
+    call: Call, inputs: list[torch.Tensor], rank: int, actual: torch.Tensor, what: str
+) -> Problem | None:
     """None if ``actual`` is what ``call`` must give on ``rank``, from every rank's ``inputs``."""
     world = len(inputs)
     if call.op == "all_reduce":
@@ -215,8 +227,9 @@ def _naming_the_call(index: int, call: Call) -> Iterator[None]:
         raise CallRaised(Problem.raised(exc, call=index, op=call.op)) from exc
 
 
-def functional_and_check(ctx: RankContext, case: FunctionalCase,
-                         functions: Mapping[str, Callable[..., Any]] | None = None) -> list[Problem] | None:
+def functional_and_check(
+    ctx: RankContext, case: FunctionalCase, functions: Mapping[str, Callable[..., Any]] | None = None
+) -> list[Problem] | None:
     """On every rank: issue ``case``'s calls, complete them in its order, check each result against
     the reference and the c10d collective and each input against its original; None or the problems."""
     functions = functions or {}
@@ -256,8 +269,11 @@ def _invalid_bools(diff: Problem | None, c10d: torch.Tensor, result: torch.Tenso
     odd = int((raw > 1).sum())
     if not odd or exact_problem("", raw != 0, result) is not None:
         return diff
-    return dataclasses.replace(diff, symptom=Symptom.BOOL_BYTES_NOT_0_OR_1,
-                               detail=f"(c10d's result: {odd} of {raw.numel()} bools){diff.detail}")
+    return dataclasses.replace(
+        diff,
+        symptom=Symptom.BOOL_BYTES_NOT_0_OR_1,
+        detail=f"(c10d's result: {odd} of {raw.numel()} bools){diff.detail}",
+    )
 
 
 # ---------------------------------------------------------------------------

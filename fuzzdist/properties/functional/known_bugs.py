@@ -36,7 +36,8 @@ def _functional_all_to_all_complex(example: Mapping[str, Any], failure: BaseExce
     return len(errors) == len(failure.ranks)
 
 
-register(KnownBug(
-    id="gloo-functional-all-to-all-complex-raises",
-    where=("functional",),
-    recognise=_functional_all_to_all_complex))
+register(
+    KnownBug(
+        id="gloo-functional-all-to-all-complex-raises", where=("functional",), recognise=_functional_all_to_all_complex
+    )
+)

@@ -198,8 +198,14 @@ class JoinCase:
     def __repr__(self) -> str:
         defaults = JoinCase()
         parts = [f"widths={self.widths}", f"counts={self.counts}"]
-        for name in ("batch_size", "zero", "divide_by_initial_world_size", "throw_on_early_termination",
-                     "optimizer", "set_to_none"):
+        for name in (
+            "batch_size",
+            "zero",
+            "divide_by_initial_world_size",
+            "throw_on_early_termination",
+            "optimizer",
+            "set_to_none",
+        ):
             if getattr(self, name) != getattr(defaults, name):
                 parts.append(f"{name}={getattr(self, name)!r}")
         return f"JoinCase({', '.join(parts)})"
@@ -232,9 +238,16 @@ def join_cases(world_size: int = 2, *, max_batches: int = 3, zero: bool = True) 
         throw = draw(st.booleans())
         optimizer = draw(st.sampled_from(OPTIMIZERS))
         set_to_none = not draw(st.booleans())
-        return JoinCase(widths=(first, *rest), counts=counts, batch_size=batch_size, zero=with_zero,
-                        divide_by_initial_world_size=divide, throw_on_early_termination=throw,
-                        optimizer=optimizer, set_to_none=set_to_none)
+        return JoinCase(
+            widths=(first, *rest),
+            counts=counts,
+            batch_size=batch_size,
+            zero=with_zero,
+            divide_by_initial_world_size=divide,
+            throw_on_early_termination=throw,
+            optimizer=optimizer,
+            set_to_none=set_to_none,
+        )
 
     return draw()
 
@@ -243,8 +256,13 @@ def join_cases(world_size: int = 2, *, max_batches: int = 3, zero: bool = True) 
 # the reference
 
 
-def expected_gradients(model: nn.Module, case: JoinCase, step: int, seed: int, dtype: torch.dtype,
-                       ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+def expected_gradients(
+    model: nn.Module,
+    case: JoinCase,
+    step: int,
+    seed: int,
+    dtype: torch.dtype,
+) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """At ``step``, from ``model``'s parameters, with no communication: per parameter, the exact
     (float64) ``sum_{r in A_i} grad_r / D_i`` over the active ranks' local gradients, and its rounding
     bound (see the module docstring)."""
@@ -262,8 +280,7 @@ def expected_gradients(model: nn.Module, case: JoinCase, step: int, seed: int, d
     model.zero_grad(set_to_none=True)
     info = torch.finfo(dtype)
     rounding = (len(active) + 1) * info.eps
-    return {n: (exact[n] / divisor, rounding * magnitude[n] / divisor + info.eps * info.smallest_normal)
-            for n in exact}
+    return {n: (exact[n] / divisor, rounding * magnitude[n] / divisor + info.eps * info.smallest_normal) for n in exact}
 
 
 class LocalStepper:
@@ -292,8 +309,9 @@ class LocalStepper:
         return {n: p.detach().clone() for n, p in self.model.named_parameters()}
 
 
-def stale_shard_gradients(case: JoinCase, step: int, grads: dict[str, torch.Tensor | None],
-                          owners: dict[str, int]) -> dict[str, torch.Tensor | None]:
+def stale_shard_gradients(
+    case: JoinCase, step: int, grads: dict[str, torch.Tensor | None], owners: dict[str, int]
+) -> dict[str, torch.Tensor | None]:
     """The gradients ``Join([ddp, zero])`` steps with on torch 2.13 (the known bug): a parameter whose
     ZeRO owner has joined by ``step`` is stepped by that rank's join hook with the gradient that rank
     still holds, as DDP's join hook leaves it: None after ``zero_grad()`` (or if it never had a
@@ -318,8 +336,9 @@ def param_problem(what: str, actual: torch.Tensor, expected: torch.Tensor) -> Pr
     return mismatch(what, actual, expected, bad, PARAM_EPS * info.eps * expected.abs() + info.smallest_normal)
 
 
-def gradient_problem(what: str, actual: torch.Tensor | None,
-                     expected: tuple[torch.Tensor, torch.Tensor]) -> Problem | None:
+def gradient_problem(
+    what: str, actual: torch.Tensor | None, expected: tuple[torch.Tensor, torch.Tensor]
+) -> Problem | None:
     """None if ``actual`` (None counts as zeros) is within the bound of the exact value, else the worst
     difference."""
     mean, bound = expected
@@ -343,26 +362,38 @@ def _owners(optimizer: Any, model: nn.Module) -> dict[str, int] | None:
         return None
 
 
-def join_training(ctx: RankContext, case: JoinCase, seed: int, dtype: torch.dtype,
-                  ddp_class: type[Any] = DistributedDataParallel,
-                  optimizer_class: type[Any] = ZeroRedundancyOptimizer) -> dict[str, Any]:
+def join_training(
+    ctx: RankContext,
+    case: JoinCase,
+    seed: int,
+    dtype: torch.dtype,
+    ddp_class: type[Any] = DistributedDataParallel,
+    optimizer_class: type[Any] = ZeroRedundancyOptimizer,
+) -> dict[str, Any]:
     """On every rank: train on ``case.counts[rank]`` batches inside the join context, catching what
     it raises; check the gradients and parameters against the reference (see the module docstring).
     Returns the problems, the steps completed, what was raised, and digests."""
     if case.world_size != ctx.world_size:
-        raise InvalidArgument(f"the case is for {case.world_size} ranks; this pool has {ctx.world_size}: "
-                              f"draw it with join_cases({ctx.world_size})")
+        raise InvalidArgument(
+            f"the case is for {case.world_size} ranks; this pool has {ctx.world_size}: "
+            f"draw it with join_cases({ctx.world_size})"
+        )
     model = case.build_model(seed, dtype)
     ddp = ddp_class(model, process_group=ctx.group)
     if case.zero:
         cls, kwargs = case.optimizer_args()
         optimizer = optimizer_class(ddp.parameters(), optimizer_class=cls, process_group=ctx.group, **kwargs)
-        context = Join([ddp, optimizer], throw_on_early_termination=case.throw_on_early_termination,
-                       divide_by_initial_world_size=case.divide_by_initial_world_size)
+        context = Join(
+            [ddp, optimizer],
+            throw_on_early_termination=case.throw_on_early_termination,
+            divide_by_initial_world_size=case.divide_by_initial_world_size,
+        )
     else:
         optimizer = case.build_optimizer(ddp.parameters())
-        context = ddp.join(divide_by_initial_world_size=case.divide_by_initial_world_size,
-                           throw_on_early_termination=case.throw_on_early_termination)
+        context = ddp.join(
+            divide_by_initial_world_size=case.divide_by_initial_world_size,
+            throw_on_early_termination=case.throw_on_early_termination,
+        )
     grads_seen: list[dict[str, torch.Tensor | None]] = []
     params_seen: list[dict[str, torch.Tensor]] = []
     raised: tuple[str, str] | None = None
@@ -371,8 +402,9 @@ def join_training(ctx: RankContext, case: JoinCase, seed: int, dtype: torch.dtyp
             for step in range(case.counts[ctx.rank]):
                 x, y = case.make_batch(ctx.rank, step, seed, dtype)
                 nn.functional.mse_loss(ddp(x), y).backward()
-                grads_seen.append({n: None if p.grad is None else p.grad.detach().clone()
-                                   for n, p in model.named_parameters()})
+                grads_seen.append(
+                    {n: None if p.grad is None else p.grad.detach().clone() for n, p in model.named_parameters()}
+                )
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=case.set_to_none)
                 params_seen.append({n: p.detach().clone() for n, p in model.named_parameters()})
@@ -380,32 +412,56 @@ def join_training(ctx: RankContext, case: JoinCase, seed: int, dtype: torch.dtyp
         raised = (type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
     final = {n: p.detach().clone() for n, p in model.named_parameters()}
 
-    problems = _check_steps(case, seed, dtype, ctx.rank, grads_seen, params_seen, final,
-                            _owners(optimizer, model) if case.zero else None)
+    problems = _check_steps(
+        case, seed, dtype, ctx.rank, grads_seen, params_seen, final, _owners(optimizer, model) if case.zero else None
+    )
     if len(grads_seen) > case.steps:
-        problems.append(Problem(Kind.NOTE, detail=f"completed step {case.steps}, documented: every rank raises "
-                                                  f"after {case.steps} steps"))
+        problems.append(
+            Problem(
+                Kind.NOTE, detail=f"completed step {case.steps}, documented: every rank raises after {case.steps} steps"
+            )
+        )
     if case.throws and raised is None:
-        problems.append(Problem(Kind.MISSING, detail=f"raised nothing; documented: every rank raises a RuntimeError "
-                                                     f"once one rank runs out of inputs (counts {case.counts})"))
+        problems.append(
+            Problem(
+                Kind.MISSING,
+                detail=f"raised nothing; documented: every rank raises a RuntimeError "
+                f"once one rank runs out of inputs (counts {case.counts})",
+            )
+        )
     if raised is not None and not case.throws:
         problems.append(Problem(Kind.RAISED, error=raised[0], error_text=raised[1]))
     if case.throws and len(params_seen) != case.steps:
-        problems.append(Problem(Kind.MISMATCH, "steps completed before raising", got=len(params_seen),
-                                expected=case.steps, detail="(documented: the first rank's end of data)"))
+        problems.append(
+            Problem(
+                Kind.MISMATCH,
+                "steps completed before raising",
+                got=len(params_seen),
+                expected=case.steps,
+                detail="(documented: the first rank's end of data)",
+            )
+        )
     return {
         "problems": problems,
         "steps": len(params_seen),
         "raised": raised,
-        "grad_digests": [digest({n: g if g is not None else torch.zeros(0) for n, g in grads.items()})
-                         for grads in grads_seen],
+        "grad_digests": [
+            digest({n: g if g is not None else torch.zeros(0) for n, g in grads.items()}) for grads in grads_seen
+        ],
         "final_digest": digest(final),
     }
 
 
-def _check_steps(case: JoinCase, seed: int, dtype: torch.dtype, rank: int,
-                 grads_seen: list[dict[str, torch.Tensor | None]], params_seen: list[dict[str, torch.Tensor]],
-                 final: dict[str, torch.Tensor], owners: dict[str, int] | None) -> list[Problem]:
+def _check_steps(
+    case: JoinCase,
+    seed: int,
+    dtype: torch.dtype,
+    rank: int,
+    grads_seen: list[dict[str, torch.Tensor | None]],
+    params_seen: list[dict[str, torch.Tensor]],
+    final: dict[str, torch.Tensor],
+    owners: dict[str, int] | None,
+) -> list[Problem]:
     """Check one rank's steps, each from the parameters it started from (the previous step's, once
     checked): its gradients against ``expected_gradients`` at those parameters, its parameters after
     the step against a local optimizer's step from them with those (checked) gradients; and, on a
@@ -416,10 +472,11 @@ def _check_steps(case: JoinCase, seed: int, dtype: torch.dtype, rank: int,
     stale = LocalStepper(case, seed, dtype) if owners is not None else None
     start = {n: p.detach().clone() for n, p in documented.model.named_parameters()}
     found: list[Problem] = []
-    for step, (grads, after) in enumerate(zip(grads_seen[:case.steps], params_seen, strict=False)):
+    for step, (grads, after) in enumerate(zip(grads_seen[: case.steps], params_seen, strict=False)):
         bounds = expected_gradients(documented.load(start), case, step, seed, dtype)
-        found.extend(p for n, g in grads.items()
-                     if (p := gradient_problem(f"step {step}: grad {n}", g, bounds[n])) is not None)
+        found.extend(
+            p for n, g in grads.items() if (p := gradient_problem(f"step {step}: grad {n}", g, bounds[n])) is not None
+        )
         expected = documented.step(start, grads)
         wrong = [p for n in after if (p := param_problem(f"after step {step}: param {n}", after[n], expected[n]))]
         if wrong and stale is not None and owners is not None:
@@ -432,9 +489,19 @@ def _check_steps(case: JoinCase, seed: int, dtype: torch.dtype, rank: int,
         start = after
     if case.counts[rank] == max(case.counts) or case.throws:
         # the model every rank ends with: this rank's after its last step
-        found.extend(p for n in final if (p := param_problem(
-            f"after the join context ({len(params_seen)} steps): param {n} (not this rank's after its last step)",
-            final[n], start[n])) is not None)
+        found.extend(
+            p
+            for n in final
+            if (
+                p := param_problem(
+                    f"after the join context ({len(params_seen)} steps): param {n} "
+                    "(not this rank's after its last step)",
+                    final[n],
+                    start[n],
+                )
+            )
+            is not None
+        )
     return capped(found)
 
 
@@ -445,20 +512,28 @@ def _check_steps(case: JoinCase, seed: int, dtype: torch.dtype, rank: int,
 def check_results(case: JoinCase, results: Sequence[dict[str, Any]]) -> None:
     """Raise :class:`PropertyFailure` if any rank reported a problem, or the ranks active at a step
     disagree bitwise on its gradients, or the ranks' final parameters are not bitwise equal."""
-    fail_on_reported_problems(results, "uneven inputs under Join differ from the documented reference",
-                              [obs["problems"] for obs in results])
+    fail_on_reported_problems(
+        results, "uneven inputs under Join differ from the documented reference", [obs["problems"] for obs in results]
+    )
     for step in range(case.steps):
-        digests = {r: results[r]["grad_digests"][step] for r in case.active(step)
-                   if step < len(results[r]["grad_digests"])}
+        digests = {
+            r: results[r]["grad_digests"][step] for r in case.active(step) if step < len(results[r]["grad_digests"])
+        }
         if len(set(digests.values())) > 1:
             raise PropertyFailure(f"step {step}: the active ranks' gradients differ bitwise", list(results))
     if len({obs["final_digest"] for obs in results}) > 1:
         raise PropertyFailure("the final parameters are not bitwise equal on every rank", list(results))
 
 
-def check(pool: Pool, case: JoinCase, seed: int, dtype: torch.dtype = torch.float32, *,
-          ddp_class: type[Any] = DistributedDataParallel,
-          optimizer_class: type[Any] = ZeroRedundancyOptimizer) -> None:
+def check(
+    pool: Pool,
+    case: JoinCase,
+    seed: int,
+    dtype: torch.dtype = torch.float32,
+    *,
+    ddp_class: type[Any] = DistributedDataParallel,
+    optimizer_class: type[Any] = ZeroRedundancyOptimizer,
+) -> None:
     """Train ``case`` with uneven inputs under ``Join`` on every rank of ``pool``, with ``ddp_class``
     (and, for ``case.zero``, ``optimizer_class``; both importable on the ranks, with the interfaces of
     ``DistributedDataParallel`` and ``ZeroRedundancyOptimizer``); raise :class:`PropertyFailure` if a
@@ -467,15 +542,21 @@ def check(pool: Pool, case: JoinCase, seed: int, dtype: torch.dtype = torch.floa
     if not isinstance(case, JoinCase):
         raise InvalidArgument(f"case must be a JoinCase (draw one with join_cases), got {type(case).__name__}")
     if case.world_size != pool.world_size:
-        raise InvalidArgument(f"the case is for {case.world_size} ranks; this pool has {pool.world_size}: "
-                              f"draw it with join_cases({pool.world_size})")
+        raise InvalidArgument(
+            f"the case is for {case.world_size} ranks; this pool has {pool.world_size}: "
+            f"draw it with join_cases({pool.world_size})"
+        )
     check_model_dtype_and_seed(dtype, seed)
     if not isinstance(ddp_class, type) or not issubclass(ddp_class, DistributedDataParallel):
-        raise InvalidArgument(f"ddp_class must be DistributedDataParallel or a subclass of it (Join needs its join "
-                              f"hook), got {ddp_class!r}")
+        raise InvalidArgument(
+            f"ddp_class must be DistributedDataParallel or a subclass of it (Join needs its join "
+            f"hook), got {ddp_class!r}"
+        )
     if not isinstance(optimizer_class, type):
-        raise InvalidArgument(f"optimizer_class must be a class with ZeroRedundancyOptimizer's constructor and "
-                              f"join hook, got {optimizer_class!r}")
+        raise InvalidArgument(
+            f"optimizer_class must be a class with ZeroRedundancyOptimizer's constructor and "
+            f"join hook, got {optimizer_class!r}"
+        )
     with known_failures("join", case=case, seed=seed, dtype=dtype):
         results = pool.run(join_training, case, seed, dtype, ddp_class=ddp_class, optimizer_class=optimizer_class)
         check_results(case, results)

@@ -24,7 +24,4 @@ def _is_join_zero_joined_shard_stale(example: Mapping[str, Any], failure: BaseEx
     return case is not None and case.zero and every_problem(failure, shows(Symptom.STALE_SHARD))
 
 
-register(KnownBug(
-    id="join-zero-joined-shard-stale",
-    where=("join",),
-    recognise=_is_join_zero_joined_shard_stale))
+register(KnownBug(id="join-zero-joined-shard-stale", where=("join",), recognise=_is_join_zero_joined_shard_stale))

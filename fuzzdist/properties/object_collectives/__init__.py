@@ -133,8 +133,9 @@ def _default_ops() -> dict[str, Callable[..., Any]]:
     return {op: getattr(dist, op) for op in OPS}
 
 
-def object_collective_and_check(ctx: RankContext, case: ObjectCase,
-                                ops: dict[str, Callable[..., Any]] | None = None) -> list[Problem] | None:
+def object_collective_and_check(
+    ctx: RankContext, case: ObjectCase, ops: dict[str, Callable[..., Any]] | None = None
+) -> list[Problem] | None:
     """On every rank: run ``case.op`` with this rank's objects; None if it received what it should have,
     else what differs (or the error it raised: unpickling happens after the collective, so a rank that
     raises does not leave its peers waiting).  ``ops`` maps op names to stand-ins, for planted bugs."""
@@ -176,17 +177,28 @@ def _leaves() -> st.SearchStrategy[Any]:
     tensors = st.builds(Tensor, fst.tensor_specs(max_bytes=MAX_TENSOR_BYTES), SEEDS)
     large = st.builds(Large, st.sampled_from(["bytes", "str"]), st.integers(0, MAX_LARGE_BYTES), SEEDS)
     return st.one_of(
-        st.none(), st.booleans(), st.integers(-(2**200), 2**200), st.floats(allow_nan=True),
-        st.text(max_size=20), st.binary(max_size=20), tensors, large)
+        st.none(),
+        st.booleans(),
+        st.integers(-(2**200), 2**200),
+        st.floats(allow_nan=True),
+        st.text(max_size=20),
+        st.binary(max_size=20),
+        tensors,
+        large,
+    )
 
 
 def objects() -> st.SearchStrategy[Any]:
     """Descriptions of picklable trees (lists, dicts with str/int keys, tuples) of the leaves above.
     Shrinks to ``None``."""
     keys = st.one_of(st.text(max_size=5), st.integers(-5, 5))
-    return st.recursive(_leaves(), lambda inner: st.one_of(
-        st.lists(inner, max_size=3), st.tuples(inner, inner), st.dictionaries(keys, inner, max_size=3)),
-        max_leaves=6)
+    return st.recursive(
+        _leaves(),
+        lambda inner: st.one_of(
+            st.lists(inner, max_size=3), st.tuples(inner, inner), st.dictionaries(keys, inner, max_size=3)
+        ),
+        max_leaves=6,
+    )
 
 
 @st.composite
@@ -198,8 +210,10 @@ def object_cases(draw: st.DrawFn, world_size: int, op: st.SearchStrategy[str] | 
     if name == "broadcast_object_list":
         per_rank = [draw(st.lists(objects(), min_size=1, max_size=3)) for _ in range(world_size)]
     elif name == "scatter_object_list":
-        per_rank = [draw(st.lists(objects(), min_size=world_size, max_size=world_size))
-                    if r == root else None for r in range(world_size)]
+        per_rank = [
+            draw(st.lists(objects(), min_size=world_size, max_size=world_size)) if r == root else None
+            for r in range(world_size)
+        ]
     else:
         per_rank = [draw(objects()) for _ in range(world_size)]
     return ObjectCase(name, root, tuple(per_rank))
@@ -207,6 +221,7 @@ def object_cases(draw: st.DrawFn, world_size: int, op: st.SearchStrategy[str] | 
 
 # ---------------------------------------------------------------------------
 # the known bug (its entry is in known_bugs.py next to it), and the driver-side check
+
 
 def _dtypes_in(desc: Any) -> set[str]:
     if isinstance(desc, Tensor):
@@ -238,9 +253,22 @@ def check(pool: Pool, case: ObjectCase, *, ops: dict[str, Callable[..., Any]] | 
         results = pool.run(object_collective_and_check, case, ops=ops)
         wrong = {rank: problems for rank, problems in enumerate(results) if problems}
         if wrong:
-            raise PropertyFailure(f"ranks {sorted(wrong)} did not get the objects rank {case.root}'s "
-                                  f"{case.op} should have handed them:{by_rank(wrong)}", results)
+            raise PropertyFailure(
+                f"ranks {sorted(wrong)} did not get the objects rank {case.root}'s "
+                f"{case.op} should have handed them:{by_rank(wrong)}",
+                results,
+            )
 
 
-__all__ = ["OPS", "Large", "ObjectCase", "Tensor", "build", "check", "difference", "object_cases", "objects",
-           "object_collective_and_check"]
+__all__ = [
+    "OPS",
+    "Large",
+    "ObjectCase",
+    "Tensor",
+    "build",
+    "check",
+    "difference",
+    "object_cases",
+    "objects",
+    "object_collective_and_check",
+]

@@ -18,8 +18,16 @@ from fuzzdist.problems import Kind
 from fuzzdist.properties.object_collectives import ObjectCase
 
 # the dtypes torch can't unpickle
-_WIDE = ("uint16", "uint32", "uint64", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
-         "float8_e8m0fnu")
+_WIDE = (
+    "uint16",
+    "uint32",
+    "uint64",
+    "float8_e4m3fn",
+    "float8_e5m2",
+    "float8_e4m3fnuz",
+    "float8_e5m2fnuz",
+    "float8_e8m0fnu",
+)
 _UNPICKLE_ERROR = r"UntypedStorage' has no attribute 'dtype'|(float8|uint16|uint32|uint64).*(not supported|unpickl)"
 
 
@@ -35,8 +43,11 @@ def _is_wide_unsigned_unpickle(example: Mapping[str, Any], failure: BaseExceptio
     seen = False
     for rank, problems in enumerate(by_rank):
         for problem in problems:
-            if not (problem.kind is Kind.RAISED and problem.op == case.op
-                    and evidence.says_pattern(problem, _UNPICKLE_ERROR)):
+            if not (
+                problem.kind is Kind.RAISED
+                and problem.op == case.op
+                and evidence.says_pattern(problem, _UNPICKLE_ERROR)
+            ):
                 return False
             if not any(d in _WIDE for d in received(rank, world)):
                 return False
@@ -45,7 +56,6 @@ def _is_wide_unsigned_unpickle(example: Mapping[str, Any], failure: BaseExceptio
 
 
 # the torch bug of docs/findings/wide-unsigned-unpickle.py, seen through the object collectives
-WIDE_UNSIGNED_UNPICKLE = register(KnownBug(
-    id="wide-unsigned-unpickle-objects",
-    where=("object_collectives",),
-    recognise=_is_wide_unsigned_unpickle))
+WIDE_UNSIGNED_UNPICKLE = register(
+    KnownBug(id="wide-unsigned-unpickle-objects", where=("object_collectives",), recognise=_is_wide_unsigned_unpickle)
+)

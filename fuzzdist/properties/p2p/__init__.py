@@ -128,18 +128,26 @@ def ops_of(case: P2PCase, rank: int) -> list[int]:
 
 
 def _default_api() -> dict[str, Callable[..., Any]]:
-    return {"isend": dist.isend, "irecv": dist.irecv, "send": dist.send, "recv": dist.recv,
-            "batch_isend_irecv": dist.batch_isend_irecv}
+    return {
+        "isend": dist.isend,
+        "irecv": dist.irecv,
+        "send": dist.send,
+        "recv": dist.recv,
+        "batch_isend_irecv": dist.batch_isend_irecv,
+    }
 
 
 # torch's wording ("Invalid destination rank: should not be the same as the rank of the current process"):
 # not a bare "self", which an unrelated TypeError about a method's 'self' would match.
-_CLEAR_REFUSAL = {"self": re.compile(r"same as the rank of the current process|own rank", re.I),
-                  "layout": re.compile(r"contiguous", re.I)}
+_CLEAR_REFUSAL = {
+    "self": re.compile(r"same as the rank of the current process|own rank", re.I),
+    "layout": re.compile(r"contiguous", re.I),
+}
 
 
-def _try_refused(m: Message, sending: bool, api: str, fns: dict[str, Callable[..., Any]],
-                 group: Any, pending: list[str]) -> Problem | None:
+def _try_refused(
+    m: Message, sending: bool, api: str, fns: dict[str, Callable[..., Any]], group: Any, pending: list[str]
+) -> Problem | None:
     """Issue the send (or receive) of ``m``, which must be refused; None if it was, with a clear error.
     An accepted op is never waited on (it may never complete): it is added to ``pending``."""
     tensor = m.spec.materialize("cpu", m.seed)
@@ -163,8 +171,12 @@ def _try_refused(m: Message, sending: bool, api: str, fns: dict[str, Callable[..
         return _refused_unclearly(f"{api} {label}", exc, peer, m.tag)
     # Not refused: don't wait on what can never complete; say so.
     pending.append(label)
-    return Problem(Kind.NOTE, f"{api} {label}", subject=(peer, m.tag),
-                   detail=f"was accepted ({len(works)} Work(s)) where it should be refused")
+    return Problem(
+        Kind.NOTE,
+        f"{api} {label}",
+        subject=(peer, m.tag),
+        detail=f"was accepted ({len(works)} Work(s)) where it should be refused",
+    )
 
 
 def _refused_unclearly(what: str, exc: Exception, peer: int, tag: int) -> Problem:
@@ -173,8 +185,9 @@ def _refused_unclearly(what: str, exc: Exception, peer: int, tag: int) -> Proble
     return Problem.raised(exc, what, symptom=Symptom.REFUSED_UNCLEARLY, subject=(peer, tag))
 
 
-def _try_self_loop(m: Message, api: str, fns: dict[str, Callable[..., Any]], group: Any,
-                   device: str | torch.device, pending: list[str]) -> Problem | None:
+def _try_self_loop(
+    m: Message, api: str, fns: dict[str, Callable[..., Any]], group: Any, device: str | torch.device, pending: list[str]
+) -> Problem | None:
     """Send ``m`` (contiguous) from its rank to itself and receive it; None if the receive got exactly the
     sent values, or if the first refused call said the peer is the rank itself.  Works left un-waited
     by a refusal are added to ``pending``."""
@@ -187,9 +200,12 @@ def _try_self_loop(m: Message, api: str, fns: dict[str, Callable[..., Any]], gro
     waited = 0
     try:
         if api == "batch":
-            works = fns["batch_isend_irecv"]([dist.P2POp(fns["isend"], m.spec.materialize(device, m.seed), rank,
-                                                         group=group, tag=m.tag),
-                                              dist.P2POp(fns["irecv"], received, rank, group=group, tag=m.tag)])
+            works = fns["batch_isend_irecv"](
+                [
+                    dist.P2POp(fns["isend"], m.spec.materialize(device, m.seed), rank, group=group, tag=m.tag),
+                    dist.P2POp(fns["irecv"], received, rank, group=group, tag=m.tag),
+                ]
+            )
         elif api == "isend":
             works = [fns["isend"](m.spec.materialize(device, m.seed), rank, group=group, tag=m.tag)]
             accepted.append("isend")
@@ -212,18 +228,22 @@ def _try_self_loop(m: Message, api: str, fns: dict[str, Callable[..., Any]], gro
         if not _CLEAR_REFUSAL["self"].search(str(exc)):
             return _refused_unclearly(label, exc, rank, m.tag)
         if accepted:
-            return Problem.raised(exc, label, subject=(rank, m.tag),
-                                  detail=f"(refused after its {accepted[-1]} was accepted)")
+            return Problem.raised(
+                exc, label, subject=(rank, m.tag), detail=f"(refused after its {accepted[-1]} was accepted)"
+            )
         return None
     diff = first_difference(received, expected)
     if diff is not None:
-        return diff.about(f"{api} self-loop message on rank {rank} (tag {m.tag}, {m.spec}) delivered wrong values",
-                          subject=(rank, m.tag))
+        return diff.about(
+            f"{api} self-loop message on rank {rank} (tag {m.tag}, {m.spec}) delivered wrong values",
+            subject=(rank, m.tag),
+        )
     return None
 
 
-def p2p_and_check(ctx: RankContext, case: P2PCase,
-                  api: dict[str, Callable[..., Any]] | None = None) -> list[Problem] | None:
+def p2p_and_check(
+    ctx: RankContext, case: P2PCase, api: dict[str, Callable[..., Any]] | None = None
+) -> list[Problem] | None:
     """On every rank: issue this rank's ops of ``case`` in its drawn order, wait for each Work once, then
     try its self-loops and the ops that must be refused; None if every received tensor is the sender's,
     every self-loop delivered or was refused clearly and every refusal was clear, else what went wrong.
@@ -259,8 +279,13 @@ def p2p_and_check(ctx: RankContext, case: P2PCase,
             else:
                 p2p_ops.append((fns["irecv"], received[i], m.src, m.tag))
         if case.api == "batch":
-            works = fns["batch_isend_irecv"]([dist.P2POp(op, t, peer, group=group, tag=tag)
-                                              for op, t, peer, tag in p2p_ops]) if p2p_ops else []
+            works = (
+                fns["batch_isend_irecv"](
+                    [dist.P2POp(op, t, peer, group=group, tag=tag) for op, t, peer, tag in p2p_ops]
+                )
+                if p2p_ops
+                else []
+            )
         else:
             works = [op(t, peer, group=group, tag=tag) for op, t, peer, tag in p2p_ops]
         # Each Work is waited exactly once: a second wait() on a gloo send/recv Work blocks until its
@@ -271,8 +296,9 @@ def p2p_and_check(ctx: RankContext, case: P2PCase,
         diff = first_difference(tensor, expected[i])
         if diff is not None:
             m = case.messages[i]
-            problems.append(diff.about(f"message #{i} from rank {m.src} (tag {m.tag}, {m.spec})",
-                                       subject=(m.src, m.tag)))
+            problems.append(
+                diff.about(f"message #{i} from rank {m.src} (tag {m.tag}, {m.spec})", subject=(m.src, m.tag))
+            )
     if group is not None:
         dist.barrier(group=group)  # every message is in before any rank tries a self-loop or a refusal
     pending: list[str] = []  # ops accepted (or posted) and never waited on
@@ -302,8 +328,12 @@ SPECS = fst.tensor_specs(dtypes=st.sampled_from(GLOO_DTYPES), max_bytes=MAX_BYTE
 
 
 @st.composite
-def p2p_cases(draw: st.DrawFn, world_size: int, apis: st.SearchStrategy[str] | None = None,
-              specs: st.SearchStrategy[fst.TensorSpec] = SPECS) -> P2PCase:
+def p2p_cases(
+    draw: st.DrawFn,
+    world_size: int,
+    apis: st.SearchStrategy[str] | None = None,
+    specs: st.SearchStrategy[fst.TensorSpec] = SPECS,
+) -> P2PCase:
     """A P2PCase for ``world_size`` ranks (at least 2): 1 to 5 messages between drawn pairs (a self-loop,
     one message in ten), distinct tags per pair, every layout, and a drawn issue order per rank.  Shrinks
     to one contiguous float32[1] message from rank 0 to rank 1, tag 0, over ``batch_isend_irecv``."""
@@ -318,17 +348,22 @@ def p2p_cases(draw: st.DrawFn, world_size: int, apis: st.SearchStrategy[str] | N
         other = d(st.integers(0, world_size - 2))
         return src, (other + 1 + src) % world_size
 
-    raw = draw(st.lists(st.tuples(pair(), st.integers(0, MAX_TAG)), min_size=1, max_size=5,
-                        unique_by=lambda pt: pt), label="pairs")
+    raw = draw(
+        st.lists(st.tuples(pair(), st.integers(0, MAX_TAG)), min_size=1, max_size=5, unique_by=lambda pt: pt),
+        label="pairs",
+    )
     messages = tuple(Message(src, dst, tag, draw(specs), draw(SEEDS)) for (src, dst), tag in raw)
     case = P2PCase(api, messages, ())
-    orders = tuple(tuple(draw(st.permutations(ops_of(case, r)))) if api != "blocking" else tuple(ops_of(case, r))
-                   for r in range(world_size))
+    orders = tuple(
+        tuple(draw(st.permutations(ops_of(case, r)))) if api != "blocking" else tuple(ops_of(case, r))
+        for r in range(world_size)
+    )
     return P2PCase(api, messages, orders)
 
 
 # ---------------------------------------------------------------------------
 # the known bug (its entry is in known_bugs.py next to it), and the driver-side check
+
 
 def check(pool: Pool, case: P2PCase, *, api: dict[str, Callable[..., Any]] | None = None) -> None:
     """Run ``case`` over ``pool`` with torch's point-to-point functions (or the stand-ins in ``api``,
@@ -338,5 +373,6 @@ def check(pool: Pool, case: P2PCase, *, api: dict[str, Callable[..., Any]] | Non
         results = pool.run(p2p_and_check, case, api=api)
         wrong = {rank: problems for rank, problems in enumerate(results) if problems}
         if wrong:
-            raise PropertyFailure(f"ranks {sorted(wrong)} went wrong in {case.api} point-to-point:{by_rank(wrong)}",
-                                  results)
+            raise PropertyFailure(
+                f"ranks {sorted(wrong)} went wrong in {case.api} point-to-point:{by_rank(wrong)}", results
+            )

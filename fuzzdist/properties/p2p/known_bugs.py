@@ -36,14 +36,17 @@ def _is_self_loop_unclear(example: Mapping[str, Any], failure: BaseException) ->
     seen = False
     for rank, problems in enumerate(by_rank):
         for problem in problems:
-            if (problem.symptom is not Symptom.REFUSED_UNCLEARLY or problem.subject[:1] != (rank,)
-                    or (rank, problem.subject[1]) not in loops or not evidence.says_pattern(problem, _UNCLEAR)):
+            if (
+                problem.symptom is not Symptom.REFUSED_UNCLEARLY
+                or problem.subject[:1] != (rank,)
+                or (rank, problem.subject[1]) not in loops
+                or not evidence.says_pattern(problem, _UNCLEAR)
+            ):
                 return False
             seen = True
     return seen
 
 
-GLOO_P2P_SELF_LOOP_UNCLEAR = register(KnownBug(
-    id="gloo-p2p-self-loop-unclear-error",
-    where=("p2p",),
-    recognise=_is_self_loop_unclear))
+GLOO_P2P_SELF_LOOP_UNCLEAR = register(
+    KnownBug(id="gloo-p2p-self-loop-unclear-error", where=("p2p",), recognise=_is_self_loop_unclear)
+)

@@ -100,8 +100,10 @@ except ImportError as exc:  # pragma: no cover - torch < 2.4
     raise ImportError(f"torch {torch.__version__} has no torch.distributed.pipelining") from exc
 # The property checks the documented scale_grads contract, which older schedules (torch 2.6) lack.
 if "scale_grads" not in __import__("inspect").signature(PipelineScheduleSingle.__init__).parameters:
-    raise ImportError(f"torch {torch.__version__}'s pipeline schedules take no scale_grads (the contract "
-                      "this property checks); use torch 2.7 or newer")
+    raise ImportError(
+        f"torch {torch.__version__}'s pipeline schedules take no scale_grads (the contract "
+        "this property checks); use torch 2.7 or newer"
+    )
 
 if TYPE_CHECKING:
     from fuzzdist.pool import Pool
@@ -156,8 +158,9 @@ class PipeConfig:
             raise InvalidArgument("widths needs >= 2 entries, all >= 1")
         b = self.bounds
         if len(b) < 2 or b[0] != 0 or b[-1] != layers or any(x >= y for x, y in zip(b, b[1:], strict=False)):
-            raise InvalidArgument(f"bounds must rise strictly from 0 to {layers} (one layer or more per stage), "
-                                  f"got {b}")
+            raise InvalidArgument(
+                f"bounds must rise strictly from 0 to {layers} (one layer or more per stage), got {b}"
+            )
         if (len(b) - 1) % self.world_size:
             raise InvalidArgument(f"{len(b) - 1} stages don't place evenly on {self.world_size} ranks")
         if self.loss not in LOSSES:
@@ -196,7 +199,7 @@ class PipeConfig:
         the tanh the model has after it."""
         modules = list(model)
         lo, hi = self.bounds[stage], self.bounds[stage + 1]
-        return nn.Sequential(*modules[2 * lo:min(2 * hi, len(modules))])
+        return nn.Sequential(*modules[2 * lo : min(2 * hi, len(modules))])
 
     def batch_data(self, seed: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """(inputs, targets) of the whole batch, identical on every rank."""
@@ -253,8 +256,10 @@ class _GradientSums:
         """Per parameter, ``scale * sum`` and its rounding bound for ``n`` micro-batches in ``dtype``."""
         info = torch.finfo(dtype)
         roundings = n + 3
-        return {name: (total * scale, roundings * info.eps * self.magnitudes[name] * scale + roundings * info.tiny)
-                for name, total in self.sums.items()}
+        return {
+            name: (total * scale, roundings * info.eps * self.magnitudes[name] * scale + roundings * info.tiny)
+            for name, total in self.sums.items()
+        }
 
 
 def reference(config: PipeConfig, seed: int, dtype: torch.dtype) -> dict[str, Any]:
@@ -278,8 +283,11 @@ def reference(config: PipeConfig, seed: int, dtype: torch.dtype) -> dict[str, An
     return {"output": torch.cat(outputs), "losses": losses, "grads": sums.bounded(dtype, n, scale)}
 
 
-def implicit_ones_gradients(config: PipeConfig, seed: int, dtype: torch.dtype,
-                            ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+def implicit_ones_gradients(
+    config: PipeConfig,
+    seed: int,
+    dtype: torch.dtype,
+) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """What torch 2.13 gives stage parameters from plain static example tensors (the known bug): each
     stage but the last backpropagates a gradient of ones from its own output, with no gradient from
     the next stage; the last stage its loss's.  Per parameter, ``scale * sum_mb`` in float64 and its
@@ -319,19 +327,24 @@ def _value_bound(expected: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 # on the ranks
 
 
-def pipeline_parity(ctx: RankContext, config: PipeConfig, dtype: torch.dtype, seed: int,
-                    schedule_class: type = ScheduleGPipe) -> list[Problem]:
+def pipeline_parity(
+    ctx: RankContext, config: PipeConfig, dtype: torch.dtype, seed: int, schedule_class: type = ScheduleGPipe
+) -> list[Problem]:
     """On every rank: build this rank's stages by hand, run one ``schedule_class`` step and compare with the
     local reference; return the problems (empty if none)."""
     world, rank = ctx.world_size, ctx.rank
     if config.world_size != world:
-        raise InvalidArgument(f"the config is for {config.world_size} ranks; this pool has {world}: "
-                              f"draw it with pipeline_configs({world}, ...)")
+        raise InvalidArgument(
+            f"the config is for {config.world_size} ranks; this pool has {world}: "
+            f"draw it with pipeline_configs({world}, ...)"
+        )
     per_rank = stages_per_rank(schedule_class)
     if config.num_stages != per_rank * world:
-        raise InvalidArgument(f"{schedule_class.__name__} runs {per_rank} stage(s) per rank: {per_rank * world} "
-                              f"stages on {world} ranks, the config has {config.num_stages}; draw it with "
-                              f"pipeline_configs({world}, {schedule_class.__name__})")
+        raise InvalidArgument(
+            f"{schedule_class.__name__} runs {per_rank} stage(s) per rank: {per_rank * world} "
+            f"stages on {world} ranks, the config has {config.num_stages}; draw it with "
+            f"pipeline_configs({world}, {schedule_class.__name__})"
+        )
     model = config.build_model(seed, dtype)
     expected = reference(config, seed, dtype)
     mine = list(range(rank, config.num_stages, world))
@@ -350,8 +363,12 @@ def pipeline_parity(ctx: RankContext, config: PipeConfig, dtype: torch.dtype, se
                 example_out.requires_grad_(True)
             kwargs = {"input_args": example_in, "output_args": example_out}
         stages.append(PipelineStage(module, s, config.num_stages, ctx.device, group=ctx.group, **kwargs))
-    schedule = schedule_class(stages if per_rank > 1 else stages[0], config.n_microbatches,
-                              loss_fn=loss_function(config.loss), scale_grads=config.scale_grads)
+    schedule = schedule_class(
+        stages if per_rank > 1 else stages[0],
+        config.n_microbatches,
+        loss_fn=loss_function(config.loss),
+        scale_grads=config.scale_grads,
+    )
     x, y = config.batch_data(seed, dtype)
     holds_first, holds_last = 0 in mine, config.num_stages - 1 in mine
     args = (x,) if holds_first else ()
@@ -360,16 +377,24 @@ def pipeline_parity(ctx: RankContext, config: PipeConfig, dtype: torch.dtype, se
     problems: list[Problem] = []
     if holds_last:
         if not isinstance(out, torch.Tensor):
-            problems.append(Problem(Kind.MISSING, "step() on the last stage's rank", got=type(out).__name__,
-                                    expected="the output"))
+            problems.append(
+                Problem(Kind.MISSING, "step() on the last stage's rank", got=type(out).__name__, expected="the output")
+            )
         else:
             problem = _within("output", out.detach(), expected["output"], _value_bound(expected["output"], dtype))
             if problem:
                 problems.append(problem)
         losses = kwargs["losses"]
         if len(losses) != config.n_microbatches:
-            problems.append(Problem(Kind.MISSING, "losses", got=len(losses), expected=config.n_microbatches,
-                                    detail="(one per micro-batch)"))
+            problems.append(
+                Problem(
+                    Kind.MISSING,
+                    "losses",
+                    got=len(losses),
+                    expected=config.n_microbatches,
+                    detail="(one per micro-batch)",
+                )
+            )
         else:
             for i, (got, want) in enumerate(zip(losses, expected["losses"], strict=True)):
                 got_t = torch.as_tensor(got).detach()
@@ -398,9 +423,17 @@ def pipeline_parity(ctx: RankContext, config: PipeConfig, dtype: torch.dtype, se
 
 
 @st.composite
-def pipeline_configs(draw: st.DrawFn, world_size: int, schedule_class: type = ScheduleGPipe, *,
-                     max_extra_layers: int = 2, max_width: int = 6, max_microbatches: int = 4,
-                     max_microbatch_size: int = 3, plain_examples: bool = False) -> PipeConfig:
+def pipeline_configs(
+    draw: st.DrawFn,
+    world_size: int,
+    schedule_class: type = ScheduleGPipe,
+    *,
+    max_extra_layers: int = 2,
+    max_width: int = 6,
+    max_microbatches: int = 4,
+    max_microbatch_size: int = 3,
+    plain_examples: bool = False,
+) -> PipeConfig:
     """A :class:`PipeConfig` for ``world_size`` ranks and ``schedule_class`` (one stage per rank, two for a
     ``PipelineScheduleMulti``).
 
@@ -414,20 +447,30 @@ def pipeline_configs(draw: st.DrawFn, world_size: int, schedule_class: type = Sc
     Shrinks towards one 1 -> 1 layer per stage, the fewest micro-batches the schedule accepts, one row
     each, ``mse``, ``scale_grads=True``, dynamic shapes.
     """
-    for name, value, minimum in (("world_size", world_size, 1), ("max_extra_layers", max_extra_layers, 0),
-                                 ("max_width", max_width, 1), ("max_microbatches", max_microbatches, 1),
-                                 ("max_microbatch_size", max_microbatch_size, 1)):
+    for name, value, minimum in (
+        ("world_size", world_size, 1),
+        ("max_extra_layers", max_extra_layers, 0),
+        ("max_width", max_width, 1),
+        ("max_microbatches", max_microbatches, 1),
+        ("max_microbatch_size", max_microbatch_size, 1),
+    ):
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             raise InvalidStrategyArgument(f"{name} must be an int >= {minimum}, got {value!r}")
     _check_schedule_class(schedule_class, InvalidStrategyArgument)
     num_stages = stages_per_rank(schedule_class) * world_size
     layers = num_stages + draw(st.integers(0, max_extra_layers), label="extra_layers")
     widths = tuple(draw(st.integers(1, max_width)) for _ in range(layers + 1))
-    cuts = draw(st.sets(st.integers(1, layers - 1), min_size=num_stages - 1, max_size=num_stages - 1)
-                if layers > num_stages else st.just(set(range(1, layers))))
+    cuts = draw(
+        st.sets(st.integers(1, layers - 1), min_size=num_stages - 1, max_size=num_stages - 1)
+        if layers > num_stages
+        else st.just(set(range(1, layers)))
+    )
     bounds = (0, *sorted(cuts), layers)
-    counts = [n for n in range(1, max(max_microbatches, num_stages) + 1)
-              if microbatch_counts_allowed(schedule_class, n, num_stages, world_size)]
+    counts = [
+        n
+        for n in range(1, max(max_microbatches, num_stages) + 1)
+        if microbatch_counts_allowed(schedule_class, n, num_stages, world_size)
+    ]
     n = draw(st.sampled_from(counts), label="n_microbatches")
     size = draw(st.integers(1, max_microbatch_size), label="microbatch_size")
     loss = draw(st.sampled_from(LOSSES), label="loss")
@@ -442,39 +485,51 @@ def pipeline_configs(draw: st.DrawFn, world_size: int, schedule_class: type = Sc
 
 
 def _check_schedule_class(schedule_class: Any, error: type[Exception]) -> None:
-    if not isinstance(schedule_class, type) or not issubclass(schedule_class, (PipelineScheduleSingle,
-                                                                                PipelineScheduleMulti)):
-        raise error(f"schedule_class must be a pipelining schedule class (a subclass of PipelineScheduleSingle "
-                    f"or PipelineScheduleMulti, e.g. one of {[c.__name__ for c in SCHEDULES]}), "
-                    f"got {schedule_class!r}")
+    if not isinstance(schedule_class, type) or not issubclass(
+        schedule_class, (PipelineScheduleSingle, PipelineScheduleMulti)
+    ):
+        raise error(
+            f"schedule_class must be a pipelining schedule class (a subclass of PipelineScheduleSingle "
+            f"or PipelineScheduleMulti, e.g. one of {[c.__name__ for c in SCHEDULES]}), "
+            f"got {schedule_class!r}"
+        )
 
 
-def check(pool: Pool, config: PipeConfig, dtype: torch.dtype, seed: int, *,
-          schedule_class: type = ScheduleGPipe) -> None:
+def check(
+    pool: Pool, config: PipeConfig, dtype: torch.dtype, seed: int, *, schedule_class: type = ScheduleGPipe
+) -> None:
     """Run one ``schedule_class`` step of ``config``'s pipeline on ``pool`` next to the local reference;
     raise :class:`PropertyFailure` if a loss, the output or a gradient differs.  ``schedule_class`` must be
     importable on the ranks (a top-level class).  Arguments that can't describe a run raise
     :class:`~fuzzdist.errors.InvalidArgument` before any rank runs."""
     if not isinstance(config, PipeConfig):
-        raise InvalidArgument(f"config must be a PipeConfig (draw one with pipeline_configs), "
-                              f"got {type(config).__name__}")
+        raise InvalidArgument(
+            f"config must be a PipeConfig (draw one with pipeline_configs), got {type(config).__name__}"
+        )
     check_model_dtype_and_seed(dtype, seed)
     _check_schedule_class(schedule_class, InvalidArgument)
     if config.world_size != pool.world_size:
-        raise InvalidArgument(f"the config is for {config.world_size} ranks; this pool has {pool.world_size}: "
-                              f"draw it with pipeline_configs({pool.world_size}, {schedule_class.__name__})")
+        raise InvalidArgument(
+            f"the config is for {config.world_size} ranks; this pool has {pool.world_size}: "
+            f"draw it with pipeline_configs({pool.world_size}, {schedule_class.__name__})"
+        )
     per_rank = stages_per_rank(schedule_class)
     if config.num_stages != per_rank * pool.world_size:
-        raise InvalidArgument(f"{schedule_class.__name__} runs {per_rank} stage(s) per rank: "
-                              f"{per_rank * pool.world_size} stages on {pool.world_size} ranks, the config has "
-                              f"{config.num_stages}; draw it with pipeline_configs({pool.world_size}, "
-                              f"{schedule_class.__name__})")
+        raise InvalidArgument(
+            f"{schedule_class.__name__} runs {per_rank} stage(s) per rank: "
+            f"{per_rank * pool.world_size} stages on {pool.world_size} ranks, the config has "
+            f"{config.num_stages}; draw it with pipeline_configs({pool.world_size}, "
+            f"{schedule_class.__name__})"
+        )
     if not microbatch_counts_allowed(schedule_class, config.n_microbatches, config.num_stages, pool.world_size):
-        raise InvalidArgument(f"{schedule_class.__name__} does not take {config.n_microbatches} micro-batches for "
-                              f"{config.num_stages} stages on {pool.world_size} ranks (see microbatch_counts_allowed)")
+        raise InvalidArgument(
+            f"{schedule_class.__name__} does not take {config.n_microbatches} micro-batches for "
+            f"{config.num_stages} stages on {pool.world_size} ranks (see microbatch_counts_allowed)"
+        )
     with known_failures("pipelining", config=config, dtype=dtype, seed=seed):
         results = pool.run(pipeline_parity, config, dtype, seed, schedule_class=schedule_class)
         wrong = {rank: problems for rank, problems in enumerate(results) if problems}
         if wrong:
-            raise PropertyFailure(f"the pipeline differs from the unsplit model on ranks {sorted(wrong)}:"
-                                  f"{by_rank(wrong)}", results)
+            raise PropertyFailure(
+                f"the pipeline differs from the unsplit model on ranks {sorted(wrong)}:{by_rank(wrong)}", results
+            )

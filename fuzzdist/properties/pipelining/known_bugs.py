@@ -29,12 +29,15 @@ def _is_pipelining_static_args_no_grad(example: Mapping[str, Any], failure: Base
         return False
     errors = evidence.raised(failure)
     if errors:
-        return all(evidence.raised_a(p, RuntimeError) and evidence.says(p, _STAGE_BACKWARD_FAILED)
-                   and evidence.says(p, "Output gradient: ('None',)") for p in errors)
+        return all(
+            evidence.raised_a(p, RuntimeError)
+            and evidence.says(p, _STAGE_BACKWARD_FAILED)
+            and evidence.says(p, "Output gradient: ('None',)")
+            for p in errors
+        )
     return every_problem(failure, shows(Symptom.IMPLICIT_ONES))
 
 
-register(KnownBug(
-    id="pipelining-static-args-no-grad",
-    where=("pipelining",),
-    recognise=_is_pipelining_static_args_no_grad))
+register(
+    KnownBug(id="pipelining-static-args-no-grad", where=("pipelining",), recognise=_is_pipelining_static_args_no_grad)
+)

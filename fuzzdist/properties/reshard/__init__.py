@@ -102,8 +102,10 @@ class ReshardCase:
 
     def __post_init__(self) -> None:
         if self.save_ranks == self.load_ranks or min(self.save_ranks, self.load_ranks) < 1:
-            raise InvalidArgument(f"save_ranks {self.save_ranks} and load_ranks {self.load_ranks} must be two "
-                                  "different positive world sizes")
+            raise InvalidArgument(
+                f"save_ranks {self.save_ranks} and load_ranks {self.load_ranks} must be two "
+                "different positive world sizes"
+            )
         if self.conversion not in CONVERSIONS:
             raise InvalidArgument(f"conversion={self.conversion!r}; choose from {CONVERSIONS}")
 
@@ -155,17 +157,25 @@ def _tensor(full: torch.Tensor, mesh: DeviceMesh, name: str, local: torch.Tensor
     """``local`` as ``name`` places it: a DTensor of ``full``'s shape on ``mesh``, or ``local`` itself."""
     if name == PLAIN:
         return local
-    return DTensor.from_local(local, mesh, [dtensor.placement(name)], run_check=False, shape=full.shape,
-                              stride=full.contiguous().stride())
+    return DTensor.from_local(
+        local, mesh, [dtensor.placement(name)], run_check=False, shape=full.shape, stride=full.contiguous().stride()
+    )
 
 
-def reshard(ctx: RankContext, case: ReshardCase, path: str, save: Callable[..., Any] = dcp_save,
-            load: Callable[..., Any] = dcp_load) -> list[Problem] | None:
+def reshard(
+    ctx: RankContext,
+    case: ReshardCase,
+    path: str,
+    save: Callable[..., Any] = dcp_save,
+    load: Callable[..., Any] = dcp_load,
+) -> list[Problem] | None:
     """On every rank: save ``case`` from the first ``save_ranks`` ranks (or convert a ``torch.save`` file on
     rank 0), load it on the first ``load_ranks``, and compare (see the module docstring)."""
     if max(case.save_ranks, case.load_ranks) > ctx.world_size:
-        raise InvalidArgument(f"the case needs {max(case.save_ranks, case.load_ranks)} ranks; this pool has "
-                              f"{ctx.world_size}: draw it with reshard_cases({ctx.world_size})")
+        raise InvalidArgument(
+            f"the case needs {max(case.save_ranks, case.load_ranks)} ranks; this pool has "
+            f"{ctx.world_size}: draw it with reshard_cases({ctx.world_size})"
+        )
     save_mesh = first_ranks_mesh(ctx.device.type, case.save_ranks)
     load_mesh = first_ranks_mesh(ctx.device.type, case.load_ranks)
     fulls = {f"e{i}": _full(entry, ctx.device) for i, entry in enumerate(case.entries)}
@@ -178,8 +188,12 @@ def reshard(ctx: RankContext, case: ReshardCase, path: str, save: Callable[..., 
             torch.save(fulls, file)
             torch_save_to_dcp(file, dcp_dir)
     elif ctx.rank < case.save_ranks:
-        state = {key: _tensor(full, save_mesh, entries[key].save_placement,
-                              _piece(full, save_mesh, entries[key].save_placement)) for key, full in fulls.items()}
+        state = {
+            key: _tensor(
+                full, save_mesh, entries[key].save_placement, _piece(full, save_mesh, entries[key].save_placement)
+            )
+            for key, full in fulls.items()
+        }
         save(state, dcp_dir, save_mesh.get_group())
     dist.barrier(group=ctx.group)
     if case.conversion == "dcp_to_torch_save" and ctx.rank == 0:
@@ -187,15 +201,19 @@ def reshard(ctx: RankContext, case: ReshardCase, path: str, save: Callable[..., 
         whole = torch.load(file, weights_only=True)
         for key, full in fulls.items():
             got = whole.get(key)
-            problem = (Problem(Kind.MISSING, f"{key} in the dcp_to_torch_save file") if got is None
-                       else first_difference(got, full, f"{key} from dcp_to_torch_save"))
+            problem = (
+                Problem(Kind.MISSING, f"{key} in the dcp_to_torch_save file")
+                if got is None
+                else first_difference(got, full, f"{key} from dcp_to_torch_save")
+            )
             if problem is not None:
                 problems.append(problem)
     if ctx.rank < case.load_ranks:
         expected = {key: _piece(full, load_mesh, entries[key].load_placement) for key, full in fulls.items()}
         allocated = {key: decoy_of(piece) for key, piece in expected.items()}
-        state = {key: _tensor(fulls[key], load_mesh, entries[key].load_placement, local)
-                 for key, local in allocated.items()}
+        state = {
+            key: _tensor(fulls[key], load_mesh, entries[key].load_placement, local) for key, local in allocated.items()
+        }
         load(state, dcp_dir, load_mesh.get_group())
         for key, piece in expected.items():
             where = entries[key].load_placement
@@ -223,8 +241,9 @@ def _entry(draw: st.DrawFn, dtypes: st.SearchStrategy[torch.dtype]) -> Entry:
     return Entry(spec, draw(fst.seeds()), draw(_placements(ndim, plain)), draw(_placements(ndim, plain)))
 
 
-def reshard_cases(world_size: int, dtypes: st.SearchStrategy[torch.dtype] | None = None) -> st.SearchStrategy[
-        ReshardCase]:
+def reshard_cases(
+    world_size: int, dtypes: st.SearchStrategy[torch.dtype] | None = None
+) -> st.SearchStrategy[ReshardCase]:
     """Cases for a pool of ``world_size`` ranks (at least 2): two different world sizes of at most
     ``world_size`` ranks, 1 to :data:`MAX_ENTRIES` tensors of any CPU dtype (``fst.dtypes()``), shape and
     placement (Replicate or Shard of any dim; plain tensors), and a conversion.  Shrinks towards saving on 1
@@ -232,17 +251,26 @@ def reshard_cases(world_size: int, dtypes: st.SearchStrategy[torch.dtype] | None
     if world_size < 2:
         raise InvalidArgument(f"world_size={world_size}: resharding needs two world sizes, so a pool of 2 or more")
     sizes = st.tuples(st.integers(1, world_size), st.integers(1, world_size)).filter(lambda s: s[0] != s[1])
-    return st.builds(lambda s, entries, conversion: ReshardCase(s[0], s[1], tuple(entries), conversion),
-                     sizes, st.lists(_entry(dtypes or fst.dtypes()), min_size=1, max_size=MAX_ENTRIES),
-                     st.sampled_from(CONVERSIONS))
+    return st.builds(
+        lambda s, entries, conversion: ReshardCase(s[0], s[1], tuple(entries), conversion),
+        sizes,
+        st.lists(_entry(dtypes or fst.dtypes()), min_size=1, max_size=MAX_ENTRIES),
+        st.sampled_from(CONVERSIONS),
+    )
 
 
 # ---------------------------------------------------------------------------
 # the driver-side check
 
 
-def check(pool: Pool, case: ReshardCase, *, save: Callable[..., Any] = dcp_save,
-          load: Callable[..., Any] = dcp_load, base_dir: str | None = None) -> None:
+def check(
+    pool: Pool,
+    case: ReshardCase,
+    *,
+    save: Callable[..., Any] = dcp_save,
+    load: Callable[..., Any] = dcp_load,
+    base_dir: str | None = None,
+) -> None:
     """Save ``case`` on some ranks of ``pool`` and load it on others (see the module docstring); raise
     :class:`PropertyFailure` if any rank loaded other values than were saved.  The checkpoint lives in a
     fresh directory under ``base_dir``, removed after the example, also when it fails."""
@@ -254,5 +282,7 @@ def check(pool: Pool, case: ReshardCase, *, save: Callable[..., Any] = dcp_save,
             shutil.rmtree(path, ignore_errors=True)
         wrong = {rank: problems for rank, problems in enumerate(results) if problems}
         if wrong:
-            raise PropertyFailure(f"ranks {sorted(wrong)} loaded other values than {case.save_ranks} ranks saved:"
-                                  f"{by_rank(wrong)}", results)
+            raise PropertyFailure(
+                f"ranks {sorted(wrong)} loaded other values than {case.save_ranks} ranks saved:{by_rank(wrong)}",
+                results,
+            )

@@ -83,8 +83,17 @@ if TYPE_CHECKING:
 
 SEEDS = seeds()
 # dtypes gloo's gather moves on CPU (the gather in ShardedTensor.gather), in shrink order
-DTYPES: tuple[torch.dtype, ...] = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64,
-                                   torch.int32, torch.int8, torch.uint8, torch.bool)
+DTYPES: tuple[torch.dtype, ...] = (
+    torch.float32,
+    torch.float64,
+    torch.float16,
+    torch.bfloat16,
+    torch.int64,
+    torch.int32,
+    torch.int8,
+    torch.uint8,
+    torch.bool,
+)
 MAX_DIM = 64
 
 
@@ -110,8 +119,9 @@ class ShardCase:
         object.__setattr__(self, "placements", tuple(int(r) for r in self.placements))
         ranks = tuple(range(len(self.placements)))
         if tuple(sorted(self.placements)) != ranks:
-            raise InvalidArgument(f"placements must name every rank once (one placement per rank), got "
-                                  f"{self.placements}")
+            raise InvalidArgument(
+                f"placements must name every rank once (one placement per rank), got {self.placements}"
+            )
         if self.load_placements is not None:
             object.__setattr__(self, "load_placements", tuple(int(r) for r in self.load_placements))
             if tuple(sorted(self.load_placements)) != ranks:
@@ -180,10 +190,15 @@ def _skipped_gather(sharded: Any, dst: int, group: Any, rank: int) -> Problem:
             torch.distributed.gather(torch.zeros(largest, dtype=torch.uint8), None, dst=dst, group=group)
     shapes = [tuple(s.tensor.shape) for s in sharded.local_shards()]
     empty = " (empty)" if any(0 in shape for shape in shapes) else ""
-    return Problem(Kind.HANG, f"gather to rank {dst}", rank=rank, subject=tuple(shapes),
-                   symptom=Symptom.GATHER_SKIPPED,
-                   detail=f"local shards {shapes}{empty}: the other ranks waited in theirs (fuzzdist joined it for "
-                          f"them{'; out was left as it was' if rank == dst else ''})")
+    return Problem(
+        Kind.HANG,
+        f"gather to rank {dst}",
+        rank=rank,
+        subject=tuple(shapes),
+        symptom=Symptom.GATHER_SKIPPED,
+        detail=f"local shards {shapes}{empty}: the other ranks waited in theirs (fuzzdist joined it for "
+        f"them{'; out was left as it was' if rank == dst else ''})",
+    )
 
 
 def _decoy(full: torch.Tensor) -> torch.Tensor:
@@ -197,8 +212,9 @@ def _same_up_to_nan_payloads(a: torch.Tensor, b: torch.Tensor) -> bool:
     return bool(((a == b) | (a.isnan() & b.isnan())).all())
 
 
-def _check_local(sharded: Any, full: torch.Tensor, dim: int, ranks: tuple[int, ...], rank: int,
-                 stage: str) -> list[Problem]:
+def _check_local(
+    sharded: Any, full: torch.Tensor, dim: int, ranks: tuple[int, ...], rank: int, stage: str
+) -> list[Problem]:
     problems: list[Problem] = []
     shards = sharded.local_shards()
     if len(shards) != 1:
@@ -209,25 +225,34 @@ def _check_local(sharded: Any, full: torch.Tensor, dim: int, ranks: tuple[int, .
     expected = full.narrow(dim, start, length)
     md = shard.metadata
     if md.placement is not None and md.placement.rank() != rank:
-        problems.append(Problem(Kind.MISMATCH, f"{stage}: the local shard's metadata's rank", got=md.placement.rank(),
-                                expected=rank))
+        problems.append(
+            Problem(
+                Kind.MISMATCH, f"{stage}: the local shard's metadata's rank", got=md.placement.rank(), expected=rank
+            )
+        )
     if tuple(md.shard_sizes) != tuple(expected.shape):
-        problems.append(Problem(Kind.SHAPE, f"{stage}: shard_sizes", got=tuple(md.shard_sizes),
-                                expected=tuple(expected.shape)))
+        problems.append(
+            Problem(Kind.SHAPE, f"{stage}: shard_sizes", got=tuple(md.shard_sizes), expected=tuple(expected.shape))
+        )
     elif length:
         offsets = tuple(start if d == dim else 0 for d in range(full.ndim))
         if tuple(md.shard_offsets) != offsets:
-            problems.append(Problem(Kind.MISMATCH, f"{stage}: shard_offsets", got=tuple(md.shard_offsets),
-                                    expected=offsets))
+            problems.append(
+                Problem(Kind.MISMATCH, f"{stage}: shard_offsets", got=tuple(md.shard_offsets), expected=offsets)
+            )
     diff = first_difference(shard.tensor, expected, f"{stage}: local shard (placement {index})")
     if diff is not None:
         problems.append(diff)
     return problems
 
 
-def shard_and_gather(ctx: RankContext, case: ShardCase, path: str | None = None,
-                     shard: Callable[..., Any] = spec_shard, gather: Callable[..., Any] = st_gather,
-                     ) -> list[Problem] | None:
+def shard_and_gather(
+    ctx: RankContext,
+    case: ShardCase,
+    path: str | None = None,
+    shard: Callable[..., Any] = spec_shard,
+    gather: Callable[..., Any] = st_gather,
+) -> list[Problem] | None:
     """On every rank: shard, check the local shard, gather to ``case.dst`` and check there; with
     ``path``, save through DCP and load into ``case.load_placements``.  None if all is well."""
     full = case.spec.materialize(ctx.device, case.seed)  # the reference: never handed to shard()
@@ -260,8 +285,11 @@ def shard_and_gather(ctx: RankContext, case: ShardCase, path: str | None = None,
 
 
 @st.composite
-def shard_cases(draw: st.DrawFn, world_size: int, dtypes: st.SearchStrategy[torch.dtype] | None = None,
-                ) -> ShardCase:
+def shard_cases(
+    draw: st.DrawFn,
+    world_size: int,
+    dtypes: st.SearchStrategy[torch.dtype] | None = None,
+) -> ShardCase:
     """A ``ShardCase`` for ``world_size`` ranks: a contiguous tensor of 1 to 3 dims of at most
     ``MAX_DIM`` elements each (empty dims included), a dtype of ``DTYPES``, any dim (negative too),
     the ranks in any order, any source and destination, and (half the time) a DCP round trip into
@@ -270,8 +298,11 @@ def shard_cases(draw: st.DrawFn, world_size: int, dtypes: st.SearchStrategy[torc
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise InvalidStrategyArgument(f"world_size must be an int >= 1, got {world_size!r}")
     dtypes = st.sampled_from(DTYPES) if dtypes is None else dtypes
-    shapes = st.lists(st.integers(0, MAX_DIM), min_size=1, max_size=3).map(tuple).filter(
-        lambda s: int(torch.tensor(s).prod()) <= 256)
+    shapes = (
+        st.lists(st.integers(0, MAX_DIM), min_size=1, max_size=3)
+        .map(tuple)
+        .filter(lambda s: int(torch.tensor(s).prod()) <= 256)
+    )
     spec = draw(fst.tensor_specs(shapes=shapes, dtypes=dtypes, layouts="contiguous"), label="spec")
     seed = draw(SEEDS, label="seed")
     dim = draw(st.integers(0, spec.ndim - 1) | st.integers(-spec.ndim, -1), label="dim")
@@ -283,8 +314,14 @@ def shard_cases(draw: st.DrawFn, world_size: int, dtypes: st.SearchStrategy[torc
     return ShardCase(spec, seed, dim, placements, src, dst, load)
 
 
-def check(pool: Pool, case: ShardCase, *, shard: Callable[..., Any] = spec_shard,
-          gather: Callable[..., Any] = st_gather, base_dir: str | None = None) -> None:
+def check(
+    pool: Pool,
+    case: ShardCase,
+    *,
+    shard: Callable[..., Any] = spec_shard,
+    gather: Callable[..., Any] = st_gather,
+    base_dir: str | None = None,
+) -> None:
     """Shard ``case``'s tensor over ``pool`` with ``shard`` and gather it with ``gather`` (and, with
     ``case.load_placements``, round-trip it through DCP in a fresh directory under ``base_dir``,
     removed afterwards); raise :class:`PropertyFailure` if any rank holds other values or metadata
@@ -296,8 +333,10 @@ def check(pool: Pool, case: ShardCase, *, shard: Callable[..., Any] = spec_shard
         if not callable(fn):
             raise InvalidArgument(f"{name} must be a top-level function (importable on the ranks), got {fn!r}")
     if len(case.placements) != pool.world_size:
-        raise InvalidArgument(f"the case has {len(case.placements)} placements for a pool of {pool.world_size} "
-                              f"ranks: draw it with shard_cases({pool.world_size})")
+        raise InvalidArgument(
+            f"the case has {len(case.placements)} placements for a pool of {pool.world_size} "
+            f"ranks: draw it with shard_cases({pool.world_size})"
+        )
     with known_failures("sharded_tensor", case=case):
         path = checkpoint.new_checkpoint_dir(base_dir) if case.load_placements is not None else None
         try:
@@ -307,6 +346,6 @@ def check(pool: Pool, case: ShardCase, *, shard: Callable[..., Any] = spec_shard
                 shutil.rmtree(path, ignore_errors=True)
         wrong = {rank: problems for rank, problems in enumerate(results) if problems}
         if wrong:
-            raise PropertyFailure(f"ranks {sorted(wrong)} saw other values than torch.chunk's pieces:"
-                                  f"{by_rank(wrong)}", results)
-
+            raise PropertyFailure(
+                f"ranks {sorted(wrong)} saw other values than torch.chunk's pieces:{by_rank(wrong)}", results
+            )

@@ -24,10 +24,13 @@ def _is_sharded_tensor_gather_float32(example: Mapping[str, Any], failure: BaseE
     return every_problem(failure, shows(Symptom.FLOAT32_ROUND_TRIP))
 
 
-register(KnownBug(
-    id="sharded-tensor-gather-default-dtype-float32",
-    where=("sharded_tensor",),
-    recognise=_is_sharded_tensor_gather_float32))
+register(
+    KnownBug(
+        id="sharded-tensor-gather-default-dtype-float32",
+        where=("sharded_tensor",),
+        recognise=_is_sharded_tensor_gather_float32,
+    )
+)
 
 
 def _is_chunk_offset_past_end(example: Mapping[str, Any], failure: BaseException) -> bool:
@@ -41,8 +44,12 @@ def _is_chunk_offset_past_end(example: Mapping[str, Any], failure: BaseException
     size, n = case.spec.shape[case.dim % len(case.spec.shape)], len(case.placements)
     if not -(-size // n) * (n - 1) > size:
         return False
-    return all(evidence.raised_a(p, IndexError) and evidence.says(p, "start out of range")
-               and evidence.says(p, "chunk_sharding_spec") for p in errors)
+    return all(
+        evidence.raised_a(p, IndexError)
+        and evidence.says(p, "start out of range")
+        and evidence.says(p, "chunk_sharding_spec")
+        for p in errors
+    )
 
 
 _EMPTY_SHARD = r"shard_sizes=\[(\d+, )*0(, \d+)*\]"  # torch's repr of a shard's metadata with a size 0
@@ -55,20 +62,22 @@ def _is_empty_shards_overlap(example: Mapping[str, Any], failure: BaseException)
     errors = evidence.raised(failure)
     if example_of(example, "case", ShardCase) is None or not errors:
         return False
-    return all(evidence.raised_a(p, ValueError) and evidence.says_pattern(p, _EMPTY_SHARDS_OVERLAP)
-               and evidence.says(p, "chunk_sharding_spec") for p in errors)
+    return all(
+        evidence.raised_a(p, ValueError)
+        and evidence.says_pattern(p, _EMPTY_SHARDS_OVERLAP)
+        and evidence.says(p, "chunk_sharding_spec")
+        for p in errors
+    )
 
 
-register(KnownBug(
-    id="sharded-tensor-empty-shards-overlap",
-    where=("sharded_tensor",),
-    recognise=_is_empty_shards_overlap))
+register(
+    KnownBug(id="sharded-tensor-empty-shards-overlap", where=("sharded_tensor",), recognise=_is_empty_shards_overlap)
+)
 
 
-register(KnownBug(
-    id="sharded-tensor-chunk-offsets-past-end",
-    where=("sharded_tensor",),
-    recognise=_is_chunk_offset_past_end))
+register(
+    KnownBug(id="sharded-tensor-chunk-offsets-past-end", where=("sharded_tensor",), recognise=_is_chunk_offset_past_end)
+)
 
 
 def _is_gather_empty_shard_skip(example: Mapping[str, Any], failure: BaseException) -> bool:
@@ -79,11 +88,17 @@ def _is_gather_empty_shard_skip(example: Mapping[str, Any], failure: BaseExcepti
     problems = evidence.reported(failure)
     if not problems or not any(p.symptom is Symptom.GATHER_SKIPPED for p in problems):
         return False
-    return all((p.symptom is Symptom.GATHER_SKIPPED and any(0 in shape for shape in p.subject))
-               or p.symptom is Symptom.FLOAT32_ROUND_TRIP for p in problems)
+    return all(
+        (p.symptom is Symptom.GATHER_SKIPPED and any(0 in shape for shape in p.subject))
+        or p.symptom is Symptom.FLOAT32_ROUND_TRIP
+        for p in problems
+    )
 
 
-register(KnownBug(
-    id="sharded-tensor-gather-empty-shard-skips-collective",
-    where=("sharded_tensor",),
-    recognise=_is_gather_empty_shard_skip))
+register(
+    KnownBug(
+        id="sharded-tensor-gather-empty-shard-skips-collective",
+        where=("sharded_tensor",),
+        recognise=_is_gather_empty_shard_skip,
+    )
+)

@@ -122,8 +122,11 @@ def member_orders(group: Group, rank: int) -> list[tuple[str, list[int]] | None]
     coord = mesh_coordinate(group, rank)
     out: list[tuple[str, list[int]] | None] = []
     for d in range(len(group.mesh_shape)):
-        row = [r for r in group.ranks
-               if all(c == k for i, (c, k) in enumerate(zip(mesh_coordinate(group, r), coord, strict=True)) if i != d)]
+        row = [
+            r
+            for r in group.ranks
+            if all(c == k for i, (c, k) in enumerate(zip(mesh_coordinate(group, r), coord, strict=True)) if i != d)
+        ]
         out.append((f"mesh dim {d}", row))  # row-major order: ascending along d
     return out
 
@@ -162,9 +165,15 @@ def _close(actual: torch.Tensor, expected: torch.Tensor, inputs: list[torch.Tens
     bad = err > bound
     if bool(bad.any()):
         i = int(bad.reshape(-1).nonzero()[0])
-        return Problem(Kind.MISMATCH, index=i, got=actual.reshape(-1)[i].item(),
-                       expected=expected.reshape(-1)[i].item(), bound=bound.reshape(-1)[i].item(),
-                       count=int(bad.sum()), size=actual.numel())
+        return Problem(
+            Kind.MISMATCH,
+            index=i,
+            got=actual.reshape(-1)[i].item(),
+            expected=expected.reshape(-1)[i].item(),
+            bound=bound.reshape(-1)[i].item(),
+            count=int(bad.sum()),
+            size=actual.numel(),
+        )
     return None
 
 
@@ -193,8 +202,13 @@ def _retire(made: list[list[Any]]) -> None:
                 pgs = [handle.get_group(d) for d in range(handle.mesh.ndim)] if handle.get_coordinate() else []
             else:
                 pgs = [handle]
-            groups += [pg for pg in pgs if pg is not dist.GroupMember.NON_GROUP_MEMBER
-                       and pg is not dist.group.WORLD and all(pg is not seen for seen in groups)]
+            groups += [
+                pg
+                for pg in pgs
+                if pg is not dist.GroupMember.NON_GROUP_MEMBER
+                and pg is not dist.group.WORLD
+                and all(pg is not seen for seen in groups)
+            ]
     for pg in reversed(groups):  # newest first, as the pool's isolation would
         with contextlib.suppress(Exception):  # not registered (a stand-in's group): the pool's isolation's
             dist.destroy_process_group(pg)
@@ -220,14 +234,21 @@ def _make_groups(case: SubgroupCase, new_group: Callable[..., Any], device_type:
             made.append([mesh])
 
 
-def subgroups_and_check(ctx: RankContext, case: SubgroupCase,
-                        new_group: Callable[..., Any] = dist.new_group,
-                        collectives: dict[str, Callable[..., Any]] | None = None) -> list[Problem] | None:
+def subgroups_and_check(
+    ctx: RankContext,
+    case: SubgroupCase,
+    new_group: Callable[..., Any] = dist.new_group,
+    collectives: dict[str, Callable[..., Any]] | None = None,
+) -> list[Problem] | None:
     """On every rank: create ``case.groups``, run ``case.ops`` on each; None if every tensor is what the
     reference says, else what differs.  ``new_group`` and ``collectives`` (keyed ``all_reduce``,
     ``broadcast``, ``all_gather``) are swappable, for planted bugs."""
-    fns: dict[str, Callable[..., Any]] = {"all_reduce": dist.all_reduce, "broadcast": dist.broadcast,
-                                          "all_gather": dist.all_gather, **(collectives or {})}
+    fns: dict[str, Callable[..., Any]] = {
+        "all_reduce": dist.all_reduce,
+        "broadcast": dist.broadcast,
+        "all_gather": dist.all_gather,
+        **(collectives or {}),
+    }
     made: list[list[Any]] = []
     try:
         _make_groups(case, new_group, ctx.device.type, made)  # first: nothing may fail before every rank made them
@@ -236,8 +257,9 @@ def subgroups_and_check(ctx: RankContext, case: SubgroupCase,
         _retire(made)
 
 
-def _run_ops(ctx: RankContext, case: SubgroupCase, fns: dict[str, Callable[..., Any]],
-             made: list[list[Any]]) -> list[Problem] | None:
+def _run_ops(
+    ctx: RankContext, case: SubgroupCase, fns: dict[str, Callable[..., Any]], made: list[list[Any]]
+) -> list[Problem] | None:
     rank = ctx.rank
     problems: list[Problem] = []
     for gi, (g, handles) in enumerate(zip(case.groups, made, strict=True)):
@@ -247,8 +269,9 @@ def _run_ops(ctx: RankContext, case: SubgroupCase, fns: dict[str, Callable[..., 
             coord = mesh.get_coordinate()
             want = mesh_coordinate(g, rank) if rank in g.ranks else None
             if (tuple(coord) if coord is not None else None) != want:
-                problems.append(Problem(Kind.MISMATCH, f"mesh {g.ranks} {g.mesh_shape}: get_coordinate()", got=coord,
-                                        expected=want))
+                problems.append(
+                    Problem(Kind.MISMATCH, f"mesh {g.ranks} {g.mesh_shape}: get_coordinate()", got=coord, expected=want)
+                )
             if want is None:
                 continue
             pgs = [mesh.get_group(d) for d in range(len(g.mesh_shape))]
@@ -258,10 +281,16 @@ def _run_ops(ctx: RankContext, case: SubgroupCase, fns: dict[str, Callable[..., 
                     member = orders[d]
                     row = member[1] if member is not None else []
                     sorted_order = row != sorted(row) and local == sorted(row).index(rank)
-                    problems.append(Problem(
-                        Kind.MISMATCH, f"mesh dim {d} of {g.ranks} {g.mesh_shape}: get_local_rank({d})", got=local,
-                        expected=want[d], detail=f"(the coordinate; group ranks {dist.get_process_group_ranks(pg)})",
-                        symptom=Symptom.MESH_SORTED_ORDER if sorted_order else None))
+                    problems.append(
+                        Problem(
+                            Kind.MISMATCH,
+                            f"mesh dim {d} of {g.ranks} {g.mesh_shape}: get_local_rank({d})",
+                            got=local,
+                            expected=want[d],
+                            detail=f"(the coordinate; group ranks {dist.get_process_group_ranks(pg)})",
+                            symptom=Symptom.MESH_SORTED_ORDER if sorted_order else None,
+                        )
+                    )
         else:
             pgs = [handles[0] if handles[0] is not None else dist.GroupMember.NON_GROUP_MEMBER]
         for d, (pg, member) in enumerate(zip(pgs, orders, strict=True)):
@@ -271,8 +300,18 @@ def _run_ops(ctx: RankContext, case: SubgroupCase, fns: dict[str, Callable[..., 
     return problems or None
 
 
-def _run_op(fns: dict[str, Callable[..., Any]], name: str, arg: Any, pg: Any, member: tuple[str, list[int]] | None,
-            case: SubgroupCase, step: int, rank: int, device: Any, g: Group) -> list[Problem]:
+def _run_op(
+    fns: dict[str, Callable[..., Any]],
+    name: str,
+    arg: Any,
+    pg: Any,
+    member: tuple[str, list[int]] | None,
+    case: SubgroupCase,
+    step: int,
+    rank: int,
+    device: Any,
+    g: Group,
+) -> list[Problem]:
     spec, seed = case.spec, case.seed
     if member is None and name == "broadcast":
         return []  # torch checks src against the group before membership: a ValueError outside it
@@ -292,8 +331,10 @@ def _run_op(fns: dict[str, Callable[..., Any]], name: str, arg: Any, pg: Any, me
     if member is None:  # outside the group: nothing may change
         diff = first_difference(mine, input_of(spec, seed, step, rank, device))
         if name == "all_gather":
-            diff = diff or next((first_difference(o, torch.zeros_like(o)) for o in outs
-                                 if first_difference(o, torch.zeros_like(o))), None)
+            diff = diff or next(
+                (first_difference(o, torch.zeros_like(o)) for o in outs if first_difference(o, torch.zeros_like(o))),
+                None,
+            )
         if diff is None:
             return []
         return [diff.about(f"{where}: rank {rank} is outside the group, yet its tensor changed")]
@@ -301,11 +342,20 @@ def _run_op(fns: dict[str, Callable[..., Any]], name: str, arg: Any, pg: Any, me
     inputs = [input_of(spec, seed, step, r, device) for r in order]
     where = f"{where} ({label}, group order {order})"
     if name == "all_gather":
-        wrong = [d.about(f"{where}: output {i} (group rank {i} = rank {order[i]})")
-                 for i, (o, e) in enumerate(zip(outs, inputs, strict=True)) if (d := first_difference(o, e))]
-        if wrong and g.kind == "mesh" and order != sorted(order) and all(
+        wrong = [
+            d.about(f"{where}: output {i} (group rank {i} = rank {order[i]})")
+            for i, (o, e) in enumerate(zip(outs, inputs, strict=True))
+            if (d := first_difference(o, e))
+        ]
+        if (
+            wrong
+            and g.kind == "mesh"
+            and order != sorted(order)
+            and all(
                 first_difference(o, input_of(spec, seed, step, r, device)) is None
-                for o, r in zip(outs, sorted(order), strict=True)):
+                for o, r in zip(outs, sorted(order), strict=True)
+            )
+        ):
             wrong = [w.with_symptom(Symptom.MESH_SORTED_ORDER) for w in wrong]
         return wrong
     if name == "broadcast":
@@ -326,8 +376,13 @@ def _mesh_shapes(n: int) -> list[tuple[int, ...]]:
 
 
 @st.composite
-def groups(draw: st.DrawFn, world_size: int, first: bool = True, like: Group | None = None,
-           kinds: tuple[str, ...] = ("new_group", "mesh")) -> Group:
+def groups(
+    draw: st.DrawFn,
+    world_size: int,
+    first: bool = True,
+    like: Group | None = None,
+    kinds: tuple[str, ...] = ("new_group", "mesh"),
+) -> Group:
     """A Group over a drawn subset in a drawn order (``like``'s ranks in another order, if given).
     Shrinks to ``new_group([0])``, sorted."""
     kind = draw(st.sampled_from(kinds))
@@ -344,14 +399,17 @@ def groups(draw: st.DrawFn, world_size: int, first: bool = True, like: Group | N
 
 
 def _ops() -> st.SearchStrategy[tuple[str, Any]]:
-    return st.one_of(st.tuples(st.just("all_reduce"), st.sampled_from(REDUCE_OPS)),
-                     st.tuples(st.just("broadcast"), st.integers(0, 3)),
-                     st.tuples(st.just("all_gather"), st.just(0)))
+    return st.one_of(
+        st.tuples(st.just("all_reduce"), st.sampled_from(REDUCE_OPS)),
+        st.tuples(st.just("broadcast"), st.integers(0, 3)),
+        st.tuples(st.just("all_gather"), st.just(0)),
+    )
 
 
 @st.composite
-def subgroup_cases(draw: st.DrawFn, world_size: int, kinds: tuple[str, ...] = ("new_group", "mesh"),
-                   local_sync: bool = False) -> SubgroupCase:
+def subgroup_cases(
+    draw: st.DrawFn, world_size: int, kinds: tuple[str, ...] = ("new_group", "mesh"), local_sync: bool = False
+) -> SubgroupCase:
     """A SubgroupCase: one or two groups (the second one, often, the first one's ranks in another
     order), one to three collectives, a tensor up to 1 KiB.  Shrinks to one sorted ``new_group([0])``
     all-reducing a float32[1] with SUM.
@@ -370,8 +428,10 @@ def subgroup_cases(draw: st.DrawFn, world_size: int, kinds: tuple[str, ...] = ("
         same = draw(st.booleans(), label="same ranks")
         chosen.append(draw(groups(world_size, first=False, like=first if same else None, kinds=kinds)))
     ops = tuple(draw(st.lists(_ops(), min_size=1, max_size=3), label="ops"))
-    spec = draw(fst.tensor_specs(dtypes=st.sampled_from(DTYPES), patterns=("random", "constant"),
-                                 max_bytes=MAX_BYTES), label="spec")
+    spec = draw(
+        fst.tensor_specs(dtypes=st.sampled_from(DTYPES), patterns=("random", "constant"), max_bytes=MAX_BYTES),
+        label="spec",
+    )
     return SubgroupCase(tuple(chosen), ops, spec, draw(SEEDS, label="seed"))
 
 
@@ -390,8 +450,13 @@ def _local_sync_before(pool: Any) -> set[tuple[int, ...]]:
         return set()
 
 
-def check(pool: Pool, case: SubgroupCase, *, new_group: Callable[..., Any] = dist.new_group,
-          collectives: dict[str, Callable[..., Any]] | None = None) -> None:
+def check(
+    pool: Pool,
+    case: SubgroupCase,
+    *,
+    new_group: Callable[..., Any] = dist.new_group,
+    collectives: dict[str, Callable[..., Any]] | None = None,
+) -> None:
     """Run ``case`` over ``pool`` (with ``new_group`` and the ``collectives`` stand-ins, torch's by
     default); raise :class:`PropertyFailure` naming every rank that saw a value other than the reference's."""
     before = _local_sync_before(pool)

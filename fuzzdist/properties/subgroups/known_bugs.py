@@ -27,8 +27,10 @@ from fuzzdist.properties.subgroups import SubgroupCase, _make_groups, _run_op
 # building the new group ("Gloo connectFullMesh failed ...") or from its tcp transport in the first
 # collective (the peer reset/closed the connection, a socket or recv timed out); or a rank hangs inside
 # ProcessGroupGloo(...) (a RankTimeout's stack).
-_STALE_RENDEZVOUS = (r"Gloo connectFullMesh failed|gloo/transport/tcp/\S+\] (Read error \S+ )?"
-                      r"(Connection (reset|closed) by peer|Socket Timeout|Timed out waiting \d+ms for recv operation)")
+_STALE_RENDEZVOUS = (
+    r"Gloo connectFullMesh failed|gloo/transport/tcp/\S+\] (Read error \S+ )?"
+    r"(Connection (reset|closed) by peer|Socket Timeout|Timed out waiting \d+ms for recv operation)"
+)
 _BUILDING_GLOO_GROUP = "ProcessGroupGloo("
 # where a rank left waiting by a peer that failed the rendezvous stands: in the property's group making or
 # collectives
@@ -55,14 +57,16 @@ def _is_stale_rendezvous(failure: BaseException) -> bool:
     if isinstance(failure, RankTimeout):
         return bool(waiting) and all(evidence.says(p, _BUILDING_GLOO_GROUP) for p in waiting)
     errors = evidence.raised(failure)
-    return (bool(errors) and all(evidence.says_pattern(p, _STALE_RENDEZVOUS) for p in errors)
-            and all(any(evidence.says(p, where) for where in _IN_THE_EXAMPLE) for p in waiting))
+    return (
+        bool(errors)
+        and all(evidence.says_pattern(p, _STALE_RENDEZVOUS) for p in errors)
+        and all(any(evidence.says(p, where) for where in _IN_THE_EXAMPLE) for p in waiting)
+    )
 
 
-LOCAL_SYNC_RECREATE = register(KnownBug(
-    id="new-group-local-sync-recreate-fails",
-    where=("subgroups",),
-    recognise=_is_local_sync_recreate))
+LOCAL_SYNC_RECREATE = register(
+    KnownBug(id="new-group-local-sync-recreate-fails", where=("subgroups",), recognise=_is_local_sync_recreate)
+)
 
 
 def _is_mesh_order(example: Mapping[str, Any], failure: BaseException) -> bool:
@@ -76,10 +80,9 @@ def _is_mesh_order(example: Mapping[str, Any], failure: BaseException) -> bool:
     return bool(unsorted) and every_problem(failure, shows(Symptom.MESH_SORTED_ORDER))
 
 
-MESH_LOCAL_RANK = register(KnownBug(
-    id="device-mesh-local-rank-not-coordinate",
-    where=("subgroups",),
-    recognise=_is_mesh_order))
+MESH_LOCAL_RANK = register(
+    KnownBug(id="device-mesh-local-rank-not-coordinate", where=("subgroups",), recognise=_is_mesh_order)
+)
 
 
 # gloo's rendezvous failing because a peer closed its side: the peer destroyed the group (dropped it)
@@ -96,15 +99,19 @@ def _is_destroyed_early(example: Mapping[str, Any], failure: BaseException) -> b
     if case is None or math.prod(case.spec.shape) != 0:
         return False
     errors = evidence.raised(failure)
-    return (bool(errors) and all(evidence.says_pattern(p, _PEER_CLOSED_MID_CONNECT)
-                                 and evidence.says(p, _make_groups.__name__) for p in errors)
-            and all(evidence.says(p, _make_groups.__name__) for p in evidence.waiting(failure)))
+    return (
+        bool(errors)
+        and all(
+            evidence.says_pattern(p, _PEER_CLOSED_MID_CONNECT) and evidence.says(p, _make_groups.__name__)
+            for p in errors
+        )
+        and all(evidence.says(p, _make_groups.__name__) for p in evidence.waiting(failure))
+    )
 
 
-DESTROYED_EARLY = register(KnownBug(
-    id="gloo-new-group-destroyed-early-breaks-peer",
-    where=("subgroups",),
-    recognise=_is_destroyed_early))
+DESTROYED_EARLY = register(
+    KnownBug(id="gloo-new-group-destroyed-early-breaks-peer", where=("subgroups",), recognise=_is_destroyed_early)
+)
 
 
 # faulthandler's line (no comma before "in", unlike a traceback's) for a frame of the subgroups property's
@@ -116,10 +123,8 @@ def _is_group_drop_deadlock(example: Mapping[str, Any], failure: BaseException) 
     """The ranks timed out with a rank frozen while dropping process groups: its stack is faulthandler's (it
     answered no snapshot: none of its Python threads ran), in the subgroups property's ``_retire``."""
     return isinstance(failure, RankTimeout) and any(
-        evidence.says_pattern(p, _IN_RETIRE) for p in evidence.waiting(failure))
+        evidence.says_pattern(p, _IN_RETIRE) for p in evidence.waiting(failure)
+    )
 
 
-register(KnownBug(
-    id="gloo-process-group-drop-deadlocks",
-    where=("subgroups",),
-    recognise=_is_group_drop_deadlock))
+register(KnownBug(id="gloo-process-group-drop-deadlocks", where=("subgroups",), recognise=_is_group_drop_deadlock))

@@ -305,24 +305,39 @@ def _param_placement(kind: str, name: str) -> tuple[Any, ...]:
 def _close(what: str, actual: torch.Tensor, expected: torch.Tensor, rank: int | None = None) -> Problem | None:
     """None if ``actual`` is within rtol/atol of ``expected``, else the worst difference (on ``rank``)."""
     if tuple(actual.shape) != tuple(expected.shape) or actual.dtype != expected.dtype:
-        return Problem(Kind.SHAPE, what, rank=rank, got=(tuple(actual.shape), str(actual.dtype)),
-                       expected=(tuple(expected.shape), str(expected.dtype)))
+        return Problem(
+            Kind.SHAPE,
+            what,
+            rank=rank,
+            got=(tuple(actual.shape), str(actual.dtype)),
+            expected=(tuple(expected.shape), str(expected.dtype)),
+        )
     close = torch.isclose(actual, expected, rtol=RTOL, atol=ATOL)
     if bool(close.all()):
         return None
     error = (actual - expected).abs().reshape(-1).nan_to_num(nan=math.inf)
     i = int(torch.where((~close).reshape(-1), error, -1.0).argmax())
-    return Problem(Kind.MISMATCH, what, rank=rank, index=i, got=actual.reshape(-1)[i].item(),
-                   expected=expected.reshape(-1)[i].item(), bound=ATOL + RTOL * abs(expected.reshape(-1)[i].item()),
-                   count=int((~close).sum()), size=actual.numel(), worst=True)
+    return Problem(
+        Kind.MISMATCH,
+        what,
+        rank=rank,
+        index=i,
+        got=actual.reshape(-1)[i].item(),
+        expected=expected.reshape(-1)[i].item(),
+        bound=ATOL + RTOL * abs(expected.reshape(-1)[i].item()),
+        count=int((~close).sum()),
+        size=actual.numel(),
+        worst=True,
+    )
 
 
 # ---------------------------------------------------------------------------
 # on the ranks
 
 
-def _parallelize(module: nn.Module, device_mesh: DeviceMesh, parallelize_plan: dict[str, ParallelStyle],
-                 **kwargs: Any) -> nn.Module:
+def _parallelize(
+    module: nn.Module, device_mesh: DeviceMesh, parallelize_plan: dict[str, ParallelStyle], **kwargs: Any
+) -> nn.Module:
     return parallelize_module(module, device_mesh, parallelize_plan, **kwargs)
 
 
@@ -335,15 +350,17 @@ def _any_rank(ctx: RankContext, stop: bool) -> bool:
     return bool(flag.item())
 
 
-def tp_parity(ctx: RankContext, config: TPConfig, seed: int,
-              parallelize: Callable[..., nn.Module] = _parallelize) -> list[Problem]:
+def tp_parity(
+    ctx: RankContext, config: TPConfig, seed: int, parallelize: Callable[..., nn.Module] = _parallelize
+) -> list[Problem]:
     """On every rank: parallelise ``config``'s model with ``parallelize`` (``parallelize_module``'s
     signature), run it forward and backward and one SGD step next to the local reference; return
     the problems (empty if none)."""
     world, rank = ctx.world_size, ctx.rank
     if config.world_size != world:
-        raise InvalidArgument(f"the config is for {config.world_size} ranks; this pool has {world}: "
-                              f"draw it with tp_configs({world})")
+        raise InvalidArgument(
+            f"the config is for {config.world_size} ranks; this pool has {world}: draw it with tp_configs({world})"
+        )
     mesh = _dtensor.device_mesh(ctx.device.type, (world,))
     reference = config.build_model(seed)
     src = config.src_data_rank
@@ -379,18 +396,39 @@ def tp_parity(ctx: RankContext, config: TPConfig, seed: int,
     local: torch.Tensor | None = None  # this rank's output piece, while backward can go on from it
     if last.local_output:
         if isinstance(out, DTensor):
-            problems.append(Problem(Kind.SHAPE, "output", got="a DTensor", expected="a local torch.Tensor",
-                                    detail=f"(use_local_output={last.use_local_output})"))
+            problems.append(
+                Problem(
+                    Kind.SHAPE,
+                    "output",
+                    got="a DTensor",
+                    expected="a local torch.Tensor",
+                    detail=f"(use_local_output={last.use_local_output})",
+                )
+            )
         else:
             local = out
     else:
         norm = tuple(Shard(p.dim % 3) if isinstance(p, Shard) else p for p in out_placements)
         if not isinstance(out, DTensor):
-            problems.append(Problem(Kind.SHAPE, "output", got=f"a {type(out).__name__}", expected="a DTensor",
-                                    detail=f"(use_local_output={last.use_local_output})"))
+            problems.append(
+                Problem(
+                    Kind.SHAPE,
+                    "output",
+                    got=f"a {type(out).__name__}",
+                    expected="a DTensor",
+                    detail=f"(use_local_output={last.use_local_output})",
+                )
+            )
         elif tuple(out.placements) != norm or tuple(out.shape) != tuple(ref_out.shape):
-            problems.append(Problem(Kind.SHAPE, "output", got=(tuple(out.shape), tuple(out.placements)),
-                                    expected=(tuple(ref_out.shape), norm), detail="(a DTensor's shape and placements)"))
+            problems.append(
+                Problem(
+                    Kind.SHAPE,
+                    "output",
+                    got=(tuple(out.shape), tuple(out.placements)),
+                    expected=(tuple(ref_out.shape), norm),
+                    detail="(a DTensor's shape and placements)",
+                )
+            )
         else:
             local = out.to_local()
     if local is not None:
@@ -412,27 +450,41 @@ def tp_parity(ctx: RankContext, config: TPConfig, seed: int,
             problems.append(Problem(Kind.SHAPE, f"grad {name}", got=type(grad).__name__, expected="a DTensor"))
             continue
         if tuple(grad.placements) == tuple(p.placements):
-            diff = _close(f"grad {name}'s local piece", grad.to_local(),
-                          piece(ref_grad, tuple(p.placements), rank, world), rank)
+            diff = _close(
+                f"grad {name}'s local piece", grad.to_local(), piece(ref_grad, tuple(p.placements), rank, world), rank
+            )
             if diff is not None:
                 problems.append(diff)
         diff = _close(f"grad {name} ({tuple(grad.placements)}).full_tensor()", grad.full_tensor(), ref_grad)
         if diff is not None:
             problems.append(diff)
-    moved = {name: (tuple(p.grad.placements), tuple(p.placements)) for name, p in params.items()
-             if isinstance(p.grad, DTensor) and tuple(p.grad.placements) != tuple(p.placements)}
+    moved = {
+        name: (tuple(p.grad.placements), tuple(p.placements))
+        for name, p in params.items()
+        if isinstance(p.grad, DTensor) and tuple(p.grad.placements) != tuple(p.placements)
+    }
     try:
         torch.optim.SGD(model.parameters(), lr=LR).step()
     except RuntimeError as exc:
-        problems.append(Problem.raised(exc, SGD_STEP, subject=tuple((n, g, p) for n, (g, p) in moved.items()),
-                                       detail=f"(gradient placements that differ from their parameter's: {moved})"))
+        problems.append(
+            Problem.raised(
+                exc,
+                SGD_STEP,
+                subject=tuple((n, g, p) for n, (g, p) in moved.items()),
+                detail=f"(gradient placements that differ from their parameter's: {moved})",
+            )
+        )
         return problems
     torch.optim.SGD(reference.parameters(), lr=LR).step()
     for name, p in params.items():
         placements = tuple(p.placements) if isinstance(p, DTensor) else (Replicate(),)
         local = p.to_local() if isinstance(p, DTensor) else p
-        diff = _close(f"after an SGD step: {name}'s local piece", local.detach(),
-                      piece(ref_params[name].detach(), placements, rank, world), rank)
+        diff = _close(
+            f"after an SGD step: {name}'s local piece",
+            local.detach(),
+            piece(ref_params[name].detach(), placements, rank, world),
+            rank,
+        )
         if diff is not None:
             problems.append(diff)
     return capped(problems)
@@ -443,8 +495,9 @@ def tp_parity(ctx: RankContext, config: TPConfig, seed: int,
 
 
 @st.composite
-def tp_configs(draw: st.DrawFn, world_size: int, *, max_layers: int = 4, max_width: int = 8,
-               max_batch: int = 3, max_seq: int = 4) -> TPConfig:
+def tp_configs(
+    draw: st.DrawFn, world_size: int, *, max_layers: int = 4, max_width: int = 8, max_batch: int = 3, max_seq: int = 4
+) -> TPConfig:
     """A :class:`TPConfig` for ``world_size`` ranks.
 
     Covers 1 to ``max_layers`` layers (Colwise/Rowwise Linear, with or without bias, and at most
@@ -520,5 +573,7 @@ def check(pool: Pool, config: TPConfig, seed: int, *, parallelize: Callable[...,
         results = pool.run(tp_parity, config, seed, parallelize=parallelize)
         wrong = {rank: problems for rank, problems in enumerate(results) if problems}
         if wrong:
-            raise PropertyFailure(f"tensor parallelism differs from the local reference on ranks {sorted(wrong)}:"
-                                  f"{by_rank(wrong)}", results)
+            raise PropertyFailure(
+                f"tensor parallelism differs from the local reference on ranks {sorted(wrong)}:{by_rank(wrong)}",
+                results,
+            )

@@ -34,7 +34,9 @@ def _tp_has_empty_shard(config: TPConfig | None) -> bool:
     than the world size (some rank's piece empty): Colwise shards out_features, Rowwise in_features."""
     return config is not None and any(
         (layer.kind == "colwise" and layer.out_features < config.world_size)
-        or (layer.kind == "rowwise" and width < config.world_size) for layer, width in _with_inputs(config))
+        or (layer.kind == "rowwise" and width < config.world_size)
+        for layer, width in _with_inputs(config)
+    )
 
 
 def _is_tp_empty_shard_step(example: Mapping[str, Any], failure: BaseException) -> bool:
@@ -46,18 +48,26 @@ def _is_tp_empty_shard_step(example: Mapping[str, Any], failure: BaseException) 
 
     def replicated_grad_of_shard(moved: tuple[Any, ...]) -> bool:
         _, grad_placements, param_placements = moved
-        return (len(grad_placements) == len(param_placements) == 1 and isinstance(grad_placements[0], Replicate)
-                and isinstance(param_placements[0], Shard))
+        return (
+            len(grad_placements) == len(param_placements) == 1
+            and isinstance(grad_placements[0], Replicate)
+            and isinstance(param_placements[0], Shard)
+        )
 
-    return every_problem(failure, lambda p: (
-        p.kind is Kind.RAISED and p.what == SGD_STEP and evidence.says(p, _TP_INPLACE)
-        and any(replicated_grad_of_shard(moved) for moved in p.subject)))
+    return every_problem(
+        failure,
+        lambda p: (
+            p.kind is Kind.RAISED
+            and p.what == SGD_STEP
+            and evidence.says(p, _TP_INPLACE)
+            and any(replicated_grad_of_shard(moved) for moved in p.subject)
+        ),
+    )
 
 
-register(KnownBug(
-    id="tp-colwise-empty-shard-step-fails",
-    where=("tensor_parallel",),
-    recognise=_is_tp_empty_shard_step))
+register(
+    KnownBug(id="tp-colwise-empty-shard-step-fails", where=("tensor_parallel",), recognise=_is_tp_empty_shard_step)
+)
 
 
 # -- tensor parallelism: shards emptier than the mesh, continued -------------------------------------
@@ -67,8 +77,9 @@ _TP_RESHAPE_SHARDED = "would remove or reshape sharded dimension"
 
 def _tp_rowwise_narrower_than_mesh(config: TPConfig | None) -> bool:
     """Whether some RowwiseParallel Linear of a tensor_parallel config has fewer input features than ranks."""
-    return config is not None and any(layer.kind == "rowwise" and width < config.world_size
-                                      for layer, width in _with_inputs(config))
+    return config is not None and any(
+        layer.kind == "rowwise" and width < config.world_size for layer, width in _with_inputs(config)
+    )
 
 
 def _is_tp_rowwise_empty_shard_forward(example: Mapping[str, Any], failure: BaseException) -> bool:
@@ -77,14 +88,18 @@ def _is_tp_rowwise_empty_shard_forward(example: Mapping[str, Any], failure: Base
     if not _tp_rowwise_narrower_than_mesh(example_of(example, "config", TPConfig)):
         return False
     errors = evidence.raised(failure)
-    return bool(errors) and all(evidence.raised_a(p, RuntimeError) and evidence.says(p, _TP_RESHAPE_SHARDED)
-                                for p in errors)
+    return bool(errors) and all(
+        evidence.raised_a(p, RuntimeError) and evidence.says(p, _TP_RESHAPE_SHARDED) for p in errors
+    )
 
 
-register(KnownBug(
-    id="tp-rowwise-empty-shard-forward-fails",
-    where=("tensor_parallel",),
-    recognise=_is_tp_rowwise_empty_shard_forward))
+register(
+    KnownBug(
+        id="tp-rowwise-empty-shard-forward-fails",
+        where=("tensor_parallel",),
+        recognise=_is_tp_rowwise_empty_shard_forward,
+    )
+)
 
 
 _TP_VIEW_INCOMPATIBLE = "view size is not compatible with input tensor's size and stride"
@@ -105,8 +120,11 @@ def _tp_rowwise_uneven_sequence_input(config: TPConfig | None) -> bool:
     layers, world, batch, seq = config.layers, config.world_size, config.batch, config.seq
     if not (batch > 1 and seq > 1 and seq % world != 0):
         return False
-    return any((layer.kind == "rowwise" and layer.input_layout == "T")
-               or (layer.kind == "colwise" and layer.output_layout == "T") for layer in layers)
+    return any(
+        (layer.kind == "rowwise" and layer.input_layout == "T")
+        or (layer.kind == "colwise" and layer.output_layout == "T")
+        for layer in layers
+    )
 
 
 def _is_tp_rowwise_uneven_sequence_view(example: Mapping[str, Any], failure: BaseException) -> bool:
@@ -118,15 +136,21 @@ def _is_tp_rowwise_uneven_sequence_view(example: Mapping[str, Any], failure: Bas
     errors = evidence.raised(failure)
     if not errors or errors[0].rank != 0:
         return False
-    return all(evidence.raised_a(p, RuntimeError) and evidence.says(p, _TP_VIEW_INCOMPATIBLE)
-               and (evidence.says_pattern(p, _LINEAR_FORWARD) or evidence.says_pattern(p, _AUTOGRAD_BACKWARD))
-               for p in errors)
+    return all(
+        evidence.raised_a(p, RuntimeError)
+        and evidence.says(p, _TP_VIEW_INCOMPATIBLE)
+        and (evidence.says_pattern(p, _LINEAR_FORWARD) or evidence.says_pattern(p, _AUTOGRAD_BACKWARD))
+        for p in errors
+    )
 
 
-register(KnownBug(
-    id="tp-rowwise-uneven-sequence-view-fails",
-    where=("tensor_parallel",),
-    recognise=_is_tp_rowwise_uneven_sequence_view))
+register(
+    KnownBug(
+        id="tp-rowwise-uneven-sequence-view-fails",
+        where=("tensor_parallel",),
+        recognise=_is_tp_rowwise_uneven_sequence_view,
+    )
+)
 
 
 def _is_tp_sequence_parallel_short_sequence(example: Mapping[str, Any], failure: BaseException) -> bool:
@@ -145,7 +169,7 @@ def _is_tp_sequence_parallel_short_sequence(example: Mapping[str, Any], failure:
     whole = tuple(config.output_shape())
 
     def chunk(rank: int) -> tuple[int, ...]:  # the rank's torch.chunk piece: one position each, the last ones empty
-        return whole[:dim] + (1 if rank < size else 0,) + whole[dim + 1:]
+        return whole[:dim] + (1 if rank < size else 0,) + whole[dim + 1 :]
 
     def replicated(problem: Problem) -> bool:  # the output's placements: (shape, placements) pairs
         from torch.distributed.tensor import Replicate, Shard
@@ -153,20 +177,31 @@ def _is_tp_sequence_parallel_short_sequence(example: Mapping[str, Any], failure:
         if problem.kind is not Kind.SHAPE or problem.what != "output" or not isinstance(problem.got, tuple):
             return False
         got, expected = problem.got[1], problem.expected[1]
-        return (len(got) == len(expected) == 1 and isinstance(got[0], Replicate) and isinstance(expected[0], Shard)
-                and expected[0].dim == dim)
+        return (
+            len(got) == len(expected) == 1
+            and isinstance(got[0], Replicate)
+            and isinstance(expected[0], Shard)
+            and expected[0].dim == dim
+        )
 
     def whole_local(problem: Problem) -> bool:  # a rank's local output: (shape, dtype) pairs
         if problem.kind is not Kind.SHAPE or problem.what != "output's local piece" or problem.rank is None:
             return False
         (got, got_dtype), (expected, expected_dtype) = problem.got, problem.expected
-        return (got_dtype == expected_dtype and problem.rank < world and got == whole
-                and expected == chunk(problem.rank) != whole)
+        return (
+            got_dtype == expected_dtype
+            and problem.rank < world
+            and got == whole
+            and expected == chunk(problem.rank) != whole
+        )
 
     return every_problem(failure, lambda problem: replicated(problem) or whole_local(problem))
 
 
-register(KnownBug(
-    id="tp-sequence-parallel-short-sequence-replicated",
-    where=("tensor_parallel",),
-    recognise=_is_tp_sequence_parallel_short_sequence))
+register(
+    KnownBug(
+        id="tp-sequence-parallel-short-sequence-replicated",
+        where=("tensor_parallel",),
+        recognise=_is_tp_sequence_parallel_short_sequence,
+    )
+)
