@@ -192,7 +192,8 @@ def test_the_matrix_says_what_each_torch_prints(monkeypatch: pytest.MonkeyPatch)
     """A reproducer whose bug the installed torch fixed, by the catalogue's matrix, passes with FIXED
     (a bug found on an older torch, or one a newer torch fixed) and fails with BUG."""
     verdicts = matrix_verdicts("2.6.0+cu124")
-    assert set(verdicts) == set(IDS) and set(verdicts.values()) <= {"BUG", "FIXED"}
+    # a finding made after that torch's run may not have been run there: its cell says so
+    assert set(verdicts) == set(IDS) and set(verdicts.values()) <= {"BUG", "FIXED", "not run"}
     assert matrix_verdicts("2.13.0+cpu")["gloo-reduce-scatter-tensor-ignores-op"] == "FIXED"
     assert matrix_verdicts("0.1.0") == {}
     monkeypatch.setattr(torch, "__version__", "2.14.1+cu130")
