@@ -44,15 +44,7 @@ def _is_integer_partial_sum_made_float(example: Mapping[str, Any], failure: Base
 
 register(
     KnownBug(
-        id="dtensor-partial-sum-int-becomes-float",
-        kind="wrong result",
-        summary="torch 2.13: a pointwise operator over an integer Partial(sum) DTensor and a Replicate one (int64 "
-        "R + int64 P(sum)) returns a float32 Partial(sum) DTensor where the local operator returns int64: "
-        "the Replicate operand is divided by the mesh size to make it Partial, a true division",
-        where=("dtensor_ops",),
-        recognise=_is_integer_partial_sum_made_float,
-        seen_on=("2.13",),
-        reproducer="docs/findings/dtensor-partial-sum-int-becomes-float.py",
+        id="dtensor-partial-sum-int-becomes-float", where=("dtensor_ops",), recognise=_is_integer_partial_sum_made_float
     )
 )
 
@@ -72,15 +64,7 @@ def _is_partial_type_change_assert(example: Mapping[str, Any], failure: BaseExce
 
 register(
     KnownBug(
-        id="dtensor-partial-reduce-op-change-asserts",
-        kind="crash",
-        summary="torch 2.13: an in-place operator whose self is Partial(sum) and whose other operand is "
-        "Partial(max) (or min) raises a bare AssertionError ('Redistribution from one partial type ... "
-        "is unsupported') instead of reducing the other operand first, as the out-of-place operator does",
-        where=("dtensor_ops",),
-        recognise=_is_partial_type_change_assert,
-        seen_on=("2.13",),
-        reproducer="docs/findings/dtensor-partial-reduce-op-change-asserts.py",
+        id="dtensor-partial-reduce-op-change-asserts", where=("dtensor_ops",), recognise=_is_partial_type_change_assert
     )
 )
 
@@ -104,15 +88,7 @@ def _is_out_placement_empty_min(example: Mapping[str, Any], failure: BaseExcepti
 
 register(
     KnownBug(
-        id="dtensor-out-placement-mismatch-empty-min",
-        kind="unclear error",
-        summary="torch 2.13: a pointwise out= overload whose out DTensor is placed unlike the result DTensor "
-        "would be (inputs Replicate, out Shard(0)) raises RuntimeError 'min() arg is an empty sequence' from "
-        "the sharding propagator instead of saying that out's placement can't be kept",
-        where=("dtensor_ops",),
-        recognise=_is_out_placement_empty_min,
-        seen_on=("2.13",),
-        reproducer="docs/findings/dtensor-out-placement-mismatch-empty-min.py",
+        id="dtensor-out-placement-mismatch-empty-min", where=("dtensor_ops",), recognise=_is_out_placement_empty_min
     )
 )
 
@@ -142,15 +118,5 @@ def _is_argminmax_empty_shard_hang(example: Mapping[str, Any], failure: BaseExce
 
 
 register(
-    KnownBug(
-        id="dtensor-argmax-empty-shard-hangs",
-        kind="hang",
-        summary="torch 2.13: argmax (argmin) over a sharded dim where some rank's shard is empty ((1,) as Shard(0) "
-        "on 2 ranks): that rank raises IndexError on its empty piece before the all-gather DTensor's "
-        "argmax handler issues, and the other ranks wait in it forever",
-        where=("dtensor_ops",),
-        recognise=_is_argminmax_empty_shard_hang,
-        seen_on=("2.13",),
-        reproducer="docs/findings/dtensor-argmax-empty-shard-hangs.py",
-    )
+    KnownBug(id="dtensor-argmax-empty-shard-hangs", where=("dtensor_ops",), recognise=_is_argminmax_empty_shard_hang)
 )

@@ -40,7 +40,7 @@ REFUSALS = (
 )
 """DTensor's explicit refusals: an error saying the input is not supported is not a wrong result.  In place:
 DTensor raises "in-place operations that require placement changes are not supported ... Please use the
-out-of-place version" (``torch/distributed/tensor/_sharding_prop.py``) where no strategy keeps the input's
+out-of-place version" (in torch's ``torch.distributed.tensor._sharding_prop``) where no strategy keeps the input's
 placement; an operator without a sharding strategy raises NotImplementedError saying so."""
 
 

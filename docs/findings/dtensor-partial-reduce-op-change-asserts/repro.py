@@ -5,7 +5,7 @@ x + y works (y is reduced first), but x.add_(y) raises AssertionError "Redistrib
 type (P(max)) to another (P(sum)) is unsupported" instead of reducing y or refusing with the in-place
 error DTensor gives elsewhere.
 
-    python docs/findings/dtensor-partial-reduce-op-change-asserts.py
+    python docs/findings/dtensor-partial-reduce-op-change-asserts/repro.py
 
 Prints one line; exits 1 while the bug reproduces ("BUG: ..."), 0 once torch gets it right ("FIXED: ...").
 """

@@ -6,7 +6,7 @@ aten.special_chebyshev_polynomial_t.n_scalar_out(a, 0.5, out=o) raises
 RuntimeError wrapping "min() arg is an empty sequence" from the sharding propagator, an error that does
 not say what is wrong (out's placement can't be kept).
 
-    python docs/findings/dtensor-out-placement-mismatch-empty-min.py
+    python docs/findings/dtensor-out-placement-mismatch-empty-min/repro.py
 
 Prints one line; exits 1 while the bug reproduces ("BUG: ..."), 0 once torch gets it right ("FIXED: ...").
 """

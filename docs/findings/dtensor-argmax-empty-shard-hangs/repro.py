@@ -4,7 +4,7 @@ On 2 gloo ranks, x = DTensor.from_local(piece, mesh, [Shard(0)], shape=(1,)) (ra
 rank 1 an empty piece, torch.chunk semantics), then torch.argmax(x, dim=0): rank 1 raises on its empty
 piece before the all-gather DTensor's argmax handler issues, and rank 0 waits in that all-gather forever.
 
-    python docs/findings/dtensor-argmax-empty-shard-hangs.py
+    python docs/findings/dtensor-argmax-empty-shard-hangs/repro.py
 
 Prints one line; exits 1 while the bug reproduces ("BUG: ..."), 0 once torch gets it right ("FIXED: ...").
 """

@@ -4,7 +4,7 @@ On 2 gloo ranks, a = DTensor.from_local(ones(3, int64), [Replicate()]) and b = f
 [Partial("sum")]); a + b is a float32 Partial(sum) DTensor, where the same addition of the full tensors
 (int64 + int64) is int64.  The values are right (3.0), the dtype is not.
 
-    python docs/findings/dtensor-partial-sum-int-becomes-float.py
+    python docs/findings/dtensor-partial-sum-int-becomes-float/repro.py
 
 Prints one line; exits 1 while the bug reproduces ("BUG: ..."), 0 once torch gets it right ("FIXED: ...").
 """
