@@ -14,7 +14,9 @@ except ImportError as exc:  # torch without the DTensor API
     pytest.skip(str(exc), allow_module_level=True)
 
 
-@pytest.mark.fuzzdist(world_size=[2, 3, 4])
+# An example runs several operators' DTensor and local forms and backward, gathering every output: seconds
+# each on a loaded 2-core machine, so the pool's 30 s default would call slow examples hangs.
+@pytest.mark.fuzzdist(world_size=[2, 3, 4], timeout=120.0)
 @given(data=st.data())
 def test_dtensor_operator_matches_local(rank_pool, data):
     """A drawn operator on DTensors with drawn placements on a 1-D or 2-D mesh: outputs, placements,

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from fuzzdist.pool.rank.context import RankContext
 from fuzzdist.properties.comm_hooks.common import (
     _VANILLA_EQUALITY,
+    _annotate,
     _check_agreement,
     _check_world,
     _close_bound,
@@ -56,6 +57,10 @@ def bf16_wrapped_allreduce_hook(state: Any, bucket: dist.GradBucket) -> torch.fu
     """``bf16_compress_wrapper(allreduce_hook)``, as a top-level (picklable) hook."""
     return default_hooks.bf16_compress_wrapper(default_hooks.allreduce_hook)(state, bucket)
 
+
+# register_comm_hook checks the bucket's annotation is dist.GradBucket; this module's annotations are strings
+_annotate(fp16_wrapped_allreduce_hook)
+_annotate(bf16_wrapped_allreduce_hook)
 
 # name -> (hook, the half type it communicates in, or None for full precision)
 COMPRESSION_HOOKS: dict[str, tuple[Callable[..., Any], torch.dtype | None]] = {
