@@ -180,7 +180,7 @@ HEADER = """\
 # documentation: the documentation line it contradicts (file and line in the installed torch)
 # upstream:      the thread a KNOWN line links to (optional)
 # relation:      the closest upstream threads and whether it duplicates, extends, or is new (Markdown)
-# known_bug:     the id its KnownBug is registered under, where that differs from the finding's
+# known_bug:     the id its KnownBug is registered under, where it is not the finding's
 # unregistered:  why no KnownBug recognises it (then no code registers it)
 # matrix:        what the reproducer printed on each of `versions` (BUG, FIXED, no verdict, error (...))
 """

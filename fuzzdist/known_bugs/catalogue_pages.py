@@ -128,7 +128,7 @@ def replaced(text: str, part: str, page: str) -> str:
 
 
 def stale_pages(docs: Path, catalogue: Catalogue, write: bool = False) -> list[str]:
-    """The pages under ``docs`` whose generated part differs from the catalogue's (rewritten if ``write``)."""
+    """The pages under ``docs`` whose generated part is not what the catalogue gives (rewritten if ``write``)."""
     stale = []
     for page, part in generated_parts(catalogue):
         path = docs / page
@@ -155,7 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     action = parser.add_mutually_exclusive_group(required=True)
     action.add_argument("--write", action="store_true", help="rewrite the generated parts from the catalogue")
-    action.add_argument("--check", action="store_true", help="exit 1 if a generated part differs from the catalogue")
+    action.add_argument(
+        "--check", action="store_true", help="exit 1 if a generated part is not what the catalogue gives"
+    )
     parser.add_argument(
         "--docs",
         type=Path,

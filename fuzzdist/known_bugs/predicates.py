@@ -17,7 +17,7 @@ SEEN_ON = ("2.13",)
 """The torch release most entries reproduced on (``KnownBug.seen_on``)."""
 
 DENSE_NON_CONTIGUOUS = ("transposed", "channels_last")
-"""The drawn layouts whose memory order differs from row-major (``fuzzdist.strategies.LAYOUTS``)."""
+"""The drawn layouts whose memory order is not row-major (``fuzzdist.strategies.LAYOUTS``)."""
 
 
 def every_problem(failure: BaseException, test: Callable[[Problem], bool]) -> bool:
