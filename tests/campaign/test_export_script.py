@@ -123,7 +123,7 @@ def test_each_failure_is_exported_and_says_bug_then_fixed(exported):
         "test_raises": "BUG: rank 1 raised builtins.ValueError: planted bug: n=1000",
         "test_dies": "BUG: rank process died again: rank 1 (exit code 7)",
         "test_results": "BUG: the ranks returned the results the property rejected: [15.0, 14.0]",
-        "test_own": "BUG: the ranks returned the results the property rejected: [None, '",
+        "test_own": "BUG: the ranks returned the results the property rejected: [None, Problem('1 of 2 elements differ",
     }
     for name in NAMES:
         run = _run_script(_script(project, name))
