@@ -127,7 +127,7 @@ class CheckedSaves(ExampleDatabase):
         try:
             action(*args)
         except Exception as exc:  # noqa: BLE001 - Redis down, out of memory, ...: said when the failure is read back
-            self.last_error = _one_line(exc)
+            self.last_error = one_line(exc)
 
     def __repr__(self) -> str:
         return f"CheckedSaves({self.inner!r})"
@@ -147,14 +147,11 @@ class Database:
     def not_kept(self, key: bytes, entries: Collection[bytes]) -> str | None:
         """Why none of ``entries`` (one failure's choice sequences) can be read back under ``key``
         (or where Hypothesis moves an entry once it has a smaller one); None if one can."""
-        from fuzzdist.compat.hypothesis_internals import secondary_key
-
         try:
-            for where in (key, secondary_key(key)):
-                if any(entry in entries for entry in self.db.fetch(where)):
-                    return None
+            if self.holds(key, entries):
+                return None
         except Exception as exc:  # noqa: BLE001 - any failure to read back is reported, not raised
-            return f"it can't be read back: {_one_line(exc)}"
+            return f"it can't be read back: {one_line(exc)}"
         db = self.db.db if isinstance(self.db, BoundedDatabase) else self.db
         error = db.last_error if isinstance(db, CheckedSaves) else None
         inner = db.inner if isinstance(db, CheckedSaves) else db
@@ -165,6 +162,13 @@ class Database:
                 problem = _write_problem(Path(tmp))
                 error = f"the temporary folder {tmp}: {problem}" if problem else None
         return error or "what was read back is not what was saved"
+
+    def holds(self, key: bytes, entries: Collection[bytes]) -> bool:
+        """Whether one of ``entries`` can be read back under ``key`` (or where Hypothesis moves an entry
+        once it has a smaller one); raises what reading the database raises."""
+        from fuzzdist.compat.hypothesis_internals import secondary_key
+
+        return any(entry in entries for where in (key, secondary_key(key)) for entry in self.db.fetch(where))
 
     def too_large(self, key: bytes) -> int:
         """Entries of ``key`` left out because of their size (:class:`BoundedDatabase`)."""
@@ -270,7 +274,7 @@ def _write_problem(path: Path, *, create: bool = False) -> str | None:
     return None
 
 
-def _one_line(exc: BaseException) -> str:
+def one_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
 

@@ -11,6 +11,9 @@ Each worker rewrites its JSON report atomically on every new failure and every f
 polls them, merges them (:mod:`fuzzdist.campaign.merge`) into one report, HTML page, JUnit file and
 summary, and shows one progress display.  A worker that dies (SIGKILL, a crash) is reported with what
 killed it; its last report, with every failure it had found, stays in the merge, and the others go on.
+A worker can die after its report named a failure and before Hypothesis saved it: the parent reads
+each failure of a dead worker back from the database itself, and one it can't is said NOT SAVED, with
+the command that replays it from the report alone.
 SIGINT/SIGTERM in the parent is passed to every worker (SIGKILL after :data:`STOP_GRACE_S`), and the
 merged report is still written.
 """
@@ -31,6 +34,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, Any, TextIO
 
+from fuzzdist.campaign.database import Database, one_line
 from fuzzdist.campaign.html_report import HtmlPage
 from fuzzdist.campaign.lifeline import PARENT_ENV
 from fuzzdist.campaign.merge import merge_reports, state_from_report
@@ -41,6 +45,7 @@ from fuzzdist.campaign.report import (
     write_json_atomic,
     write_text_atomic,
 )
+from fuzzdist.compat.hypothesis_internals import entry_from_blob
 from fuzzdist.errors import JobsError
 from fuzzdist.pool import leftovers
 
@@ -169,6 +174,7 @@ class Worker:
     ended: float | None = None
     died: str | None = None  # what killed it, for a worker that did not finish its campaign
     stopped: bool = False  # the parent asked it to stop (SIGTERM)
+    last_report: dict | None = None  # a dead worker's last report, as the parent read its failures back
 
     def info(self, report: dict | None) -> dict:
         own = (report or {}).get("worker") or {}
@@ -272,8 +278,10 @@ class JobsCampaign:
         junit_path: str | None,
         html_path: str | None,
         gpus: list[str] | None,
+        database: Database | None = None,
     ) -> None:
         self.args, self.state, self.progress, self.stream = args, state, progress, stream
+        self.database = database  # the workers' database, where a dead worker's failures are read back
         self.report_path, self.junit_path, self.html_path = report_path, junit_path, html_path
         self.gpus = gpus
         self._workdir = work_directory(report_path)
@@ -369,19 +377,52 @@ class JobsCampaign:
         worker.log.close()
         worker.died = _death(worker)
         if worker.died:
-            report = _read(worker.report_path)
-            found = sum(len(p.get("failures", [])) for p in (report or {}).get("properties", []))
+            report = worker.last_report = _read(worker.report_path) or {}
+            failures = [f for p in report.get("properties", []) for f in p.get("failures", [])]
+            self._read_back(worker, report)
+            lost = sum(1 for f in failures if f.get("saved") is False)
+            kept = (
+                f"{lost} of the {len(failures)} distinct failure(s) it had found NOT SAVED in the database "
+                "(the report keeps how to replay each)"
+                if lost
+                else f"the {len(failures)} distinct failure(s) it had found are kept (in the database and the report)"
+            )
             self.progress.note(
                 self.state,
-                f"worker {worker.index} (pid {worker.proc.pid}) died: {worker.died}; "
-                f"the {found} distinct failure(s) it had found are kept (in the "
-                f"database and the report); the other workers go on; "
-                f"its log: {worker.log_path}",
+                f"worker {worker.index} (pid {worker.proc.pid}) died: {worker.died}; {kept}; "
+                f"the other workers go on; its log: {worker.log_path}",
             )
+
+    def _read_back(self, worker: Worker, report: dict) -> None:
+        """Read each failure of a dead worker's last report back from the database, as the worker would
+        have at the end of its round: it may have died after its report named the failure and before
+        Hypothesis saved it.  One that isn't there is marked NOT SAVED, its ``reproduce`` the ``--blob``
+        replay."""
+        for prop in report.get("properties", []):
+            for failure in prop.get("failures", []):
+                if failure.get("saved") is not True:
+                    why = self._not_kept(worker, prop.get("database_key"), failure)
+                    if why is not None:
+                        failure["saved"], failure["not_saved"] = False, why
+                        failure["reproduce"] = failure.get("replay") or failure.get("reproduce")
+
+    def _not_kept(self, worker: Worker, key_hex: object, failure: dict) -> str | None:
+        """Why ``failure`` of a dead worker can't be read back under the key ``key_hex``; None if it can."""
+        entries = {entry for blob in failure.get("blobs") or [] if (entry := entry_from_blob(blob)) is not None}
+        if self.database is None or not isinstance(key_hex, str) or not entries:
+            return f"its worker {worker.index} died ({worker.died}) before it could be read back"
+        try:
+            if self.database.holds(bytes.fromhex(key_hex), entries):
+                return None
+        except Exception as exc:  # noqa: BLE001 - any failure to read back is reported, not raised
+            return f"it can't be read back: {one_line(exc)}"
+        return f"its worker {worker.index} died ({worker.died}) before the database saved it"
 
     def _merge(self) -> bool:
         """Merge the workers' latest reports; True if a new failure turned up."""
-        reports = self._reports = [_read(w.report_path) for w in self.workers]
+        reports = self._reports = [
+            w.last_report if w.last_report is not None else _read(w.report_path) for w in self.workers
+        ]
         for worker, report in zip(self.workers, reports, strict=True):
             if worker.died and report:  # its properties end with it
                 for prop in report.get("properties", []):

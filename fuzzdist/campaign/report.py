@@ -45,12 +45,15 @@ class FailureRecord:
     replay: str = ""  # one command that replays its example with no database (fuzzdist replay --blob)
     saved: bool | None = None  # read back from the database (None: not checked, or nothing to read back)
     not_saved: str | None = None  # why the database did not keep it (with saved False)
-    # the choice sequences it was seen with (first, latest), to read back; not in the report
+    # the choice sequences it was seen with (first, latest), to read back; in the report as their blobs
     entries: tuple[bytes, ...] = field(default=(), repr=False)
 
     def to_dict(self) -> dict:
+        from fuzzdist.compat.hypothesis_internals import reproduce_failure_blob
+
         data = dict(self.__dict__)
-        data.pop("entries")
+        # as @reproduce_failure blobs: what a --jobs parent reads back when the worker that found it dies
+        data["blobs"] = [blob.decode("ascii") for e in data.pop("entries") if (blob := reproduce_failure_blob(e))]
         return data
 
 
@@ -332,6 +335,8 @@ def summary_text(
                 lines.append(
                     "    minimal example:"
                     if failure.shrunk
+                    else "    smallest example so far (its shrinking did not finish):"
+                    if failure.saved is False  # nothing in the database for a next run to go on from
                     else "    smallest example so far (its rank pool could not go on shrinking it; the database "
                     "keeps it, and the next run goes on shrinking):"
                     if prop.pool_gone

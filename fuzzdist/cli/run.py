@@ -296,7 +296,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     stream = terminal_stream()
     progress = make_progress(stream, args.progress, interval=args.progress_interval)
     if args.jobs > 1:
-        return _run_jobs(args, state, progress, stream, report_path, junit_path, html_path, gpus)
+        return _run_jobs(args, state, progress, stream, report_path, junit_path, html_path, gpus, database)
     plugin = CampaignPlugin(
         targets,
         state=state,
@@ -374,12 +374,14 @@ def _run_jobs(
     junit_path: str | None,
     html_path: str | None,
     gpus: list[str] | None,
+    database: Any,
 ) -> int:
-    """``--jobs N``: N worker processes, watched and merged here (fuzzdist.campaign.jobs)."""
+    """``--jobs N``: N worker processes, watched and merged here (fuzzdist.campaign.jobs); ``database``
+    the workers' own, where a dead worker's failures are read back."""
     from fuzzdist.campaign.jobs import JobsCampaign
     from fuzzdist.campaign.report import summary_text
 
-    campaign = JobsCampaign(args, state, progress, stream, report_path, junit_path, html_path, gpus)
+    campaign = JobsCampaign(args, state, progress, stream, report_path, junit_path, html_path, gpus, database)
     try:
         campaign.start()
         campaign.run()

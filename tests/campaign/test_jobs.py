@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -148,8 +149,63 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_a_worker_killed_mid_campaign_loses_nothing_and_the_others_go_on(tmp_path):
-    write(tmp_path, "test_x.py", BUG_AND_PASS)
+# test_bug as in BUG_AND_PASS, but its worker stops itself (SIGSTOP) when Hypothesis saves the failure,
+# before or after the save: the test SIGKILLs it there, at the moment it names.
+STOPPED_AT_SAVE = """
+import os, signal
+from hypothesis import given, strategies as st
+from hypothesis.database import DirectoryBasedExampleDatabase
+
+STOP = {stop!r}
+_save = DirectoryBasedExampleDatabase.save
+
+_saving = []  # inside a save: the database's own saves (its list of keys) go through
+
+def _stopping_save(self, key, value):
+    outer = not _saving
+    _saving.append(key)
+    try:
+        if not outer or key.startswith(b"fuzzdist.") or STOP == "after":  # fuzzdist's index is no failure
+            _save(self, key, value)
+    finally:
+        _saving.pop()
+    if outer and not key.startswith(b"fuzzdist."):
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+def check(ctx, n):
+    if n >= 10:
+        raise ValueError(f"planted: n={{n}}")
+
+def echo(ctx, k):
+    return k
+
+@given(n=st.integers(0, 10**9))
+def test_bug(rank_pool, n):
+    DirectoryBasedExampleDatabase.save = _stopping_save
+    rank_pool.run(check, n)
+
+@given(k=st.integers(0, 10**9))
+def test_passes(rank_pool, k):
+    assert rank_pool.run(echo, k) == [k] * rank_pool.world_size
+"""
+
+
+def _stopped(pid: int) -> bool:
+    """Whether process ``pid`` is stopped (SIGSTOP)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] == "T"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads a process's state in /proc (Linux)")
+@pytest.mark.parametrize("stop", ["after", "before"])
+def test_a_worker_killed_mid_campaign_loses_nothing_and_the_others_go_on(tmp_path, stop):
+    """A worker SIGKILLed after its report named a failure: if Hypothesis had saved it, the failure is in
+    the database and the report; if not (killed between the report and the save), it is said NOT SAVED,
+    with exit 4 and a replay line that needs no database.  Either way the other worker goes on."""
+    write(tmp_path, "test_x.py", STOPPED_AT_SAVE.format(stop=stop))
     proc = start_cli(
         [
             "run",
@@ -176,18 +232,33 @@ def test_a_worker_killed_mid_campaign_loses_nothing_and_the_others_go_on(tmp_pat
             proc=proc,
         )
         [killed] = [w for w in found["workers"] if w["properties"] == ["test_x.py::test_bug[cpu-w2]"]]
+        deadline = time.monotonic() + 120
+        while not _stopped(killed["pid"]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _stopped(killed["pid"]), "the worker never reached Hypothesis's save"
         os.kill(killed["pid"], signal.SIGKILL)
         result = finish(proc, timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert result.returncode == 1, result.stdout + result.stderr  # a failure was found
     report = read_report(tmp_path / "r.json")
     bug, passes = (next(p for p in report["properties"] if name in p["nodeid"]) for name in ("test_bug", "test_passes"))
-    assert "planted: n=" in bug["failures"][0]["summary"]  # in the merged report
-    assert stored(tmp_path / "db", bug["database_key"])  # and in the database
+    [failure] = bug["failures"]
+    assert "planted: n=" in failure["summary"]  # in the merged report
     assert f"worker {killed['index']} (pid {killed['pid']}) died: killed by SIGKILL" in result.stdout
+    if stop == "after":  # saved: in the database, and nothing said lost
+        assert result.returncode == 1, result.stdout + result.stderr
+        assert stored(tmp_path / "db", bug["database_key"]) and failure["saved"] is not False
+        assert "NOT SAVED" not in result.stdout and report["totals"]["failures_not_saved"] == 0
+    else:  # not saved: said so, exit 4, and the report replays it with no database
+        assert result.returncode == 4, result.stdout + result.stderr
+        assert not stored(tmp_path / "db", bug["database_key"])
+        assert failure["saved"] is False
+        assert "died (killed by SIGKILL) before the database saved it" in failure["not_saved"]
+        assert failure["reproduce"] == failure["replay"] and " --blob " in failure["replay"]
+        assert report["totals"]["failures_not_saved"] == 1
+        assert "NOT SAVED" in result.stdout and failure["replay"] in result.stdout
     assert report["status"] == "error" and "died: killed by SIGKILL" in report["error"]
     dead = report["workers"][killed["index"]]
     assert dead["status"] == "died" and dead["died"] == "killed by SIGKILL" and os.path.exists(dead["log"])
