@@ -11,8 +11,11 @@ Three kinds of leftovers:
   folder (``fuzzdist-pool-*``), ``fuzzdist run``'s JUnit folder
   (``fuzzdist-junit-*``), a ``--jobs`` parent's workers' folder, a torchrun
   rank's folder (``fuzzdist-torchrun-*``), the driver's multiprocessing
-  folder (``pymp-*``, the fork server's socket).
-  The next run removes the ones whose owner is dead (:func:`remove_dead`).
+  folder (``pymp-*``, the fork server's socket), a rank's own
+  multiprocessing folder (``pymp-*``, made when the rank starts: the
+  resource sharer's socket of ``file_descriptor`` sharing).
+  The next run, and a pool that restarts its ranks, remove the ones whose
+  owner is dead (:func:`remove_dead`).
 * nothing else: a folder fuzzdist can't prove is its own is never touched.
 
 Who owns a folder is decided by a lock, not a pid: the process that makes a
@@ -94,18 +97,35 @@ def make_owned_dir(prefix: str, dir: str | os.PathLike[str] | None = None) -> Ow
     )
 
 
-def own_multiprocessing_temp_dir() -> str:
-    """Make this process's multiprocessing folder (``pymp-*``: where the fork server's socket goes) now, and
-    own it for the rest of the process's life: a later run removes it if this process is SIGKILLed.
-    Returns its path."""
+def own_multiprocessing_temp_dir() -> str | None:
+    """Make this process's multiprocessing folder (``pymp-*``: where the fork server's socket goes, and the
+    resource sharer's of ``file_descriptor`` sharing) now, and own it for the rest of the process's life:
+    a later run removes it if this process is SIGKILLed.  Returns its path; None if it is not this
+    process's to own: a child of multiprocessing inherits its parent's folder, and owned here, its lock
+    would go with this process while the parent still uses the folder."""
     from multiprocessing import util
 
     path = util.get_temp_dir()
-    if path not in _mp_owned:
-        owned = _hold(path)
-        if owned is not None:
-            _mp_owned[path] = owned
+    if path in _mp_owned:
+        return path
+    if not _made_here(path):
+        return None
+    owned = _hold(path)
+    if owned is None:
+        return None
+    _mp_owned[path] = owned
     return path
+
+
+def _made_here(path: str) -> bool:
+    """Did this process make the multiprocessing folder ``path``?  Its maker, alone, holds the finalizer
+    that removes it at exit (a child's are cleared when it starts)."""
+    from multiprocessing import util
+
+    return any(
+        getattr(f, "_callback", None) is util._remove_temp_dir and tuple(getattr(f, "_args", ()))[1:2] == (path,)
+        for f in list(util._finalizer_registry.values())
+    )
 
 
 def _hold(folder: str) -> Owned | None:

@@ -399,6 +399,7 @@ class RankPool(Controller):
         self._kill()
         if self._closed:
             return
+        leftovers.remove_leftovers()  # what the killed ranks (or one SIGKILLed in an example) left behind
         self.generation += 1
         if self._spare is not None:
             self._check_spare()

@@ -104,6 +104,7 @@ def join(backend: str = "gloo", device: str = "cpu", timeout: float = DEFAULT_TI
     leftovers.remove_leftovers()  # what SIGKILLed runs left, this user's only
     global _folder
     _folder = leftovers.make_owned_dir(leftovers.TORCHRUN_DIR_PREFIX)  # owned until _remove_tmpdir
+    leftovers.own_multiprocessing_temp_dir()  # where file_descriptor sharing goes: removed if this rank is SIGKILLed
     ctx = RankContext(rank, world_size, dev, backend, dist.group.WORLD, store, _folder.path)
     return ctx, store
 

@@ -509,3 +509,104 @@ def test_a_pool_in_another_pid_namespace_keeps_its_folder(tmp_path):
         except subprocess.TimeoutExpired:
             other.kill()
             other.wait(30)
+
+
+# -- a rank's own multiprocessing folder ----------------------------------------------------------
+
+SHARE_THEN_DIE = """
+import os, signal, sys
+from fuzzdist import RankCrash, RankPool
+
+def share_then_die(ctx, note):
+    import torch
+    import torch.multiprocessing as tmp
+    from multiprocessing import util
+    from multiprocessing.reduction import ForkingPickler
+
+    tmp.set_sharing_strategy("file_descriptor")  # the resource sharer's socket goes in the rank's pymp-*
+    ForkingPickler.dumps(torch.zeros(4).share_memory_())
+    with open(note, "w") as f:
+        f.write(util.get_temp_dir())
+    os.kill(os.getpid(), signal.SIGKILL)
+
+def echo(ctx, k):
+    return k
+
+if __name__ == "__main__":
+    pool = RankPool(1, spares="never", start_method="spawn").start()
+    try:
+        pool.run(share_then_die, sys.argv[1])
+    except RankCrash:
+        pass
+    assert pool.run(echo, 7) == [7]  # on fresh ranks: the pool restarted
+    print(open(sys.argv[1]).read(), os.path.exists(open(sys.argv[1]).read()), flush=True)
+    pool.close()
+"""
+
+
+@pytest.fixture
+def short_tmp():
+    """A temporary folder with a short path: a socket's path (the resource sharer's) must fit AF_UNIX's
+    108 bytes, which pytest's own tmp_path can pass."""
+    import shutil
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix="fdl-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_a_sigkilled_ranks_multiprocessing_folder_goes_at_the_pools_restart(tmp_path, short_tmp):
+    """A spawned rank makes its own pymp-* folder (its driver has none to hand down); SIGKILLed, it can't
+    remove it: the pool's restart does, since the rank owned it from its start."""
+    temp = short_tmp
+    env = dict(cli_env(), TMPDIR=str(temp))
+    write(tmp_path, "share_then_die.py", SHARE_THEN_DIE)
+    out = subprocess.run(
+        [sys.executable, "share_then_die.py", str(tmp_path / "note")],
+        cwd=tmp_path,
+        env=env,
+        text=True,
+        capture_output=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
+    folder, exists = out.stdout.split()
+    assert Path(folder).parent == temp and Path(folder).name.startswith("pymp-")
+    assert exists == "False", "the dead rank's folder was still there after the restart"
+    assert sorted(p.name for p in temp.iterdir()) == []
+
+
+INHERITED = """
+import multiprocessing as mp, os, sys
+from multiprocessing import util
+from fuzzdist.pool import leftovers
+
+def child(q):
+    q.put((util.get_temp_dir(), leftovers.own_multiprocessing_temp_dir()))
+
+if __name__ == "__main__":
+    parent = util.get_temp_dir()  # made here, not owned: handed down to the child
+    q = mp.get_context("spawn").Queue()
+    p = mp.get_context("spawn").Process(target=child, args=(q,))
+    p.start()
+    got = q.get(timeout=120)
+    p.join(120)
+    lock_file = os.path.exists(os.path.join(parent, leftovers.OWNER_LOCK))
+    print(parent, *got, lock_file, leftovers.own_multiprocessing_temp_dir())
+"""
+
+
+def test_a_child_never_owns_the_multiprocessing_folder_it_inherited(tmp_path):
+    """A child of multiprocessing uses its parent's pymp-* folder: owning it, its lock would go when the
+    child ends, and a cleaner would remove the folder under the live parent.  Only its maker owns it."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    write(tmp_path, "inherited.py", INHERITED)
+    env = dict(cli_env(), TMPDIR=str(temp))
+    out = subprocess.run(
+        [sys.executable, "inherited.py"], cwd=tmp_path, env=env, text=True, capture_output=True, timeout=300, check=True
+    ).stdout.split()
+    parent, in_child, owned_by_child, lock_file, owned_by_parent = out
+    assert in_child == parent and owned_by_child == "None" and lock_file == "False"
+    assert owned_by_parent == parent  # its maker may

@@ -70,6 +70,10 @@ def rank_main(spec: RankSpec, inbox: Any, outbox: Any, watch: Any, stdio: tuple[
     elif spec.from_main_thread:
         process_tree.die_with_driver(spec.driver_pid)
     mp.current_process().daemon = False
+    with contextlib.suppress(OSError):  # a full $TMPDIR: the rank goes on, its folder (if any) not owned
+        # Its own multiprocessing folder (where file_descriptor sharing puts a socket), owned from the start:
+        # if the rank is SIGKILLed, the pool's restart or the next run removes it.
+        leftovers.own_multiprocessing_temp_dir()
     if spec.output_path is not None:
         rank_output_mod.install(spec.output_path)
     _exit_with_parent()
