@@ -1,5 +1,9 @@
 """The live progress display: a rich Live table on a terminal, periodic plain lines otherwise.
 
+Both show strings from outside (property names, ``event()`` labels, failure messages, the database's
+name) as plain text: control characters escaped (:func:`~fuzzdist.campaign.plain_text.one_line`),
+and in the rich table never read as markup (each is a ``Text``).
+
 Both are driven from the main thread (the runner calls :meth:`Progress.update` at
 most a few times a second, from inside the examples), so they never read
 the campaign state while it changes.
@@ -156,7 +160,9 @@ class RichProgress(Progress):
         self.update(state, force=True)
 
     def note(self, state, text):
-        self.console.print(f"[{fmt_seconds(state.elapsed())}] {text}", markup=False, highlight=False)
+        from rich.text import Text
+
+        self.console.print(Text(f"[{fmt_seconds(state.elapsed())}] {one_line(text)}"), highlight=False)
 
     def stop(self, state: CampaignState) -> None:
         if self.live is not None:
@@ -175,7 +181,7 @@ class RichProgress(Progress):
             + (f", {fmt_seconds(left)} left" if left is not None else "")
             + f" - database {state.database}"
         )
-        table = Table(title=title, title_justify="left", expand=False)
+        table = Table(title=Text(one_line(title), style="italic"), title_justify="left", expand=False)
         table.add_column("property", overflow="fold")
         table.add_column("status")
         table.add_column("examples", justify="right")
@@ -198,18 +204,18 @@ class RichProgress(Progress):
         for prop in state.properties.values():
             failures = Text(str(len(prop.failures)), style="bold red" if prop.failures else "")
             table.add_row(
-                prop.nodeid,
+                Text(one_line(prop.nodeid)),
                 Text(prop.status, style=styles.get(prop.status, "")),
                 f"{prop.examples:,}",
                 f"{prop.examples_per_s:.1f}",
                 failures,
                 Text(str(prop.known_count), style="yellow" if prop.known_count else ""),
                 fmt_left(prop) if prop.status == "running" else "",
-                fmt_events(prop.events),
+                Text(one_line(fmt_events(prop.events))),
             )
         if not self._log:
             return table
-        return Group(table, *(Text(line, style="red") for line in self._log[-8:]))
+        return Group(table, *(Text(one_line(line), style="red") for line in self._log[-8:]))
 
 
 def make_progress(stream: TextIO, mode: str = "auto", interval: float = 10.0) -> Progress:

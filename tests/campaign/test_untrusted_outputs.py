@@ -224,6 +224,39 @@ def test_a_progress_line_prints_a_failure_message_as_one_plain_line():
     assert stream.getvalue().endswith("new failure in t.py::test_x: ValueError: \\x1b[2K\\rfake\\nline\n")
 
 
+HOSTILE = "\x1b]0;pwned\x07\x1b[2J\x9b1m[bold red]MARKUP[/]"  # a terminal title, an erase, a CSI, rich markup
+
+
+def test_the_live_display_shows_outside_strings_as_plain_text():
+    """The rich table: a property's name, its events, the database's name, a failure's message and a note
+    are shown as they are written (no markup applied), their control characters escaped."""
+    import io
+
+    pytest.importorskip("rich")
+    from fuzzdist.campaign.progress import RichProgress
+    from fuzzdist.campaign.report import CampaignState, PropertyState
+
+    state = CampaignState(
+        command=["fuzzdist", "run"], device="cpu", database="db" + HOSTILE, duration_s=None, max_examples=10,
+        world_size=None,
+    )
+    nodeid = "t.py::test_x" + HOSTILE
+    prop = state.properties[nodeid] = PropertyState(nodeid, status="running")
+    prop.events["label" + HOSTILE] = 3
+    stream = io.StringIO()
+    progress = RichProgress(stream)
+    progress.console.width = 2000  # nothing folded: each string on one line of the table
+    progress.start(state)
+    progress.new_failure(state, prop, "ValueError: " + HOSTILE, False)
+    progress.note(state, "note " + HOSTILE)
+    progress.stop(state)
+    out = stream.getvalue()
+    assert not any(seq in out for seq in ("\x1b]0;", "\x07", "\x1b[2J", "\x9b")), repr(out)
+    shown = "\\x1b]0;pwned\\x07\\x1b[2J\\x9b1m[bold red]MARKUP[/]"
+    for what in ("db", "t.py::test_x", "label", "ValueError: ", "note "):
+        assert what + shown in out, (what, repr(out))
+
+
 def test_jobs_workers_get_the_password_file_not_the_password():
     import argparse
 
