@@ -44,9 +44,11 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
+from typing import Any, cast
 
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 
+from fuzzdist.campaign.plain_text import one_line
 from fuzzdist.errors import DatabaseError
 from fuzzdist.pool.private_file import read_private_file
 
@@ -127,7 +129,7 @@ class CheckedSaves(ExampleDatabase):
         try:
             action(*args)
         except Exception as exc:  # noqa: BLE001 - Redis down, out of memory, ...: said when the failure is read back
-            self.last_error = one_line(exc)
+            self.last_error = error_line(exc)
 
     def __repr__(self) -> str:
         return f"CheckedSaves({self.inner!r})"
@@ -151,7 +153,7 @@ class Database:
             if self.holds(key, entries):
                 return None
         except Exception as exc:  # noqa: BLE001 - any failure to read back is reported, not raised
-            return f"it can't be read back: {one_line(exc)}"
+            return f"it can't be read back: {error_line(exc)}"
         db = self.db.db if isinstance(self.db, BoundedDatabase) else self.db
         error = db.last_error if isinstance(db, CheckedSaves) else None
         inner = db.inner if isinstance(db, CheckedSaves) else db
@@ -274,9 +276,11 @@ def _write_problem(path: Path, *, create: bool = False) -> str | None:
     return None
 
 
-def one_line(exc: BaseException) -> str:
+def error_line(exc: BaseException) -> str:
+    """``Type: first line of its message``, as plain text (a Redis error quotes the key's raw bytes): an
+    error of the database, said inside one line."""
     text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
+    return one_line(f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__)
 
 
 def redis_password(url: str, given: str | None = None) -> str | None:
@@ -317,8 +321,6 @@ def _open_redis(url: str, password: str | None = None) -> ExampleDatabase:
             f"--database {shown} needs the redis Python package: "
             "pip install redis (or pip install 'fuzzdist[campaign]')"
         ) from None
-    from hypothesis.extra.redis import RedisExampleDatabase
-
     password = redis_password(url, password)
     try:
         options = {"password": password} if password else {}
@@ -332,7 +334,27 @@ def _open_redis(url: str, password: str | None = None) -> ExampleDatabase:
             f"can't reach the Redis example database at {shown} ({detail}): start "
             "redis-server there, or pass another --database (a directory or redis:// URL)"
         ) from None
-    return CheckedSaves(RedisExampleDatabase(client, expire_after=REDIS_EXPIRE_AFTER))
+    return CheckedSaves(_redis_database(client))
+
+
+def _redis_database(client: Any) -> ExampleDatabase:
+    """Hypothesis's Redis database on ``client``, whose reads work on a server that refuses writes."""
+    import redis
+    from hypothesis.extra.redis import RedisExampleDatabase
+
+    class ReadableRedisDatabase(RedisExampleDatabase):
+        """Hypothesis's fetch renews the key's expiry in the same transaction as the read: a server that
+        refuses writes (out of memory, a read-only replica) would refuse the read too.  Then the entries
+        are read alone: what is stored still replays, and the refused saves are said when read back."""
+
+        def fetch(self, key: bytes) -> Iterable[bytes]:
+            try:
+                entries = list(super().fetch(key))
+            except redis.exceptions.ResponseError:  # the expiry's renewal refused, not the read
+                entries = list(cast("set[bytes]", self.redis.smembers(self._prefix + key)))
+            yield from entries
+
+    return ReadableRedisDatabase(client, expire_after=REDIS_EXPIRE_AFTER)
 
 
 # ---------------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, Any, TextIO
 
-from fuzzdist.campaign.database import Database, one_line
+from fuzzdist.campaign.database import Database, error_line
 from fuzzdist.campaign.html_report import HtmlPage
 from fuzzdist.campaign.lifeline import PARENT_ENV
 from fuzzdist.campaign.merge import merge_reports, state_from_report
@@ -415,7 +415,7 @@ class JobsCampaign:
             if self.database.holds(bytes.fromhex(key_hex), entries):
                 return None
         except Exception as exc:  # noqa: BLE001 - any failure to read back is reported, not raised
-            return f"it can't be read back: {one_line(exc)}"
+            return f"it can't be read back: {error_line(exc)}"
         return f"its worker {worker.index} died ({worker.died}) before the database saved it"
 
     def _merge(self) -> bool:

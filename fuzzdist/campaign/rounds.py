@@ -40,7 +40,7 @@ from hypothesis import settings as Settings
 from hypothesis.errors import UnsatisfiedAssumption
 
 from fuzzdist import known_bugs
-from fuzzdist.campaign.database import Database, too_large_note
+from fuzzdist.campaign.database import Database, error_line, too_large_note
 from fuzzdist.campaign.failures import FailureLog, failures_text, first_line
 from fuzzdist.campaign.progress import Progress
 from fuzzdist.campaign.report import CampaignState, PropertyState
@@ -136,10 +136,17 @@ class PropertyRun:
         key = self.key = hc.function_digest(inner)
         db = campaign.database.db
         prop.database_key = key.hex()
-        adopted = adopt(item, db, key)  # what its pool variants' shared key holds, as plain pytest does
+        try:
+            adopted = adopt(item, db, key)  # what its pool variants' shared key holds, as plain pytest does
+            known = frozenset(db.fetch(key))
+        except Exception as exc:  # noqa: BLE001 - Redis gone, a folder unreadable: the campaign's error, said
+            prop.status = "error"
+            prop.reason = f"can't read the example database {campaign.database.spec}: {error_line(exc)}"
+            campaign.progress.property_done(state, prop)
+            campaign.write_report(html_now=True)
+            pytest.fail(prop.reason, pytrace=False)
         if adopted is not None:
             campaign.progress.note(state, adopted)
-        known = frozenset(db.fetch(key))
         prop.stored_before = len(known)
         if campaign.database.too_large(key) and not prop.rounds:  # said at its first visit (BoundedDatabase)
             campaign.progress.note(state, too_large_note(item.nodeid, campaign.database.too_large(key)))

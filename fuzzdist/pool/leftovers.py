@@ -122,9 +122,10 @@ def _made_here(path: str) -> bool:
     that removes it at exit (a child's are cleared when it starts)."""
     from multiprocessing import util
 
+    remover = getattr(util, "_remove_temp_dir", None)
+    finalizers = list(getattr(util, "_finalizer_registry", {}).values())
     return any(
-        getattr(f, "_callback", None) is util._remove_temp_dir and tuple(getattr(f, "_args", ()))[1:2] == (path,)
-        for f in list(util._finalizer_registry.values())
+        getattr(f, "_callback", None) is remover and tuple(getattr(f, "_args", ()))[1:2] == (path,) for f in finalizers
     )
 
 

@@ -95,8 +95,9 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def redis_server(tmpdir):
-    """A throwaway redis-server on 127.0.0.1 (a free port); yields its URL; stopped after."""
+def redis_server(tmpdir, password: str | None = None):
+    """A throwaway redis-server on 127.0.0.1 (a free port), asking for ``password`` if given; yields its URL
+    (without the password); stopped after."""
     import pytest
 
     exe = shutil.which("redis-server")
@@ -107,13 +108,14 @@ def redis_server(tmpdir):
 
     port = free_port()
     proc = subprocess.Popen(
-        [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(tmpdir)],
+        [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(tmpdir)]
+        + (["--requirepass", password] if password else []),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
     url = f"redis://127.0.0.1:{port}/0"
     try:
-        client = redis.Redis.from_url(url, socket_connect_timeout=1)
+        client = redis.Redis.from_url(url, socket_connect_timeout=1, password=password)
         deadline = time.monotonic() + 20
         while True:
             try:
