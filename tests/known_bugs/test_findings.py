@@ -192,6 +192,46 @@ def test_reproducer_needs_torch_alone(finding: str) -> None:
     )
 
 
+def _calls(tree: ast.AST, name: str) -> list[ast.Call]:
+    """The calls in ``tree`` of a function or method named ``name`` (``f(...)`` or ``x.f(...)``)."""
+    return [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and name in (getattr(node.func, "attr", None), getattr(node.func, "id", None))
+    ]
+
+
+def _starts_ranks(tree: ast.AST) -> bool:
+    """Whether a reproducer starts processes of its own (its ranks)."""
+    return any(_calls(tree, name) for name in ("Process", "start_processes", "spawn"))
+
+
+RANK_SCRIPTS = [p.parent.name for p in SCRIPTS if _starts_ranks(ast.parse(p.read_text(encoding="utf-8")))]
+
+
+@pytest.mark.parametrize("finding", RANK_SCRIPTS)
+def test_reproducer_bounds_every_wait_on_its_ranks(finding: str) -> None:
+    """A reproducer that starts ranks reaches a verdict in bounded time (docs/findings/adding.md's skeleton):
+    each rank's process group has a timeout, no launcher joins the ranks without a bound (torch.multiprocessing's
+    ``start_processes`` and ``spawn`` do unless ``join=False``), and its ``__main__`` guard turns a wait that
+    ran out (``queue.Empty``) into NO VERDICT."""
+    tree = ast.parse((FINDINGS_DIR / finding / "repro.py").read_text(encoding="utf-8"))
+    script = f"docs/findings/{finding}/repro.py"
+    for call in _calls(tree, "init_process_group"):
+        has_timeout = any(k.arg == "timeout" for k in call.keywords)
+        assert has_timeout, f"{script}:{call.lineno}: init_process_group has no timeout="
+    for name in ("start_processes", "spawn"):
+        for call in _calls(tree, name):
+            joins = not any(
+                k.arg == "join" and isinstance(k.value, ast.Constant) and k.value.value is False for k in call.keywords
+            )
+            assert not joins, f"{script}:{call.lineno}: {name}() joins the ranks with no bound; pass join=False"
+    guards = [n for n in tree.body if isinstance(n, ast.If) and "__name__" in ast.unparse(n.test)]
+    caught = {ast.unparse(h.type) for g in guards for h in ast.walk(g) if isinstance(h, ast.ExceptHandler) and h.type}
+    assert "queue.Empty" in caught, f"{script}: its __main__ guard doesn't turn queue.Empty into NO VERDICT"
+
+
 def test_misuse_is_listed_apart_and_not_counted_as_a_bug() -> None:
     """A finding of class "missing validation" sits under its own heading, after every bug."""
     text = (ROOT / "docs" / "findings.md").read_text(encoding="utf-8")

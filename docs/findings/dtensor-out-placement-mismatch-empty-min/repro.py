@@ -8,47 +8,94 @@ not say what is wrong (out's placement can't be kept).
 
     python docs/findings/dtensor-out-placement-mismatch-empty-min/repro.py
 
-Prints one line; exits 1 while the bug reproduces ("BUG: ..."), 0 once torch gets it right ("FIXED: ...").
+Prints one line; exits 1 while the bug reproduces ("BUG: ..."), 0 once torch gets it right ("FIXED: ...",
+with what the call did instead), 3 when its ranks did not start in time ("NO VERDICT: ...", a busy machine).
 """
-import os
+import multiprocessing as mp
+import queue
 import socket
 import sys
+import time
+import traceback
+from datetime import timedelta
 
-import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
+STARTUP_S = 300  # bounds the ranks' start-up (importing torch, the rendezvous), which is not part of the bug:
+# generous, since on a busy machine it can take minutes; past it the script says NO VERDICT (exit 3)
 
 
 def rank_main(rank, world_size, port, results):
+    # torch is imported in the rank processes only: the parent just starts them and compares.
+    import torch
+    import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor, Replicate, Shard
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
+                            timeout=timedelta(seconds=STARTUP_S))
     mesh = init_device_mesh("cpu", (world_size,))
     a = DTensor.from_local(torch.ones(0), mesh, [Replicate()], run_check=False)
     o = DTensor.from_local(torch.ones(0), mesh, [Shard(0)], run_check=False)
     try:
         torch.ops.aten.special_chebyshev_polynomial_t.n_scalar_out(a, 0.5, out=o)
-        outcome = "ok"
-    except Exception as exc:
-        outcome = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
-    if rank == 0:
-        results.put(outcome)
+        outcome = f"returned, out placed {o.placements}"
+    except Exception as exc:  # noqa: BLE001 - what the call raised is the verdict
+        outcome = f"raised {type(exc).__name__}: {str(exc).strip().splitlines()[0]}"
+    results.put((rank, outcome))
     dist.destroy_process_group()
 
+
+def answer(results, ranks, timeout=STARTUP_S):
+    """The next result from the ranks.  A rank that died (an exception, a signal) without answering is an error
+    of the script on this torch (exit 2), not a slow machine; none answering within ``timeout`` raises
+    queue.Empty (no verdict)."""
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            return results.get(timeout=min(1.0, max(0.01, end - time.monotonic())))
+        except queue.Empty:
+            gone = [f"rank {r} (exit code {p.exitcode})" for r, p in enumerate(ranks) if p.exitcode not in (None, 0)]
+            if gone:
+                try:  # what it put just before exiting may still be on its way
+                    return results.get(timeout=1.0)
+                except queue.Empty:
+                    raise RuntimeError(f"{', '.join(gone)} exited without answering: see its traceback above") from None
+            if time.monotonic() >= end:
+                raise
+
+
 def main():
-    with socket.socket() as s:
+    with socket.socket() as s:  # a free port for the rendezvous
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
-    mp.start_processes(rank_main, args=(2, port, results), nprocs=2, start_method="spawn")
-    outcome = results.get(timeout=60)
-    if "min() arg is an empty sequence" in outcome:
-        print(f"BUG: a pointwise out= overload into a Shard(0) DTensor raised {outcome}")
-        sys.exit(1)
-    print(f"FIXED: {outcome}")
+    ranks = [ctx.Process(target=rank_main, args=(r, 2, port, results), daemon=True) for r in range(2)]
+    for p in ranks:
+        p.start()
+    try:
+        got = {}
+        for _ in ranks:
+            rank, outcome = answer(results, ranks)
+            got[rank] = outcome
+    finally:
+        for p in ranks:
+            p.join(timeout=5)
+            p.kill()
+    unclear = sorted(r for r, outcome in got.items() if "min() arg is an empty sequence" in outcome)
+    if unclear:
+        print(f"BUG: a pointwise out= overload into a Shard(0) DTensor {got[unclear[0]]} (ranks {unclear})")
+        return 1
+    print(f"FIXED: a pointwise out= overload into a Shard(0) DTensor {got[0]}")
+    return 0
+
 
 if __name__ == "__main__":
-    main()
+    try:
+        sys.exit(main())
+    except queue.Empty:  # a wait that is not part of the bug ran out: a slow machine, not a verdict
+        print(f"NO VERDICT: the ranks did not answer within {STARTUP_S} s of starting (a busy machine?); "
+              "run it again on a quieter one")
+        sys.exit(3)
+    except Exception:  # the script itself failed: neither verdict
+        traceback.print_exc()
+        sys.exit(2)
