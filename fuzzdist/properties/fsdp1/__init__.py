@@ -19,8 +19,9 @@ which it refuses on CPU: see ``fsdp1_configs``), at every one of ``config.steps`
 
 After the steps, the model's ``state_dict()`` and ``FSDP.optim_state_dict`` under the drawn
 ``StateDictType`` are loaded (``load_state_dict``, ``FSDP.optim_state_dict_to_load``; the optimizer
-state as a copy, as from a checkpoint) into a fresh FSDP model of the same setup built from other values; its full parameters must then equal the
-original's bitwise, and after one more step of both, again bitwise.
+state as a copy, as from a checkpoint) into a fresh FSDP model of the same setup built from other
+values; its full parameters must then equal the original's bitwise, and after one more step of both,
+again bitwise.
 
 Gradient tolerance, derived.  FSDP1's ``MixedPrecision`` documents: "param_dtype specifies the dtype
 for the unsharded FlatParameter and hence the dtype for forward/backward computation"; "reduce_dtype
