@@ -65,6 +65,19 @@ def _fsdp1_config(**fields: Any) -> Any:
     return FSDP1Config(widths=(1, 1), batch_sizes=(1, 1), **fields)
 
 
+def _reshard_model(pool: Any, case: Any, world_size: int) -> None:
+    from fuzzdist.properties.reshard import model_state
+
+    model_state.check_model(pool, case)
+
+
+def _reshard_model_case(**fields: Any) -> Any:
+    """A model-state resharding case with ``fields``."""
+    from fuzzdist.properties.reshard.model_state import ModelReshardCase, Sharding
+
+    return ModelReshardCase(2, 3, (3, 2), load=Sharding("fsdp1"), **fields)
+
+
 def _by_case(module: str) -> Callable[..., None]:
     """The runner of a property whose check takes ``(pool, case)`` (object collectives, p2p, subgroups)."""
 
@@ -159,6 +172,7 @@ RUNNERS: dict[str, Callable[..., None]] = {
     "check-pg:reduce_scatter_tensor": _check_pg,
     "check-pg:async": _check_pg_async,
     "fsdp1": _fsdp1,
+    "reshard": _reshard_model,
 }
 
 # bug id -> (where, the pinned minimal example's fields; world_size picks the pool; check-pg's examples name
@@ -242,6 +256,10 @@ PINNED: dict[str, tuple[str, Callable[[], dict[str, Any]]]] = {
         lambda: dict(
             config=_fsdp1_config(use_orig_params=True, optimizer="adam"), dtype=torch.float32, seed=0, world_size=2
         ),
+    ),
+    "fsdp1-dcp-load-raises-missing-key-optim-param-groups": (
+        "reshard",
+        lambda: dict(case=_reshard_model_case(), world_size=3),  # DDP saves on 2 ranks, FSDP1 loads on 3
     ),
     "fsdp1-local-state-dict-orig-params-load-fails": (
         "fsdp1",

@@ -25,6 +25,7 @@ ENTRY_MODULES: dict[str, tuple[str, ...]] = {
     "fuzzdist.properties.object_collectives.known_bugs": ("object_collectives",),
     "fuzzdist.properties.p2p.known_bugs": ("p2p",),
     "fuzzdist.properties.pipelining.known_bugs": ("pipelining",),
+    "fuzzdist.properties.reshard.known_bugs": ("reshard",),
     "fuzzdist.properties.sharded_tensor.known_bugs": ("sharded_tensor",),
     "fuzzdist.properties.subgroups.known_bugs": ("subgroups",),
     "fuzzdist.properties.tensor_parallel.known_bugs": ("tensor_parallel",),

@@ -41,6 +41,7 @@ Modules (import the one you need; each imports only its own dependencies):
 * ``compile``: compiled distributed programs compute what they compute eagerly on the same ranks.
 * ``fsdp1``: FSDP1's gradients and parameters equal a local model's; its state dicts round-trip.
 * ``reshard``: a DCP checkpoint saved from W ranks loads into W' ranks, every value bitwise.
+* ``local_map``: ``local_map`` and ``register_sharding`` equal their global semantics, or refuse as documented.
 
 Shared by the training families: ``_arguments.py`` (their argument checks) and ``_results.py`` (the driver's
 check that no rank reported a problem).

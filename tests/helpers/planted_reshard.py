@@ -21,3 +21,17 @@ def drops_the_last_ranks_shards(
             if isinstance(value, DTensor) and any(isinstance(p, Shard) for p in value.placements):
                 value.to_local().zero_()
     dcp.save(state_dict, checkpoint_id=checkpoint_id, process_group=process_group)
+
+
+def drops_the_last_ranks_optimizer_shards(
+    state_dict: dict[str, Any], checkpoint_id: str, process_group: dist.ProcessGroup
+) -> None:
+    """For ``reshard.model_state``: saves zeros for the last saving rank's pieces of sharded optimizer state
+    (DTensors: FSDP2's) when more than one rank saves; parameters, and DDP's replicated state, stay right."""
+    size = process_group.size()
+    if size > 1 and dist.get_rank(process_group) == size - 1:
+        for per_param in state_dict["optim"]["state"].values():
+            for value in per_param.values():
+                if isinstance(value, DTensor) and any(isinstance(p, Shard) for p in value.placements):
+                    value.to_local().zero_()
+    dcp.save(state_dict, checkpoint_id=checkpoint_id, process_group=process_group)

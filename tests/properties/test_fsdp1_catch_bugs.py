@@ -48,3 +48,21 @@ def test_fsdp1_catches_a_corrupted_large_reduction(rank_pool):
     a, b = config.widths
     assert all(_flat_numel(w, 2) < 8 for w in ((a - 1, b), (a, b - 1)) if min(w) >= 1), config
     assert "FSDP1 differs from the local reference" in str(f.error) and "step 0: grad" in str(f.error)
+
+
+@pytest.mark.fuzzdist(world_size=2)
+@pytest.mark.parametrize("strategy", ["NO_SHARD", "FULL_SHARD"])
+def test_fsdp1_round_trip_loads_a_copy_of_the_optimizer_state(rank_pool, strategy):
+    # NO_SHARD's optim_state_dict of a use_orig_params model holds the optimizer's own Adam state, and
+    # Optimizer.load_state_dict keeps what it is given: a round trip that loaded it uncopied made the fresh
+    # optimizer share exp_avg with the original, so both stepped it and the params differed one step later.
+    # FULL_SHARD's holds ShardedTensors, which the copy must keep loadable.
+    config = FSDP1Config(
+        widths=(1, 1),
+        batch_sizes=(1, 1),
+        sharding_strategy=strategy,
+        use_orig_params=True,
+        state_dict_type="SHARDED_STATE_DICT",
+        optimizer="adam",
+    )
+    fsdp1.check(rank_pool, config, torch.float32, 0)

@@ -18,9 +18,10 @@ which it refuses on CPU: see ``fsdp1_configs``), at every one of ``config.steps`
 * full gradients and parameters are bitwise equal on every rank.
 
 After the steps, the model's ``state_dict()`` and ``FSDP.optim_state_dict`` under the drawn
-``StateDictType`` are loaded (``load_state_dict``, ``FSDP.optim_state_dict_to_load``) into a fresh
-FSDP model of the same setup built from other values; its full parameters must then equal the
-original's bitwise, and after one more step of both, again bitwise.
+``StateDictType`` are loaded (``load_state_dict``, ``FSDP.optim_state_dict_to_load``; the optimizer
+state as a copy, as from a checkpoint) into a fresh FSDP model of the same setup built from other
+values; its full parameters must then equal the original's bitwise, and after one more step of both,
+again bitwise.
 
 Gradient tolerance, derived.  FSDP1's ``MixedPrecision`` documents: "param_dtype specifies the dtype
 for the unsharded FlatParameter and hence the dtype for forward/backward computation"; "reduce_dtype
@@ -52,6 +53,7 @@ has no FSDP1.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -254,7 +256,11 @@ def _round_trip(
     kind = StateDictType[config.state_dict_type]
     with FSDP.state_dict_type(model, kind):
         model_state = model.state_dict()
-        optim_state = FSDP.optim_state_dict(model, optimizer)
+        # A copy, as a checkpoint on disk would be: NO_SHARD's ``optim_state_dict`` of a use_orig_params
+        # model holds the optimizer's own state tensors (as ``Optimizer.state_dict`` does), and
+        # ``Optimizer.load_state_dict`` keeps them ("shallow copy, to be consistent with module API"), so
+        # without one the two optimizers would step the same ``exp_avg`` in place, each twice.
+        optim_state = copy.deepcopy(FSDP.optim_state_dict(model, optimizer))
     fresh = wrap(config.build_model(seed + _OTHER_SEED).to(dtype), config, ctx)
     _register(fresh, comm_hook)
     fresh_optimizer = config.build_optimizer(fresh.parameters())

@@ -25,9 +25,13 @@ def _hybrid_shard_size_one(config: FSDP1Config) -> bool:
 
 def _adam_with_orig_params(config: FSDP1Config) -> bool:
     """Whether ``config`` meets fsdp1-optim-state-dict-exp-avg-is-exp-avg-sq: Adam or AdamW state of a
-    ``use_orig_params=True`` model saved with FULL_STATE_DICT (the one type it was seen with)."""
+    ``use_orig_params=True`` model saved with FULL_STATE_DICT (the one type it was seen with) by a sharded
+    strategy (NO_SHARD's full optimizer state dict holds the right ``exp_avg``)."""
     return (
-        config.use_orig_params and config.optimizer in ("adam", "adamw") and config.state_dict_type == "FULL_STATE_DICT"
+        config.use_orig_params
+        and config.optimizer in ("adam", "adamw")
+        and config.state_dict_type == "FULL_STATE_DICT"
+        and config.sharding_strategy != "NO_SHARD"
     )
 
 

@@ -1,7 +1,9 @@
 """Checkpoints across world sizes: what ``torch.distributed.checkpoint`` (DCP) saves from W ranks loads into
 W' != W ranks, every value bitwise, and the conversions between DCP and ``torch.save`` keep every value.
 
-Modules: this one alone (no known bugs met yet).
+Modules: this one (tensors and DTensors), ``model_state`` (a DDP, FSDP2 or FSDP1 model and its optimizer, saved
+under one sharding and world size and loaded under another), ``known_bugs`` (the torch bugs these properties run
+into).
 
 A pool runs one world size per call, so the property uses sub-groups of it: the first W ranks save, over a
 1-D ``DeviceMesh`` of those ranks and its process group (``dcp.save(..., process_group=...)``), and the first
