@@ -210,9 +210,10 @@ def _ddp_step(case: FaultCase, rank: int, survivor: Survivor | None, group: Any)
     from torch import nn
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    torch.manual_seed(0)
-    dist.barrier()  # DDP's constructor talks over the fault group: the ranks arrive together
-    model = DDP(nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 2)), process_group=group)
+    torch.manual_seed(0)  # every rank builds the same model: no need for DDP's sync at construction
+    # ``init_sync=False``: the constructor does not talk over the fault group, whose short timeout a
+    # rank descheduled on a loaded machine would otherwise run into before anyone died.
+    model = DDP(nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 2)), process_group=group, init_sync=False)
     batch = torch.full((3, 4), float(rank + 1))
     if survivor is None:
         model.module[0].weight.register_hook(lambda grad: die(case))
