@@ -41,6 +41,10 @@ Modules (import the one you need; each imports only its own dependencies):
 * ``compile``: compiled distributed programs compute what they compute eagerly on the same ranks.
 * ``fsdp1``: FSDP1's gradients and parameters equal a local model's; its state dicts round-trip.
 * ``reshard``: a DCP checkpoint saved from W ranks loads into W' ranks, every value bitwise.
+* ``faults``: a rank that dies at a drawn point leaves its survivors an error within the timeout, a working
+  fresh group, and no half-written checkpoint loaded (each example in a short-lived world of its own).
+* ``elastic``: ``torchrun --max-restarts`` restarts the worker group as documented and a checkpointing job
+  finishes as without failures; a ``--nnodes MIN:MAX`` rendezvous admits exactly the agents that joined.
 
 Shared by the training families: ``_arguments.py`` (their argument checks) and ``_results.py`` (the driver's
 check that no rank reported a problem).
