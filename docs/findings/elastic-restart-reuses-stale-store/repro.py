@@ -11,15 +11,18 @@ same one for every later round.  The restarted workers' ``init_process_group`` t
 attempt's workers wrote (gloo's peer addresses, under the same names): a worker connects to a dead peer's
 port and fails ("Connection refused", or "Connect timeout"), and the restart is spent.  With
 ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` (each round gets its own store) the same job restarts and finishes.
+With gloo's device named explicitly (``GLOO_SOCKET_IFNAME=lo``) it finished too where we ran it: why the
+default device is needed for the failure is not established.
 
 Whether a restarted worker meets a stale key is a race: it does when its peer of the new attempt has not yet
 written its own.  The script makes it certain: it runs one job under ``torchrun --standalone
 --nproc-per-node=2 --max-restarts=1`` in which each worker joins a gloo group (timeout 30 s) and
 all-reduces, rank 1 exits with code 1 in the first attempt, and in the second attempt rank 1 starts joining
 5 s after rank 0 (a worker slower to start, as on any busy node; a store of the new attempt makes rank 0
-wait for it).  Each
+wait for it), with ``GLOO_SOCKET_IFNAME`` unset (gloo's default device).  Each
 worker prints when it starts and once it joined its group.  Then the same job with
-``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``.
+``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``, and once more with ``GLOO_SOCKET_IFNAME=lo`` (which fuzzdist's
+own tests set), saying what each did.
 
     python docs/findings/elastic-restart-reuses-stale-store/repro.py
 
@@ -58,15 +61,15 @@ dist.destroy_process_group()
 """
 
 
-def run_job(workdir, share_store):
-    """Run the job under torchrun; (exit code, the workers' start and join lines)."""
+def run_job(workdir, **env_vars):
+    """Run the job under torchrun with ``env_vars`` set; (exit code, the workers' start and join lines).
+    ``GLOO_SOCKET_IFNAME`` is unset unless given: gloo's default device, as a torchrun user gets it."""
     script = os.path.join(workdir, "job.py")
     with open(script, "w") as f:
         f.write(JOB)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHELASTIC_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHELASTIC_") and k != "GLOO_SOCKET_IFNAME"}
     env["OMP_NUM_THREADS"] = "1"
-    if not share_store:
-        env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
+    env.update(env_vars)
     args = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
             "--max-restarts=1", "--monitor-interval=0.1", script]
     proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -84,17 +87,19 @@ def run_job(workdir, share_store):
 
 def main():
     with tempfile.TemporaryDirectory() as workdir:
-        code, lines = run_job(workdir, share_store=True)
+        code, lines = run_job(workdir)
         restarted = [line for line in lines if "attempt=1" in line]
         if code == 0:
             print(f"FIXED: torchrun restarted the group after rank 1's failure and the job finished ({lines})")
             return 0
         if not any(line.startswith("started attempt=1") for line in restarted):
             raise RuntimeError(f"torchrun exited {code} without restarting the group: not this bug ({lines})")
-        code_fresh, lines_fresh = run_job(workdir, share_store=False)
+        code_fresh, lines_fresh = run_job(workdir, TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")
+        code_lo, lines_lo = run_job(workdir, GLOO_SOCKET_IFNAME="lo")
     print(f"BUG: torchrun --max-restarts=1 exited {code}: the restarted workers did not all join their gloo group "
           f"({restarted}); with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 the same job exited {code_fresh} "
-          f"({[line for line in lines_fresh if 'attempt=1' in line]})")
+          f"({[line for line in lines_fresh if 'attempt=1' in line]}); with GLOO_SOCKET_IFNAME=lo it exited "
+          f"{code_lo} ({[line for line in lines_lo if 'attempt=1' in line]})")
     return 1
 
 
