@@ -13,7 +13,7 @@ port and fails ("Connection refused", or "Connect timeout"), and the restart is 
 ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` (each round gets its own store) the same job restarts and finishes.
 
 
-Whether the restarted workers fail is a race: where we ran it, 4 of 6 single jobs did.  The script runs
+Whether the restarted workers fail is a race: where we ran it, 5 of 8 single jobs did.  The script runs
 one job under ``torchrun --standalone --nproc-per-node=2 --max-restarts=1`` in which each worker joins a gloo
 group (timeout 30 s) and all-reduces, and rank 1 exits with code 1 in the first attempt, with
 ``GLOO_SOCKET_IFNAME`` unset (gloo's default device); up to ``TRIES`` times, until one fails.  Each worker
@@ -35,7 +35,7 @@ import traceback
 STARTUP_S = 300  # bounds each job: torchrun's start, two attempts of two workers each importing torch, and the
 # restarted workers' 30 s group timeout; past it the script says NO VERDICT (exit 3)
 
-TRIES = 4  # jobs run until one fails: the failure is a race that 4 of 6 jobs lost where we ran it
+TRIES = 4  # jobs run until one fails: the failure is a race that 5 of 8 jobs lost where we ran it
 
 JOB = """
 import os
