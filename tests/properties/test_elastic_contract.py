@@ -75,3 +75,30 @@ def test_other_failures_are_not_taken_for_the_stale_store_bug(tmp_path, events):
     failure = _failure_of(TWO_WORKERS_ONE_RESTART, 1, _record(tmp_path, events))
     assert failure.problems
     assert known_bugs.recognise("elastic", {"case": TWO_WORKERS_ONE_RESTART}, failure) is None
+
+
+def _joined(tmp_path, workers):
+    """Write the ``joined`` lines of ``workers``, each (rank, group_rank, world_size)."""
+    with open(tmp_path / "workers.log", "w") as log:
+        for rank, group_rank, world_size in workers:
+            event = {"attempt": 0, "rank": rank, "world_size": world_size, "group_rank": group_rank, "event": "joined"}
+            log.write(json.dumps(event) + "\n")
+    return str(tmp_path)
+
+
+def test_a_rendezvous_of_exactly_the_agents_has_no_problem(tmp_path):
+    case = elastic.RendezvousCase(agents=2, min_nodes=1, max_nodes=3)
+    assert elastic.rendezvous_problems(case, [0, 0], _joined(tmp_path, [(0, 0, 2), (1, 1, 2)])) == []
+
+
+@pytest.mark.parametrize(
+    ("codes", "workers"),
+    [
+        ([0, 0], [(0, 0, 1), (0, 0, 1)]),  # two groups of one: the agents never met
+        ([0, None], [(0, 0, 2)]),  # one agent left out, still waiting at the deadline
+    ],
+)
+def test_a_rendezvous_that_admits_otherwise_is_a_problem(tmp_path, codes, workers):
+    case = elastic.RendezvousCase(agents=2, min_nodes=1, max_nodes=3)
+    problems = elastic.rendezvous_problems(case, codes, _joined(tmp_path, workers))
+    assert any(p.kind is Kind.MISMATCH and "--nnodes=1:3" in p.what for p in problems)

@@ -59,6 +59,7 @@ __all__ = [
     "elastic_cases",
     "expected_total",
     "rendezvous_cases",
+    "rendezvous_problems",
     "restart_problems",
 ]
 
