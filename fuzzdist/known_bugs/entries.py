@@ -19,6 +19,7 @@ ENTRY_MODULES: dict[str, tuple[str, ...]] = {
     "fuzzdist.properties.comm_hooks.known_bugs": ("comm_hooks",),
     "fuzzdist.properties.dtensor.known_bugs": ("dtensor",),
     "fuzzdist.properties.dtensor_ops.known_bugs": ("dtensor_ops",),
+    "fuzzdist.properties.elastic.known_bugs": ("elastic",),
     "fuzzdist.properties.fsdp1.known_bugs": ("fsdp1",),
     "fuzzdist.properties.functional.known_bugs": ("functional",),
     "fuzzdist.properties.join.known_bugs": ("join",),

@@ -42,6 +42,10 @@ Modules (import the one you need; each imports only its own dependencies):
 * ``fsdp1``: FSDP1's gradients and parameters equal a local model's; its state dicts round-trip.
 * ``reshard``: a DCP checkpoint saved from W ranks loads into W' ranks, every value bitwise.
 * ``local_map``: ``local_map`` and ``register_sharding`` equal their global semantics, or refuse as documented.
+* ``faults``: a rank that dies at a drawn point leaves its survivors an error within the timeout, a working
+  fresh group, and no half-written checkpoint loaded (each example in a short-lived world of its own).
+* ``elastic``: ``torchrun --max-restarts`` restarts the worker group as documented and a checkpointing job
+  finishes as without failures; a ``--nnodes MIN:MAX`` rendezvous admits exactly the agents that joined.
 
 Shared by the training families: ``_arguments.py`` (their argument checks) and ``_results.py`` (the driver's
 check that no rank reported a problem).

@@ -1,0 +1,35 @@
+"""Elastic restarts: ``torchrun --max-restarts`` restarts the worker group after drawn failures (exit codes,
+signals) as documented, a job that checkpoints finishes with the result computed without failures, and a
+c10d rendezvous with ``--nnodes MIN:MAX`` on one machine admits exactly the agents that joined
+(``fuzzdist.properties.elastic``).
+
+Each example starts torchrun and its workers as fresh interpreters, again at every restart: seconds each
+(bench/RESULTS.md), so these tests run a small share of the profile's examples."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+
+from fuzzdist.properties import elastic
+
+_SHARE = 20  # each example costs one to four torchrun attempts, each importing torch in every worker
+
+
+def _fewer(test):
+    """``test`` with a share of the profile's examples, at least two."""
+    return settings(max_examples=max(2, settings().max_examples // _SHARE))(test)
+
+
+@_fewer
+@given(case=elastic.elastic_cases())
+def test_torchrun_restarts_as_documented(case):
+    """With no more failures than ``--max-restarts`` the group restarts once per failure and the job
+    finishes with the reference's result; with more, torchrun fails after ``--max-restarts`` restarts."""
+    elastic.check_restarts(case)
+
+
+@_fewer
+@given(case=elastic.rendezvous_cases())
+def test_rendezvous_admits_the_agents_that_joined(case):
+    """Agents started at once with ``--nnodes MIN:MAX`` form one group of exactly those agents."""
+    elastic.check_rendezvous(case)
