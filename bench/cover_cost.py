@@ -292,7 +292,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default: 3, 5)")
     parser.add_argument("--pythons", default="venv,3.10,3.11,3.12,3.13", help="pyenv versions for mechanisms")
     parser.add_argument("--json", metavar="FILE", help="also write the figures here")
-    args = parser.parse_args()
+    args = parser.parse_intermixed_args()  # suite's targets may follow the options
     if args.part == "ranks":
         args.examples, args.rounds = args.examples or 60, args.rounds or 3
         data = ranks(args)
