@@ -3,7 +3,8 @@
 Run (from the repository root):
 
     python bench/cover_cost.py ranks [--examples 60] [--rounds 3] [--json FILE]
-    python bench/cover_cost.py mechanisms [--examples 300] [--rounds 5] [--pythons 3.10,3.11,3.12,3.13]
+    python bench/cover_cost.py mechanisms [--examples 300] [--rounds 5] [--pythons venv,3.10,3.11,3.12,3.13]
+    python bench/cover_cost.py suite [--duration 60] [--rounds 2] [--modes off,ctracer,settrace] [TARGET ...]
 
 ``ranks``: the DDP parity property at 2 ranks (``test_ddp_gradients_match_local[cpu-w2-gloo]``), on this
 interpreter (the one with torch), once per mode in each round (off, then each mechanism this Python
@@ -18,7 +19,14 @@ torch needed), on each pyenv Python, on two pure-Python workloads per "example":
 e-mail messages with the measured package (``email``): every line run is a measured one; *other*,
 Fraction arithmetic outside it: the cost of the hooks on code that isn't measured.  Each round
 times N examples off and with each mechanism, interleaved; a new scope each round (its first
-example sees every line as new).
+example sees every line as new).  ``venv`` in ``--pythons`` is this interpreter (the only one here
+with coverage.py, whose C tracer the ``ctracer`` mechanism uses).
+
+``suite``: whole campaigns, ``fuzzdist run --duration D --jobs 1`` over TARGETs (default: several
+property files of different families), once per mode and round, the order turned round every
+other round: "off", or ``--cover torch.distributed`` with ``FUZZDIST_COVER_MECHANISM`` set to the
+mode.  The budget excludes imports and pool start-ups, so examples run in the budget are the
+throughput: a mode's cost is the same round's off examples over its own (on / off time per example).
 """
 
 from __future__ import annotations
@@ -106,7 +114,8 @@ def run_ranks(mode: str, n: int) -> dict:
 def ranks(args: argparse.Namespace) -> dict:
     from fuzzdist.pool.rank import line_cover
 
-    modes = ["off", *(["monitoring"] if line_cover.best_mechanism() == "monitoring" else []), "settrace"]
+    modes = ["off", *(["monitoring"] if line_cover.best_mechanism() == "monitoring" else [])]
+    modes += [*(["ctracer"] if line_cover.has_c_tracer() else []), "settrace"]
     rows: dict[str, list[dict]] = {m: [] for m in modes}
     for r in range(args.rounds):
         for mode in modes if r % 2 == 0 else list(reversed(modes)):
@@ -153,6 +162,7 @@ def other():
     return x
 
 modes = ["off", "settrace"] + (["monitoring"] if hasattr(sys, "monitoring") else [])
+modes += ["ctracer"] if getattr(lc, "has_c_tracer", lambda: False)() else []
 out = {w: {m: [] for m in modes} for w in ("target", "other")}
 for r in range(rounds):
     for workload, fn in (("target", target), ("other", other)):
@@ -171,7 +181,7 @@ def mechanisms(args: argparse.Namespace) -> dict:
     root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
     results = []
     for version in args.pythons.split(","):
-        found = sorted(root.glob(f"{version}.*/bin/python"))
+        found = [Path(sys.executable)] if version == "venv" else sorted(root.glob(f"{version}.*/bin/python"))
         if not found:
             print(f"Python {version}: not installed under {root}, skipped")
             continue
@@ -209,21 +219,86 @@ def mechanisms(args: argparse.Namespace) -> dict:
     return {"results": results}
 
 
+# -- suite: whole campaigns, examples in the same budget -------------------------------------------------
+
+SUITE = (
+    "properties/test_broadcast.py",
+    "properties/test_ddp_parity.py",
+    "properties/test_p2p.py",
+    "properties/test_autograd_collectives.py",
+    "properties/test_object_collectives.py",
+    "properties/test_dtensor_roundtrip.py",
+)
+
+
+def run_suite(mode: str, duration: int, targets: list[str]) -> dict:
+    """One campaign in ``mode``; its examples (total and per property) and the lines it reached."""
+    with tempfile.TemporaryDirectory(prefix="fuzzdist-cover-suite-") as tmp:
+        report = Path(tmp) / "report.json"
+        command = [sys.executable, "-m", "fuzzdist", "run", "--duration", f"{duration}s", "--jobs", "1"]
+        command += ["--database", str(Path(tmp) / "db"), "--report", str(report), "--progress", "none"]
+        command += ["--junit", str(Path(tmp) / "junit.xml")]
+        env = dict(os.environ)
+        if mode != "off":
+            command += ["--cover", "torch.distributed"]
+            env["FUZZDIST_COVER_MECHANISM"] = mode
+        result = subprocess.run(
+            [*command, *targets], capture_output=True, text=True, timeout=duration + 900, cwd=ROOT, env=env
+        )
+        if not report.exists():
+            said = f"{result.stdout[-2000:]}\n{result.stderr[-2000:]}"
+            raise SystemExit(f"{mode}: no report ({result.returncode}):\n{said}")
+        data = json.loads(report.read_text())
+    props = data.get("properties") or {}
+    items = props.values() if isinstance(props, dict) else props
+    examples = {p.get("nodeid"): p.get("examples", 0) for p in items}
+    lines = (data.get("coverage") or {}).get("lines_reached")
+    return {"examples": sum(examples.values()), "per_property": examples, "lines": lines}
+
+
+def suite(args: argparse.Namespace) -> dict:
+    modes = args.modes.split(",")
+    rows: dict[str, list[dict]] = {m: [] for m in modes}
+    for r in range(args.rounds):
+        for mode in modes if r % 2 == 0 else list(reversed(modes)):
+            row = run_suite(mode, args.duration, args.targets or list(SUITE))
+            rows[mode].append(row)
+            print(
+                f"round {r + 1} {mode:>10}: {row['examples']} examples in {args.duration}s, "
+                f"lines {row['lines']} (load {os.getloadavg()[0]:.1f})",
+                flush=True,
+            )
+    print(f"\nwhole campaigns of {args.duration}s, {args.rounds} interleaved rounds: time per example on / off")
+    ratios = {}
+    for mode in modes[1:]:
+        pairs = zip(rows[mode], rows[modes[0]], strict=True)
+        per_round = [off["examples"] / max(1, on["examples"]) for on, off in pairs]
+        ratios[mode] = statistics.median(per_round)
+        print(f"  {mode:<10} {ratios[mode]:.3f}x   (rounds: {', '.join(f'{x:.3f}' for x in per_round)})")
+    return {"python": sys.version.split()[0], "rows": rows, "ratios": ratios}
+
+
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--_rank_child":
         return _rank_child(sys.argv[2], int(sys.argv[3]), Path(sys.argv[4]))
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("part", choices=["ranks", "mechanisms"])
+    parser.add_argument("part", choices=["ranks", "mechanisms", "suite"])
+    parser.add_argument("targets", nargs="*", help="suite: the campaign's targets (default: several families)")
+    parser.add_argument("--duration", type=int, default=60, help="suite: seconds per campaign")
+    parser.add_argument("--modes", default="off,ctracer,settrace", help="suite: off and the mechanisms compared")
     parser.add_argument(
         "--examples", type=int, default=None, help="examples per run (default: 60 for ranks, 300 for mechanisms)"
     )
     parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default: 3, 5)")
-    parser.add_argument("--pythons", default="3.10,3.11,3.12,3.13", help="pyenv versions for mechanisms")
+    parser.add_argument("--pythons", default="venv,3.10,3.11,3.12,3.13", help="pyenv versions for mechanisms")
     parser.add_argument("--json", metavar="FILE", help="also write the figures here")
-    args = parser.parse_args()
+    args = parser.parse_intermixed_args()  # suite's targets may follow the options
     if args.part == "ranks":
         args.examples, args.rounds = args.examples or 60, args.rounds or 3
         data = ranks(args)
+    elif args.part == "suite":
+        args.rounds = args.rounds or 2
+        data = suite(args)
     else:
         args.examples, args.rounds = args.examples or 300, args.rounds or 5
         data = mechanisms(args)

@@ -7,6 +7,9 @@
 1. **Floor, in examples.** Every property first gets ``floor_examples`` examples, however slow they
    are, in collection order: the visit ends at that count, or at an even split of the time left
    between the floors still to give (so one very slow property can't starve the others' floors).
+   A floor cut short by that cap is *continued* once every property has had its first floor visit,
+   before any adaptive slice, with an even split of the time then left between the floors still
+   short; a continuation that runs no example ends its property's floor (it would never finish).
    Counting examples, not seconds, is what makes a slow property (FSDP at 4 ranks) get a real look:
    a floor of seconds gives it a handful of examples and a cheap one thousands.
 2. **Adaptive slices.** The rest goes in slices, each to the property with the highest recent
@@ -95,6 +98,7 @@ class _Record:
     adaptive_finds: int = 0  # new behaviours found in adaptive slices
     total_finds: int = 0
     slices: int = 0
+    floor_stalled: bool = False  # a floor visit ran no example: its floor is not continued
     done: str | None = None  # why it gets no more time
 
     @property
@@ -157,17 +161,13 @@ class Scheduler:
             return None
         while self._floors:
             nodeid = self._floors.pop(0)
-            rec = self._records[nodeid]
-            if rec.done is None and rec.examples < self.floor_examples:
+            if self._floor_short(nodeid):
                 floors_left = 1 + sum(1 for n in self._floors if self._records[n].done is None)
                 # a floor never takes more than an even split of what is left
-                return Grant(
-                    nodeid,
-                    left / floors_left,
-                    "floor",
-                    f"floor: {self.floor_examples} examples",
-                    examples=self.floor_examples - rec.examples,
-                )
+                return self._floor_grant(nodeid, left / floors_left, "")
+        short = [n for n in self.nodeids if self._floor_short(n)] if self.floor_examples else []
+        if short:  # floors cut by their time cap: finished before any adaptive slice
+            return self._floor_grant(short[0], left / len(short), ", continued")
         open_ = [n for n in self.nodeids if self._records[n].done is None]
         if not open_:
             return None
@@ -183,6 +183,16 @@ class Scheduler:
         else:
             reason = "no property is finding new behaviour: the least time so far"
         return Grant(best, seconds, "adaptive", reason)
+
+    def _floor_short(self, nodeid: str) -> bool:
+        """Whether ``nodeid`` still needs (and can use) floor examples."""
+        rec = self._records[nodeid]
+        return rec.done is None and not rec.floor_stalled and rec.examples < self.floor_examples
+
+    def _floor_grant(self, nodeid: str, seconds: float, note: str) -> Grant:
+        rec = self._records[nodeid]
+        examples = self.floor_examples - rec.examples
+        return Grant(nodeid, seconds, "floor", f"floor: {self.floor_examples} examples{note}", examples=examples)
 
     def record(
         self, grant: Grant, seconds: float, finds: Finds | int, done: str | None = None, examples: int = 0
@@ -206,6 +216,7 @@ class Scheduler:
         rec.slices += 1
         if grant.kind == "floor":
             rec.floor_s += seconds
+            rec.floor_stalled = rec.floor_stalled or examples == 0
         elif grant.reason.startswith("no property"):
             rec.spare_s += seconds
         else:

@@ -40,7 +40,7 @@ import pytest
 
 from fuzzdist import known_bugs
 from fuzzdist.compat import hypothesis_internals as _hypothesis_compat
-from fuzzdist.driver import newhooks, profiles, variant_keys
+from fuzzdist.driver import newhooks, profiles, under_hypofuzz, variant_keys
 from fuzzdist.driver.newhooks import RankPools
 from fuzzdist.driver.variant_keys import parametrized_by_pool
 from fuzzdist.errors import CapabilityError, PoolGone, PoolLost, PoolStartupError, PropertyFailure
@@ -283,6 +283,13 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     finally:
         if inner is not None:
             handle.inner_test = inner
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under HypoFuzz, which runs examples without ``pytest_runtest_call``: tally known bugs per example
+    (see :mod:`fuzzdist.driver.under_hypofuzz`)."""
+    if under_hypofuzz.running():
+        under_hypofuzz.prepare(items, _tagging_property_failures)
 
 
 def _revive_spent_pools(item: pytest.Item) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import sys
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from fuzzdist.errors import InvalidArgument
 from fuzzdist.pool.rank import line_cover
 
 DEFAULT_PACKAGES = ("torch.distributed",)
+MECHANISM_VARIABLE = "FUZZDIST_COVER_MECHANISM"  # chooses the mechanism (benchmarks compare them)
 MAX_TIMELINE = 400  # points kept of the total over time (thinned by half when full)
 
 
@@ -137,15 +139,18 @@ _ledger: Ledger | None = None
 def enable(names: Iterable[str], mechanism: str | None = None) -> Ledger:
     """Measure ``names`` on the ranks of every pool from the next example on; return the ledger.
 
-    ``mechanism``: "monitoring" or "settrace" (default: the fastest this Python has).
+    ``mechanism``: "monitoring", "ctracer" or "settrace" (default: ``$FUZZDIST_COVER_MECHANISM``, else
+    the fastest this Python has).
     """
     global _ledger
     targets = resolve(names)
-    mechanism = mechanism or line_cover.best_mechanism()
+    mechanism = mechanism or os.environ.get(MECHANISM_VARIABLE) or line_cover.best_mechanism()
     if mechanism not in line_cover.MECHANISMS:
         raise InvalidArgument(f"coverage mechanism {mechanism!r}: use one of {', '.join(line_cover.MECHANISMS)}")
-    if mechanism == "monitoring" and line_cover.best_mechanism() != "monitoring":
+    if mechanism == "monitoring" and not hasattr(sys, "monitoring"):
         raise InvalidArgument("coverage with sys.monitoring needs Python 3.12 or later; use settrace here")
+    if mechanism == "ctracer" and not line_cover.has_c_tracer():
+        raise InvalidArgument("coverage with coverage.py's C tracer needs coverage installed: pip install coverage")
     _ledger = Ledger(targets, mechanism)
     return _ledger
 

@@ -69,6 +69,34 @@ def test_a_floor_is_capped_at_an_even_split_of_the_time_left():
     assert grants[1].nodeid == "b" and grants[1].kind == "floor"
 
 
+def test_a_floor_cut_by_its_time_cap_is_finished_before_any_adaptive_slice():
+    # slow: 2 s an example; its first floor visit is capped at 60 / 3 = 20 s (10 examples), so the
+    # cheap floors after it still run; then its floor is continued, ahead of the slices b earns.
+    s = Scheduler(["slow", "b", "c"], budget_s=60, slice_s=5)
+    grants = drive(s, lambda n, v: 5 if n == "b" else 0, cost={"slow": 2.0})
+    assert [(g.nodeid, g.kind) for g in grants[:4]] == [
+        ("slow", "floor"),
+        ("b", "floor"),
+        ("c", "floor"),
+        ("slow", "floor"),
+    ]
+    assert grants[0].seconds == pytest.approx(20) and grants[3].examples == FLOOR_EXAMPLES - 10
+    assert grants[3].reason.endswith(", continued")
+    assert s._records["slow"].examples == FLOOR_EXAMPLES
+    assert all(g.kind == "adaptive" for g in grants[4:])
+
+
+def test_a_floor_continuation_that_runs_no_example_is_not_continued_again():
+    s = Scheduler(["a", "b"], budget_s=100, slice_s=5)
+    first = s.next()
+    s.record(first, 50.0, 0, examples=3)  # cut by its cap at 3 examples
+    s.record(s.next(), 0.2, 0, examples=FLOOR_EXAMPLES)  # b's floor
+    again = s.next()
+    assert (again.nodeid, again.kind, again.examples) == ("a", "floor", FLOOR_EXAMPLES - 3)
+    s.record(again, 49.0, 0, examples=0)  # one example outlasted the whole continuation
+    assert s.next().kind == "adaptive"
+
+
 def test_a_property_that_already_ran_its_floor_examples_gets_no_second_floor():
     s = Scheduler(["a"], budget_s=10, slice_s=5)
     g = s.next()

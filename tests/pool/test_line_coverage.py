@@ -100,7 +100,9 @@ print(json.dumps(out))
 
 
 def _pythons() -> list[tuple[str, str]]:
-    found = [(sys.executable, line_cover.best_mechanism())]
+    here = ["monitoring"] if hasattr(sys, "monitoring") else []
+    here += ["ctracer", "settrace"]  # coverage is a test dependency: its C tracer is always here
+    found = [(sys.executable, mechanism) for mechanism in here]
     root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
     for version in ("3.10", "3.11", "3.12", "3.13"):
         for candidate in sorted(root.glob(f"{version}.*/bin/python")):
@@ -127,6 +129,22 @@ def test_each_mechanism_reports_each_line_once_per_scope(python, mechanism):
     assert got["a"][0] == sorted(marked("all", "rank0", "rank1"))
     assert got["a"][1] == sorted(marked("rank2") - marked("all", "rank0", "rank1"))
     assert got["b"] == [sorted(marked("all", "rank0"))]
+
+
+def test_the_c_tracer_is_the_fastest_mechanism_before_python_3_12():
+    assert line_cover.has_c_tracer()  # coverage is a test dependency
+    assert line_cover.best_mechanism() == ("monitoring" if hasattr(sys, "monitoring") else "ctracer")
+
+
+def test_a_mechanism_can_be_chosen_by_the_environment_and_a_bad_one_is_refused(monkeypatch):
+    monkeypatch.setenv(line_coverage.MECHANISM_VARIABLE, "settrace")
+    try:
+        assert line_coverage.enable(["helpers.covered_pkg"]).mechanism == "settrace"
+        monkeypatch.setenv(line_coverage.MECHANISM_VARIABLE, "dtrace")
+        with pytest.raises(InvalidArgument, match="use one of monitoring, ctracer, settrace"):
+            line_coverage.enable(["helpers.covered_pkg"])
+    finally:
+        line_coverage.disable()
 
 
 # -- the section: merging, ranges, executable lines ---------------------------------------------------
