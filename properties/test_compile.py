@@ -49,11 +49,8 @@ def _fewer(test):
 test_compiled_functional_collectives_inductor = _fewer(test_compiled_functional_collectives_inductor)
 
 
-# Not yet classified: DDPOptimizer raises "First bucket should be smaller/equal to other buckets" (a bare
-# AssertionError in torch/_dynamo/backends/distributed.py) for a drawn bucket_cap_mb under DDP's 1 MiB first
-# bucket, which eager DDP takes. Whether that is a torch bug (a documented input refused) is open; until then
-# the test reports XFAIL with the failure shown, and every input is still drawn.
-@pytest.mark.xfail(strict=False, reason="unclassified: DDPOptimizer asserts on a bucket_cap_mb under 1 MiB")
+# A bucket_cap_mb under 1 MiB (drawn, as the DDP property draws it) makes DDPOptimizer raise its first-bucket
+# assertion: a torch bug, reported KNOWN through the registry (fuzzdist.properties.compile.known_bugs).
 @pytest.mark.fuzzdist(world_size=[2], device=["cpu"], timeout=INDUCTOR_TIMEOUT)
 @given(data=st.data())
 def test_compiled_ddp_trains_as_eager_ddp(rank_pool, data):

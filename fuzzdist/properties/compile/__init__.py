@@ -13,4 +13,5 @@ Modules:
   DDP does, for DDP configs drawn as the DDP property draws them.
 * ``cache``: one compiled program per graph structure, kept for the rank process's life: how the family keeps
   recompilation bounded, and what it counts of Dynamo's work (graphs, graph breaks) for the events.
+* ``known_bugs``: the torch bugs the family meets, as known-bug entries.
 """

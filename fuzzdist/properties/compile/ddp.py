@@ -36,6 +36,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from fuzzdist import strategies as fst
+from fuzzdist.known_bugs import known_failures
 from fuzzdist.problems import Kind, Problem, by_rank
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.properties.compile import cache
@@ -148,14 +149,16 @@ def compiled_ddp_cases(draw: st.DrawFn, world_size: int, backends: tuple[Any, ..
 
 def check(pool: Pool, case: CompiledDDPCase) -> None:
     """Run ``case`` on ``pool``: raise :class:`PropertyFailure` if compiled DDP's gradients or parameters differ
-    from eager DDP's beyond the bound on any rank."""
-    outcomes: list[DDPOutcome] = pool.run(ddp_compiled_and_check, case)
-    if currently_in_test_context():
-        for reason in sorted({r for o in outcomes for r in o.breaks}):
-            event(f"compile ddp: graph break: {reason.splitlines()[0][:120]}")
-    wrong = {rank: list(o.problems) for rank, o in enumerate(outcomes) if o.problems}
-    if wrong:
-        raise PropertyFailure(
-            f"compiled DDP differs from eager DDP on ranks {sorted(wrong)}:{by_rank(wrong)}",
-            [list(o.problems) or None for o in outcomes],
-        )
+    from eager DDP's beyond the bound on any rank (a failure a known torch bug explains is a sighting, see
+    :mod:`.known_bugs`)."""
+    with known_failures("compile", case=case):
+        outcomes: list[DDPOutcome] = pool.run(ddp_compiled_and_check, case)
+        if currently_in_test_context():
+            for reason in sorted({r for o in outcomes for r in o.breaks}):
+                event(f"compile ddp: graph break: {reason.splitlines()[0][:120]}")
+        wrong = {rank: list(o.problems) for rank, o in enumerate(outcomes) if o.problems}
+        if wrong:
+            raise PropertyFailure(
+                f"compiled DDP differs from eager DDP on ranks {sorted(wrong)}:{by_rank(wrong)}",
+                [list(o.problems) or None for o in outcomes],
+            )
