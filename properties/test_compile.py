@@ -62,3 +62,30 @@ def test_compiled_ddp_trains_as_eager_ddp(rank_pool, data):
 
 
 test_compiled_ddp_trains_as_eager_ddp = _fewer(test_compiled_ddp_trains_as_eager_ddp)
+
+
+@pytest.mark.fuzzdist(world_size=[2], device=["cpu"], timeout=INDUCTOR_TIMEOUT)
+@given(data=st.data())
+def test_compiled_fsdp2_trains_as_eager_fsdp2(rank_pool, data):
+    """torch.compile(fully_shard(model)) trains as the same FSDP2 model eagerly, within the module's bound."""
+    from fuzzdist.properties.compile import fsdp
+
+    case = data.draw(fsdp.compiled_fsdp_cases(rank_pool.world_size, backends=("aot_eager",)), label="case")
+    fsdp.check(rank_pool, case)
+
+
+test_compiled_fsdp2_trains_as_eager_fsdp2 = _fewer(test_compiled_fsdp2_trains_as_eager_fsdp2)
+
+
+@pytest.mark.fuzzdist(world_size=[2], device=["cpu"], timeout=INDUCTOR_TIMEOUT)
+@given(data=st.data())
+def test_compiled_dtensor_programs_aot_eager(rank_pool, data):
+    """Drawn chains of DTensor operators and redistributes, compiled with aot_eager, give the eager values and
+    placements within the module's bound."""
+    from fuzzdist.properties.compile import dtensor
+
+    case = data.draw(dtensor.dtensor_cases(backends=("aot_eager",)), label="case")
+    dtensor.check(rank_pool, case)
+
+
+test_compiled_dtensor_programs_aot_eager = _fewer(test_compiled_dtensor_programs_aot_eager)

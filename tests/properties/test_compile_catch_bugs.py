@@ -53,3 +53,29 @@ def test_catches_an_all_reduce_output_aliasing_its_input(rank_pool):
     for rank, problems in enumerate(f.results):
         # the values are right: only the input, left unmodified eagerly, was overwritten
         assert [(p.kind, p.what) for p in problems] == [(Kind.MISMATCH, "the input afterwards")], (rank, problems)
+
+
+# each example compiles DDP's forward afresh: seconds, minutes on a loaded machine
+@pytest.mark.fuzzdist(world_size=2, timeout=300.0)
+def test_catches_compiled_ddp_averaging_gradients_twice(rank_pool):
+    from fuzzdist.properties.compile import ddp
+    from fuzzdist.strategies import DDPConfig
+
+    f = minimal_failure(
+        partial(ddp.check, rank_pool),
+        case=ddp.compiled_ddp_cases(rank_pool.world_size, backends=(planted_compile.ddp_gradients_averaged_twice,)),
+    )
+    case = f.case
+    # Dividing by a batch of 1 changes nothing: some rank needs a batch of 2.  The shortest draw of one is an even
+    # batch of 2 (an uneven one draws a size per rank more); every other field at its minimum: one 1->1 layer,
+    # DDP's defaults, one SGD step, float32, seed 0, no compiled autograd.
+    assert case.config == DDPConfig(widths=(1, 1), batch_sizes=(2, 2)), case
+    assert (case.dtype, case.compiled_autograd, case.seed) == (torch.float32, False, 0), case
+    for rank, problems in enumerate(f.results):
+        # both parameters' gradients are halved, so the parameters the step leaves differ too
+        assert sorted((p.kind, p.what) for p in problems) == [
+            (Kind.MISMATCH, "param layers.0.bias after 1 steps"),
+            (Kind.MISMATCH, "param layers.0.weight after 1 steps"),
+            (Kind.MISMATCH, "step 0 grad layers.0.bias"),
+            (Kind.MISMATCH, "step 0 grad layers.0.weight"),
+        ], (rank, problems)

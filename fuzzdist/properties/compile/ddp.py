@@ -91,7 +91,10 @@ def _train(
     return grads, {name: p.detach().clone() for name, p in model.named_parameters()}
 
 
-def _compare(what: str, got: torch.Tensor | None, expected: torch.Tensor | None, dtype: torch.dtype) -> Problem | None:
+def within_bound(
+    what: str, got: torch.Tensor | None, expected: torch.Tensor | None, dtype: torch.dtype
+) -> Problem | None:
+    """A problem where ``got`` (compiled) is not within the bound of ``expected`` (eager), or one of them is missing."""
     if got is None or expected is None:
         if got is None and expected is None:
             return None
@@ -128,10 +131,10 @@ def ddp_compiled_and_check(ctx: RankContext, case: CompiledDDPCase) -> DDPOutcom
     problems: list[Problem | None] = []
     for step, (got, expected) in enumerate(zip(grads, eager_grads, strict=True)):
         for name in sorted(set(got) | set(expected)):
-            problems.append(_compare(f"step {step} grad {name}", got.get(name), expected.get(name), case.dtype))
+            problems.append(within_bound(f"step {step} grad {name}", got.get(name), expected.get(name), case.dtype))
     for name in sorted(params):
         problems.append(
-            _compare(f"param {name} after {case.config.steps} steps", params[name], eager_params[name], case.dtype)
+            within_bound(f"param {name} after {case.config.steps} steps", params[name], eager_params[name], case.dtype)
         )
     dist.barrier(group=ctx.group)
     return DDPOutcome(tuple(copy.copy(p) for p in problems if p is not None), new_breaks)
