@@ -15,6 +15,14 @@ different implementations or orders of operations are not bitwise identical).  S
 compared within the DDP parity property's tolerance for the dtype (:data:`fuzzdist.properties.ddp.TOLERANCES`,
 an ``allclose`` bound sized for re-associated sums over a batch of at most 8 and widths of at most 16).
 
+Isolation: constructing a DDP module under ``optimize_ddp="python_reducer"`` changes process-wide state that
+nothing undoes (it adds DDP's module to Dynamo's inline list, ``torch._dynamo.trace_rules.LEGACY_MOD_INLINELIST``,
+and turns on Inductor's ``_fuse_ddp_communication``); a later DDPOptimizer example with
+``find_unused_parameters`` in the same rank process then fails in backward (a torch finding,
+``ddp-python-reducer-leaks-inline-rule``, with its reproducer).  So that every example runs as it would in a fresh
+process, and a failure shrinks and replays on its own, the compiled run restores that state afterwards
+(:func:`_python_reducer_state_restored`).
+
 Recompilation: every example builds a new model, which Dynamo guards on, so each example compiles once; Dynamo's
 caches are cleared before each (:func:`fuzzdist.properties.compile.cache.clear`) so that no code object (DDP's
 ``forward`` is one for every model) collects graphs up to its recompile limit.  A graph break is an event,
@@ -23,8 +31,10 @@ as in :mod:`.functional`.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -63,6 +73,24 @@ class CompiledDDPCase:
     backend: Any = "aot_eager"
     compiled_autograd: bool = False
     seed: int = 0
+
+
+@contextlib.contextmanager
+def _python_reducer_state_restored() -> Iterator[None]:
+    """Restore, on the way out, the process-wide state that DDP's constructor changes under the Python reducer
+    (Dynamo's legacy inline list, Inductor's DDP fusion options): see the module docstring."""
+    import torch._inductor.config as inductor_config
+    from torch._dynamo import trace_rules
+
+    inline = set(trace_rules.LEGACY_MOD_INLINELIST)
+    fusion = {name: getattr(inductor_config, name) for name in ("_fuse_ddp_communication", "_fuse_ddp_bucket_size")}
+    try:
+        yield
+    finally:
+        trace_rules.LEGACY_MOD_INLINELIST.intersection_update(inline)
+        trace_rules.get_legacy_mod_inlinelist.cache_clear()
+        for name, value in fusion.items():
+            setattr(inductor_config, name, value)
 
 
 def _train(
@@ -125,7 +153,7 @@ def ddp_compiled_and_check(ctx: RankContext, case: CompiledDDPCase) -> DDPOutcom
     # compiled autograd refuses DDP's C++ reducer and says to use Dynamo's Python one ("Compiled autograd is not
     # compatible with C++ DDP Reducer, please use torch._dynamo.config.optimize_ddp="python_reducer"")
     optimize_ddp = "python_reducer" if case.compiled_autograd else torch._dynamo.config.optimize_ddp
-    with torch._dynamo.config.patch(optimize_ddp=optimize_ddp):
+    with _python_reducer_state_restored(), torch._dynamo.config.patch(optimize_ddp=optimize_ddp):
         grads, params = _train(ctx, case, compiled=True)
     new_breaks = tuple(sorted(r for r, n in counters["graph_break"].items() if n > breaks.get(r, 0)))
     problems: list[Problem | None] = []
