@@ -16,6 +16,7 @@ import torch.distributed as dist
 from fuzzdist.known_bugs import evidence
 from fuzzdist.known_bugs.predicates import example_of
 from fuzzdist.known_bugs.registry import KnownBug, register
+from fuzzdist.problems import Kind
 from fuzzdist.properties.compile.ddp import CompiledDDPCase
 
 MIB = 1024 * 1024
@@ -48,5 +49,31 @@ register(
         id="ddp-compile-sub-mib-bucket-cap-asserts",
         where=("compile",),
         recognise=_is_ddp_compile_sub_mib_bucket_cap_assert,
+    )
+)
+
+
+# -- DDP under compiled autograd: the Python reducer's buffers ----------------------------------------
+
+
+def _is_ddp_python_reducer_buffers_not_synced(example: Mapping[str, Any], failure: BaseException) -> bool:
+    """A compiled DDP case under compiled autograd (so Dynamo's Python reducer) whose model has buffers that feed
+    its output, synced by DDP (``broadcast_buffers``), trained for more than one step (the first forward runs
+    on the buffers every rank built alike), and the property reported only value mismatches."""
+    case = example_of(example, "case", CompiledDDPCase)
+    if case is None or not case.compiled_autograd:
+        return False
+    config = case.config
+    if not (config.buffers and config.broadcast_buffers and config.steps > 1):
+        return False
+    problems = evidence.reported(failure) or []
+    return bool(problems) and all(p.kind is Kind.MISMATCH for p in problems)
+
+
+register(
+    KnownBug(
+        id="ddp-python-reducer-skips-buffer-broadcast",
+        where=("compile",),
+        recognise=_is_ddp_python_reducer_buffers_not_synced,
     )
 )
