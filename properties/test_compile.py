@@ -49,11 +49,8 @@ def _fewer(test):
 test_compiled_functional_collectives_inductor = _fewer(test_compiled_functional_collectives_inductor)
 
 
-# Not yet classified: DDPOptimizer raises "First bucket should be smaller/equal to other buckets" (a bare
-# AssertionError in torch/_dynamo/backends/distributed.py) for a drawn bucket_cap_mb under DDP's 1 MiB first
-# bucket, which eager DDP takes. Whether that is a torch bug (a documented input refused) is open; until then
-# the test reports XFAIL with the failure shown, and every input is still drawn.
-@pytest.mark.xfail(strict=False, reason="unclassified: DDPOptimizer asserts on a bucket_cap_mb under 1 MiB")
+# A bucket_cap_mb under 1 MiB (drawn, as the DDP property draws it) makes DDPOptimizer raise its first-bucket
+# assertion: a torch bug, reported KNOWN through the registry (fuzzdist.properties.compile.known_bugs).
 @pytest.mark.fuzzdist(world_size=[2], device=["cpu"], timeout=INDUCTOR_TIMEOUT)
 @given(data=st.data())
 def test_compiled_ddp_trains_as_eager_ddp(rank_pool, data):
@@ -65,3 +62,30 @@ def test_compiled_ddp_trains_as_eager_ddp(rank_pool, data):
 
 
 test_compiled_ddp_trains_as_eager_ddp = _fewer(test_compiled_ddp_trains_as_eager_ddp)
+
+
+@pytest.mark.fuzzdist(world_size=[2], device=["cpu"], timeout=INDUCTOR_TIMEOUT)
+@given(data=st.data())
+def test_compiled_fsdp2_trains_as_eager_fsdp2(rank_pool, data):
+    """torch.compile(fully_shard(model)) trains as the same FSDP2 model eagerly, within the module's bound."""
+    from fuzzdist.properties.compile import fsdp
+
+    case = data.draw(fsdp.compiled_fsdp_cases(rank_pool.world_size, backends=("aot_eager",)), label="case")
+    fsdp.check(rank_pool, case)
+
+
+test_compiled_fsdp2_trains_as_eager_fsdp2 = _fewer(test_compiled_fsdp2_trains_as_eager_fsdp2)
+
+
+@pytest.mark.fuzzdist(world_size=[2], device=["cpu"], timeout=INDUCTOR_TIMEOUT)
+@given(data=st.data())
+def test_compiled_dtensor_programs_aot_eager(rank_pool, data):
+    """Drawn chains of DTensor operators and redistributes, compiled with aot_eager, give the eager values and
+    placements within the module's bound."""
+    from fuzzdist.properties.compile import dtensor
+
+    case = data.draw(dtensor.dtensor_cases(backends=("aot_eager",)), label="case")
+    dtensor.check(rank_pool, case)
+
+
+test_compiled_dtensor_programs_aot_eager = _fewer(test_compiled_dtensor_programs_aot_eager)

@@ -17,6 +17,7 @@ ENTRY_MODULES: dict[str, tuple[str, ...]] = {
     "fuzzdist.properties.checkpoint.known_bugs": ("checkpoint",),
     "fuzzdist.properties.collectives.known_bugs": ("collectives",),
     "fuzzdist.properties.comm_hooks.known_bugs": ("comm_hooks",),
+    "fuzzdist.properties.compile.known_bugs": ("compile",),
     "fuzzdist.properties.dtensor.known_bugs": ("dtensor",),
     "fuzzdist.properties.dtensor_ops.known_bugs": ("dtensor_ops",),
     "fuzzdist.properties.elastic.known_bugs": ("elastic",),

@@ -69,3 +69,37 @@ def wait_after_use(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
 def all_reduce_aliasing_input(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
     """A backend: aot_eager with each all_reduce's output aliasing its input (reduced in place)."""
     return _backend_running(_alias_all_reduce_output)(gm, example_inputs)
+
+
+def _batch_size(example_inputs: Any) -> int:
+    """The batch size of a compiled DDP module's graph: the first dimension of its one input that is neither a
+    parameter nor a buffer (the batch, ``(batch, width)``)."""
+    batches = [t for t in example_inputs if not isinstance(t, torch.nn.Parameter) and t.dim() == 2]
+    return int(batches[0].shape[0]) if batches else 1
+
+
+def _divide_gradients_by(graph: torch.fx.Graph, batch: int) -> None:
+    """Divide every gradient the backward graph returns by ``batch``: the mean over the batch taken a second time."""
+    output = next(n for n in graph.nodes if n.op == "output")
+    grads = list(output.args[0])
+    with graph.inserting_before(output):
+        for i, grad in enumerate(grads):
+            if isinstance(grad, torch.fx.Node):
+                grads[i] = graph.call_function(torch.ops.aten.div.Scalar, (grad, batch))
+    output.args = (tuple(grads),)
+
+
+def ddp_gradients_averaged_twice(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+    """A backend for ``torch.compile(ddp_model)``: aot_eager whose backward divides each parameter's gradient by
+    the batch size once more (the compiled path alone averages over the batch twice)."""
+    batch = _batch_size(example_inputs)
+
+    def backward_compiler(bw: torch.fx.GraphModule, bw_inputs: Any) -> Any:
+        _divide_gradients_by(bw.graph, batch)
+        bw.graph.lint()
+        bw.recompile()
+        return make_boxed_func(bw.forward)
+
+    return aot_autograd(fw_compiler=lambda fw, _: make_boxed_func(fw.forward), bw_compiler=backward_compiler)(
+        gm, example_inputs
+    )

@@ -11,6 +11,11 @@ Modules:
   that move communication.
 * ``ddp``: ``torch.compile(ddp_model)`` (DDPOptimizer's graph splitting, compiled autograd drawn) trains as eager
   DDP does, for DDP configs drawn as the DDP property draws them.
+* ``dtensor``: drawn chains of DTensor operators (pointwise ops, sums leaving ``Partial`` results,
+  redistributes) compiled, against the same chains run eagerly.
+* ``fsdp``: a ``fully_shard`` model compiled trains as the same model eagerly, for FSDP2 configs drawn as the
+  FSDP2 parity property draws them (without mixed precision).
 * ``cache``: one compiled program per graph structure, kept for the rank process's life: how the family keeps
   recompilation bounded, and what it counts of Dynamo's work (graphs, graph breaks) for the events.
+* ``known_bugs``: the torch bugs the family meets, as known-bug entries.
 """

@@ -15,6 +15,14 @@ different implementations or orders of operations are not bitwise identical).  S
 compared within the DDP parity property's tolerance for the dtype (:data:`fuzzdist.properties.ddp.TOLERANCES`,
 an ``allclose`` bound sized for re-associated sums over a batch of at most 8 and widths of at most 16).
 
+Isolation: constructing a DDP module under ``optimize_ddp="python_reducer"`` changes process-wide state that
+nothing undoes (it adds DDP's module to Dynamo's inline list, ``torch._dynamo.trace_rules.LEGACY_MOD_INLINELIST``,
+and turns on Inductor's ``_fuse_ddp_communication``); a later DDPOptimizer example with
+``find_unused_parameters`` in the same rank process then fails in backward (a torch finding,
+``ddp-python-reducer-leaks-inline-rule``, with its reproducer).  So that every example runs as it would in a fresh
+process, and a failure shrinks and replays on its own, the compiled run restores that state afterwards
+(:func:`_python_reducer_state_restored`).
+
 Recompilation: every example builds a new model, which Dynamo guards on, so each example compiles once; Dynamo's
 caches are cleared before each (:func:`fuzzdist.properties.compile.cache.clear`) so that no code object (DDP's
 ``forward`` is one for every model) collects graphs up to its recompile limit.  A graph break is an event,
@@ -23,8 +31,10 @@ as in :mod:`.functional`.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +46,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from fuzzdist import strategies as fst
+from fuzzdist.known_bugs import known_failures
 from fuzzdist.problems import Kind, Problem, by_rank
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.properties.compile import cache
@@ -64,6 +75,24 @@ class CompiledDDPCase:
     seed: int = 0
 
 
+@contextlib.contextmanager
+def _python_reducer_state_restored() -> Iterator[None]:
+    """Restore, on the way out, the process-wide state that DDP's constructor changes under the Python reducer
+    (Dynamo's legacy inline list, Inductor's DDP fusion options): see the module docstring."""
+    import torch._inductor.config as inductor_config
+    from torch._dynamo import trace_rules
+
+    inline = set(trace_rules.LEGACY_MOD_INLINELIST)
+    fusion = {name: getattr(inductor_config, name) for name in ("_fuse_ddp_communication", "_fuse_ddp_bucket_size")}
+    try:
+        yield
+    finally:
+        trace_rules.LEGACY_MOD_INLINELIST.intersection_update(inline)
+        trace_rules.get_legacy_mod_inlinelist.cache_clear()
+        for name, value in fusion.items():
+            setattr(inductor_config, name, value)
+
+
 def _train(
     ctx: RankContext, case: CompiledDDPCase, compiled: bool
 ) -> tuple[list[dict[str, torch.Tensor]], dict[str, torch.Tensor]]:
@@ -90,7 +119,10 @@ def _train(
     return grads, {name: p.detach().clone() for name, p in model.named_parameters()}
 
 
-def _compare(what: str, got: torch.Tensor | None, expected: torch.Tensor | None, dtype: torch.dtype) -> Problem | None:
+def within_bound(
+    what: str, got: torch.Tensor | None, expected: torch.Tensor | None, dtype: torch.dtype
+) -> Problem | None:
+    """A problem where ``got`` (compiled) is not within the bound of ``expected`` (eager), or one of them is missing."""
     if got is None or expected is None:
         if got is None and expected is None:
             return None
@@ -121,16 +153,16 @@ def ddp_compiled_and_check(ctx: RankContext, case: CompiledDDPCase) -> DDPOutcom
     # compiled autograd refuses DDP's C++ reducer and says to use Dynamo's Python one ("Compiled autograd is not
     # compatible with C++ DDP Reducer, please use torch._dynamo.config.optimize_ddp="python_reducer"")
     optimize_ddp = "python_reducer" if case.compiled_autograd else torch._dynamo.config.optimize_ddp
-    with torch._dynamo.config.patch(optimize_ddp=optimize_ddp):
+    with _python_reducer_state_restored(), torch._dynamo.config.patch(optimize_ddp=optimize_ddp):
         grads, params = _train(ctx, case, compiled=True)
     new_breaks = tuple(sorted(r for r, n in counters["graph_break"].items() if n > breaks.get(r, 0)))
     problems: list[Problem | None] = []
     for step, (got, expected) in enumerate(zip(grads, eager_grads, strict=True)):
         for name in sorted(set(got) | set(expected)):
-            problems.append(_compare(f"step {step} grad {name}", got.get(name), expected.get(name), case.dtype))
+            problems.append(within_bound(f"step {step} grad {name}", got.get(name), expected.get(name), case.dtype))
     for name in sorted(params):
         problems.append(
-            _compare(f"param {name} after {case.config.steps} steps", params[name], eager_params[name], case.dtype)
+            within_bound(f"param {name} after {case.config.steps} steps", params[name], eager_params[name], case.dtype)
         )
     dist.barrier(group=ctx.group)
     return DDPOutcome(tuple(copy.copy(p) for p in problems if p is not None), new_breaks)
@@ -148,14 +180,16 @@ def compiled_ddp_cases(draw: st.DrawFn, world_size: int, backends: tuple[Any, ..
 
 def check(pool: Pool, case: CompiledDDPCase) -> None:
     """Run ``case`` on ``pool``: raise :class:`PropertyFailure` if compiled DDP's gradients or parameters differ
-    from eager DDP's beyond the bound on any rank."""
-    outcomes: list[DDPOutcome] = pool.run(ddp_compiled_and_check, case)
-    if currently_in_test_context():
-        for reason in sorted({r for o in outcomes for r in o.breaks}):
-            event(f"compile ddp: graph break: {reason.splitlines()[0][:120]}")
-    wrong = {rank: list(o.problems) for rank, o in enumerate(outcomes) if o.problems}
-    if wrong:
-        raise PropertyFailure(
-            f"compiled DDP differs from eager DDP on ranks {sorted(wrong)}:{by_rank(wrong)}",
-            [list(o.problems) or None for o in outcomes],
-        )
+    from eager DDP's beyond the bound on any rank (a failure a known torch bug explains is a sighting, see
+    :mod:`.known_bugs`)."""
+    with known_failures("compile", case=case):
+        outcomes: list[DDPOutcome] = pool.run(ddp_compiled_and_check, case)
+        if currently_in_test_context():
+            for reason in sorted({r for o in outcomes for r in o.breaks}):
+                event(f"compile ddp: graph break: {reason.splitlines()[0][:120]}")
+        wrong = {rank: list(o.problems) for rank, o in enumerate(outcomes) if o.problems}
+        if wrong:
+            raise PropertyFailure(
+                f"compiled DDP differs from eager DDP on ranks {sorted(wrong)}:{by_rank(wrong)}",
+                [list(o.problems) or None for o in outcomes],
+            )

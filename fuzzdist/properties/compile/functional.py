@@ -144,7 +144,8 @@ def rank_input(program: Program, rank: int, seed: int) -> torch.Tensor:
     return torch.randint(-8, 8, program.shape, generator=gen, dtype=program.dtype)
 
 
-def _compute(op: str, xs: Sequence[torch.Tensor]) -> torch.Tensor:
+def compute_op(op: str, xs: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Compute op ``op`` (of :data:`UNARY` and :data:`BINARY`) over ``xs``."""
     a = xs[0]
     if op == "neg":
         return -a
@@ -195,7 +196,7 @@ def run_program(steps: tuple[Step, ...], x: torch.Tensor, group: Any) -> list[to
     pending = []
     for step in steps:
         if step.kind == "compute":
-            values.append(_compute(step.op, [values[i] for i in step.args]))
+            values.append(compute_op(step.op, [values[i] for i in step.args]))
         elif step.kind == "issue":
             pending.append(_issue(step, values[step.args[0]], group))
         elif step.kind == "wait":
@@ -209,7 +210,7 @@ def _eps(dtype: torch.dtype) -> float:
     return torch.finfo(dtype).eps if dtype.is_floating_point else 0.0
 
 
-def _compute_bound(
+def compute_bound(
     op: str, xs: Sequence[torch.Tensor], bs: Sequence[torch.Tensor], out: torch.Tensor, ulp: float
 ) -> torch.Tensor:
     """The error bound of ``op``'s result: its inputs' errors propagated, plus one rounding of its own."""
@@ -254,9 +255,9 @@ def run_with_bounds(
     for step in steps:
         if step.kind == "compute":
             xs = [values[i] for i in step.args]
-            out = _compute(step.op, xs)
+            out = compute_op(step.op, xs)
             values.append(out)
-            bounds.append(_compute_bound(step.op, xs, [bounds[i] for i in step.args], out, ulp))
+            bounds.append(compute_bound(step.op, xs, [bounds[i] for i in step.args], out, ulp))
         elif step.kind == "issue":
             pending.append((_issue(step, values[step.args[0]], group), step, bounds[step.args[0]]))
         elif step.kind == "wait":
