@@ -122,6 +122,12 @@ def plans() -> dict[str, Plan | str]:
     return out
 
 
+def _plan(name: str) -> Plan:
+    plan = plans()[name]
+    assert isinstance(plan, Plan), f"{name} is not drawn: {plan}"
+    return plan
+
+
 @st.composite
 def _schema_arguments(d: st.DrawFn, plan: Plan) -> Arguments:
     """Arguments for an overload called as ``plan`` says: one drawn shape for every tensor."""
@@ -150,7 +156,7 @@ def _op_def(name: str, kinds: tuple[str, ...], out: bool, mutates: int | None, f
         f"schema.{name}",
         "schema_ops",
         _caller(_BY_NAME[name], out),
-        lambda: _schema_arguments(plans()[name]),
+        lambda: _schema_arguments(_plan(name)),
         mutates=kinds.count("T") if out else mutates,
         local_domain=True,
         partial=floating,
