@@ -34,6 +34,7 @@ class OpDef:
     (:mod:`~fuzzdist.properties.dtensor_ops.accuracy`) of ``terms(args, kwargs)`` terms per element of
     ``magnitude`` (default: the operator over the float64 absolute values of its arguments).  ``grad``:
     its backward is checked.  ``mutates``: the flat index of the operand an in-place operator changes.
+    ``out``: it writes its result into its last operand, an ``out=`` tensor (``mutates`` names it).
     ``outputs``: which outputs are compared (None: all).  ``partial``: Partial placements
     drawn.  ``root``: see the field."""
 
@@ -46,6 +47,7 @@ class OpDef:
     magnitude: Callable[..., Any] | None = None
     grad: bool = False
     mutates: int | None = None
+    out: bool = False
     outputs: tuple[int, ...] | None = None
     partial: bool = True
     local_domain: bool = False

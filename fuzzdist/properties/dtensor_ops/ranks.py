@@ -50,6 +50,13 @@ def refused(exc: BaseException) -> bool:
     return isinstance(exc, (RuntimeError, NotImplementedError)) and any(r in text for r in REFUSALS)
 
 
+DTENSOR_CALL = "the DTensor operator"
+"""The ``what`` of a :attr:`~fuzzdist.problems.Kind.RAISED` problem: the call on DTensors raised."""
+
+OUTPUT = "output"
+"""A problem's ``subject`` is ``(OUTPUT, i)`` where it is about the operator's ``i``-th output."""
+
+
 def collectives_issued(mesh: Any) -> tuple[int, ...] | None:
     """How many collectives this rank has issued on each of ``mesh``'s process groups (their sequence
     numbers), or None where the backend doesn't count them."""
@@ -317,7 +324,10 @@ def compute_and_check(ctx: RankContext, case: OpCase, rules: Callable[[], Any] =
             ref = ref_outs[i]
             if ref is None:
                 continue
-            problems += _check_output(f"output {i}", dt_outs[i], ref, allowed[i], case, coord)
+            problems += [
+                p.about(p.what, subject=(OUTPUT, i))
+                for p in _check_output(f"output {i}", dt_outs[i], ref, allowed[i], case, coord)
+            ]
         problems += _check_inputs(op_def, built, allowed, coord)
         if case.grad_seed is not None:  # on every rank, whatever it found: the backward runs collectives
             problems += _check_backward(
@@ -342,7 +352,7 @@ def compute_and_check(ctx: RankContext, case: OpCase, rules: Callable[[], Any] =
                 "a rank raised part-way through a DTensor operator: the mesh's process groups may "
                 "have issued different numbers of collectives on different ranks"
             )
-        problems.append(Problem.raised(exc, "the DTensor operator"))
+        problems.append(Problem.raised(exc, DTENSOR_CALL))
     return capped(problems) or None
 
 

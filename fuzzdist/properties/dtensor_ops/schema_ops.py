@@ -158,6 +158,7 @@ def _op_def(name: str, kinds: tuple[str, ...], out: bool, mutates: int | None, f
         _caller(_BY_NAME[name], out),
         lambda: _schema_arguments(_plan(name)),
         mutates=kinds.count("T") if out else mutates,
+        out=out,
         local_domain=True,
         partial=floating,
     )
