@@ -108,3 +108,18 @@ def transpose_keeps_shard_dim() -> Iterator[None]:
     """views: ``aten.transpose.int`` keeps its input's placements, so Shard(0) stays Shard(0)."""
     with planted(aten.transpose.int, _transpose_keeping_shard_dim):
         yield
+
+
+@contextlib.contextmanager
+def raises_before_any_collective() -> Iterator[None]:
+    """Every DTensor call raises on entry, before it issues a collective (a refused input, say)."""
+    raise RuntimeError("planted: raised before any collective")
+    yield  # pragma: no cover - never reached
+
+
+@contextlib.contextmanager
+def raises_after_a_collective() -> Iterator[None]:
+    """Every DTensor call raises after one all-reduce on the default group: a rank left part-way through."""
+    torch.distributed.all_reduce(torch.zeros(1))
+    raise RuntimeError("planted: raised after a collective")
+    yield  # pragma: no cover - never reached

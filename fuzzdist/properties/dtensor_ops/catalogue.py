@@ -1,7 +1,8 @@
 """The operators the family draws: one :class:`OpDef` per operator (or per way of calling it), registered
 by the group modules (:data:`GROUPS`) into :data:`OPS`, by name.
 
-A case names its operator, so it travels as a string; every rank looks it up here.
+A case names its operator, so it travels as a string; every rank looks it up here (:func:`lookup`),
+importing only that operator's group: a rank never pays for the whole catalogue (see :func:`lookup`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class OpDef:
     (:mod:`~fuzzdist.properties.dtensor_ops.accuracy`) of ``terms(args, kwargs)`` terms per element of
     ``magnitude`` (default: the operator over the float64 absolute values of its arguments).  ``grad``:
     its backward is checked.  ``mutates``: the flat index of the operand an in-place operator changes.
+    ``out``: it writes its result into its last operand, an ``out=`` tensor (``mutates`` names it).
     ``outputs``: which outputs are compared (None: all).  ``partial``: Partial placements
     drawn.  ``root``: see the field."""
 
@@ -45,6 +47,7 @@ class OpDef:
     magnitude: Callable[..., Any] | None = None
     grad: bool = False
     mutates: int | None = None
+    out: bool = False
     outputs: tuple[int, ...] | None = None
     partial: bool = True
     local_domain: bool = False
@@ -69,11 +72,41 @@ def register(*ops: OpDef) -> None:
 _loaded = False
 
 
+def _group_module(group: str) -> Any:
+    return importlib.import_module(f"fuzzdist.properties.dtensor_ops.{group}")
+
+
 def all_ops() -> dict[str, OpDef]:
-    """:data:`OPS`, once every group module has registered its operators."""
+    """:data:`OPS`, once every group module has registered its operators (a module that registers on
+    demand, ``schema_ops``, through its ``register_all``)."""
     global _loaded
     if not _loaded:
         _loaded = True
         for group in GROUPS:
-            importlib.import_module(f"fuzzdist.properties.dtensor_ops.{group}")
+            register_all = getattr(_group_module(group), "register_all", None)
+            if register_all is not None:
+                register_all()
     return OPS
+
+
+_PREFIXES = {"schema": "schema_ops"}
+"""Operator-name prefixes that are not their group module's name."""
+
+
+def lookup(name: str) -> OpDef | None:
+    """The operator ``name`` (``<group>.<operator>``), importing its group's module alone (None: unknown).
+
+    What a rank calls: the whole catalogue costs seconds (the schema-driven group asks torch which dtype
+    each of ~500 overloads takes, and every group builds its strategies), which a rank would pay again
+    after every restart.  A group that registers on demand builds the one operator (its ``one``)."""
+    if name in OPS:
+        return OPS[name]
+    prefix = name.split(".", 1)[0]
+    group = _PREFIXES.get(prefix, prefix)
+    if group not in GROUPS:
+        return None
+    module = _group_module(group)
+    if name in OPS:
+        return OPS[name]
+    one = getattr(module, "one", None)
+    return one(name) if one is not None else None

@@ -16,7 +16,9 @@ from fuzzdist.known_bugs import evidence
 from fuzzdist.known_bugs.registry import KnownBug, register
 from fuzzdist.problems import Kind
 from fuzzdist.properties.dtensor_ops.cases import OpCase
-from fuzzdist.properties.dtensor_ops.operands import Operand
+from fuzzdist.properties.dtensor_ops.catalogue import lookup
+from fuzzdist.properties.dtensor_ops.operands import PARTIAL_OPS, Operand, shard_dim
+from fuzzdist.properties.dtensor_ops.ranks import DTENSOR_CALL, OUTPUT
 
 
 def _operands(case: Any) -> list[Operand]:
@@ -27,13 +29,15 @@ def _is_integer_partial_sum_made_float(example: Mapping[str, Any], failure: Base
     """An integer operand is Partial(sum) and another is not, and every problem is an output whose dtype
     is float32 where the local result's is an integer dtype (values aside)."""
     operands = _operands(example.get("case"))
-    partial_int = any("P+" in o.placements and not o.spec.dtype.is_floating_point for o in operands)
+    partial_int = any(
+        PARTIAL_OPS.get(name) == "sum" and not o.spec.dtype.is_floating_point for o in operands for name in o.placements
+    )
     problems = [p for ranks in (evidence.reported_by_rank(failure) or []) for p in ranks]
     if not partial_int or not problems:
         return False
     return all(
         p.kind is Kind.SHAPE
-        and p.what.startswith("output")
+        and p.subject[:1] == (OUTPUT,)
         and isinstance(p.got, tuple)
         and p.got[1] == torch.float32
         and isinstance(p.expected, tuple)
@@ -53,12 +57,12 @@ def _is_partial_type_change_assert(example: Mapping[str, Any], failure: BaseExce
     """Operands of one case are Partial with different reduce ops, and every problem is the DTensor
     operator raising AssertionError."""
     operands = _operands(example.get("case"))
-    kinds = {name for o in operands for name in o.placements if name.startswith("P")}
+    kinds = {PARTIAL_OPS[name] for o in operands for name in o.placements if name in PARTIAL_OPS}
     problems = [p for ranks in (evidence.reported_by_rank(failure) or []) for p in ranks]
     if len(kinds) < 2 or not problems:
         return False
     return all(
-        p.kind is Kind.RAISED and p.error == "AssertionError" and p.what == "the DTensor operator" for p in problems
+        p.kind is Kind.RAISED and p.error == "AssertionError" and p.what == DTENSOR_CALL for p in problems
     )
 
 
@@ -69,17 +73,22 @@ register(
 )
 
 
+def _writes_out(case: OpCase) -> bool:
+    """The case's operator writes its result into an ``out=`` tensor."""
+    op_def = lookup(case.op)
+    return op_def is not None and op_def.out
+
+
 def _is_out_placement_empty_min(example: Mapping[str, Any], failure: BaseException) -> bool:
-    """An ``out=`` overload (its overload name says so: ``out``, ``Scalar_out``,
-    ``OutScalar_Other``), and every problem is the DTensor operator raising the
-    RuntimeError of ``min()`` over no strategies."""
+    """An ``out=`` operator, and every problem is the DTensor operator raising the RuntimeError of ``min()``
+    over no strategies."""
     case = example.get("case")
     problems = [p for ranks in (evidence.reported_by_rank(failure) or []) for p in ranks]
-    if not isinstance(case, OpCase) or "out" not in case.op.rsplit(".", 1)[-1].lower() or not problems:
+    if not isinstance(case, OpCase) or not _writes_out(case) or not problems:
         return False
     return all(
         p.kind is Kind.RAISED
-        and p.what == "the DTensor operator"
+        and p.what == DTENSOR_CALL
         and p.error == "RuntimeError"
         and evidence.says(p, "min() arg is an empty sequence")
         for p in problems
@@ -96,9 +105,10 @@ register(
 def _has_empty_shard(case: OpCase) -> bool:
     """Some operand is sharded on a dim with fewer elements than its mesh dim has ranks."""
     return any(
-        name.startswith("S") and o.spec.shape[int(name[1:])] < case.mesh_shape[m]
+        o.spec.shape[dim] < case.mesh_shape[m]
         for o in _operands(case)
         for m, name in enumerate(o.placements)
+        if (dim := shard_dim(name)) is not None
     )
 
 

@@ -86,6 +86,11 @@ def is_partial(name: str) -> bool:
     return name in PARTIAL_OPS
 
 
+def shard_dim(name: str) -> int | None:
+    """The tensor dim a ``"S<d>"`` placement name shards (None for any other placement)."""
+    return int(name[1:]) if name.startswith("S") else None
+
+
 def placement(api: Any, name: str) -> Any:
     """The DTensor placement a name stands for."""
     if name == "R":

@@ -195,6 +195,6 @@ register(
     _op("clamp_", lambda a, **k: a.clamp_(**k), lambda: _clamp(), mutates=0),
     _op("exp_", lambda a: a.exp_(), unary(), mutates=0),
     # out=: the last operand is written
-    _op("add_out", lambda a, b, o: torch.add(a, b, out=o), binary(FLOATS, FLOATS, out=True), mutates=2),
-    _op("mul_out", lambda a, b, o: torch.mul(a, b, out=o), binary(FLOATS, FLOATS, out=True), mutates=2),
+    _op("add_out", lambda a, b, o: torch.add(a, b, out=o), binary(FLOATS, FLOATS, out=True), mutates=2, out=True),
+    _op("mul_out", lambda a, b, o: torch.mul(a, b, out=o), binary(FLOATS, FLOATS, out=True), mutates=2, out=True),
 )

@@ -19,7 +19,7 @@ from fuzzdist.problems import Kind, Problem
 from fuzzdist.properties.dtensor import API, _quiet_logs, device_mesh
 from fuzzdist.properties.dtensor_ops.accuracy import bound, compare, finite_or_zero, magnitudes, tensors_of
 from fuzzdist.properties.dtensor_ops.cases import OpCase, substitute
-from fuzzdist.properties.dtensor_ops.catalogue import OpDef, all_ops
+from fuzzdist.properties.dtensor_ops.catalogue import OpDef, lookup
 from fuzzdist.properties.dtensor_ops.operands import Alias, Operand, is_partial, local_piece, placement, shard_piece
 from fuzzdist.strategies import TensorSpec, mix_seed
 from fuzzdist.toolkit.reporting import capped
@@ -48,6 +48,22 @@ def refused(exc: BaseException) -> bool:
     """Whether ``exc`` is one of DTensor's explicit refusals (:data:`REFUSALS`)."""
     text = str(exc)
     return isinstance(exc, (RuntimeError, NotImplementedError)) and any(r in text for r in REFUSALS)
+
+
+DTENSOR_CALL = "the DTensor operator"
+"""The ``what`` of a :attr:`~fuzzdist.problems.Kind.RAISED` problem: the call on DTensors raised."""
+
+OUTPUT = "output"
+"""A problem's ``subject`` is ``(OUTPUT, i)`` where it is about the operator's ``i``-th output."""
+
+
+def collectives_issued(mesh: Any) -> tuple[int, ...] | None:
+    """How many collectives this rank has issued on each of ``mesh``'s process groups (their sequence
+    numbers), or None where the backend doesn't count them."""
+    try:
+        return tuple(g._get_sequence_number_for_group() for g in mesh.get_all_groups())
+    except (AttributeError, RuntimeError):
+        return None
 
 
 def placement_name(p: Any) -> str:
@@ -265,7 +281,8 @@ def _check_backward(
 def compute_and_check(ctx: RankContext, case: OpCase, rules: Callable[[], Any] = torch_rules) -> list[Problem] | None:
     """On every rank: the case's operator on its DTensors (with ``rules`` entered around the call: DTensor's
     own by default) against the operator on the full tensors; None if all is well, else the problems."""
-    op_def = all_ops()[case.op]
+    op_def = lookup(case.op)
+    assert op_def is not None, f"{case.op} is checked against the catalogue on the driver"
     mesh = device_mesh(ctx.device.type, case.mesh_shape)
     coordinate = mesh.get_coordinate()
     assert coordinate is not None, "every rank of the pool is in the mesh"
@@ -293,6 +310,7 @@ def compute_and_check(ctx: RankContext, case: OpCase, rules: Callable[[], Any] =
             )
         ]
     problems: list[Problem] = []
+    issued_before = collectives_issued(mesh)
     try:
         with _quiet_logs(), rules():
             dt_out = op_def.call(*dt_args, **kwargs)
@@ -306,7 +324,10 @@ def compute_and_check(ctx: RankContext, case: OpCase, rules: Callable[[], Any] =
             ref = ref_outs[i]
             if ref is None:
                 continue
-            problems += _check_output(f"output {i}", dt_outs[i], ref, allowed[i], case, coord)
+            problems += [
+                p.about(p.what, subject=(OUTPUT, i))
+                for p in _check_output(f"output {i}", dt_outs[i], ref, allowed[i], case, coord)
+            ]
         problems += _check_inputs(op_def, built, allowed, coord)
         if case.grad_seed is not None:  # on every rank, whatever it found: the backward runs collectives
             problems += _check_backward(
@@ -324,11 +345,14 @@ def compute_and_check(ctx: RankContext, case: OpCase, rules: Callable[[], Any] =
     except Exception as exc:  # noqa: BLE001 - DTensor raised where the local operator did not
         if refused(exc):
             return None
-        ctx.request_recycle(
-            "a rank raised part-way through a DTensor operator: the mesh's process groups may "
-            "have issued different numbers of collectives on different ranks"
-        )
-        problems.append(Problem.raised(exc, "the DTensor operator"))
+        if issued_before is None or collectives_issued(mesh) != issued_before:
+            # A rank that raised before issuing any collective leaves its groups in step: a peer that issued
+            # one either raised too (and asks for this) or waits in it until the pool's timeout restarts it.
+            ctx.request_recycle(
+                "a rank raised part-way through a DTensor operator: the mesh's process groups may "
+                "have issued different numbers of collectives on different ranks"
+            )
+        problems.append(Problem.raised(exc, DTENSOR_CALL))
     return capped(problems) or None
 
 

@@ -7,6 +7,9 @@ bool, then float32).  All tensor operands of a case have one drawn shape; scalar
 values.  The local operator's domain is not known from its schema (an integer remainder by zero raises),
 so an example where the local overload raises is not a test of DTensor: ``local_domain`` marks them.
 In place (a mutable ``self``) and ``out=`` overloads are checked like the others.
+
+The driver registers them all (:func:`register_all`, the probe included); a rank builds only the one its
+case names (:func:`one`), from the schema alone.
 """
 
 from __future__ import annotations
@@ -119,45 +122,66 @@ def plans() -> dict[str, Plan | str]:
     return out
 
 
-def _arguments(plan: Plan) -> Callable[[], st.SearchStrategy[Arguments]]:
-    @st.composite
-    def draw(d: st.DrawFn) -> Arguments:
-        shape = d(shapes(), label="shape")
-        patterns = ("random", "special", "constant") if plan.dtype.is_floating_point else ("random", "constant")
-        args = [
-            d(operand(shape, (plan.dtype,), patterns))
-            if k == "T"
-            else d(st.sampled_from(_SCALARS[plan.dtype]), label="scalar")
-            for k in plan.kinds
-        ]
-        if plan.out:
-            args.append(d(operand(shape, (plan.out_dtype or plan.dtype,), ("random",))))
-        return tuple(args), {}
-
-    return lambda: draw()
+def _plan(name: str) -> Plan:
+    plan = plans()[name]
+    assert isinstance(plan, Plan), f"{name} is not drawn: {plan}"
+    return plan
 
 
-def _caller(op: torch._ops.OpOverload, plan: Plan) -> Callable[..., Any]:
+@st.composite
+def _schema_arguments(d: st.DrawFn, plan: Plan) -> Arguments:
+    """Arguments for an overload called as ``plan`` says: one drawn shape for every tensor."""
+    shape = d(shapes(), label="shape")
+    patterns = ("random", "special", "constant") if plan.dtype.is_floating_point else ("random", "constant")
+    args = [
+        d(operand(shape, (plan.dtype,), patterns))
+        if k == "T"
+        else d(st.sampled_from(_SCALARS[plan.dtype]), label="scalar")
+        for k in plan.kinds
+    ]
     if plan.out:
+        args.append(d(operand(shape, (plan.out_dtype or plan.dtype,), ("random",))))
+    return tuple(args), {}
+
+
+def _caller(op: torch._ops.OpOverload, out: bool) -> Callable[..., Any]:
+    if out:
         return lambda *args: op(*args[:-1], out=args[-1])
     return op
 
 
-def _register() -> None:
+def _op_def(name: str, kinds: tuple[str, ...], out: bool, mutates: int | None, floating: bool) -> OpDef:
+    """The operator ``schema.<name>``: ``mutates`` is the output's operand under ``out=``."""
+    return OpDef(
+        f"schema.{name}",
+        "schema_ops",
+        _caller(_BY_NAME[name], out),
+        lambda: _schema_arguments(_plan(name)),
+        mutates=kinds.count("T") if out else mutates,
+        out=out,
+        local_domain=True,
+        partial=floating,
+    )
+
+
+def register_all() -> None:
+    """Register every overload :func:`plans` can call (asking torch which dtype each takes: seconds)."""
     for name, plan in plans().items():
         if isinstance(plan, Plan):
-            op = _BY_NAME[name]
-            register(
-                OpDef(
-                    f"schema.{name}",
-                    "schema_ops",
-                    _caller(op, plan),
-                    _arguments(plan),
-                    mutates=plan.mutates,
-                    local_domain=True,
-                    partial=plan.dtype.is_floating_point,
-                )
-            )
+            register(_op_def(name, plan.kinds, plan.out, plan.mutates, plan.dtype.is_floating_point))
 
 
-_register()
+@functools.cache
+def one(name: str) -> OpDef | None:
+    """The operator ``name`` (``schema.<overload>``) as a rank calls it, from its schema alone: no dtype
+    probe, so a rank looks one up in microseconds (its drawing fields are the driver's business)."""
+    overload = name.removeprefix("schema.")
+    if not _BY_NAME:
+        registered_pointwise()
+    if overload not in _BY_NAME:
+        return None
+    found = _kinds(_BY_NAME[overload])
+    if isinstance(found, str):
+        return None
+    kinds, out, mutates = found
+    return _op_def(overload, kinds, out, mutates, floating=True)

@@ -1,0 +1,63 @@
+"""The DTensor-operator family's known-bug predicates match Problem fields and the case's operands: a
+failure with the fields is recognised whatever its words say, one without them is not."""
+
+from __future__ import annotations
+
+import torch
+
+from fuzzdist.errors import PropertyFailure
+from fuzzdist.problems import Kind, Problem
+from fuzzdist.properties import dtensor_ops
+from fuzzdist.properties.dtensor_ops import known_bugs as bugs
+from fuzzdist.properties.dtensor_ops.operands import Operand
+from fuzzdist.properties.dtensor_ops.ranks import DTENSOR_CALL, OUTPUT
+from fuzzdist.strategies import TensorSpec
+
+
+def _operand(dtype: torch.dtype, *placements: str, shape: tuple[int, ...] = (2,)) -> Operand:
+    return Operand(TensorSpec(shape, dtype), 0, placements, (0,) * len(placements))
+
+
+def _case(op: str, *operands: Operand, mesh: tuple[int, ...] = (2,)) -> dtensor_ops.OpCase:
+    return dtensor_ops.OpCase(op, operands, (), mesh)
+
+
+def _failure(*problems: Problem) -> PropertyFailure:
+    return PropertyFailure("words nobody reads", [list(problems), list(problems)])
+
+
+_FLOAT_OUTPUT = Problem(
+    Kind.SHAPE, "reworded", got=((2,), torch.float32), expected=((2,), torch.int64), subject=(OUTPUT, 0)
+)
+
+
+def test_an_integer_partial_sum_made_float_is_recognised_by_its_output_subject():
+    case = _case("pointwise.add_ints", _operand(torch.int64, "P+"), _operand(torch.int64, "R"))
+    assert bugs._is_integer_partial_sum_made_float({"case": case}, _failure(_FLOAT_OUTPUT))
+    not_an_output = Problem(Kind.SHAPE, "output 0", got=_FLOAT_OUTPUT.got, expected=_FLOAT_OUTPUT.expected)
+    assert not bugs._is_integer_partial_sum_made_float({"case": case}, _failure(not_an_output))
+    max_partial = _case("pointwise.add_ints", _operand(torch.int64, "P>"), _operand(torch.int64, "R"))
+    assert not bugs._is_integer_partial_sum_made_float({"case": max_partial}, _failure(_FLOAT_OUTPUT))
+
+
+def test_mixed_partial_reduce_ops_asserting_are_recognised_by_reduce_op():
+    raised = Problem(Kind.RAISED, DTENSOR_CALL, error="AssertionError")
+    mixed = _case("pointwise.add", _operand(torch.float32, "P+"), _operand(torch.float32, "P<"))
+    same = _case("pointwise.add", _operand(torch.float32, "P+"), _operand(torch.float32, "P+"))
+    assert bugs._is_partial_type_change_assert({"case": mixed}, _failure(raised))
+    assert not bugs._is_partial_type_change_assert({"case": same}, _failure(raised))
+
+
+def test_the_empty_min_is_recognised_on_operators_that_write_out_whatever_their_name():
+    raised = Problem(Kind.RAISED, DTENSOR_CALL, error="RuntimeError", error_text="min() arg is an empty sequence")
+    out = _case("pointwise.add_out", _operand(torch.float32, "S0"))
+    in_place = _case("schema.aten.abs_.default", _operand(torch.float32, "S0"))
+    assert dtensor_ops.all_ops()["pointwise.add_out"].out
+    assert bugs._is_out_placement_empty_min({"case": out}, _failure(raised))
+    assert not bugs._is_out_placement_empty_min({"case": in_place}, _failure(raised))
+
+
+def test_an_empty_shard_is_found_from_the_shard_dim():
+    assert bugs._has_empty_shard(_case("reductions.argmax", _operand(torch.float32, "S1", shape=(3, 1))))
+    assert not bugs._has_empty_shard(_case("reductions.argmax", _operand(torch.float32, "S0", shape=(3, 1))))
+    assert not bugs._has_empty_shard(_case("reductions.argmax", _operand(torch.float32, "R", shape=(3, 1))))
