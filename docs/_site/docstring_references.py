@@ -16,6 +16,7 @@ name or the file still exists.  This extension, run by mkdocstrings over the who
 from __future__ import annotations
 
 import builtins
+import importlib.util
 import logging
 import re
 from pathlib import Path
@@ -65,6 +66,17 @@ TORCH_TESTS = {
 # Where a path named in a docstring may be, besides the repository root and the module's own folder.
 SEARCHED = ("fuzzdist", "tests", "properties", "bench", "docs")
 
+
+def _installed_torch_root() -> Path | None:
+    """The folder holding the installed ``torch`` package (found, not imported), or None without torch."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or spec.origin is None:
+        return None
+    return Path(spec.origin).parent.parent
+
+
+TORCH_ROOT = _installed_torch_root()
+
 log = logging.getLogger("mkdocs.plugins.fuzzdist.docstring_references")
 
 
@@ -111,6 +123,9 @@ def _file_exists(obj: griffe.Object, path: str) -> bool:
     or the end of a path in the repository's own folders (``ops/allreduce.py``, ``worker.py``)."""
     if path in TORCH_TESTS or (REPO / path).is_file():
         return True
+    # torch's own source, named as where it documents or does something: checked against the installed torch.
+    if path.startswith("torch/") and TORCH_ROOT is not None:
+        return (TORCH_ROOT / path).is_file()
     filepath = obj.module.filepath
     folder = Path(filepath[0] if isinstance(filepath, list) else filepath).parent
     if (folder / path).is_file():

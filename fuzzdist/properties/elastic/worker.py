@@ -9,7 +9,7 @@ there is one, and runs the remaining steps: each an ``all_reduce`` of the ranks'
 state, then a checkpoint that rank 0 writes (to a temporary file, renamed) between two barriers.  The
 plan's failure for this attempt, if any, kills the drawn rank at the first step it runs from the drawn one,
 before or after that step's ``all_reduce`` (never after the checkpoint: the next attempt always has a step
-left to fail in).  Rank 0 writes the final state to ``WORKDIR/result.json``.
+left to fail in).  Rank 0 writes the final state, as JSON, to result.json in its work folder.
 """
 
 from __future__ import annotations
