@@ -57,6 +57,7 @@ REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 # Hypothesis's RedisExampleDatabase lets keys expire 8 days after their last use; a
 # fleet's findings should outlive a long weekend and a holiday, so keep them a year.
 REDIS_EXPIRE_AFTER = timedelta(days=365)
+REDIS_KEY_PREFIX = b"hypothesis-example:"  # Hypothesis's default: what a fleet's nodes already share
 PASSWORD_ENV = "FUZZDIST_REDIS_PASSWORD"
 REDACTED = "***"
 # Hypothesis's entries are choice sequences of a few kilobytes; one past this was not written by a
@@ -339,22 +340,42 @@ def _open_redis(url: str, password: str | None = None) -> ExampleDatabase:
 
 def _redis_database(client: Any) -> ExampleDatabase:
     """Hypothesis's Redis database on ``client``, whose reads work on a server that refuses writes."""
-    import redis
     from hypothesis.extra.redis import RedisExampleDatabase
 
-    class ReadableRedisDatabase(RedisExampleDatabase):
-        """Hypothesis's fetch renews the key's expiry in the same transaction as the read: a server that
-        refuses writes (out of memory, a read-only replica) would refuse the read too.  Then the entries
-        are read alone: what is stored still replays, and the refused saves are said when read back."""
+    db = RedisExampleDatabase(client, expire_after=REDIS_EXPIRE_AFTER, key_prefix=REDIS_KEY_PREFIX)
+    return ReadableRedisDatabase(db, client)
 
-        def fetch(self, key: bytes) -> Iterable[bytes]:
-            try:
-                entries = list(super().fetch(key))
-            except redis.exceptions.ResponseError:  # the expiry's renewal refused, not the read
-                entries = list(cast("set[bytes]", self.redis.smembers(self._prefix + key)))
-            yield from entries
 
-    return ReadableRedisDatabase(client, expire_after=REDIS_EXPIRE_AFTER)
+class ReadableRedisDatabase(ExampleDatabase):
+    """Hypothesis's Redis database ``db``, whose fetch renews the key's expiry in the same transaction as
+    the read: a server that refuses writes (out of memory, a read-only replica) would refuse the read
+    too.  Then the entries are read alone, through ``client``: what is stored still replays, and the
+    refused saves are said when read back."""
+
+    def __init__(self, db: ExampleDatabase, client: Any) -> None:
+        super().__init__()
+        self.db, self.client = db, client
+
+    def __repr__(self) -> str:
+        return repr(self.db)
+
+    def fetch(self, key: bytes) -> Iterable[bytes]:
+        import redis
+
+        try:
+            entries = list(self.db.fetch(key))
+        except redis.exceptions.ResponseError:  # the expiry's renewal refused, not the read
+            entries = list(cast("set[bytes]", self.client.smembers(REDIS_KEY_PREFIX + key)))
+        yield from entries
+
+    def save(self, key: bytes, value: bytes) -> None:
+        self.db.save(key, value)
+
+    def delete(self, key: bytes, value: bytes) -> None:
+        self.db.delete(key, value)
+
+    def move(self, src: bytes, dest: bytes, value: bytes) -> None:
+        self.db.move(src, dest, value)
 
 
 # ---------------------------------------------------------------------------------------
