@@ -70,6 +70,16 @@ _URL_PASSWORD = re.compile(r"(?P<head>\b(?:rediss?|unix)://[^:@/\s]*:)(?P<passwo
 _QUERY_PASSWORD = re.compile(r"(?P<head>\b(?:rediss?|unix)://\S*?[?&]password=)(?P<password>[^&#\s]*)")
 
 
+class DatabaseUnreadable(Exception):
+    """A read of the example database failed (``.error``, what the backend raised), perhaps inside
+    Hypothesis's engine, which reads it at the start of every run and lets what it raises out as is.
+    Its own type, so that the campaign says it as its error instead of filing it as the property's failure."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(error)
+        self.error = error
+
+
 class BoundedDatabase(ExampleDatabase):
     """``db`` whose ``fetch`` leaves out the entries larger than :data:`MAX_ENTRY_BYTES`: Hypothesis
     would decode and replay them, at about a hundred times their size in memory.  Each one left out is
@@ -84,7 +94,11 @@ class BoundedDatabase(ExampleDatabase):
         return repr(self.db)
 
     def fetch(self, key: bytes) -> Iterable[bytes]:
-        for value in self.db.fetch(key):
+        try:
+            values = list(self.db.fetch(key))
+        except Exception as exc:  # whatever the backend raises: Redis gone, a folder unreadable
+            raise DatabaseUnreadable(exc) from exc
+        for value in values:
             if len(value) > MAX_ENTRY_BYTES:
                 self._too_large.setdefault(key, set()).add(hashlib.sha256(value).digest())
             else:

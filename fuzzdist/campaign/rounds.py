@@ -40,7 +40,7 @@ from hypothesis import settings as Settings
 from hypothesis.errors import UnsatisfiedAssumption
 
 from fuzzdist import known_bugs
-from fuzzdist.campaign.database import Database, error_line, too_large_note
+from fuzzdist.campaign.database import Database, DatabaseUnreadable, error_line, too_large_note
 from fuzzdist.campaign.failures import FailureLog, failures_text, first_line
 from fuzzdist.campaign.progress import Progress
 from fuzzdist.campaign.report import CampaignState, PropertyState
@@ -141,7 +141,7 @@ class PropertyRun:
             known = frozenset(db.fetch(key))
         except Exception as exc:  # noqa: BLE001 - Redis gone, a folder unreadable: the campaign's error, said
             prop.status = "error"
-            prop.reason = f"can't read the example database {campaign.database.spec}: {error_line(exc)}"
+            prop.reason = self._unreadable_reason(exc)
             campaign.progress.property_done(state, prop)
             campaign.write_report(html_now=True)
             pytest.fail(prop.reason, pytrace=False)
@@ -208,6 +208,9 @@ class PropertyRun:
                     break
                 except PoolGone as exc:  # raised outside an example (the fuzzdist plugin carries it out of one)
                     self._pool_gone(exc)
+                    break
+                except DatabaseUnreadable as exc:  # Hypothesis's own read at the round's start: not the property's
+                    self._database_unreadable(exc)
                     break
                 except OutcomeException as exc:
                     if isinstance(exc, pytest.skip.Exception):  # pytest.skip() inside the property: a skip,
@@ -306,6 +309,21 @@ class PropertyRun:
         prop.status, prop.pool_gone = "error", True
         prop.reason = first_line(str(exc))
         prop.stop_reason = "its rank pool is gone"
+        self.campaign.progress.stream.write(f"fuzzdist: error: {prop.nodeid}: {prop.reason}\n")
+        state.error = state.error or f"{prop.nodeid}: {prop.reason}"
+
+    def _unreadable_reason(self, exc: BaseException) -> str:
+        """The one line that says the example database could not be read."""
+        cause = exc.error if isinstance(exc, DatabaseUnreadable) else exc
+        return f"can't read the example database {self.campaign.database.spec}: {error_line(cause)}"
+
+    def _database_unreadable(self, exc: DatabaseUnreadable) -> None:
+        """The example database could not be read once the rounds had started (Hypothesis reads it at the
+        start of each run): an error of the campaign, said on one line, never a failure of the property;
+        what the property failed with before stays its failure."""
+        state, prop = self.state, self.prop
+        prop.status, prop.reason = "error", self._unreadable_reason(exc)
+        prop.stop_reason = "the example database can't be read"
         self.campaign.progress.stream.write(f"fuzzdist: error: {prop.nodeid}: {prop.reason}\n")
         state.error = state.error or f"{prop.nodeid}: {prop.reason}"
 
