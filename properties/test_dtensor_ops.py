@@ -25,8 +25,9 @@ def test_dtensor_operator_matches_local(rank_pool, data):
     dtensor_ops.check(rank_pool, case)
 
 
-# An example costs seconds (each rank builds the operator catalogue once, and every output and gradient is
-# gathered with full_tensor()): a tenth of the profile's examples, at least 2, keeps CI's time bounded;
+# An example costs tens of milliseconds once a rank is warm, but a fresh rank's first one imports
+# torch._dynamo (seconds) and every output and gradient is gathered with full_tensor(): a tenth of the
+# profile's examples, at least 2, keeps CI's time bounded;
 # campaigns (`fuzzdist run`) give the family as many as the schedule does.
 _SHARE = 10
 test_dtensor_operator_matches_local = settings(max_examples=max(2, settings().max_examples // _SHARE))(

@@ -82,6 +82,20 @@ def _transpose_keeping_shard_dim(schema: OpSchema, answer: OutputSharding) -> Ou
     return OutputSharding(_spec(out, a.placements))
 
 
+def _redistribution_dropped(schema: OpSchema, answer: OutputSharding) -> OutputSharding:
+    """Where the rule asks for its inputs to be redistributed first, the operator runs on the pieces as they
+    are instead, and its outputs keep the first input's placements."""
+    a = schema.args_schema[0]
+    out = answer.output_spec
+    if answer.redistribute_schema is None or not isinstance(a, DTensorSpec):
+        return answer
+    if isinstance(out, DTensorSpec):
+        return OutputSharding(_spec(out, a.placements))
+    if isinstance(out, tuple) and all(isinstance(o, DTensorSpec) for o in out):
+        return OutputSharding(tuple(_spec(o, a.placements) for o in out))
+    return answer
+
+
 @contextlib.contextmanager
 def mul_keeps_partial_product() -> Iterator[None]:
     """pointwise: ``aten.mul.Tensor`` of two Partial(sum) inputs stays Partial(sum) without reducing them."""
@@ -107,6 +121,20 @@ def mm_partial_as_replicate() -> Iterator[None]:
 def transpose_keeps_shard_dim() -> Iterator[None]:
     """views: ``aten.transpose.int`` keeps its input's placements, so Shard(0) stays Shard(0)."""
     with planted(aten.transpose.int, _transpose_keeping_shard_dim):
+        yield
+
+
+@contextlib.contextmanager
+def embedding_partial_as_replicate() -> Iterator[None]:
+    """indexing: ``aten.embedding`` of a row-sharded table says Replicate where its result is (masked) Partial."""
+    with planted(aten.embedding.default, _partial_made_replicate):
+        yield
+
+
+@contextlib.contextmanager
+def sort_without_replicating_its_dim() -> Iterator[None]:
+    """joins: ``aten.sort.stable`` runs on each rank's piece where the rule asks for the input replicated first."""
+    with planted(aten.sort.stable, _redistribution_dropped):
         yield
 
 

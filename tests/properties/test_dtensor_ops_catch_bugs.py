@@ -94,3 +94,31 @@ def test_catches_a_transpose_keeping_its_shard_dim(rank_pool):
     assert case.mesh_shape == (2,) and x.placements == ("S0",)
     assert x.spec.shape == (1, 0) and sorted(case.args[1:]) == [0, 1]
     assert results[0] is None and results[1][0].kind is Kind.SHAPE
+
+
+def test_catches_an_embedding_whose_masked_partial_result_is_said_replicate(rank_pool):
+    case, results = _shrunk(rank_pool, planted.embedding_partial_as_replicate, "indexing.embedding")
+    # The output is Partial only where the table's rows are sharded (each rank looks up its own rows; the
+    # ids it doesn't own are clamped into its rows and masked out only when the Partial is reduced): DTensor
+    # has no Partial-table strategy (a Partial table is replicated first) and shards no dim smaller than the
+    # mesh dim, so 2 rows are the fewest.  One id (shape (1,), value 0) into a (2, 1) table sharded by rows:
+    # rank 0 owns row 0 and is right; rank 1 keeps the unmasked lookup of its own row (row 1) instead.
+    ids, table = _operands(case)
+    assert case.mesh_shape == (2,)
+    assert ids.spec.shape == (1,) and ids.placements == ("R",)
+    assert table.spec.shape == (2, 1) and table.placements == ("S0",)
+    assert results[0] is None
+    assert results[1][0].kind is Kind.MISMATCH and results[1][0].subject == ("output", 0)
+
+
+def test_catches_a_sort_run_on_its_pieces(rank_pool):
+    case, results = _shrunk(rank_pool, planted.sort_without_replicating_its_dim, "joins.sort")
+    # Sorting a dim needs the whole dim on a rank: the rule replicates it first.  Run on the pieces, one
+    # element is never wrong (a Shard puts it whole on rank 0; Partial pieces sort to themselves, their
+    # indices 0 reduce to 0), so the smallest is (2,) as Shard(0): each rank's index is 0 into its own
+    # one-element piece, and the gathered indices [0, 0] are no permutation of [0, 1].
+    (x,) = _operands(case)
+    assert case.mesh_shape == (2,)
+    assert x.spec.shape == (2,) and x.placements == ("S0",)
+    for problems in results:
+        assert any(p.kind is Kind.MISMATCH and p.subject == ("output", 1) for p in problems)
