@@ -15,8 +15,12 @@ executable lines.  The section, as the JSON report holds it::
 
 *Executable lines* are the lines inside functions (what runs when code is called): a module's and a
 class's top-level lines run once, when the ranks import the package, before any example, so they are
-neither listed nor counted.  ``reached`` lists lines as ranges (``"120-124,131"``).  Times are seconds
-into the campaign.
+neither listed nor counted.  Two things the ranks run are listed but never counted (:data:`NOT_COUNTED`,
+printed with the summary): functions the import itself calls (a registry filled at import time, a
+decorator), since a rank imports the package when it unpickles its first example, before recording
+starts; and an example whose rank hangs or dies, whose lines go with the process the pool replaces.  A file
+whose every reached line was in such examples shows 0.  ``reached`` lists lines as ranges
+(``"120-124,131"``).  Times are seconds into the campaign.
 """
 
 from __future__ import annotations
@@ -28,6 +32,11 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 CHART_PROPERTIES = 9  # the chart draws the total and the properties that reached most lines
+NOT_COUNTED = (
+    "not counted: functions run while a rank imports the packages, before its first example, "
+    "and examples that hung or killed their rank"
+)
+"""What the summary line says the count leaves out (see the module's docstring)."""
 _CO_NEWLOCALS = 0x2  # a function's code object (not a module's or a class body's)
 
 
@@ -269,7 +278,7 @@ def summary_line(section: dict | None) -> str | None:
         f"code reached on the ranks ({packages}): {_int(section.get('lines_reached')):,} of "
         f"{_int(section.get('executable_lines')):,} executable lines ({section.get('percent', 0)}%), "
         f"in {touched} of {len(files)} files; {len(section.get('never_reached') or [])} files never reached "
-        f"(measured with {section.get('mechanism')})"
+        f"(measured with {section.get('mechanism')}; {NOT_COUNTED})"
     )
 
 

@@ -8,6 +8,11 @@ the reply, before the pool files it, into the one :class:`Ledger` of this proces
 campaign names the property it runs, :func:`set_scope`), per file, and in total, with the total over
 time.  The ranks and examples merge here; workers' and fleets' reports merge in
 :mod:`fuzzdist.campaign.coverage_report`.
+
+Lines only travel with a reply, so two kinds are never counted: what a rank runs while it unpickles an
+example (its first one imports the packages, and any function the import calls: DTensor fills its
+sharding-rule registry so), and everything an example ran on a rank that hung or died (the pool replaces
+the process, its unsent lines with it).  The report says so (``coverage_report.NOT_COUNTED``).
 """
 
 from __future__ import annotations

@@ -192,6 +192,8 @@ def test_sections_merge_by_union():
     assert coverage_report.merge_sections([None, {"files": "junk"}]) is None
     line = coverage_report.summary_line(merged)
     assert line is not None and "5 of 15 executable lines (33.3%)" in line and "1 files never reached" in line
+    # what the count can't see is said, so a file at 0 is not read as never called
+    assert "before its first example" in line and "hung or killed their rank" in line
     assert "pkg/b.py" in coverage_report.html_section(merged)
 
 

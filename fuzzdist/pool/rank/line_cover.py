@@ -4,7 +4,9 @@ Off unless the driver's run message asks for it (:func:`request`: the source roo
 and the scope, from :func:`fuzzdist.pool.line_coverage.scope_field`): then :func:`begin` and :func:`end`
 bracket each example and :func:`end` returns the lines this rank reached for the first time in the
 current *scope* (the driver names it: the property being fuzzed), as ``{filename: [line, ...]}``.
-Only what is new travels, so the reply stays small after the first few examples.
+Only what is new travels, so the reply stays small after the first few examples.  Recording starts
+after the example's function is unpickled (that import is not the example's), and lines travel only
+with the reply, so an example that hangs or kills the rank reports none.
 
 The fastest mechanism the interpreter offers:
 
