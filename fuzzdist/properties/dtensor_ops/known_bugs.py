@@ -130,3 +130,23 @@ def _is_argminmax_empty_shard_hang(example: Mapping[str, Any], failure: BaseExce
 register(
     KnownBug(id="dtensor-argmax-empty-shard-hangs", where=("dtensor_ops",), recognise=_is_argminmax_empty_shard_hang)
 )
+
+
+def _is_split_of_empty_dim_raising(example: Mapping[str, Any], failure: BaseException) -> bool:
+    """``views.split`` along a dim of size 0, and every problem is the DTensor operator raising
+    RuntimeError (the sharding propagator's)."""
+    case = example.get("case")
+    if not isinstance(case, OpCase) or case.op != "views.split":
+        return False
+    operand, _size, dim = case.args
+    if not isinstance(operand, Operand) or operand.spec.shape[dim] != 0:
+        return False
+    problems = [p for ranks in (evidence.reported_by_rank(failure) or []) for p in ranks]
+    return bool(problems) and all(
+        p.kind is Kind.RAISED and p.what == DTENSOR_CALL and p.error == "RuntimeError" for p in problems
+    )
+
+
+register(
+    KnownBug(id="dtensor-split-empty-dim-raises", where=("dtensor_ops",), recognise=_is_split_of_empty_dim_raising)
+)
