@@ -130,3 +130,65 @@ def _is_argminmax_empty_shard_hang(example: Mapping[str, Any], failure: BaseExce
 register(
     KnownBug(id="dtensor-argmax-empty-shard-hangs", where=("dtensor_ops",), recognise=_is_argminmax_empty_shard_hang)
 )
+
+
+def _is_split_of_empty_dim_raising(example: Mapping[str, Any], failure: BaseException) -> bool:
+    """``views.split`` of an operand with a dim of size 0, and every problem is the DTensor operator raising
+    RuntimeError (the sharding propagator's: along a non-empty dim DTensor's split works, so none is
+    raised there)."""
+    case = example.get("case")
+    if not isinstance(case, OpCase) or case.op != "views.split":
+        return False
+    operands = _operands(case)
+    if not operands or 0 not in operands[0].spec.shape:
+        return False
+    problems = [p for ranks in (evidence.reported_by_rank(failure) or []) for p in ranks]
+    return bool(problems) and all(
+        p.kind is Kind.RAISED and p.what == DTENSOR_CALL and p.error == "RuntimeError" for p in problems
+    )
+
+
+register(
+    KnownBug(id="dtensor-split-empty-dim-raises", where=("dtensor_ops",), recognise=_is_split_of_empty_dim_raising)
+)
+
+
+def _partial_sum_ranks(operand: Any, mesh_shape: tuple[int, ...]) -> int:
+    """How many ranks ``operand`` is Partial(sum) over (the product of those mesh dims; 1 for none)."""
+    if not isinstance(operand, Operand):
+        return 1
+    ranks = 1
+    for name, n in zip(operand.placements, mesh_shape, strict=True):
+        if PARTIAL_OPS.get(name) == "sum":
+            ranks *= n
+    return ranks
+
+
+def _is_addcdiv_partial_divisor_grad_scaled(example: Mapping[str, Any], failure: BaseException) -> bool:
+    """``addcdiv`` whose divisor is Partial(sum) over k > 1 ranks, and every problem is a gradient value k
+    times the local one (the fill_ of ``value / tensor2`` on every rank of the Partial)."""
+    case = example.get("case")
+    if not isinstance(case, OpCase) or case.op != "pointwise.addcdiv" or case.grad_seed is None:
+        return False
+    k = _partial_sum_ranks(case.operands[2], case.mesh_shape)
+    problems = [p for ranks in (evidence.reported_by_rank(failure) or []) for p in ranks]
+    if k == 1 or not problems:
+        return False
+    return all(
+        p.kind is Kind.MISMATCH
+        and isinstance(p.got, float)
+        and isinstance(p.expected, float)
+        and p.expected != 0
+        # k copies summed in the operand's dtype: within bfloat16's rounding of k * expected
+        and abs(p.got - k * p.expected) <= 1e-2 * abs(k * p.expected)
+        for p in problems
+    )
+
+
+register(
+    KnownBug(
+        id="dtensor-partial-sum-fill-scales-by-ranks",
+        where=("dtensor_ops",),
+        recognise=_is_addcdiv_partial_divisor_grad_scaled,
+    )
+)
