@@ -130,3 +130,32 @@ def _is_argminmax_empty_shard_hang(example: Mapping[str, Any], failure: BaseExce
 register(
     KnownBug(id="dtensor-argmax-empty-shard-hangs", where=("dtensor_ops",), recognise=_is_argminmax_empty_shard_hang)
 )
+
+
+_RESHAPES = ("views.view", "views.reshape", "views.flatten")
+
+
+def _reshaped_to_empty_1d(case: OpCase) -> bool:
+    """A view/reshape/flatten case whose operand has a size-0 dim and another dim, and whose result is 1-D
+    (a view or reshape to a one-dim shape, or a flatten over every dim)."""
+    operands = _operands(case)
+    if case.op not in _RESHAPES or not operands:
+        return False
+    shape = operands[0].spec.shape
+    if 0 not in shape or len(shape) < 2:
+        return False
+    if case.op == "views.flatten":
+        first, last = sorted(d % len(shape) for d in case.args[1:3])
+        return (first, last) == (0, len(shape) - 1)
+    target = case.args[1]
+    return isinstance(target, tuple) and len(target) == 1
+
+
+def _is_view_empty_to_1d_hang(example: Mapping[str, Any], failure: BaseException) -> bool:
+    """A tensor with a size-0 dim viewed (reshaped, flattened) as 1-D, and the ranks were left waiting: DTensor's
+    view sharding rule never returns."""
+    case = example.get("case")
+    return isinstance(case, OpCase) and _reshaped_to_empty_1d(case) and bool(evidence.waiting(failure))
+
+
+register(KnownBug(id="dtensor-view-empty-to-1d-hangs", where=("dtensor_ops",), recognise=_is_view_empty_to_1d_hang))
