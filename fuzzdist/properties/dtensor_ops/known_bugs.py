@@ -144,11 +144,13 @@ def _reshaped_to_empty_1d(case: OpCase) -> bool:
     shape = operands[0].spec.shape
     if 0 not in shape or len(shape) < 2:
         return False
-    if case.op == "views.flatten":
-        first, last = sorted(d % len(shape) for d in case.args[1:3])
-        return (first, last) == (0, len(shape) - 1)
-    target = case.args[1]
-    return isinstance(target, tuple) and len(target) == 1
+    # the case's arguments are its structure (dims, a target shape), not a message: matched by pattern
+    match case:
+        case OpCase(op="views.flatten", args=(_, int(start), int(end))):
+            return sorted((start % len(shape), end % len(shape))) == [0, len(shape) - 1]
+        case OpCase(args=(_, tuple(target))):
+            return len(target) == 1
+    return False
 
 
 def _is_view_empty_to_1d_hang(example: Mapping[str, Any], failure: BaseException) -> bool:
