@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from fuzzdist.errors import PropertyFailure
+from fuzzdist.errors import PropertyFailure, RankTimeout
 from fuzzdist.problems import Kind, Problem
 from fuzzdist.properties import dtensor_ops
 from fuzzdist.properties.dtensor_ops import known_bugs as bugs
@@ -61,3 +61,28 @@ def test_an_empty_shard_is_found_from_the_shard_dim():
     assert bugs._has_empty_shard(_case("reductions.argmax", _operand(torch.float32, "S1", shape=(3, 1))))
     assert not bugs._has_empty_shard(_case("reductions.argmax", _operand(torch.float32, "S0", shape=(3, 1))))
     assert not bugs._has_empty_shard(_case("reductions.argmax", _operand(torch.float32, "R", shape=(3, 1))))
+
+
+def _view(shape: tuple[int, ...], target: tuple[int, ...], op: str = "views.view") -> dtensor_ops.OpCase:
+    return dtensor_ops.OpCase(op, (_operand(torch.float32, "R", "R", shape=shape), target), (), (1, 2))
+
+
+_VIEW_HANG = RankTimeout([0, 1], 30.0, {0: "", 1: ""})
+
+
+def test_a_view_of_an_empty_tensor_as_1d_that_hung_is_recognised():
+    assert bugs._is_view_empty_to_1d_hang({"case": _view((7, 0, 7), (0,))}, _VIEW_HANG)
+    assert bugs._is_view_empty_to_1d_hang({"case": _view((0, 3), (0,), "views.reshape")}, _VIEW_HANG)
+    flatten = dtensor_ops.OpCase("views.flatten", (_operand(torch.float32, "R", shape=(0, 3)), -1, 0), (), (2,))
+    assert bugs._is_view_empty_to_1d_hang({"case": flatten}, _VIEW_HANG)
+
+
+def test_near_misses_of_the_empty_view_hang_are_not_recognised():
+    # a 2-D target, no size-0 dim, an operator that does not reshape, a failure that is not a hang
+    assert not bugs._is_view_empty_to_1d_hang({"case": _view((7, 0, 7), (0, 7))}, _VIEW_HANG)
+    assert not bugs._is_view_empty_to_1d_hang({"case": _view((7, 1, 7), (49,))}, _VIEW_HANG)
+    assert not bugs._is_view_empty_to_1d_hang({"case": _view((7, 0, 7), (0,), "views.expand")}, _VIEW_HANG)
+    raised = Problem(Kind.RAISED, DTENSOR_CALL, error="RuntimeError")
+    assert not bugs._is_view_empty_to_1d_hang({"case": _view((7, 0, 7), (0,))}, _failure(raised))
+    partial = dtensor_ops.OpCase("views.flatten", (_operand(torch.float32, "R", shape=(0, 3, 2)), 1, 2), (), (2,))
+    assert not bugs._is_view_empty_to_1d_hang({"case": partial}, _VIEW_HANG)

@@ -192,3 +192,32 @@ register(
         recognise=_is_addcdiv_partial_divisor_grad_scaled,
     )
 )
+_RESHAPES = ("views.view", "views.reshape", "views.flatten")
+
+
+def _reshaped_to_empty_1d(case: OpCase) -> bool:
+    """A view/reshape/flatten case whose operand has a size-0 dim and another dim, and whose result is 1-D
+    (a view or reshape to a one-dim shape, or a flatten over every dim)."""
+    operands = _operands(case)
+    if case.op not in _RESHAPES or not operands:
+        return False
+    shape = operands[0].spec.shape
+    if 0 not in shape or len(shape) < 2:
+        return False
+    # the case's arguments are its structure (dims, a target shape), not a message: matched by pattern
+    match case:
+        case OpCase(op="views.flatten", args=(_, int(start), int(end))):
+            return sorted((start % len(shape), end % len(shape))) == [0, len(shape) - 1]
+        case OpCase(args=(_, tuple(target))):
+            return len(target) == 1
+    return False
+
+
+def _is_view_empty_to_1d_hang(example: Mapping[str, Any], failure: BaseException) -> bool:
+    """A tensor with a size-0 dim viewed (reshaped, flattened) as 1-D, and the ranks were left waiting: DTensor's
+    view sharding rule never returns."""
+    case = example.get("case")
+    return isinstance(case, OpCase) and _reshaped_to_empty_1d(case) and bool(evidence.waiting(failure))
+
+
+register(KnownBug(id="dtensor-view-empty-to-1d-hangs", where=("dtensor_ops",), recognise=_is_view_empty_to_1d_hang))
