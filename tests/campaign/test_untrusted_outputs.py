@@ -237,7 +237,11 @@ def test_the_live_display_shows_outside_strings_as_plain_text():
     from fuzzdist.campaign.report import CampaignState, PropertyState
 
     state = CampaignState(
-        command=["fuzzdist", "run"], device="cpu", database="db" + HOSTILE, duration_s=None, max_examples=10,
+        command=["fuzzdist", "run"],
+        device="cpu",
+        database="db" + HOSTILE,
+        duration_s=None,
+        max_examples=10,
         world_size=None,
     )
     nodeid = "t.py::test_x" + HOSTILE

@@ -197,8 +197,7 @@ def _calls(tree: ast.AST, name: str) -> list[ast.Call]:
     return [
         node
         for node in ast.walk(tree)
-        if isinstance(node, ast.Call)
-        and name in (getattr(node.func, "attr", None), getattr(node.func, "id", None))
+        if isinstance(node, ast.Call) and name in (getattr(node.func, "attr", None), getattr(node.func, "id", None))
     ]
 
 

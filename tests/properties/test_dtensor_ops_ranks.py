@@ -56,9 +56,7 @@ def test_a_ranks_schema_operator_is_the_drivers():
     assert lookup("no_such_group.mm") is None
 
 
-_CASE = dtensor_ops.OpCase(
-    "pointwise.neg", (Operand(TensorSpec((2,), torch.float32), 0, ("S0",), (0,)),), (), (2,)
-)
+_CASE = dtensor_ops.OpCase("pointwise.neg", (Operand(TensorSpec((2,), torch.float32), 0, ("S0",), (0,)),), (), (2,))
 
 
 @pytest.mark.fuzzdist(world_size=2)

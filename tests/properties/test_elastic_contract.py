@@ -31,8 +31,11 @@ def _both(attempt, *events):
 
 
 def test_a_restarted_job_that_finishes_right_has_no_problem(tmp_path):
-    workdir = _record(tmp_path, _both(0, "started", "joined") + _both(1, "started", "joined"),
-                      total=elastic.expected_total(TWO_WORKERS_ONE_RESTART))
+    workdir = _record(
+        tmp_path,
+        _both(0, "started", "joined") + _both(1, "started", "joined"),
+        total=elastic.expected_total(TWO_WORKERS_ONE_RESTART),
+    )
     assert elastic.restart_problems(TWO_WORKERS_ONE_RESTART, 0, workdir) == []
 
 

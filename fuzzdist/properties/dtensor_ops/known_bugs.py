@@ -61,9 +61,7 @@ def _is_partial_type_change_assert(example: Mapping[str, Any], failure: BaseExce
     problems = [p for ranks in (evidence.reported_by_rank(failure) or []) for p in ranks]
     if len(kinds) < 2 or not problems:
         return False
-    return all(
-        p.kind is Kind.RAISED and p.error == "AssertionError" and p.what == DTENSOR_CALL for p in problems
-    )
+    return all(p.kind is Kind.RAISED and p.error == "AssertionError" and p.what == DTENSOR_CALL for p in problems)
 
 
 register(

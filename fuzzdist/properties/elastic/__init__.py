@@ -228,4 +228,3 @@ def check_rendezvous(case: RendezvousCase) -> None:
                 _fail(f"{case.agents} agents with --nnodes={case.min_nodes}:{case.max_nodes}", problems, workdir)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-

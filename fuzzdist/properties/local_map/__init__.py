@@ -260,4 +260,3 @@ def check(pool: Pool, case: LocalMapCase, *, local_map_fn: Callable[..., Any] = 
                 f"{by_rank(wrong)}",
                 results,
             )
-
