@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from fuzzdist import known_bugs
-from fuzzdist.errors import PropertyFailure
+from fuzzdist.errors import PropertyFailure, RankCrash
 from fuzzdist.pool.capabilities.torch_features import missing_fully_shard
 from fuzzdist.problems import Kind, Problem
 
@@ -61,3 +61,47 @@ def test_exp_avg_bug_is_recognised_from_round_trip_differences_only():
 
 def test_an_example_meeting_both_wrong_result_bugs_is_known():
     assert _recognised(_config(**HYBRID, **ADAM), GRADIENT, ROUND_TRIP, MORE) is not None
+
+
+# what a rank that died in summon_full_params(with_grads=True)'s all-gather left behind (gloo's enforce
+# message on stderr, faulthandler's stack at the SIGABRT), shortened
+_GLOO_ABORT = (
+    "terminate called after throwing an instance of 'gloo::EnforceNotMet'\n"
+    "  what():  [enforce fail at gloo/transport/tcp/pair.cc:456] op.preamble.length <= op.nbytes. 4 vs 2. "
+    "Received data size doesn't match expected size."
+)
+_UNSHARD_GRAD_STACK = (
+    'File ".../torch/distributed/distributed_c10d.py", line 4394 in all_gather_single\n'
+    'File ".../torch/distributed/fsdp/_flat_param.py", line 1599 in unshard_grad\n'
+)
+SUMMON_GRADS = {"use_orig_params": True}
+
+
+def _crash(stack=_UNSHARD_GRAD_STACK, output=_GLOO_ABORT):
+    return RankCrash([1, 3], {1: -6, 3: -6}, {1: stack, 3: stack}, last_output={1: output, 3: output})
+
+
+def _recognised_crash(config, dtype, failure):
+    bug = known_bugs.recognise("fsdp1", {"config": config, "dtype": dtype, "seed": 0}, failure)
+    return None if bug is None else bug.id
+
+
+def test_summon_grads_abort_is_recognised_for_a_float64_model():
+    config = FSDP1Config(widths=(1, 1), batch_sizes=(1, 1, 1, 1), use_orig_params=True)
+    assert _recognised_crash(config, torch.float64, _crash()) == "fsdp1-summon-grads-none-shard-float32-aborts"
+
+
+def test_summon_grads_abort_needs_a_non_float32_sharded_orig_params_model():
+    # float32 zeros match a float32 model's shards, and the other paths never call unshard_grad's all-gather
+    assert _recognised_crash(_config(**SUMMON_GRADS), torch.float32, _crash()) is None
+    assert _recognised_crash(_config(), torch.float64, _crash()) is None
+    assert _recognised_crash(_config(**SUMMON_GRADS, sharding_strategy="NO_SHARD"), torch.float64, _crash()) is None
+
+
+def test_summon_grads_abort_needs_gloo_size_check_inside_unshard_grad():
+    config = _config(**SUMMON_GRADS)
+    elsewhere = 'File ".../torch/distributed/fsdp/_runtime_utils.py", line 800 in _reduce_grad\n'
+    assert _recognised_crash(config, torch.float64, _crash(stack=elsewhere)) is None
+    assert _recognised_crash(config, torch.float64, _crash(output="Segmentation fault")) is None
+    # a wrong result from the same config is not this crash
+    assert _recognised_crash(config, torch.float64, PropertyFailure("FSDP1 differs", [], [GRADIENT])) is None

@@ -10,6 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import torch
+
+from fuzzdist.errors import RankCrash
 from fuzzdist.known_bugs import evidence
 from fuzzdist.known_bugs.predicates import every_problem, example_of
 from fuzzdist.known_bugs.registry import KnownBug, register
@@ -94,5 +97,32 @@ register(
         id="fsdp1-local-state-dict-orig-params-load-fails",
         where=("fsdp1",),
         recognise=_is_local_state_dict_load_refused,
+    )
+)
+
+
+# gloo's words when an all-gather's peers send more bytes than the receiver expects, and the FSDP1 method
+# whose all-gather it is
+_GLOO_SIZE_MISMATCH = "Received data size doesn't match expected size"
+_UNSHARD_GRAD = "unshard_grad"
+
+
+def _is_summon_grads_dtype_abort(example: Mapping[str, Any], failure: BaseException) -> bool:
+    """A sharded ``use_orig_params=True`` model of a dtype other than float32 whose ranks died, every one of
+    them on gloo's size check inside ``unshard_grad``: a rank without a gradient shard stands in for it with
+    float32 zeros in ``summon_full_params(with_grads=True)``'s all-gather, which the other ranks fill with
+    shards of the model's dtype."""
+    config = example_of(example, "config", FSDP1Config)
+    if config is None or not isinstance(failure, RankCrash):
+        return False
+    if not config.use_orig_params or config.sharding_strategy == "NO_SHARD" or example.get("dtype") == torch.float32:
+        return False
+    died = evidence.died(failure)
+    return bool(died) and all(evidence.says(p, _GLOO_SIZE_MISMATCH) and evidence.says(p, _UNSHARD_GRAD) for p in died)
+
+
+register(
+    KnownBug(
+        id="fsdp1-summon-grads-none-shard-float32-aborts", where=("fsdp1",), recognise=_is_summon_grads_dtype_abort
     )
 )
