@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from hypothesis import assume
 from hypothesis import strategies as st
 
 from fuzzdist.properties.dtensor_ops.catalogue import Arguments, OpDef, register
@@ -40,9 +41,15 @@ def over_dims(
     dim_required: bool = False,
     dtype_kw: bool = False,
     nonempty: bool = False,
+    extremum: bool = False,
 ) -> Callable[[], st.SearchStrategy[Arguments]]:
     """An operand and the dims to reduce: a list of distinct dims (``single``: one dim), or None; with
-    ``keepdim`` and, where the operator takes one, a ``dtype``."""
+    ``keepdim`` and, where the operator takes one, a ``dtype``.
+
+    ``extremum``: an empty operand is reduced only over dims of non-zero size, given explicitly.  torch's
+    ``amax``/``amin`` refuse the rest with an explicit error ("Expected reduction dim to be specified for
+    input.numel() == 0", "Expected reduction dim ... to have non-zero size"): an extremum of nothing has no
+    value.  An empty operand with no such dim (``(0,)``) is rejected."""
 
     @st.composite
     def draw(d: st.DrawFn) -> Arguments:
@@ -53,7 +60,13 @@ def over_dims(
         x = d(operand(shape, dtypes))
         kwargs: dict[str, Any] = {}
         n = max(len(shape), 1)
-        if single:
+        if extremum and math.prod(shape) == 0:
+            sized = [i for i, size in enumerate(shape) if size > 0]
+            assume(bool(sized))
+            kwargs["dim"] = d(
+                st.lists(st.sampled_from(sized), min_size=1, max_size=len(sized), unique=True), label="dims"
+            )
+        elif single:
             kwargs["dim"] = d(st.integers(-n, n - 1), label="dim")
         elif dim_required or d(st.booleans(), label="dims given"):
             kwargs["dim"] = d(st.lists(st.integers(0, n - 1), min_size=1, max_size=n, unique=True), label="dims")
@@ -93,8 +106,8 @@ register(
     _op("sum", torch.sum, over_dims(FLOATS + INTS, dtype_kw=True), reordered=True, terms=_reduced, grad=True),
     _op("sum_method", lambda x, **k: x.sum(**k), over_dims(FLOATS), reordered=True, terms=_reduced, grad=True),
     _op("mean", torch.mean, over_dims(FLOATS, dtype_kw=True), reordered=True, terms=_reduced, grad=True),
-    _op("amax", _amax, over_dims(FLOATS + INTS), grad=True),
-    _op("amin", _amin, over_dims(FLOATS + INTS), grad=True),
+    _op("amax", _amax, over_dims(FLOATS + INTS, extremum=True), grad=True),
+    _op("amin", _amin, over_dims(FLOATS + INTS, extremum=True), grad=True),
     _op("prod", torch.prod, over_dims(FLOATS, single=True), reordered=True, terms=_reduced),
     _op(
         "vector_norm",
