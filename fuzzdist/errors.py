@@ -343,6 +343,16 @@ class DatabaseError(FuzzdistError):
     """The database can't be used; the message says what to do (the CLI prints it, exit 2)."""
 
 
+class DatabaseUnreadable(FuzzdistError):
+    """A read of the example database failed during a campaign (``.error``, what the backend raised), perhaps
+    inside Hypothesis's engine, which reads it at the start of every run and lets what it raises out as is.
+    Its own type, so that the campaign says it as its error instead of filing it as the property's failure."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(error)
+        self.error = error
+
+
 class SharingError(FuzzdistError, RuntimeError):
     """``share_tensor`` failed on some rank. Every rank raises it, so none is left in a later collective."""
 

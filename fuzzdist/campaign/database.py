@@ -49,7 +49,7 @@ from typing import Any, cast
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 
 from fuzzdist.campaign.plain_text import one_line
-from fuzzdist.errors import DatabaseError
+from fuzzdist.errors import DatabaseError, DatabaseUnreadable
 from fuzzdist.pool.private_file import read_private_file
 
 INDEX_KEY = b"fuzzdist.index.v1"
@@ -68,16 +68,6 @@ MAX_ENTRY_BYTES = 1 << 20
 # or in a "password=" query parameter.
 _URL_PASSWORD = re.compile(r"(?P<head>\b(?:rediss?|unix)://[^:@/\s]*:)(?P<password>[^\s/?#]*)(?=@)")
 _QUERY_PASSWORD = re.compile(r"(?P<head>\b(?:rediss?|unix)://\S*?[?&]password=)(?P<password>[^&#\s]*)")
-
-
-class DatabaseUnreadable(Exception):
-    """A read of the example database failed (``.error``, what the backend raised), perhaps inside
-    Hypothesis's engine, which reads it at the start of every run and lets what it raises out as is.
-    Its own type, so that the campaign says it as its error instead of filing it as the property's failure."""
-
-    def __init__(self, error: BaseException) -> None:
-        super().__init__(error)
-        self.error = error
 
 
 class BoundedDatabase(ExampleDatabase):

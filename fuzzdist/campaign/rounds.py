@@ -40,7 +40,7 @@ from hypothesis import settings as Settings
 from hypothesis.errors import UnsatisfiedAssumption
 
 from fuzzdist import known_bugs
-from fuzzdist.campaign.database import Database, DatabaseUnreadable, error_line, too_large_note
+from fuzzdist.campaign.database import Database, error_line, too_large_note
 from fuzzdist.campaign.failures import FailureLog, failures_text, first_line
 from fuzzdist.campaign.progress import Progress
 from fuzzdist.campaign.report import CampaignState, PropertyState
@@ -48,7 +48,7 @@ from fuzzdist.campaign.series import split_event
 from fuzzdist.compat import hypothesis_internals as hc
 from fuzzdist.compat.pytest_internals import Failed, OutcomeException
 from fuzzdist.driver.variant_keys import adopt
-from fuzzdist.errors import BudgetSpent, CampaignInterrupt, PoolGone, PoolLost, Terminated
+from fuzzdist.errors import BudgetSpent, CampaignInterrupt, DatabaseUnreadable, PoolGone, PoolLost, Terminated
 
 # Examples per round when only time limits a property: the campaign profile's budget, so
 # Hypothesis schedules its phases (e.g. target() optimisation at half-way) as usual.
