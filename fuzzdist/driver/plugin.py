@@ -179,7 +179,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gpu: needs at least one CUDA GPU")
-    config.addinivalue_line("markers", "multi_gpu(n=2): needs at least n CUDA GPUs")
+    config.addinivalue_line("markers", "multi_gpu(n=2, why=...): needs at least n CUDA GPUs (why: said in the skip)")
     config.addinivalue_line(
         "markers",
         "needs(*capabilities): skip unless the machine has them: cuda, pidfd_getfd, cupy, "
@@ -416,6 +416,22 @@ def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> bool | None:
         del item.stash[_backstop_scaled]
 
 
+def _multi_gpu_skip_reason(n: int, why: str | None) -> str | None:
+    """Why a ``multi_gpu(n, why=...)`` test can't run here (None: it can).
+
+    ``why`` says what too few GPUs means for the test (NCCL's one GPU per rank); it is added where
+    there are GPUs, but too few: without CUDA, the missing CUDA is the whole story.
+    """
+    import torch  # a GPU probe already imported it
+
+    reason = missing_gpus(n)
+    if reason is None:
+        return None
+    if why and torch.backends.cuda.is_built() and torch.cuda.device_count() > 0:
+        reason = f"{reason}: {why}"
+    return f"multi_gpu property {reason}"
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("gpu") is not None:
@@ -424,10 +440,11 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
             pytest.skip(f"gpu property {reason}")
     marker = item.get_closest_marker("multi_gpu")
     if marker is not None:
-        n = marker.kwargs.get("n", marker.args[0] if marker.args else 2)
-        reason = missing_gpus(n)
+        reason = _multi_gpu_skip_reason(
+            marker.kwargs.get("n", marker.args[0] if marker.args else 2), marker.kwargs.get("why")
+        )
         if reason:
-            pytest.skip(f"multi_gpu property {reason}")
+            pytest.skip(reason)
     for marker in item.iter_markers("needs"):
         reason = missing(*marker.args)
         if reason:

@@ -74,7 +74,7 @@ def test_gpu_markers_skip_with_precise_reason(suite):
     suite.makepyfile(
         test_prop="""
 import pytest
-@pytest.mark.multi_gpu(n=8)
+@pytest.mark.multi_gpu(n=8, why="one GPU per rank")
 def test_needs_8():
     pass
 @pytest.mark.gpu
@@ -89,6 +89,25 @@ def test_needs_1():
         result.assert_outcomes(skipped=2)
         result.stdout.fnmatch_lines(["*gpu property needs CUDA*"])
     result.stdout.fnmatch_lines(["*multi_gpu property needs*"])
+
+
+def test_a_multi_gpu_skip_says_why_too_few_gpus_matter(monkeypatch):
+    from fuzzdist.driver import plugin
+
+    monkeypatch.setattr(plugin, "missing_gpus", lambda n: f"needs {n} GPUs, but 1 is visible")
+    monkeypatch.setattr(torch.backends.cuda, "is_built", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert plugin._multi_gpu_skip_reason(2, "NCCL refuses two ranks on one GPU") == (
+        "multi_gpu property needs 2 GPUs, but 1 is visible: NCCL refuses two ranks on one GPU"
+    )
+    assert plugin._multi_gpu_skip_reason(2, None) == "multi_gpu property needs 2 GPUs, but 1 is visible"
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    monkeypatch.setattr(plugin, "missing_gpus", lambda n: "needs CUDA, but no GPU is visible")
+    assert plugin._multi_gpu_skip_reason(2, "NCCL refuses two ranks on one GPU") == (
+        "multi_gpu property needs CUDA, but no GPU is visible"
+    )
+    monkeypatch.setattr(plugin, "missing_gpus", lambda n: None)
+    assert plugin._multi_gpu_skip_reason(2, "anything") is None
 
 
 def test_failing_property_is_shrunk_and_names_the_rank(suite):
