@@ -70,18 +70,35 @@ _URL_PASSWORD = re.compile(r"(?P<head>\b(?:rediss?|unix)://[^:@/\s]*:)(?P<passwo
 _QUERY_PASSWORD = re.compile(r"(?P<head>\b(?:rediss?|unix)://\S*?[?&]password=)(?P<password>[^&#\s]*)")
 
 
-class BoundedDatabase(ExampleDatabase):
+class _ReadingDatabase(ExampleDatabase):
+    """``db`` with its own way of reading (a subclass's ``fetch``): saving, deleting and moving go
+    straight to ``db``, and it is shown as ``db`` is."""
+
+    def __init__(self, db: ExampleDatabase) -> None:
+        super().__init__()
+        self.db = db
+
+    def __repr__(self) -> str:
+        return repr(self.db)
+
+    def save(self, key: bytes, value: bytes) -> None:
+        self.db.save(key, value)
+
+    def delete(self, key: bytes, value: bytes) -> None:
+        self.db.delete(key, value)
+
+    def move(self, src: bytes, dest: bytes, value: bytes) -> None:
+        self.db.move(src, dest, value)
+
+
+class BoundedDatabase(_ReadingDatabase):
     """``db`` whose ``fetch`` leaves out the entries larger than :data:`MAX_ENTRY_BYTES`: Hypothesis
     would decode and replay them, at about a hundred times their size in memory.  Each one left out is
     counted under its key (:meth:`too_large`); saving, deleting and moving go straight to ``db``."""
 
     def __init__(self, db: ExampleDatabase) -> None:
-        super().__init__()
-        self.db = db
+        super().__init__(db)
         self._too_large: dict[bytes, set[bytes]] = {}  # key -> digests of the entries left out
-
-    def __repr__(self) -> str:
-        return repr(self.db)
 
     def fetch(self, key: bytes) -> Iterable[bytes]:
         try:
@@ -93,15 +110,6 @@ class BoundedDatabase(ExampleDatabase):
                 self._too_large.setdefault(key, set()).add(hashlib.sha256(value).digest())
             else:
                 yield value
-
-    def save(self, key: bytes, value: bytes) -> None:
-        self.db.save(key, value)
-
-    def delete(self, key: bytes, value: bytes) -> None:
-        self.db.delete(key, value)
-
-    def move(self, src: bytes, dest: bytes, value: bytes) -> None:
-        self.db.move(src, dest, value)
 
     def too_large(self, key: bytes) -> int:
         """Entries of ``key`` left out so far because of their size."""
@@ -350,18 +358,15 @@ def _redis_database(client: Any) -> ExampleDatabase:
     return ReadableRedisDatabase(db, client)
 
 
-class ReadableRedisDatabase(ExampleDatabase):
+class ReadableRedisDatabase(_ReadingDatabase):
     """Hypothesis's Redis database ``db``, whose fetch renews the key's expiry in the same transaction as
     the read: a server that refuses writes (out of memory, a read-only replica) would refuse the read
     too.  Then the entries are read alone, through ``client``: what is stored still replays, and the
     refused saves are said when read back."""
 
     def __init__(self, db: ExampleDatabase, client: Any) -> None:
-        super().__init__()
-        self.db, self.client = db, client
-
-    def __repr__(self) -> str:
-        return repr(self.db)
+        super().__init__(db)
+        self.client = client
 
     def fetch(self, key: bytes) -> Iterable[bytes]:
         import redis
@@ -371,15 +376,6 @@ class ReadableRedisDatabase(ExampleDatabase):
         except redis.exceptions.ResponseError:  # the expiry's renewal refused, not the read
             entries = list(cast("set[bytes]", self.client.smembers(REDIS_KEY_PREFIX + key)))
         yield from entries
-
-    def save(self, key: bytes, value: bytes) -> None:
-        self.db.save(key, value)
-
-    def delete(self, key: bytes, value: bytes) -> None:
-        self.db.delete(key, value)
-
-    def move(self, src: bytes, dest: bytes, value: bytes) -> None:
-        self.db.move(src, dest, value)
 
 
 # ---------------------------------------------------------------------------------------

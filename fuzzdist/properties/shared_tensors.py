@@ -101,10 +101,23 @@ def share_write_and_check(
     and ``receive`` are ``fuzzdist.toolkit.sharing``'s two halves of sharing, swappable so that tests can
     plant bugs.
     """
+    return run_and_check_no_memory_left(
+        ctx,
+        mode,
+        lambda: _share_write_and_check(ctx, spec, seed, src, writers, write_pattern, write_seed, share, receive),
+    )
+
+
+def run_and_check_no_memory_left(
+    ctx: RankContext, mode: fst.SharingStrategyMode, run: Callable[[], list[Problem]]
+) -> list[Problem] | None:
+    """Runs on every rank: ``run()`` (which shares memory across the ranks and returns what it found
+    wrong) under sharing strategy ``mode``; then, once every rank has returned from it, a problem if this
+    rank still holds shared memory it did not hold before.  None where nothing is wrong."""
     baseline = shared_memory_in_use()
     with mode.applied():
-        problems = _share_write_and_check(ctx, spec, seed, src, writers, write_pattern, write_seed, share, receive)
-    # Each rank has dropped its tensor (the frame above is gone). Once all have, no rank may still
+        problems = run()
+    # Each rank has dropped its tensors (run's frame is gone). Once all have, no rank may still
     # map, hold or own the memory.
     dist.barrier(group=ctx.group)
     leaked = leftover_shared_memory(baseline)

@@ -27,15 +27,10 @@ from fuzzdist import strategies as fst
 from fuzzdist.errors import InvalidArgument
 from fuzzdist.problems import Kind, Problem, by_rank
 from fuzzdist.properties import PropertyFailure
+from fuzzdist.properties.shared_tensors import run_and_check_no_memory_left
 from fuzzdist.strategies import seeds
 from fuzzdist.toolkit.checks import first_difference
-from fuzzdist.toolkit.sharing import (
-    leftover_shared_memory,
-    open_tensor_handle,
-    reduce_tensor_handles,
-    share_tensor,
-    shared_memory_in_use,
-)
+from fuzzdist.toolkit.sharing import open_tensor_handle, reduce_tensor_handles, share_tensor
 
 if TYPE_CHECKING:
     from fuzzdist.pool import Pool
@@ -332,18 +327,9 @@ def alias_shared_and_check(
     example. ``convert``, ``share`` and ``receive`` are swappable, so tests can plant bugs.
     """
     convert = convert or interface(ctx.device.type, case.interface).convert
-    baseline = shared_memory_in_use()
-    with mode.applied():
-        problems = _alias_shared(ctx, case, seed, src, writer, write_seed, convert, share, receive)
-    dist.barrier(group=ctx.group)  # every rank has dropped its tensors
-    leaked = leftover_shared_memory(baseline)
-    if leaked:
-        problems.append(
-            Problem(
-                Kind.NOTE, detail=f"still holds shared memory after every rank dropped the tensor: {sorted(leaked)}"
-            )
-        )
-    return problems or None
+    return run_and_check_no_memory_left(
+        ctx, mode, lambda: _alias_shared(ctx, case, seed, src, writer, write_seed, convert, share, receive)
+    )
 
 
 def _alias_shared(

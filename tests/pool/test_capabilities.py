@@ -125,8 +125,9 @@ def test_gloo_dtypes_without_an_answer_warns_and_draws_everything(monkeypatch):
             UserWarning,
             match=r"could not ask torch .* which dtypes gloo's broadcast takes "
             r"\(python -m platform printed no answer.*drawing every dtype",
-        ):
+        ) as caught:
             assert gloo.gloo_dtypes("broadcast") == gloo.GLOO_DTYPES
+        assert caught[0].filename == __file__  # the warning names the line that asked, not gloo.py
     finally:
         _clear_probe_caches()
 

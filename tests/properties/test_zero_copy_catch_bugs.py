@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from functools import partial
 
+import pytest
 import torch
 from helpers import planted_sharing
 from helpers.minimal import minimal_failure
 from hypothesis import strategies as st
 
+from fuzzdist import PropertyFailure
 from fuzzdist import strategies as fst
 from fuzzdist.properties import zero_copy
 
@@ -61,3 +63,18 @@ def test_catches_a_write_that_lands_in_a_copy_of_shared_memory(rank_pool):
     assert len(f.results[0]) == 1 and str(f.results[0][0]).startswith("over memory shared by rank 0: copied: ")
     assert len(f.results[1]) == 2 and str(f.results[1][0]).startswith("over memory shared by rank 0: copied: ")
     assert str(f.results[1][1]).startswith("after rank 0 wrote through its result: 1 of 1 elements differ")
+
+
+def test_catches_a_receiver_that_keeps_shared_memory(rank_pool):
+    # the shared-tensor property's leak check, here after the interfaces have dropped their results too
+    case = zero_copy.AliasCase(zero_copy.INTERFACES["cpu"][0].name, fst.TensorSpec((1,), torch.float32), torch.float32)
+    mode = fst.SharingStrategyMode("file_descriptor")
+    try:
+        with pytest.raises(PropertyFailure) as caught:
+            zero_copy.check_shared(rank_pool, case, 0, 0, 0, 0, mode, receive=planted_sharing.receive_and_keep)
+    finally:
+        rank_pool.run(planted_sharing.forget_kept)
+    results = caught.value.results
+    assert results[0] is None  # the source let go; the receiver still maps the segment
+    assert len(results[1]) == 1
+    assert str(results[1][0]).startswith("still holds shared memory after every rank dropped the tensor: ['/dev/shm/")

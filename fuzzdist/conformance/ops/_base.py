@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.distributed as dist
@@ -120,6 +120,9 @@ class OpInfo(ABC):
     # Other forms of its arguments torch.distributed documents (reduce_scatter_tensor: "stack"), each
     # probed once per world size and drawn where the backend accepts it.
     forms: tuple[str, ...] = ()
+    # Its main input is joined with the other ranks' along dim 0 (all_gather_into_tensor,
+    # reduce_scatter_tensor): a 0-d tensor has no dim 0, so only specs of one dim or more are drawn.
+    needs_dim0: ClassVar[bool] = False
 
     @property
     def needs_dtypes(self) -> bool:
@@ -182,9 +185,11 @@ class OpInfo(ABC):
         caps: Capabilities,
         max_bytes: int,
     ) -> st.SearchStrategy[TensorSpec]:
-        """The main input's spec, in a layout the backend accepted where the op takes layouts."""
+        """The main input's spec, in a layout the backend accepted where the op takes layouts (of one dim
+        or more where the op ``needs_dim0``)."""
         layouts = caps.layouts.get(self.name, ("contiguous",)) if self.layouts else ("contiguous",)
-        return fst.tensor_specs(dtypes=st.sampled_from(dtypes), layouts=layouts, max_bytes=max_bytes)
+        specs = fst.tensor_specs(dtypes=st.sampled_from(dtypes), layouts=layouts, max_bytes=max_bytes)
+        return specs.filter(lambda s: s.ndim >= 1) if self.needs_dim0 else specs
 
     def draw_roots(self, d: st.DrawFn, world: int) -> tuple[int | None, int | None]:
         """(root, peer): the src/dst rank of a rooted op; no peer."""

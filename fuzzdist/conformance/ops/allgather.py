@@ -6,12 +6,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from hypothesis import strategies as st
 from torch._C._distributed_c10d import AllgatherOptions
 
-from fuzzdist.conformance.ops._base import Capabilities, Expected, OpCall, OpInfo, input_values, method_name
+from fuzzdist.conformance.ops._base import Expected, OpCall, OpInfo, input_values, method_name
 from fuzzdist.conformance.ops._buffers import Prepared, main_input, options, real
-from fuzzdist.strategies import TensorSpec
 
 
 class AllGather(OpInfo):
@@ -36,14 +34,7 @@ class AllGatherIntoTensor(OpInfo):
     are passed as real views, as torch.distributed does (C++ callers of ``_allgather_base`` don't)."""
 
     real_views: bool = True
-
-    def specs(
-        self,
-        dtypes: tuple[torch.dtype, ...],
-        caps: Capabilities,
-        max_bytes: int,
-    ) -> st.SearchStrategy[TensorSpec]:
-        return super().specs(dtypes, caps, max_bytes).filter(lambda s: s.ndim >= 1)  # needs a dim 0
+    needs_dim0 = True
 
     def prepare(self, ctx: Any, pg: Any, call: OpCall, index: int) -> Prepared:
         p = Prepared(call, ctx.device)

@@ -5,11 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from hypothesis import strategies as st
 from torch._C._distributed_c10d import ReduceScatterOptions
 
 from fuzzdist.conformance.ops._base import (
-    Capabilities,
     Expected,
     OpCall,
     OpInfo,
@@ -18,7 +16,6 @@ from fuzzdist.conformance.ops._base import (
     method_name,
 )
 from fuzzdist.conformance.ops._buffers import Prepared, options, reduce_op_enum
-from fuzzdist.strategies import TensorSpec
 from fuzzdist.toolkit.oracle import show
 
 
@@ -53,13 +50,7 @@ class ReduceScatterTensor(_ReduceScatterFamily):
     """``reduce_scatter_tensor``: the inputs concatenated along dim 0 into one tensor, or (form
     ``"stack"``, which torch.distributed also documents) stacked along a new dim 0."""
 
-    def specs(
-        self,
-        dtypes: tuple[torch.dtype, ...],
-        caps: Capabilities,
-        max_bytes: int,
-    ) -> st.SearchStrategy[TensorSpec]:
-        return super().specs(dtypes, caps, max_bytes).filter(lambda s: s.ndim >= 1)  # needs a dim 0
+    needs_dim0 = True
 
     def prepare(self, ctx: Any, pg: Any, call: OpCall, index: int) -> Prepared:
         p = Prepared(call, ctx.device)

@@ -83,11 +83,7 @@ def gloo_dtypes(api: str) -> tuple[torch.dtype, ...]:
         raise InvalidArgument(f"unknown API {api!r} for gloo_dtypes; known: {', '.join(GLOO_APIS)}")
     answer = _probe_gloo_dtypes().get(api)
     if not answer:
-        warnings.warn(
-            f"could not ask torch {torch.__version__} which dtypes gloo's {api} takes "
-            f"({_why_no_answer(api)}); drawing every dtype gloo's type dispatch has",
-            stacklevel=2,
-        )
+        _warn_unanswered(f"which dtypes gloo's {api} takes", api, "every dtype gloo's type dispatch has")
         return GLOO_DTYPES
     return tuple(d for d in GLOO_DTYPES if _dtype_name(d) in answer)
 
@@ -113,11 +109,7 @@ def gloo_reduce_ops(api: str, dtype: torch.dtype) -> tuple[str, ...]:
         raise InvalidArgument(f"gloo_reduce_ops takes a torch.dtype, got {dtype!r}")
     answer = _probe_gloo_reduce_ops().get(api)
     if not answer:
-        warnings.warn(
-            f"could not ask torch {torch.__version__} which ReduceOps gloo's {api} takes "
-            f"({_why_no_answer(api)}); drawing the ones gloo took on torch 2.13",
-            stacklevel=2,
-        )
+        _warn_unanswered(f"which ReduceOps gloo's {api} takes", api, "the ones gloo took on torch 2.13")
         return _unprobed_reduce_ops(dtype)
     taken = answer.get(_dtype_name(dtype), [])
     return tuple(op for op in GLOO_REDUCE_OPS if op in taken)
@@ -152,11 +144,7 @@ def functional_layouts(op: str) -> tuple[str, ...]:
     answer = _probe_gloo().get("functional_layouts")
     taken = answer.get(op) if isinstance(answer, dict) else None
     if not isinstance(taken, list):
-        warnings.warn(
-            f"could not ask torch {torch.__version__} which layouts its functional {op} takes "
-            f"({_why_no_answer(op)}); drawing every layout",
-            stacklevel=2,
-        )
+        _warn_unanswered(f"which layouts its functional {op} takes", op, "every layout")
         return FUNCTIONAL_LAYOUTS
     return tuple(layout for layout in FUNCTIONAL_LAYOUTS if layout in taken)
 
@@ -167,6 +155,16 @@ _PROBE_FAILURE: dict[str, str] = {}  # why the last probe gave no answer, for th
 def _why_no_answer(asked: str) -> str:
     """Why the probe could not answer for ``asked``: it failed (and how), or it had no entry for it."""
     return _PROBE_FAILURE.get("why", f"the probe had no answer for {asked}")
+
+
+def _warn_unanswered(question: str, asked: str, drawn: str) -> None:
+    """The one warning of a public function the probe gave no answer: the ``question`` it could not ask
+    torch, why (:func:`_why_no_answer` for ``asked``), and the fallback ``drawn`` instead.  Attributed to
+    the public function's caller (``functools.cache`` adds no frame)."""
+    warnings.warn(
+        f"could not ask torch {torch.__version__} {question} ({_why_no_answer(asked)}); drawing {drawn}",
+        stacklevel=3,
+    )
 
 
 def _dtype_name(dtype: torch.dtype) -> str:

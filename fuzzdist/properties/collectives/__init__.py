@@ -99,7 +99,7 @@ from fuzzdist.pool.capabilities.per_pool import probed_once
 from fuzzdist.problems import Kind, Problem, Symptom, by_rank
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.strategies import TensorSpec, seeds
-from fuzzdist.toolkit.checks import first_difference, written_ignoring_strides
+from fuzzdist.toolkit.checks import first_difference, mismatch, written_ignoring_strides
 from fuzzdist.toolkit.oracle import reduction_problem
 
 if TYPE_CHECKING:
@@ -359,21 +359,8 @@ def _reduction_grad(
     bound = 2 * (n + 1) * info.eps * scale + n * info.smallest_normal * info.eps
     got = actual.detach().to(torch.float64)
     bad = ~((got - ref).abs() <= bound) & checked  # NaN counts as bad
-    if not bool(bad.any()):
-        return None
-    flat_bad = bad.reshape(-1)
-    i = int(flat_bad.nonzero()[0])
-    return Problem(
-        Kind.MISMATCH,
-        what,
-        index=i,
-        got=got.reshape(-1)[i].item(),
-        expected=ref.reshape(-1)[i].item(),
-        bound=bound.reshape(-1)[i].item(),
-        count=int(flat_bad.sum()),
-        size=bad.numel(),
-        detail=f"(the gradient of {op} over {n} ranks)",
-    )
+    problem = mismatch(what, got, ref, bad, bound)
+    return None if problem is None else dataclasses.replace(problem, detail=f"(the gradient of {op} over {n} ranks)")
 
 
 def all_gather_and_check(

@@ -54,7 +54,7 @@ from hypothesis import strategies as st
 from fuzzdist import strategies as fst
 from fuzzdist.errors import CallRaised
 from fuzzdist.known_bugs import known_failures
-from fuzzdist.pool.capabilities.gloo import functional_layouts, gloo_dtypes, gloo_reduce_ops
+from fuzzdist.pool.capabilities.gloo import FUNCTIONAL_OPS, functional_layouts, gloo_dtypes, gloo_reduce_ops
 from fuzzdist.problems import Problem, Symptom, by_rank
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.strategies import TensorSpec, mix_seed, seeds
@@ -70,19 +70,7 @@ if TYPE_CHECKING:
     from fuzzdist.pool.rank.context import RankContext
 
 # the ones the installed torch has: torch 2.6 has no all_gather_single / reduce_scatter_single yet
-OPS = tuple(
-    op
-    for op in (
-        "all_reduce",
-        "all_gather_single",
-        "all_gather_tensor",
-        "reduce_scatter_single",
-        "reduce_scatter_tensor",
-        "broadcast",
-        "all_to_all_single",
-    )
-    if hasattr(fcol, op)
-)
+OPS = tuple(op for op in FUNCTIONAL_OPS if hasattr(fcol, op))
 COMPLETIONS = ("wait_tensor", "wait", "use", "view")
 GROUP_FORMS = ("group", "ranks")
 MAX_BYTES = 256

@@ -59,7 +59,7 @@ from fuzzdist import strategies as fst
 from fuzzdist.known_bugs import known_failures
 from fuzzdist.problems import Kind, Problem, Symptom, by_rank
 from fuzzdist.properties import PropertyFailure
-from fuzzdist.toolkit.checks import first_difference
+from fuzzdist.toolkit.checks import first_difference, mismatch
 
 if TYPE_CHECKING:
     from fuzzdist.pool import Pool
@@ -162,19 +162,7 @@ def _close(actual: torch.Tensor, expected: torch.Tensor, inputs: list[torch.Tens
         return first_difference(actual, expected)
     bound = torch.stack([t.to(torch.float64).abs() for t in inputs]).sum(0) * 4 * torch.finfo(actual.dtype).eps
     err = (actual.to(torch.float64) - torch.stack([t.to(torch.float64) for t in inputs]).sum(0)).abs()
-    bad = err > bound
-    if bool(bad.any()):
-        i = int(bad.reshape(-1).nonzero()[0])
-        return Problem(
-            Kind.MISMATCH,
-            index=i,
-            got=actual.reshape(-1)[i].item(),
-            expected=expected.reshape(-1)[i].item(),
-            bound=bound.reshape(-1)[i].item(),
-            count=int(bad.sum()),
-            size=actual.numel(),
-        )
-    return None
+    return mismatch("", actual, expected, err > bound, bound)
 
 
 # ---------------------------------------------------------------------------
