@@ -28,8 +28,8 @@ Strategies and what they shrink to:
 Modules: ``_shapes.py``, ``_dtypes.py`` (over ``_dtype_catalogue.py``, every dtype fuzzdist knows, and
 ``_dtype_probe.py``, which ones a device holds, asking its child program ``_dtype_probe_child.py``),
 ``_tensors.py`` (``TensorSpec``), ``_tensor_specs.py``,
-``_seeds.py``, ``_ranks.py``, ``_allocator.py``, ``_completion.py``, ``_ddp.py``, ``_fsdp.py`` and
-``_arguments.py`` (the argument checks they share).
+``_seeds.py``, ``_ranks.py``, ``_allocator.py``, ``_completion.py``, ``_ddp.py``, ``_fsdp.py``,
+``_arguments.py`` (the argument checks they share) and ``_config_repr.py`` (the short repr of a drawn setup).
 """
 
 from fuzzdist.strategies._allocator import (

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 from fuzzdist.errors import InvalidArgument, InvalidStrategyArgument
+from fuzzdist.strategies._config_repr import non_default_repr
 from fuzzdist.strategies._seeds import _generator, mix_seed
 
 OPTIMIZERS: tuple[str, ...] = ("sgd", "adam", "adamw")
@@ -239,30 +240,10 @@ class DDPConfig:
         return cls(params, lr=_LR)
 
     def __repr__(self) -> str:
-        defaults = DDPConfig.__dataclass_fields__
-        parts = [f"widths={self.widths}", f"batch_sizes={self.batch_sizes}"]
-        for name in (
-            "unused_parameters",
-            "tied_parameters",
-            "buffers",
-            "bucket_cap_mb",
-            "gradient_as_bucket_view",
-            "find_unused_parameters",
-            "static_graph",
-            "init_sync",
-            "broadcast_buffers",
-            "steps",
-            "optimizer",
-        ):
-            value = getattr(self, name)
-            if value != defaults[name].default:
-                parts.append(f"{name}={value!r}")
-        return f"DDPConfig({', '.join(parts)})"
+        return non_default_repr(self, always=("widths", "batch_sizes"))
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        # Hypothesis prints dataclasses field by field unless told otherwise;
-        # the short repr keeps shrunk failures readable.
-        printer.text(repr(self))
+        printer.text(repr(self))  # the short repr, not Hypothesis's field-by-field one
 
 
 def ddp_configs(

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 from fuzzdist.errors import InvalidArgument, InvalidStrategyArgument
+from fuzzdist.strategies._config_repr import non_default_repr
 from fuzzdist.strategies._ddp import DDPConfig, check_model_arguments
 from fuzzdist.strategies._ranks import mesh_shapes
 
@@ -171,23 +172,7 @@ class FSDPConfig:
         return groups
 
     def __repr__(self) -> str:
-        defaults = FSDPConfig.__dataclass_fields__
-        parts = [f"widths={self.widths}", f"batch_sizes={self.batch_sizes}", f"mesh_shape={self.mesh_shape}"]
-        for name in (
-            "unused_parameters",
-            "tied_parameters",
-            "per_layer",
-            "reshard_after_forward",
-            "param_dtype",
-            "reduce_dtype",
-            "output_dtype",
-            "steps",
-            "optimizer",
-        ):
-            value = getattr(self, name)
-            if value != defaults[name].default:
-                parts.append(f"{name}={value!r}")
-        return f"FSDPConfig({', '.join(parts)})"
+        return non_default_repr(self, always=("widths", "batch_sizes", "mesh_shape"))
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         printer.text(repr(self))  # the short repr, not Hypothesis's field-by-field one

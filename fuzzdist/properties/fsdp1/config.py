@@ -17,6 +17,7 @@ from torch import nn
 
 from fuzzdist import strategies as fst
 from fuzzdist.errors import InvalidArgument, InvalidStrategyArgument
+from fuzzdist.strategies._config_repr import non_default_repr
 
 SHARDING_STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD")
 """``ShardingStrategy`` members drawn, in shrink order."""
@@ -125,13 +126,7 @@ class FSDP1Config:
         return 2 if self.no_sync else 1
 
     def __repr__(self) -> str:
-        defaults = FSDP1Config.__dataclass_fields__
-        parts = [f"widths={self.widths}", f"batch_sizes={self.batch_sizes}"]
-        for name in defaults:
-            value = getattr(self, name)
-            if name not in ("widths", "batch_sizes") and value != defaults[name].default:
-                parts.append(f"{name}={value!r}")
-        return f"FSDP1Config({', '.join(parts)})"
+        return non_default_repr(self, always=("widths", "batch_sizes"))
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         printer.text(repr(self))  # the short repr, not Hypothesis's field-by-field one

@@ -1,0 +1,20 @@
+"""The short repr the drawn setup dataclasses share: what a shrunk failure prints of them."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+
+def non_default_repr(config: Any, always: tuple[str, ...]) -> str:
+    """``Name(field=value, ...)`` for the dataclass instance ``config``: the fields named in ``always``,
+    then every other field, in declaration order, whose value differs from its default.
+
+    Hypothesis prints a dataclass field by field; a failure's setup reads better with the defaults left out.
+    """
+    parts = [f"{name}={getattr(config, name)!r}" for name in always]
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        if field.name not in always and value != field.default:
+            parts.append(f"{field.name}={value!r}")
+    return f"{type(config).__name__}({', '.join(parts)})"
