@@ -93,6 +93,7 @@ from fuzzdist.problems import Kind, Problem
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.properties._results import fail_on_reported_problems
 from fuzzdist.strategies import mix_seed_fnv, seeds
+from fuzzdist.strategies._arguments import check_ints
 from fuzzdist.toolkit.checks import Digest, digest, first_disagreement, gradient_problem, tolerance_problem
 from fuzzdist.toolkit.models import init_uniform_
 from fuzzdist.toolkit.reporting import capped
@@ -357,13 +358,7 @@ def zero_cases(
     Shrinks towards ``ZeroCase()``: one Linear(1, 1) with bias, batch 1 on every rank, one plain SGD
     step (lr 0.01), no bucket view, one group, no reload, no overlap.
     """
-    for name, value, minimum in (
-        ("world_size", world_size, 1),
-        ("max_steps", max_steps, 1),
-        ("max_batch", max_batch, 1),
-    ):
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise InvalidStrategyArgument(f"{name} must be an int >= {minimum}, got {value!r}")
+    check_ints(("world_size", world_size, 1), ("max_steps", max_steps, 1), ("max_batch", max_batch, 1))
     specs = optimizer_specs(optimizers)
 
     @st.composite

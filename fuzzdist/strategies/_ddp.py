@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 from fuzzdist.errors import InvalidArgument, InvalidStrategyArgument
+from fuzzdist.strategies._arguments import check_ints
 from fuzzdist.strategies._config_repr import non_default_repr
 from fuzzdist.strategies._seeds import _generator, mix_seed
 
@@ -31,15 +32,13 @@ def check_model_arguments(
 ) -> tuple[str, ...]:
     """Check the bounds shared by the model strategies (DDP's, FSDP's), early and with a clear error;
     return the optimizer names to draw from, in shrink order."""
-    for name, value, minimum in (
+    check_ints(
         ("world_size", world_size, 1),
         ("max_depth", max_depth, 1),
         ("max_width", max_width, 1),
         ("max_batch", max_batch, 1),
         ("max_steps", max_steps, 1),
-    ):
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise InvalidStrategyArgument(f"{name} must be an int >= {minimum}, got {value!r}")
+    )
     if optimizers is None:
         return OPTIMIZERS
     names = (optimizers,) if isinstance(optimizers, str) else tuple(optimizers)

@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from torch import nn
 
 from fuzzdist import strategies as fst
-from fuzzdist.errors import InvalidArgument, InvalidStrategyArgument
+from fuzzdist.errors import InvalidArgument
+from fuzzdist.strategies._arguments import check_ints
 from fuzzdist.strategies._config_repr import non_default_repr
 
 SHARDING_STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD")
@@ -158,15 +159,13 @@ def fsdp1_configs(
     Shrinks towards one 1->1 layer, batch 1, ``FULL_SHARD`` with FSDP's defaults, one SGD step and a
     ``FULL_STATE_DICT`` round trip.
     """
-    for name, value in (
-        ("world_size", world_size),
-        ("max_depth", max_depth),
-        ("max_width", max_width),
-        ("max_batch", max_batch),
-        ("max_steps", max_steps),
-    ):
-        if value < 1:
-            raise InvalidStrategyArgument(f"fsdp1_configs({name}={value}): it must be at least 1")
+    check_ints(
+        ("world_size", world_size, 1),
+        ("max_depth", max_depth, 1),
+        ("max_width", max_width, 1),
+        ("max_batch", max_batch, 1),
+        ("max_steps", max_steps, 1),
+    )
     optimizer_names = ("sgd", "adam", "adamw")
     # every (replicate, shard) factorisation of the world, shard groups of one rank included
     hybrid_meshes = [(r, world_size // r) for r in range(1, world_size + 1) if world_size % r == 0]
