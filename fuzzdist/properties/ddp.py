@@ -42,6 +42,7 @@ from fuzzdist.problems import Problem, by_rank
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.strategies import seeds
 from fuzzdist.toolkit.checks import Digest, digest, tolerance_problem
+from fuzzdist.toolkit.models import step_together
 from fuzzdist.toolkit.reorder import ReorderingProcessGroup
 from fuzzdist.toolkit.reporting import capped
 
@@ -238,10 +239,7 @@ def ddp_parity(
             with torch.no_grad():
                 for name, p in reference.named_parameters():
                     p.grad = expected[name]
-            optimizer.step()
-            ref_optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            ref_optimizer.zero_grad(set_to_none=True)
+            step_together(optimizer, ref_optimizer)
         params = {name: p.detach().clone() for name, p in model.named_parameters()}
         ref_params = dict(reference.named_parameters())
         for name, param in params.items():

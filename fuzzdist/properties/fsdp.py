@@ -61,6 +61,7 @@ from fuzzdist.properties import PropertyFailure
 from fuzzdist.properties._results import fail_on_reported_problems
 from fuzzdist.strategies import seeds
 from fuzzdist.toolkit.checks import Digest, digest, first_disagreement, gradient_problem, tolerance_problem
+from fuzzdist.toolkit.models import step_together
 from fuzzdist.toolkit.reporting import capped
 
 try:
@@ -304,10 +305,7 @@ def fsdp_parity(
                 problems.append(problem)
         for name, p in reference.named_parameters():
             p.grad = grads[name]
-        optimizer.step()
-        ref_optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        ref_optimizer.zero_grad(set_to_none=True)
+        step_together(optimizer, ref_optimizer)
     check_params(f"after {config.steps} steps")
     return {"problems": capped(problems), "digests": digests}
 

@@ -70,6 +70,7 @@ from fuzzdist.properties.fsdp import TOLERANCES, compute_model, device_mesh, exp
 from fuzzdist.properties.fsdp1.config import FSDP1Config
 from fuzzdist.strategies import seeds
 from fuzzdist.toolkit.checks import Digest, digest, first_difference, mismatch, tolerance_problem
+from fuzzdist.toolkit.models import step_together
 from fuzzdist.toolkit.reporting import capped
 
 try:
@@ -330,10 +331,7 @@ def fsdp1_parity(
             if problem is not None:
                 problems.append(problem)
             ref.grad = grads.get(name)
-        optimizer.step()
-        ref_optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        ref_optimizer.zero_grad(set_to_none=True)
+        step_together(optimizer, ref_optimizer)
     check_params(f"after {config.steps} steps")
     problems.extend(_round_trip(ctx, model, optimizer, config, seed, dtype, comm_hook))
     return {"problems": capped(problems), "digests": digests}
