@@ -39,7 +39,7 @@ def test_models_stepped_together_move_alike_and_are_left_without_gradients():
     model, reference = _model(torch.float64, 3), _model(torch.float64, 3)
     optimizers = [torch.optim.Adam(m.parameters(), lr=0.1) for m in (model, reference)]
     for m in (model, reference):
-        m(torch.ones(2, 3)).sum().backward()
+        m(torch.ones(2, 3, dtype=torch.float64)).sum().backward()
     before = [p.detach().clone() for p in model.parameters()]
     step_together(*optimizers)
     for p, q, old in zip(model.parameters(), reference.parameters(), before, strict=True):
