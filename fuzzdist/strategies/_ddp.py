@@ -16,7 +16,7 @@ from torch import nn
 
 from fuzzdist.errors import InvalidArgument, InvalidStrategyArgument
 from fuzzdist.strategies._arguments import check_ints
-from fuzzdist.strategies._config_repr import non_default_repr
+from fuzzdist.strategies._config_repr import NonDefaultRepr
 from fuzzdist.strategies._seeds import _generator, mix_seed
 
 OPTIMIZERS: tuple[str, ...] = ("sgd", "adam", "adamw")
@@ -103,7 +103,7 @@ class _FuzzMLP(nn.Module):
 
 
 @dataclass(frozen=True, repr=False)
-class DDPConfig:
+class DDPConfig(NonDefaultRepr):
     """A DistributedDataParallel setup, as plain picklable values.
 
     Model: an MLP with ``len(widths) - 1`` Linear layers (layer i maps
@@ -122,6 +122,8 @@ class DDPConfig:
     does not support: unused parameters without ``find_unused_parameters`` or
     ``static_graph``, and options the installed DDP lacks.
     """
+
+    always_shown = ("widths", "batch_sizes")
 
     widths: tuple[int, ...] = (1, 1)
     batch_sizes: tuple[int, ...] = (1,)
@@ -237,12 +239,6 @@ class DDPConfig:
         """The configured optimizer over ``params``."""
         cls = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}[self.optimizer]
         return cls(params, lr=_LR)
-
-    def __repr__(self) -> str:
-        return non_default_repr(self, always=("widths", "batch_sizes"))
-
-    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        printer.text(repr(self))  # the short repr, not Hypothesis's field-by-field one
 
 
 def ddp_configs(

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 from fuzzdist.errors import InvalidArgument, InvalidStrategyArgument
-from fuzzdist.strategies._config_repr import non_default_repr
+from fuzzdist.strategies._config_repr import NonDefaultRepr
 from fuzzdist.strategies._ddp import DDPConfig, check_model_arguments
 from fuzzdist.strategies._ranks import mesh_shapes
 
@@ -42,7 +42,7 @@ def reshard_choices(shard_size: int) -> list[bool | int | None]:
 
 
 @dataclass(frozen=True, repr=False)
-class FSDPConfig:
+class FSDPConfig(NonDefaultRepr):
     """An FSDP2 setup, as plain picklable values.
 
     Model and data as in :class:`DDPConfig` (an MLP of ``widths``, optionally a parameter never
@@ -57,6 +57,8 @@ class FSDPConfig:
     ``reshard_after_forward`` is passed to every call.  ``param_dtype``, ``reduce_dtype`` and
     ``output_dtype`` make the ``MixedPrecisionPolicy`` (None: FSDP's default, no cast).
     """
+
+    always_shown = ("widths", "batch_sizes", "mesh_shape")
 
     widths: tuple[int, ...] = (1, 1)
     batch_sizes: tuple[int, ...] = (1,)
@@ -170,12 +172,6 @@ class FSDPConfig:
         if self.unused_parameters:
             groups.append(model.unused)  # type: ignore[arg-type]
         return groups
-
-    def __repr__(self) -> str:
-        return non_default_repr(self, always=("widths", "batch_sizes", "mesh_shape"))
-
-    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        printer.text(repr(self))  # the short repr, not Hypothesis's field-by-field one
 
 
 def fsdp_configs(

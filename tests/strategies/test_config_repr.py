@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hypothesis.vendor.pretty import pretty
+
+from fuzzdist.properties.fsdp1.config import FSDP1Config
 from fuzzdist.strategies import DDPConfig, FSDPConfig
 from fuzzdist.strategies._config_repr import non_default_repr
 
@@ -27,3 +30,9 @@ def test_the_setups_print_their_defaults_left_out():
     assert repr(FSDPConfig((1, 1), (1, 1), (2,), per_layer=True)) == (
         "FSDPConfig(widths=(1, 1), batch_sizes=(1, 1), mesh_shape=(2,), per_layer=True)"
     )
+
+
+def test_hypothesis_prints_a_setup_as_its_short_repr():
+    config = FSDP1Config((3, 1), (2, 2), no_sync=True)
+    assert repr(config) == "FSDP1Config(widths=(3, 1), batch_sizes=(2, 2), no_sync=True)"
+    assert pretty(config) == repr(config)
