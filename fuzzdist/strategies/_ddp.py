@@ -47,6 +47,22 @@ def check_model_arguments(
     return tuple(n for n in OPTIMIZERS if n in names)
 
 
+def draw_widths(draw: st.DrawFn, max_depth: int, max_width: int) -> tuple[int, ...]:
+    """An MLP's layer widths, as the model strategies draw them: 1 to ``max_depth`` layers (``depth + 1``
+    widths), each width 1 to ``max_width``; shrinks towards ``(1, 1)``."""
+    depth = draw(st.integers(1, max_depth))
+    return tuple(draw(st.integers(1, max_width)) for _ in range(depth + 1))
+
+
+def draw_batch_sizes(draw: st.DrawFn, world_size: int, max_batch: int) -> tuple[int, ...]:
+    """Per-rank batch sizes, 1 to ``max_batch``, as DDP's and FSDP2's strategies draw them: one size for every
+    rank, or (with more than one rank, when drawn) one size each; shrinks towards the even ``(1,) * world_size``."""
+    base = draw(st.integers(1, max_batch))
+    if world_size > 1 and draw(st.booleans()):
+        return tuple(draw(st.integers(1, max_batch)) for _ in range(world_size))
+    return (base,) * world_size
+
+
 # None = DDP's default (25 MiB with a 1 MiB first bucket); the tiny caps put
 # every parameter, or a few, in a bucket of its own even for small models.
 _BUCKET_CAPS: tuple[float | None, ...] = (None, 25, 1, 1e-3, 1e-5)
@@ -283,16 +299,11 @@ def ddp_configs(
     def draw_config(draw: st.DrawFn) -> DDPConfig:
         if not supported:
             raise InvalidStrategyArgument("torch.nn.parallel.DistributedDataParallel is not available")
-        depth = draw(st.integers(1, max_depth))
-        widths = tuple(draw(st.integers(1, max_width)) for _ in range(depth + 1))
+        widths = draw_widths(draw, max_depth, max_width)
         unused = draw(st.booleans())
         tied = draw(st.booleans())
         buffers = draw(st.booleans())
-        base = draw(st.integers(1, max_batch))
-        if world_size > 1 and draw(st.booleans()):
-            batch_sizes = tuple(draw(st.integers(1, max_batch)) for _ in range(world_size))
-        else:
-            batch_sizes = (base,) * world_size
+        batch_sizes = draw_batch_sizes(draw, world_size, max_batch)
         caps = _BUCKET_CAPS if "bucket_cap_mb" in supported else (None,)
         bucket_cap_mb = draw(st.sampled_from(caps))
         grad_view = draw(option("gradient_as_bucket_view", False))

@@ -15,7 +15,7 @@ from torch import nn
 
 from fuzzdist.errors import InvalidArgument, InvalidStrategyArgument
 from fuzzdist.strategies._config_repr import NonDefaultRepr
-from fuzzdist.strategies._ddp import DDPConfig, check_model_arguments
+from fuzzdist.strategies._ddp import DDPConfig, check_model_arguments, draw_batch_sizes, draw_widths
 from fuzzdist.strategies._ranks import mesh_shapes
 
 # Mixed-precision dtypes drawn, in shrink order (None = no cast, FSDP's default).
@@ -210,15 +210,10 @@ def fsdp_configs(
     def draw_config(draw: st.DrawFn) -> FSDPConfig:
         if not fully_shard_available():
             raise InvalidStrategyArgument(f"torch {torch.__version__} has no torch.distributed.fsdp.fully_shard")
-        depth = draw(st.integers(1, max_depth))
-        widths = tuple(draw(st.integers(1, max_width)) for _ in range(depth + 1))
+        widths = draw_widths(draw, max_depth, max_width)
         unused = draw(st.booleans())
         tied = draw(st.booleans())
-        base = draw(st.integers(1, max_batch))
-        if world_size > 1 and draw(st.booleans()):
-            batch_sizes = tuple(draw(st.integers(1, max_batch)) for _ in range(world_size))
-        else:
-            batch_sizes = (base,) * world_size
+        batch_sizes = draw_batch_sizes(draw, world_size, max_batch)
         mesh_shape = draw(st.sampled_from(mesh_shapes(world_size)))
         per_layer = draw(st.booleans())
         reshard = draw(st.sampled_from(reshard_choices(mesh_shape[-1])))
