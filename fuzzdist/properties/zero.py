@@ -92,8 +92,7 @@ from fuzzdist.errors import InvalidArgument, InvalidStrategyArgument
 from fuzzdist.problems import Kind, Problem
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.properties._results import fail_on_reported_problems
-from fuzzdist.strategies import mix_seed_fnv, seeds
-from fuzzdist.strategies._arguments import check_ints
+from fuzzdist.strategies import check_ints, mix_seed_fnv, seeds
 from fuzzdist.toolkit.checks import Digest, digest, first_disagreement, gradient_problem, tolerance_problem
 from fuzzdist.toolkit.models import init_uniform_
 from fuzzdist.toolkit.reporting import capped

@@ -7,8 +7,8 @@ import pytest
 from fuzzdist.errors import InvalidStrategyArgument
 from fuzzdist.properties.fsdp1.config import fsdp1_configs
 from fuzzdist.properties.join import join_cases
-from fuzzdist.strategies import ddp_configs
-from fuzzdist.strategies._arguments import check_int, check_ints
+from fuzzdist.strategies import check_ints, ddp_configs
+from fuzzdist.strategies._arguments import check_int
 
 
 @pytest.mark.parametrize("value", [0, True, 1.5, "2"])

@@ -16,8 +16,7 @@ from torch import nn
 
 from fuzzdist import strategies as fst
 from fuzzdist.errors import InvalidArgument
-from fuzzdist.strategies._config_repr import NonDefaultRepr
-from fuzzdist.strategies._ddp import check_model_arguments
+from fuzzdist.strategies import NonDefaultRepr, check_model_arguments
 
 SHARDING_STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD")
 """``ShardingStrategy`` members drawn, in shrink order."""

@@ -92,8 +92,7 @@ from fuzzdist.problems import Kind, Problem, Symptom
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.properties._arguments import check_model_dtype_and_seed
 from fuzzdist.properties._results import fail_on_reported_problems
-from fuzzdist.strategies import mix_seed_fnv, seeds
-from fuzzdist.strategies._arguments import check_ints
+from fuzzdist.strategies import check_ints, mix_seed_fnv, seeds
 from fuzzdist.toolkit.checks import digest, mismatch
 from fuzzdist.toolkit.models import init_uniform_
 from fuzzdist.toolkit.reporting import capped

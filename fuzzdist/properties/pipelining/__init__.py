@@ -83,8 +83,7 @@ from fuzzdist.known_bugs import known_failures
 from fuzzdist.problems import Kind, Problem, Symptom, by_rank
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.properties._arguments import check_model_dtype_and_seed
-from fuzzdist.strategies import seeds
-from fuzzdist.strategies._arguments import check_ints
+from fuzzdist.strategies import check_ints, seeds
 from fuzzdist.toolkit.checks import mismatch
 from fuzzdist.toolkit.reporting import capped
 
