@@ -38,10 +38,11 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from fuzzdist import strategies as fst
 from fuzzdist.errors import InvalidArgument
-from fuzzdist.problems import Kind, Problem, by_rank
+from fuzzdist.problems import Problem, by_rank
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.strategies import seeds
-from fuzzdist.toolkit.checks import Digest, digest
+from fuzzdist.toolkit.checks import Digest, digest, tolerance_problem
+from fuzzdist.toolkit.models import step_together
 from fuzzdist.toolkit.reorder import ReorderingProcessGroup
 from fuzzdist.toolkit.reporting import capped
 
@@ -188,30 +189,7 @@ def _mismatch(
         actual = torch.zeros_like(expected)
     if expected is None:
         expected = torch.zeros_like(actual)
-    actual, expected = actual.detach(), expected.detach()
-    if actual.shape != expected.shape or actual.dtype != expected.dtype:
-        return Problem(
-            Kind.SHAPE,
-            what,
-            got=(tuple(actual.shape), str(actual.dtype)),
-            expected=(tuple(expected.shape), str(expected.dtype)),
-        )
-    if torch.allclose(actual, expected, rtol=rtol, atol=atol, equal_nan=True):
-        return None
-    diff = (actual - expected).abs().reshape(-1)
-    i = int(torch.nan_to_num(diff, nan=float("inf")).argmax())
-    bad = int((~torch.isclose(actual, expected, rtol=rtol, atol=atol, equal_nan=True)).sum())
-    return Problem(
-        Kind.MISMATCH,
-        what,
-        index=i,
-        got=actual.reshape(-1)[i].item(),
-        expected=expected.reshape(-1)[i].item(),
-        bound=atol + rtol * abs(expected.reshape(-1)[i].item()),
-        count=bad,
-        size=actual.numel(),
-        worst=True,
-    )
+    return tolerance_problem(what, actual.detach(), expected.detach(), rtol, atol, worst=True)
 
 
 def ddp_parity(
@@ -261,10 +239,7 @@ def ddp_parity(
             with torch.no_grad():
                 for name, p in reference.named_parameters():
                     p.grad = expected[name]
-            optimizer.step()
-            ref_optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            ref_optimizer.zero_grad(set_to_none=True)
+            step_together(optimizer, ref_optimizer)
         params = {name: p.detach().clone() for name, p in model.named_parameters()}
         ref_params = dict(reference.named_parameters())
         for name, param in params.items():

@@ -56,11 +56,12 @@ from fuzzdist import strategies as fst
 from fuzzdist.errors import InvalidArgument
 from fuzzdist.known_bugs import known_failures
 from fuzzdist.pool.rank.isolation import keep_process_groups
-from fuzzdist.problems import Kind, Problem
+from fuzzdist.problems import Problem
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.properties._results import fail_on_reported_problems
 from fuzzdist.strategies import seeds
-from fuzzdist.toolkit.checks import Digest, digest, first_disagreement, gradient_problem, mismatch
+from fuzzdist.toolkit.checks import Digest, digest, first_disagreement, gradient_problem, tolerance_problem
+from fuzzdist.toolkit.models import step_together
 from fuzzdist.toolkit.reporting import capped
 
 try:
@@ -170,19 +171,6 @@ def expected_gradient(
     info = torch.finfo(reduce_in)
     roundings = world + 3
     return mean, roundings * info.eps * magnitude + roundings * info.smallest_normal * info.eps
-
-
-def _param_problem(what: str, actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) -> Problem | None:
-    rtol, atol = TOLERANCES[dtype]
-    if tuple(actual.shape) != tuple(expected.shape) or actual.dtype != expected.dtype:
-        return Problem(
-            Kind.SHAPE,
-            what,
-            got=(tuple(actual.shape), str(actual.dtype)),
-            expected=(tuple(expected.shape), str(expected.dtype)),
-        )
-    close = torch.isclose(actual, expected, rtol=rtol, atol=atol, equal_nan=True)
-    return mismatch(what, actual, expected, ~close, atol + rtol * expected.abs())
 
 
 # ---------------------------------------------------------------------------
@@ -297,7 +285,9 @@ def fsdp_parity(
         with torch.no_grad():
             for name, param in params.items():
                 assert param is not None
-                problem = _param_problem(f"{when}: param {name}", param, ref_params[name].detach(), dtype)
+                problem = tolerance_problem(
+                    f"{when}: param {name}", param, ref_params[name].detach(), *TOLERANCES[dtype]
+                )
                 if problem is not None:
                     problems.append(problem)
                 ref_params[name].copy_(param)  # the next step starts from FSDP's parameters
@@ -315,10 +305,7 @@ def fsdp_parity(
                 problems.append(problem)
         for name, p in reference.named_parameters():
             p.grad = grads[name]
-        optimizer.step()
-        ref_optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        ref_optimizer.zero_grad(set_to_none=True)
+        step_together(optimizer, ref_optimizer)
     check_params(f"after {config.steps} steps")
     return {"problems": capped(problems), "digests": digests}
 

@@ -92,8 +92,8 @@ from fuzzdist.errors import InvalidArgument, InvalidStrategyArgument
 from fuzzdist.problems import Kind, Problem
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.properties._results import fail_on_reported_problems
-from fuzzdist.strategies import mix_seed_fnv, seeds
-from fuzzdist.toolkit.checks import Digest, digest, first_disagreement, gradient_problem, mismatch
+from fuzzdist.strategies import check_ints, mix_seed_fnv, seeds
+from fuzzdist.toolkit.checks import Digest, digest, first_disagreement, gradient_problem, tolerance_problem
 from fuzzdist.toolkit.models import init_uniform_
 from fuzzdist.toolkit.reporting import capped
 
@@ -357,13 +357,7 @@ def zero_cases(
     Shrinks towards ``ZeroCase()``: one Linear(1, 1) with bias, batch 1 on every rank, one plain SGD
     step (lr 0.01), no bucket view, one group, no reload, no overlap.
     """
-    for name, value, minimum in (
-        ("world_size", world_size, 1),
-        ("max_steps", max_steps, 1),
-        ("max_batch", max_batch, 1),
-    ):
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise InvalidStrategyArgument(f"{name} must be an int >= {minimum}, got {value!r}")
+    check_ints(("world_size", world_size, 1), ("max_steps", max_steps, 1), ("max_batch", max_batch, 1))
     specs = optimizer_specs(optimizers)
 
     @st.composite
@@ -453,18 +447,9 @@ def expected_gradient(
 def close_problem(what: str, actual: torch.Tensor, expected: torch.Tensor) -> Problem | None:
     """None if ``actual`` is within ``2 * eps * |expected| + smallest_normal`` of ``expected`` (see the
     module docstring), else the first difference."""
-    actual, expected = actual.detach(), expected.detach()
-    if tuple(actual.shape) != tuple(expected.shape) or actual.dtype != expected.dtype:
-        return Problem(
-            Kind.SHAPE,
-            what,
-            got=(tuple(actual.shape), str(actual.dtype)),
-            expected=(tuple(expected.shape), str(expected.dtype)),
-        )
     info = torch.finfo(actual.dtype) if actual.is_floating_point() else None
     rtol, atol = (PARAM_EPS * info.eps, info.smallest_normal) if info is not None else (0.0, 0.0)
-    close = torch.isclose(actual, expected, rtol=rtol, atol=atol, equal_nan=True)
-    return mismatch(what, actual, expected, ~close, atol + rtol * expected.abs().double())
+    return tolerance_problem(what, actual.detach(), expected.detach(), rtol, atol)
 
 
 def state_dict_problems(actual: dict[str, Any], expected: dict[str, Any]) -> list[Problem]:

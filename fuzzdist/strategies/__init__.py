@@ -28,8 +28,12 @@ Strategies and what they shrink to:
 Modules: ``_shapes.py``, ``_dtypes.py`` (over ``_dtype_catalogue.py``, every dtype fuzzdist knows, and
 ``_dtype_probe.py``, which ones a device holds, asking its child program ``_dtype_probe_child.py``),
 ``_tensors.py`` (``TensorSpec``), ``_tensor_specs.py``,
-``_seeds.py``, ``_ranks.py``, ``_allocator.py``, ``_completion.py``, ``_ddp.py``, ``_fsdp.py`` and
-``_arguments.py`` (the argument checks they share).
+``_seeds.py``, ``_ranks.py``, ``_allocator.py``, ``_completion.py``, ``_ddp.py``, ``_fsdp.py``,
+``_arguments.py`` (the argument checks they share) and ``_config_repr.py`` (the short repr of a drawn setup).
+
+For strategies written elsewhere (a property family's own cases), the same pieces: ``check_ints`` (whole-number
+arguments), ``check_model_arguments`` (a model strategy's bounds and optimizers) and ``NonDefaultRepr`` (the
+short repr of a setup dataclass).
 """
 
 from fuzzdist.strategies._allocator import (
@@ -39,8 +43,10 @@ from fuzzdist.strategies._allocator import (
     allocator_modes,
     inherited_allocator_settings,
 )
+from fuzzdist.strategies._arguments import check_ints
 from fuzzdist.strategies._completion import CompletionOrder, completion_orders
-from fuzzdist.strategies._ddp import DDPConfig, ddp_configs
+from fuzzdist.strategies._config_repr import NonDefaultRepr
+from fuzzdist.strategies._ddp import DDPConfig, check_model_arguments, ddp_configs
 from fuzzdist.strategies._dtype_catalogue import DTYPE_KINDS
 from fuzzdist.strategies._dtypes import dtypes, supported_dtypes
 from fuzzdist.strategies._fsdp import FSDPConfig, fsdp_configs
@@ -59,9 +65,12 @@ __all__ = [
     "CudaAllocatorMode",
     "DDPConfig",
     "FSDPConfig",
+    "NonDefaultRepr",
     "SharingStrategyMode",
     "TensorSpec",
     "allocator_modes",
+    "check_ints",
+    "check_model_arguments",
     "completion_orders",
     "ddp_configs",
     "dtypes",

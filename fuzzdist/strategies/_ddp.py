@@ -15,6 +15,8 @@ from hypothesis import strategies as st
 from torch import nn
 
 from fuzzdist.errors import InvalidArgument, InvalidStrategyArgument
+from fuzzdist.strategies._arguments import check_ints
+from fuzzdist.strategies._config_repr import NonDefaultRepr
 from fuzzdist.strategies._seeds import _generator, mix_seed
 
 OPTIMIZERS: tuple[str, ...] = ("sgd", "adam", "adamw")
@@ -30,21 +32,35 @@ def check_model_arguments(
 ) -> tuple[str, ...]:
     """Check the bounds shared by the model strategies (DDP's, FSDP's), early and with a clear error;
     return the optimizer names to draw from, in shrink order."""
-    for name, value, minimum in (
+    check_ints(
         ("world_size", world_size, 1),
         ("max_depth", max_depth, 1),
         ("max_width", max_width, 1),
         ("max_batch", max_batch, 1),
         ("max_steps", max_steps, 1),
-    ):
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise InvalidStrategyArgument(f"{name} must be an int >= {minimum}, got {value!r}")
+    )
     if optimizers is None:
         return OPTIMIZERS
     names = (optimizers,) if isinstance(optimizers, str) else tuple(optimizers)
     if not names or any(n not in OPTIMIZERS for n in names):
         raise InvalidStrategyArgument(f"optimizers must be a non-empty subset of {OPTIMIZERS}, got {names!r}")
     return tuple(n for n in OPTIMIZERS if n in names)
+
+
+def draw_widths(draw: st.DrawFn, max_depth: int, max_width: int) -> tuple[int, ...]:
+    """An MLP's layer widths, as the model strategies draw them: 1 to ``max_depth`` layers (``depth + 1``
+    widths), each width 1 to ``max_width``; shrinks towards ``(1, 1)``."""
+    depth = draw(st.integers(1, max_depth))
+    return tuple(draw(st.integers(1, max_width)) for _ in range(depth + 1))
+
+
+def draw_batch_sizes(draw: st.DrawFn, world_size: int, max_batch: int) -> tuple[int, ...]:
+    """Per-rank batch sizes, 1 to ``max_batch``, as DDP's and FSDP2's strategies draw them: one size for every
+    rank, or (with more than one rank, when drawn) one size each; shrinks towards the even ``(1,) * world_size``."""
+    base = draw(st.integers(1, max_batch))
+    if world_size > 1 and draw(st.booleans()):
+        return tuple(draw(st.integers(1, max_batch)) for _ in range(world_size))
+    return (base,) * world_size
 
 
 # None = DDP's default (25 MiB with a 1 MiB first bucket); the tiny caps put
@@ -103,7 +119,7 @@ class _FuzzMLP(nn.Module):
 
 
 @dataclass(frozen=True, repr=False)
-class DDPConfig:
+class DDPConfig(NonDefaultRepr):
     """A DistributedDataParallel setup, as plain picklable values.
 
     Model: an MLP with ``len(widths) - 1`` Linear layers (layer i maps
@@ -122,6 +138,8 @@ class DDPConfig:
     does not support: unused parameters without ``find_unused_parameters`` or
     ``static_graph``, and options the installed DDP lacks.
     """
+
+    always_shown = ("widths", "batch_sizes")
 
     widths: tuple[int, ...] = (1, 1)
     batch_sizes: tuple[int, ...] = (1,)
@@ -238,32 +256,6 @@ class DDPConfig:
         cls = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}[self.optimizer]
         return cls(params, lr=_LR)
 
-    def __repr__(self) -> str:
-        defaults = DDPConfig.__dataclass_fields__
-        parts = [f"widths={self.widths}", f"batch_sizes={self.batch_sizes}"]
-        for name in (
-            "unused_parameters",
-            "tied_parameters",
-            "buffers",
-            "bucket_cap_mb",
-            "gradient_as_bucket_view",
-            "find_unused_parameters",
-            "static_graph",
-            "init_sync",
-            "broadcast_buffers",
-            "steps",
-            "optimizer",
-        ):
-            value = getattr(self, name)
-            if value != defaults[name].default:
-                parts.append(f"{name}={value!r}")
-        return f"DDPConfig({', '.join(parts)})"
-
-    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        # Hypothesis prints dataclasses field by field unless told otherwise;
-        # the short repr keeps shrunk failures readable.
-        printer.text(repr(self))
-
 
 def ddp_configs(
     world_size: int = 2,
@@ -307,16 +299,11 @@ def ddp_configs(
     def draw_config(draw: st.DrawFn) -> DDPConfig:
         if not supported:
             raise InvalidStrategyArgument("torch.nn.parallel.DistributedDataParallel is not available")
-        depth = draw(st.integers(1, max_depth))
-        widths = tuple(draw(st.integers(1, max_width)) for _ in range(depth + 1))
+        widths = draw_widths(draw, max_depth, max_width)
         unused = draw(st.booleans())
         tied = draw(st.booleans())
         buffers = draw(st.booleans())
-        base = draw(st.integers(1, max_batch))
-        if world_size > 1 and draw(st.booleans()):
-            batch_sizes = tuple(draw(st.integers(1, max_batch)) for _ in range(world_size))
-        else:
-            batch_sizes = (base,) * world_size
+        batch_sizes = draw_batch_sizes(draw, world_size, max_batch)
         caps = _BUCKET_CAPS if "bucket_cap_mb" in supported else (None,)
         bucket_cap_mb = draw(st.sampled_from(caps))
         grad_view = draw(option("gradient_as_bucket_view", False))

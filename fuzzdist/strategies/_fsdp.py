@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from torch import nn
 
 from fuzzdist.errors import InvalidArgument, InvalidStrategyArgument
-from fuzzdist.strategies._ddp import DDPConfig, check_model_arguments
+from fuzzdist.strategies._config_repr import NonDefaultRepr
+from fuzzdist.strategies._ddp import DDPConfig, check_model_arguments, draw_batch_sizes, draw_widths
 from fuzzdist.strategies._ranks import mesh_shapes
 
 # Mixed-precision dtypes drawn, in shrink order (None = no cast, FSDP's default).
@@ -41,7 +42,7 @@ def reshard_choices(shard_size: int) -> list[bool | int | None]:
 
 
 @dataclass(frozen=True, repr=False)
-class FSDPConfig:
+class FSDPConfig(NonDefaultRepr):
     """An FSDP2 setup, as plain picklable values.
 
     Model and data as in :class:`DDPConfig` (an MLP of ``widths``, optionally a parameter never
@@ -56,6 +57,8 @@ class FSDPConfig:
     ``reshard_after_forward`` is passed to every call.  ``param_dtype``, ``reduce_dtype`` and
     ``output_dtype`` make the ``MixedPrecisionPolicy`` (None: FSDP's default, no cast).
     """
+
+    always_shown = ("widths", "batch_sizes", "mesh_shape")
 
     widths: tuple[int, ...] = (1, 1)
     batch_sizes: tuple[int, ...] = (1,)
@@ -170,28 +173,6 @@ class FSDPConfig:
             groups.append(model.unused)  # type: ignore[arg-type]
         return groups
 
-    def __repr__(self) -> str:
-        defaults = FSDPConfig.__dataclass_fields__
-        parts = [f"widths={self.widths}", f"batch_sizes={self.batch_sizes}", f"mesh_shape={self.mesh_shape}"]
-        for name in (
-            "unused_parameters",
-            "tied_parameters",
-            "per_layer",
-            "reshard_after_forward",
-            "param_dtype",
-            "reduce_dtype",
-            "output_dtype",
-            "steps",
-            "optimizer",
-        ):
-            value = getattr(self, name)
-            if value != defaults[name].default:
-                parts.append(f"{name}={value!r}")
-        return f"FSDPConfig({', '.join(parts)})"
-
-    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        printer.text(repr(self))  # the short repr, not Hypothesis's field-by-field one
-
 
 def fsdp_configs(
     world_size: int = 2,
@@ -229,15 +210,10 @@ def fsdp_configs(
     def draw_config(draw: st.DrawFn) -> FSDPConfig:
         if not fully_shard_available():
             raise InvalidStrategyArgument(f"torch {torch.__version__} has no torch.distributed.fsdp.fully_shard")
-        depth = draw(st.integers(1, max_depth))
-        widths = tuple(draw(st.integers(1, max_width)) for _ in range(depth + 1))
+        widths = draw_widths(draw, max_depth, max_width)
         unused = draw(st.booleans())
         tied = draw(st.booleans())
-        base = draw(st.integers(1, max_batch))
-        if world_size > 1 and draw(st.booleans()):
-            batch_sizes = tuple(draw(st.integers(1, max_batch)) for _ in range(world_size))
-        else:
-            batch_sizes = (base,) * world_size
+        batch_sizes = draw_batch_sizes(draw, world_size, max_batch)
         mesh_shape = draw(st.sampled_from(mesh_shapes(world_size)))
         per_layer = draw(st.booleans())
         reshard = draw(st.sampled_from(reshard_choices(mesh_shape[-1])))

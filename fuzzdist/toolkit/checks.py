@@ -60,17 +60,27 @@ def digest(tensors: Mapping[str, torch.Tensor | None]) -> Digest:
     return tuple((name, None if t is None else fingerprint(t)) for name, t in tensors.items())
 
 
+def layout_problem(what: str, actual: torch.Tensor, expected: torch.Tensor) -> Problem | None:
+    """None where ``actual`` has ``expected``'s shape and dtype, else the :attr:`~fuzzdist.problems.Kind.SHAPE`
+    :class:`~fuzzdist.problems.Problem` about ``what`` (got and expected are (shape, dtype)): values of
+    different shapes or dtypes can't be compared element by element."""
+    if tuple(actual.shape) == tuple(expected.shape) and actual.dtype == expected.dtype:
+        return None
+    return Problem(
+        Kind.SHAPE,
+        what,
+        got=(tuple(actual.shape), str(actual.dtype)),
+        expected=(tuple(expected.shape), str(expected.dtype)),
+    )
+
+
 def first_difference(actual: torch.Tensor, expected: torch.Tensor, what: str = "") -> Problem | None:
     """None if bitwise equal, else the first difference as a :class:`~fuzzdist.problems.Problem` about
     ``what``: a :attr:`~fuzzdist.problems.Kind.SHAPE` one (got and expected are (shape, dtype)) or a
     :attr:`~fuzzdist.problems.Kind.MISMATCH` one (how many elements differ, the first's index and values)."""
-    if tuple(actual.shape) != tuple(expected.shape) or actual.dtype != expected.dtype:
-        return Problem(
-            Kind.SHAPE,
-            what,
-            got=(tuple(actual.shape), str(actual.dtype)),
-            expected=(tuple(expected.shape), str(expected.dtype)),
-        )
+    layout = layout_problem(what, actual, expected)
+    if layout is not None:
+        return layout
     if bitwise_equal(actual, expected):  # the fast path: a C comparison, no copies to bytes
         return None
     a, e = raw_bytes(actual), raw_bytes(expected)
@@ -151,6 +161,21 @@ def mismatch(
         size=actual.numel(),
         worst=error is not None,
     )
+
+
+def tolerance_problem(
+    what: str, actual: torch.Tensor, expected: torch.Tensor, rtol: float, atol: float, *, worst: bool = False
+) -> Problem | None:
+    """None where ``actual`` has ``expected``'s shape and dtype and every element is within
+    ``atol + rtol * |expected|`` of it (``torch.isclose``, NaN matching NaN); else the :func:`layout_problem`,
+    or the :func:`mismatch` of the elements beyond, with that bound (in float64) at the element shown: the
+    first one, or with ``worst`` the one farthest from its expected value."""
+    layout = layout_problem(what, actual, expected)
+    if layout is not None:
+        return layout
+    close = torch.isclose(actual, expected, rtol=rtol, atol=atol, equal_nan=True)
+    error = (actual - expected).abs() if worst else None
+    return mismatch(what, actual, expected, ~close, atol + rtol * expected.abs().double(), error)
 
 
 def gradient_problem(

@@ -12,8 +12,10 @@ from fuzzdist.toolkit.checks import (
     first_difference,
     first_disagreement,
     gradient_problem,
+    layout_problem,
     mismatch,
     raw_bytes,
+    tolerance_problem,
 )
 
 
@@ -56,6 +58,35 @@ def test_mismatch_reports_the_first_or_the_worst_element_and_its_bound():
     assert worst is not None and (worst.index, worst.got, worst.worst) == (2, 9.0, True)
     assert str(worst) == "grad w: 2 of 3 elements differ; worst at flat index 2: got 9, expected 1 within 0.25"
     assert mismatch("grad w", actual, expected, torch.zeros(3, dtype=torch.bool)) is None
+
+
+def test_a_layout_problem_names_both_shapes_and_dtypes_or_is_none():
+    assert layout_problem("param w", torch.zeros(2, 3), torch.ones(2, 3)) is None
+    found = layout_problem("param w", torch.zeros(2, dtype=torch.float64), torch.zeros(2))
+    assert found == Problem(
+        Kind.SHAPE, "param w", got=((2,), "torch.float64"), expected=((2,), "torch.float32")
+    )
+
+
+def test_a_tolerance_problem_shows_the_first_element_beyond_its_bound_in_float64():
+    expected = torch.tensor([1.0, 2.0, 3.0], dtype=torch.bfloat16)
+    actual = torch.tensor([1.0, 2.5, 4.0], dtype=torch.bfloat16)
+    assert tolerance_problem("p", expected.clone(), expected, 0.01, 0.0) is None
+    found = tolerance_problem("p", actual, expected, 0.01, 1e-3)
+    assert found is not None and (found.kind, found.index, found.count, found.worst) == (Kind.MISMATCH, 1, 2, False)
+    assert found.bound == 1e-3 + 0.01 * 2.0  # computed in float64, not rounded to bfloat16
+    shape = tolerance_problem("p", actual[:2], expected, 0.01, 1e-3)
+    assert shape is not None and shape.kind is Kind.SHAPE
+
+
+def test_the_worst_element_of_a_tolerance_problem_is_one_beyond_its_bound():
+    """The element farthest off, 5 from 10000, is within its bound (rtol 1e-3 of 10000); the one shown is
+    the element beyond, 1 from 1."""
+    expected = torch.tensor([1e4, 1.0], dtype=torch.float64)
+    actual = torch.tensor([1e4 + 5, 2.0], dtype=torch.float64)
+    found = tolerance_problem("grad w", actual, expected, 1e-3, 0.0, worst=True)
+    assert found is not None and (found.index, found.got, found.expected, found.count) == (1, 2.0, 1.0, 1)
+    assert found.worst and found.bound == 1e-3
 
 
 def test_digest_is_equal_only_for_bitwise_equal_tensors():

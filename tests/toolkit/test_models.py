@@ -8,7 +8,7 @@ import math
 import torch
 from torch import nn
 
-from fuzzdist.toolkit.models import init_uniform_
+from fuzzdist.toolkit.models import init_uniform_, step_together
 
 
 def _model(dtype: torch.dtype, seed: int) -> nn.Module:
@@ -33,3 +33,15 @@ def test_values_lie_within_one_over_root_fan_in_and_match_across_dtypes():
         fan_in = p.shape[-1] if p.dim() > 1 else p.numel()
         assert bool((p.abs() <= 1 / math.sqrt(fan_in)).all())
         assert torch.equal(p.float(), q)  # drawn in float64 then rounded: the dtype doesn't change the draw
+
+
+def test_models_stepped_together_move_alike_and_are_left_without_gradients():
+    model, reference = _model(torch.float64, 3), _model(torch.float64, 3)
+    optimizers = [torch.optim.Adam(m.parameters(), lr=0.1) for m in (model, reference)]
+    for m in (model, reference):
+        m(torch.ones(2, 3, dtype=torch.float64)).sum().backward()
+    before = [p.detach().clone() for p in model.parameters()]
+    step_together(*optimizers)
+    for p, q, old in zip(model.parameters(), reference.parameters(), before, strict=True):
+        assert p.grad is None and q.grad is None
+        assert torch.equal(p, q) and not torch.equal(p, old)

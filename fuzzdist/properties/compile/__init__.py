@@ -17,5 +17,7 @@ Modules:
   FSDP2 parity property draws them (without mixed precision).
 * ``cache``: one compiled program per graph structure, kept for the rank process's life: how the family keeps
   recompilation bounded, and what it counts of Dynamo's work (graphs, graph breaks) for the events.
+* ``outcomes``: the driver's reading of what the ranks return, shared by the properties: graph breaks as
+  Hypothesis events, ranks' problems as a failure.
 * ``known_bugs``: the torch bugs the family meets, as known-bug entries.
 """

@@ -40,16 +40,15 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
-from hypothesis import currently_in_test_context, event
 from hypothesis import strategies as st
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from fuzzdist import strategies as fst
 from fuzzdist.known_bugs import known_failures
-from fuzzdist.problems import Kind, Problem, by_rank
-from fuzzdist.properties import PropertyFailure
+from fuzzdist.problems import Kind, Problem
 from fuzzdist.properties.compile import cache
+from fuzzdist.properties.compile.outcomes import fail_on_rank_problems, report_graph_breaks
 from fuzzdist.properties.ddp import TOLERANCES
 from fuzzdist.strategies import seeds
 from fuzzdist.toolkit.checks import mismatch
@@ -184,12 +183,5 @@ def check(pool: Pool, case: CompiledDDPCase) -> None:
     :mod:`.known_bugs`)."""
     with known_failures("compile", case=case):
         outcomes: list[DDPOutcome] = pool.run(ddp_compiled_and_check, case)
-        if currently_in_test_context():
-            for reason in sorted({r for o in outcomes for r in o.breaks}):
-                event(f"compile ddp: graph break: {reason.splitlines()[0][:120]}")
-        wrong = {rank: list(o.problems) for rank, o in enumerate(outcomes) if o.problems}
-        if wrong:
-            raise PropertyFailure(
-                f"compiled DDP differs from eager DDP on ranks {sorted(wrong)}:{by_rank(wrong)}",
-                [list(o.problems) or None for o in outcomes],
-            )
+        report_graph_breaks(outcomes, "compile ddp")
+        fail_on_rank_problems(outcomes, "compiled DDP differs from eager DDP")

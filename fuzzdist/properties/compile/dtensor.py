@@ -42,10 +42,10 @@ from hypothesis import strategies as st
 
 from fuzzdist.known_bugs import known_failures
 from fuzzdist.pool.rank.isolation import keep_process_groups
-from fuzzdist.problems import Kind, Problem, by_rank
-from fuzzdist.properties import PropertyFailure
+from fuzzdist.problems import Kind, Problem
 from fuzzdist.properties.compile import cache
 from fuzzdist.properties.compile.functional import BACKENDS, BINARY, ULPS, UNARY, compare, compute_bound, compute_op
+from fuzzdist.properties.compile.outcomes import fail_on_rank_problems, report_graph_breaks
 from fuzzdist.strategies import mix_seed, seeds
 
 try:
@@ -252,11 +252,5 @@ def check(pool: Pool, case: DTensorCase) -> None:
         outcomes: list[DTensorOutcome] = pool.run(dtensor_compiled_and_check, case)
         if currently_in_test_context():
             event("compile dtensor: cached graph" if outcomes[0].cached else "compile dtensor: new graph")
-            for reason in sorted({r for o in outcomes for r in o.breaks}):
-                event(f"compile dtensor: graph break: {reason.splitlines()[0][:120]}")
-        wrong = {rank: list(o.problems) for rank, o in enumerate(outcomes) if o.problems}
-        if wrong:
-            raise PropertyFailure(
-                f"compiled DTensor program differs from eager on ranks {sorted(wrong)}:{by_rank(wrong)}",
-                [list(o.problems) or None for o in outcomes],
-            )
+        report_graph_breaks(outcomes, "compile dtensor")
+        fail_on_rank_problems(outcomes, "compiled DTensor program differs from eager")

@@ -36,16 +36,15 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
-from hypothesis import currently_in_test_context, event
 from hypothesis import strategies as st
 
 from fuzzdist import strategies as fst
 from fuzzdist.known_bugs import known_failures
-from fuzzdist.problems import Problem, by_rank
-from fuzzdist.properties import PropertyFailure
+from fuzzdist.problems import Problem
 from fuzzdist.properties import fsdp as fsdp_parity
 from fuzzdist.properties.compile import cache
 from fuzzdist.properties.compile.ddp import BACKENDS, DTYPES, within_bound
+from fuzzdist.properties.compile.outcomes import fail_on_rank_problems, report_graph_breaks
 from fuzzdist.strategies import seeds
 
 if TYPE_CHECKING:
@@ -131,12 +130,5 @@ def check(pool: Pool, case: CompiledFSDPCase) -> None:
     parameters differ from the eager one's beyond the bound on any rank."""
     with known_failures("compile", case=case):
         outcomes: list[FSDPOutcome] = pool.run(fsdp_compiled_and_check, case)
-        if currently_in_test_context():
-            for reason in sorted({r for o in outcomes for r in o.breaks}):
-                event(f"compile fsdp: graph break: {reason.splitlines()[0][:120]}")
-        wrong = {rank: list(o.problems) for rank, o in enumerate(outcomes) if o.problems}
-        if wrong:
-            raise PropertyFailure(
-                f"compiled FSDP2 differs from eager FSDP2 on ranks {sorted(wrong)}:{by_rank(wrong)}",
-                [list(o.problems) or None for o in outcomes],
-            )
+        report_graph_breaks(outcomes, "compile fsdp")
+        fail_on_rank_problems(outcomes, "compiled FSDP2 differs from eager FSDP2")

@@ -47,9 +47,9 @@ import torch.distributed as dist
 from hypothesis import currently_in_test_context, event
 from hypothesis import strategies as st
 
-from fuzzdist.problems import Kind, Problem, by_rank
-from fuzzdist.properties import PropertyFailure
+from fuzzdist.problems import Kind, Problem
 from fuzzdist.properties.compile import cache
+from fuzzdist.properties.compile.outcomes import fail_on_rank_problems, report_graph_breaks
 from fuzzdist.strategies import mix_seed, seeds
 from fuzzdist.toolkit.checks import first_difference, mismatch
 
@@ -404,8 +404,7 @@ def report(outcomes: Sequence[Outcome]) -> None:
     first = outcomes[0]
     event("compile: cached graph" if first.cached else "compile: new graph")
     event(f"compile: {first.graphs} graph(s)" if not first.cached else "compile: graphs reused")
-    for reason in sorted({r for o in outcomes for r in o.breaks}):
-        event(f"compile: graph break: {reason.splitlines()[0][:120]}")
+    report_graph_breaks(outcomes, "compile")
 
 
 def check(pool: Pool, case: CompileCase, *, run: Callable[..., Outcome] = compile_and_check) -> None:
@@ -413,9 +412,4 @@ def check(pool: Pool, case: CompileCase, *, run: Callable[..., Outcome] = compil
     eager ones beyond the bound (or its input changed)."""
     outcomes: list[Outcome] = pool.run(run, case)
     report(outcomes)
-    wrong = {rank: list(o.problems) for rank, o in enumerate(outcomes) if o.problems}
-    if wrong:
-        raise PropertyFailure(
-            f"compiled program differs from eager on ranks {sorted(wrong)}:{by_rank(wrong)}",
-            [list(o.problems) or None for o in outcomes],
-        )
+    fail_on_rank_problems(outcomes, "compiled program differs from eager")

@@ -69,7 +69,8 @@ from fuzzdist.properties import PropertyFailure
 from fuzzdist.properties.fsdp import TOLERANCES, compute_model, device_mesh, expected_gradient, reduce_dtype
 from fuzzdist.properties.fsdp1.config import FSDP1Config
 from fuzzdist.strategies import seeds
-from fuzzdist.toolkit.checks import Digest, digest, first_difference, mismatch
+from fuzzdist.toolkit.checks import Digest, digest, first_difference, mismatch, tolerance_problem
+from fuzzdist.toolkit.models import step_together
 from fuzzdist.toolkit.reporting import capped
 
 try:
@@ -211,19 +212,6 @@ def _gradient_problem(
     return mismatch(what, actual, mean, ~(error <= bound), bound, error)  # NaN counts as bad
 
 
-def _param_problem(what: str, actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) -> Problem | None:
-    if tuple(actual.shape) != tuple(expected.shape) or actual.dtype != expected.dtype:
-        return Problem(
-            Kind.SHAPE,
-            what,
-            got=(tuple(actual.shape), str(actual.dtype)),
-            expected=(tuple(expected.shape), str(expected.dtype)),
-        )
-    rtol, atol = TOLERANCES[dtype]
-    close = torch.isclose(actual, expected, rtol=rtol, atol=atol, equal_nan=True)
-    return mismatch(what, actual, expected, ~close, atol + rtol * expected.abs())
-
-
 def train_step(
     model: FSDP,
     optimizer: torch.optim.Optimizer,
@@ -326,7 +314,7 @@ def fsdp1_parity(
                 if name not in params:
                     problems.append(Problem(Kind.MISSING, f"{when}: param {name}"))
                     continue
-                problem = _param_problem(f"{when}: param {name}", params[name], ref.detach(), dtype)
+                problem = tolerance_problem(f"{when}: param {name}", params[name], ref.detach(), *TOLERANCES[dtype])
                 if problem is not None:
                     problems.append(problem)
                 ref.copy_(params[name])  # the next step starts from FSDP's parameters
@@ -343,10 +331,7 @@ def fsdp1_parity(
             if problem is not None:
                 problems.append(problem)
             ref.grad = grads.get(name)
-        optimizer.step()
-        ref_optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        ref_optimizer.zero_grad(set_to_none=True)
+        step_together(optimizer, ref_optimizer)
     check_params(f"after {config.steps} steps")
     problems.extend(_round_trip(ctx, model, optimizer, config, seed, dtype, comm_hook))
     return {"problems": capped(problems), "digests": digests}

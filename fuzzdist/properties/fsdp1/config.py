@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from hypothesis import strategies as st
 from torch import nn
 
 from fuzzdist import strategies as fst
-from fuzzdist.errors import InvalidArgument, InvalidStrategyArgument
+from fuzzdist.errors import InvalidArgument
+from fuzzdist.strategies import NonDefaultRepr, check_model_arguments
 
 SHARDING_STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD")
 """``ShardingStrategy`` members drawn, in shrink order."""
@@ -29,7 +29,7 @@ MP_DTYPES: tuple[torch.dtype | None, ...] = (None, torch.float32, torch.bfloat16
 
 
 @dataclass(frozen=True, repr=False)
-class FSDP1Config:
+class FSDP1Config(NonDefaultRepr):
     """An FSDP1 setup.
 
     ``widths``, ``batch_sizes``, ``steps`` and ``optimizer`` as in ``FSDPConfig`` (no tied weight,
@@ -41,6 +41,8 @@ class FSDP1Config:
     ``state_dict_type``: after the steps, the model and optimizer state are saved with it and loaded
     into a fresh FSDP model, which then trains one more step next to the original.
     """
+
+    always_shown = ("widths", "batch_sizes")
 
     widths: tuple[int, ...] = (1, 1)
     batch_sizes: tuple[int, ...] = (1,)
@@ -124,18 +126,6 @@ class FSDP1Config:
     def micro_batches(self) -> int:
         return 2 if self.no_sync else 1
 
-    def __repr__(self) -> str:
-        defaults = FSDP1Config.__dataclass_fields__
-        parts = [f"widths={self.widths}", f"batch_sizes={self.batch_sizes}"]
-        for name in defaults:
-            value = getattr(self, name)
-            if name not in ("widths", "batch_sizes") and value != defaults[name].default:
-                parts.append(f"{name}={value!r}")
-        return f"FSDP1Config({', '.join(parts)})"
-
-    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        printer.text(repr(self))  # the short repr, not Hypothesis's field-by-field one
-
 
 def fsdp1_configs(
     world_size: int = 2,
@@ -163,16 +153,7 @@ def fsdp1_configs(
     Shrinks towards one 1->1 layer, batch 1, ``FULL_SHARD`` with FSDP's defaults, one SGD step and a
     ``FULL_STATE_DICT`` round trip.
     """
-    for name, value in (
-        ("world_size", world_size),
-        ("max_depth", max_depth),
-        ("max_width", max_width),
-        ("max_batch", max_batch),
-        ("max_steps", max_steps),
-    ):
-        if value < 1:
-            raise InvalidStrategyArgument(f"fsdp1_configs({name}={value}): it must be at least 1")
-    optimizer_names = ("sgd", "adam", "adamw")
+    optimizer_names = check_model_arguments(world_size, max_depth, max_width, max_batch, max_steps, None)
     # every (replicate, shard) factorisation of the world, shard groups of one rank included
     hybrid_meshes = [(r, world_size // r) for r in range(1, world_size + 1) if world_size % r == 0]
 

@@ -86,13 +86,13 @@ from torch.distributed.algorithms import Join
 from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel
 
-from fuzzdist.errors import InvalidArgument, InvalidStrategyArgument
+from fuzzdist.errors import InvalidArgument
 from fuzzdist.known_bugs import known_failures
 from fuzzdist.problems import Kind, Problem, Symptom
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.properties._arguments import check_model_dtype_and_seed
 from fuzzdist.properties._results import fail_on_reported_problems
-from fuzzdist.strategies import mix_seed_fnv, seeds
+from fuzzdist.strategies import check_ints, mix_seed_fnv, seeds
 from fuzzdist.toolkit.checks import digest, mismatch
 from fuzzdist.toolkit.models import init_uniform_
 from fuzzdist.toolkit.reporting import capped
@@ -223,9 +223,7 @@ def join_cases(world_size: int = 2, *, max_batches: int = 3, zero: bool = True) 
     Every field is drawn whatever the others, so that shrinking one shifts no other.  Shrinks
     towards ``JoinCase()``: one Linear(1, 1), no batches on any rank, DDP alone, the defaults.
     """
-    for name, value, minimum in (("world_size", world_size, 1), ("max_batches", max_batches, 0)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise InvalidStrategyArgument(f"{name} must be an int >= {minimum}, got {value!r}")
+    check_ints(("world_size", world_size, 1), ("max_batches", max_batches, 0))
 
     @st.composite
     def draw(draw: st.DrawFn) -> JoinCase:

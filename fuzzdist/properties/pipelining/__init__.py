@@ -83,7 +83,7 @@ from fuzzdist.known_bugs import known_failures
 from fuzzdist.problems import Kind, Problem, Symptom, by_rank
 from fuzzdist.properties import PropertyFailure
 from fuzzdist.properties._arguments import check_model_dtype_and_seed
-from fuzzdist.strategies import seeds
+from fuzzdist.strategies import check_ints, seeds
 from fuzzdist.toolkit.checks import mismatch
 from fuzzdist.toolkit.reporting import capped
 
@@ -447,15 +447,13 @@ def pipeline_configs(
     Shrinks towards one 1 -> 1 layer per stage, the fewest micro-batches the schedule accepts, one row
     each, ``mse``, ``scale_grads=True``, dynamic shapes.
     """
-    for name, value, minimum in (
+    check_ints(
         ("world_size", world_size, 1),
         ("max_extra_layers", max_extra_layers, 0),
         ("max_width", max_width, 1),
         ("max_microbatches", max_microbatches, 1),
         ("max_microbatch_size", max_microbatch_size, 1),
-    ):
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise InvalidStrategyArgument(f"{name} must be an int >= {minimum}, got {value!r}")
+    )
     _check_schedule_class(schedule_class, InvalidStrategyArgument)
     num_stages = stages_per_rank(schedule_class) * world_size
     layers = num_stages + draw(st.integers(0, max_extra_layers), label="extra_layers")
