@@ -233,7 +233,9 @@ def diagnose(
                 )
             other = known.get(q)
             entered = None if other is None else len(_steps(other, a.group, a.p2p))
-            if q in finished or (other is not None and other.finished):
+            # A peer that left after doing this very step (a broadcast's root returns once it has sent) did
+            # not miss it: the waiting rank is about to see it complete.
+            if (q in finished or (other is not None and other.finished)) and (entered is None or entered < a.step):
                 how = finished.get(q, "finished the example")
                 after = "" if entered is None else f" after {entered} collective{'s' * (entered != 1)} on that group"
                 return verdict(
