@@ -426,14 +426,14 @@ class _Probes:
         out, controller = self._out, self._controller
         ranks = set(range(controller.world_size))
         light = controller._snapshots(out.seq, ranks, with_stack=False, records=False)
-        out.keep_readings(light)
         suspect = any((s := light.get(r)) is None or s.may_deadlock() for r in out.pending)
         if not suspect and time.monotonic() - out.started < FULL_READ_AFTER_S:
+            out.keep_readings(light)
             self._suspect = None  # no pending rank has a collective in flight: no deadlock to see yet
             self._back_off(time.monotonic())
             return False
         states = controller._snapshots(out.seq, ranks, with_stack=False)
-        out.keep_readings(states)
+        out.keep_readings(states)  # one reading per probe: the full one stands for the light one
         now = time.monotonic()
         reading = {r: None if s is None else s.progress() for r, s in states.items()}
         # A pending rank that says it finished has answered meanwhile: read again later.
