@@ -32,6 +32,11 @@ fuzzdist adds over the unavoidable cost; target <= 1.2 at 2 ranks, 1.3 at 4 and 
 a checked input through fuzzdist against a fixed test in torch's harness;
 target < 1).  a and c draw the same examples (derandomized), and b replays
 exactly those examples.
+
+``--probe-cost N`` measures instead what one hang probe costs a rank whose flight recorder is full
+(FLIGHT_RECORDER_ENTRIES records of earlier collectives, as in a pool that has run many examples),
+N times each, alternating, in one process: the full snapshot the probes took before (the records read
+as JSON) against the light one they take first now (the process groups' counters and the stack).
 """
 
 from __future__ import annotations
@@ -182,6 +187,35 @@ def measure_d(examples: list, tmpdir: str, world_size: int, large: int) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def measure_probe_cost(n: int) -> dict:
+    """Milliseconds per snapshot of a rank with a full flight recorder, full against light (see the docstring)."""
+    import torch
+    import torch.distributed as dist
+
+    from fuzzdist.pool.rank import rank_state
+
+    rank_state.enable_flight_recorder("gloo")
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        for _ in range(rank_state.FLIGHT_RECORDER_ENTRIES + 10):
+            dist.all_reduce(torch.zeros(3))
+        rank_state.begin_example(0, 1)  # a running example, as a probe finds it
+        times: dict[str, list[float]] = {"full": [], "light": []}
+        for i in range(2 * n):
+            records = i % 2 == 0
+            start = time.perf_counter()
+            rank_state.snapshot(1, records=records)
+            times["full" if records else "light"].append((time.perf_counter() - start) * 1e3)
+    finally:
+        dist.destroy_process_group()
+    full, light = statistics.median(times["full"]), statistics.median(times["light"])
+    print(
+        f"one probe of a rank with {rank_state.FLIGHT_RECORDER_ENTRIES} records (load average "
+        f"{os.getloadavg()[0]:.1f}): full {full:.2f} ms, light {light:.3f} ms, full/light {full / light:.0f}x"
+    )
+    return {"full_ms": full, "light_ms": light, "load": os.getloadavg()[0]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--examples", type=int, default=1500, help="examples per measurement")
@@ -194,7 +228,13 @@ def main() -> None:
         help="tests of torch's large harness class (d = (T(large) - T(10)) / (large - 10))",
     )
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--probe-cost", type=int, metavar="N", help="measure one hang probe's cost instead")
     args = parser.parse_args()
+    if args.probe_cost:
+        figures = measure_probe_cost(args.probe_cost)
+        if args.json:
+            args.json.write_text(json.dumps(figures, indent=2) + "\n")
+        return
 
     import tempfile
 

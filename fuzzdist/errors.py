@@ -279,6 +279,11 @@ class SlowExample(Hang):
     """The ranks were running their own code, not waiting on each other: the example is slow (or spins)."""
 
 
+class EndlessLoop(Hang):
+    """A rank was caught going round the same loop of its own code at every reading, using the CPU and
+    waiting on nobody: a loop that doesn't end, most likely (a longer timeout would not help)."""
+
+
 class UnexplainedHang(Hang):
     """The ranks could not be read (no flight recorder, no answer): only their stacks are known."""
 

@@ -21,6 +21,7 @@ import pickle
 import sys
 import time
 from abc import ABC, abstractmethod
+from collections import deque
 from collections.abc import Callable, Mapping, Set
 from typing import Any, Protocol, runtime_checkable
 
@@ -74,6 +75,14 @@ def timeout_problem(text: str) -> tuple[float, str | None]:
 FIRST_PROBE_S = 0.05
 MAX_PROBE_INTERVAL_S = 2.0
 CONFIRM_PROBE_S = 0.05
+# Each probe reads the ranks light first (their process groups' counters and their stacks: microseconds)
+# and reads the flight recorder's records (torch's whole ring buffer as JSON: up to hundreds of ms on
+# a loaded machine) only when a pending rank may be in a deadlock: a collective of its in flight, inside
+# a torch.distributed call, or it can't say.  From FULL_READ_AFTER_S into an example every probe reads the
+# records too, in case a deadlock hides from the counters (they count collectives, not p2p ops).
+FULL_READ_AFTER_S = 1.0
+# Readings of each rank kept per example: the last few tell a loop that doesn't end (hangs.py).
+KEPT_READINGS = 8
 
 
 @runtime_checkable
@@ -256,7 +265,7 @@ class Controller(ABC):
         """Why the pending ranks did not finish, and their stacks (faulthandler's where a rank can't say)."""
         # The finished ranks too: what they did in the example tells what the others wait for.
         states = self._snapshots(out.seq, set(range(self.world_size)), with_stack=True)
-        diagnosis = hangs.diagnose(states, out.finished(), self.world_size)
+        diagnosis = hangs.diagnose(states, out.finished(), self.world_size, earlier=out.readings)
         stacks = {
             r: "\n".join(filter(None, (s.stack, s.threads)))
             for r, s in states.items()
@@ -287,9 +296,12 @@ class Controller(ABC):
         """
 
     @abstractmethod
-    def _snapshots(self, seq: int, ranks: Set[int], with_stack: bool) -> dict[int, RankState | None]:
+    def _snapshots(
+        self, seq: int, ranks: Set[int], with_stack: bool, records: bool = True
+    ) -> dict[int, RankState | None]:
         """Each rank's :class:`~fuzzdist.pool.rank.rank_state.RankState` in example ``seq``, read without
-        stopping it; None for a rank that did not answer within a short bound."""
+        stopping it; None for a rank that did not answer within a short bound.  ``records=False``: light
+        snapshots, the flight recorder's records left unread (``rank_state.py``)."""
 
     @abstractmethod
     def _stacks(self, seq: int, ranks: Set[int]) -> dict[int, str]:
@@ -324,12 +336,19 @@ class Outcome:
         self.deadline = float("inf")  # the controller sets the timeout's
         self.grace_deadline = float("inf")  # set once a rank failed: the others get straggler_grace
         self.deadlock = False  # set when the ranks were found deadlocked before any deadline
+        self.readings: dict[int, deque[RankState]] = {}  # each rank's probe readings, oldest first
         self._straggler_grace = straggler_grace
         self._outcomes: dict[int, str] = {}
 
     def finished(self) -> dict[int, str]:
         """How each rank that answered ended the example: 'returned' or 'raised <Type>'."""
         return dict(self._outcomes)
+
+    def keep_readings(self, states: Mapping[int, RankState | None]) -> None:
+        """File the probe readings of the ranks still running this example (the last KEPT_READINGS each)."""
+        for r, s in states.items():
+            if s is not None and not s.finished and s.seq == self.seq:
+                self.readings.setdefault(r, deque(maxlen=KEPT_READINGS)).append(s)
 
     def take(self, rank: int, message: messages.Message) -> None:
         """File ``rank``'s reply."""
@@ -405,7 +424,16 @@ class _Probes:
     def deadlocked(self) -> bool:
         """Read the pending ranks; True once two readings in a row show the same certain deadlock."""
         out, controller = self._out, self._controller
-        states = controller._snapshots(out.seq, set(range(controller.world_size)), with_stack=False)
+        ranks = set(range(controller.world_size))
+        light = controller._snapshots(out.seq, ranks, with_stack=False, records=False)
+        suspect = any((s := light.get(r)) is None or s.may_deadlock() for r in out.pending)
+        if not suspect and time.monotonic() - out.started < FULL_READ_AFTER_S:
+            out.keep_readings(light)
+            self._suspect = None  # no pending rank has a collective in flight: no deadlock to see yet
+            self._back_off(time.monotonic())
+            return False
+        states = controller._snapshots(out.seq, ranks, with_stack=False)
+        out.keep_readings(states)  # one reading per probe: the full one stands for the light one
         now = time.monotonic()
         reading = {r: None if s is None else s.progress() for r, s in states.items()}
         # A pending rank that says it finished has answered meanwhile: read again later.
@@ -420,9 +448,12 @@ class _Probes:
         if certain:
             self.next_at = now + CONFIRM_PROBE_S
         else:
-            self._interval = min(self._interval * 2, MAX_PROBE_INTERVAL_S)
-            self.next_at = now + self._interval
+            self._back_off(now)
         return False
+
+    def _back_off(self, now: float) -> None:
+        self._interval = min(self._interval * 2, MAX_PROBE_INTERVAL_S)
+        self.next_at = now + self._interval
 
 
 def decode_reply(data: bytes, rank: int, seq: int) -> messages.Message:

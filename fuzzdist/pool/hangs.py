@@ -19,7 +19,14 @@ order a distributed engineer would look:
 4. **Pending Work**: a rank waits on a Work (one of a Python ProcessGroup,
    say) and no collective is in flight; the Works its holders describe are
    listed.
-5. **Slow**: the ranks run their own code and wait on nobody.
+5. **Endless loop**: a rank running its own code was caught at the same loop's
+   jump back in the last :data:`LOOP_READINGS` readings or more (the pool's
+   probes during the example, then the one at the timeout), its thread using
+   the CPU meanwhile: a loop that doesn't end, most likely, whether its peers
+   wait for it or not.  A rank waiting in a call (a sleep, a long torch op)
+   stands at the call, never at a jump back, so it is not taken for a loop.
+6. **Slow**: the ranks run their own code and wait on nobody, and no loop
+   held one of them in place: slow, not stuck.
 
 Where the flight recorder can't say what a rank issued (switched off, or a
 torch whose recorder skips the backend: ``RankState.unrecorded`` says which),
@@ -36,12 +43,13 @@ so Hypothesis keeps different hangs apart and shrinks each toward itself.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from fuzzdist.errors import (
     CollectiveMismatch,
+    EndlessLoop,
     Hang,
     MissedCollective,
     PendingWork,
@@ -53,6 +61,47 @@ from fuzzdist.pool import remote as _remote
 from fuzzdist.pool.rank.rank_state import Collective, RankState, Site
 
 _HISTORY = 8  # collectives shown per rank: the last few before the hang
+# Readings in a row that must catch a rank at the same loop before it is called endless.  The probes
+# read a running example at 0.05, 0.1, 0.2, 0.4, 0.8, 1.6 s and then every 2 s, and once more at the
+# timeout, so any timeout of 1 s or more gives a loop that started early three readings or more.
+LOOP_READINGS = 3
+
+
+@dataclass(frozen=True)
+class Loop:
+    """A rank caught at the same loop's jump back in consecutive readings (see the module docstring).
+
+    ``site``: the loop's line (the innermost frame, user code or not); ``readings``: how many readings
+    in a row caught it there; ``seconds``: the time they span; ``cpu``: the CPU seconds the example's
+    thread used over that span (None where the platform can't tell).
+    """
+
+    rank: int
+    site: Site
+    readings: int
+    seconds: float
+    cpu: float | None
+
+    def describe(self) -> str:
+        """'rank 1 is busy in prop.py:12 (spin) across 5 samples over 2.9s ...'."""
+        cpu = "" if self.cpu is None else f", {self.cpu:.2f}s of CPU"
+        return (
+            f"rank {self.rank} is busy in {os.path.basename(self.site.filename)}:{self.site.lineno} "
+            f"({self.site.function}) across {self.readings} samples over {self.seconds:.1f}s{cpu}, "
+            "waiting on nobody: looks like a loop that doesn't end"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain values for JSON reports."""
+        return {
+            "rank": self.rank,
+            "file": self.site.filename,
+            "line": self.site.lineno,
+            "function": self.site.function,
+            "readings": self.readings,
+            "seconds": round(self.seconds, 3),
+            "cpu": None if self.cpu is None else round(self.cpu, 3),
+        }
 
 
 @dataclass(frozen=True)
@@ -63,7 +112,8 @@ class Diagnosis:
     nothing can ever complete (so the pool need not wait for the timeout);
     ``summary``: one line; ``ranks[r]``: where rank r stands, in a few words;
     ``details[r]``: its collectives in this example and its pending Works;
-    ``site``: the stuck rank's own line, the hang's identity.
+    ``site``: the stuck rank's own line, the hang's identity; ``loop``: for an
+    :class:`~fuzzdist.errors.EndlessLoop`, the loop and the readings that caught it.
     """
 
     kind: type[Hang]
@@ -72,6 +122,7 @@ class Diagnosis:
     ranks: dict[int, str] = field(default_factory=dict)
     details: dict[int, str] = field(default_factory=dict)
     site: Site | None = None
+    loop: Loop | None = None
 
     @property
     def may_be_slow(self) -> bool:
@@ -98,6 +149,7 @@ class Diagnosis:
             "summary": self.summary,
             "ranks": {str(r): text for r, text in sorted(self.ranks.items())},
             "site": None if self.site is None else f"{self.site.filename}:{self.site.lineno} in {self.site.function}",
+            "loop": None if self.loop is None else self.loop.to_dict(),
         }
 
 
@@ -106,13 +158,16 @@ def diagnose(
     finished: Mapping[int, str],
     world_size: int,
     dead: Mapping[int, str] | None = None,
+    earlier: Mapping[int, Sequence[RankState]] | None = None,
 ) -> Diagnosis:
     """Explain why the ranks still running example ``seq`` hang.
 
     ``states[r]`` is rank r's snapshot (running or finished; None where it
     didn't answer); ``finished[r]`` says how rank r ended the example
     ("returned", "raised ValueError") if it did; ``dead[r]`` how a rank that
-    died during it died ("SIGABRT").
+    died during it died ("SIGABRT"); ``earlier[r]`` rank r's earlier readings
+    in this example, oldest first (light or full), which tell a loop that
+    doesn't end.
     """
     dead = dict(dead or {})
     known = {r: s for r, s in sorted(states.items()) if s is not None}
@@ -127,10 +182,21 @@ def diagnose(
         }
     )
     details = {r: _details(s) for r, s in running.items()}
+    loops = {
+        r: loop for r, s in running.items() if (loop := _endless_loop(r, [*(earlier or {}).get(r, ()), s])) is not None
+    }
+    for r, loop in loops.items():
+        where[r] = f"going round a loop {_site(running[r])}, {loop.readings} samples in a row"
 
     def verdict(kind: type[Hang], deadlock: bool, summary: str, rank: int | None) -> Diagnosis:
         site = running[rank].user_site if rank is not None and rank in running else _first_site(running)
         return Diagnosis(kind, deadlock, summary + _first_disagreement(known, summary), where, details, site)
+
+    def looping(waits: str = "") -> Diagnosis:
+        loop = loops[min(loops)]
+        summary = loop.describe() + waits
+        summary += _first_disagreement(known, summary)
+        return Diagnosis(EndlessLoop, False, summary, where, details, loop.site, loop)
 
     waiting = sorted(heads.items())
     # 1. A waiting rank's collective disagrees with what a peer did or does at the same step.
@@ -167,7 +233,9 @@ def diagnose(
                 )
             other = known.get(q)
             entered = None if other is None else len(_steps(other, a.group, a.p2p))
-            if q in finished or (other is not None and other.finished):
+            # A peer that left after doing this very step (a broadcast's root returns once it has sent) did
+            # not miss it: the waiting rank is about to see it complete.
+            if (q in finished or (other is not None and other.finished)) and (entered is None or entered < a.step):
                 how = finished.get(q, "finished the example")
                 after = "" if entered is None else f" after {entered} collective{'s' * (entered != 1)} on that group"
                 return verdict(
@@ -178,6 +246,8 @@ def diagnose(
                     r,
                 )
             if other is not None and q not in heads and not a.p2p and entered is not None and entered < a.step:
+                if q in loops:
+                    return looping(f"; rank {r} waits for it in {_call(a, running[r])}")
                 return verdict(
                     MissedCollective,
                     False,
@@ -234,7 +304,9 @@ def diagnose(
                 r,
             )
 
-    # 5. Nobody waits on anybody.
+    # 5. A rank goes round one loop, reading after reading; 6. nobody waits on anybody.
+    if loops:
+        return looping("".join(f"; rank {r} waits in {_call(a, running[r])}" for r, a in waiting))
     if running and not waiting:
         r, s = next(iter(running.items()))
         unknown = s.unrecorded or "no flight recorder"
@@ -407,6 +479,32 @@ def _peers(c: Collective, state: RankState, world_size: int, known: Mapping[int,
     if c.group == "0" or c.group_desc == "default_pg":
         return list(range(world_size))
     return [r for r, s in known.items() if _steps(s, c.group, False)]  # membership unknown: who used it
+
+
+def _endless_loop(rank: int, readings: Sequence[RankState]) -> Loop | None:
+    """The loop ``rank`` was caught at in its last LOOP_READINGS readings or more (oldest first), each
+    running its own code at the same loop's jump back, its thread using the CPU between them; else None."""
+    run: list[RankState] = []
+    for s in reversed(readings):
+        if (
+            s.spinning is None
+            or s.finished
+            or s.call is not None
+            or s.in_flight()
+            or s.pending_works
+            or s.unfinished_ops
+            or (run and (s.seq, s.spinning, s.user_site) != (run[0].seq, run[0].spinning, run[0].user_site))
+        ):
+            break
+        run.append(s)
+    if len(run) < LOOP_READINGS:
+        return None
+    last, first = run[0], run[-1]
+    cpu = None if last.cpu is None or first.cpu is None else last.cpu - first.cpu
+    if cpu is not None and cpu <= 0:
+        return None  # caught at the same jump but not running: blocked on the GIL, say, not spinning
+    assert last.spinning is not None
+    return Loop(rank, last.spinning, len(run), last.elapsed - first.elapsed, cpu)
 
 
 def _first_site(running: Mapping[int, RankState]) -> Site | None:

@@ -471,13 +471,15 @@ class RankPool(Controller):
     def _recycle(self, reasons: list[str]) -> None:
         self._restart()
 
-    def _snapshots(self, seq: int, ranks: Set[int], with_stack: bool) -> dict[int, RankState | None]:
+    def _snapshots(
+        self, seq: int, ranks: Set[int], with_stack: bool, records: bool = True
+    ) -> dict[int, RankState | None]:
         self._requests += 1
         request = self._requests
         asked = {}
         for r in ranks:
             try:
-                self._ranks[r].watch.send_bytes(messages.snapshot(request, seq, with_stack))
+                self._ranks[r].watch.send_bytes(messages.snapshot(request, seq, with_stack, records))
                 asked[self._ranks[r].watch] = r
             except (OSError, ValueError):
                 pass  # a dead rank: its sentinel reports it

@@ -39,10 +39,10 @@ def run(seq: int, seed: int, payload: bytes, sys_path: list[str] | None) -> byte
     return _dump(("run", fields))
 
 
-def snapshot(request: int, seq: int, with_stack: bool) -> bytes:
+def snapshot(request: int, seq: int, with_stack: bool, records: bool = True) -> bytes:
     """Describe where example ``seq`` stands on this rank (answered by the rank's watch thread, not the
-    example's: that one may be stuck)."""
-    return _dump(("snapshot", {"request": request, "seq": seq, "with_stack": with_stack}))
+    example's: that one may be stuck); ``records=False`` leaves the flight recorder's records unread."""
+    return _dump(("snapshot", {"request": request, "seq": seq, "with_stack": with_stack, "records": records}))
 
 
 def stop() -> bytes:

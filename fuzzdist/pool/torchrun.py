@@ -320,17 +320,19 @@ class TorchrunPool(Controller):
     def _recover(self, failure: BaseException) -> None:
         self._gone = failure  # torchrun's processes can't be replaced from here: the pool is spent
 
-    def _snapshots(self, seq: int, ranks: Set[int], with_stack: bool) -> dict[int, RankState | None]:
+    def _snapshots(
+        self, seq: int, ranks: Set[int], with_stack: bool, records: bool = True
+    ) -> dict[int, RankState | None]:
         states: dict[int, RankState | None] = dict.fromkeys(ranks)
         if 0 in ranks:  # rank 0's example runs in a thread of this process
-            states[0] = rank_state.snapshot(seq, with_stack)
+            states[0] = rank_state.snapshot(seq, with_stack, records)
         others = [r for r in ranks if r != 0]
         if others:
             self._requests += 1
             request = self._requests
             # Answered by each rank's heartbeat thread (its main thread may be stuck in the example).
             key = f"{_PREFIX}snapshot"
-            self._store.set(key, _seal(key, messages.snapshot(request, seq, with_stack)))
+            self._store.set(key, _seal(key, messages.snapshot(request, seq, with_stack, records)))
             deadline = time.monotonic() + 2 * HEARTBEAT_S + 1.0
             for r in others:
                 key = f"{_PREFIX}state/{request}/{r}"

@@ -230,6 +230,13 @@ def test_a_peer_still_running_its_own_code_is_no_certain_deadlock():
     assert "rank 1 never reached collective #2: it is in its own code, in fn at line 11" in d.summary
 
 
+def test_a_peer_that_left_after_the_same_step_missed_nothing():
+    # A broadcast's root returns once it has sent; the receiver, slow to be scheduled, still waits in it.
+    root = _state(0, _c(1, op="broadcast", done=True), finished=True)
+    d = diagnose({0: root, 1: _state(1, _c(1, op="broadcast"))}, {0: "returned"}, 2)
+    assert not d.deadlock and d.kind is StuckCollective
+
+
 def test_every_rank_in_the_same_collective_is_stuck_not_a_deadlock():
     d = diagnose({0: _state(0, _c(1)), 1: _state(1, _c(1))}, {}, 2)
     assert d.kind is StuckCollective and not d.deadlock and d.may_be_slow

@@ -19,7 +19,20 @@ instead: the rank's watch thread (``local.py``) or its heartbeat thread
 * the Works still pending in objects that say so (:class:`PendingWorkSource`,
   implemented by :class:`~fuzzdist.toolkit.reorder.ReorderingProcessGroup`);
 * on request, the example thread's stack from the rank function down, and
-  the other threads that are not fuzzdist's own plumbing.
+  the other threads that are not fuzzdist's own plumbing;
+* whether a loop is spinning: the innermost frame when it was caught at a
+  loop's backward jump (:attr:`RankState.spinning`), and the example
+  thread's CPU time, so that readings taken one after another tell a loop
+  that doesn't end from a slow example that progresses.
+
+A snapshot comes in two weights.  Reading the flight recorder means torch
+writing its whole ring buffer as JSON and this process parsing it: up to
+:data:`FLIGHT_RECORDER_ENTRIES` records, most of them earlier examples'
+(hundreds of milliseconds on a loaded machine).  A *light* snapshot
+(``records=False``) skips it and reads instead the process groups' own
+counters of collectives issued and completed (:attr:`RankState.unfinished_ops`,
+microseconds): the driver's probes read light first and read the records only
+from ranks that could be in a deadlock (``controller.py``).
 
 The driver turns the snapshots of all ranks into an explanation
 (:mod:`fuzzdist.pool.hangs`).  Everything here is read-only and bounded; a
@@ -28,6 +41,7 @@ snapshot never raises (a part that can't be read is left empty).
 
 from __future__ import annotations
 
+import dis
 import json
 import linecache
 import os
@@ -56,6 +70,10 @@ _TORCH_DIR = os.sep + "torch" + os.sep
 _STDLIB_DIRS = tuple({sysconfig.get_paths()["stdlib"], os.path.dirname(threading.__file__)})
 # Arguments of a torch.distributed call that say who it waits for.
 _PEER_ARGS = ("src", "dst", "group_src", "group_dst", "peer", "tag")
+# A thread running a loop is caught by another thread's read where the interpreter checks whether to
+# hand over the GIL: at the loop's jump back (3.11+; JUMP_ABSOLUTE before), never at a call, where a
+# thread waiting in a C function (a sleep, a collective, a long torch op) stands.
+_LOOP_OPCODES = frozenset(dis.opmap[name] for name in dis.opmap if "BACKWARD" in name or name == "JUMP_ABSOLUTE")
 
 
 @runtime_checkable
@@ -127,6 +145,22 @@ class RankState:
     threads: str = ""  # stacks of the other threads that are not fuzzdist's own (when asked for)
     note: str = ""  # what could not be read, if anything
     unrecorded: str = ""  # why ``collectives`` is None: what the flight recorder does not cover here
+    records_read: bool = True  # False in a light snapshot: ``collectives`` was not read (None)
+    # Whether a collective issued on this rank has not completed, by its process groups' own counters
+    # (torch's pg_status: collectives, not p2p ops); None where they can't say.
+    unfinished_ops: bool | None = None
+    spinning: Site | None = None  # the innermost frame, where it was caught at a loop's jump back
+    cpu: float | None = None  # the example thread's CPU seconds so far, where the platform tells
+
+    def may_deadlock(self) -> bool:
+        """Could this rank be part of a certain deadlock (which needs a collective in flight)?  A light
+        snapshot's answer: False only where the process groups' counters show nothing in flight and the
+        rank is inside no torch.distributed call."""
+        if self.finished:
+            return False
+        if self.records_read:
+            return bool(self.in_flight())
+        return self.unfinished_ops is not False or self.call is not None
 
     def in_flight(self) -> tuple[Collective, ...]:
         """The collectives issued and not completed."""
@@ -216,16 +250,34 @@ def recorder_gap(backend: str) -> str:
     return _gaps[backend]
 
 
-def _dumps() -> list[dict[str, Any]]:
-    """Every flight recorder's dump this torch has: gloo's and other backends', and NCCL's where it is built."""
+def _dumps(records: bool = True) -> list[dict[str, Any]]:
+    """Every flight recorder's dump this torch has: gloo's and other backends', and NCCL's where it is built.
+
+    Without ``records`` only the process groups' configuration and counters (``pg_config``,
+    ``pg_status``): microseconds, where the records cost milliseconds per thousand.
+    """
     import torch._C._distributed_c10d as c10d
 
     dumps = []
     for dumper in ("_dump_fr_trace_json", "_dump_nccl_trace_json"):
         dump = getattr(c10d, dumper, None)
         if dump is not None:
-            dumps.append(json.loads(dump(includeCollectives=True, onlyActive=False)))
+            dumps.append(json.loads(dump(includeCollectives=records, onlyActive=False)))
     return dumps
+
+
+def _unfinished_ops() -> bool | None:
+    """Whether a collective issued by this process has not completed, from every process group's counters
+    (``last_enqueued_collective`` against ``last_completed_collective``); None where no group reports them."""
+    statuses = [status for data in _dumps(records=False) for status in (data.get("pg_status") or {}).values()]
+    counts = [
+        (int(s["last_enqueued_collective"]), int(s["last_completed_collective"]))
+        for s in statuses
+        if isinstance(s, dict) and {"last_enqueued_collective", "last_completed_collective"} <= s.keys()
+    ]
+    if not counts:
+        return None
+    return any(enqueued > completed for enqueued, completed in counts)
 
 
 def _probe_recorder(backend: str) -> str:
@@ -261,8 +313,11 @@ def _probe_recorder(backend: str) -> str:
 # -- the snapshot, taken from another thread -----------------------------------------
 
 
-def snapshot(seq: int, with_stack: bool = False) -> RankState:
-    """This rank's state in example ``seq`` (its state between examples if ``seq`` is over)."""
+def snapshot(seq: int, with_stack: bool = False, records: bool = True) -> RankState:
+    """This rank's state in example ``seq`` (its state between examples if ``seq`` is over).
+
+    ``records=False``: a light snapshot, the flight recorder's records left unread (the module docstring).
+    """
     running = _current.seq == seq
     notes: list[str] = []
     frames: list[FrameType] = []
@@ -271,12 +326,16 @@ def snapshot(seq: int, with_stack: bool = False) -> RankState:
         frames = _example_frames(frame)
     no_call: tuple[str | None, tuple[tuple[str, str], ...]] = (None, ())
     call, call_args = _safely(lambda: _torch_call(frames), no_call, "the torch.distributed call", notes)
+    collectives: tuple[Collective, ...] | None = None
+    unfinished = None
     try:
         # A rank that finished example seq starts no collective before the next example: its record
         # since seq began is still exactly seq's.
-        collectives = None if _recorder.gap else _collectives(_current.start_ns) if _current.last == seq else ()
+        if not records:
+            unfinished = None if _recorder.gap else _unfinished_ops()
+        elif not _recorder.gap:
+            collectives = _collectives(_current.start_ns) if _current.last == seq else ()
     except Exception as exc:  # noqa: BLE001 - a snapshot never raises
-        collectives = None
         notes.append(f"flight recorder unreadable ({type(exc).__name__}: {exc})")
     pending: list[str] = []
     for source in list(_sources):
@@ -298,6 +357,10 @@ def snapshot(seq: int, with_stack: bool = False) -> RankState:
         threads=_safely(_other_threads, "", "the other threads", notes) if with_stack else "",
         note="; ".join(notes),
         unrecorded=_recorder.gap,
+        records_read=records,
+        unfinished_ops=unfinished,
+        spinning=_safely(lambda: _spinning(frames), None, "the innermost frame", notes),
+        cpu=_thread_cpu(_current.thread) if running else None,
     )
 
 
@@ -419,6 +482,28 @@ def _user_site(frames: list[FrameType]) -> Site | None:
             continue  # fuzzdist's library (a ReorderingProcessGroup's wait, say): the caller is the site
         return Site(name, f.f_lineno, f.f_code.co_name, linecache.getline(name, f.f_lineno).strip())
     return None
+
+
+def _spinning(frames: list[FrameType]) -> Site | None:
+    """The innermost frame's site if the thread was caught at a loop's jump back (see ``_LOOP_OPCODES``)."""
+    if not frames:
+        return None
+    f = frames[-1]
+    code = f.f_code.co_code
+    if not 0 <= f.f_lasti < len(code) or code[f.f_lasti] not in _LOOP_OPCODES:
+        return None
+    name = f.f_code.co_filename
+    return Site(name, f.f_lineno, f.f_code.co_name, linecache.getline(name, f.f_lineno).strip())
+
+
+def _thread_cpu(ident: int | None) -> float | None:
+    """The CPU seconds thread ``ident`` of this process has used, where the platform tells (Linux does)."""
+    if ident is None or not hasattr(time, "pthread_getcpuclockid"):
+        return None
+    try:
+        return time.clock_gettime(time.pthread_getcpuclockid(ident))
+    except (OSError, OverflowError, ValueError):  # the thread is gone
+        return None
 
 
 def _is_stdlib(filename: str) -> bool:

@@ -34,11 +34,11 @@ class Channel(Protocol):
         ...
 
 
-def answer_snapshot(request: int, seq: int, with_stack: bool) -> bytes:
+def answer_snapshot(request: int, seq: int, with_stack: bool, records: bool = True) -> bytes:
     """The reply to a :func:`messages.snapshot`, from the thread that watches this rank."""
     from fuzzdist.pool.rank import rank_state
 
-    return messages.state(request, rank_state.snapshot(seq, with_stack))
+    return messages.state(request, rank_state.snapshot(seq, with_stack, records))
 
 
 class Worker:
