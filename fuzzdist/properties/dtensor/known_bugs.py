@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from fuzzdist.known_bugs import evidence
-from fuzzdist.known_bugs.predicates import example_of
+from fuzzdist.known_bugs.predicates import example_of, raised_saying
 from fuzzdist.known_bugs.registry import KnownBug, register
 from fuzzdist.properties.dtensor import RoundTrip
 
@@ -41,10 +41,7 @@ def _is_dtensor_empty_dim_negative_padding(example: Mapping[str, Any], failure: 
     errors = evidence.raised(failure)
     if not _has_empty_local_shard(example_of(example, "case", RoundTrip)) or not errors:
         return False
-    return all(
-        evidence.raised_a(p, RuntimeError) and evidence.says(p, "negative padding") and evidence.says(p, "pad_tensor")
-        for p in errors
-    )
+    return all(raised_saying(p, RuntimeError, "negative padding", "pad_tensor") for p in errors)
 
 
 register(

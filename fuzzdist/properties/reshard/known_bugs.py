@@ -13,7 +13,7 @@ from typing import Any
 from torch.distributed.checkpoint.api import CheckpointException
 
 from fuzzdist.known_bugs import evidence
-from fuzzdist.known_bugs.predicates import example_of
+from fuzzdist.known_bugs.predicates import example_of, raised_saying
 from fuzzdist.known_bugs.registry import KnownBug, register
 from fuzzdist.properties.reshard.model_state import ModelReshardCase
 
@@ -27,7 +27,7 @@ def _is_fsdp1_load_missing_key(example: Mapping[str, Any], failure: BaseExceptio
     if case is None or not errors or case.load.kind != "fsdp1" or case.load.strategy == "NO_SHARD":
         return False
     missing = "Missing key in checkpoint state_dict: optim.param_groups."
-    return all(evidence.raised_a(p, CheckpointException) and evidence.says(p, missing) for p in errors)
+    return all(raised_saying(p, CheckpointException, missing) for p in errors)
 
 
 register(
