@@ -4,7 +4,6 @@ rate come back, bitwise."""
 
 from __future__ import annotations
 
-import shutil
 import warnings
 import zlib
 from collections.abc import Callable
@@ -19,8 +18,9 @@ from torch.distributed.tensor import DTensor
 
 from fuzzdist import strategies as fst
 from fuzzdist.errors import InvalidArgument
-from fuzzdist.problems import Kind, Problem, by_rank
-from fuzzdist.properties import PropertyFailure, dtensor
+from fuzzdist.problems import Kind, Problem
+from fuzzdist.properties import dtensor
+from fuzzdist.properties._results import fail_on_ranks_with_problems
 from fuzzdist.properties.checkpoint.state_dict import (
     HAS_NO_DIST_LOAD,
     SEEDS,
@@ -28,7 +28,7 @@ from fuzzdist.properties.checkpoint.state_dict import (
     _report,
     dcp_load,
     dcp_save,
-    new_checkpoint_dir,
+    run_in_checkpoint_dir,
 )
 from fuzzdist.toolkit.checks import first_difference
 
@@ -313,13 +313,7 @@ def check_model(
     parallelism (``save``/``load`` as in :func:`check`; ``set_state(model, optimizer, model_state_dict=,
     optim_state_dict=)``, torch's ``set_state_dict`` by default); raise :class:`PropertyFailure` if
     any rank's parameters, optimizer state or learning rate differ from the saved ones."""
-    path = new_checkpoint_dir(base_dir)
-    try:
-        results = pool.run(model_save_and_load, case, path, save=save, load=load, set_state=set_state)
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-    wrong = {rank: problems for rank, problems in enumerate(results) if problems}
-    if wrong:
-        raise PropertyFailure(
-            f"ranks {sorted(wrong)} loaded another model or optimizer state than was saved:{by_rank(wrong)}", results
-        )
+    results = run_in_checkpoint_dir(
+        pool, model_save_and_load, case, base_dir, save=save, load=load, set_state=set_state
+    )
+    fail_on_ranks_with_problems(results, "loaded another model or optimizer state than was saved")

@@ -24,7 +24,6 @@ in the local shard from a flattened version of the unsharded parameter").  Not d
 
 from __future__ import annotations
 
-import shutil
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,9 +38,10 @@ from torch.distributed.tensor import DTensor, Shard
 
 from fuzzdist.errors import InvalidArgument
 from fuzzdist.known_bugs import known_failures
-from fuzzdist.problems import Kind, Problem, by_rank
-from fuzzdist.properties import PropertyFailure, dtensor
-from fuzzdist.properties.checkpoint import new_checkpoint_dir
+from fuzzdist.problems import Kind, Problem
+from fuzzdist.properties import dtensor
+from fuzzdist.properties._results import fail_on_ranks_with_problems
+from fuzzdist.properties.checkpoint import run_in_checkpoint_dir
 from fuzzdist.properties.checkpoint.model_state import OPTIMIZERS, build_model, seeded, seeded_step
 from fuzzdist.properties.reshard import dcp_load, dcp_save, first_ranks_mesh
 from fuzzdist.strategies import seeds
@@ -338,16 +338,8 @@ def check_model(
     sharding (see the module docstring); raise :class:`PropertyFailure` if any loading rank's parameters,
     optimizer state or learning rate differ from the saved ones.  The checkpoint lives in a fresh directory
     under ``base_dir``, removed after the example, also when it fails."""
-    path = new_checkpoint_dir(base_dir)
     with known_failures("reshard", case=case):
-        try:
-            results = pool.run(reshard_model, case, path, save=save, load=load)
-        finally:
-            shutil.rmtree(path, ignore_errors=True)
-        wrong = {rank: problems for rank, problems in enumerate(results) if problems}
-        if wrong:
-            raise PropertyFailure(
-                f"ranks {sorted(wrong)} loaded another model or optimizer state than {case.save_ranks} ranks "
-                f"saved:{by_rank(wrong)}",
-                results,
-            )
+        results = run_in_checkpoint_dir(pool, reshard_model, case, base_dir, save=save, load=load)
+        fail_on_ranks_with_problems(
+            results, f"loaded another model or optimizer state than {case.save_ranks} ranks saved"
+        )
