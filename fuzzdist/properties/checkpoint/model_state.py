@@ -73,10 +73,16 @@ class ModelCase:
     single_process: bool = False
 
     def __post_init__(self) -> None:
-        if len(self.widths) < 2 or min(self.widths) < 1:
-            raise InvalidArgument(f"widths needs >= 2 entries, all >= 1, got {self.widths}")
-        if self.optimizer not in OPTIMIZERS:
-            raise InvalidArgument(f"unknown optimizer {self.optimizer!r}; choose from {OPTIMIZERS}")
+        refuse_unknown_model(self.widths, self.optimizer)
+
+
+def refuse_unknown_model(widths: tuple[int, ...], optimizer: str) -> None:
+    """Raise :class:`~fuzzdist.errors.InvalidArgument` unless ``widths`` describes an MLP (two or more widths,
+    each at least 1) and ``optimizer`` is one of :data:`OPTIMIZERS`: the check of every case that builds one."""
+    if len(widths) < 2 or min(widths) < 1:
+        raise InvalidArgument(f"widths needs >= 2 entries, all >= 1, got {widths}")
+    if optimizer not in OPTIMIZERS:
+        raise InvalidArgument(f"unknown optimizer {optimizer!r}; choose from {OPTIMIZERS}")
 
 
 def _seed_of(seed: int, *names: str) -> int:

@@ -42,7 +42,13 @@ from fuzzdist.problems import Kind, Problem
 from fuzzdist.properties import dtensor
 from fuzzdist.properties._results import fail_on_ranks_with_problems
 from fuzzdist.properties.checkpoint import run_in_checkpoint_dir
-from fuzzdist.properties.checkpoint.model_state import OPTIMIZERS, build_model, seeded, seeded_step
+from fuzzdist.properties.checkpoint.model_state import (
+    OPTIMIZERS,
+    build_model,
+    refuse_unknown_model,
+    seeded,
+    seeded_step,
+)
 from fuzzdist.properties.reshard import dcp_load, dcp_save, first_ranks_mesh
 from fuzzdist.strategies import seeds
 from fuzzdist.toolkit.checks import first_difference
@@ -99,10 +105,7 @@ class ModelReshardCase:
                 f"save_ranks {self.save_ranks} and load_ranks {self.load_ranks} must be two "
                 "different positive world sizes"
             )
-        if len(self.widths) < 2 or min(self.widths) < 1:
-            raise InvalidArgument(f"widths needs >= 2 entries, all >= 1, got {self.widths}")
-        if self.optimizer not in OPTIMIZERS:
-            raise InvalidArgument(f"optimizer={self.optimizer!r}; choose from {OPTIMIZERS}")
+        refuse_unknown_model(self.widths, self.optimizer)
 
 
 # ---------------------------------------------------------------------------
