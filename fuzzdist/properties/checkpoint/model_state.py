@@ -124,8 +124,15 @@ def _distribute_model(ctx: RankContext, model: nn.Module, how: Parallelism) -> n
         return DDP(model, process_group=ctx.group)
     from fuzzdist.properties import fsdp  # FSDP2: only where the torch has fully_shard
 
-    mesh = fsdp.device_mesh(ctx.device.type, how.mesh_shape)
-    if how.per_layer:
+    return fully_shard_mlp(model, fsdp.device_mesh(ctx.device.type, how.mesh_shape), how.per_layer)
+
+
+def fully_shard_mlp(model: nn.Module, mesh: DeviceMesh, per_layer: bool) -> nn.Module:
+    """``model`` (a :func:`build_model` MLP) sharded by FSDP2's ``fully_shard`` over ``mesh``: with
+    ``per_layer`` every Linear first, then the root."""
+    from fuzzdist.properties import fsdp  # FSDP2: only where the torch has fully_shard
+
+    if per_layer:
         for module in model.children():
             if isinstance(module, nn.Linear):
                 fsdp.fully_shard(module, mesh=mesh)
@@ -133,10 +140,17 @@ def _distribute_model(ctx: RankContext, model: nn.Module, how: Parallelism) -> n
     return model
 
 
-def _make_optimizer(name: str, params: Any, lr: float) -> torch.optim.Optimizer:
-    if name == "sgd":
-        return torch.optim.SGD(params, lr=lr, momentum=0.9)
-    return torch.optim.Adam(params, lr=lr)
+def optimizer_with_state(name: str, model: nn.Module, lr: float) -> torch.optim.Optimizer:
+    """The optimizer ``name`` (one of :data:`OPTIMIZERS`: SGD with momentum 0.9, or Adam) over ``model``'s
+    parameters with learning rate ``lr``, its state created by one step on zero gradients (which changes no
+    parameter), the gradients cleared after."""
+    params = list(model.parameters())
+    optimizer = torch.optim.SGD(params, lr=lr, momentum=0.9) if name == "sgd" else torch.optim.Adam(params, lr=lr)
+    for p in params:
+        p.grad = torch.zeros_like(p)
+    optimizer.step()  # zero gradients: creates the state, changes no parameter
+    optimizer.zero_grad(set_to_none=True)
+    return optimizer
 
 
 def _local_and_expected(t: torch.Tensor, full: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -157,12 +171,7 @@ def _model(
     """(the plain module, its distributed form, an optimizer with its state initialised)."""
     inner = build_model(case.widths, init_seed)
     model = _distribute_model(ctx, inner, how)
-    optimizer = _make_optimizer(case.optimizer, model.parameters(), lr)
-    for p in model.parameters():
-        p.grad = torch.zeros_like(p)
-    optimizer.step()  # zero gradients: creates the state, changes no parameter
-    optimizer.zero_grad(set_to_none=True)
-    return inner, model, optimizer
+    return inner, model, optimizer_with_state(case.optimizer, model, lr)
 
 
 def set_seeded_state(inner: nn.Module, optimizer: torch.optim.Optimizer, seed: int) -> None:

@@ -45,6 +45,8 @@ from fuzzdist.properties.checkpoint import run_in_checkpoint_dir
 from fuzzdist.properties.checkpoint.model_state import (
     OPTIMIZERS,
     build_model,
+    fully_shard_mlp,
+    optimizer_with_state,
     refuse_unknown_model,
     seeded,
     seeded_step,
@@ -161,14 +163,7 @@ def _wrap(model: nn.Module, how: Sharding, mesh: DeviceMesh) -> nn.Module:
 
         return DDP(model, process_group=mesh.get_group())
     if how.kind == "fsdp2":
-        from fuzzdist.properties import fsdp  # FSDP2: only where the torch has fully_shard
-
-        if how.per_layer:
-            for module in model.children():
-                if isinstance(module, nn.Linear):
-                    fsdp.fully_shard(module, mesh=mesh)
-        fsdp.fully_shard(model, mesh=mesh)
-        return model
+        return fully_shard_mlp(model, mesh, how.per_layer)
     from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy
 
     return FullyShardedDataParallel(
@@ -186,14 +181,7 @@ def _model(
     """(the plain module, its wrapped form, an optimizer with its state created, each parameter's layout)."""
     inner = build_model(case.widths, init_seed)
     model = _wrap(inner, how, mesh)
-    params = list(model.parameters())
-    optimizer = (
-        torch.optim.SGD(params, lr=lr, momentum=0.9) if case.optimizer == "sgd" else torch.optim.Adam(params, lr=lr)
-    )
-    for p in params:
-        p.grad = torch.zeros_like(p)
-    optimizer.step()  # zero gradients: creates the state, changes no parameter
-    optimizer.zero_grad(set_to_none=True)
+    optimizer = optimizer_with_state(case.optimizer, model, lr)
     fsdp1 = _fsdp1_layouts(model) if how.kind == "fsdp1" else {}
     layouts = {id(p): fsdp1.get(id(p)) or _dtensor_layout(p) for p in inner.parameters()}
     return inner, model, optimizer, layouts
