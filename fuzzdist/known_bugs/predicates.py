@@ -1,5 +1,5 @@
-"""What known-bug predicates share: every problem showing a symptom, the layouts whose memory order differs,
-and the torch release the entries were last checked on."""
+"""What known-bug predicates share: every problem showing a symptom, a rank's (or every rank's) exception of a type
+saying torch's words, the layouts whose memory order differs, and the torch release the entries were last checked on."""
 
 from __future__ import annotations
 
@@ -9,7 +9,15 @@ from typing import Any, TypeVar
 from fuzzdist.known_bugs import evidence
 from fuzzdist.problems import Problem, Symptom
 
-__all__ = ["DENSE_NON_CONTIGUOUS", "SEEN_ON", "every_problem", "example_of", "shows"]
+__all__ = [
+    "DENSE_NON_CONTIGUOUS",
+    "SEEN_ON",
+    "every_problem",
+    "every_rank_raised",
+    "example_of",
+    "raised_saying",
+    "shows",
+]
 
 T = TypeVar("T")
 
@@ -29,6 +37,19 @@ def every_problem(failure: BaseException, test: Callable[[Problem], bool]) -> bo
 def shows(symptom: Symptom) -> Callable[[Problem], bool]:
     """A test of a problem: it shows ``symptom``."""
     return lambda problem: problem.symptom is symptom
+
+
+def raised_saying(problem: Problem, error: type[BaseException], *words: str) -> bool:
+    """Whether ``problem`` is an exception of type ``error`` (or a subclass) that a rank raised, and its text
+    says each of ``words`` (torch's own, read through :func:`~fuzzdist.known_bugs.evidence.says`)."""
+    return evidence.raised_a(problem, error) and all(evidence.says(problem, w) for w in words)
+
+
+def every_rank_raised(failure: BaseException, error: type[BaseException], *words: str) -> bool:
+    """Whether some rank raised, and every rank that raised raised an ``error`` saying each of ``words``
+    (:func:`raised_saying`); ranks that are waiting or died are not looked at."""
+    errors = evidence.raised(failure)
+    return bool(errors) and all(raised_saying(p, error, *words) for p in errors)
 
 
 def example_of(example: Mapping[str, Any], key: str, cls: type[T]) -> T | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -99,6 +99,27 @@ def first_difference(actual: torch.Tensor, expected: torch.Tensor, what: str = "
         count=count,
         size=actual.numel(),
     )
+
+
+def keyed_differences(
+    got: Mapping[str, torch.Tensor],
+    expected: Mapping[str, torch.Tensor],
+    missing: Callable[[str], str],
+    different: Callable[[str], str],
+) -> list[Problem]:
+    """What is wrong in ``got`` against ``expected``, key by key in ``expected``'s order: a
+    :attr:`~fuzzdist.problems.Kind.MISSING` problem named ``missing(key)`` where ``got`` lacks the key, else
+    the :func:`first_difference` of its tensor, named ``different(key)``.  Keys only ``got`` holds are not
+    looked at."""
+    problems = []
+    for key, value in expected.items():
+        found = got.get(key)
+        problem = (
+            Problem(Kind.MISSING, missing(key)) if found is None else first_difference(found, value, different(key))
+        )
+        if problem is not None:
+            problems.append(problem)
+    return problems
 
 
 def storage_order(t: torch.Tensor) -> torch.Tensor | None:

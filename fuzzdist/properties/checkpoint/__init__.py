@@ -111,6 +111,7 @@ from fuzzdist.properties.checkpoint.state_dict import (
     dcp_save,
     decoy_of,
     new_checkpoint_dir,
+    run_in_checkpoint_dir,
     save_and_load,
 )
 
@@ -144,6 +145,7 @@ __all__ = [
     "model_save_and_load",
     "new_checkpoint_dir",
     "parallelisms",
+    "run_in_checkpoint_dir",
     "save_and_load",
     "seeded",
     "seeded_step",

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from fuzzdist.known_bugs import evidence
-from fuzzdist.known_bugs.predicates import example_of
+from fuzzdist.known_bugs.predicates import example_of, raised_saying
 from fuzzdist.known_bugs.registry import KnownBug, register
 from fuzzdist.properties.checkpoint import CheckpointCase, DTensorLeaf
 
@@ -71,12 +71,7 @@ def _is_double_shard_save_plan_refused(example: Mapping[str, Any], failure: Base
         return False
     from torch.distributed.checkpoint.api import CheckpointException
 
-    return all(
-        evidence.raised_a(p, CheckpointException)
-        and evidence.says(p, _PLAN_REFUSED)
-        and evidence.says(p, "_save_state_dict")
-        for p in errors
-    )
+    return all(raised_saying(p, CheckpointException, _PLAN_REFUSED, "_save_state_dict") for p in errors)
 
 
 register(

@@ -4,7 +4,6 @@ rate come back, bitwise."""
 
 from __future__ import annotations
 
-import shutil
 import warnings
 import zlib
 from collections.abc import Callable
@@ -19,8 +18,9 @@ from torch.distributed.tensor import DTensor
 
 from fuzzdist import strategies as fst
 from fuzzdist.errors import InvalidArgument
-from fuzzdist.problems import Kind, Problem, by_rank
-from fuzzdist.properties import PropertyFailure, dtensor
+from fuzzdist.problems import Kind, Problem
+from fuzzdist.properties import dtensor
+from fuzzdist.properties._results import fail_on_ranks_with_problems
 from fuzzdist.properties.checkpoint.state_dict import (
     HAS_NO_DIST_LOAD,
     SEEDS,
@@ -28,7 +28,7 @@ from fuzzdist.properties.checkpoint.state_dict import (
     _report,
     dcp_load,
     dcp_save,
-    new_checkpoint_dir,
+    run_in_checkpoint_dir,
 )
 from fuzzdist.toolkit.checks import first_difference
 
@@ -73,10 +73,16 @@ class ModelCase:
     single_process: bool = False
 
     def __post_init__(self) -> None:
-        if len(self.widths) < 2 or min(self.widths) < 1:
-            raise InvalidArgument(f"widths needs >= 2 entries, all >= 1, got {self.widths}")
-        if self.optimizer not in OPTIMIZERS:
-            raise InvalidArgument(f"unknown optimizer {self.optimizer!r}; choose from {OPTIMIZERS}")
+        refuse_unknown_model(self.widths, self.optimizer)
+
+
+def refuse_unknown_model(widths: tuple[int, ...], optimizer: str) -> None:
+    """Raise :class:`~fuzzdist.errors.InvalidArgument` unless ``widths`` describes an MLP (two or more widths,
+    each at least 1) and ``optimizer`` is one of :data:`OPTIMIZERS`: the check of every case that builds one."""
+    if len(widths) < 2 or min(widths) < 1:
+        raise InvalidArgument(f"widths needs >= 2 entries, all >= 1, got {widths}")
+    if optimizer not in OPTIMIZERS:
+        raise InvalidArgument(f"unknown optimizer {optimizer!r}; choose from {OPTIMIZERS}")
 
 
 def _seed_of(seed: int, *names: str) -> int:
@@ -118,8 +124,15 @@ def _distribute_model(ctx: RankContext, model: nn.Module, how: Parallelism) -> n
         return DDP(model, process_group=ctx.group)
     from fuzzdist.properties import fsdp  # FSDP2: only where the torch has fully_shard
 
-    mesh = fsdp.device_mesh(ctx.device.type, how.mesh_shape)
-    if how.per_layer:
+    return fully_shard_mlp(model, fsdp.device_mesh(ctx.device.type, how.mesh_shape), how.per_layer)
+
+
+def fully_shard_mlp(model: nn.Module, mesh: DeviceMesh, per_layer: bool) -> nn.Module:
+    """``model`` (a :func:`build_model` MLP) sharded by FSDP2's ``fully_shard`` over ``mesh``: with
+    ``per_layer`` every Linear first, then the root."""
+    from fuzzdist.properties import fsdp  # FSDP2: only where the torch has fully_shard
+
+    if per_layer:
         for module in model.children():
             if isinstance(module, nn.Linear):
                 fsdp.fully_shard(module, mesh=mesh)
@@ -127,10 +140,17 @@ def _distribute_model(ctx: RankContext, model: nn.Module, how: Parallelism) -> n
     return model
 
 
-def _make_optimizer(name: str, params: Any, lr: float) -> torch.optim.Optimizer:
-    if name == "sgd":
-        return torch.optim.SGD(params, lr=lr, momentum=0.9)
-    return torch.optim.Adam(params, lr=lr)
+def optimizer_with_state(name: str, model: nn.Module, lr: float) -> torch.optim.Optimizer:
+    """The optimizer ``name`` (one of :data:`OPTIMIZERS`: SGD with momentum 0.9, or Adam) over ``model``'s
+    parameters with learning rate ``lr``, its state created by one step on zero gradients (which changes no
+    parameter), the gradients cleared after."""
+    params = list(model.parameters())
+    optimizer = torch.optim.SGD(params, lr=lr, momentum=0.9) if name == "sgd" else torch.optim.Adam(params, lr=lr)
+    for p in params:
+        p.grad = torch.zeros_like(p)
+    optimizer.step()  # zero gradients: creates the state, changes no parameter
+    optimizer.zero_grad(set_to_none=True)
+    return optimizer
 
 
 def _local_and_expected(t: torch.Tensor, full: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -151,12 +171,7 @@ def _model(
     """(the plain module, its distributed form, an optimizer with its state initialised)."""
     inner = build_model(case.widths, init_seed)
     model = _distribute_model(ctx, inner, how)
-    optimizer = _make_optimizer(case.optimizer, model.parameters(), lr)
-    for p in model.parameters():
-        p.grad = torch.zeros_like(p)
-    optimizer.step()  # zero gradients: creates the state, changes no parameter
-    optimizer.zero_grad(set_to_none=True)
-    return inner, model, optimizer
+    return inner, model, optimizer_with_state(case.optimizer, model, lr)
 
 
 def set_seeded_state(inner: nn.Module, optimizer: torch.optim.Optimizer, seed: int) -> None:
@@ -313,13 +328,7 @@ def check_model(
     parallelism (``save``/``load`` as in :func:`check`; ``set_state(model, optimizer, model_state_dict=,
     optim_state_dict=)``, torch's ``set_state_dict`` by default); raise :class:`PropertyFailure` if
     any rank's parameters, optimizer state or learning rate differ from the saved ones."""
-    path = new_checkpoint_dir(base_dir)
-    try:
-        results = pool.run(model_save_and_load, case, path, save=save, load=load, set_state=set_state)
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-    wrong = {rank: problems for rank, problems in enumerate(results) if problems}
-    if wrong:
-        raise PropertyFailure(
-            f"ranks {sorted(wrong)} loaded another model or optimizer state than was saved:{by_rank(wrong)}", results
-        )
+    results = run_in_checkpoint_dir(
+        pool, model_save_and_load, case, base_dir, save=save, load=load, set_state=set_state
+    )
+    fail_on_ranks_with_problems(results, "loaded another model or optimizer state than was saved")

@@ -18,8 +18,9 @@ from hypothesis import strategies as st
 from fuzzdist import strategies as fst
 from fuzzdist.errors import InvalidArgument
 from fuzzdist.known_bugs import known_failures
-from fuzzdist.problems import Kind, Problem, by_rank
-from fuzzdist.properties import PropertyFailure, dtensor
+from fuzzdist.problems import Kind, Problem
+from fuzzdist.properties import dtensor
+from fuzzdist.properties._results import fail_on_ranks_with_problems
 from fuzzdist.strategies import seeds
 from fuzzdist.toolkit.checks import first_difference
 from fuzzdist.toolkit.reporting import capped
@@ -443,6 +444,19 @@ def new_checkpoint_dir(base_dir: str | None = None) -> str:
     return tempfile.mkdtemp(prefix="fuzzdist-dcp-", dir=base_dir)
 
 
+def run_in_checkpoint_dir(
+    pool: Pool, rank_fn: Callable[..., Any], case: object, base_dir: str | None, **kwargs: Any
+) -> list[Any]:
+    """Every rank's result of ``rank_fn(ctx, case, path, **kwargs)`` on ``pool``, ``path`` a fresh directory
+    under ``base_dir`` (:func:`new_checkpoint_dir`) that every rank shares, removed after the run, also when
+    it fails."""
+    path = new_checkpoint_dir(base_dir)
+    try:
+        return pool.run(rank_fn, case, path, **kwargs)
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def check(
     pool: Pool,
     case: CheckpointCase,
@@ -457,15 +471,7 @@ def check(
     after the example, also when it fails.  ``save``/``load``: see the module docstring.  Run inside
     ``known_failures("checkpoint", case=case)``: a failure that a known torch bug explains is tallied as
     a sighting, not raised."""
-    path = new_checkpoint_dir(base_dir)
     # torch 2.6.0: dcp-save-double-shard-empty-piece-fails (a known bug's failure is tallied, not raised)
     with known_failures("checkpoint", case=case):
-        try:
-            results = pool.run(save_and_load, case, path, save=save, load=load)
-        finally:
-            shutil.rmtree(path, ignore_errors=True)
-        wrong = {rank: problems for rank, problems in enumerate(results) if problems}
-        if wrong:
-            raise PropertyFailure(
-                f"ranks {sorted(wrong)} loaded other values than were saved:{by_rank(wrong)}", results
-            )
+        results = run_in_checkpoint_dir(pool, save_and_load, case, base_dir, save=save, load=load)
+        fail_on_ranks_with_problems(results, "loaded other values than were saved")

@@ -13,7 +13,7 @@ from typing import Any
 
 from fuzzdist.errors import RankTimeout
 from fuzzdist.known_bugs import evidence
-from fuzzdist.known_bugs.predicates import example_of
+from fuzzdist.known_bugs.predicates import every_rank_raised, example_of, raised_saying
 from fuzzdist.known_bugs.registry import KnownBug, register
 from fuzzdist.problems import Symptom
 from fuzzdist.properties.comm_hooks import PowerSGDCase
@@ -24,12 +24,7 @@ def _is_batched_powersgd_orthogonalize_assert(example: Mapping[str, Any], failur
     """The ranks raised the bare AssertionError of ``_orthogonalize``'s shape check, called from
     ``batched_powerSGD_hook``."""
     errors = evidence.raised(failure)
-    return bool(errors) and any(
-        evidence.raised_a(p, AssertionError)
-        and evidence.says(p, "batched_powerSGD_hook")
-        and evidence.says(p, "_orthogonalize")
-        for p in errors
-    )
+    return any(raised_saying(p, AssertionError, "batched_powerSGD_hook", "_orthogonalize") for p in errors)
 
 
 # docs/findings/batched-powersgd-orthogonalize-asserts.py, seen by properties/test_comm_hooks.py::test_powersgd
@@ -51,10 +46,9 @@ def _is_ddp_static_graph_no_sync_assert(example: Mapping[str, Any], failure: Bas
     """The no_sync check (its example has a ``config``) on a ``static_graph`` DDP config, and every rank
     that raised raised the reducer's ``expect_autograd_hooks_`` internal assertion."""
     config = example_of(example, "config", DDPConfig)
-    errors = evidence.raised(failure)
-    if config is None or not config.static_graph or not errors:
+    if config is None or not config.static_graph:
         return False
-    return all(evidence.raised_a(p, RuntimeError) and evidence.says(p, _EXPECT_AUTOGRAD_HOOKS) for p in errors)
+    return every_rank_raised(failure, RuntimeError, _EXPECT_AUTOGRAD_HOOKS)
 
 
 register(

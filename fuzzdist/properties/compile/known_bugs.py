@@ -14,7 +14,7 @@ from typing import Any
 import torch.distributed as dist
 
 from fuzzdist.known_bugs import evidence
-from fuzzdist.known_bugs.predicates import example_of
+from fuzzdist.known_bugs.predicates import every_rank_raised, example_of
 from fuzzdist.known_bugs.registry import KnownBug, register
 from fuzzdist.problems import Kind
 from fuzzdist.properties.compile.ddp import CompiledDDPCase
@@ -38,10 +38,9 @@ def _is_ddp_compile_sub_mib_bucket_cap_assert(example: Mapping[str, Any], failur
     instead) whose ``bucket_cap_mb`` is under 1 MiB, and every rank that raised raised DDPOptimizer's
     first-bucket AssertionError."""
     case = example_of(example, "case", CompiledDDPCase)
-    errors = evidence.raised(failure)
-    if case is None or case.compiled_autograd or not _under_the_first_bucket(case) or not errors:
+    if case is None or case.compiled_autograd or not _under_the_first_bucket(case):
         return False
-    return all(evidence.raised_a(p, AssertionError) and evidence.says(p, _FIRST_BUCKET_ASSERTION) for p in errors)
+    return every_rank_raised(failure, AssertionError, _FIRST_BUCKET_ASSERTION)
 
 
 register(

@@ -46,8 +46,8 @@ from fuzzdist import strategies as fst
 from fuzzdist.known_bugs import known_failures
 from fuzzdist.pool.capabilities.gloo import gloo_dtypes
 from fuzzdist.pool.rank.isolation import keep_process_groups
-from fuzzdist.problems import Kind, Problem, by_rank
-from fuzzdist.properties import PropertyFailure
+from fuzzdist.problems import Kind, Problem
+from fuzzdist.properties._results import fail_on_ranks_with_problems
 from fuzzdist.strategies import TensorSpec, mesh_shapes, seeds
 from fuzzdist.toolkit.checks import first_difference
 
@@ -130,10 +130,12 @@ def expected_local(
     full: torch.Tensor, mesh_shape: tuple[int, ...], coord: tuple[int, ...], names: tuple[str, ...]
 ) -> torch.Tensor:
     """The shard of ``full`` at mesh coordinate ``coord``: torch.chunk semantics (ceil(size / n)
-    per piece, the last ones shorter or empty), mesh dim 0 first, then within that piece."""
+    per piece, the last ones shorter or empty), mesh dim 0 first, then within that piece.  Only the
+    ``"S<d>"`` names split: a Replicate (``"R"``) or Partial name (the operator property's ``"P+"``, ...)
+    keeps the whole of that mesh dim's piece."""
     t = full
     for mesh_dim, name in enumerate(names):
-        if name == "R":
+        if not name.startswith("S"):
             continue
         d = int(name[1:]) % full.ndim
         n, k, size = mesh_shape[mesh_dim], coord[mesh_dim], t.size(d)
@@ -300,6 +302,4 @@ def check(
         results = pool.run(
             roundtrip_and_check, case, distribute=distribute, redistribute=redistribute, full_tensor=full_tensor
         )
-        wrong = {rank: problems for rank, problems in enumerate(results) if problems}
-        if wrong:
-            raise PropertyFailure(f"ranks {sorted(wrong)} lost or moved values:{by_rank(wrong)}", results)
+        fail_on_ranks_with_problems(results, "lost or moved values")

@@ -11,8 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from fuzzdist.known_bugs import evidence
-from fuzzdist.known_bugs.predicates import example_of
+from fuzzdist.known_bugs.predicates import every_rank_raised, example_of
 from fuzzdist.known_bugs.registry import KnownBug, register
 from fuzzdist.properties.dtensor import RoundTrip
 
@@ -38,13 +37,9 @@ def _is_dtensor_empty_dim_negative_padding(example: Mapping[str, Any], failure: 
     """torch 2.6.0: some rank's local shard is empty at some stage, and every failed rank raised pad_tensor's
     "negative padding" RuntimeError (the DTensor property's round trip); ranks whose shard is not empty
     may go on into the all-gather the failed ones never join, so stragglers are allowed."""
-    errors = evidence.raised(failure)
-    if not _has_empty_local_shard(example_of(example, "case", RoundTrip)) or not errors:
+    if not _has_empty_local_shard(example_of(example, "case", RoundTrip)):
         return False
-    return all(
-        evidence.raised_a(p, RuntimeError) and evidence.says(p, "negative padding") and evidence.says(p, "pad_tensor")
-        for p in errors
-    )
+    return every_rank_raised(failure, RuntimeError, "negative padding", "pad_tensor")
 
 
 register(

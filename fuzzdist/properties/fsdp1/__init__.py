@@ -69,7 +69,7 @@ from fuzzdist.properties import PropertyFailure
 from fuzzdist.properties.fsdp import TOLERANCES, compute_model, device_mesh, expected_gradient, reduce_dtype
 from fuzzdist.properties.fsdp1.config import FSDP1Config
 from fuzzdist.strategies import seeds
-from fuzzdist.toolkit.checks import Digest, digest, first_difference, mismatch, tolerance_problem
+from fuzzdist.toolkit.checks import Digest, digest, keyed_differences, mismatch, tolerance_problem
 from fuzzdist.toolkit.models import step_together
 from fuzzdist.toolkit.reporting import capped
 
@@ -266,17 +266,9 @@ def _round_trip(
 
 
 def _same(got: dict[str, torch.Tensor], expected: dict[str, torch.Tensor], when: str) -> list[Problem]:
-    problems = []
-    for name, value in expected.items():
-        found = got.get(name)
-        problem = (
-            Problem(Kind.MISSING, f"{when}: param {name}")
-            if found is None
-            else first_difference(found, value, f"{when}: param {name} (the fresh model's)")
-        )
-        if problem is not None:
-            problems.append(problem)
-    return problems
+    return keyed_differences(
+        got, expected, lambda name: f"{when}: param {name}", lambda name: f"{when}: param {name} (the fresh model's)"
+    )
 
 
 def _register(model: FSDP, comm_hook: CommHook | None) -> None:

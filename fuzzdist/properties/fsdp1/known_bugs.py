@@ -14,7 +14,7 @@ import torch
 
 from fuzzdist.errors import RankCrash
 from fuzzdist.known_bugs import evidence
-from fuzzdist.known_bugs.predicates import every_problem, example_of
+from fuzzdist.known_bugs.predicates import every_problem, every_rank_raised, example_of
 from fuzzdist.known_bugs.registry import KnownBug, register
 from fuzzdist.problems import Kind, Problem
 from fuzzdist.properties.fsdp1.config import FSDP1Config
@@ -81,15 +81,9 @@ def _is_local_state_dict_load_refused(example: Mapping[str, Any], failure: BaseE
     """A ``use_orig_params=True`` model round-tripping a LOCAL_STATE_DICT, and every rank that raised raised
     load_state_dict's RuntimeError about the ``_flat_param`` key its own ``state_dict()`` wrote."""
     config = example_of(example, "config", FSDP1Config)
-    errors = evidence.raised(failure)
-    if config is None or not config.use_orig_params or config.state_dict_type != "LOCAL_STATE_DICT" or not errors:
+    if config is None or not config.use_orig_params or config.state_dict_type != "LOCAL_STATE_DICT":
         return False
-    return all(
-        evidence.raised_a(p, RuntimeError)
-        and evidence.says(p, "Unexpected key(s) in state_dict")
-        and evidence.says(p, "_flat_param")
-        for p in errors
-    )
+    return every_rank_raised(failure, RuntimeError, "Unexpected key(s) in state_dict", "_flat_param")
 
 
 register(

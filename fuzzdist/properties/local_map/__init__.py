@@ -43,8 +43,9 @@ from hypothesis import strategies as st
 
 from fuzzdist.errors import InvalidArgument
 from fuzzdist.known_bugs import known_failures
-from fuzzdist.problems import Kind, Problem, by_rank
-from fuzzdist.properties import PropertyFailure, dtensor
+from fuzzdist.problems import Kind, Problem
+from fuzzdist.properties import dtensor
+from fuzzdist.properties._results import fail_on_ranks_with_problems
 from fuzzdist.strategies import TensorSpec, seeds
 from fuzzdist.toolkit.checks import first_difference, mismatch
 from fuzzdist.toolkit.reporting import capped
@@ -253,10 +254,6 @@ def check(pool: Pool, case: LocalMapCase, *, local_map_fn: Callable[..., Any] = 
         )
     with known_failures("local_map", case=case):
         results = pool.run(run_case, case, local_map_fn=local_map_fn)
-        wrong = {rank: problems for rank, problems in enumerate(results) if problems}
-        if wrong:
-            raise PropertyFailure(
-                f"ranks {sorted(wrong)}: local_map or register_sharding differ from the global semantics:"
-                f"{by_rank(wrong)}",
-                results,
-            )
+        fail_on_ranks_with_problems(
+            results, "found local_map or register_sharding differing from the global semantics"
+        )

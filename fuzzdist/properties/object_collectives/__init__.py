@@ -29,8 +29,8 @@ from hypothesis import strategies as st
 
 from fuzzdist import strategies as fst
 from fuzzdist.known_bugs import known_failures
-from fuzzdist.problems import Kind, Problem, by_rank
-from fuzzdist.properties import PropertyFailure
+from fuzzdist.problems import Kind, Problem
+from fuzzdist.properties._results import fail_on_ranks_with_problems
 from fuzzdist.toolkit.checks import first_difference
 
 if TYPE_CHECKING:
@@ -251,13 +251,9 @@ def check(pool: Pool, case: ObjectCase, *, ops: dict[str, Callable[..., Any]] | 
     A failure that is the known wide-unsigned unpickling bug is reported as known (see the module doc)."""
     with known_failures("object_collectives", case=case):
         results = pool.run(object_collective_and_check, case, ops=ops)
-        wrong = {rank: problems for rank, problems in enumerate(results) if problems}
-        if wrong:
-            raise PropertyFailure(
-                f"ranks {sorted(wrong)} did not get the objects rank {case.root}'s "
-                f"{case.op} should have handed them:{by_rank(wrong)}",
-                results,
-            )
+        fail_on_ranks_with_problems(
+            results, f"did not get the objects rank {case.root}'s {case.op} should have handed them"
+        )
 
 
 __all__ = [

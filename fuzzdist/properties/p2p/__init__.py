@@ -52,8 +52,8 @@ from hypothesis import strategies as st
 from fuzzdist import strategies as fst
 from fuzzdist.known_bugs import known_failures
 from fuzzdist.pool.capabilities.gloo import GLOO_DTYPES
-from fuzzdist.problems import Kind, Problem, Symptom, by_rank
-from fuzzdist.properties import PropertyFailure
+from fuzzdist.problems import Kind, Problem, Symptom
+from fuzzdist.properties._results import fail_on_ranks_with_problems
 from fuzzdist.toolkit.checks import first_difference
 
 if TYPE_CHECKING:
@@ -371,8 +371,4 @@ def check(pool: Pool, case: P2PCase, *, api: dict[str, Callable[..., Any]] | Non
     :class:`PropertyFailure` naming each rank that received wrong values or saw an unclear refusal."""
     with known_failures("p2p", case=case):
         results = pool.run(p2p_and_check, case, api=api)
-        wrong = {rank: problems for rank, problems in enumerate(results) if problems}
-        if wrong:
-            raise PropertyFailure(
-                f"ranks {sorted(wrong)} went wrong in {case.api} point-to-point:{by_rank(wrong)}", results
-            )
+        fail_on_ranks_with_problems(results, f"went wrong in {case.api} point-to-point")

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from fuzzdist.known_bugs import evidence
-from fuzzdist.known_bugs.predicates import every_problem, example_of, shows
+from fuzzdist.known_bugs.predicates import every_problem, example_of, raised_saying, shows
 from fuzzdist.known_bugs.registry import KnownBug, register
 from fuzzdist.problems import Symptom
 from fuzzdist.properties.pipelining import PipeConfig
@@ -30,10 +30,7 @@ def _is_pipelining_static_args_no_grad(example: Mapping[str, Any], failure: Base
     errors = evidence.raised(failure)
     if errors:
         return all(
-            evidence.raised_a(p, RuntimeError)
-            and evidence.says(p, _STAGE_BACKWARD_FAILED)
-            and evidence.says(p, "Output gradient: ('None',)")
-            for p in errors
+            raised_saying(p, RuntimeError, _STAGE_BACKWARD_FAILED, "Output gradient: ('None',)") for p in errors
         )
     return every_problem(failure, shows(Symptom.IMPLICIT_ONES))
 

@@ -41,7 +41,6 @@ checkpoint_id, process_group)``.
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -54,10 +53,11 @@ from fuzzdist import strategies as fst
 from fuzzdist.errors import InvalidArgument
 from fuzzdist.known_bugs import known_failures
 from fuzzdist.pool.rank.isolation import keep_process_groups
-from fuzzdist.problems import Kind, Problem, by_rank
-from fuzzdist.properties import PropertyFailure, dtensor
-from fuzzdist.properties.checkpoint import decoy_of, new_checkpoint_dir
-from fuzzdist.toolkit.checks import first_difference
+from fuzzdist.problems import Problem
+from fuzzdist.properties import dtensor
+from fuzzdist.properties._results import fail_on_ranks_with_problems
+from fuzzdist.properties.checkpoint import decoy_of, run_in_checkpoint_dir
+from fuzzdist.toolkit.checks import first_difference, keyed_differences
 from fuzzdist.toolkit.reporting import capped
 
 try:
@@ -201,15 +201,12 @@ def reshard(
     if case.conversion == "dcp_to_torch_save" and ctx.rank == 0:
         dcp_to_torch_save(dcp_dir, file)
         whole = torch.load(file, weights_only=True)
-        for key, full in fulls.items():
-            got = whole.get(key)
-            problem = (
-                Problem(Kind.MISSING, f"{key} in the dcp_to_torch_save file")
-                if got is None
-                else first_difference(got, full, f"{key} from dcp_to_torch_save")
-            )
-            if problem is not None:
-                problems.append(problem)
+        problems += keyed_differences(
+            whole,
+            fulls,
+            lambda key: f"{key} in the dcp_to_torch_save file",
+            lambda key: f"{key} from dcp_to_torch_save",
+        )
     if ctx.rank < case.load_ranks:
         expected = {key: _piece(full, load_mesh, entries[key].load_placement) for key, full in fulls.items()}
         allocated = {key: decoy_of(piece) for key, piece in expected.items()}
@@ -276,15 +273,6 @@ def check(
     """Save ``case`` on some ranks of ``pool`` and load it on others (see the module docstring); raise
     :class:`PropertyFailure` if any rank loaded other values than were saved.  The checkpoint lives in a
     fresh directory under ``base_dir``, removed after the example, also when it fails."""
-    path = new_checkpoint_dir(base_dir)
     with known_failures("reshard", case=case):
-        try:
-            results = pool.run(reshard, case, path, save=save, load=load)
-        finally:
-            shutil.rmtree(path, ignore_errors=True)
-        wrong = {rank: problems for rank, problems in enumerate(results) if problems}
-        if wrong:
-            raise PropertyFailure(
-                f"ranks {sorted(wrong)} loaded other values than {case.save_ranks} ranks saved:{by_rank(wrong)}",
-                results,
-            )
+        results = run_in_checkpoint_dir(pool, reshard, case, base_dir, save=save, load=load)
+        fail_on_ranks_with_problems(results, f"loaded other values than {case.save_ranks} ranks saved")

@@ -12,8 +12,7 @@ from typing import Any
 
 from torch.distributed.checkpoint.api import CheckpointException
 
-from fuzzdist.known_bugs import evidence
-from fuzzdist.known_bugs.predicates import example_of
+from fuzzdist.known_bugs.predicates import every_rank_raised, example_of
 from fuzzdist.known_bugs.registry import KnownBug, register
 from fuzzdist.properties.reshard.model_state import ModelReshardCase
 
@@ -23,11 +22,10 @@ def _is_fsdp1_load_missing_key(example: Mapping[str, Any], failure: BaseExceptio
     naming the key torch names, ``optim.param_groups``, as missing from the checkpoint (which shapes and world
     sizes fail is not known: the predicate leaves that to the error)."""
     case = example_of(example, "case", ModelReshardCase)
-    errors = evidence.raised(failure)
-    if case is None or not errors or case.load.kind != "fsdp1" or case.load.strategy == "NO_SHARD":
+    if case is None or case.load.kind != "fsdp1" or case.load.strategy == "NO_SHARD":
         return False
     missing = "Missing key in checkpoint state_dict: optim.param_groups."
-    return all(evidence.raised_a(p, CheckpointException) and evidence.says(p, missing) for p in errors)
+    return every_rank_raised(failure, CheckpointException, missing)
 
 
 register(

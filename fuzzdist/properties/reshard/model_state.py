@@ -24,7 +24,6 @@ in the local shard from a flattened version of the unsharded parameter").  Not d
 
 from __future__ import annotations
 
-import shutil
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,10 +38,19 @@ from torch.distributed.tensor import DTensor, Shard
 
 from fuzzdist.errors import InvalidArgument
 from fuzzdist.known_bugs import known_failures
-from fuzzdist.problems import Kind, Problem, by_rank
-from fuzzdist.properties import PropertyFailure, dtensor
-from fuzzdist.properties.checkpoint import new_checkpoint_dir
-from fuzzdist.properties.checkpoint.model_state import OPTIMIZERS, build_model, seeded, seeded_step
+from fuzzdist.problems import Kind, Problem
+from fuzzdist.properties import dtensor
+from fuzzdist.properties._results import fail_on_ranks_with_problems
+from fuzzdist.properties.checkpoint import run_in_checkpoint_dir
+from fuzzdist.properties.checkpoint.model_state import (
+    OPTIMIZERS,
+    build_model,
+    fully_shard_mlp,
+    optimizer_with_state,
+    refuse_unknown_model,
+    seeded,
+    seeded_step,
+)
 from fuzzdist.properties.reshard import dcp_load, dcp_save, first_ranks_mesh
 from fuzzdist.strategies import seeds
 from fuzzdist.toolkit.checks import first_difference
@@ -99,10 +107,7 @@ class ModelReshardCase:
                 f"save_ranks {self.save_ranks} and load_ranks {self.load_ranks} must be two "
                 "different positive world sizes"
             )
-        if len(self.widths) < 2 or min(self.widths) < 1:
-            raise InvalidArgument(f"widths needs >= 2 entries, all >= 1, got {self.widths}")
-        if self.optimizer not in OPTIMIZERS:
-            raise InvalidArgument(f"optimizer={self.optimizer!r}; choose from {OPTIMIZERS}")
+        refuse_unknown_model(self.widths, self.optimizer)
 
 
 # ---------------------------------------------------------------------------
@@ -158,14 +163,7 @@ def _wrap(model: nn.Module, how: Sharding, mesh: DeviceMesh) -> nn.Module:
 
         return DDP(model, process_group=mesh.get_group())
     if how.kind == "fsdp2":
-        from fuzzdist.properties import fsdp  # FSDP2: only where the torch has fully_shard
-
-        if how.per_layer:
-            for module in model.children():
-                if isinstance(module, nn.Linear):
-                    fsdp.fully_shard(module, mesh=mesh)
-        fsdp.fully_shard(model, mesh=mesh)
-        return model
+        return fully_shard_mlp(model, mesh, how.per_layer)
     from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy
 
     return FullyShardedDataParallel(
@@ -183,14 +181,7 @@ def _model(
     """(the plain module, its wrapped form, an optimizer with its state created, each parameter's layout)."""
     inner = build_model(case.widths, init_seed)
     model = _wrap(inner, how, mesh)
-    params = list(model.parameters())
-    optimizer = (
-        torch.optim.SGD(params, lr=lr, momentum=0.9) if case.optimizer == "sgd" else torch.optim.Adam(params, lr=lr)
-    )
-    for p in params:
-        p.grad = torch.zeros_like(p)
-    optimizer.step()  # zero gradients: creates the state, changes no parameter
-    optimizer.zero_grad(set_to_none=True)
+    optimizer = optimizer_with_state(case.optimizer, model, lr)
     fsdp1 = _fsdp1_layouts(model) if how.kind == "fsdp1" else {}
     layouts = {id(p): fsdp1.get(id(p)) or _dtensor_layout(p) for p in inner.parameters()}
     return inner, model, optimizer, layouts
@@ -338,16 +329,8 @@ def check_model(
     sharding (see the module docstring); raise :class:`PropertyFailure` if any loading rank's parameters,
     optimizer state or learning rate differ from the saved ones.  The checkpoint lives in a fresh directory
     under ``base_dir``, removed after the example, also when it fails."""
-    path = new_checkpoint_dir(base_dir)
     with known_failures("reshard", case=case):
-        try:
-            results = pool.run(reshard_model, case, path, save=save, load=load)
-        finally:
-            shutil.rmtree(path, ignore_errors=True)
-        wrong = {rank: problems for rank, problems in enumerate(results) if problems}
-        if wrong:
-            raise PropertyFailure(
-                f"ranks {sorted(wrong)} loaded another model or optimizer state than {case.save_ranks} ranks "
-                f"saved:{by_rank(wrong)}",
-                results,
-            )
+        results = run_in_checkpoint_dir(pool, reshard_model, case, base_dir, save=save, load=load)
+        fail_on_ranks_with_problems(
+            results, f"loaded another model or optimizer state than {case.save_ranks} ranks saved"
+        )

@@ -66,8 +66,9 @@ from hypothesis import strategies as st
 from fuzzdist import strategies as fst
 from fuzzdist.errors import InvalidArgument, InvalidStrategyArgument
 from fuzzdist.known_bugs import known_failures
-from fuzzdist.problems import Kind, Problem, Symptom, by_rank
-from fuzzdist.properties import PropertyFailure, checkpoint
+from fuzzdist.problems import Kind, Problem, Symptom
+from fuzzdist.properties import checkpoint
+from fuzzdist.properties._results import fail_on_ranks_with_problems
 from fuzzdist.strategies import seeds
 from fuzzdist.toolkit.checks import first_difference
 
@@ -344,8 +345,4 @@ def check(
         finally:
             if path is not None:
                 shutil.rmtree(path, ignore_errors=True)
-        wrong = {rank: problems for rank, problems in enumerate(results) if problems}
-        if wrong:
-            raise PropertyFailure(
-                f"ranks {sorted(wrong)} saw other values than torch.chunk's pieces:{by_rank(wrong)}", results
-            )
+        fail_on_ranks_with_problems(results, "saw other values than torch.chunk's pieces")

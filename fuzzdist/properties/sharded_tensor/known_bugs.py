@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from fuzzdist.known_bugs import evidence
-from fuzzdist.known_bugs.predicates import every_problem, example_of, shows
+from fuzzdist.known_bugs.predicates import every_problem, example_of, raised_saying, shows
 from fuzzdist.known_bugs.registry import KnownBug, register
 from fuzzdist.problems import Symptom
 from fuzzdist.properties.sharded_tensor import ShardCase
@@ -44,12 +44,7 @@ def _is_chunk_offset_past_end(example: Mapping[str, Any], failure: BaseException
     size, n = case.spec.shape[case.dim % len(case.spec.shape)], len(case.placements)
     if not -(-size // n) * (n - 1) > size:
         return False
-    return all(
-        evidence.raised_a(p, IndexError)
-        and evidence.says(p, "start out of range")
-        and evidence.says(p, "chunk_sharding_spec")
-        for p in errors
-    )
+    return all(raised_saying(p, IndexError, "start out of range", "chunk_sharding_spec") for p in errors)
 
 
 _EMPTY_SHARD = r"shard_sizes=\[(\d+, )*0(, \d+)*\]"  # torch's repr of a shard's metadata with a size 0
@@ -63,9 +58,7 @@ def _is_empty_shards_overlap(example: Mapping[str, Any], failure: BaseException)
     if example_of(example, "case", ShardCase) is None or not errors:
         return False
     return all(
-        evidence.raised_a(p, ValueError)
-        and evidence.says_pattern(p, _EMPTY_SHARDS_OVERLAP)
-        and evidence.says(p, "chunk_sharding_spec")
+        raised_saying(p, ValueError, "chunk_sharding_spec") and evidence.says_pattern(p, _EMPTY_SHARDS_OVERLAP)
         for p in errors
     )
 

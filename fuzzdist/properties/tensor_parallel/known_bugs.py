@@ -12,7 +12,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from fuzzdist.known_bugs import evidence
-from fuzzdist.known_bugs.predicates import every_problem, example_of
+from fuzzdist.known_bugs.predicates import every_problem, every_rank_raised, example_of, raised_saying
 from fuzzdist.known_bugs.registry import KnownBug, register
 from fuzzdist.problems import Kind, Problem
 from fuzzdist.properties.tensor_parallel import SGD_STEP, TPConfig, TPLayer
@@ -87,10 +87,7 @@ def _is_tp_rowwise_empty_shard_forward(example: Mapping[str, Any], failure: Base
     "would remove or reshape sharded dimension" RuntimeError."""
     if not _tp_rowwise_narrower_than_mesh(example_of(example, "config", TPConfig)):
         return False
-    errors = evidence.raised(failure)
-    return bool(errors) and all(
-        evidence.raised_a(p, RuntimeError) and evidence.says(p, _TP_RESHAPE_SHARDED) for p in errors
-    )
+    return every_rank_raised(failure, RuntimeError, _TP_RESHAPE_SHARDED)
 
 
 register(
@@ -137,8 +134,7 @@ def _is_tp_rowwise_uneven_sequence_view(example: Mapping[str, Any], failure: Bas
     if not errors or errors[0].rank != 0:
         return False
     return all(
-        evidence.raised_a(p, RuntimeError)
-        and evidence.says(p, _TP_VIEW_INCOMPATIBLE)
+        raised_saying(p, RuntimeError, _TP_VIEW_INCOMPATIBLE)
         and (evidence.says_pattern(p, _LINEAR_FORWARD) or evidence.says_pattern(p, _AUTOGRAD_BACKWARD))
         for p in errors
     )
