@@ -8,9 +8,10 @@ Each example starts torchrun and its workers as fresh interpreters, again at eve
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 
 from fuzzdist.properties import elastic
+from fuzzdist.properties.elastic.cases import ElasticCase, Failure
 
 _SHARE = 20  # each example costs one to four torchrun attempts, each importing torch in every worker
 
@@ -20,8 +21,13 @@ def _fewer(test):
     return settings(max_examples=max(2, settings().max_examples // _SHARE))(test)
 
 
+# elastic-restart-reuses-stale-store is a race: this pinned example, 2 workers whose rank 1 exits before its
+# first all_reduce, one restart allowed, gives every run a chance to meet it (reported KNOWN when it does).
+# Measured on a loaded 2-core machine: met in 4 of 8 runs (rank 0 exiting instead: 3 of 8); 2 of the 8 ran
+# past the example's deadline instead.
 @_fewer
 @given(case=elastic.elastic_cases())
+@example(case=ElasticCase(nproc=2, steps=1, max_restarts=1, failures=(Failure(rank=1),)))
 def test_torchrun_restarts_as_documented(case):
     """With no more failures than ``--max-restarts`` the group restarts once per failure and the job
     finishes with the reference's result; with more, torchrun fails after ``--max-restarts`` restarts."""
