@@ -22,7 +22,7 @@ def _is_uneven_output_shape(example: Mapping[str, Any], failure: BaseException) 
     without ``shape``): torch's, with uneven shards.  Which shards were uneven the symptom says: with even ones
     that shape is the right one."""
     case = example_of(example, "case", LocalMapCase)
-    if case is None or case.function == "custom_op" or case.refused or not case.wanted.startswith("S"):
+    if case is None or case.function == "custom_op" or case.refused or case.wanted == "R":
         return False
     return every_problem(failure, shows(Symptom.EVEN_SHARDS_ASSUMED))
 
