@@ -20,6 +20,7 @@ Prints one line; exits 1 while the bug reproduces ("BUG: ..."), 0 once torch get
 """
 import os
 import queue
+import shutil
 import signal
 import socket
 import subprocess
@@ -66,14 +67,18 @@ def run_agents(agents, min_nodes, max_nodes, folder):
     for log in logs:
         log.seek(0)
         said.append(log.read())
+        log.close()
     return codes, said
 
 
 def main():
-    folder = tempfile.mkdtemp(prefix="left-out-agent-")
     bugs, fine = [], []
     for agents, min_nodes, max_nodes in SETUPS:
-        codes, said = run_agents(agents, min_nodes, max_nodes, folder)
+        folder = tempfile.mkdtemp(prefix="left-out-agent-")
+        try:
+            codes, said = run_agents(agents, min_nodes, max_nodes, folder)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
         workers = sorted(line for text in said for line in text.splitlines() if line.startswith("worker"))
         what = f"{agents} agents with --nnodes={min_nodes}:{max_nodes}: exit codes {codes}, workers {workers}"
         errors = [
