@@ -58,6 +58,9 @@ class Symptom(str, Enum):
     """bools right by truth value that hold other bytes."""
     MESH_SORTED_ORDER = "exactly what the dimension's ranks in ascending order give"
     """On a mesh dimension whose ranks are not ascending, the result of the ascending order."""
+    EVEN_SHARDS_ASSUMED = "exactly the shape of this rank's piece as if every rank's were as large"
+    """A sharded result's global shape equals this rank's local shape times the ranks on its sharded dimension,
+    where the pieces are uneven."""
     IMPLICIT_ONES = "equals backward from this stage's output with a gradient of ones"
     """A stage gradient equals backward from the stage's own output with a gradient of ones."""
     STALE_SHARD = "equals the joined owner's shard stepped with its own gradients"

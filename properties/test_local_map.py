@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from fuzzdist import known_bugs
 from fuzzdist.properties import local_map
 
 
@@ -18,3 +19,14 @@ def test_local_map_matches_global_semantics(rank_pool, data):
     the input needs redistributing and ``redistribute_inputs`` is off."""
     case = data.draw(local_map.local_map_cases(rank_pool.world_size), label="case")
     local_map.check(rank_pool, case)
+
+
+@pytest.mark.fuzzdist(world_size=2)
+def test_uneven_shards_give_the_known_wrong_output_shape(rank_pool):
+    """What fuzzdist shrank ``local-map-uneven-shard-output-wrong-shape`` to: ``x * 2`` of a 1-element tensor
+    held and wanted as Shard(0) (pieces of 1 and 0 elements).  Reported KNOWN while torch's ``local_map``
+    computes a sharded output's shape as if the pieces were even; this fails once torch fixes it."""
+    case = local_map.LocalMapCase((1,), "double", "S0", "S0")
+    bug = "local-map-uneven-shard-output-wrong-shape"
+    if not known_bugs.reproduces(bug, "local_map", {"case": case}, lambda: local_map.check(rank_pool, case)):
+        pytest.fail(known_bugs.fixed_message(bug))

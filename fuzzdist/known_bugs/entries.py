@@ -24,6 +24,7 @@ ENTRY_MODULES: dict[str, tuple[str, ...]] = {
     "fuzzdist.properties.fsdp1.known_bugs": ("fsdp1",),
     "fuzzdist.properties.functional.known_bugs": ("functional",),
     "fuzzdist.properties.join.known_bugs": ("join",),
+    "fuzzdist.properties.local_map.known_bugs": ("local_map",),
     "fuzzdist.properties.object_collectives.known_bugs": ("object_collectives",),
     "fuzzdist.properties.p2p.known_bugs": ("p2p",),
     "fuzzdist.properties.pipelining.known_bugs": ("pipelining",),

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from fuzzdist import known_bugs
+from fuzzdist.errors import InvalidArgument
 from fuzzdist.problems import Kind
 from fuzzdist.properties import PropertyFailure, elastic
 from fuzzdist.properties.elastic.cases import ElasticCase, Failure
@@ -105,3 +106,65 @@ def test_a_rendezvous_that_admits_otherwise_is_a_problem(tmp_path, codes, worker
     case = elastic.RendezvousCase(agents=2, min_nodes=1, max_nodes=3)
     problems = elastic.rendezvous_problems(case, codes, _joined(tmp_path, workers))
     assert any(p.kind is Kind.MISMATCH and "--nnodes=1:3" in p.what for p in problems)
+
+
+ONE_TOO_MANY = elastic.RendezvousCase(agents=2, min_nodes=1, max_nodes=1)
+_NONE_RESULT = "AttributeError: 'NoneType' object has no attribute 'is_failed'"
+_STORE_LOST = "RendezvousConnectionError: The connection to the C10d store has failed."
+
+
+def _agent_said(tmp_path, agent, text):
+    """Write what rendezvous agent ``agent`` printed."""
+    (tmp_path / f"agent{agent}.log").write_text(f"Traceback (most recent call last):\n{text}\n")
+
+
+def test_more_agents_than_max_admit_max(tmp_path):
+    # One group of two workers: the third agent, left out, is in none.
+    case = elastic.RendezvousCase(agents=3, min_nodes=1, max_nodes=2)
+    assert case.admitted == 2
+    assert elastic.rendezvous_problems(case, [0, 0, 0], _joined(tmp_path, [(0, 0, 2), (1, 1, 2)])) == []
+
+
+def test_admitting_every_agent_beyond_max_is_a_problem(tmp_path):
+    workers = [(0, 0, 2), (1, 1, 2)]  # both agents admitted where --nnodes=1:1 allows one
+    (problem,) = elastic.rendezvous_problems(ONE_TOO_MANY, [0, 0], _joined(tmp_path, workers))
+    assert problem.kind is Kind.MISMATCH and problem.expected == ((0,), (0,), (1,))
+
+
+@pytest.mark.parametrize("said", [_NONE_RESULT, _STORE_LOST])
+def test_the_left_out_agent_failing_is_recognised(tmp_path, said):
+    workdir = _joined(tmp_path, [(0, 0, 1)])
+    _agent_said(tmp_path, 1, said)
+    failure = PropertyFailure("recorded", [], elastic.rendezvous_problems(ONE_TOO_MANY, [0, 1], workdir))
+    bug = known_bugs.recognise("elastic", {"case": ONE_TOO_MANY}, failure)
+    assert bug is not None and bug.id == "elastic-left-out-agent-fails"
+
+
+@pytest.mark.parametrize(
+    ("case", "codes", "workers", "said"),
+    [
+        # no agent beyond the maximum: a failing agent is another bug
+        (elastic.RendezvousCase(agents=2, min_nodes=1, max_nodes=2), [0, 1], [(0, 0, 2), (1, 1, 2)], _NONE_RESULT),
+        # the agent left out hung instead (None: killed at the deadline)
+        (ONE_TOO_MANY, [0, None], [(0, 0, 1)], _NONE_RESULT),
+        # the agent exited 1 for another reason
+        (ONE_TOO_MANY, [0, 1], [(0, 0, 1)], "RuntimeError: something else"),
+        # both agents failed: more than the one left out
+        (ONE_TOO_MANY, [1, 1], [(0, 0, 1)], _NONE_RESULT),
+        # the group itself formed wrong
+        (ONE_TOO_MANY, [0, 1], [(0, 0, 2)], _NONE_RESULT),
+    ],
+)
+def test_other_rendezvous_failures_are_not_the_left_out_agent_bug(tmp_path, case, codes, workers, said):
+    workdir = _joined(tmp_path, workers)
+    for agent in range(case.agents):
+        _agent_said(tmp_path, agent, said)
+    failure = PropertyFailure("recorded", [], elastic.rendezvous_problems(case, codes, workdir))
+    assert failure.problems
+    assert known_bugs.recognise("elastic", {"case": case}, failure) is None
+
+
+def test_a_rendezvous_case_needs_min_within_the_agents_and_max():
+    assert elastic.RendezvousCase(agents=3, min_nodes=1, max_nodes=1).admitted == 1
+    with pytest.raises(InvalidArgument, match="expected 1 <= min_nodes <= agents and min_nodes <= max_nodes"):
+        elastic.RendezvousCase(agents=1, min_nodes=2, max_nodes=2)

@@ -1,7 +1,7 @@
 """Elastic restarts: ``torchrun`` with ``--max-restarts`` restarts the whole worker group after a worker's
 failure, as often as documented; a job that checkpoints finishes with the result a run without failures
 computes; and a c10d rendezvous with ``--nnodes MIN:MAX`` on one machine admits exactly the agents that
-joined.
+joined, up to MAX.
 
 Modules: ``cases`` (``ElasticCase``, ``Failure``, ``RendezvousCase`` and their strategies), ``launch`` (the
 driver side: torchrun as subprocesses, the deadlines, what the workers recorded), ``worker`` (the job
@@ -24,10 +24,17 @@ worker group restarts so far"; the agent "Supports retrying the worker group on 
 
 Rendezvous.  For any drawn :class:`~fuzzdist.properties.elastic.cases.RendezvousCase`, ``agents`` torchrun
 agents of one worker each start at once with ``--nnodes MIN:MAX`` ("Number of nodes, or the range of nodes
-in form <minimum_nodes>:<maximum_nodes>"), ``--rdzv-backend=c10d`` on a local port, MIN <= agents <= MAX.
-Every agent exits 0, and the one group formed holds exactly the agents: ``WORLD_SIZE`` = agents on every
-worker, ``RANK`` and ``GROUP_RANK`` each 0..agents-1 once.  With fewer agents than MAX the rendezvous waits
-its ``last_call_timeout`` (set to :data:`~fuzzdist.properties.elastic.launch.LAST_CALL_S`) once MIN joined.
+in form <minimum_nodes>:<maximum_nodes>"), ``--rdzv-backend=c10d`` on a local port, MIN <= agents (and
+agents up to MAX + 1 or more).  The rendezvous' documentation (``torch/distributed/elastic/rendezvous/
+__init__.py``): "If ``max`` number of nodes is gathered at the barrier, the rendezvous is completed
+immediately"; "additional 'late' nodes attempting to rendezvous will only announce themselves as waiting,
+and will have to wait until the (previously completed) existing rendezvous is destroyed first"; and the
+agent left out then ends with ``RendezvousGracefulExitError``, "Raised when node wasn't included in
+rendezvous and gracefully exits. Exception is a mechanism to exit the stack, however does not mean a
+failure" (``rendezvous/api.py``).  So every agent exits 0 within the deadline, and the one group formed
+holds exactly min(agents, MAX) of them: ``WORLD_SIZE`` = that on every worker, ``RANK`` and ``GROUP_RANK``
+each 0..that-1 once.  With fewer agents than MAX the rendezvous waits its ``last_call_timeout`` (set to
+:data:`~fuzzdist.properties.elastic.launch.LAST_CALL_S`) once MIN joined.
 
 The agent under test is a keyword of :func:`check_restarts`: ``agent(args, env, deadline_s, log)`` (default:
 ``launch.torchrun``).  Every example starts fresh interpreters (torchrun, each worker, each restart):
@@ -190,28 +197,31 @@ def check_restarts(case: ElasticCase, *, agent: launch.Agent = launch.torchrun) 
 
 
 def rendezvous_problems(case: RendezvousCase, codes: list[int | None], workdir: str) -> list[Problem]:
-    """What the rendezvous contract finds wrong: every agent exits 0, and one group of exactly ``agents``
-    workers formed."""
+    """What the rendezvous contract finds wrong: every agent exits 0, and one group of exactly
+    ``case.admitted`` workers formed.  An agent's non-zero exit carries the end of its log as ``trace`` (what
+    torch printed)."""
     problems = []
     for i, code in enumerate(codes):
         if code != 0:
             kind = Kind.HANG if code is None else Kind.RAISED
-            problems.append(Problem(kind, f"agent {i} exited {code}", got=code, expected=0))
+            trace = launch.agent_log_tail(workdir, i)
+            problems.append(Problem(kind, f"agent {i} exited {code}", got=code, expected=0, trace=trace))
     joined = [s for s in launch.workers_seen(workdir) if s["event"] == "joined"]
-    want = tuple(range(case.agents))
+    want = tuple(range(case.admitted))
     got = (
         tuple(sorted(s["rank"] for s in joined)),
         tuple(sorted(s["group_rank"] for s in joined)),
         tuple(sorted({s["world_size"] for s in joined})),
     )
-    if got != (want, want, (case.agents,)):
+    if got != (want, want, (case.admitted,)):
         problems.append(
             Problem(
                 Kind.MISMATCH,
-                f"the workers admitted (RANK, GROUP_RANK, WORLD_SIZE) with --nnodes={case.min_nodes}:{case.max_nodes}",
+                f"the workers admitted (RANK, GROUP_RANK, WORLD_SIZE) of {case.agents} agents with "
+                f"--nnodes={case.min_nodes}:{case.max_nodes}",
                 got=got,
-                expected=(want, want, (case.agents,)),
-                hint="the rendezvous admits every agent that joined, within MIN:MAX",
+                expected=(want, want, (case.admitted,)),
+                hint="the rendezvous admits every agent that joined, up to MAX",
             )
         )
     return problems
@@ -219,7 +229,7 @@ def rendezvous_problems(case: RendezvousCase, codes: list[int | None], workdir: 
 
 def check_rendezvous(case: RendezvousCase) -> None:
     """Start ``case.agents`` agents on one c10d rendezvous; raise :class:`PropertyFailure` unless one group
-    of exactly those agents formed and finished."""
+    of exactly ``case.admitted`` of them formed and finished, and every agent exited 0."""
     workdir = tempfile.mkdtemp(prefix="fuzzdist-elastic-")
     try:
         with known_failures("elastic", case=case):

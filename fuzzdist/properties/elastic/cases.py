@@ -88,26 +88,35 @@ def elastic_cases(draw: st.DrawFn, max_nproc: int = 2, max_restarts: int = 2) ->
 @dataclass(frozen=True)
 class RendezvousCase:
     """``agents`` torchrun agents of one worker each, started with ``--nnodes min_nodes:max_nodes`` on
-    one machine over a c10d rendezvous on localhost."""
+    one machine over a c10d rendezvous on localhost; there may be more agents than ``max_nodes``."""
 
     agents: int = 1
     min_nodes: int = 1
     max_nodes: int = 1
 
     def __post_init__(self) -> None:
-        if not 1 <= self.min_nodes <= self.agents <= self.max_nodes:
+        if not 1 <= self.min_nodes <= min(self.agents, self.max_nodes):
             raise InvalidArgument(
                 f"RendezvousCase(agents={self.agents}, min_nodes={self.min_nodes}, max_nodes={self.max_nodes}): "
-                "expected 1 <= min_nodes <= agents <= max_nodes"
+                "expected 1 <= min_nodes <= agents and min_nodes <= max_nodes"
             )
+
+    @property
+    def admitted(self) -> int:
+        """How many agents the rendezvous admits: all of them, up to ``max_nodes``."""
+        return min(self.agents, self.max_nodes)
 
 
 @st.composite
 def rendezvous_cases(draw: st.DrawFn, max_agents: int = 3) -> RendezvousCase:
-    """A :class:`RendezvousCase` of up to ``max_agents`` agents, within the drawn range."""
+    """A :class:`RendezvousCase` of up to ``max_agents`` agents, with ``--nnodes`` from 1:1 to
+    ``1:max_agents+1``: fewer agents than the maximum, as many, or more."""
+    if max_agents < 1:
+        raise InvalidArgument(f"rendezvous_cases(max_agents={max_agents}): expected >= 1")
     agents = draw(st.integers(1, max_agents), label="agents")
+    max_nodes = draw(st.integers(1, max_agents + 1), label="max_nodes")
     return RendezvousCase(
         agents=agents,
-        min_nodes=draw(st.integers(1, agents), label="min_nodes"),
-        max_nodes=draw(st.integers(agents, max_agents + 1), label="max_nodes"),
+        min_nodes=draw(st.integers(1, min(agents, max_nodes)), label="min_nodes"),
+        max_nodes=max_nodes,
     )

@@ -15,7 +15,7 @@ from fuzzdist.known_bugs.predicates import every_problem, example_of
 from fuzzdist.known_bugs.registry import KnownBug, register
 from fuzzdist.problems import Kind, Problem
 from fuzzdist.properties.elastic import NOT_JOINED
-from fuzzdist.properties.elastic.cases import ElasticCase
+from fuzzdist.properties.elastic.cases import ElasticCase, RendezvousCase
 
 
 def _restart_left_stale(case: ElasticCase, problem: Problem) -> bool:
@@ -40,3 +40,30 @@ def _is_stale_store(example: Mapping[str, Any], failure: BaseException) -> bool:
 
 
 register(KnownBug(id="elastic-restart-reuses-stale-store", where=("elastic",), recognise=_is_stale_store))
+
+
+_NONE_RESULT = "'NoneType' object has no attribute 'is_failed'"
+"""What torchrun's ``launch_agent`` raises when the agent's ``run()`` returned None (torch's words)."""
+_STORE_LOST = "The connection to the C10d store has failed"
+"""What the rendezvous raises when the agent hosting its store is gone (torch's words)."""
+
+
+def _is_left_out_agent_failure(example: Mapping[str, Any], failure: BaseException) -> bool:
+    """More agents than ``--nnodes``' maximum, and every problem an agent that exited 1 on
+    ``launch_agent``'s ``result.is_failed()`` of None or on the lost store, no more of them than the agents
+    left out (the group itself formed as documented)."""
+    case = example_of(example, "case", RendezvousCase)
+    if case is None or case.agents <= case.max_nodes:
+        return False
+    problems = evidence.reported(failure) or []
+    if len(problems) > case.agents - case.admitted:
+        return False
+    return every_problem(
+        failure,
+        lambda p: p.kind is Kind.RAISED
+        and p.got == 1
+        and (evidence.says(p, _NONE_RESULT) or evidence.says(p, _STORE_LOST)),
+    )
+
+
+register(KnownBug(id="elastic-left-out-agent-fails", where=("elastic",), recognise=_is_left_out_agent_failure))

@@ -164,6 +164,15 @@ def result(workdir: str) -> dict[str, Any] | None:
         return loaded
 
 
+def agent_log_tail(workdir: str, agent: int, lines: int = 15) -> str:
+    """The last ``lines`` lines rendezvous agent ``agent`` wrote ("" if none)."""
+    path = os.path.join(workdir, f"agent{agent}.log")
+    if not os.path.exists(path):
+        return ""
+    with open(path, errors="replace") as log:
+        return "".join(log.readlines()[-lines:])
+
+
 def log_tail(workdir: str, lines: int = 15) -> str:
     """The last ``lines`` lines the agents wrote, for a failure's detail."""
     tails = []

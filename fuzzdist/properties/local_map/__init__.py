@@ -1,7 +1,7 @@
 """``local_map`` and ``register_sharding`` (DTensor's experimental API): a function run on local shards with
 drawn input and output placements equals its documented global semantics, or is refused as documented.
 
-Modules: this one alone (no known bugs met yet).
+Modules: this one and ``known_bugs`` (the torch bugs this family runs into).
 
 For a drawn :class:`LocalMapCase`, on a 1-D mesh over the pool, every rank distributes a tensor rebuilt from
 the seed with the drawn ``held`` placement and calls one of :data:`FUNCTIONS` through it:
@@ -22,14 +22,15 @@ the seed with the drawn ``held`` placement and calls one of :data:`FUNCTIONS` th
   of 2-tuples, each specifying acceptable output placements"; DTensor may pick another than the input's) and
   the op's global values, bitwise.
 
-Shards are drawn even for ``local_map`` (each dimension a multiple of the world size; the custom op gets any
-shape), and why.  torch 2.13's ``local_map``
-builds each output with ``DTensor.from_local(..., run_check=False)`` and no ``shape``, and ``from_local``
-documents: "If not provided, ``shape`` will be computed assuming the given distributed tensor is evenly
-sharded across ranks" (``torch/distributed/tensor/_api.py``); ``local_map``'s own source says "the current
-code doesn't consider the uneven sharding case" (``torch/distributed/tensor/experimental/_func_map.py``).
-``local_map`` documents no way to pass the global shape, so with uneven shards the output's shape is,
-as documented, computed as if even: not a contract this property can check.
+Uneven shards are drawn too (``torch.chunk``'s pieces, as ``distribute_tensor`` documents them: "The uneven
+sharding behavior is experimental and subject to change"), and ``local_map``'s docstring says nothing against
+them.  torch 2.13's ``local_map`` builds each output with ``DTensor.from_local(..., run_check=False)`` and no
+``shape``, which ``from_local`` documents as computed "assuming the given distributed tensor is evenly sharded
+across ranks" (``torch/distributed/tensor/_api.py``): with uneven pieces a sharded output's global shape is
+wrong (and differs across ranks), and its ``full_tensor()`` aborts a rank in gloo.  So every rank compares its
+result's global shape with the whole's before any collective, and a wrong one is a problem of
+:attr:`~fuzzdist.problems.Symptom.EVEN_SHARDS_ASSUMED` where it is exactly the shape computed as if even: the
+known bug ``local-map-uneven-shard-output-wrong-shape`` (``known_bugs``).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from hypothesis import strategies as st
 
 from fuzzdist.errors import InvalidArgument
 from fuzzdist.known_bugs import known_failures
-from fuzzdist.problems import Kind, Problem
+from fuzzdist.problems import Kind, Problem, Symptom
 from fuzzdist.properties import dtensor
 from fuzzdist.properties._results import fail_on_ranks_with_problems
 from fuzzdist.strategies import TensorSpec, seeds
@@ -60,14 +61,14 @@ if TYPE_CHECKING:
     from fuzzdist.pool import Pool
     from fuzzdist.pool.rank.context import RankContext
 
-__all__ = ["FUNCTIONS", "LocalMapCase", "check", "local_map_cases", "run_case"]
+__all__ = ["FUNCTIONS", "LocalMapCase", "check", "custom_double", "keeps_placement", "local_map_cases", "run_case"]
 
 FUNCTIONS = ("double", "add_one", "sum", "custom_op")
 """What runs on the shards, in shrink order: ``double`` (x * 2) and ``add_one`` (x + 1) are pointwise, their
 output placed as the input; ``sum`` sums the local shard, its output ``Partial()`` where the input is sharded
 (the shards' sums add up to the whole's) and ``Replicate()`` where it is replicated; ``custom_op`` calls a
 pointwise custom operator under ``register_sharding`` (no ``local_map``)."""
-MAX_DIM = 3  # each dimension is 1 to MAX_DIM times the world size
+MAX_DIM = 3  # each dimension has 1 to MAX_DIM times the world size elements
 
 
 @dataclass(frozen=True)
@@ -119,15 +120,26 @@ def _global(case: LocalMapCase, full: torch.Tensor) -> torch.Tensor:
     return full * 2  # double, and the custom op
 
 
-_CUSTOM_OP: list[Any] = []  # the custom op and its sharding, defined once per rank process
+def keeps_placement(x: Any) -> list[tuple[list[Any], list[Any]]]:
+    """The custom op's ``register_sharding`` strategy: any Replicate or Shard placement of its pointwise input
+    is kept by its output (``register_sharding``'s docstring: "The function should return a sequence of
+    2-tuples, each specifying acceptable output placements and its corresponding input placements")."""
+    return [([Replicate()], [Replicate()])] + [([Shard(d)], [Shard(d)]) for d in range(x.ndim)]
 
 
-def custom_double() -> Any:
-    """``fuzzdist_local_map::double``: a pointwise custom op (x * 2), with a ``register_sharding`` strategy that
-    keeps any Replicate or Shard placement of its input."""
-    if not _CUSTOM_OP:
+_CUSTOM_OPS: dict[str, Any] = {}  # the custom op of each sharding strategy, defined once per rank process
 
-        @torch.library.custom_op("fuzzdist_local_map::double", mutates_args=())
+
+def custom_double(sharding: Callable[[Any], Any] = keeps_placement) -> Any:
+    """A pointwise custom op (x * 2) with ``sharding`` registered as its ``register_sharding`` strategy:
+    ``fuzzdist_local_map::double`` for :func:`keeps_placement`, an op of its own for any other strategy (a
+    planted one), so that registering it changes no other op's strategy."""
+    name = "double"
+    if sharding is not keeps_placement:
+        name += "_" + "".join(c if c.isalnum() else "_" for c in f"{sharding.__module__}_{sharding.__qualname__}")
+    if name not in _CUSTOM_OPS:
+
+        @torch.library.custom_op(f"fuzzdist_local_map::{name}", mutates_args=())
         def double(x: torch.Tensor) -> torch.Tensor:
             return x * 2
 
@@ -135,12 +147,10 @@ def custom_double() -> Any:
         def _(x: torch.Tensor) -> torch.Tensor:
             return torch.empty_like(x)
 
-        @register_sharding(torch.ops.fuzzdist_local_map.double.default)  # type: ignore[untyped-decorator]
-        def double_sharding(x: Any) -> list[tuple[list[Any], list[Any]]]:
-            return [([Replicate()], [Replicate()])] + [([Shard(d)], [Shard(d)]) for d in range(x.ndim)]
-
-        _CUSTOM_OP.append(torch.ops.fuzzdist_local_map.double.default)
-    return _CUSTOM_OP[0]
+        op = getattr(torch.ops.fuzzdist_local_map, name).default
+        register_sharding(op)(sharding)
+        _CUSTOM_OPS[name] = op
+    return _CUSTOM_OPS[name]
 
 
 def _local_function(case: LocalMapCase) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -152,17 +162,34 @@ def _local_function(case: LocalMapCase) -> Callable[[torch.Tensor], torch.Tensor
     return functions[case.function]
 
 
+def _shape_problem(result: DTensor, expected: tuple[int, ...], world_size: int, what: str) -> Problem:
+    """The problem of a result whose global shape is not ``expected``: of symptom
+    :attr:`~fuzzdist.problems.Symptom.EVEN_SHARDS_ASSUMED` where it is this rank's local shape with each
+    sharded dimension times ``world_size`` (the 1-D mesh's size)."""
+    as_if_even = list(result.to_local().shape)
+    for placement in result.placements:
+        if isinstance(placement, Shard):
+            as_if_even[placement.dim] *= world_size
+    symptom = Symptom.EVEN_SHARDS_ASSUMED if tuple(result.shape) == tuple(as_if_even) else None
+    got = tuple(result.shape)
+    return Problem(Kind.SHAPE, f"{what}: the result's shape", got=got, expected=expected, symptom=symptom)
+
+
 def run_case(
-    ctx: RankContext, case: LocalMapCase, local_map_fn: Callable[..., Any] = local_map
+    ctx: RankContext,
+    case: LocalMapCase,
+    local_map_fn: Callable[..., Any] = local_map,
+    sharding: Callable[[Any], Any] = keeps_placement,
 ) -> list[Problem] | None:
-    """On every rank: run ``case`` (see the module docstring) with ``local_map_fn`` (``local_map`` by default);
-    the problems found, or None."""
+    """On every rank: run ``case`` (see the module docstring) with ``local_map_fn`` (``local_map`` by default)
+    or, for the custom op, the ``register_sharding`` strategy ``sharding`` (:func:`keeps_placement` by
+    default); the problems found, or None."""
     mesh = dtensor.device_mesh(ctx.device.type, (ctx.world_size,))
     full = TensorSpec(case.shape, case.dtype).materialize(ctx.device, case.seed)
     held = distribute_tensor(full, mesh, [dtensor.placement(case.held)])
     what = f"{case.function} of a tensor held as {case.held}"
     if case.function == "custom_op":
-        result = custom_double()(held)
+        result = custom_double(sharding)(held)
     else:
         mapped = local_map_fn(
             _local_function(case),
@@ -191,6 +218,8 @@ def run_case(
     if tuple(result.placements) not in acceptable:
         problems.append(Problem(Kind.MISMATCH, f"{what}: placements", got=result.placements, expected=acceptable))
     expected = _global(case, full)
+    if tuple(result.shape) != tuple(expected.shape):  # before full_tensor(), whose gather a wrong shape upsets
+        return [*problems, _shape_problem(result, tuple(expected.shape), ctx.world_size, what)]
     got = result.full_tensor()
     if tuple(got.shape) != tuple(expected.shape):
         return [*problems, Problem(Kind.SHAPE, what, got=tuple(got.shape), expected=tuple(expected.shape))]
@@ -213,10 +242,7 @@ def run_case(
 def _case(draw: st.DrawFn, world_size: int) -> LocalMapCase:
     function = draw(st.sampled_from(FUNCTIONS))
     ndim = draw(st.integers(1, 2))
-    if function == "custom_op":  # any shape: register_sharding's output shape comes from the op's fake impl
-        shape = tuple(draw(st.integers(1, MAX_DIM * world_size)) for _ in range(ndim))
-    else:  # even shards for local_map: see the module docstring
-        shape = tuple(world_size * draw(st.integers(1, MAX_DIM)) for _ in range(ndim))
+    shape = tuple(draw(st.integers(1, MAX_DIM * world_size)) for _ in range(ndim))  # even or not: see above
     names = st.sampled_from(["R"] + [f"S{d}" for d in range(ndim)])
     held = draw(names)
     return LocalMapCase(
@@ -231,9 +257,10 @@ def _case(draw: st.DrawFn, world_size: int) -> LocalMapCase:
 
 
 def local_map_cases(world_size: int) -> st.SearchStrategy[LocalMapCase]:
-    """Cases for ``world_size`` ranks: 1-D or 2-D float32/float64 tensors (for ``local_map``, of dimensions the
-    world size divides), every function of :data:`FUNCTIONS`, every Replicate/Shard placement held and wanted, with and
-    without ``redistribute_inputs``.  Shrinks towards ``double`` of a replicated 1-D tensor."""
+    """Cases for ``world_size`` ranks: 1-D or 2-D float32/float64 tensors of 1 to ``MAX_DIM`` times the world
+    size along each dimension (shards even or not), every function of :data:`FUNCTIONS`, every Replicate/Shard
+    placement held and wanted, with and without ``redistribute_inputs``.  Shrinks towards ``double`` of a
+    replicated 1-D tensor of one element."""
     if world_size < 1:
         raise InvalidArgument(f"world_size={world_size}: local_map needs a pool of 1 or more ranks")
     return _case(world_size)
@@ -243,17 +270,19 @@ def local_map_cases(world_size: int) -> st.SearchStrategy[LocalMapCase]:
 # the driver-side check
 
 
-def check(pool: Pool, case: LocalMapCase, *, local_map_fn: Callable[..., Any] = local_map) -> None:
-    """Run ``case`` on every rank of ``pool`` (``local_map_fn``: torch's ``local_map`` by default); raise
+def check(
+    pool: Pool,
+    case: LocalMapCase,
+    *,
+    local_map_fn: Callable[..., Any] = local_map,
+    sharding: Callable[[Any], Any] = keeps_placement,
+) -> None:
+    """Run ``case`` on every rank of ``pool`` (``local_map_fn``: torch's ``local_map`` by default; ``sharding``:
+    the custom op's ``register_sharding`` strategy, :func:`keeps_placement` by default); raise
     :class:`PropertyFailure` if any rank's result differs from the global semantics or a documented refusal
     did not happen."""
-    if case.function != "custom_op" and any(size % pool.world_size for size in case.shape):
-        raise InvalidArgument(
-            f"shape {case.shape}: every dimension must be a multiple of the world size {pool.world_size} (even "
-            "shards; see fuzzdist.properties.local_map): draw it with local_map_cases"
-        )
     with known_failures("local_map", case=case):
-        results = pool.run(run_case, case, local_map_fn=local_map_fn)
+        results = pool.run(run_case, case, local_map_fn=local_map_fn, sharding=sharding)
         fail_on_ranks_with_problems(
             results, "found local_map or register_sharding differing from the global semantics"
         )
