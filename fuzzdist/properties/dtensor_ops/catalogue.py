@@ -16,7 +16,20 @@ from hypothesis import strategies as st
 
 from fuzzdist.errors import InvalidArgument
 
-GROUPS = ("pointwise", "reductions", "views", "matrix", "indexing", "nn", "joins", "schema_ops")
+GROUPS = (
+    "pointwise",
+    "reductions",
+    "views",
+    "matrix",
+    "indexing",
+    "nn",
+    "joins",
+    "schema_ops",
+    "tensors",
+    "conv",
+    "random_values",
+    "foreach",
+)
 """The group modules of :mod:`fuzzdist.properties.dtensor_ops`, each registering its operators."""
 
 Arguments = tuple[tuple[Any, ...], dict[str, Any]]
