@@ -82,6 +82,18 @@ def register(*ops: OpDef) -> None:
         OPS[op.name] = op
 
 
+def op_maker(group: str, **defaults: Any) -> Callable[..., OpDef]:
+    """The ``OpDef`` factory of ``group``'s module: ``make(name, call, arguments, **fields)`` names the
+    operator ``<group>.<name>``, with ``defaults`` for the fields not given."""
+
+    def make(
+        name: str, call: Callable[..., Any], arguments: Callable[[], st.SearchStrategy[Arguments]], **more: Any
+    ) -> OpDef:
+        return OpDef(f"{group}.{name}", group, call, arguments, **{**defaults, **more})
+
+    return make
+
+
 _loaded = False
 
 

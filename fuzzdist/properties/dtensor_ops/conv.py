@@ -11,23 +11,20 @@ terms); max pooling, nearest resampling and padding move data: bitwise.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from hypothesis import strategies as st
 
-from fuzzdist.properties.dtensor_ops.catalogue import Arguments, OpDef, register
+from fuzzdist.properties.dtensor_ops.catalogue import Arguments, op_maker, register
 from fuzzdist.properties.dtensor_ops.inputs import POSITIVE_SIZES, SIZES, operand
 
 _FLOATS = (torch.float32, torch.float64)  # CPU convolutions of half types are slow and coarse
 
 
-def _op(
-    name: str, call: Callable[..., Any], arguments: Callable[[], st.SearchStrategy[Arguments]], **more: Any
-) -> OpDef:
-    return OpDef(f"conv.{name}", "conv", call, arguments, **more)
+_op = op_maker("conv", grad=True)
 
 
 def _image(d: st.DrawFn, spatial: int, min_size: int = 1) -> tuple[int, ...]:
@@ -142,68 +139,23 @@ def _padded(d: st.DrawFn) -> Arguments:
 
 
 register(
-    _op(
-        "conv1d",
-        F.conv1d,
-        lambda: _conv(1),
-        grad=True,
-        reordered=True,
-        terms=_conv_terms,
+    _op("conv1d", F.conv1d, lambda: _conv(1), reordered=True, terms=_conv_terms),
+    _op("conv2d", F.conv2d, lambda: _conv(2), reordered=True, terms=_conv_terms),
+    _op("avg_pool1d", F.avg_pool1d, lambda: _pooled(1), reordered=True, terms=lambda a, k: a[1] + 1),
+    _op("avg_pool2d", F.avg_pool2d, lambda: _pooled(2), reordered=True, terms=lambda a, k: a[1] ** 2 + 1),
+    _op("max_pool1d", F.max_pool1d, lambda: _pooled(1)),
+    _op("max_pool2d_with_indices", partial(F.max_pool2d, return_indices=True), lambda: _pooled(2)),
+    # an adaptive average sums at most ceil(size / output size) + 1 elements per dim
+    _op("adaptive_avg_pool1d", F.adaptive_avg_pool1d, lambda: _adaptive(1), reordered=True, terms=lambda a, k: 8),
+    _op("adaptive_avg_pool2d", F.adaptive_avg_pool2d, lambda: _adaptive(2), reordered=True, terms=lambda a, k: 64),
+    _op("adaptive_max_pool2d", F.adaptive_max_pool2d, lambda: _adaptive(2)),
+    *(
+        _op(name, call, arguments, reordered=True, terms=_norm_terms, magnitude=_norm_magnitude)
+        for name, call, arguments in (
+            ("batch_norm", _batch_norm_call, lambda: _batch_norm()),
+            ("group_norm", F.group_norm, lambda: _group_norm()),
+        )
     ),
-    _op(
-        "conv2d",
-        F.conv2d,
-        lambda: _conv(2),
-        grad=True,
-        reordered=True,
-        terms=_conv_terms,
-    ),
-    _op("avg_pool1d", F.avg_pool1d, lambda: _pooled(1), grad=True, reordered=True, terms=lambda a, k: a[1] + 1),
-    _op(
-        "avg_pool2d", F.avg_pool2d, lambda: _pooled(2), grad=True, reordered=True, terms=lambda a, k: a[1] ** 2 + 1
-    ),
-    _op("max_pool1d", F.max_pool1d, lambda: _pooled(1), grad=True),
-    _op(
-        "max_pool2d_with_indices",
-        lambda x, k, **kw: F.max_pool2d(x, k, return_indices=True, **kw),
-        lambda: _pooled(2),
-        grad=True,
-    ),
-    _op(
-        "adaptive_avg_pool1d",
-        F.adaptive_avg_pool1d,
-        lambda: _adaptive(1),
-        grad=True,
-        reordered=True,
-        terms=lambda a, k: 8,
-    ),
-    _op(
-        "adaptive_avg_pool2d",
-        F.adaptive_avg_pool2d,
-        lambda: _adaptive(2),
-        grad=True,
-        reordered=True,
-        terms=lambda a, k: 64,
-    ),
-    _op("adaptive_max_pool2d", F.adaptive_max_pool2d, lambda: _adaptive(2), grad=True),
-    _op(
-        "batch_norm",
-        _batch_norm_call,
-        lambda: _batch_norm(),
-        grad=True,
-        reordered=True,
-        terms=_norm_terms,
-        magnitude=_norm_magnitude,
-    ),
-    _op(
-        "group_norm",
-        F.group_norm,
-        lambda: _group_norm(),
-        grad=True,
-        reordered=True,
-        terms=_norm_terms,
-        magnitude=_norm_magnitude,
-    ),
-    _op("interpolate", F.interpolate, lambda: _interpolated(), grad=True, reordered=True, terms=_interpolate_terms),
-    _op("pad", F.pad, lambda: _padded(), grad=True),
+    _op("interpolate", F.interpolate, lambda: _interpolated(), reordered=True, terms=_interpolate_terms),
+    _op("pad", F.pad, lambda: _padded()),
 )

@@ -14,16 +14,13 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
-from fuzzdist.properties.dtensor_ops.catalogue import Arguments, OpDef, register
+from fuzzdist.properties.dtensor_ops.catalogue import Arguments, op_maker, register
 from fuzzdist.properties.dtensor_ops.inputs import FLOATS, POSITIVE_SIZES, operand, shapes
 
 _FLOATS = FLOATS[:2]  # float32 and float64: the fused kernels' other dtypes take the same path
 
 
-def _op(
-    name: str, call: Callable[..., Any], arguments: Callable[[], st.SearchStrategy[Arguments]], **more: Any
-) -> OpDef:
-    return OpDef(f"foreach.{name}", "foreach", call, arguments, **more)
+_op = op_maker("foreach")
 
 
 def _lists(count: int, nonempty: bool = False, length: int = 3) -> Callable[[], st.SearchStrategy[Arguments]]:

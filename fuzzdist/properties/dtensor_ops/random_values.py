@@ -8,20 +8,13 @@ its own RNG tracker on accelerators).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 import torch
 from hypothesis import strategies as st
 
-from fuzzdist.properties.dtensor_ops.catalogue import Arguments, OpDef, register
+from fuzzdist.properties.dtensor_ops.catalogue import Arguments, op_maker, register
 from fuzzdist.properties.dtensor_ops.inputs import FLOATS, operand, shapes
 
-
-def _op(
-    name: str, call: Callable[..., Any], arguments: Callable[[], st.SearchStrategy[Arguments]], **more: Any
-) -> OpDef:
-    return OpDef(f"random_values.{name}", "random_values", call, arguments, **more)
+_op = op_maker("random_values")
 
 
 @st.composite

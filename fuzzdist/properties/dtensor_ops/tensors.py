@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
-from fuzzdist.properties.dtensor_ops.catalogue import Arguments, OpDef, register
+from fuzzdist.properties.dtensor_ops.catalogue import Arguments, op_maker, register
 from fuzzdist.properties.dtensor_ops.inputs import (
     FLOATS,
     INTS,
@@ -29,10 +29,7 @@ from fuzzdist.properties.dtensor_ops.inputs import (
 _DTYPES = FLOATS + INTS[:1]
 
 
-def _op(
-    name: str, call: Callable[..., Any], arguments: Callable[[], st.SearchStrategy[Arguments]], **more: Any
-) -> OpDef:
-    return OpDef(f"tensors.{name}", "tensors", call, arguments, **more)
+_op = op_maker("tensors")
 
 
 def _any(dtypes: tuple[torch.dtype, ...] = _DTYPES, min_dims: int = 0) -> Callable[[], st.SearchStrategy[Arguments]]:
@@ -66,10 +63,15 @@ def _rolled(d: st.DrawFn) -> Arguments:
     return (d(operand(shape, _DTYPES)), shifts, dims), {}
 
 
-@st.composite
-def _triangle(d: st.DrawFn) -> Arguments:
-    x = d(operand(d(shapes(min_dims=2, max_dims=3), label="shape"), _DTYPES))
-    return (x, d(st.integers(-3, 3), label="diagonal")), {}
+def _with_diagonal(min_dims: int, max_dims: int) -> Callable[[], st.SearchStrategy[Arguments]]:
+    """An operand of ``min_dims`` to ``max_dims`` dims and a diagonal (0 the main one)."""
+
+    @st.composite
+    def draw(d: st.DrawFn) -> Arguments:
+        x = d(operand(d(shapes(min_dims=min_dims, max_dims=max_dims), label="shape"), _DTYPES))
+        return (x, d(st.integers(-3, 3), label="diagonal")), {}
+
+    return lambda: draw()
 
 
 @st.composite
@@ -77,12 +79,6 @@ def _diagonal(d: st.DrawFn) -> Arguments:
     shape = d(shapes(min_dims=2, max_dims=3), label="shape")
     dim1, dim2 = d(st.permutations(range(len(shape))), label="dims")[:2]
     return (d(operand(shape, _DTYPES)), d(st.integers(-3, 3), label="offset"), dim1, dim2), {}
-
-
-@st.composite
-def _diag(d: st.DrawFn) -> Arguments:
-    x = d(operand(d(shapes(min_dims=1, max_dims=2), label="shape"), _DTYPES))
-    return (x, d(st.integers(-3, 3), label="diagonal")), {}
 
 
 @st.composite
@@ -175,10 +171,10 @@ register(
     _op("clone", torch.clone, _any(), grad=True),
     _op("flip", torch.flip, lambda: _flipped(), grad=True),
     _op("roll", torch.roll, lambda: _rolled(), grad=True),
-    _op("tril", torch.tril, lambda: _triangle(), grad=True),
-    _op("triu", torch.triu, lambda: _triangle(), grad=True),
+    _op("tril", torch.tril, _with_diagonal(2, 3), grad=True),
+    _op("triu", torch.triu, _with_diagonal(2, 3), grad=True),
     _op("diagonal", torch.diagonal, lambda: _diagonal(), grad=True),
-    _op("diag", torch.diag, lambda: _diag(), grad=True),
+    _op("diag", torch.diag, _with_diagonal(1, 2), grad=True),
     _op("index_fill", torch.index_fill, lambda: _index_fill(), grad=True),
     _op("index_fill_", lambda x, *a: x.index_fill_(*a), lambda: _index_fill(), mutates=0),
     _op("index_reduce", torch.index_reduce, lambda: _index_reduce()),

@@ -1,0 +1,83 @@
+"""The DTensor-operator property catches a sharding rule planted wrong in the nn group and in each of the
+later groups (tensors, conv, random_values, foreach), and shrinks it to the minimum its comment derives."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import pytest
+import torch
+from helpers import planted_dtensor_ops as planted
+from helpers.minimal import minimal_failure
+
+from fuzzdist.problems import Kind
+from fuzzdist.properties import dtensor_ops
+
+pytestmark = pytest.mark.fuzzdist(world_size=2)
+
+
+def _shrunk(pool, rules, *ops):
+    """The property over ``ops`` with ``rules`` entered on the ranks; the minimal failure."""
+    cases = dtensor_ops.op_cases(pool.world_size, ops=ops)
+    f = minimal_failure(partial(dtensor_ops.check, pool, rules=rules), case=cases)
+    return f.case, f.results
+
+
+def test_catches_a_softmax_run_on_its_pieces(rank_pool):
+    case, results = _shrunk(rank_pool, planted.softmax_without_replicating_its_dim, "nn.softmax")
+    # A softmax needs its whole dim on a rank.  Run on the pieces, one element as Shard(0) is right (rank 0
+    # holds it whole, rank 1 nothing), but as Partial(sum) each rank's one-element piece softmaxes to 1,
+    # and the Partial output adds them to 2 where the softmax of one element is 1: (1,) as Partial(sum),
+    # the first placement after Replicate and Shard(0) that fails, on the 1-D mesh.
+    (x,) = case.operands
+    assert case.mesh_shape == (2,), case
+    assert x.spec.shape == (1,) and x.placements == ("P+",), case
+    for problems in results:
+        assert problems[0].kind is Kind.MISMATCH and problems[0].subject == ("output", 0)
+
+
+def test_catches_a_flip_run_on_its_pieces(rank_pool):
+    case, results = _shrunk(rank_pool, planted.flip_without_replicating_its_dim, "tensors.flip")
+    # Flipping a dim needs it whole on a rank.  One element is never wrong (Shard(0) puts it whole on rank
+    # 0; a Partial piece flips to itself), so the smallest is (2,) as Shard(0) flipped along dim 0: each
+    # rank flips its own one-element piece, and the gathered result is the input, not its reverse.
+    (x,) = case.operands
+    assert case.mesh_shape == (2,), case
+    assert x.spec.shape == (2,) and x.placements == ("S0",) and case.args[1] == [0], case
+    for problems in results:
+        assert problems[0].kind is Kind.MISMATCH and problems[0].subject == ("output", 0)
+
+
+def test_catches_an_avg_pool_whose_shard_is_said_replicate(rank_pool):
+    case, results = _shrunk(rank_pool, planted.avg_pool_shard_as_replicate, "conv.avg_pool1d")
+    # The smallest input, (1, 1, 1) pooled by a kernel of 1, as Shard(0): rank 0 holds it whole and is
+    # right, rank 1's empty piece is said to be the whole (1, 1, 1) output, so its full_tensor() is empty.
+    (x,) = case.operands
+    assert case.mesh_shape == (2,), case
+    assert x.spec.shape == (1, 1, 1) and x.placements == ("S0",) and case.args[1] == 1, case
+    assert results[0] is None
+    assert results[1][0].kind is Kind.SHAPE and results[1][0].subject == ("output", 0)
+
+
+def test_catches_a_dropout_whose_shard_is_said_replicate(rank_pool):
+    case, results = _shrunk(rank_pool, planted.dropout_shard_as_replicate, "random_values.native_dropout_p0")
+    # (1,) as Shard(0): rank 0 holds it whole and is right; rank 1's empty piece is said to be the whole
+    # output (and mask), so its full_tensor() is empty.
+    (x,) = case.operands
+    assert case.mesh_shape == (2,), case
+    assert x.spec.shape == (1,) and x.placements == ("S0",), case
+    assert results[0] is None
+    assert results[1][0].kind is Kind.SHAPE and results[1][0].subject == ("output", 0)
+
+
+def test_catches_a_foreach_add_whose_partial_is_said_replicate(rank_pool):
+    case, results = _shrunk(rank_pool, planted.foreach_add_partial_as_replicate, "foreach.add_list")
+    # An add keeps Partial(sum) only where both of its operands are Partial(sum) (adding a Replicate to
+    # each piece would count it once per rank, so DTensor reduces first): lists of one (1,) tensor each,
+    # both Partial(sum), on the 1-D mesh; each rank keeps the sum of its own pieces, not of the values.
+    a, b = case.operands
+    assert case.mesh_shape == (2,), case
+    assert a.spec.shape == b.spec.shape == (1,) and a.placements == b.placements == ("P+",), case
+    assert a.spec.dtype == torch.float32, case
+    for problems in results:
+        assert problems[0].kind is Kind.MISMATCH and problems[0].subject == ("output", 0)
