@@ -64,19 +64,25 @@ def mesh_shapes(world_size: int) -> list[tuple[int, ...]]:
     return [(world_size,)] + sorted(two_d, key=lambda s: (min(s) == 1, s))
 
 
-def placement_names(operand: Operand, partial: bool) -> list[str]:
-    """The placements ``operand`` may take on one mesh dim: Replicate, Shard of each dim, and the
-    Partial ones (not for bools: no reduce op over bools is a value's split)."""
-    names = ["R"] + [f"S{d}" for d in range(operand.ndim)]
+def placement_kinds(operand: Operand, partial: bool) -> list[str]:
+    """The kinds of placement ``operand`` may take on one mesh dim, in shrink order: Replicate, the Partial
+    ones (not for bools: no reduce op over bools is a value's split), then Shard (``"S"``, its dim drawn
+    after it).  Partial comes before Shard and the dim apart so that the shrinker can cut a dim or a size
+    whatever the operand is placed by: a Shard's dim drawn past the last dim becomes dim 0, and at the
+    smallest sizes (a dim of 1, which Shard puts whole on one rank) a Partial is often what still fails."""
+    kinds = ["R"]
     if partial and operand.spec.dtype != torch.bool:
-        names += list(PARTIAL_OPS)
-    return names
+        kinds += list(PARTIAL_OPS)
+    return kinds + (["S"] if operand.ndim else [])
 
 
 @st.composite
 def _placed(draw: st.DrawFn, operand: Operand, mesh_shape: tuple[int, ...], partial: bool) -> Operand:
-    names = placement_names(operand, partial)
-    placements = tuple(draw(st.sampled_from(names), label="placement") for _ in mesh_shape)
+    kinds = placement_kinds(operand, partial)
+    placements = tuple(
+        f"S{draw(st.integers(0, operand.ndim - 1), label='shard dim')}" if kind == "S" else kind
+        for kind in (draw(st.sampled_from(kinds), label="placement") for _ in mesh_shape)
+    )
     partials = [name for name in placements if name in PARTIAL_OPS]
     # one reduce op per DTensor: "Mixed Partial reduce types are not supported in the same placement list"
     # (DTensor raises ValueError saying so, torch/distributed/tensor/_utils.py)

@@ -33,11 +33,14 @@ def shapes(
     max_dims: int = 3,
     sizes: st.SearchStrategy[int] = SIZES,
 ) -> st.SearchStrategy[tuple[int, ...]]:
-    """Shapes of ``min_dims`` to ``max_dims`` dims (shrinking to ``min_dims`` dims, or 1 where that is 0)."""
-    dims = st.integers(min_dims, max_dims)
+    """Shapes of ``min_dims`` to ``max_dims`` dims (shrinking to ``min_dims`` dims, or 1 where that is 0).
+
+    A list of sizes, so that the shrinker deletes a dim as it deletes a list's element (a count of dims
+    drawn first would have to shrink together with the sizes after it)."""
+    sized = st.lists(sizes, min_size=min_dims, max_size=max_dims).map(tuple)
     if min_dims == 0 and max_dims >= 1:
-        dims = st.one_of(st.just(1), st.integers(0, max_dims))
-    return dims.flatmap(lambda n: st.tuples(*[sizes] * n))
+        return st.one_of(st.lists(sizes, min_size=1, max_size=max_dims).map(tuple), sized)
+    return sized
 
 
 @st.composite
