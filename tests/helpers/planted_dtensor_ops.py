@@ -175,8 +175,9 @@ def flip_without_replicating_its_dim() -> Iterator[None]:
 
 @contextlib.contextmanager
 def avg_pool_shard_as_replicate() -> Iterator[None]:
-    """conv: ``aten.avg_pool1d.default`` says Replicate where its output is sharded."""
-    with planted(aten.avg_pool1d.default, _made_replicate(lambda p: p.is_shard())):
+    """conv: ``aten.avg_pool2d.default`` (what ``avg_pool1d`` runs, on its input unsqueezed) says Replicate
+    where its output is sharded."""
+    with planted(aten.avg_pool2d.default, _made_replicate(lambda p: p.is_shard())):
         yield
 
 

@@ -12,6 +12,7 @@ from helpers.minimal import minimal_failure
 
 from fuzzdist.problems import Kind
 from fuzzdist.properties import dtensor_ops
+from fuzzdist.properties.dtensor_ops.operands import Alias
 
 pytestmark = pytest.mark.fuzzdist(world_size=2)
 
@@ -50,7 +51,8 @@ def test_catches_a_flip_run_on_its_pieces(rank_pool):
 
 def test_catches_an_avg_pool_whose_shard_is_said_replicate(rank_pool):
     case, results = _shrunk(rank_pool, planted.avg_pool_shard_as_replicate, "conv.avg_pool1d")
-    # The smallest input, (1, 1, 1) pooled by a kernel of 1, as Shard(0): rank 0 holds it whole and is
+    # A Partial input stays Partial (an average is linear), so a Shard is what the rule gets wrong.  The
+    # smallest input, (1, 1, 1) pooled by a kernel of 1, as Shard(0): rank 0 holds it whole and is
     # right, rank 1's empty piece is said to be the whole (1, 1, 1) output, so its full_tensor() is empty.
     (x,) = case.operands
     assert case.mesh_shape == (2,), case
@@ -72,12 +74,13 @@ def test_catches_a_dropout_whose_shard_is_said_replicate(rank_pool):
 
 def test_catches_a_foreach_add_whose_partial_is_said_replicate(rank_pool):
     case, results = _shrunk(rank_pool, planted.foreach_add_partial_as_replicate, "foreach.add_list")
-    # An add keeps Partial(sum) only where both of its operands are Partial(sum) (adding a Replicate to
-    # each piece would count it once per rank, so DTensor reduces first): lists of one (1,) tensor each,
-    # both Partial(sum), on the 1-D mesh; each rank keeps the sum of its own pieces, not of the values.
+    # The output is Partial(sum) where both operands are (a Replicate one is made Partial first, or the
+    # Partial one reduced).  The shortest draw passes one (1,) float32 tensor as Partial(sum) in the first
+    # list and the same DTensor again in the second (an alias draws no placement of its own): each rank
+    # keeps twice its own piece, not twice the value.
     a, b = case.operands
     assert case.mesh_shape == (2,), case
-    assert a.spec.shape == b.spec.shape == (1,) and a.placements == b.placements == ("P+",), case
-    assert a.spec.dtype == torch.float32, case
+    assert a.spec.shape == (1,) and a.placements == ("P+",) and a.spec.dtype == torch.float32, case
+    assert b == Alias(0), case
     for problems in results:
         assert problems[0].kind is Kind.MISMATCH and problems[0].subject == ("output", 0)

@@ -35,12 +35,13 @@ def shapes(
 ) -> st.SearchStrategy[tuple[int, ...]]:
     """Shapes of ``min_dims`` to ``max_dims`` dims (shrinking to ``min_dims`` dims, or 1 where that is 0).
 
-    A list of sizes, so that the shrinker deletes a dim as it deletes a list's element (a count of dims
-    drawn first would have to shrink together with the sizes after it)."""
-    sized = st.lists(sizes, min_size=min_dims, max_size=max_dims).map(tuple)
+    From at least one dim, a list of sizes, so that the shrinker deletes a dim as it deletes a list's
+    element (a count of dims drawn first would have to shrink together with the sizes after it).  Where
+    0-d is allowed, the count comes first, 1 before the rest: a 0-d list, the shortest draw, would
+    otherwise be what every failure shrinks to."""
     if min_dims == 0 and max_dims >= 1:
-        return st.one_of(st.lists(sizes, min_size=1, max_size=max_dims).map(tuple), sized)
-    return sized
+        return st.one_of(st.just(1), st.integers(0, max_dims)).flatmap(lambda n: st.tuples(*[sizes] * n))
+    return st.lists(sizes, min_size=min_dims, max_size=max_dims).map(tuple)
 
 
 @st.composite
