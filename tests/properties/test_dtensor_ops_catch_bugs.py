@@ -12,7 +12,7 @@ from helpers.minimal import minimal_failure
 
 from fuzzdist.problems import Kind
 from fuzzdist.properties import dtensor_ops
-from fuzzdist.properties.dtensor_ops.operands import Alias, is_partial
+from fuzzdist.properties.dtensor_ops.operands import Alias, Operand, is_partial
 
 pytestmark = pytest.mark.fuzzdist(world_size=2)
 
@@ -22,7 +22,9 @@ def _shrunk(pool, rules, *ops, partial_inputs=True):
     drawn too); the minimal failure."""
     cases = dtensor_ops.op_cases(pool.world_size, ops=ops)
     if not partial_inputs:
-        cases = cases.filter(lambda case: not any(is_partial(n) for o in _operands(case) for n in o.placements))
+        cases = cases.filter(
+            lambda case: not any(is_partial(n) for o in _operands(case) if isinstance(o, Operand) for n in o.placements)
+        )
     f = minimal_failure(partial(dtensor_ops.check, pool, rules=rules), case=cases)
     return f.case, f.results
 

@@ -12,16 +12,26 @@ from helpers.minimal import minimal_failure
 
 from fuzzdist.problems import Kind
 from fuzzdist.properties import dtensor_ops
-from fuzzdist.properties.dtensor_ops.operands import Alias
+from fuzzdist.properties.dtensor_ops.operands import Operand, is_partial
 
 pytestmark = pytest.mark.fuzzdist(world_size=2)
 
 
-def _shrunk(pool, rules, *ops):
-    """The property over ``ops`` with ``rules`` entered on the ranks; the minimal failure."""
+def _shrunk(pool, rules, *ops, partial_inputs=True, aliases=True):
+    """The property over ``ops`` with ``rules`` entered on the ranks (``partial_inputs``: Partial operands
+    drawn too; ``aliases``: an operand passed twice drawn too); the minimal failure."""
     cases = dtensor_ops.op_cases(pool.world_size, ops=ops)
+    if not partial_inputs:
+        cases = cases.filter(lambda case: not any(is_partial(n) for o in _placed(case) for n in o.placements))
+    if not aliases:
+        cases = cases.filter(lambda case: len(_placed(case)) == len(case.operands))
     f = minimal_failure(partial(dtensor_ops.check, pool, rules=rules), case=cases)
     return f.case, f.results
+
+
+def _placed(case):
+    """The case's operands that are not aliases of another."""
+    return [o for o in case.operands if isinstance(o, Operand)]
 
 
 def test_catches_a_softmax_run_on_its_pieces(rank_pool):
@@ -50,10 +60,11 @@ def test_catches_a_flip_run_on_its_pieces(rank_pool):
 
 
 def test_catches_an_avg_pool_whose_shard_is_said_replicate(rank_pool):
-    case, results = _shrunk(rank_pool, planted.avg_pool_shard_as_replicate, "conv.avg_pool1d")
-    # A Partial input stays Partial (an average is linear), so a Shard is what the rule gets wrong.  The
-    # smallest input, (1, 1, 1) pooled by a kernel of 1, as Shard(0): rank 0 holds it whole and is
-    # right, rank 1's empty piece is said to be the whole (1, 1, 1) output, so its full_tensor() is empty.
+    case, results = _shrunk(rank_pool, planted.avg_pool_shard_as_replicate, "conv.avg_pool1d", partial_inputs=False)
+    # (A Partial input may be reduce-scattered to a Shard first, which the rule then mislabels too: left out,
+    # to test the sharded input.)  The smallest input, (1, 1, 1) pooled by a kernel of 1, as Shard(0): rank 0
+    # holds it whole and is right, rank 1's empty piece is said to be the whole (1, 1, 1) output, so its
+    # full_tensor() is empty.
     (x,) = case.operands
     assert case.mesh_shape == (2,), case
     assert x.spec.shape == (1, 1, 1) and x.placements == ("S0",) and case.args[1] == 1, case
@@ -73,14 +84,14 @@ def test_catches_a_dropout_whose_shard_is_said_replicate(rank_pool):
 
 
 def test_catches_a_foreach_add_whose_partial_is_said_replicate(rank_pool):
-    case, results = _shrunk(rank_pool, planted.foreach_add_partial_as_replicate, "foreach.add_list")
-    # The output is Partial(sum) where both operands are (a Replicate one is made Partial first, or the
-    # Partial one reduced).  The shortest draw passes one (1,) float32 tensor as Partial(sum) in the first
-    # list and the same DTensor again in the second (an alias draws no placement of its own): each rank
-    # keeps twice its own piece, not twice the value.
+    case, results = _shrunk(rank_pool, planted.foreach_add_partial_as_replicate, "foreach.add_list", aliases=False)
+    # The output is Partial(sum) where one operand is Partial(sum): DTensor makes a Replicate one Partial
+    # (rank 0 keeps it, the others hold zeros) rather than reduce.  Lists of one (1,) float32 tensor, the
+    # first Replicate (the first placement drawn) and the second Partial(sum), on the 1-D mesh: each rank
+    # keeps its own partial sum.  (An alias, passing one Partial(sum) DTensor in both lists, is a shorter
+    # draw the shrinker does not reach from there: left out.)
     a, b = case.operands
     assert case.mesh_shape == (2,), case
-    assert a.spec.shape == (1,) and a.placements == ("P+",) and a.spec.dtype == torch.float32, case
-    assert b == Alias(0), case
-    for problems in results:
-        assert problems[0].kind is Kind.MISMATCH and problems[0].subject == ("output", 0)
+    assert a.spec.shape == b.spec.shape == (1,) and a.spec.dtype == torch.float32, case
+    assert a.placements == ("R",) and b.placements == ("P+",), case
+    assert any(problems and problems[0].kind is Kind.MISMATCH for problems in results)
