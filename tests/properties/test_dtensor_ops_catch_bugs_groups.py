@@ -62,14 +62,16 @@ def test_catches_a_flip_run_on_its_pieces(rank_pool):
 def test_catches_an_avg_pool_whose_shard_is_said_replicate(rank_pool):
     case, results = _shrunk(rank_pool, planted.avg_pool_shard_as_replicate, "conv.avg_pool1d", partial_inputs=False)
     # (A Partial input may be reduce-scattered to a Shard first, which the rule then mislabels too: left out,
-    # to test the sharded input.)  The smallest input, (1, 1, 1) pooled by a kernel of 1, as Shard(0): rank 0
-    # holds it whole and is right, rank 1's empty piece is said to be the whole (1, 1, 1) output, so its
-    # full_tensor() is empty.
+    # to test the sharded input.)  DTensor shards no dim smaller than the mesh dim (``is_tensor_shardable``
+    # in ``torch/distributed/tensor/_ops/utils.py``), so a Shard needs a dim of 2: the channels (the batch
+    # may be empty, and its size 0 is the shortest draw of ``SIZES``: a branch with no value after it).  So
+    # (0, 2, 1) as Shard(1), pooled by a kernel of 1: each rank's (0, 1, 1) output is said to be the whole
+    # (0, 2, 1), and every rank's full_tensor() has the wrong shape.
     (x,) = case.operands
     assert case.mesh_shape == (2,), case
-    assert x.spec.shape == (1, 1, 1) and x.placements == ("S0",) and case.args[1] == 1, case
-    assert results[0] is None
-    assert results[1][0].kind is Kind.SHAPE and results[1][0].subject == ("output", 0)
+    assert x.spec.shape == (0, 2, 1) and x.placements == ("S1",) and case.args[1] == 1, case
+    for problems in results:
+        assert problems[0].kind is Kind.SHAPE and problems[0].subject == ("output", 0)
 
 
 def test_catches_a_dropout_whose_shard_is_said_replicate(rank_pool):
