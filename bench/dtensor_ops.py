@@ -26,7 +26,7 @@ def warm_up(pool: RankPool, world_size: int, examples: int) -> None:
         case = data.draw(dtensor_ops.op_cases(world_size))
         try:
             dtensor_ops.check(pool, case)
-        except AssertionError:
+        except Exception:  # noqa: BLE001 - the warm-up only warms: no failure of it is Hypothesis's to replay
             pass
 
     if examples > 0:
