@@ -1,5 +1,6 @@
 """Examples per second of the DTensor-operator property at 2 ranks: drawn cases run through ``check`` on
-one pool for a fixed time (after a warm-up that starts the pool and builds the meshes).
+one pool for a fixed time, counted from after a warm-up (``--warm-up`` examples, default 5, not counted)
+that starts the pool, builds the meshes and imports what a rank's first DTensor call imports.
 
     .venv/bin/python bench/dtensor_ops.py --seconds 60
 """
@@ -16,15 +17,34 @@ from fuzzdist import RankPool, known_bugs
 from fuzzdist.properties import dtensor_ops
 
 
+def warm_up(pool: RankPool, world_size: int, examples: int) -> None:
+    """Run ``examples`` drawn cases on ``pool``, uncounted and untimed (failures included)."""
+
+    @settings(max_examples=examples, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(data=st.data())
+    def run(data: st.DataObject) -> None:
+        case = data.draw(dtensor_ops.op_cases(world_size))
+        try:
+            dtensor_ops.check(pool, case)
+        except Exception:  # noqa: BLE001 - the warm-up only warms: no failure of it is Hypothesis's to replay
+            pass
+
+    if examples > 0:
+        with known_bugs.collecting():
+            run()
+
+
 def main() -> None:
     """Run the property for ``--seconds`` and print examples/s."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--world-size", type=int, default=2)
+    parser.add_argument("--warm-up", type=int, default=5, help="examples run before the clock starts")
     options = parser.parse_args()
     pool = RankPool(options.world_size, timeout=30).start()
     done = {"n": 0, "failed": 0}
     deadline = [0.0]
+    warm_up(pool, options.world_size, options.warm_up)
 
     @settings(max_examples=10**6, deadline=None, database=None, suppress_health_check=list(HealthCheck))
     @given(data=st.data())

@@ -96,6 +96,25 @@ def _redistribution_dropped(schema: OpSchema, answer: OutputSharding) -> OutputS
     return answer
 
 
+def _made_replicate(which: Callable[[Any], bool]) -> Callable[[OpSchema, OutputSharding], OutputSharding]:
+    """A rewrite that reports every output placement ``which`` picks as Replicate (one output or a list or
+    tuple of them): each rank keeps its own piece or partial value as if it were the whole."""
+
+    def spec(out: Any) -> Any:
+        if not isinstance(out, DTensorSpec):
+            return out
+        return _spec(out, tuple(Replicate() if which(p) else p for p in out.placements))
+
+    def rewrite(schema: OpSchema, answer: OutputSharding) -> OutputSharding:
+        out = answer.output_spec
+        new = type(out)(spec(o) for o in out) if isinstance(out, (list, tuple)) else spec(out)
+        return OutputSharding(
+            new, answer.redistribute_schema, answer.needs_redistribute, answer.use_val_from_redistribute_schema
+        )
+
+    return rewrite
+
+
 @contextlib.contextmanager
 def mul_keeps_partial_product() -> Iterator[None]:
     """pointwise: ``aten.mul.Tensor`` of two Partial(sum) inputs stays Partial(sum) without reducing them."""
@@ -135,6 +154,44 @@ def embedding_partial_as_replicate() -> Iterator[None]:
 def sort_without_replicating_its_dim() -> Iterator[None]:
     """joins: ``aten.sort.stable`` runs on each rank's piece where the rule asks for the input replicated first."""
     with planted(aten.sort.stable, _redistribution_dropped):
+        yield
+
+
+@contextlib.contextmanager
+def softmax_without_replicating_its_dim() -> Iterator[None]:
+    """nn: ``aten._softmax.default`` runs on each rank's piece where the rule asks for its input replicated
+    first."""
+    with planted(aten._softmax.default, _redistribution_dropped):
+        yield
+
+
+@contextlib.contextmanager
+def flip_without_replicating_its_dim() -> Iterator[None]:
+    """tensors: ``aten.flip.default`` runs on each rank's piece where the rule asks for its input replicated
+    first."""
+    with planted(aten.flip.default, _redistribution_dropped):
+        yield
+
+
+@contextlib.contextmanager
+def avg_pool_shard_as_replicate() -> Iterator[None]:
+    """conv: ``aten.avg_pool2d.default`` (what ``avg_pool1d`` runs, on its input unsqueezed) says Replicate
+    where its output is sharded."""
+    with planted(aten.avg_pool2d.default, _made_replicate(lambda p: p.is_shard())):
+        yield
+
+
+@contextlib.contextmanager
+def dropout_shard_as_replicate() -> Iterator[None]:
+    """random_values: ``aten.native_dropout.default`` says Replicate where its outputs are sharded."""
+    with planted(aten.native_dropout.default, _made_replicate(lambda p: p.is_shard())):
+        yield
+
+
+@contextlib.contextmanager
+def foreach_add_partial_as_replicate() -> Iterator[None]:
+    """foreach: ``aten._foreach_add.List`` says Replicate where its outputs are Partial."""
+    with planted(aten._foreach_add.List, _made_replicate(lambda p: p.is_partial())):
         yield
 
 

@@ -3,7 +3,8 @@ result equals the same operator applied locally, with no communication, to the f
 
 On CPU ranks over gloo, on 1-D and 2-D meshes of every rank (world sizes 2, 3 and 4), every operator of
 :data:`~fuzzdist.properties.dtensor_ops.catalogue.OPS` (pointwise, reductions, views, matrix ops, indexing,
-nn ops, joins, in-place and ``out=`` variants, and the pointwise aten overloads DTensor registers, each
+nn ops, joins, tensor constructors and scatters, convolution and pooling, list kernels, in-place
+and ``out=`` variants, and the pointwise aten overloads DTensor registers, each
 called through its schema) is called on DTensors built with ``DTensor.from_local`` from each rank's piece:
 
 * ``Shard(d)`` of any dim, pieces with ``torch.chunk`` semantics (sizes no mesh dim divides, empty pieces);
@@ -43,6 +44,11 @@ Modules:
 * ``nn``: softmax, norms, activations, losses, scaled dot-product attention.
 * ``joins``: cat, stack, sort, topk.
 * ``schema_ops``: the pointwise aten overloads DTensor registers, called through their schemas.
+* ``tensors``: ``*_like`` and ``new_*``, fills, flip, roll, tril/triu, diagonals, index_fill, index_reduce,
+  advanced indexing, split by sizes, and the scatters into a slice.
+* ``conv``: convolutions, pooling, batch and group norm, interpolation, padding.
+* ``random_values``: random operators at the parameters that make their values certain (dropout with p=0).
+* ``foreach``: multi-tensor (list) kernels.
 * ``overloads``: the registered-overload report.
 * ``known_bugs``: the known torch bugs this family meets.
 """

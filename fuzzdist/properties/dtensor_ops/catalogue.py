@@ -16,7 +16,20 @@ from hypothesis import strategies as st
 
 from fuzzdist.errors import InvalidArgument
 
-GROUPS = ("pointwise", "reductions", "views", "matrix", "indexing", "nn", "joins", "schema_ops")
+GROUPS = (
+    "pointwise",
+    "reductions",
+    "views",
+    "matrix",
+    "indexing",
+    "nn",
+    "joins",
+    "schema_ops",
+    "tensors",
+    "conv",
+    "random_values",
+    "foreach",
+)
 """The group modules of :mod:`fuzzdist.properties.dtensor_ops`, each registering its operators."""
 
 Arguments = tuple[tuple[Any, ...], dict[str, Any]]
@@ -67,6 +80,18 @@ def register(*ops: OpDef) -> None:
         if op.name in OPS:
             raise InvalidArgument(f"operator {op.name!r} registered twice: give the second one another name")
         OPS[op.name] = op
+
+
+def op_maker(group: str, **defaults: Any) -> Callable[..., OpDef]:
+    """The ``OpDef`` factory of ``group``'s module: ``make(name, call, arguments, **fields)`` names the
+    operator ``<group>.<name>``, with ``defaults`` for the fields not given."""
+
+    def make(
+        name: str, call: Callable[..., Any], arguments: Callable[[], st.SearchStrategy[Arguments]], **more: Any
+    ) -> OpDef:
+        return OpDef(f"{group}.{name}", group, call, arguments, **{**defaults, **more})
+
+    return make
 
 
 _loaded = False

@@ -15,16 +15,13 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
-from fuzzdist.properties.dtensor_ops.catalogue import Arguments, OpDef, register
+from fuzzdist.properties.dtensor_ops.catalogue import Arguments, op_maker, register
 from fuzzdist.properties.dtensor_ops.inputs import FLOATS, INTS, POSITIVE_SIZES, SIZES, index_operand, operand, shapes
 
 _DTYPES = FLOATS + INTS[:1]
 
 
-def _op(
-    name: str, call: Callable[..., Any], arguments: Callable[[], st.SearchStrategy[Arguments]], **more: Any
-) -> OpDef:
-    return OpDef(f"indexing.{name}", "indexing", call, arguments, **more)
+_op = op_maker("indexing")
 
 
 @st.composite

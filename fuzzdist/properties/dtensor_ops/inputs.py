@@ -33,11 +33,15 @@ def shapes(
     max_dims: int = 3,
     sizes: st.SearchStrategy[int] = SIZES,
 ) -> st.SearchStrategy[tuple[int, ...]]:
-    """Shapes of ``min_dims`` to ``max_dims`` dims (shrinking to ``min_dims`` dims, or 1 where that is 0)."""
-    dims = st.integers(min_dims, max_dims)
+    """Shapes of ``min_dims`` to ``max_dims`` dims (shrinking to ``min_dims`` dims, or 1 where that is 0).
+
+    From at least one dim, a list of sizes, so that the shrinker deletes a dim as it deletes a list's
+    element (a count of dims drawn first would have to shrink together with the sizes after it).  Where
+    0-d is allowed, the count comes first, 1 before the rest: a 0-d list, the shortest draw, would
+    otherwise be what every failure shrinks to."""
     if min_dims == 0 and max_dims >= 1:
-        dims = st.one_of(st.just(1), st.integers(0, max_dims))
-    return dims.flatmap(lambda n: st.tuples(*[sizes] * n))
+        return st.one_of(st.just(1), st.integers(0, max_dims)).flatmap(lambda n: st.tuples(*[sizes] * n))
+    return st.lists(sizes, min_size=min_dims, max_size=max_dims).map(tuple)
 
 
 @st.composite

@@ -6,21 +6,17 @@ it returns is not documented).  Data movement: bitwise.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import torch
 from hypothesis import strategies as st
 
-from fuzzdist.properties.dtensor_ops.catalogue import Arguments, OpDef, register
+from fuzzdist.properties.dtensor_ops.catalogue import Arguments, op_maker, register
 from fuzzdist.properties.dtensor_ops.inputs import FLOATS, INTS, POSITIVE_SIZES, SIZES, operand, shapes
 
 _DTYPES = FLOATS + INTS[:1]
 
 
-def _op(
-    name: str, call: Callable[..., Any], arguments: Callable[[], st.SearchStrategy[Arguments]], **more: Any
-) -> OpDef:
-    return OpDef(f"joins.{name}", "joins", call, arguments, **more)
+_op = op_maker("joins")
 
 
 def _joined(stack: bool) -> Callable[[], st.SearchStrategy[Arguments]]:

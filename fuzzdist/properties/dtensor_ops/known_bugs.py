@@ -219,3 +219,36 @@ def _is_view_empty_to_1d_hang(example: Mapping[str, Any], failure: BaseException
 
 
 register(KnownBug(id="dtensor-view-empty-to-1d-hangs", where=("dtensor_ops",), recognise=_is_view_empty_to_1d_hang))
+
+
+def _convolution_placements_unsupported(case: OpCase) -> bool:
+    """A convolution whose weight or bias is not Replicate, or whose input is placed other than Replicate,
+    Shard(0) (the batch) or, without a bias, Partial(sum) (convolution is linear in its input): placements
+    DTensor's convolution rule passes to the output as the input's."""
+    if case.op not in ("conv.conv1d", "conv.conv2d"):
+        return False
+    x, *rest = case.operands
+    if not isinstance(x, Operand) or any(isinstance(o, Operand) and set(o.placements) != {"R"} for o in rest):
+        return True
+    allowed = {"R", "S0"} if len(rest) > 1 else {"R", "S0", "P+"}
+    return not set(x.placements) <= allowed
+
+
+def _is_convolution_keeping_input_placements(example: Mapping[str, Any], failure: BaseException) -> bool:
+    """``conv1d``/``conv2d`` with placements DTensor's rule mislabels (:func:`_convolution_placements_unsupported`),
+    and the ranks reported problems (a wrong value or shape, or a rank raising on a piece it was wrongly
+    given) or were left waiting in a collective."""
+    case = example.get("case")
+    if not isinstance(case, OpCase) or not _convolution_placements_unsupported(case):
+        return False
+    problems = [p for ranks in (evidence.reported_by_rank(failure) or []) for p in ranks]
+    return bool(problems) or bool(evidence.waiting(failure))
+
+
+register(
+    KnownBug(
+        id="dtensor-convolution-keeps-input-placements",
+        where=("dtensor_ops",),
+        recognise=_is_convolution_keeping_input_placements,
+    )
+)

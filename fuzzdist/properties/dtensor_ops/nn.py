@@ -16,16 +16,13 @@ import torch
 import torch.nn.functional as F
 from hypothesis import strategies as st
 
-from fuzzdist.properties.dtensor_ops.catalogue import Arguments, OpDef, register
+from fuzzdist.properties.dtensor_ops.catalogue import Arguments, op_maker, register
 from fuzzdist.properties.dtensor_ops.inputs import POSITIVE_SIZES, SIZES, index_operand, operand, shapes
 
 _FLOATS = (torch.float32, torch.float64)
 
 
-def _op(
-    name: str, call: Callable[..., Any], arguments: Callable[[], st.SearchStrategy[Arguments]], **more: Any
-) -> OpDef:
-    return OpDef(f"nn.{name}", "nn", call, arguments, grad=True, **more)
+_op = op_maker("nn", grad=True)
 
 
 @st.composite
@@ -83,20 +80,21 @@ def _normalized_terms(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
     return 4 * n  # mean, variance (squares of the centred values), each a sum of n terms, then scaling
 
 
-def _normalized_magnitude(kind: str) -> Callable[..., Any]:
+def _normalized_magnitude(x: Any, normalized: Any, weight: Any = None, bias: Any = None, **kw: Any) -> Any:
     """What a normalisation's output is computed from, in absolute value: each normalised value is at most
     sqrt(n) (n the normalised elements), times the weight; plus the bias."""
+    n = 1
+    for s in normalized:
+        n *= s
+    out = torch.full_like(x, n**0.5)
+    if weight is not None:
+        out = out * weight
+    return out if bias is None else out + bias
 
-    def magnitude(x: Any, normalized: Any, weight: Any = None, bias: Any = None, **kw: Any) -> Any:
-        n = 1
-        for s in normalized:
-            n *= s
-        out = torch.full_like(x, n**0.5)
-        if weight is not None:
-            out = out * weight
-        return out if bias is None else out + bias
 
-    return magnitude
+def _normalisation(name: str, call: Callable[..., Any], arguments: Callable[[], st.SearchStrategy[Arguments]]) -> Any:
+    """A normalisation over the last dims, bounded by :func:`_normalized_magnitude`."""
+    return _op(name, call, arguments, reordered=True, terms=_normalized_terms, magnitude=_normalized_magnitude)
 
 
 def _loss_terms(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
@@ -143,22 +141,8 @@ register(
         terms=_dim_terms,
         magnitude=lambda x, dim: x.amax(dim, keepdim=True).expand_as(x) * 2 + 1,
     ),
-    _op(
-        "layer_norm",
-        F.layer_norm,
-        lambda: _layer_norm_args(),
-        reordered=True,
-        terms=_normalized_terms,
-        magnitude=_normalized_magnitude("layer"),
-    ),
-    _op(
-        "rms_norm",
-        F.rms_norm,
-        lambda: _normalized(),
-        reordered=True,
-        terms=_normalized_terms,
-        magnitude=_normalized_magnitude("rms"),
-    ),
+    _normalisation("layer_norm", F.layer_norm, lambda: _layer_norm_args()),
+    _normalisation("rms_norm", F.rms_norm, lambda: _normalized()),
     _op("gelu", F.gelu, lambda: _activation()),
     _op("gelu_tanh", lambda x: F.gelu(x, approximate="tanh"), lambda: _activation()),
     _op("silu", F.silu, lambda: _activation()),

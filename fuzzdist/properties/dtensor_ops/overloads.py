@@ -27,13 +27,13 @@ from fuzzdist.properties.dtensor_ops.schema_ops import Plan, plans
 _REASONS = (
     (
         r"rand|dropout|bernoulli|normal|uniform|exponential|multinomial|poisson|geometric|cauchy|log_normal",
-        "random values: no deterministic local result to compare with",
+        "random values: drawn only at parameters that fix the values (random_values), this one has none",
     ),
-    (r"_foreach_|_fused_|_amp_", "multi-tensor (list) kernels: no generator yet"),
+    (r"_foreach_|_fused_|_amp_", "a multi-tensor (list) kernel the foreach group does not call"),
     (r"backward", "a backward kernel not reached by the drawn operators' autograd"),
     (
         r"conv|pool|batch_norm|upsample|_fft|grid_sampler|im2col|col2im",
-        "convolution, pooling, FFT, batch norm or resampling: no generator yet",
+        "a convolution, pooling, FFT, batch norm or resampling kernel the conv group does not reach",
     ),
     (r"_\.|\.out$|_out$|\.\w*out\b", "an in-place or out= variant without a generator yet"),
 )

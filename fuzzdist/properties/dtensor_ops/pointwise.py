@@ -16,16 +16,13 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
-from fuzzdist.properties.dtensor_ops.catalogue import Arguments, OpDef, register
+from fuzzdist.properties.dtensor_ops.catalogue import Arguments, op_maker, register
 from fuzzdist.properties.dtensor_ops.inputs import FLOATS, INTS, broadcast_partner, operand, shapes
 
 _ALL = FLOATS + INTS + (torch.bool,)
 
 
-def _op(
-    name: str, call: Callable[..., Any], arguments: Callable[[], st.SearchStrategy[Arguments]], **more: Any
-) -> OpDef:
-    return OpDef(f"pointwise.{name}", "pointwise", call, arguments, **more)
+_op = op_maker("pointwise")
 
 
 def unary(dtypes: tuple[torch.dtype, ...] = FLOATS) -> Callable[[], st.SearchStrategy[Arguments]]:

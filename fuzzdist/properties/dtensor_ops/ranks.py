@@ -261,6 +261,8 @@ def _check_backward(
             [dt_outs[k] for k in keep], [built.dts[i] for i in unique], dt_grads, allow_unused=True
         )
     except Exception as exc:  # noqa: BLE001 - any failure of the backward is the finding
+        if refused(exc):  # a backward kernel without a sharding strategy: refused, as in the forward
+            return []
         return [Problem.raised(exc, "backward")]
     world = 1
     for n in case.mesh_shape:

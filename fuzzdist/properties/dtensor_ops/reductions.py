@@ -20,7 +20,7 @@ import torch
 from hypothesis import assume
 from hypothesis import strategies as st
 
-from fuzzdist.properties.dtensor_ops.catalogue import Arguments, OpDef, register
+from fuzzdist.properties.dtensor_ops.catalogue import Arguments, OpDef, op_maker, register
 from fuzzdist.properties.dtensor_ops.inputs import FLOATS, INTS, POSITIVE_SIZES, SIZES, operand, shapes
 
 
@@ -79,10 +79,7 @@ def over_dims(
     return lambda: draw()
 
 
-def _op(
-    name: str, call: Callable[..., Any], arguments: Callable[[], st.SearchStrategy[Arguments]], **more: Any
-) -> OpDef:
-    return OpDef(f"reductions.{name}", "reductions", call, arguments, **more)
+_op = op_maker("reductions")
 
 
 def _var_magnitude(x: torch.Tensor, **kw: Any) -> torch.Tensor:
@@ -92,6 +89,14 @@ def _var_magnitude(x: torch.Tensor, **kw: Any) -> torch.Tensor:
 
 def _logsumexp_magnitude(x: torch.Tensor, **kw: Any) -> torch.Tensor:
     return torch.logsumexp(x, **kw).abs() + x.amax(**kw) + 1
+
+
+def _spread(name: str, call: Callable[..., Any], **more: Any) -> OpDef:
+    """A variance or standard deviation over drawn dims of a non-empty operand, bounded by the sum of
+    squares it subtracts from."""
+    return _op(
+        name, call, over_dims(FLOATS, nonempty=True), reordered=True, terms=_reduced, magnitude=_var_magnitude, **more
+    )
 
 
 def _amax(x: torch.Tensor, **kw: Any) -> torch.Tensor:
@@ -121,24 +126,8 @@ register(
         "norm_1", lambda x, **k: torch.linalg.vector_norm(x, 1, **k), over_dims(FLOATS), reordered=True, terms=_reduced
     ),
     _op("norm_inf", lambda x, **k: torch.linalg.vector_norm(x, math.inf, **k), over_dims(FLOATS)),
-    _op(
-        "var",
-        lambda x, **k: torch.var(x, correction=0, **k),
-        over_dims(FLOATS, nonempty=True),
-        reordered=True,
-        terms=_reduced,
-        magnitude=_var_magnitude,
-        grad=True,
-    ),
-    _op(
-        "std",
-        lambda x, **k: torch.std(x, correction=1, **k),
-        over_dims(FLOATS, nonempty=True),
-        reordered=True,
-        terms=_reduced,
-        magnitude=_var_magnitude,
-        root=True,
-    ),
+    _spread("var", lambda x, **k: torch.var(x, correction=0, **k), grad=True),
+    _spread("std", lambda x, **k: torch.std(x, correction=1, **k), root=True),
     _op("argmax", torch.argmax, over_dims(FLOATS + INTS, single=True, nonempty=True)),
     _op("argmin", torch.argmin, over_dims(FLOATS + INTS, single=True, nonempty=True)),
     _op("all", torch.all, over_dims(FLOATS + INTS + (torch.bool,), single=True)),

@@ -14,16 +14,13 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
-from fuzzdist.properties.dtensor_ops.catalogue import Arguments, OpDef, register
+from fuzzdist.properties.dtensor_ops.catalogue import Arguments, op_maker, register
 from fuzzdist.properties.dtensor_ops.inputs import FLOATS, INTS, SIZES, dims_of, operand, shapes
 
 _DTYPES = FLOATS + INTS[:1] + (torch.bool,)
 
 
-def _op(
-    name: str, call: Callable[..., Any], arguments: Callable[[], st.SearchStrategy[Arguments]], **more: Any
-) -> OpDef:
-    return OpDef(f"views.{name}", "views", call, arguments, grad=True, **more)
+_op = op_maker("views", grad=True)
 
 
 @st.composite
