@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from fuzzdist.properties.dtensor import expected_local
 from fuzzdist.strategies import TensorSpec, mix_seed
 
 PARTIAL_OPS = {"P+": "sum", "P>": "max", "P<": "min"}
@@ -100,23 +101,6 @@ def placement(api: Any, name: str) -> Any:
     return api.Partial(PARTIAL_OPS[name])
 
 
-def shard_piece(
-    full: torch.Tensor, mesh_shape: tuple[int, ...], coord: tuple[int, ...], names: tuple[str, ...]
-) -> torch.Tensor:
-    """The piece of ``full`` the Shard placements give the rank at ``coord``: ``torch.chunk`` semantics,
-    mesh dim 0 first, then within that piece."""
-    t = full
-    for mesh_dim, name in enumerate(names):
-        if not name.startswith("S"):
-            continue
-        d = int(name[1:]) % full.ndim
-        n, k, size = mesh_shape[mesh_dim], coord[mesh_dim], t.size(d)
-        chunk = -(-size // n)
-        start = min(k * chunk, size)
-        t = t.narrow(d, start, min(start + chunk, size) - start)
-    return t
-
-
 def _bit_chunks(x: torch.Tensor, n: int) -> list[torch.Tensor]:
     """``x`` split into ``n`` floats of its own sign whose sum is exactly ``x`` in every order: each holds a
     disjoint run of ``x``'s significand bits (so any partial sum is ``x`` with some bits cleared, which
@@ -163,7 +147,7 @@ def partial_pieces(full: torch.Tensor, reduce_op: str, n: int, owner: int, seed:
 def local_piece(op: Operand, full: torch.Tensor, mesh_shape: tuple[int, ...], coord: tuple[int, ...]) -> torch.Tensor:
     """What the rank at ``coord`` holds of ``op``: its Shard piece, then, for each Partial mesh dim, its
     Partial piece of that (each Partial dim splits what the ones before it left)."""
-    piece = shard_piece(full, mesh_shape, coord, op.placements).contiguous()
+    piece = expected_local(full, mesh_shape, coord, op.placements).contiguous()
     for mesh_dim, name in enumerate(op.placements):
         if is_partial(name):
             # every rank along this mesh dim cuts the same pieces: the seed leaves its own coordinate out

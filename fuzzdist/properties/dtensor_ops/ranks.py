@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fuzzdist.problems import Kind, Problem
-from fuzzdist.properties.dtensor import API, _quiet_logs, device_mesh
+from fuzzdist.properties.dtensor import API, _quiet_logs, device_mesh, expected_local
 from fuzzdist.properties.dtensor_ops.accuracy import bound, compare, finite_or_zero, magnitudes, tensors_of
 from fuzzdist.properties.dtensor_ops.cases import OpCase, substitute
 from fuzzdist.properties.dtensor_ops.catalogue import OpDef, lookup
-from fuzzdist.properties.dtensor_ops.operands import Alias, Operand, is_partial, local_piece, placement, shard_piece
+from fuzzdist.properties.dtensor_ops.operands import Alias, Operand, is_partial, local_piece, placement
 from fuzzdist.strategies import TensorSpec, mix_seed
 from fuzzdist.toolkit.reporting import capped
 
@@ -129,7 +129,7 @@ def _check_output(
         diff = compare(
             f"{what}: local piece at mesh coordinate {coord} of {names}",
             out.to_local(),
-            shard_piece(full, case.mesh_shape, coord, names),
+            expected_local(full, case.mesh_shape, coord, names),
             None,
         )
         if diff is not None:
@@ -245,7 +245,7 @@ def _check_backward(
         grads.append(g)
         dt_grads.append(
             API.DTensor.from_local(
-                shard_piece(g, case.mesh_shape, coord, names).contiguous(),
+                expected_local(g, case.mesh_shape, coord, names).contiguous(),
                 mesh,
                 [placement(API, n) for n in names],
                 run_check=False,
