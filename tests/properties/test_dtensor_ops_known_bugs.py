@@ -86,3 +86,30 @@ def test_near_misses_of_the_empty_view_hang_are_not_recognised():
     assert not bugs._is_view_empty_to_1d_hang({"case": _view((7, 0, 7), (0,))}, _failure(raised))
     partial = dtensor_ops.OpCase("views.flatten", (_operand(torch.float32, "R", shape=(0, 3, 2)), 1, 2), (), (2,))
     assert not bugs._is_view_empty_to_1d_hang({"case": partial}, _VIEW_HANG)
+
+
+def test_the_view_rule_replay_matches_how_torch_ends_each_grouping():
+    # derived by hand from view_groups' steps, and each checked against torch 2.13's own view_groups
+    assert bugs._view_groups_outcome((0,), (0, 3)) == "loops"  # the target's 3 is left once (0,) is used up
+    assert bugs._view_groups_outcome((0, 1, 0, 0), (0, 0)) == "loops"
+    assert bugs._view_groups_outcome((0, 1), (3, 0, 2)) == "raises"  # a modulo by the input's 0
+    assert bugs._view_groups_outcome((7, 0, 7), (0, 7)) == "returns"
+    assert bugs._view_groups_outcome((3, 0), (0,)) == "returns"
+
+
+def _matmul(first: tuple[int, ...], second: tuple[int, ...]) -> dtensor_ops.OpCase:
+    operands = (_operand(torch.bfloat16, "S3", "S3", shape=first), _operand(torch.bfloat16, "R", "P<", shape=second))
+    return dtensor_ops.OpCase("matrix.matmul", operands, (), (4, 1))
+
+
+def test_a_matmul_whose_fold_or_unfold_loops_in_the_view_rule_is_recognised():
+    assert bugs._is_view_empty_to_1d_hang({"case": _matmul((0, 1, 0, 0), (0,))}, _VIEW_HANG)  # its fold
+    assert bugs._is_view_empty_to_1d_hang({"case": _matmul((0, 3, 2), (2,))}, _VIEW_HANG)  # its unfold (0,) to (0, 3)
+    flatten = dtensor_ops.OpCase("views.flatten", (_operand(torch.float32, "S0", shape=(1, 0, 2)), 0, 2), (), (4,))
+    assert bugs._is_view_empty_to_1d_hang({"case": flatten}, _VIEW_HANG)
+
+
+def test_matmuls_whose_reshapes_end_are_not_recognised_as_the_view_hang():
+    assert not bugs._is_view_empty_to_1d_hang({"case": _matmul((2, 1, 3, 0), (0,))}, _VIEW_HANG)
+    assert not bugs._is_view_empty_to_1d_hang({"case": _matmul((1, 0, 2), (2, 3))}, _VIEW_HANG)
+    assert not bugs._is_view_empty_to_1d_hang({"case": _matmul((0, 3), (3,))}, _VIEW_HANG)  # 2-D: no fold

@@ -8,6 +8,7 @@ operands, never a message's words.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from math import prod
 from typing import Any
 
 import torch
@@ -190,32 +191,85 @@ register(
         recognise=_is_addcdiv_partial_divisor_grad_scaled,
     )
 )
-_RESHAPES = ("views.view", "views.reshape", "views.flatten")
 
 
-def _reshaped_to_empty_1d(case: OpCase) -> bool:
-    """A view/reshape/flatten case whose operand has a size-0 dim and another dim, and whose result is 1-D
-    (a view or reshape to a one-dim shape, or a flatten over every dim)."""
+def _view_groups_outcome(from_size: tuple[int, ...], to_size: tuple[int, ...]) -> str:
+    """How DTensor's view_groups (torch/distributed/tensor/_ops/_view_ops.py, torch 2.13) ends grouping
+    ``from_size`` into ``to_size``: "loops" (forever), "raises" or "returns".  Its steps are replayed on
+    concrete sizes; a pass of its outer loop that ends where it began never ends.  That happens when a size-0
+    dim has made both sides' products 0 and one side is left with a dim other than 1 while the other side is
+    used up."""
+    from_idx = to_idx = 0
+    while from_idx < len(from_size) or to_idx < len(to_size):
+        began = (from_idx, to_idx)
+        f = from_size[from_idx] if from_idx < len(from_size) else 1
+        from_idx += from_idx < len(from_size)
+        t = to_size[to_idx] if to_idx < len(to_size) else 1
+        to_idx += to_idx < len(to_size)
+        if f == 1 and t != 1:
+            to_idx -= 1  # view_groups backtracks the target dim
+        elif f != 1 and t == 1:
+            from_idx -= 1  # ... or the input dim
+        else:
+            while f != t:
+                try:  # in view_groups' order: a modulo by 0 raises ZeroDivisionError there
+                    if from_idx < len(from_size) and (to_idx >= len(to_size) or t % f == 0 or t > f):
+                        f *= from_size[from_idx]
+                        from_idx += 1
+                    elif to_idx < len(to_size) and (from_idx >= len(from_size) or f % t == 0 or f > t):
+                        t *= to_size[to_idx]
+                        to_idx += 1
+                    else:
+                        return "returns"  # view_groups groups the rest
+                except ZeroDivisionError:
+                    return "raises"
+        if (from_idx, to_idx) == began:
+            return "loops"
+    return "returns"
+
+
+def _view_groups_never_ends(reshapes: list[tuple[tuple[int, ...], tuple[int, ...]]]) -> bool:
+    """Whether DTensor's view rule, handed these (input shape, target shape) reshapes in turn, loops forever
+    on one of them before any raises."""
+    for from_size, to_size in reshapes:
+        outcome = _view_groups_outcome(from_size, to_size)
+        if outcome != "returns":
+            return outcome == "loops"
+    return False
+
+
+def _reshapes_of(case: OpCase) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """The (input shape, target shape) reshapes a case's operator hands DTensor's view rule, in order: a
+    view/reshape's target, a flatten's result; for a matmul whose first operand has 3 or more dims and whose
+    second has 1 or 2, aten's fold of the first to (product of the leading dims, last dim) and its unfold
+    of the product back to the leading dims."""
     operands = _operands(case)
-    if case.op not in _RESHAPES or not operands:
-        return False
-    shape = operands[0].spec.shape
-    if 0 not in shape or len(shape) < 2:
-        return False
+    if not operands:
+        return []
+    shape = tuple(operands[0].spec.shape)
     # the case's arguments are its structure (dims, a target shape), not a message: matched by pattern
     match case:
-        case OpCase(op="views.flatten", args=(_, int(start), int(end))):
-            return sorted((start % len(shape), end % len(shape))) == [0, len(shape) - 1]
-        case OpCase(args=(_, tuple(target))):
-            return len(target) == 1
-    return False
+        case OpCase(op="views.flatten", args=(_, int(start), int(end))) if shape:
+            first, last = sorted((start % len(shape), end % len(shape)))
+            return [(shape, shape[:first] + (prod(shape[first : last + 1]),) + shape[last + 1 :])]
+        case OpCase(op="views.view" | "views.reshape", args=(_, tuple(target))) if -1 not in target:
+            return [(shape, tuple(target))]
+        case OpCase(op="matrix.matmul") if len(operands) == 2 and len(shape) >= 3:
+            other = tuple(operands[1].spec.shape)
+            folded = prod(shape[:-1])
+            if len(other) == 1:
+                return [(shape, (folded, shape[-1])), ((folded,), shape[:-1])]
+            if len(other) == 2:
+                return [(shape, (folded, shape[-1])), ((folded, other[1]), shape[:-1] + other[1:])]
+    return []
 
 
 def _is_view_empty_to_1d_hang(example: Mapping[str, Any], failure: BaseException) -> bool:
     """A tensor with a size-0 dim viewed (reshaped, flattened) as 1-D, and the ranks were left waiting: DTensor's
     view sharding rule never returns."""
     case = example.get("case")
-    return isinstance(case, OpCase) and _reshaped_to_empty_1d(case) and bool(evidence.waiting(failure))
+    reshapes = _reshapes_of(case) if isinstance(case, OpCase) else []
+    return _view_groups_never_ends(reshapes) and bool(evidence.waiting(failure))
 
 
 register(KnownBug(id="dtensor-view-empty-to-1d-hangs", where=("dtensor_ops",), recognise=_is_view_empty_to_1d_hang))
