@@ -113,3 +113,45 @@ def test_matmuls_whose_reshapes_end_are_not_recognised_as_the_view_hang():
     assert not bugs._is_view_empty_to_1d_hang({"case": _matmul((2, 1, 3, 0), (0,))}, _VIEW_HANG)
     assert not bugs._is_view_empty_to_1d_hang({"case": _matmul((1, 0, 2), (2, 3))}, _VIEW_HANG)
     assert not bugs._is_view_empty_to_1d_hang({"case": _matmul((0, 3), (3,))}, _VIEW_HANG)  # 2-D: no fold
+
+
+def _norm_inf(placement: str, shape: tuple[int, ...] = (1,), op: str = "reductions.norm_inf") -> dtensor_ops.OpCase:
+    return dtensor_ops.OpCase(op, (_operand(torch.float32, placement, shape=shape),), (), (3,))
+
+
+def test_an_inf_norm_with_an_empty_shard_that_hung_is_recognised():
+    # the campaign's shrunk example: (1,) as Shard(0) on 3 ranks, ranks 1 and 2 hold nothing
+    assert bugs._is_norm_inf_empty_shard_hang({"case": _norm_inf("S0")}, _VIEW_HANG)
+
+
+def test_near_misses_of_the_inf_norm_hang_are_not_recognised():
+    # no empty shard, another reduction, a failure that is not a hang
+    assert not bugs._is_norm_inf_empty_shard_hang({"case": _norm_inf("S0", shape=(3,))}, _VIEW_HANG)
+    assert not bugs._is_norm_inf_empty_shard_hang({"case": _norm_inf("R")}, _VIEW_HANG)
+    assert not bugs._is_norm_inf_empty_shard_hang({"case": _norm_inf("S0", op="reductions.norm_1")}, _VIEW_HANG)
+    raised = Problem(Kind.RAISED, DTENSOR_CALL, error="RuntimeError")
+    assert not bugs._is_norm_inf_empty_shard_hang({"case": _norm_inf("S0")}, _failure(raised))
+
+
+def _linear(input_shape: tuple[int, ...], op: str = "matrix.linear") -> dtensor_ops.OpCase:
+    weight = _operand(torch.float32, "R", shape=(0, input_shape[-1]))
+    return dtensor_ops.OpCase(op, (_operand(torch.float32, "R", shape=input_shape), weight), (), (2,))
+
+
+def _shape(got: tuple[int, ...], expected: tuple[int, ...], dtype: torch.dtype = torch.float32) -> Problem:
+    return Problem(Kind.SHAPE, "reworded", got=(got, torch.float32), expected=(expected, dtype))
+
+
+def test_a_linear_of_a_1d_input_with_a_leading_1_is_recognised():
+    # the campaign's shrunk example: a (0,) input and a (0, 0) weight gave (1, 0) for (0,)
+    assert bugs._is_linear_1d_input_shape({"case": _linear((0,))}, _failure(_shape((1, 0), (0,))))
+
+
+def test_near_misses_of_the_linear_1d_shape_are_not_recognised():
+    # a 2-D input, another operator, another shape, another dtype, a value mismatch
+    assert not bugs._is_linear_1d_input_shape({"case": _linear((2, 0))}, _failure(_shape((1, 2, 0), (2, 0))))
+    assert not bugs._is_linear_1d_input_shape({"case": _linear((0,), "matrix.matmul")}, _failure(_shape((1, 0), (0,))))
+    assert not bugs._is_linear_1d_input_shape({"case": _linear((0,))}, _failure(_shape((0, 1), (0,))))
+    assert not bugs._is_linear_1d_input_shape({"case": _linear((0,))}, _failure(_shape((1, 0), (0,), torch.float64)))
+    mismatch = Problem(Kind.MISMATCH, "output 0", got=1.0, expected=2.0)
+    assert not bugs._is_linear_1d_input_shape({"case": _linear((0,))}, _failure(mismatch))

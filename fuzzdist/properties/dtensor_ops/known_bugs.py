@@ -306,3 +306,43 @@ register(
         recognise=_is_convolution_keeping_input_placements,
     )
 )
+
+
+def _is_norm_inf_empty_shard_hang(example: Mapping[str, Any], failure: BaseException) -> bool:
+    """The inf-norm of an operand whose local shard is empty on some rank, and the ranks were left waiting in a
+    collective (the empty rank raised on its piece and left; the others wait in the result's all-reduce)."""
+    case = example.get("case")
+    return (
+        isinstance(case, OpCase)
+        and case.op == "reductions.norm_inf"
+        and _has_empty_shard(case)
+        and bool(evidence.waiting(failure))
+    )
+
+
+register(
+    KnownBug(id="dtensor-norm-inf-empty-shard-hangs", where=("dtensor_ops",), recognise=_is_norm_inf_empty_shard_hang)
+)
+
+
+def _is_linear_1d_input_shape(example: Mapping[str, Any], failure: BaseException) -> bool:
+    """``matrix.linear`` of a 1-D input, and every problem is the output's shape: the local operator's
+    (*weight rows*,) where the DTensor reports a leading 1 before it."""
+    case = example.get("case")
+    operands = _operands(case)
+    if not isinstance(case, OpCase) or case.op != "matrix.linear" or not operands or len(operands[0].spec.shape) != 1:
+        return False
+    problems = [p for ranks in (evidence.reported_by_rank(failure) or []) for p in ranks]
+    return bool(problems) and all(
+        # a shape problem is (shape, dtype): the same dtype, the shape with a leading 1 added
+        p.kind is Kind.SHAPE
+        and isinstance(p.got, tuple)
+        and isinstance(p.expected, tuple)
+        and len(p.got) == len(p.expected) == 2
+        and p.got[1] == p.expected[1]
+        and tuple(p.got[0]) == (1, *p.expected[0])
+        for p in problems
+    )
+
+
+register(KnownBug(id="dtensor-linear-1d-input-shape", where=("dtensor_ops",), recognise=_is_linear_1d_input_shape))

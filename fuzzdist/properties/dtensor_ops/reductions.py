@@ -49,7 +49,8 @@ def over_dims(
     ``extremum``: an empty operand is reduced only over dims of non-zero size, given explicitly.  torch's
     ``amax``/``amin`` refuse the rest with an explicit error ("Expected reduction dim to be specified for
     input.numel() == 0", "Expected reduction dim ... to have non-zero size"): an extremum of nothing has no
-    value.  An empty operand with no such dim (``(0,)``) is rejected."""
+    value; ``vector_norm(x, inf)`` refuses it too ("cannot compute the inf norm on an empty tensor because the
+    operation does not have an identity").  An empty operand with no such dim (``(0,)``) is rejected."""
 
     @st.composite
     def draw(d: st.DrawFn) -> Arguments:
@@ -125,7 +126,8 @@ register(
     _op(
         "norm_1", lambda x, **k: torch.linalg.vector_norm(x, 1, **k), over_dims(FLOATS), reordered=True, terms=_reduced
     ),
-    _op("norm_inf", lambda x, **k: torch.linalg.vector_norm(x, math.inf, **k), over_dims(FLOATS)),
+    # The inf-norm is an extremum (max |x|): torch refuses it over an empty dim, as it does amax.
+    _op("norm_inf", lambda x, **k: torch.linalg.vector_norm(x, math.inf, **k), over_dims(FLOATS, extremum=True)),
     _spread("var", lambda x, **k: torch.var(x, correction=0, **k), grad=True),
     _spread("std", lambda x, **k: torch.std(x, correction=1, **k), root=True),
     _op("argmax", torch.argmax, over_dims(FLOATS + INTS, single=True, nonempty=True)),
