@@ -124,6 +124,16 @@ def _sdpa_magnitude(q: Any, k: Any, v: Any, is_causal: bool) -> Any:
     return vmax * (1 + scores.amax(-1, keepdim=True))
 
 
+def _softmax_magnitude(x: Any, dim: int) -> Any:
+    """Softmax's bound, as a value and as a derivative.  Its value, 1, bounds every output (the exponentials
+    are at most 1 after the max is subtracted).  Its derivative bounds the gradient's terms: softmax's
+    gradient is ``y_i (g_i - sum_j g_j y_j)`` along ``dim``, whose terms are at most ``|g_i| + sum_j |g_j|``
+    since ``y <= 1``; that is what autograd gives for ``x_i + sum_j x_j`` under upstream ``|g|``.  The part
+    that carries it is zero in value (it minus itself detached)."""
+    carrier = x + x.sum(dim, keepdim=True)
+    return 1 + carrier - carrier.detach()
+
+
 register(
     _op(
         "softmax",
@@ -131,7 +141,7 @@ register(
         lambda: _along(),
         reordered=True,
         terms=_dim_terms,
-        magnitude=lambda x, dim: torch.ones_like(x),
+        magnitude=_softmax_magnitude,
     ),
     _op(
         "log_softmax",

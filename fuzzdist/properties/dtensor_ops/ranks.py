@@ -37,11 +37,15 @@ def torch_rules() -> Iterator[None]:
 REFUSALS = (
     "in-place operations that require placement changes are not supported",
     "does not have a sharding strategy registered",
+    "which requires redistribution. Please redistribute the input first",
 )
 """DTensor's explicit refusals: an error saying the input is not supported is not a wrong result.  In place:
 DTensor raises "in-place operations that require placement changes are not supported ... Please use the
 out-of-place version" (in torch's ``torch.distributed.tensor._sharding_prop``) where no strategy keeps the input's
-placement; an operator without a sharding strategy raises NotImplementedError saying so."""
+placement; an operator without a sharding strategy raises NotImplementedError saying so; a view that would
+reshape a sharded dim (``flatten`` of a dim sharded over more ranks than its size, say) raises "This operation
+would remove or reshape sharded dimension ..., which requires redistribution. Please redistribute the input
+first." (``torch.distributed.tensor._ops._view_ops``, strict views)."""
 
 
 def refused(exc: BaseException) -> bool:
