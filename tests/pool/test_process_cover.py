@@ -1,0 +1,44 @@
+"""``--cover`` counts the lines of the processes a property starts itself: torchrun's agent and workers."""
+
+from __future__ import annotations
+
+import inspect
+import os
+
+import pytest
+import torch.distributed.distributed_c10d as c10d
+
+from fuzzdist.pool import line_coverage, process_cover
+from fuzzdist.properties.elastic import launch
+from fuzzdist.properties.elastic.cases import ElasticCase
+
+
+@pytest.fixture
+def cover():
+    ledger = line_coverage.enable(["torch.distributed"])
+    line_coverage.set_scope("elastic")
+    try:
+        yield ledger
+    finally:
+        line_coverage.disable()
+
+
+def _function_lines(fn) -> set[int]:
+    source, first = inspect.getsourcelines(fn)
+    return set(range(first, first + len(source)))
+
+
+def test_an_elastic_job_under_cover_counts_its_agent_s_and_worker_s_lines(cover, tmp_path):
+    code = launch.run_job(ElasticCase(nproc=1, steps=1, max_restarts=0), str(tmp_path), launch.torchrun)
+    assert code == 0, launch.log_tail(str(tmp_path))
+    reached = cover.by_scope["elastic"]
+    agent = [f for f in reached if os.sep.join(("distributed", "elastic", "agent")) in f]
+    assert agent, sorted(reached)[:20]  # torchrun's agent, in the wrapped process
+    worker = reached.get(os.path.realpath(c10d.__file__), set()) & _function_lines(c10d.init_process_group)
+    assert worker  # init_process_group is called by the worker only
+
+
+def test_coverage_off_adds_nothing_to_the_environment():
+    line_coverage.disable()
+    with process_cover.gathering() as env:
+        assert env == {}
