@@ -105,3 +105,14 @@ def test_a_rendezvous_that_admits_otherwise_is_a_problem(tmp_path, codes, worker
     case = elastic.RendezvousCase(agents=2, min_nodes=1, max_nodes=3)
     problems = elastic.rendezvous_problems(case, codes, _joined(tmp_path, workers))
     assert any(p.kind is Kind.MISMATCH and "--nnodes=1:3" in p.what for p in problems)
+
+
+def test_a_restart_example_s_deadline_grows_with_the_interpreters_it_starts():
+    from fuzzdist.properties.elastic import launch
+
+    one = launch.restart_deadline_s(ElasticCase(nproc=1, steps=2, max_restarts=1))
+    assert one > 90.0  # a flat 90 s ran out under load for this case, with no restart in it
+    assert launch.restart_deadline_s(ElasticCase(nproc=2, steps=2, max_restarts=1)) > one
+    assert launch.restart_deadline_s(TWO_WORKERS_ONE_RESTART) > launch.restart_deadline_s(
+        ElasticCase(nproc=2, steps=1, max_restarts=1)
+    )

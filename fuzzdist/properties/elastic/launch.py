@@ -28,6 +28,11 @@ START_S = 90.0
 ATTEMPT_S = 60.0
 """What each further attempt may take: the agent noticing the failure, stopping and restarting workers."""
 
+PER_PROCESS_S = 30.0
+"""What each interpreter a restart example starts adds to its first attempt (the agent and every worker
+import torch at once, on the same cores), and each worker to every restart: under a load of 25 to 38 on
+two cores, a one-worker job ran past a flat 90 s with nothing logged yet."""
+
 LAST_CALL_S = 10
 """The rendezvous' ``last_call_timeout`` when fewer agents than ``--nnodes``' maximum join: long enough for
 every agent of the example to start on a loaded machine (torch's default is 30 s)."""
@@ -98,8 +103,11 @@ def restart_args(case: ElasticCase, workdir: str) -> list[str]:
 
 
 def restart_deadline_s(case: ElasticCase) -> float:
-    """The longest a restart example may run: the first attempt and every restart."""
-    return START_S + ATTEMPT_S * min(len(case.failures), case.max_restarts)
+    """The longest a restart example may run: the first attempt and every restart, each longer by the
+    interpreters it starts (:data:`PER_PROCESS_S`)."""
+    restarts = min(len(case.failures), case.max_restarts)
+    first = START_S + PER_PROCESS_S * (1 + case.nproc)
+    return first + (ATTEMPT_S + PER_PROCESS_S * case.nproc) * restarts
 
 
 def run_job(case: ElasticCase, workdir: str, agent: Agent) -> int | None:
