@@ -16,7 +16,7 @@ if missing_fully_shard():  # an older torch; any other ImportError below fails, 
 from fuzzdist.properties.reshard import model_state
 
 
-@pytest.mark.fuzzdist(world_size=[2, 3])
+@pytest.mark.fuzzdist(world_size=[2, 3], timeout=model_state.TIMEOUT_S)
 @given(data=st.data())
 def test_model_state_loads_into_another_world_size(rank_pool, data):
     """What the first W ranks save of a sharded model and its optimizer, the first W' != W ranks load

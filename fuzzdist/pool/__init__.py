@@ -16,6 +16,7 @@ One protocol, two transports; the driver side here, the rank side in ``rank/``::
     private_file.py a secret read from a file only its owner can read (passwords, torchrun's key)
     leftovers.py    what a pool's processes leave in the temporary folder, and how it goes away
     line_coverage.py  ``--cover``: which packages to measure, and the lines the ranks reached, merged
+    process_cover.py  ``--cover`` in the processes a property starts itself (torchrun's agent, workers)
     rank/           inside a rank: worker.py answers the messages and runs each call isolated
                     (isolation.py) and seeded; spawned.py, a spawned rank's entry point; context.py,
                     rank_state.py, rank_output.py, process_tree.py

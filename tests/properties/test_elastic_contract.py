@@ -168,3 +168,14 @@ def test_a_rendezvous_case_needs_min_within_the_agents_and_max():
     assert elastic.RendezvousCase(agents=3, min_nodes=1, max_nodes=1).admitted == 1
     with pytest.raises(InvalidArgument, match="expected 1 <= min_nodes <= agents and min_nodes <= max_nodes"):
         elastic.RendezvousCase(agents=1, min_nodes=2, max_nodes=2)
+
+
+def test_a_restart_example_s_deadline_grows_with_the_interpreters_it_starts():
+    from fuzzdist.properties.elastic import launch
+
+    one = launch.restart_deadline_s(ElasticCase(nproc=1, steps=2, max_restarts=1))
+    assert one > 90.0  # a flat 90 s ran out under load for this case, with no restart in it
+    assert launch.restart_deadline_s(ElasticCase(nproc=2, steps=2, max_restarts=1)) > one
+    assert launch.restart_deadline_s(TWO_WORKERS_ONE_RESTART) > launch.restart_deadline_s(
+        ElasticCase(nproc=2, steps=1, max_restarts=1)
+    )

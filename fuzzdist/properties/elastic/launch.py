@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import Any
 
+from fuzzdist.pool import process_cover
 from fuzzdist.properties.elastic.cases import ElasticCase, RendezvousCase
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker.py")
@@ -26,6 +27,11 @@ START_S = 90.0
 
 ATTEMPT_S = 60.0
 """What each further attempt may take: the agent noticing the failure, stopping and restarting workers."""
+
+PER_PROCESS_S = 30.0
+"""What each interpreter a restart example starts adds to its first attempt (the agent and every worker
+import torch at once, on the same cores), and each worker to every restart: under a load of 25 to 38 on
+two cores, a one-worker job ran past a flat 90 s with nothing logged yet."""
 
 LAST_CALL_S = 10
 """The rendezvous' ``last_call_timeout`` when fewer agents than ``--nnodes``' maximum join: long enough for
@@ -48,9 +54,11 @@ def environment() -> dict[str, str]:
 def start_torchrun(args: Sequence[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
     """``python -m torch.distributed.run ARGS`` in a session of its own (its workers with it), its output in
     the log file named by ``env['FUZZDIST_ELASTIC_LOG']``."""
+    # under --cover the agent runs inside the recorder; its workers start recording themselves (worker.py)
+    wrapper = ["-m", "fuzzdist.pool.process_cover"] if process_cover.VARIABLE in env else []
     with open(env["FUZZDIST_ELASTIC_LOG"], "ab") as log:
         return subprocess.Popen(
-            [sys.executable, "-m", "torch.distributed.run", *args],
+            [sys.executable, *wrapper, "-m", "torch.distributed.run", *args],
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -95,14 +103,18 @@ def restart_args(case: ElasticCase, workdir: str) -> list[str]:
 
 
 def restart_deadline_s(case: ElasticCase) -> float:
-    """The longest a restart example may run: the first attempt and every restart."""
-    return START_S + ATTEMPT_S * min(len(case.failures), case.max_restarts)
+    """The longest a restart example may run: the first attempt and every restart, each longer by the
+    interpreters it starts (:data:`PER_PROCESS_S`)."""
+    restarts = min(len(case.failures), case.max_restarts)
+    first = START_S + PER_PROCESS_S * (1 + case.nproc)
+    return first + (ATTEMPT_S + PER_PROCESS_S * case.nproc) * restarts
 
 
 def run_job(case: ElasticCase, workdir: str, agent: Agent) -> int | None:
     """Run ``case``'s job under ``agent`` in ``workdir``: its exit code (None: killed at the deadline)."""
     log = os.path.join(workdir, "agent.log")
-    return agent(restart_args(case, workdir), environment(), restart_deadline_s(case), log)
+    with process_cover.gathering() as cover:
+        return agent(restart_args(case, workdir), {**environment(), **cover}, restart_deadline_s(case), log)
 
 
 def free_port() -> int:
@@ -133,7 +145,12 @@ def run_rendezvous(case: RendezvousCase, workdir: str) -> list[int | None]:
     """Start ``case.agents`` agents at once on one rendezvous; their exit codes (None: killed at the
     deadline)."""
     port, run_id = free_port(), uuid.uuid4().hex[:12]
-    env = environment()
+    with process_cover.gathering() as cover:
+        return _rendezvous(case, workdir, port, run_id, {**environment(), **cover})
+
+
+def _rendezvous(case: RendezvousCase, workdir: str, port: int, run_id: str, env: dict[str, str]) -> list[int | None]:
+    """Start the agents of :func:`run_rendezvous` with ``env`` and wait for them, up to the deadline."""
     procs = [
         start_torchrun(
             rendezvous_args(case, workdir, port, run_id),

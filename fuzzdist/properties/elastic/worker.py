@@ -24,6 +24,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+COVER = "FUZZDIST_PROCESS_COVER" in os.environ
+"""Under ``--cover``, fuzzdist's recorder (the one import beyond torch, made only then) records this worker."""
+
 
 def contribution(rank: int, step: int) -> torch.Tensor:
     """Rank ``rank``'s term at ``step``: small integers in float64, so that every sum is exact."""
@@ -38,6 +41,10 @@ def record(workdir: str, event: dict[str, Any]) -> None:
 
 def die(failure: dict[str, Any]) -> None:
     """End this worker as the plan says: ``os._exit(code)`` or a signal sent to itself."""
+    if COVER:  # --cover: the lines so far, before an end that skips the exit handlers
+        from fuzzdist.pool import process_cover
+
+        process_cover.flush()
     if failure["signal"]:
         os.kill(os.getpid(), getattr(signal, failure["signal"]))
     os._exit(failure["exit_code"])
@@ -79,4 +86,8 @@ def main(plan: dict[str, Any], workdir: str) -> None:
 
 
 if __name__ == "__main__":
+    if COVER:
+        from fuzzdist.pool import process_cover
+
+        process_cover.record_this_process()
     main(json.loads(sys.argv[1]), sys.argv[2])

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from fuzzdist.pool import starting
+from fuzzdist.pool import process_cover, starting
 from fuzzdist.problems import Kind, Problem
 from fuzzdist.properties.faults.cases import FaultCase, world_deadline_s
 from fuzzdist.properties.faults.rank import Collective, Load, rank_main
@@ -43,7 +43,13 @@ def expected_exit_code(case: FaultCase) -> int:
 
 def run_world(case: FaultCase, collective: Collective, load: Load) -> WorldOutcome:
     """Run ``case`` in a world of its own and return what happened; never waits past
-    :func:`world_deadline_s`."""
+    :func:`world_deadline_s`.  Under ``--cover`` its ranks' lines count too."""
+    with process_cover.gathering() as cover:
+        return _run_world(case, collective, load, cover)
+
+
+def _run_world(case: FaultCase, collective: Collective, load: Load, cover: dict[str, str]) -> WorldOutcome:
+    """:func:`run_world` with ``cover``, the environment that asks the ranks to record their lines."""
     ctx = starting.context(starting.resolve_start_method("auto", "cpu"))
     workdir = tempfile.mkdtemp(prefix="fuzzdist-faults-")
     outcome = WorldOutcome()
@@ -54,7 +60,7 @@ def run_world(case: FaultCase, collective: Collective, load: Load) -> WorldOutco
             theirs_read, theirs_write = ctx.Pipe(duplex=False)
             proc = ctx.Process(
                 target=rank_main,
-                args=(case, rank, workdir, theirs_write, collective, load),
+                args=(case, rank, workdir, theirs_write, collective, load, cover),
                 name=f"fuzzdist-fault-rank{rank}",
                 daemon=True,
             )

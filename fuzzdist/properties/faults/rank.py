@@ -21,6 +21,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from fuzzdist.pool import process_cover
 from fuzzdist.problems import Kind, Problem
 from fuzzdist.properties.faults.cases import FRESH_TIMEOUT_S, GRACE_S, FaultCase, world_deadline_s
 from fuzzdist.toolkit.checks import first_difference
@@ -88,7 +89,9 @@ def dcp_load(state_dict: dict[str, torch.Tensor], checkpoint_id: str, process_gr
 
 
 def die(case: FaultCase) -> None:
-    """End this process at once as ``case`` says: no clean-up, no flushing, no goodbye to the peers."""
+    """End this process at once as ``case`` says: no clean-up, no flushing, no goodbye to the peers (only
+    ``--cover``'s lines so far are written, to a local file, when it records)."""
+    process_cover.flush()
     if case.death == "sigkill":
         os.kill(os.getpid(), signal.SIGKILL)
     os._exit(case.exit_code)
@@ -292,9 +295,20 @@ def _check_load(case: FaultCase, rank: int, group: Any, checkpoint_dir: str, loa
 
 
 def rank_main(
-    case: FaultCase, rank: int, workdir: str, conn: Any, collective: Collective = run_collective, load: Load = dcp_load
+    case: FaultCase,
+    rank: int,
+    workdir: str,
+    conn: Any,
+    collective: Collective = run_collective,
+    load: Load = dcp_load,
+    cover: dict[str, str] | None = None,
 ) -> None:
-    """The entry point of rank ``rank`` of the fault world in ``workdir``; reports over ``conn``."""
+    """The entry point of rank ``rank`` of the fault world in ``workdir``; reports over ``conn``.  ``cover``:
+    the environment :func:`fuzzdist.pool.process_cover.gathering` gives under ``--cover`` (a forked rank
+    inherits the fork server's environment, not the driver's)."""
+    if cover:
+        os.environ.update(cover)
+        process_cover.record_this_process()
     signal.alarm(int(world_deadline_s(case)) + 10)  # a backstop: never outlive the driver's patience
     # torch's own logging of the failures it meets goes to a file: the driver's output stays the report's.
     log = os.open(os.path.join(workdir, f"rank{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -304,6 +318,7 @@ def rank_main(
         problems = _run(case, rank, workdir, lambda name: conn.send(("phase", name)), collective, load)
     except BaseException as exc:  # noqa: BLE001 - whatever it is, the driver hears of it
         problems = [Problem.raised(exc, "the survivor's own code, outside the calls under test", rank=rank)]
+    process_cover.flush()  # --cover: the lines, before an end that skips the exit handlers
     conn.send(("report", problems))
     conn.close()
     os._exit(0)  # no atexit work: the group is gone, the report sent

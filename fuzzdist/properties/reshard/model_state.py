@@ -152,6 +152,13 @@ def _fsdp1_layouts(model: nn.Module) -> dict[int, Layout]:
     return layouts
 
 
+TIMEOUT_S = 120.0
+"""The pool timeout this property needs: one example builds a DDP, FSDP2 or FSDP1 model twice (each a
+collective construction over its own subgroup), saves and loads with DCP; the first DDP a fresh rank builds
+imports and initialises its machinery, which took past the default 30 s at a load of 38 on two cores (every
+rank in DDP's constructor, even over a one-rank group, where no peer can be missing)."""
+
+
 # ---------------------------------------------------------------------------
 # on the ranks
 
