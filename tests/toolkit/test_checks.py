@@ -63,9 +63,7 @@ def test_mismatch_reports_the_first_or_the_worst_element_and_its_bound():
 def test_a_layout_problem_names_both_shapes_and_dtypes_or_is_none():
     assert layout_problem("param w", torch.zeros(2, 3), torch.ones(2, 3)) is None
     found = layout_problem("param w", torch.zeros(2, dtype=torch.float64), torch.zeros(2))
-    assert found == Problem(
-        Kind.SHAPE, "param w", got=((2,), "torch.float64"), expected=((2,), "torch.float32")
-    )
+    assert found == Problem(Kind.SHAPE, "param w", got=((2,), "torch.float64"), expected=((2,), "torch.float32"))
 
 
 def test_a_tolerance_problem_shows_the_first_element_beyond_its_bound_in_float64():

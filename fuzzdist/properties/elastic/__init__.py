@@ -31,10 +31,10 @@ immediately"; "additional 'late' nodes attempting to rendezvous will only announ
 and will have to wait until the (previously completed) existing rendezvous is destroyed first"; and the
 agent left out then ends with ``RendezvousGracefulExitError``, "Raised when node wasn't included in
 rendezvous and gracefully exits. Exception is a mechanism to exit the stack, however does not mean a
-failure" (``rendezvous/api.py``).  So every agent exits 0 within the deadline, and the one group formed
-holds exactly min(agents, MAX) of them: ``WORLD_SIZE`` = that on every worker, ``RANK`` and ``GROUP_RANK``
-each 0..that-1 once.  With fewer agents than MAX the rendezvous waits its ``last_call_timeout`` (set to
-:data:`~fuzzdist.properties.elastic.launch.LAST_CALL_S`) once MIN joined.
+failure" (``torch/distributed/elastic/rendezvous/api.py``).  So every agent exits 0 within the deadline,
+and the one group formed holds exactly min(agents, MAX) of them: ``WORLD_SIZE`` = that on every worker,
+``RANK`` and ``GROUP_RANK`` each 0..that-1 once.  With fewer agents than MAX the rendezvous waits its
+``last_call_timeout`` (set to :data:`~fuzzdist.properties.elastic.launch.LAST_CALL_S`) once MIN joined.
 
 The agent under test is a keyword of :func:`check_restarts`: ``agent(args, env, deadline_s, log)`` (default:
 ``launch.torchrun``).  Every example starts fresh interpreters (torchrun, each worker, each restart):

@@ -60,9 +60,9 @@ def _is_left_out_agent_failure(example: Mapping[str, Any], failure: BaseExceptio
         return False
     return every_problem(
         failure,
-        lambda p: p.kind is Kind.RAISED
-        and p.got == 1
-        and (evidence.says(p, _NONE_RESULT) or evidence.says(p, _STORE_LOST)),
+        lambda p: (
+            p.kind is Kind.RAISED and p.got == 1 and (evidence.says(p, _NONE_RESULT) or evidence.says(p, _STORE_LOST))
+        ),
     )
 
 

@@ -283,6 +283,4 @@ def check(
     did not happen."""
     with known_failures("local_map", case=case):
         results = pool.run(run_case, case, local_map_fn=local_map_fn, sharding=sharding)
-        fail_on_ranks_with_problems(
-            results, "found local_map or register_sharding differing from the global semantics"
-        )
+        fail_on_ranks_with_problems(results, "found local_map or register_sharding differing from the global semantics")

@@ -29,9 +29,7 @@ def _is_pipelining_static_args_no_grad(example: Mapping[str, Any], failure: Base
         return False
     errors = evidence.raised(failure)
     if errors:
-        return all(
-            raised_saying(p, RuntimeError, _STAGE_BACKWARD_FAILED, "Output gradient: ('None',)") for p in errors
-        )
+        return all(raised_saying(p, RuntimeError, _STAGE_BACKWARD_FAILED, "Output gradient: ('None',)") for p in errors)
     return every_problem(failure, shows(Symptom.IMPLICIT_ONES))
 
 
