@@ -18,7 +18,9 @@ class's top-level lines run once, when the ranks import the package, before any 
 neither listed nor counted.  Two things the ranks run are listed but never counted (:data:`NOT_COUNTED`,
 printed with the summary): functions the import itself calls (a registry filled at import time, a
 decorator), since a rank imports the package when it unpickles its first example, before recording
-starts; and an example whose rank hangs or dies, whose lines go with the process the pool replaces.  A file
+starts; and an example whose rank hangs or dies, whose lines go with the process the pool replaces.  The
+processes a property starts itself (torchrun's agents and workers, short-lived worlds) count too
+(:mod:`fuzzdist.pool.process_cover`), but not one killed from outside at its deadline.  A file
 whose every reached line was in such examples shows 0.  ``reached`` lists lines as ranges
 (``"120-124,131"``).  Times are seconds into the campaign.
 """
@@ -34,7 +36,8 @@ from typing import Any
 CHART_PROPERTIES = 9  # the chart draws the total and the properties that reached most lines
 NOT_COUNTED = (
     "not counted: functions run while a rank imports the packages, before its first example, "
-    "and examples that hung or killed their rank"
+    "examples that hung or killed their rank, and processes a property started that were killed "
+    "from outside at their deadline"
 )
 """What the summary line says the count leaves out (see the module's docstring)."""
 _CO_NEWLOCALS = 0x2  # a function's code object (not a module's or a class body's)

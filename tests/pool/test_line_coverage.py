@@ -194,6 +194,7 @@ def test_sections_merge_by_union():
     assert line is not None and "5 of 15 executable lines (33.3%)" in line and "1 files never reached" in line
     # what the count can't see is said, so a file at 0 is not read as never called
     assert "before its first example" in line and "hung or killed their rank" in line
+    assert "killed from outside at their deadline" in line
     assert "pkg/b.py" in coverage_report.html_section(merged)
 
 
