@@ -346,3 +346,32 @@ def _is_linear_1d_input_shape(example: Mapping[str, Any], failure: BaseException
 
 
 register(KnownBug(id="dtensor-linear-1d-input-shape", where=("dtensor_ops",), recognise=_is_linear_1d_input_shape))
+
+
+def _is_nearest_interpolate_of_empty_raising(example: Mapping[str, Any], failure: BaseException) -> bool:
+    """``conv.interpolate`` in nearest mode of an operand with no elements, and every problem is the DTensor
+    operator raising RuntimeError over the meta function's ``torch._check`` refusing its int condition (the
+    shape propagation's; the local operator returns the empty result)."""
+    case = example.get("case")
+    if not isinstance(case, OpCase) or case.op != "conv.interpolate" or dict(case.kwargs).get("mode") != "nearest":
+        return False
+    operands = _operands(case)
+    if not operands or 0 not in operands[0].spec.shape:
+        return False
+    problems = [p for ranks in (evidence.reported_by_rank(failure) or []) for p in ranks]
+    return bool(problems) and all(
+        p.kind is Kind.RAISED
+        and p.what == DTENSOR_CALL
+        and p.error == "RuntimeError"
+        and evidence.says(p, "cond must be a bool")
+        for p in problems
+    )
+
+
+register(
+    KnownBug(
+        id="dtensor-interpolate-nearest-empty-raises",
+        where=("dtensor_ops",),
+        recognise=_is_nearest_interpolate_of_empty_raising,
+    )
+)

@@ -80,21 +80,47 @@ def _normalized_terms(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
     return 4 * n  # mean, variance (squares of the centred values), each a sum of n terms, then scaling
 
 
-def _normalized_magnitude(x: Any, normalized: Any, weight: Any = None, bias: Any = None, **kw: Any) -> Any:
-    """What a normalisation's output is computed from, in absolute value: each normalised value is at most
-    sqrt(n) (n the normalised elements), times the weight; plus the bias."""
-    n = 1
-    for s in normalized:
-        n *= s
-    out = torch.full_like(x, n**0.5)
-    if weight is not None:
-        out = out * weight
-    return out if bias is None else out + bias
+def _normalized_magnitude(centred: bool) -> Callable[..., Any]:
+    """A normalisation's bound, as a value and as a derivative (``centred``: layer_norm, else rms_norm).
+
+    Its value: each normalised value is at most sqrt(n) (n the normalised elements), times the weight; plus
+    the bias.  Its derivative bounds the input gradient's terms.  With ``s`` the row's scale (the root mean
+    square, or the standard deviation) and ``h = x / s`` (centred for layer_norm), the gradient is
+    ``(w_i g_i - h_i mean_j(w_j g_j h_j)) / s`` for rms_norm and has ``- mean_j(w_j g_j)`` inside the
+    bracket too for layer_norm; since ``|h_j| <= sqrt(n)``, its terms are at most
+    ``(|w_i g_i| + c sum_j |w_j g_j|) / s`` with ``c`` 1 (rms_norm) or 2 (layer_norm).  That is what autograd
+    gives for ``w (x_i + c sum_j x_j) / s`` under upstream ``|g|``, with ``s`` taken over the absolute
+    values (the same root mean square; a standard deviation no larger) and the operator's default eps
+    at float64 (no larger): both make ``1 / s`` an upper bound.  The part that carries it is zero in value
+    (it minus itself detached)."""
+    spread = 2 if centred else 1
+
+    def magnitude(x: Any, normalized: Any, weight: Any = None, bias: Any = None, **kw: Any) -> Any:
+        n = 1
+        for s in normalized:
+            n *= s
+        dims = tuple(range(-len(normalized), 0))
+        x_abs = x.detach()
+        if centred:
+            scale = (x_abs.var(dims, correction=0, keepdim=True) + 1e-5).sqrt()
+        else:
+            scale = (x_abs.square().mean(dims, keepdim=True) + torch.finfo(x.dtype).eps).sqrt()
+        carrier = (x + spread * x.sum(dims, keepdim=True)) / scale
+        if weight is not None:
+            carrier = carrier * weight.detach()
+        out = torch.full_like(x_abs, n**0.5)
+        if weight is not None:
+            out = out * weight
+        out = out + (carrier - carrier.detach())
+        return out if bias is None else out + bias
+
+    return magnitude
 
 
 def _normalisation(name: str, call: Callable[..., Any], arguments: Callable[[], st.SearchStrategy[Arguments]]) -> Any:
     """A normalisation over the last dims, bounded by :func:`_normalized_magnitude`."""
-    return _op(name, call, arguments, reordered=True, terms=_normalized_terms, magnitude=_normalized_magnitude)
+    magnitude = _normalized_magnitude(centred=name == "layer_norm")
+    return _op(name, call, arguments, reordered=True, terms=_normalized_terms, magnitude=magnitude)
 
 
 def _loss_terms(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
