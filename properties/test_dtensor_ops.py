@@ -15,8 +15,13 @@ except ImportError as exc:  # torch without the DTensor API
 
 
 # An example runs several operators' DTensor and local forms and backward, gathering every output: seconds
-# each on a loaded 2-core machine, so the pool's 30 s default would call slow examples hangs.
-@pytest.mark.fuzzdist(world_size=[2, 3, 4], timeout=120.0)
+# each on a loaded 2-core machine, so the pool's 30 s default would call slow examples hangs.  The slowest
+# is scaled_dot_product_attention with a sharded operand, the first time a shape and placement is seen:
+# DTensor traces its decomposition once per candidate placement (5 per 4-D input, 125), and each of those
+# traces the inner math attention's 125 again, about 24 CPU-seconds on every rank (finite: a second call,
+# cached, takes a second).  Two ranks on the loaded 2-core machine took 130 s for it; four, sharing the
+# cores, need about twice that.
+@pytest.mark.fuzzdist(world_size=[2, 3, 4], timeout=300.0)
 @given(data=st.data())
 def test_dtensor_operator_matches_local(rank_pool, data):
     """A drawn operator on DTensors with drawn placements on a 1-D or 2-D mesh: outputs, placements,

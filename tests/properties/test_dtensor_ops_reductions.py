@@ -83,6 +83,7 @@ def test_rms_norm_of_a_partial_input_allows_its_reordered_gradient():
     # a 3-rank campaign's example: a Partial (2,) float32 input whose DTensor gradient differs from local
     # autograd's by one unit in the last place of its terms (about 139 each, cancelling to -0.0576)
     from fuzzdist.properties.dtensor_ops.accuracy import bound
+
     x = torch.tensor([0.03997147083282471, 1.9582443237304688], dtype=torch.float64)
     g = torch.tensor([-0.026848435401916504, -192.978515625], dtype=torch.float64)
     leaf = x.abs().requires_grad_()

@@ -375,3 +375,33 @@ register(
         recognise=_is_nearest_interpolate_of_empty_raising,
     )
 )
+
+
+def _is_index_put_backward_mixed_tensor(example: Mapping[str, Any], failure: BaseException) -> bool:
+    """``index_put`` without accumulation whose ``x`` requires grad and whose values have other than one
+    element, and every problem is the backward raising torch's "mixed torch.Tensor and DTensor"
+    RuntimeError: autograd builds x's gradient with a plain zeros tensor of the values' shape, which DTensor
+    takes as Replicate only when it has one element."""
+    case = example.get("case")
+    if not isinstance(case, OpCase) or case.op != "indexing.index_put" or case.grad_seed is None:
+        return False
+    operands = _operands(case)
+    if len(operands) != 3 or not operands[0].requires_grad or operands[2].spec.numel == 1:
+        return False
+    problems = [p for ranks in (evidence.reported_by_rank(failure) or []) for p in ranks]
+    return bool(problems) and all(
+        p.kind is Kind.RAISED
+        and p.what == "backward"
+        and p.error == "RuntimeError"
+        and evidence.says(p, "got mixed torch.Tensor and DTensor")
+        for p in problems
+    )
+
+
+register(
+    KnownBug(
+        id="dtensor-index-put-backward-mixed-tensor",
+        where=("dtensor_ops",),
+        recognise=_is_index_put_backward_mixed_tensor,
+    )
+)
