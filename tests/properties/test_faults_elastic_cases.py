@@ -34,7 +34,11 @@ def test_the_world_deadline_covers_two_timed_out_operations():
     [
         (lambda: ElasticCase(nproc=1, failures=(Failure(rank=1),)), "outside 1 workers and 1 steps"),
         (lambda: Failure(signal="SIGSTOP"), "'' or one of SIGKILL, SIGTERM, SIGUSR1"),
-        (lambda: RendezvousCase(agents=3, min_nodes=1, max_nodes=2), "expected 1 <= min_nodes <= agents <= max_nodes"),
+        # more agents than MAX is drawn (the ones left out must exit gracefully); fewer than MIN can't form a group
+        (
+            lambda: RendezvousCase(agents=1, min_nodes=2, max_nodes=2),
+            "expected 1 <= min_nodes <= agents and min_nodes <= max_nodes",
+        ),
     ],
 )
 def test_an_elastic_case_refuses_what_it_cannot_run(make, said):
