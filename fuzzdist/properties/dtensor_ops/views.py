@@ -133,6 +133,13 @@ def _repeated(d: st.DrawFn) -> Arguments:
 
 
 @st.composite
+def _any_tensor(d: st.DrawFn) -> Arguments:
+    """A tensor of any number of dims, 0 included, and nothing else (``squeeze()`` takes no dim)."""
+    shape = d(shapes(sizes=st.just(1) | SIZES), label="shape")  # size-1 dims: what squeeze removes
+    return (d(operand(shape, _DTYPES)),), {}
+
+
+@st.composite
 def _matrix(d: st.DrawFn) -> Arguments:
     return (d(operand(d(shapes(min_dims=2, max_dims=2), label="shape"), _DTYPES)),), {}
 
@@ -156,7 +163,7 @@ register(
     _op("transpose", torch.transpose, _two_dims),
     _op("t", torch.t, lambda: _matrix()),
     _op("squeeze", torch.squeeze, _with_dim()),
-    _op("squeeze_all", lambda x: x.squeeze(), _with_dim(min_dims=0)),
+    _op("squeeze_all", lambda x: x.squeeze(), lambda: _any_tensor()),
     _op("unsqueeze", torch.unsqueeze, lambda: _unsqueezed()),
     _op("expand", lambda x, s: x.expand(s), lambda: _expanded()),
     _op("narrow", torch.narrow, lambda: _narrowed()),
