@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from fuzzdist import known_bugs
-from fuzzdist.errors import PropertyFailure, RankCrash
+from fuzzdist.errors import PropertyFailure, RankCrash, RankError
 from fuzzdist.pool.capabilities.torch_features import missing_fully_shard
 from fuzzdist.problems import Kind, Problem
 
@@ -105,3 +105,52 @@ def test_summon_grads_abort_needs_gloo_size_check_inside_unshard_grad():
     assert _recognised_crash(config, torch.float64, _crash(output="Segmentation fault")) is None
     # a wrong result from the same config is not this crash
     assert _recognised_crash(config, torch.float64, PropertyFailure("FSDP1 differs", [], [GRADIENT])) is None
+
+
+LOCAL_HYBRID = {"sharding_strategy": "HYBRID_SHARD", "hybrid_mesh": (2, 2), "state_dict_type": "LOCAL_STATE_DICT"}
+
+
+def _ranks_raised(*excs: BaseException) -> RankError:
+    """Ranks 2, 3, ... raised ``excs``, as the pool reports it; ranks 0 and 1 were left waiting."""
+    raised = {2 + i: exc for i, exc in enumerate(excs)}
+    return RankError(
+        list(raised),
+        dict.fromkeys(raised, "Traceback ..."),
+        {r: f"builtins.{type(e).__name__}" for r, e in raised.items()},
+        raised,
+        stragglers=[0, 1],
+    )
+
+
+RANK_0_NOT_IN_GROUP = ValueError("Global rank 0 does not exist in input process group: [2, 3]")
+NOT_IN_GROUP = _ranks_raised(
+    RANK_0_NOT_IN_GROUP, ValueError("Global rank 1 does not exist in input process group: [2, 3]")
+)
+
+
+def _recognised_raise(config, failure):
+    bug = known_bugs.recognise("fsdp1", {"config": config, "dtype": torch.float32, "seed": 0}, failure)
+    return None if bug is None else bug.id
+
+
+def test_local_state_dict_group_rank_is_recognised_on_a_two_by_two_hybrid_mesh():
+    config = FSDP1Config(widths=(1, 1), batch_sizes=(1, 1, 1, 1), **LOCAL_HYBRID)
+    assert _recognised_raise(config, NOT_IN_GROUP) == "fsdp1-local-state-dict-hybrid-shard-group-rank"
+
+
+def test_local_state_dict_group_rank_needs_local_state_dict_and_several_shard_groups():
+    batches = {"widths": (1, 1), "batch_sizes": (1, 1, 1, 1)}
+    assert _recognised_raise(FSDP1Config(**batches, **{**LOCAL_HYBRID, "state_dict_type": "SHARDED_STATE_DICT"}),
+                             NOT_IN_GROUP) is None
+    # one shard group holds global ranks 0, 1, ...: its indices within the group are the global ranks
+    assert _recognised_raise(FSDP1Config(**batches, **{**LOCAL_HYBRID, "hybrid_mesh": (1, 4)}), NOT_IN_GROUP) is None
+    assert _recognised_raise(FSDP1Config(**batches, state_dict_type="LOCAL_STATE_DICT"), NOT_IN_GROUP) is None
+
+
+def test_local_state_dict_group_rank_needs_every_raise_to_be_shardedtensors_value_error():
+    config = FSDP1Config(widths=(1, 1), batch_sizes=(1, 1, 1, 1), **LOCAL_HYBRID)
+    other = ValueError("some other value error")
+    assert _recognised_raise(config, _ranks_raised(RANK_0_NOT_IN_GROUP, other)) is None
+    runtime = RuntimeError("Global rank 1 does not exist in input process group: [2, 3]")
+    assert _recognised_raise(config, _ranks_raised(RANK_0_NOT_IN_GROUP, runtime)) is None
+    assert _recognised_raise(config, PropertyFailure("FSDP1 differs", [], [GRADIENT])) is None

@@ -120,3 +120,29 @@ register(
         id="fsdp1-summon-grads-none-shard-float32-aborts", where=("fsdp1",), recognise=_is_summon_grads_dtype_abort
     )
 )
+
+
+# ShardedTensor's words when a shard's placement names a rank outside the process group
+_NOT_IN_GROUP = "does not exist in input process group"
+
+
+def _is_local_state_dict_group_rank(example: Mapping[str, Any], failure: BaseException) -> bool:
+    """HYBRID_SHARD over more than one shard group, saved with LOCAL_STATE_DICT, and every rank that raised
+    raised ShardedTensor's ValueError about a rank outside its group: FSDP1's local post-state-dict hook places
+    each shard on the rank's index within its shard group, which ShardedTensor reads as a global rank, so
+    every shard group but the one holding global ranks 0, 1, ... is refused."""
+    config = example_of(example, "config", FSDP1Config)
+    if config is None or config.hybrid_mesh is None or config.state_dict_type != "LOCAL_STATE_DICT":
+        return False
+    if config.hybrid_mesh[0] == 1:  # one shard group, holding global ranks 0, 1, ...: the indices agree
+        return False
+    return every_rank_raised(failure, ValueError, _NOT_IN_GROUP)
+
+
+register(
+    KnownBug(
+        id="fsdp1-local-state-dict-hybrid-shard-group-rank",
+        where=("fsdp1",),
+        recognise=_is_local_state_dict_group_rank,
+    )
+)
