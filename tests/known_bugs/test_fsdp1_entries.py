@@ -140,8 +140,12 @@ def test_local_state_dict_group_rank_is_recognised_on_a_two_by_two_hybrid_mesh()
 
 def test_local_state_dict_group_rank_needs_local_state_dict_and_several_shard_groups():
     batches = {"widths": (1, 1), "batch_sizes": (1, 1, 1, 1)}
-    assert _recognised_raise(FSDP1Config(**batches, **{**LOCAL_HYBRID, "state_dict_type": "SHARDED_STATE_DICT"}),
-                             NOT_IN_GROUP) is None
+    assert (
+        _recognised_raise(
+            FSDP1Config(**batches, **{**LOCAL_HYBRID, "state_dict_type": "SHARDED_STATE_DICT"}), NOT_IN_GROUP
+        )
+        is None
+    )
     # one shard group holds global ranks 0, 1, ...: its indices within the group are the global ranks
     assert _recognised_raise(FSDP1Config(**batches, **{**LOCAL_HYBRID, "hybrid_mesh": (1, 4)}), NOT_IN_GROUP) is None
     assert _recognised_raise(FSDP1Config(**batches, state_dict_type="LOCAL_STATE_DICT"), NOT_IN_GROUP) is None
