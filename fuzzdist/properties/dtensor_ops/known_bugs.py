@@ -15,11 +15,16 @@ import torch
 
 from fuzzdist.known_bugs import evidence
 from fuzzdist.known_bugs.registry import KnownBug, register
-from fuzzdist.problems import Kind
+from fuzzdist.problems import Kind, Problem
 from fuzzdist.properties.dtensor_ops.cases import OpCase
 from fuzzdist.properties.dtensor_ops.catalogue import lookup
 from fuzzdist.properties.dtensor_ops.operands import PARTIAL_OPS, Operand, shard_dim
 from fuzzdist.properties.dtensor_ops.ranks import DTENSOR_CALL, OUTPUT
+
+
+def _every_rank_problem(failure: BaseException) -> list[Problem]:
+    """The problems every rank reported, rank after rank (none where the ranks reported none)."""
+    return [p for ranks in (evidence.reported_by_rank(failure) or []) for p in ranks]
 
 
 def _operands(case: Any) -> list[Operand]:
@@ -33,7 +38,7 @@ def _is_integer_partial_sum_made_float(example: Mapping[str, Any], failure: Base
     partial_int = any(
         PARTIAL_OPS.get(name) == "sum" and not o.spec.dtype.is_floating_point for o in operands for name in o.placements
     )
-    problems = [p for ranks in (evidence.reported_by_rank(failure) or []) for p in ranks]
+    problems = _every_rank_problem(failure)
     if not partial_int or not problems:
         return False
     return all(
@@ -59,7 +64,7 @@ def _is_partial_type_change_assert(example: Mapping[str, Any], failure: BaseExce
     operator raising AssertionError."""
     operands = _operands(example.get("case"))
     kinds = {PARTIAL_OPS[name] for o in operands for name in o.placements if name in PARTIAL_OPS}
-    problems = [p for ranks in (evidence.reported_by_rank(failure) or []) for p in ranks]
+    problems = _every_rank_problem(failure)
     if len(kinds) < 2 or not problems:
         return False
     return all(p.kind is Kind.RAISED and p.error == "AssertionError" and p.what == DTENSOR_CALL for p in problems)
@@ -82,7 +87,7 @@ def _is_out_placement_empty_min(example: Mapping[str, Any], failure: BaseExcepti
     """An ``out=`` operator, and every problem is the DTensor operator raising the RuntimeError of ``min()``
     over no strategies."""
     case = example.get("case")
-    problems = [p for ranks in (evidence.reported_by_rank(failure) or []) for p in ranks]
+    problems = _every_rank_problem(failure)
     if not isinstance(case, OpCase) or not _writes_out(case) or not problems:
         return False
     return all(
@@ -141,7 +146,7 @@ def _is_split_of_empty_dim_raising(example: Mapping[str, Any], failure: BaseExce
     operands = _operands(case)
     if not operands or 0 not in operands[0].spec.shape:
         return False
-    problems = [p for ranks in (evidence.reported_by_rank(failure) or []) for p in ranks]
+    problems = _every_rank_problem(failure)
     return bool(problems) and all(
         p.kind is Kind.RAISED and p.what == DTENSOR_CALL and p.error == "RuntimeError" for p in problems
     )
@@ -170,7 +175,7 @@ def _is_addcdiv_partial_divisor_grad_scaled(example: Mapping[str, Any], failure:
     if not isinstance(case, OpCase) or case.op != "pointwise.addcdiv" or case.grad_seed is None:
         return False
     k = _partial_sum_ranks(case.operands[2], case.mesh_shape)
-    problems = [p for ranks in (evidence.reported_by_rank(failure) or []) for p in ranks]
+    problems = _every_rank_problem(failure)
     if k == 1 or not problems:
         return False
     return all(
@@ -295,7 +300,7 @@ def _is_convolution_keeping_input_placements(example: Mapping[str, Any], failure
     case = example.get("case")
     if not isinstance(case, OpCase) or not _convolution_placements_unsupported(case):
         return False
-    problems = [p for ranks in (evidence.reported_by_rank(failure) or []) for p in ranks]
+    problems = _every_rank_problem(failure)
     return bool(problems) or bool(evidence.waiting(failure))
 
 
@@ -332,7 +337,7 @@ def _is_linear_1d_input_shape(example: Mapping[str, Any], failure: BaseException
     operands = _operands(case)
     if not isinstance(case, OpCase) or case.op != "matrix.linear" or not operands or len(operands[0].spec.shape) != 1:
         return False
-    problems = [p for ranks in (evidence.reported_by_rank(failure) or []) for p in ranks]
+    problems = _every_rank_problem(failure)
     return bool(problems) and all(
         # a shape problem is (shape, dtype): the same dtype, the shape with a leading 1 added
         p.kind is Kind.SHAPE
@@ -358,7 +363,7 @@ def _is_nearest_interpolate_of_empty_raising(example: Mapping[str, Any], failure
     operands = _operands(case)
     if not operands or 0 not in operands[0].spec.shape:
         return False
-    problems = [p for ranks in (evidence.reported_by_rank(failure) or []) for p in ranks]
+    problems = _every_rank_problem(failure)
     return bool(problems) and all(
         p.kind is Kind.RAISED
         and p.what == DTENSOR_CALL
@@ -388,7 +393,7 @@ def _is_index_put_backward_mixed_tensor(example: Mapping[str, Any], failure: Bas
     operands = _operands(case)
     if len(operands) != 3 or not operands[0].requires_grad or operands[2].spec.numel == 1:
         return False
-    problems = [p for ranks in (evidence.reported_by_rank(failure) or []) for p in ranks]
+    problems = _every_rank_problem(failure)
     return bool(problems) and all(
         p.kind is Kind.RAISED
         and p.what == "backward"
